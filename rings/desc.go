@@ -1,0 +1,112 @@
+package rings
+
+// Transmit descriptor ring entries (host → device): a buffer in host memory
+// and the delegated connection it belongs to, or NoConn for a raw legacy
+// frame the device puts on the wire as is.
+const (
+	TxDescSize = 32
+
+	TxOffConn  = 0x04 // u32 connection index or NoConn (legacy frame)
+	TxOffAddr  = 0x08 // u64 buffer address
+	TxOffLen   = 0x10 // u32 buffer length
+	TxOffFlags = 0x14 // u32 TxFlags
+	TxOffTag   = 0x18 // u64 host cookie
+)
+
+// TxFlags qualify a transmit descriptor.
+type TxFlags uint32
+
+// Transmit flags.
+const (
+	TxPush TxFlags = 1 << 0 // delegated: push (PSH) at the end of this buffer
+	TxFin  TxFlags = 1 << 1 // delegated: FIN after this buffer
+)
+
+// TxDesc is an accessor over one transmit descriptor.
+type TxDesc []byte
+
+func (e TxDesc) Conn() uint32     { return le.Uint32(e[TxOffConn:]) }
+func (e TxDesc) Addr() Addr       { return Addr(le.Uint64(e[TxOffAddr:])) }
+func (e TxDesc) Len() uint32      { return le.Uint32(e[TxOffLen:]) }
+func (e TxDesc) Flags() TxFlags   { return TxFlags(le.Uint32(e[TxOffFlags:])) }
+func (e TxDesc) Tag() uint64      { return le.Uint64(e[TxOffTag:]) }
+func (e TxDesc) SetConn(v uint32) { le.PutUint32(e[TxOffConn:], v) }
+func (e TxDesc) SetAddr(v Addr)   { le.PutUint64(e[TxOffAddr:], uint64(v)) }
+func (e TxDesc) SetLen(v uint32)  { le.PutUint32(e[TxOffLen:], v) }
+
+// Tx is the fields of a transmit descriptor.
+type Tx struct {
+	Conn  uint32
+	Addr  Addr
+	Len   uint32
+	Flags TxFlags
+	Tag   uint64
+}
+
+// Encode writes the fields into e (bytes 4 and up).
+func (t *Tx) Encode(e TxDesc) {
+	_ = e[TxDescSize-1]
+	le.PutUint32(e[TxOffConn:], t.Conn)
+	le.PutUint64(e[TxOffAddr:], uint64(t.Addr))
+	le.PutUint32(e[TxOffLen:], t.Len)
+	le.PutUint32(e[TxOffFlags:], uint32(t.Flags))
+	le.PutUint64(e[TxOffTag:], t.Tag)
+}
+
+// Decode reads the fields from e, which must be a whole descriptor.
+func (t *Tx) Decode(e TxDesc) error {
+	if len(e) < TxDescSize {
+		return errShort("tx descriptor", len(e), TxDescSize)
+	}
+	*t = Tx{Conn: e.Conn(), Addr: e.Addr(), Len: e.Len(), Flags: e.Flags(), Tag: e.Tag()}
+	return nil
+}
+
+// Receive descriptor ring entries (host → device): legacy buffers the host
+// posts. The device fills one per received legacy frame (or upload of
+// delegated payload) and says so with an NtfLegacyUpload notification whose
+// Aux is the buffer's BufID.
+const (
+	RxDescSize = 32
+
+	RxOffBufID = 0x04 // u32 host's buffer id, echoed in the notification
+	RxOffAddr  = 0x08 // u64 buffer address
+	RxOffLen   = 0x10 // u32 buffer capacity
+	RxOffRsvd  = 0x14 // u32 reserved, zero
+	RxOffTag   = 0x18 // u64 host cookie
+)
+
+// RxDesc is an accessor over one receive descriptor.
+type RxDesc []byte
+
+func (e RxDesc) BufID() uint32 { return le.Uint32(e[RxOffBufID:]) }
+func (e RxDesc) Addr() Addr    { return Addr(le.Uint64(e[RxOffAddr:])) }
+func (e RxDesc) Len() uint32   { return le.Uint32(e[RxOffLen:]) }
+func (e RxDesc) Tag() uint64   { return le.Uint64(e[RxOffTag:]) }
+
+// Rx is the fields of a receive descriptor.
+type Rx struct {
+	BufID uint32
+	Addr  Addr
+	Len   uint32
+	Tag   uint64
+}
+
+// Encode writes the fields into e (bytes 4 and up).
+func (r *Rx) Encode(e RxDesc) {
+	_ = e[RxDescSize-1]
+	le.PutUint32(e[RxOffBufID:], r.BufID)
+	le.PutUint64(e[RxOffAddr:], uint64(r.Addr))
+	le.PutUint32(e[RxOffLen:], r.Len)
+	le.PutUint32(e[RxOffRsvd:], 0)
+	le.PutUint64(e[RxOffTag:], r.Tag)
+}
+
+// Decode reads the fields from e, which must be a whole descriptor.
+func (r *Rx) Decode(e RxDesc) error {
+	if len(e) < RxDescSize {
+		return errShort("rx descriptor", len(e), RxDescSize)
+	}
+	*r = Rx{BufID: e.BufID(), Addr: e.Addr(), Len: e.Len(), Tag: e.Tag()}
+	return nil
+}

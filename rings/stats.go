@@ -1,0 +1,72 @@
+package rings
+
+import "strconv"
+
+// The stat block is the device's counter page: an array of little-endian u64
+// counters at fixed offsets (8 × index), DMA-written to host memory by the
+// STATS command and readable as a register block. Every drop or rejection
+// the device makes has a counter here, so a host can always tell what was
+// lost and why.
+type StatID int
+
+// Counters, in stat block order. Append only: the index is the ABI.
+const (
+	StatRxFrames            StatID = iota // frames received from the port
+	StatRxBytes                           // bytes received from the port
+	StatTxFrames                          // frames sent to the port
+	StatTxBytes                           // bytes sent to the port
+	StatRxDropShort                       // frame shorter than its headers claim
+	StatRxDropBadChecksum                 // IPv4 header or TCP checksum wrong
+	StatRxDropEtherType                   // EtherType neither IPv4 nor ARP
+	StatRxDropOversize                    // frame longer than MTU + link header
+	StatRxDropNoBuffer                    // no legacy receive buffer posted
+	StatRxDropNotForUs                    // destination MAC neither ours nor broadcast/multicast
+	StatRxDropFIFO                        // receive FIFO overflow (unit too slow)
+	StatTxDropBadDesc                     // transmit descriptor invalid (length, connection)
+	StatTxDropPortError                   // port refused the frame
+	StatCmdCompleted                      // commands completed (any status)
+	StatCmdErrors                         // commands completed with a non-OK status
+	StatCmdBadOpcode                      // commands with an unknown opcode
+	StatDMAErrors                         // DMA accesses outside host memory
+	StatRingPhaseErrors                   // ring entries with a wrong phase tag or index
+	StatNotifyPosted                      // notifications written
+	StatNotifyDropRingFull                // notifications lost: notification ring full
+	StatInterrupts                        // interrupts raised
+	StatInterruptsCoalesced               // notifications covered by an already pending interrupt
+	StatDoorbells                         // doorbell kicks received while parked
+	StatParks                             // times the offload unit parked
+	StatTimerRuns                         // timer wheel passes
+	NumStats
+)
+
+// StatBlockSize is the size of the stat block in bytes.
+const StatBlockSize = int(NumStats) * 8
+
+var statNames = [NumStats]string{
+	"rx_frames", "rx_bytes", "tx_frames", "tx_bytes",
+	"rx_drop_short", "rx_drop_bad_checksum", "rx_drop_ethertype", "rx_drop_oversize",
+	"rx_drop_no_buffer", "rx_drop_not_for_us", "rx_drop_fifo",
+	"tx_drop_bad_desc", "tx_drop_port_error",
+	"cmd_completed", "cmd_errors", "cmd_bad_opcode", "dma_errors", "ring_phase_errors",
+	"notify_posted", "notify_drop_ring_full", "interrupts", "interrupts_coalesced",
+	"doorbells", "parks", "timer_runs",
+}
+
+func (s StatID) String() string {
+	if s >= 0 && s < NumStats {
+		return statNames[s]
+	}
+	return "stat_" + strconv.Itoa(int(s))
+}
+
+// Offset is the counter's byte offset in the stat block.
+func (s StatID) Offset() int { return int(s) * 8 }
+
+// StatBlock is an accessor over a stat block.
+type StatBlock []byte
+
+// Get returns counter id.
+func (b StatBlock) Get(id StatID) uint64 { return le.Uint64(b[id.Offset():]) }
+
+// Set stores counter id.
+func (b StatBlock) Set(id StatID, v uint64) { le.PutUint64(b[id.Offset():], v) }
