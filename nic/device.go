@@ -1,0 +1,386 @@
+// Package nic is the device side of emunic: the offload unit that drains
+// the command and transmit rings, receives from its port, runs timers,
+// posts notifications and raises moderated interrupts. It touches host
+// memory only through rings.DMA and never imports the host side.
+package nic
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/emunic/emunic/nic/port"
+	"github.com/emunic/emunic/rings"
+)
+
+// Config is the device's fixed configuration (what the EEPROM and straps
+// would give a real card).
+type Config struct {
+	MAC [6]byte
+	// MTU is the largest IP packet; frames are MTU plus the 14-byte
+	// Ethernet header. Default 1500.
+	MTU int
+	// RxFIFODepth is the number of frames the receive FIFO between the port
+	// and the unit holds. Default 1024.
+	RxFIFODepth int
+	// IntrCount and IntrDelay moderate interrupts: while the unit is busy it
+	// raises an interrupt once IntrCount notifications are pending or the
+	// oldest has waited IntrDelay, and always before it parks. Defaults 32
+	// and 50µs.
+	IntrCount int
+	IntrDelay time.Duration
+	// SpinPolls is how many idle passes the unit makes before it parks.
+	// Default 64.
+	SpinPolls int
+	// Burst is the most entries taken from one source per pass, so no ring
+	// starves another. Default 64.
+	Burst int
+}
+
+func (c *Config) setDefaults() {
+	if c.MTU == 0 {
+		c.MTU = 1500
+	}
+	if c.RxFIFODepth == 0 {
+		c.RxFIFODepth = 1024
+	}
+	if c.IntrCount == 0 {
+		c.IntrCount = 32
+	}
+	if c.IntrDelay == 0 {
+		c.IntrDelay = 50 * time.Microsecond
+	}
+	if c.SpinPolls == 0 {
+		c.SpinPolls = 64
+	}
+	if c.Burst == 0 {
+		c.Burst = 64
+	}
+}
+
+// RingConfig is what the host driver programs into the device's ring
+// registers: where each ring lives in host memory.
+type RingConfig struct {
+	Command rings.Layout // host → device, 64-byte entries
+	Notify  rings.Layout // device → host, 32-byte entries
+	Tx      rings.Layout // host → device, 32-byte descriptors
+	Rx      rings.Layout // host → device, 32-byte descriptors (legacy buffers)
+}
+
+// Validate checks entry sizes and geometry.
+func (rc RingConfig) Validate() error {
+	for _, r := range []struct {
+		name string
+		l    rings.Layout
+		size uint32
+	}{
+		{"command", rc.Command, rings.CommandEntrySize},
+		{"notification", rc.Notify, rings.NotificationEntrySize},
+		{"transmit", rc.Tx, rings.TxDescSize},
+		{"receive", rc.Rx, rings.RxDescSize},
+	} {
+		if err := r.l.Validate(); err != nil {
+			return fmt.Errorf("%s ring: %w", r.name, err)
+		}
+		if r.l.EntrySize != r.size {
+			return fmt.Errorf("%s ring: entry size %d, want %d", r.name, r.l.EntrySize, r.size)
+		}
+	}
+	return nil
+}
+
+// Vectors are the device's interrupt lines (MSI-X vectors): one per kind of
+// event, so each host waiter has its own and no wake-up is stolen. A nil
+// vector is never raised.
+type Vectors struct {
+	Notify  rings.Doorbell // notifications published while the host sleeps
+	TxSpace rings.Doorbell // transmit slots released while the host waits for space
+	Command rings.Doorbell // command completions while the host waits for them
+}
+
+// RingCounters are the mechanics counters of the four rings as seen by the
+// device.
+type RingCounters struct {
+	Command, Notify, Tx, Rx rings.RingStats
+}
+
+// Device is one emulated NIC.
+type Device struct {
+	cfg      Config
+	mem      rings.DMA
+	port     port.Port
+	maxFrame int
+
+	bell *rings.Bell // the device's doorbell: host kicks and MAC wake-ups
+	vec  Vectors
+
+	cmd    *rings.Consumer
+	notify *rings.Producer
+	tx     *rings.Consumer
+	rx     *rings.Consumer
+	fifo   *rxFIFO
+
+	stats  [rings.NumStats]atomic.Uint64
+	parked atomic.Bool
+
+	// interrupt moderation
+	intrPending int
+	intrSince   int64
+
+	phaseErrAt [4]uint32 // last index a phase error was counted at, per ring
+
+	snapMu   sync.Mutex
+	ringSnap RingCounters
+
+	started  bool
+	stop     atomic.Bool
+	wg       sync.WaitGroup
+	stopOnce sync.Once
+	runErr   error
+}
+
+// New makes a device on host memory mem attached to port p. It does nothing
+// until Start.
+func New(cfg Config, mem rings.DMA, p port.Port) (*Device, error) {
+	cfg.setDefaults()
+	if cfg.MTU < 68 || cfg.MTU > 65535 {
+		return nil, fmt.Errorf("nic: MTU %d out of range [68, 65535]", cfg.MTU)
+	}
+	if mem == nil || p == nil {
+		return nil, errors.New("nic: host memory and port are required")
+	}
+	d := &Device{cfg: cfg, mem: mem, port: p, maxFrame: cfg.MTU + EthHeaderLen, bell: rings.NewBell()}
+	return d, nil
+}
+
+// MTU returns the device's MTU.
+func (d *Device) MTU() int { return d.cfg.MTU }
+
+// MAC returns the device's station address.
+func (d *Device) MAC() [6]byte { return d.cfg.MAC }
+
+// Doorbell is the register the host writes after publishing to a ring the
+// device has said it sleeps on.
+func (d *Device) Doorbell() rings.Doorbell { return d.bell }
+
+// Start programs the ring registers and interrupt vectors and brings the
+// offload unit up.
+func (d *Device) Start(rc RingConfig, vec Vectors) error {
+	if d.started {
+		return errors.New("nic: already started")
+	}
+	if err := rc.Validate(); err != nil {
+		return fmt.Errorf("nic: %w", err)
+	}
+	var err error
+	// Consumers release in small batches: the host reuses slots only after
+	// release, so a large batch would starve it; the device kicks the host
+	// only when it said it is waiting for space.
+	if d.cmd, err = rings.NewConsumer(d.mem, rc.Command, 1, vec.Command); err != nil {
+		return fmt.Errorf("nic: command ring: %w", err)
+	}
+	if d.notify, err = rings.NewProducer(d.mem, rc.Notify, rc.Notify.Count, nil); err != nil {
+		return fmt.Errorf("nic: notification ring: %w", err)
+	}
+	if d.tx, err = rings.NewConsumer(d.mem, rc.Tx, 16, vec.TxSpace); err != nil {
+		return fmt.Errorf("nic: transmit ring: %w", err)
+	}
+	if d.rx, err = rings.NewConsumer(d.mem, rc.Rx, 16, nil); err != nil {
+		return fmt.Errorf("nic: receive ring: %w", err)
+	}
+	d.vec = vec
+	d.fifo = newRxFIFO(d.cfg.RxFIFODepth, d.maxFrame)
+	d.started = true
+	d.wg.Add(2)
+	go d.mac()
+	go d.unit()
+	return nil
+}
+
+// Stop halts the unit and the MAC and closes the port. Safe to call twice.
+func (d *Device) Stop() error {
+	d.stopOnce.Do(func() {
+		d.stop.Store(true)
+		d.bell.Kick()
+		d.runErr = d.port.Close()
+		d.wg.Wait()
+	})
+	return d.runErr
+}
+
+// Stat reads one counter of the stat block (a register read).
+func (d *Device) Stat(id rings.StatID) uint64 { return d.stats[id].Load() }
+
+// Stats returns a copy of the stat block.
+func (d *Device) Stats() rings.StatBlock {
+	b := make(rings.StatBlock, rings.StatBlockSize)
+	d.fillStats(b)
+	return b
+}
+
+func (d *Device) fillStats(b rings.StatBlock) {
+	for i := range d.stats {
+		b.Set(rings.StatID(i), d.stats[i].Load())
+	}
+}
+
+// RingCounters returns the ring mechanics counters as of the unit's last
+// idle point (they are the unit's private state; it publishes a copy).
+func (d *Device) RingCounters() RingCounters {
+	d.snapMu.Lock()
+	defer d.snapMu.Unlock()
+	return d.ringSnap
+}
+
+func (d *Device) count(id rings.StatID) { d.stats[id].Add(1) }
+
+// mac is the receive side of the MAC: it moves frames from the port into the
+// receive FIFO and wakes the unit if it sleeps. A full FIFO drops (counted),
+// as a real MAC does when the engine falls behind.
+func (d *Device) mac() {
+	defer d.wg.Done()
+	var spill []byte
+	for {
+		slot := d.fifo.reserve()
+		full := slot == nil
+		if full {
+			if spill == nil {
+				spill = make([]byte, d.maxFrame)
+			}
+			slot = spill
+		}
+		n, err := d.port.ReadFrame(slot)
+		if err != nil {
+			if errors.Is(err, port.ErrFrameTooBig) {
+				d.count(rings.StatRxDropOversize)
+				continue
+			}
+			return // closed
+		}
+		d.count(rings.StatRxFrames)
+		d.stats[rings.StatRxBytes].Add(uint64(n))
+		if full {
+			d.count(rings.StatRxDropFIFO)
+			continue
+		}
+		d.fifo.push(n)
+		if d.parked.Load() {
+			d.bell.Kick()
+		}
+	}
+}
+
+// unit is the offload unit's main loop: one goroutine, like the
+// microcontroller or state machine on a real card. It polls its sources in
+// bounded bursts, spins briefly when idle, then parks with every ring's
+// NEED_WAKEUP flag set.
+func (d *Device) unit() {
+	defer d.wg.Done()
+	idle := 0
+	for !d.stop.Load() {
+		work := d.serviceCommands()
+		work += d.serviceTx()
+		work += d.serviceRx()
+		d.moderate(work == 0)
+		if work > 0 {
+			idle = 0
+			continue
+		}
+		idle++
+		if idle < d.cfg.SpinPolls {
+			runtime.Gosched()
+			continue
+		}
+		idle = 0
+		d.park()
+	}
+	d.notify.Publish()
+	d.raiseInterrupt()
+	d.snapshot()
+}
+
+func (d *Device) park() {
+	d.cmd.Release()
+	d.tx.Release()
+	d.rx.Release()
+	d.snapshot()
+	d.parked.Store(true)
+	d.cmd.SetNeedWakeup(true)
+	d.tx.SetNeedWakeup(true)
+	// Re-check after announcing sleep: anything published before the
+	// producer could see our flags did not kick us.
+	if d.cmd.Available() == 0 && d.tx.Available() == 0 && d.fifo.empty() && !d.stop.Load() {
+		d.count(rings.StatParks)
+		if d.bell.Wait(0) {
+			d.count(rings.StatDoorbells)
+		}
+	}
+	d.parked.Store(false)
+	d.cmd.SetNeedWakeup(false)
+	d.tx.SetNeedWakeup(false)
+}
+
+func (d *Device) snapshot() {
+	d.snapMu.Lock()
+	d.ringSnap = RingCounters{Command: d.cmd.Stats(), Notify: d.notify.Stats(), Tx: d.tx.Stats(), Rx: d.rx.Stats()}
+	d.snapMu.Unlock()
+}
+
+// phaseError counts a bad entry once per index, so a host that publishes an
+// index early is reported, not amplified by every poll.
+func (d *Device) phaseError(ring int, idx uint32) {
+	if d.phaseErrAt[ring] != idx+1 {
+		d.phaseErrAt[ring] = idx + 1
+		d.count(rings.StatRingPhaseErrors)
+	}
+}
+
+// post writes one notification. It reports false when the ring is full
+// (counted); callers that must not lose the event retry later.
+func (d *Device) post(n *rings.Notification) bool {
+	e := d.notify.Next()
+	if e == nil {
+		d.count(rings.StatNotifyDropRingFull)
+		return false
+	}
+	n.Encode(rings.NotificationEntry(e))
+	d.notify.Commit()
+	d.count(rings.StatNotifyPosted)
+	if d.intrPending == 0 {
+		d.intrSince = nanotime()
+	}
+	d.intrPending++
+	return true
+}
+
+// moderate publishes notifications and decides whether to interrupt: always
+// when going idle, otherwise when enough are pending or the oldest is old
+// enough. Interrupts go only to a host that said it sleeps.
+func (d *Device) moderate(idle bool) {
+	if d.intrPending == 0 {
+		return
+	}
+	d.notify.PublishNoKick()
+	if idle || d.intrPending >= d.cfg.IntrCount || nanotime()-d.intrSince >= int64(d.cfg.IntrDelay) {
+		d.raiseInterrupt()
+	}
+}
+
+func (d *Device) raiseInterrupt() {
+	if d.intrPending == 0 {
+		return
+	}
+	if d.notify.PeerSleeping() && d.vec.Notify != nil {
+		d.count(rings.StatInterrupts)
+		d.stats[rings.StatInterruptsCoalesced].Add(uint64(d.intrPending - 1))
+		d.vec.Notify.Kick()
+	}
+	d.intrPending = 0
+}
+
+var epoch = time.Now()
+
+func nanotime() int64 { return int64(time.Since(epoch)) }

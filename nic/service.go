@@ -1,0 +1,193 @@
+package nic
+
+import "github.com/emunic/emunic/rings"
+
+const (
+	ringCmd = iota
+	ringTx
+	ringRx
+)
+
+// serviceCommands executes up to Burst commands, writing each command's
+// status back into its entry. A bad command gets an error status; it never
+// stops the unit.
+func (d *Device) serviceCommands() int {
+	n := 0
+	for ; n < d.cfg.Burst; n++ {
+		e, err := d.cmd.Peek()
+		if e == nil {
+			break
+		}
+		if err != nil {
+			d.phaseError(ringCmd, d.cmd.Head())
+			break
+		}
+		ce := rings.CommandEntry(e)
+		status, result := d.execute(ce)
+		ce.SetWriteBack(status, result)
+		d.cmd.Complete(e)
+		d.cmd.Pop()
+		d.count(rings.StatCmdCompleted)
+		if status != rings.StatusOK {
+			d.count(rings.StatCmdErrors)
+		}
+	}
+	if n > 0 {
+		d.cmd.Release()
+	}
+	return n
+}
+
+func (d *Device) execute(ce rings.CommandEntry) (rings.Status, uint64) {
+	switch ce.Opcode() {
+	case rings.OpNop:
+		return rings.StatusOK, 0
+	case rings.OpStats:
+		n := min(int(ce.Len()), rings.StatBlockSize)
+		if n <= 0 {
+			return rings.StatusBadParam, 0
+		}
+		dst, err := d.mem.Map(ce.Addr(), n)
+		if err != nil {
+			d.count(rings.StatDMAErrors)
+			return rings.StatusBadAddress, 0
+		}
+		var blk [rings.StatBlockSize]byte
+		d.fillStats(blk[:])
+		copy(dst, blk[:n])
+		return rings.StatusOK, uint64(n)
+	default:
+		d.count(rings.StatCmdBadOpcode)
+		return rings.StatusBadOpcode, 0
+	}
+}
+
+// serviceTx puts legacy frames from the transmit ring on the wire. The
+// descriptor is released once the frame has left (the port copies), so the
+// host may reuse the buffer as soon as the consumer index passes it.
+func (d *Device) serviceTx() int {
+	n := 0
+	for ; n < d.cfg.Burst; n++ {
+		e, err := d.tx.Peek()
+		if e == nil {
+			break
+		}
+		if err != nil {
+			d.phaseError(ringTx, d.tx.Head())
+			break
+		}
+		desc := rings.TxDesc(e)
+		d.transmit(desc)
+		d.tx.Pop()
+	}
+	return n
+}
+
+func (d *Device) transmit(desc rings.TxDesc) {
+	if desc.Conn() != rings.NoConn {
+		// Delegated transmit buffers belong to the offload engine.
+		d.count(rings.StatTxDropBadDesc)
+		return
+	}
+	l := int(desc.Len())
+	if l < EthHeaderLen || l > d.maxFrame {
+		d.count(rings.StatTxDropBadDesc)
+		return
+	}
+	frame, err := d.mem.Map(desc.Addr(), l)
+	if err != nil {
+		d.count(rings.StatDMAErrors)
+		d.count(rings.StatTxDropBadDesc)
+		return
+	}
+	if err := d.port.WriteFrame(frame); err != nil {
+		d.count(rings.StatTxDropPortError)
+		return
+	}
+	d.count(rings.StatTxFrames)
+	d.stats[rings.StatTxBytes].Add(uint64(l))
+}
+
+// serviceRx classifies received frames and uploads legacy ones into the
+// buffers the host posted on the receive ring, one notification each. When
+// the notification ring is full the frame waits in the FIFO (back-pressure),
+// so a buffer is never filled without the host being told.
+func (d *Device) serviceRx() int {
+	n := 0
+	var pf parsedFrame
+	for ; n < d.cfg.Burst; n++ {
+		f := d.fifo.peek()
+		if f == nil {
+			break
+		}
+		switch classify(f, d.cfg.MAC, d.maxFrame, &pf) {
+		case rxLegacy:
+			if !d.upload(f) {
+				d.rx.Release()
+				return n
+			}
+		case rxDropShort:
+			d.count(rings.StatRxDropShort)
+		case rxDropChecksum:
+			d.count(rings.StatRxDropBadChecksum)
+		case rxDropEtherType:
+			d.count(rings.StatRxDropEtherType)
+		case rxDropOversize:
+			d.count(rings.StatRxDropOversize)
+		case rxDropNotForUs:
+			d.count(rings.StatRxDropNotForUs)
+		}
+		d.fifo.pop()
+	}
+	// Release consumed receive descriptors before the notifications that
+	// report them are published (moderate runs after this), so a host that
+	// reposts a buffer as soon as it is told always finds its slot free.
+	d.rx.Release()
+	return n
+}
+
+// upload DMAs a frame into the next legacy buffer. It returns false when the
+// frame must wait (no notification space); the frame is dropped (true) when
+// no buffer is posted.
+func (d *Device) upload(f []byte) bool {
+	if d.notify.Free() == 0 {
+		return false
+	}
+	for {
+		e, err := d.rx.Peek()
+		if e == nil {
+			d.count(rings.StatRxDropNoBuffer)
+			return true
+		}
+		if err != nil {
+			d.phaseError(ringRx, d.rx.Head())
+			d.count(rings.StatRxDropNoBuffer)
+			return true
+		}
+		desc := rings.RxDesc(e)
+		id := desc.BufID()
+		if int(desc.Len()) < len(f) {
+			// The host posted a buffer too small for this frame: drop
+			// the frame, keep the buffer for the next one.
+			d.count(rings.StatRxDropOversize)
+			return true
+		}
+		err = d.mem.WriteAt(f, desc.Addr())
+		d.rx.Pop()
+		ntf := rings.Notification{Conn: rings.NoConn, Len: uint32(len(f)), Aux: id}
+		if err != nil {
+			// A descriptor pointing outside host memory: return the
+			// buffer to the host with an error, try the next one.
+			d.count(rings.StatDMAErrors)
+			ntf.Flags, ntf.Len = rings.NtfError, 0
+			d.post(&ntf)
+			if d.notify.Free() == 0 {
+				return false
+			}
+			continue
+		}
+		ntf.Flags = rings.NtfLegacyUpload
+		d.post(&ntf)
+		return true
+	}
+}

@@ -1,0 +1,505 @@
+package tcpstack
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/emunic/emunic/nic"
+	"github.com/emunic/emunic/rings"
+	"gvisor.dev/gvisor/pkg/buffer"
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+)
+
+// Device is what the driver needs of the NIC: its identity, its ring and
+// vector registers, and its doorbell. *nic.Device implements it in process;
+// a device in another process would implement it over shared memory.
+type Device interface {
+	MAC() [6]byte
+	MTU() int
+	Start(rc nic.RingConfig, vec nic.Vectors) error
+	Doorbell() rings.Doorbell
+	Stop() error
+}
+
+// DriverConfig sizes the driver's rings and buffers.
+type DriverConfig struct {
+	CommandEntries uint32 // default 64
+	TxEntries      uint32 // default 1024
+	RxEntries      uint32 // default 1024
+	// SpinPolls is how many empty polls the interrupt handler makes before
+	// it sleeps. Default 32.
+	SpinPolls int
+}
+
+func (c *DriverConfig) setDefaults() {
+	if c.CommandEntries == 0 {
+		c.CommandEntries = 64
+	}
+	if c.TxEntries == 0 {
+		c.TxEntries = 1024
+	}
+	if c.RxEntries == 0 {
+		c.RxEntries = 1024
+	}
+	if c.SpinPolls == 0 {
+		c.SpinPolls = 32
+	}
+}
+
+// DriverStats counts what the host side of the rings did.
+type DriverStats struct {
+	TxFrames, TxBytes uint64
+	TxRingFull        uint64 // times the transmit ring was full and the driver waited
+	TxDropped         uint64 // frames dropped: ring stayed full, or frame too large
+	RxFrames, RxBytes uint64
+	RxErrors          uint64 // notifications reporting a bad buffer
+	Interrupts        uint64 // wake-ups by the notification vector
+	Notifications     uint64
+	Commands          uint64
+}
+
+// Driver is the host's NIC driver: a gVisor stack.LinkEndpoint whose frames
+// cross the device's legacy transmit and receive rings as DMA buffers in
+// host memory. Transmit copies each frame once into a ring buffer; receive
+// copies each frame once out of a legacy buffer into a netstack packet
+// buffer. Those are the only copies on the legacy path.
+type Driver struct {
+	cfg  DriverConfig
+	mem  *rings.Arena
+	dev  Device
+	mtu  uint32
+	mac  tcpip.LinkAddress
+	rc   nic.RingConfig
+	door rings.Doorbell
+
+	irq     *rings.Bell // notification vector
+	txSpace *rings.Bell
+	cmdDone *rings.Bell
+
+	txMu      sync.Mutex
+	tx        *rings.Producer
+	txBufBase rings.Addr
+	txBufMem  []byte
+	bufSize   int
+
+	rx        *rings.Producer // only the interrupt goroutine touches it after start
+	rxBufBase rings.Addr
+	rxBufMem  []byte
+
+	ntf *rings.Consumer
+
+	cmdMu   sync.Mutex
+	cmd     *rings.Producer
+	cmdSeen uint32 // free-running index of the oldest command whose status is not yet read
+
+	mu         sync.RWMutex
+	dispatcher stack.NetworkDispatcher
+	onClose    func()
+
+	// Delegated-connection notifications go here (set by the offload layer).
+	delegated atomic.Pointer[func(*rings.Notification)]
+
+	stats   driverCounters
+	closing atomic.Bool
+	wg      sync.WaitGroup
+	once    sync.Once
+}
+
+type driverCounters struct {
+	txFrames, txBytes, txRingFull, txDropped      atomic.Uint64
+	rxFrames, rxBytes, rxErrors, interrupts, ntfs atomic.Uint64
+	commands                                      atomic.Uint64
+}
+
+var _ stack.LinkEndpoint = (*Driver)(nil)
+
+// NewDriver allocates the rings and buffers in host memory, programs the
+// device and starts the interrupt handler.
+func NewDriver(mem *rings.Arena, dev Device, cfg DriverConfig) (*Driver, error) {
+	cfg.setDefaults()
+	mac := dev.MAC()
+	d := &Driver{
+		cfg: cfg, mem: mem, dev: dev, mtu: uint32(dev.MTU()),
+		mac: tcpip.LinkAddress(mac[:]), door: dev.Doorbell(),
+		irq: rings.NewBell(), txSpace: rings.NewBell(), cmdDone: rings.NewBell(),
+	}
+	// Buffers hold a whole frame, rounded to a cache line.
+	d.bufSize = (dev.MTU() + header.EthernetMinimumSize + rings.CacheLine - 1) &^ (rings.CacheLine - 1)
+	var err error
+	alloc := func(count, size uint32) rings.Layout {
+		if err != nil {
+			return rings.Layout{}
+		}
+		var l rings.Layout
+		l, err = rings.AllocRing(mem, count, size)
+		return l
+	}
+	d.rc = nic.RingConfig{
+		Command: alloc(cfg.CommandEntries, rings.CommandEntrySize),
+		// Every posted legacy buffer can produce one notification, plus
+		// command and delegated events: size the ring so legacy traffic
+		// alone can never fill it.
+		Notify: alloc(nextPow2(2*cfg.RxEntries+cfg.CommandEntries), rings.NotificationEntrySize),
+		Tx:     alloc(cfg.TxEntries, rings.TxDescSize),
+		Rx:     alloc(cfg.RxEntries, rings.RxDescSize),
+	}
+	if err != nil {
+		return nil, fmt.Errorf("driver: rings: %w", err)
+	}
+	if d.txBufBase, d.txBufMem, err = d.allocBufs(cfg.TxEntries); err != nil {
+		return nil, err
+	}
+	if d.rxBufBase, d.rxBufMem, err = d.allocBufs(cfg.RxEntries); err != nil {
+		return nil, err
+	}
+	if d.tx, err = rings.NewProducer(mem, d.rc.Tx, 32, d.door); err != nil {
+		return nil, err
+	}
+	if d.rx, err = rings.NewProducer(mem, d.rc.Rx, 32, d.door); err != nil {
+		return nil, err
+	}
+	if d.cmd, err = rings.NewProducer(mem, d.rc.Command, 1, d.door); err != nil {
+		return nil, err
+	}
+	if d.ntf, err = rings.NewConsumer(mem, d.rc.Notify, 32, nil); err != nil {
+		return nil, err
+	}
+	// Post every receive buffer before the device starts.
+	for i := uint32(0); i < cfg.RxEntries; i++ {
+		d.postRx(i)
+	}
+	d.rx.Publish()
+	if err := dev.Start(d.rc, nic.Vectors{Notify: d.irq, TxSpace: d.txSpace, Command: d.cmdDone}); err != nil {
+		return nil, err
+	}
+	d.wg.Add(1)
+	go d.interrupts()
+	return d, nil
+}
+
+func (d *Driver) allocBufs(n uint32) (rings.Addr, []byte, error) {
+	size := int(n) * d.bufSize
+	a, err := d.mem.Alloc(size, rings.CacheLine)
+	if err != nil {
+		return 0, nil, fmt.Errorf("driver: buffers: %w", err)
+	}
+	m, err := d.mem.Map(a, size)
+	return a, m, err
+}
+
+func (d *Driver) rxBuf(id uint32) []byte {
+	off := int(id) * d.bufSize
+	return d.rxBufMem[off : off+d.bufSize : off+d.bufSize]
+}
+
+func (d *Driver) postRx(id uint32) {
+	e := d.rx.Next()
+	if e == nil {
+		// There are exactly RxEntries buffers and slots and the device
+		// releases a slot before reporting its buffer, so this means a
+		// device protocol error: count it and lose the buffer, not the host.
+		d.stats.rxErrors.Add(1)
+		return
+	}
+	r := rings.Rx{BufID: id, Addr: d.rxBufBase + rings.Addr(int(id)*d.bufSize), Len: uint32(d.bufSize)}
+	r.Encode(rings.RxDesc(e))
+	d.rx.Commit()
+}
+
+// RingConfig returns where the driver put the rings.
+func (d *Driver) RingConfig() nic.RingConfig { return d.rc }
+
+// Memory returns host memory.
+func (d *Driver) Memory() *rings.Arena { return d.mem }
+
+// Stats returns the driver's counters.
+func (d *Driver) Stats() DriverStats {
+	s := &d.stats
+	return DriverStats{
+		TxFrames: s.txFrames.Load(), TxBytes: s.txBytes.Load(), TxRingFull: s.txRingFull.Load(),
+		TxDropped: s.txDropped.Load(), RxFrames: s.rxFrames.Load(), RxBytes: s.rxBytes.Load(),
+		RxErrors: s.rxErrors.Load(), Interrupts: s.interrupts.Load(), Notifications: s.ntfs.Load(),
+		Commands: s.commands.Load(),
+	}
+}
+
+// interrupts is the interrupt handler: it drains the notification ring,
+// hands legacy frames to netstack, reposts their buffers and sleeps on the
+// notification vector when there is nothing to do.
+func (d *Driver) interrupts() {
+	defer d.wg.Done()
+	var n rings.Notification
+	for !d.closing.Load() {
+		got := 0
+		for ; got < 256; got++ {
+			e, err := d.ntf.Peek()
+			if e == nil || err != nil {
+				break
+			}
+			_ = n.Decode(rings.NotificationEntry(e))
+			d.ntf.Pop()
+			d.stats.ntfs.Add(1)
+			d.handle(&n)
+		}
+		if got > 0 {
+			d.ntf.Release()
+			d.rx.Publish()
+			continue
+		}
+		if d.ntf.Park(d.irq, d.cfg.SpinPolls, 0) {
+			d.stats.interrupts.Add(1)
+		}
+	}
+}
+
+func (d *Driver) handle(n *rings.Notification) {
+	if n.Conn != rings.NoConn {
+		if h := d.delegated.Load(); h != nil {
+			(*h)(n)
+		}
+		return
+	}
+	switch {
+	case n.Flags&rings.NtfLegacyUpload != 0:
+		if n.Aux >= d.cfg.RxEntries || int(n.Len) > d.bufSize {
+			d.stats.rxErrors.Add(1)
+			return
+		}
+		frame := d.rxBuf(n.Aux)[:n.Len]
+		d.deliver(frame)
+		d.postRx(n.Aux)
+	case n.Flags&rings.NtfError != 0:
+		d.stats.rxErrors.Add(1)
+		if n.Aux < d.cfg.RxEntries {
+			d.postRx(n.Aux)
+		}
+	}
+}
+
+func (d *Driver) deliver(frame []byte) {
+	d.stats.rxFrames.Add(1)
+	d.stats.rxBytes.Add(uint64(len(frame)))
+	d.mu.RLock()
+	disp := d.dispatcher
+	d.mu.RUnlock()
+	if disp == nil || len(frame) < header.EthernetMinimumSize {
+		return
+	}
+	// The one receive copy: out of the DMA buffer (which goes straight
+	// back to the device) into netstack's own buffer.
+	pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(frame)})
+	defer pkt.DecRef()
+	if !d.ParseHeader(pkt) {
+		return
+	}
+	proto := pkt.NetworkProtocolNumber
+	pkt.RXChecksumValidated = true // the device verified IPv4 and TCP/UDP checksums
+	disp.DeliverNetworkPacket(proto, pkt)
+}
+
+// WritePackets implements stack.LinkWriter: each frame is copied into the
+// transmit buffer of the next free ring slot; the batch is published once,
+// and the device is kicked only if it sleeps.
+func (d *Driver) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
+	d.txMu.Lock()
+	defer d.txMu.Unlock()
+	n := 0
+	for _, pkt := range pkts.AsSlice() {
+		size := pkt.Size()
+		if size > d.bufSize {
+			d.stats.txDropped.Add(1)
+			continue
+		}
+		e := d.tx.Next()
+		if e == nil {
+			e = d.waitTxSpace()
+			if e == nil {
+				d.stats.txDropped.Add(1)
+				break
+			}
+		}
+		slot := d.tx.Tail() & (d.cfg.TxEntries - 1)
+		off := int(slot) * d.bufSize
+		buf := d.txBufMem[off : off+d.bufSize]
+		w := 0
+		for _, s := range pkt.AsSlices() {
+			w += copy(buf[w:], s)
+		}
+		t := rings.Tx{Conn: rings.NoConn, Addr: d.txBufBase + rings.Addr(off), Len: uint32(w)}
+		t.Encode(rings.TxDesc(e))
+		d.tx.Commit()
+		d.stats.txFrames.Add(1)
+		d.stats.txBytes.Add(uint64(w))
+		n++
+	}
+	d.tx.Publish()
+	if n == 0 && pkts.Len() > 0 {
+		return 0, &tcpip.ErrWouldBlock{}
+	}
+	return n, nil
+}
+
+// waitTxSpace publishes what is queued (so the device has work) and waits
+// for the device to release slots. A device that stays stuck for 100 ms
+// loses the frame rather than the stack's goroutine.
+func (d *Driver) waitTxSpace() []byte {
+	d.stats.txRingFull.Add(1)
+	d.tx.Publish()
+	deadline := time.Now().Add(100 * time.Millisecond)
+	for i := 0; ; i++ {
+		if e := d.tx.Next(); e != nil {
+			return e
+		}
+		if d.closing.Load() || time.Now().After(deadline) {
+			return nil
+		}
+		if i < 16 {
+			runtime.Gosched()
+			continue
+		}
+		d.tx.WaitSpace(d.txSpace, time.Millisecond)
+	}
+}
+
+// ErrCommandTimeout is returned when the device does not complete a command.
+var ErrCommandTimeout = errors.New("driver: command timed out")
+
+// Command submits one command on the command ring and waits for the device
+// to write its status back into the entry. It returns the entry as the
+// device left it.
+func (d *Driver) Command(c rings.Command, timeout time.Duration) (rings.Command, error) {
+	d.cmdMu.Lock()
+	defer d.cmdMu.Unlock()
+	e := d.cmd.Next()
+	if e == nil {
+		return c, errors.New("driver: command ring full")
+	}
+	idx := d.cmd.Tail()
+	c.Status, c.Result = 0, 0
+	c.Encode(rings.CommandEntry(e))
+	d.cmd.Commit() // batch 1: publishes and kicks a sleeping device
+	d.stats.commands.Add(1)
+	deadline := time.Now().Add(timeout)
+	for i := 0; !rings.IsDone(&d.cmd.Ring, idx); i++ {
+		if time.Now().After(deadline) {
+			return c, ErrCommandTimeout
+		}
+		if i < 64 {
+			runtime.Gosched()
+			continue
+		}
+		// Sleep until the device's completion vector fires; re-check
+		// after announcing so a completion in between is not missed.
+		d.cmd.SetNeedWakeup(true)
+		if !rings.IsDone(&d.cmd.Ring, idx) {
+			d.cmdDone.Wait(time.Millisecond)
+		}
+		d.cmd.SetNeedWakeup(false)
+	}
+	var out rings.Command
+	_ = out.Decode(rings.CommandEntry(d.cmd.Entry(idx)))
+	return out, nil
+}
+
+// SetDelegatedHandler installs the receiver of notifications that name a
+// delegated connection.
+func (d *Driver) SetDelegatedHandler(h func(*rings.Notification)) { d.delegated.Store(&h) }
+
+// MTU implements stack.LinkEndpoint.
+func (d *Driver) MTU() uint32 { return d.mtu }
+
+// SetMTU implements stack.LinkEndpoint; the MTU is the device's.
+func (d *Driver) SetMTU(uint32) {}
+
+// MaxHeaderLength implements stack.LinkEndpoint.
+func (d *Driver) MaxHeaderLength() uint16 { return header.EthernetMinimumSize }
+
+// LinkAddress implements stack.LinkEndpoint.
+func (d *Driver) LinkAddress() tcpip.LinkAddress { return d.mac }
+
+// SetLinkAddress implements stack.LinkEndpoint; the address is the device's.
+func (d *Driver) SetLinkAddress(tcpip.LinkAddress) {}
+
+// Capabilities implements stack.LinkEndpoint: ARP resolution, and receive
+// checksum offload (the device drops frames with bad checksums).
+func (d *Driver) Capabilities() stack.LinkEndpointCapabilities {
+	return stack.CapabilityResolutionRequired | stack.CapabilityRXChecksumOffload
+}
+
+// Attach implements stack.LinkEndpoint.
+func (d *Driver) Attach(disp stack.NetworkDispatcher) {
+	d.mu.Lock()
+	d.dispatcher = disp
+	d.mu.Unlock()
+}
+
+// IsAttached implements stack.LinkEndpoint.
+func (d *Driver) IsAttached() bool {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.dispatcher != nil
+}
+
+// Wait implements stack.LinkEndpoint.
+func (d *Driver) Wait() {}
+
+// ARPHardwareType implements stack.LinkEndpoint.
+func (d *Driver) ARPHardwareType() header.ARPHardwareType { return header.ARPHardwareEther }
+
+// AddHeader implements stack.LinkEndpoint.
+func (d *Driver) AddHeader(pkt *stack.PacketBuffer) {
+	eth := header.Ethernet(pkt.LinkHeader().Push(header.EthernetMinimumSize))
+	eth.Encode(&header.EthernetFields{
+		SrcAddr: pkt.EgressRoute.LocalLinkAddress,
+		DstAddr: pkt.EgressRoute.RemoteLinkAddress,
+		Type:    pkt.NetworkProtocolNumber,
+	})
+}
+
+// ParseHeader implements stack.LinkEndpoint.
+func (d *Driver) ParseHeader(pkt *stack.PacketBuffer) bool {
+	hdr, ok := pkt.LinkHeader().Consume(header.EthernetMinimumSize)
+	if !ok {
+		return false
+	}
+	pkt.NetworkProtocolNumber = header.Ethernet(hdr).Type()
+	return true
+}
+
+// Close implements stack.LinkEndpoint: it stops the interrupt handler and
+// the device.
+func (d *Driver) Close() {
+	d.once.Do(func() {
+		d.mu.RLock()
+		f := d.onClose
+		d.mu.RUnlock()
+		if f != nil {
+			f()
+		}
+		d.closing.Store(true)
+		d.irq.Kick()
+		d.wg.Wait()
+		_ = d.dev.Stop()
+	})
+}
+
+// SetOnCloseAction implements stack.LinkEndpoint.
+func (d *Driver) SetOnCloseAction(f func()) {
+	d.mu.Lock()
+	d.onClose = f
+	d.mu.Unlock()
+}
+
+func nextPow2(v uint32) uint32 {
+	n := uint32(1)
+	for n < v {
+		n <<= 1
+	}
+	return n
+}

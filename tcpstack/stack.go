@@ -1,0 +1,191 @@
+// Package tcpstack is the host side: gVisor's netstack as the host TCP
+// stack, running on the emulated NIC through a driver whose frames cross the
+// device's rings in host memory, plus a small API that returns net.Listener
+// and net.Conn.
+package tcpstack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/emunic/emunic/nic"
+	"github.com/emunic/emunic/nic/port"
+	"github.com/emunic/emunic/rings"
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/network/arp"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/icmp"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
+)
+
+const nicID tcpip.NICID = 1
+
+// StackConfig configures the host stack.
+type StackConfig struct {
+	// Addr is the interface address and prefix, e.g. 10.0.0.1/24.
+	Addr netip.Prefix
+	// Gateway, if valid, is the default route's next hop.
+	Gateway netip.Addr
+	// SendBuffer and ReceiveBuffer are the default TCP buffer sizes in
+	// bytes (0: 1 MiB send, 1 MiB receive with auto-tuning up to 4 MiB).
+	SendBuffer, ReceiveBuffer int
+}
+
+// Stack is a gVisor netstack on one link endpoint.
+type Stack struct {
+	S    *stack.Stack
+	addr netip.Prefix
+}
+
+// NewStack builds a netstack with IPv4, ARP, ICMP, UDP and TCP (SACK on) on
+// ep. It is used both on the NIC driver and, for comparisons, on gVisor's own
+// link endpoints.
+func NewStack(ep stack.LinkEndpoint, cfg StackConfig) (*Stack, error) {
+	if !cfg.Addr.IsValid() || !cfg.Addr.Addr().Is4() {
+		return nil, fmt.Errorf("tcpstack: address %v: need an IPv4 prefix such as 10.0.0.1/24", cfg.Addr)
+	}
+	s := stack.New(stack.Options{
+		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, arp.NewProtocol},
+		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol, icmp.NewProtocol4},
+	})
+	if err := s.CreateNIC(nicID, ep); err != nil {
+		s.Destroy()
+		return nil, fmt.Errorf("tcpstack: create NIC: %s", err)
+	}
+	a := cfg.Addr.Addr().As4()
+	pa := tcpip.ProtocolAddress{
+		Protocol: ipv4.ProtocolNumber,
+		AddressWithPrefix: tcpip.AddressWithPrefix{
+			Address:   tcpip.AddrFrom4(a),
+			PrefixLen: cfg.Addr.Bits(),
+		},
+	}
+	if err := s.AddProtocolAddress(nicID, pa, stack.AddressProperties{}); err != nil {
+		s.Destroy()
+		return nil, fmt.Errorf("tcpstack: add address: %s", err)
+	}
+	routes := []tcpip.Route{{Destination: pa.AddressWithPrefix.Subnet(), NIC: nicID}}
+	if cfg.Gateway.IsValid() {
+		routes = append(routes, tcpip.Route{Destination: header.IPv4EmptySubnet, Gateway: tcpip.AddrFrom4(cfg.Gateway.As4()), NIC: nicID})
+	}
+	s.SetRouteTable(routes)
+	sack := tcpip.TCPSACKEnabled(true)
+	s.SetTransportProtocolOption(tcp.ProtocolNumber, &sack)
+	snd, rcv := cfg.SendBuffer, cfg.ReceiveBuffer
+	if snd == 0 {
+		snd = 1 << 20
+	}
+	if rcv == 0 {
+		rcv = 1 << 20
+	}
+	sbo := tcpip.TCPSendBufferSizeRangeOption{Min: 4096, Default: snd, Max: 4 * snd}
+	rbo := tcpip.TCPReceiveBufferSizeRangeOption{Min: 4096, Default: rcv, Max: 4 * rcv}
+	s.SetTransportProtocolOption(tcp.ProtocolNumber, &sbo)
+	s.SetTransportProtocolOption(tcp.ProtocolNumber, &rbo)
+	return &Stack{S: s, addr: cfg.Addr}, nil
+}
+
+// Addr returns the interface address.
+func (s *Stack) Addr() netip.Addr { return s.addr.Addr() }
+
+// Listen opens a TCP listener on port of the interface address.
+func (s *Stack) Listen(port uint16) (net.Listener, error) {
+	l, err := gonet.ListenTCP(s.S, tcpip.FullAddress{NIC: nicID, Port: port}, ipv4.ProtocolNumber)
+	if err != nil {
+		return nil, fmt.Errorf("tcpstack: listen on port %d: %w", port, err)
+	}
+	return l, nil
+}
+
+// Dial opens a TCP connection to dst.
+func (s *Stack) Dial(ctx context.Context, dst netip.AddrPort) (net.Conn, error) {
+	if !dst.Addr().Is4() {
+		return nil, fmt.Errorf("tcpstack: dial %v: IPv4 only", dst)
+	}
+	c, err := gonet.DialContextTCP(ctx, s.S, tcpip.FullAddress{NIC: nicID, Addr: tcpip.AddrFrom4(dst.Addr().As4()), Port: dst.Port()}, ipv4.ProtocolNumber)
+	if err != nil {
+		return nil, fmt.Errorf("tcpstack: dial %v: %w", dst, err)
+	}
+	return c, nil
+}
+
+// Close tears the stack (and its link endpoint) down.
+func (s *Stack) Close() {
+	s.S.Close()
+	s.S.Wait()
+}
+
+// HostConfig describes one emulated host: a NIC, its host memory and driver,
+// and the netstack on top.
+type HostConfig struct {
+	MAC   [6]byte
+	Addr  netip.Prefix
+	MTU   int // default 1500
+	Stack StackConfig
+	// ArenaSize is host memory in bytes; 0 sizes it for the rings and
+	// buffers plus 64 MiB for applications.
+	ArenaSize int
+	Device    nic.Config
+	Driver    DriverConfig
+}
+
+// Host is one emulated machine: host memory, the NIC device, its driver and
+// a netstack.
+type Host struct {
+	*Stack
+	Mem    *rings.Arena
+	Device *nic.Device
+	Driver *Driver
+}
+
+// NewHost builds a host on port p. Close stops everything, including p.
+func NewHost(cfg HostConfig, p port.Port) (*Host, error) {
+	if cfg.MTU == 0 {
+		cfg.MTU = 1500
+	}
+	cfg.Driver.setDefaults()
+	if cfg.ArenaSize == 0 {
+		buf := cfg.MTU + header.EthernetMinimumSize + rings.CacheLine
+		cfg.ArenaSize = int(cfg.Driver.TxEntries+cfg.Driver.RxEntries)*buf + 1<<20 + 64<<20
+	}
+	mem, err := rings.NewArena(cfg.ArenaSize)
+	if err != nil {
+		return nil, err
+	}
+	dc := cfg.Device
+	dc.MAC, dc.MTU = cfg.MAC, cfg.MTU
+	dev, err := nic.New(dc, mem, p)
+	if err != nil {
+		return nil, err
+	}
+	drv, err := NewDriver(mem, dev, cfg.Driver)
+	if err != nil {
+		_ = p.Close()
+		return nil, err
+	}
+	sc := cfg.Stack
+	sc.Addr = cfg.Addr
+	st, err := NewStack(drv, sc)
+	if err != nil {
+		drv.Close()
+		return nil, err
+	}
+	return &Host{Stack: st, Mem: mem, Device: dev, Driver: drv}, nil
+}
+
+// Close stops the stack, the driver and the device.
+func (h *Host) Close() error {
+	h.Stack.Close()
+	h.Driver.Close()
+	return nil
+}
+
+// ErrNotIPv4 is returned for addresses that are not IPv4.
+var ErrNotIPv4 = errors.New("tcpstack: IPv4 only")

@@ -1,0 +1,118 @@
+package tests
+
+import (
+	"context"
+	"crypto/sha256"
+	"io"
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/emunic/emunic/nic/port"
+	"github.com/emunic/emunic/rings"
+	"github.com/emunic/emunic/tcpstack"
+)
+
+func newPair(t testing.TB, wc port.WireConfig) (a, b *tcpstack.Host) {
+	t.Helper()
+	pa, pb := port.NewWire(wc)
+	var err error
+	a, err = tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 1}, Addr: netip.MustParsePrefix("10.0.0.1/24")}, pa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err = tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 2}, Addr: netip.MustParsePrefix("10.0.0.2/24")}, pb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a, b
+}
+
+// transfer sends n pseudo-random bytes from a to b over TCP and checks the
+// SHA-256 on both ends.
+func transfer(t testing.TB, a, b *tcpstack.Host, n int64) time.Duration {
+	t.Helper()
+	l, err := b.Listen(5001)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	type result struct {
+		sum [32]byte
+		n   int64
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		defer c.Close()
+		h := sha256.New()
+		m, err := io.Copy(h, c)
+		var r result
+		copy(r.sum[:], h.Sum(nil))
+		r.n, r.err = m, err
+		done <- r
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := a.Dial(ctx, netip.MustParseAddrPort("10.0.0.2:5001"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	h := sha256.New()
+	src := rand.NewChaCha8([32]byte{1})
+	buf := make([]byte, 64<<10)
+	for sent := int64(0); sent < n; {
+		k := int64(len(buf))
+		if n-sent < k {
+			k = n - sent
+		}
+		src.Read(buf[:k])
+		h.Write(buf[:k])
+		if _, err := c.Write(buf[:k]); err != nil {
+			t.Fatalf("write after %d bytes: %v", sent, err)
+		}
+		sent += k
+	}
+	c.Close()
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(120 * time.Second):
+		t.Fatalf("receiver did not finish; device A %v B %v", stats(a), stats(b))
+	}
+	el := time.Since(start)
+	if r.err != nil {
+		t.Fatalf("receiver: %v", r.err)
+	}
+	var want [32]byte
+	copy(want[:], h.Sum(nil))
+	if r.n != n || r.sum != want {
+		t.Fatalf("received %d bytes sha %x, sent %d sha %x", r.n, r.sum, n, want)
+	}
+	return el
+}
+
+func stats(h *tcpstack.Host) map[string]uint64 {
+	m := map[string]uint64{}
+	for id := rings.StatID(0); id < rings.NumStats; id++ {
+		if v := h.Device.Stat(id); v != 0 {
+			m[id.String()] = v
+		}
+	}
+	return m
+}
+
+func TestTwoHostsClean(t *testing.T) {
+	a, b := newPair(t, port.WireConfig{})
+	n := int64(64 << 20)
+	el := transfer(t, a, b, n)
+	t.Logf("%d MiB in %v: %.2f Gbit/s; A %v; B %v", n>>20, el, float64(n)*8/el.Seconds()/1e9, stats(a), stats(b))
+}
