@@ -105,6 +105,7 @@ type Driver struct {
 	// Delegated-connection notifications go here (set by the offload layer).
 	delegated atomic.Pointer[func(*rings.Notification)]
 
+	flows   flowTracker
 	stats   driverCounters
 	closing atomic.Bool
 	wg      sync.WaitGroup
@@ -291,6 +292,9 @@ func (d *Driver) deliver(frame []byte) {
 	if disp == nil || len(frame) < header.EthernetMinimumSize {
 		return
 	}
+	if d.flows.observe(frame, false) {
+		return
+	}
 	// The one receive copy: out of the DMA buffer (which goes straight
 	// back to the device) into netstack's own buffer.
 	pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(frame)})
@@ -330,6 +334,13 @@ func (d *Driver) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
 		w := 0
 		for _, s := range pkt.AsSlices() {
 			w += copy(buf[w:], s)
+		}
+		if d.flows.observe(buf[:w], true) {
+			// A frame of a delegated (or being delegated) flow: netstack
+			// no longer owns it, so its output (the RST of the abort
+			// included) must never reach the wire.
+			n++
+			continue
 		}
 		t := rings.Tx{Conn: rings.NoConn, Addr: d.txBufBase + rings.Addr(off), Len: uint32(w)}
 		t.Encode(rings.TxDesc(e))
@@ -503,3 +514,35 @@ func nextPow2(v uint32) uint32 {
 	}
 	return n
 }
+
+// sendDelegated queues a transmit descriptor for a delegated connection on
+// the shared transmit ring.
+func (d *Driver) sendDelegated(t rings.Tx) error {
+	d.txMu.Lock()
+	defer d.txMu.Unlock()
+	e := d.tx.Next()
+	if e == nil {
+		if e = d.waitTxSpace(); e == nil {
+			return errors.New("driver: transmit ring stayed full")
+		}
+	}
+	t.Encode(rings.TxDesc(e))
+	d.tx.Commit()
+	d.tx.Publish()
+	return nil
+}
+
+// legacyData returns the first n bytes of legacy receive buffer id, which
+// holds payload the unit uploaded for a delegated connection. Interrupt
+// goroutine only.
+func (d *Driver) legacyData(id, n uint32) ([]byte, bool) {
+	if id >= d.cfg.RxEntries || int(n) > d.bufSize {
+		d.stats.rxErrors.Add(1)
+		return nil, false
+	}
+	return d.rxBuf(id)[:n], true
+}
+
+// repostLegacy gives legacy buffer id back to the device. Interrupt
+// goroutine only.
+func (d *Driver) repostLegacy(id uint32) { d.postRx(id) }

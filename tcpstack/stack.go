@@ -143,6 +143,7 @@ type Host struct {
 	Mem    *rings.Arena
 	Device *nic.Device
 	Driver *Driver
+	off    *offloader
 }
 
 // NewHost builds a host on port p. Close stops everything, including p.

@@ -116,3 +116,17 @@ func TestTwoHostsClean(t *testing.T) {
 	el := transfer(t, a, b, n)
 	t.Logf("%d MiB in %v: %.2f Gbit/s; A %v; B %v", n>>20, el, float64(n)*8/el.Seconds()/1e9, stats(a), stats(b))
 }
+
+// TestTwoHostsLossy moves 64 MiB with 5% loss and 5% reordering on the wire
+// in both directions: netstack recovers, the rings lose nothing, and the
+// stream arrives intact.
+func TestTwoHostsLossy(t *testing.T) {
+	imp := port.Impairments{LossPercent: 5, ReorderPercent: 5, ReorderGap: 2}
+	a, b := newPair(t, port.WireConfig{Seed: 7, AToB: imp, BToA: imp})
+	n := int64(64 << 20)
+	if testing.Short() {
+		n = 8 << 20
+	}
+	el := transfer(t, a, b, n)
+	t.Logf("%d MiB in %v with 5%% loss + reordering; A %v; B %v", n>>20, el, stats(a), stats(b))
+}

@@ -1,0 +1,363 @@
+package tcpstack
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/emunic/emunic/rings"
+)
+
+// DelegatedConn is a TCP connection run by the NIC's offload unit. The host
+// talks to it only through the rings: writes become transmit descriptors
+// that point at the connection's send area in host memory (released when
+// notifications report them acknowledged), reads take data the unit placed
+// into posted user buffers or uploaded into legacy buffers.
+//
+// Copies: Write copies once into host memory and Read copies once out of it;
+// the unit places and fetches payload by DMA, so the host never touches a
+// segment. Applications that want no copy at all use the arena directly.
+type DelegatedConn struct {
+	o     *offloader
+	idx   uint32
+	key   FlowKey
+	local net.Addr
+	peer  net.Addr
+
+	mu   sync.Mutex
+	cond *sync.Cond // signalled on data, space, state change and deadlines
+
+	// receive side
+	chunks    []rxChunk // data in stream order
+	rxBufs    []rings.Addr
+	rxBufMem  [][]byte
+	legacyOut int // bytes uploaded to legacy buffers not yet credited back
+	peerFin   bool
+	rxErr     error
+
+	// send side
+	sndBase   rings.Addr
+	sndMem    []byte
+	sndHead   uint64 // stream offset of the oldest unacknowledged byte
+	sndTail   uint64 // stream offset of the next byte to queue
+	sndISS    uint32 // sequence number of stream offset 0
+	wrClosed  bool
+	closed    bool
+	released  bool
+	stateErr  error
+	ackCount  uint32
+	lastNtf   rings.NotifyFlags
+	readDL    deadline
+	writeDL   deadline
+	closeOnce sync.Once
+}
+
+type rxChunk struct {
+	data   []byte // unread bytes
+	userID int    // posted user buffer to repost when drained, or -1
+	legacy int    // legacy bytes to credit when drained
+}
+
+// deadline is a settable deadline that wakes waiters on cond when it passes.
+type deadline struct {
+	t     time.Time
+	timer *time.Timer
+	gen   int
+}
+
+func (d *deadline) set(c *DelegatedConn, t time.Time) {
+	d.t = t
+	d.gen++
+	if d.timer != nil {
+		d.timer.Stop()
+		d.timer = nil
+	}
+	if t.IsZero() {
+		return
+	}
+	if dur := time.Until(t); dur > 0 {
+		gen := d.gen
+		d.timer = time.AfterFunc(dur, func() {
+			c.mu.Lock()
+			if d.gen == gen {
+				c.cond.Broadcast()
+			}
+			c.mu.Unlock()
+		})
+	}
+	c.cond.Broadcast()
+}
+
+func (d *deadline) passed() bool { return !d.t.IsZero() && !time.Now().Before(d.t) }
+
+// ErrConnReset is returned after the peer reset the connection.
+var ErrConnReset = errors.New("connection reset by peer")
+
+// ErrConnTimeout is returned after the offload unit gave up on the peer
+// (retransmission or keepalive timeout).
+var ErrConnTimeout = errors.New("connection timed out: peer stopped acknowledging")
+
+func opErr(op string, c *DelegatedConn, err error) error {
+	return &net.OpError{Op: op, Net: "tcp", Source: c.local, Addr: c.peer, Err: err}
+}
+
+// Read implements net.Conn.
+func (c *DelegatedConn) Read(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for {
+		if c.closed {
+			return 0, opErr("read", c, net.ErrClosed)
+		}
+		if len(c.chunks) > 0 {
+			break
+		}
+		if c.rxErr != nil {
+			return 0, opErr("read", c, c.rxErr)
+		}
+		if c.peerFin {
+			return 0, io.EOF
+		}
+		if c.readDL.passed() {
+			return 0, opErr("read", c, os.ErrDeadlineExceeded)
+		}
+		if len(p) == 0 {
+			return 0, nil
+		}
+		c.cond.Wait()
+	}
+	n := 0
+	for n < len(p) && len(c.chunks) > 0 {
+		ch := &c.chunks[0]
+		k := copy(p[n:], ch.data)
+		ch.data = ch.data[k:]
+		n += k
+		if len(ch.data) == 0 {
+			c.retire(ch)
+			c.chunks = c.chunks[1:]
+		}
+	}
+	return n, nil
+}
+
+// retire gives a drained chunk's buffer back: a user buffer is reposted, a
+// legacy upload is credited to the receive window. Called with mu held.
+func (c *DelegatedConn) retire(ch *rxChunk) {
+	if ch.userID >= 0 {
+		c.o.repost(c, ch.userID)
+	}
+	if ch.legacy > 0 {
+		c.legacyOut -= ch.legacy
+		c.o.credit(c, uint32(ch.legacy))
+	}
+}
+
+// Write implements net.Conn: the bytes are copied into the send area and
+// queued to the unit as transmit descriptors; Write returns when all are
+// queued (not acknowledged), like a socket send.
+func (c *DelegatedConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for n < len(p) {
+		if c.closed {
+			return n, opErr("write", c, net.ErrClosed)
+		}
+		if c.wrClosed {
+			return n, opErr("write", c, errors.New("write after CloseWrite"))
+		}
+		if c.stateErr != nil {
+			return n, opErr("write", c, c.stateErr)
+		}
+		if c.writeDL.passed() {
+			return n, opErr("write", c, os.ErrDeadlineExceeded)
+		}
+		size := uint64(len(c.sndMem))
+		free := size - (c.sndTail - c.sndHead)
+		if free == 0 {
+			c.cond.Wait()
+			continue
+		}
+		// One descriptor per contiguous piece of the circular send area.
+		off := c.sndTail % size
+		k := min(uint64(len(p)-n), free, size-off, uint64(c.o.cfg.MaxTxDescBytes))
+		copy(c.sndMem[off:off+k], p[n:n+int(k)])
+		if err := c.o.send(c, c.sndBase+rings.Addr(off), uint32(k), 0); err != nil {
+			return n, opErr("write", c, err)
+		}
+		c.sndTail += k
+		n += int(k)
+	}
+	return n, nil
+}
+
+// CloseWrite sends FIN after the queued data (half-close); reads go on.
+func (c *DelegatedConn) CloseWrite() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return opErr("close", c, net.ErrClosed)
+	}
+	if c.wrClosed {
+		return nil
+	}
+	c.wrClosed = true
+	return c.o.command(c, rings.OpClose, 0)
+}
+
+// Close sends FIN (if not sent) and releases the connection's host memory
+// once the unit reports it closed. Unread data is discarded.
+func (c *DelegatedConn) Close() error {
+	var err error
+	c.closeOnce.Do(func() {
+		c.mu.Lock()
+		c.closed = true
+		if !c.wrClosed && c.stateErr == nil {
+			c.wrClosed = true
+			err = c.o.command(c, rings.OpClose, 0)
+		}
+		c.readDL.set(c, time.Time{})
+		c.writeDL.set(c, time.Time{})
+		c.cond.Broadcast()
+		done := c.released || c.stateErr != nil
+		c.mu.Unlock()
+		if done {
+			c.o.release(c)
+		}
+	})
+	return err
+}
+
+// Abort resets the connection (RST) and releases it.
+func (c *DelegatedConn) Abort() error {
+	c.mu.Lock()
+	c.closed = true
+	c.cond.Broadcast()
+	c.mu.Unlock()
+	err := c.o.command(c, rings.OpAbort, 0)
+	c.o.release(c)
+	return err
+}
+
+// LocalAddr implements net.Conn.
+func (c *DelegatedConn) LocalAddr() net.Addr { return c.local }
+
+// RemoteAddr implements net.Conn.
+func (c *DelegatedConn) RemoteAddr() net.Addr { return c.peer }
+
+// SetDeadline implements net.Conn.
+func (c *DelegatedConn) SetDeadline(t time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.readDL.set(c, t)
+	c.writeDL.set(c, t)
+	return nil
+}
+
+// SetReadDeadline implements net.Conn.
+func (c *DelegatedConn) SetReadDeadline(t time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.readDL.set(c, t)
+	return nil
+}
+
+// SetWriteDeadline implements net.Conn.
+func (c *DelegatedConn) SetWriteDeadline(t time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.writeDL.set(c, t)
+	return nil
+}
+
+// Index is the connection's delegated-connection index on the NIC.
+func (c *DelegatedConn) Index() uint32 { return c.idx }
+
+// notify handles one notification for this connection; it runs on the
+// driver's interrupt goroutine and never blocks on the application.
+func (c *DelegatedConn) notify(n *rings.Notification) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lastNtf = n.Flags
+	c.ackCount = n.AckCount
+	if n.Flags&rings.NtfUserBufDone != 0 {
+		id := int(n.Aux)
+		if id < len(c.rxBufMem) && int(n.Len) <= len(c.rxBufMem[id]) {
+			if n.Len == 0 || c.closed {
+				c.o.repost(c, id)
+			} else {
+				c.chunks = append(c.chunks, rxChunk{data: c.rxBufMem[id][:n.Len], userID: id})
+			}
+		}
+	}
+	if n.Flags&rings.NtfLegacyUpload != 0 {
+		// Payload in a shared legacy buffer: copy it out now so the
+		// buffer goes straight back to the device; credit the window
+		// when the application has read it.
+		if data, ok := c.o.drv.legacyData(n.Aux, n.Len); ok {
+			if c.closed {
+				c.o.credit(c, n.Len)
+			} else {
+				c.legacyOut += int(n.Len)
+				c.chunks = append(c.chunks, rxChunk{data: append([]byte(nil), data...), userID: -1, legacy: int(n.Len)})
+			}
+			c.o.drv.repostLegacy(n.Aux)
+		}
+	}
+	if n.Flags&(rings.NtfAckThreshold|rings.NtfDupAck|rings.NtfClosed) != 0 || n.Ack != 0 {
+		c.acked(n.Ack)
+	}
+	if n.Flags&rings.NtfFin != 0 {
+		c.peerFin = true
+	}
+	if n.Flags&rings.NtfRst != 0 {
+		c.fail(ErrConnReset)
+	}
+	if n.Flags&rings.NtfTimeout != 0 {
+		c.fail(ErrConnTimeout)
+	}
+	if n.Flags&rings.NtfError != 0 && n.Flags&rings.NtfLegacyUpload == 0 {
+		c.fail(errors.New("offload unit reported an error on the connection"))
+	}
+	release := false
+	if n.Flags&rings.NtfClosed != 0 {
+		c.released = true
+		release = c.closed
+	}
+	c.cond.Broadcast()
+	if release {
+		go c.o.release(c)
+	}
+}
+
+func (c *DelegatedConn) fail(err error) {
+	if c.rxErr == nil {
+		c.rxErr = err
+	}
+	if c.stateErr == nil {
+		c.stateErr = err
+	}
+}
+
+// acked frees the send area below the acknowledged sequence number.
+func (c *DelegatedConn) acked(ack uint32) {
+	off := uint64(ack - c.sndISS) // bytes acknowledged since offload, mod 2^32
+	// Lift the 32-bit offset to the 64-bit stream offset nearest sndHead.
+	base := c.sndHead &^ 0xffffffff
+	full := base | off
+	if full < c.sndHead {
+		full += 1 << 32
+	}
+	if full > c.sndTail {
+		// The FIN consumes a sequence number past the data.
+		if full == c.sndTail+1 && c.wrClosed {
+			full = c.sndTail
+		} else {
+			return
+		}
+	}
+	c.sndHead = full
+}

@@ -1,0 +1,323 @@
+package tcpstack
+
+import (
+	"encoding/binary"
+	"sync"
+	"sync/atomic"
+)
+
+// FlowKey names a TCP connection from the host's side.
+type FlowKey struct {
+	LocalIP, RemoteIP     [4]byte
+	LocalPort, RemotePort uint16
+}
+
+// flowInfo is what the driver learned about a tracked connection from the
+// frames that crossed it. The NIC sees every frame of a flow, so it knows a
+// connection's state without asking netstack: the delegation state block is
+// built from this, not from netstack's internals.
+type flowInfo struct {
+	frozen bool // every frame of the flow is dropped (delegation in progress or done)
+
+	sawOurSyn, sawPeerSyn bool
+	ourMSS, peerMSS       uint16
+	ourWS, peerWS         int8 // -1: option absent
+	ourSACK, peerSACK     bool
+	ourTS, peerTS         bool
+
+	irs         uint32 // peer's initial sequence number
+	sndNxt      uint32 // highest sequence we sent + 1 (SYN and FIN count)
+	sndUna      uint32 // highest ACK the peer sent
+	rcvNxt      uint32 // next in-order byte from the peer
+	peerWnd     uint16 // the peer's last window field, unscaled
+	ourWnd      uint16 // our last window field, unscaled
+	ourLastTS   uint32 // TSval of our last segment
+	peerLastTS  uint32 // TSval of the peer's last segment (TS.Recent)
+	peerFin     bool
+	ourFin      bool
+	localMAC    [6]byte
+	nextHopMAC  [6]byte
+	droppedIn   uint64
+	droppedOut  uint64
+	inSegments  uint64
+	outSegments uint64
+}
+
+// flowTracker is the driver's table of tracked flows. It is consulted for
+// every TCP frame only while at least one flow is tracked.
+type flowTracker struct {
+	n      atomic.Int32
+	mu     sync.Mutex
+	flows  map[FlowKey]*flowInfo
+	listen map[listenKey]int // tracked listening sockets (refcounted)
+}
+
+type listenKey struct {
+	ip   [4]byte
+	port uint16
+}
+
+// maxTrackedFlows bounds the table: SYNs to a tracked listener that never
+// complete cannot grow it without limit. Past it, new flows are not tracked
+// and cannot be delegated (they stay on netstack).
+const maxTrackedFlows = 1 << 16
+
+// listenOn tracks every connection that arrives at ip:port from its SYN on.
+func (t *flowTracker) listenOn(ip [4]byte, port uint16, on bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.listen == nil {
+		t.listen = make(map[listenKey]int)
+	}
+	k := listenKey{ip, port}
+	if on {
+		t.listen[k]++
+		t.n.Add(1)
+	} else if t.listen[k] > 0 {
+		t.listen[k]--
+		if t.listen[k] == 0 {
+			delete(t.listen, k)
+		}
+		t.n.Add(-1)
+	}
+}
+
+func (t *flowTracker) add(k FlowKey) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.flows == nil {
+		t.flows = make(map[FlowKey]*flowInfo)
+	}
+	if _, ok := t.flows[k]; !ok {
+		t.flows[k] = &flowInfo{ourWS: -1, peerWS: -1}
+		t.n.Add(1)
+	}
+}
+
+func (t *flowTracker) remove(k FlowKey) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.flows[k]; ok {
+		delete(t.flows, k)
+		t.n.Add(-1)
+	}
+}
+
+// freeze makes the driver drop every frame of the flow from now on and
+// returns a snapshot of what it learned.
+func (t *flowTracker) freeze(k FlowKey, on bool) (flowInfo, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	f, ok := t.flows[k]
+	if !ok {
+		return flowInfo{}, false
+	}
+	f.frozen = on
+	return *f, true
+}
+
+func (t *flowTracker) snapshot(k FlowKey) (flowInfo, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	f, ok := t.flows[k]
+	if !ok {
+		return flowInfo{}, false
+	}
+	return *f, true
+}
+
+// observe updates the flow a frame belongs to and reports whether the frame
+// must be dropped (the flow is frozen). outbound is true for frames the
+// host sends.
+func (t *flowTracker) observe(frame []byte, outbound bool) (drop bool) {
+	if t.n.Load() == 0 {
+		return false
+	}
+	var seg tcpSeg
+	if !parseTCPFrame(frame, &seg) {
+		return false
+	}
+	var k FlowKey
+	if outbound {
+		k = FlowKey{LocalIP: seg.src, RemoteIP: seg.dst, LocalPort: seg.sport, RemotePort: seg.dport}
+	} else {
+		k = FlowKey{LocalIP: seg.dst, RemoteIP: seg.src, LocalPort: seg.dport, RemotePort: seg.sport}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	f, ok := t.flows[k]
+	if !ok {
+		if outbound || seg.flags&(tcpSyn|tcpAck) != tcpSyn || t.listen[listenKey{k.LocalIP, k.LocalPort}] == 0 ||
+			len(t.flows) >= maxTrackedFlows {
+			return false
+		}
+		if t.flows == nil {
+			t.flows = make(map[FlowKey]*flowInfo)
+		}
+		f = &flowInfo{ourWS: -1, peerWS: -1}
+		t.flows[k] = f
+		t.n.Add(1)
+	}
+	if f.frozen {
+		if outbound {
+			f.droppedOut++
+		} else {
+			f.droppedIn++
+		}
+		return true
+	}
+	if outbound {
+		f.learnOut(frame, &seg)
+	} else {
+		f.learnIn(frame, &seg)
+	}
+	return false
+}
+
+const (
+	tcpFin = 0x01
+	tcpSyn = 0x02
+	tcpRst = 0x04
+	tcpAck = 0x10
+)
+
+func seqAfter(a, b uint32) bool { return int32(a-b) > 0 }
+
+func (f *flowInfo) learnOut(frame []byte, s *tcpSeg) {
+	f.outSegments++
+	copy(f.localMAC[:], frame[6:12])
+	copy(f.nextHopMAC[:], frame[0:6])
+	end := s.seq + uint32(s.payload)
+	if s.flags&tcpSyn != 0 {
+		f.sawOurSyn = true
+		f.ourMSS, f.ourWS, f.ourSACK = s.mss, s.ws, s.sackOK
+		f.ourTS = s.hasTS
+		end++
+		f.sndNxt = end
+		f.sndUna = s.seq
+	}
+	if s.flags&tcpFin != 0 {
+		end++
+		f.ourFin = true
+	}
+	if seqAfter(end, f.sndNxt) {
+		f.sndNxt = end
+	}
+	if s.hasTS {
+		f.ourLastTS = s.tsVal
+	}
+	if s.flags&tcpSyn == 0 {
+		f.ourWnd = s.window
+	}
+}
+
+func (f *flowInfo) learnIn(frame []byte, s *tcpSeg) {
+	f.inSegments++
+	if f.nextHopMAC == ([6]byte{}) {
+		copy(f.nextHopMAC[:], frame[6:12])
+	}
+	if s.flags&tcpSyn != 0 {
+		f.sawPeerSyn = true
+		f.peerMSS, f.peerWS, f.peerSACK = s.mss, s.ws, s.sackOK
+		f.peerTS = s.hasTS
+		f.irs = s.seq
+		f.rcvNxt = s.seq + 1
+	}
+	if s.flags&tcpAck != 0 && seqAfter(s.ack, f.sndUna) {
+		f.sndUna = s.ack
+	}
+	if s.flags&tcpRst == 0 {
+		f.peerWnd = s.window
+	}
+	if s.hasTS {
+		f.peerLastTS = s.tsVal
+	}
+	// Advance RCV.NXT over in-order data (and FIN). A segment that starts
+	// at or before RCV.NXT and ends after it is in order for netstack too.
+	if s.flags&tcpSyn == 0 {
+		start, end := s.seq, s.seq+uint32(s.payload)
+		if !seqAfter(start, f.rcvNxt) && seqAfter(end, f.rcvNxt) {
+			f.rcvNxt = end
+		}
+		if s.flags&tcpFin != 0 && end == f.rcvNxt {
+			f.rcvNxt++
+			f.peerFin = true
+		}
+	}
+}
+
+// tcpSeg is the parsed part of a TCP/IPv4 frame the tracker needs.
+type tcpSeg struct {
+	src, dst     [4]byte
+	sport, dport uint16
+	seq, ack     uint32
+	flags        uint8
+	window       uint16
+	payload      int
+	mss          uint16
+	ws           int8
+	sackOK       bool
+	hasTS        bool
+	tsVal, tsEcr uint32
+}
+
+// parseTCPFrame parses an Ethernet/IPv4/TCP frame, length-checking every
+// field; anything else returns false.
+func parseTCPFrame(b []byte, s *tcpSeg) bool {
+	if len(b) < 14+20+20 || binary.BigEndian.Uint16(b[12:]) != 0x0800 {
+		return false
+	}
+	ip := b[14:]
+	ihl := int(ip[0]&0xf) * 4
+	tot := int(binary.BigEndian.Uint16(ip[2:]))
+	if ip[0]>>4 != 4 || ihl < 20 || tot < ihl+20 || tot > len(ip) || ip[9] != 6 {
+		return false
+	}
+	if binary.BigEndian.Uint16(ip[6:])&0x3fff != 0 {
+		return false // fragment
+	}
+	copy(s.src[:], ip[12:16])
+	copy(s.dst[:], ip[16:20])
+	t := ip[ihl:tot]
+	off := int(t[12]>>4) * 4
+	if off < 20 || off > len(t) {
+		return false
+	}
+	s.sport = binary.BigEndian.Uint16(t[0:])
+	s.dport = binary.BigEndian.Uint16(t[2:])
+	s.seq = binary.BigEndian.Uint32(t[4:])
+	s.ack = binary.BigEndian.Uint32(t[8:])
+	s.flags = t[13]
+	s.window = binary.BigEndian.Uint16(t[14:])
+	s.payload = len(t) - off
+	s.mss, s.ws, s.sackOK, s.hasTS = 0, -1, false, false
+	opts := t[20:off]
+	for len(opts) > 0 {
+		kind := opts[0]
+		if kind == 0 {
+			break
+		}
+		if kind == 1 {
+			opts = opts[1:]
+			continue
+		}
+		if len(opts) < 2 || int(opts[1]) < 2 || int(opts[1]) > len(opts) {
+			break
+		}
+		o := opts[:opts[1]]
+		switch {
+		case kind == 2 && len(o) == 4:
+			s.mss = binary.BigEndian.Uint16(o[2:])
+		case kind == 3 && len(o) == 3:
+			s.ws = int8(min(o[2], 14))
+		case kind == 4 && len(o) == 2:
+			s.sackOK = true
+		case kind == 8 && len(o) == 10:
+			s.hasTS = true
+			s.tsVal = binary.BigEndian.Uint32(o[2:])
+			s.tsEcr = binary.BigEndian.Uint32(o[6:])
+		}
+		opts = opts[len(o):]
+	}
+	return true
+}
