@@ -1,0 +1,447 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/emunic/emunic/nic/port"
+	"github.com/emunic/emunic/tcpstack"
+	"github.com/emunic/emunic/tcpstack/services"
+)
+
+var demoCmd = &command{
+	name:     "demo",
+	summary:  "two emulated hosts over an in-memory wire: TCP through both NICs' rings",
+	synopsis: "[--bytes SIZE] [--loss PCT] [--reorder PCT] [--seed N] [--pcap FILE] [--mtu N]",
+	about: `
+Builds two emulated hosts in this process, A (10.0.0.1) and B (10.0.0.2), each
+with host memory, an emulated NIC and gVisor netstack, joined by an in-memory
+wire. A sends --bytes of pseudo-random data to B over one TCP connection; every
+frame crosses A's transmit ring, the wire and B's receive ring (and the ACKs
+the other way). B checks the SHA-256 of what it received against what A sent.
+
+Prints the throughput, the ring and device counters of both NICs and every
+drop or error counter that is not zero. Exits 1 if the data did not arrive
+intact.
+
+--loss and --reorder impair both directions of the wire (seeded by --seed, so a
+run is repeatable); netstack's retransmissions must still deliver every byte.
+--pcap writes every frame that crosses host A's port to a pcap file for
+Wireshark or tshark.`,
+	examples: `  emunic demo
+  emunic demo --bytes 1GiB
+  emunic demo --bytes 16MiB --loss 5 --reorder 5 --seed 7
+  emunic demo --bytes 4MiB --pcap demo.pcap && tshark -r demo.pcap | head
+  emunic demo --mtu 9000`,
+}
+
+// demoConfig is the demo's command line.
+type demoConfig struct {
+	Bytes   int64   // bytes to move
+	Loss    float64 // percent of frames lost on the wire, each direction
+	Reorder float64 // percent of frames reordered on the wire, each direction
+	Seed    uint64  // seeds the wire's impairments and the data
+	Pcap    string  // capture file for the frames at host A's port; "" for none
+	MTU     int     // both NICs' MTU
+	// Idle is how long the transfer may make no progress before the demo
+	// gives up. Not a flag; tests shorten it.
+	Idle time.Duration
+}
+
+func defaultDemoConfig() demoConfig {
+	return demoConfig{Bytes: 64 << 20, Seed: 1, MTU: 1500, Idle: 30 * time.Second}
+}
+
+// parseDemoFlags parses the demo's command line.
+func parseDemoFlags(args []string, stdout io.Writer) (demoConfig, error) {
+	cfg := defaultDemoConfig()
+	fs := newFlagSet("demo")
+	bytes, loss, reorder := sizeValue(cfg.Bytes), percentValue(0), percentValue(0)
+	seed, mtu := uintValue(cfg.Seed), mtuValue(cfg.MTU)
+	fs.Var(&bytes, "bytes", "amount of data A sends to B, a `SIZE` such as 1000000, 64MiB or 1GiB")
+	fs.Var(&loss, "loss", "percentage `PCT` of frames the wire loses, each direction (0-100)")
+	fs.Var(&reorder, "reorder", "percentage `PCT` of frames the wire delivers out of order, each direction (0-100)")
+	fs.Var(&seed, "seed", "`N` seeds the wire's impairments and the data, so that runs repeat")
+	fs.StringVar(&cfg.Pcap, "pcap", "", "record the frames at host A's port in the pcap file `FILE`")
+	fs.Var(&mtu, "mtu", "IP MTU `N` of both NICs (68-65535)")
+	if err := parse(demoCmd, fs, args, stdout); err != nil {
+		return cfg, err
+	}
+	if bytes <= 0 {
+		return cfg, usagef("bad --bytes %s: must be at least 1 byte (see 'emunic demo --help')", formatSize(int64(bytes)))
+	}
+	cfg.Bytes, cfg.Loss, cfg.Reorder = int64(bytes), float64(loss), float64(reorder)
+	cfg.Seed, cfg.MTU = uint64(seed), int(mtu)
+	return cfg, nil
+}
+
+func runDemoCommand(ctx context.Context, args []string, stdout, _ io.Writer) error {
+	cfg, err := parseDemoFlags(args, stdout)
+	if err != nil {
+		return err
+	}
+	return runDemo(ctx, cfg, stdout)
+}
+
+// runDemo is the demo: build the lab, run every data path, report. It
+// returns an error if any path failed to deliver the data intact; the
+// reports are printed either way, since the counters say what went wrong.
+func runDemo(ctx context.Context, cfg demoConfig, w io.Writer) error {
+	lab, err := newDemoLab(cfg)
+	if err != nil {
+		return err
+	}
+	defer lab.Close()
+	printDemoHeader(w, cfg)
+
+	var results []transferResult
+	var failed error
+	for _, p := range demoPaths(cfg) {
+		r, err := p.run(ctx, lab, cfg)
+		r.path = p.name
+		if err != nil {
+			r.err = err
+			failed = errors.Join(failed, fmt.Errorf("%s: %w", p.name, err))
+		}
+		results = append(results, r)
+	}
+
+	// Stop both hosts before reading the counters, so they are final and
+	// the capture is complete.
+	capErr := lab.Close()
+
+	fmt.Fprintln(w)
+	printThroughput(w, results)
+	fmt.Fprintln(w)
+	printWire(w, lab)
+	fmt.Fprintln(w)
+	printRingStats(w, lab.hosts())
+	fmt.Fprintln(w)
+	printDeviceCounters(w, lab.hosts())
+	fmt.Fprintln(w)
+	printDrops(w, lab.hosts())
+	if cfg.Pcap != "" {
+		if capErr != nil {
+			failed = errors.Join(failed, fmt.Errorf("pcap %s: %w", cfg.Pcap, capErr))
+		} else {
+			st := lab.pa.Stats()
+			fmt.Fprintf(w, "\npcap: %d frames at host A's port written to %s\n", st.TxFrames+st.RxFrames, cfg.Pcap)
+		}
+	}
+	if failed != nil {
+		return failed
+	}
+	fmt.Fprintf(w, "\nok: %s arrived intact\n", services.Size(uint64(cfg.Bytes)))
+	return nil
+}
+
+// demoPath is one way of moving the demo's data from A to B. Each path runs
+// on the same lab, one after the other, and gets one row in the throughput
+// table, so paths are compared side by side in one run (the figures on a
+// shared machine drift too much to compare across runs).
+type demoPath struct {
+	name string
+	run  func(ctx context.Context, lab *demoLab, cfg demoConfig) (transferResult, error)
+}
+
+// demoPaths lists the data paths the demo runs.
+//
+// Planned additions, each a demoPath appended here and nothing else to change:
+//   - delegated TCP: the same transfer on a connection offloaded to the NIC
+//     (handshake in netstack, then the OFFLOAD command), beside the netstack
+//     row; a flag will choose netstack, delegated or both;
+//   - --rdma: RDMA Writes of the same data into a registered buffer over an
+//     iWARP-style QP on a delegated connection.
+func demoPaths(demoConfig) []demoPath {
+	return []demoPath{
+		{name: "netstack, legacy rings", run: netstackTransfer},
+	}
+}
+
+// demoLab is the demo's test bench: two hosts on the two ends of a wire,
+// host A's end optionally recorded.
+type demoLab struct {
+	a, b   *tcpstack.Host
+	pa, pb *port.WirePort
+	rec    *port.Recorder
+
+	once     sync.Once
+	closeErr error
+}
+
+var (
+	demoAddrA = netip.MustParsePrefix("10.0.0.1/24")
+	demoAddrB = netip.MustParsePrefix("10.0.0.2/24")
+)
+
+func wireConfig(cfg demoConfig) port.WireConfig {
+	imp := port.Impairments{LossPercent: cfg.Loss, ReorderPercent: cfg.Reorder}
+	return port.WireConfig{Seed: cfg.Seed, AToB: imp, BToA: imp}
+}
+
+func newDemoLab(cfg demoConfig) (*demoLab, error) {
+	wc := wireConfig(cfg)
+	if err := wc.Validate(); err != nil {
+		return nil, err
+	}
+	lab := &demoLab{}
+	lab.pa, lab.pb = port.NewWire(wc)
+	var pa port.Port = lab.pa
+	if cfg.Pcap != "" {
+		rec, err := port.CreateRecorder(lab.pa, cfg.Pcap)
+		if err != nil {
+			lab.pa.Close()
+			lab.pb.Close()
+			return nil, err
+		}
+		lab.rec, pa = rec, rec
+	}
+	var err error
+	lab.a, err = tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 1}, Addr: demoAddrA, MTU: cfg.MTU}, pa)
+	if err != nil {
+		pa.Close()
+		lab.pb.Close()
+		return nil, fmt.Errorf("host A: %w", err)
+	}
+	lab.b, err = tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 2}, Addr: demoAddrB, MTU: cfg.MTU}, lab.pb)
+	if err != nil {
+		lab.a.Close()
+		return nil, fmt.Errorf("host B: %w", err)
+	}
+	return lab, nil
+}
+
+// Close stops both hosts (and so their ports and the recorder) and returns
+// the capture's error, if any. Safe to call more than once.
+func (l *demoLab) Close() error {
+	l.once.Do(func() {
+		l.a.Close()
+		l.b.Close()
+		if l.rec != nil {
+			l.closeErr = l.rec.Err()
+		}
+	})
+	return l.closeErr
+}
+
+func (l *demoLab) hosts() []hostView {
+	return []hostView{
+		{name: "A " + demoAddrA.Addr().String(), h: l.a, port: l.pa},
+		{name: "B " + demoAddrB.Addr().String(), h: l.b, port: l.pb},
+	}
+}
+
+// transferResult is what one data path achieved.
+type transferResult struct {
+	path     string
+	bytes    int64 // bytes the receiver got
+	elapsed  time.Duration
+	sent     [32]byte // SHA-256 of what A sent
+	received [32]byte // SHA-256 of what B received
+	err      error
+}
+
+// demoPort is the TCP port B listens on.
+const demoPort = 5001
+
+// netstackTransfer moves cfg.Bytes from A to B over a TCP connection of the
+// host stacks: every segment crosses both NICs' legacy rings.
+func netstackTransfer(ctx context.Context, lab *demoLab, cfg demoConfig) (res transferResult, err error) {
+	l, err := lab.b.Listen(demoPort)
+	if err != nil {
+		return res, err
+	}
+	defer l.Close()
+	dst := netip.AddrPortFrom(demoAddrB.Addr(), demoPort)
+	dctx, cancel := context.WithTimeout(ctx, cfg.Idle)
+	defer cancel()
+	c, err := lab.a.Dial(dctx, dst)
+	if err != nil {
+		return res, err
+	}
+	defer c.Close()
+	s, err := l.Accept()
+	if err != nil {
+		return res, err
+	}
+	defer s.Close()
+
+	// Interrupted (Ctrl-C): unblock both ends.
+	stop := context.AfterFunc(ctx, func() { c.Close(); s.Close() })
+	defer stop()
+
+	type recvResult struct {
+		n   int64
+		sum [32]byte
+		err error
+	}
+	done := make(chan recvResult, 1)
+	start := time.Now()
+	go func() {
+		h := sha256.New()
+		n, err := copyIdle(h, s, cfg.Idle)
+		var r recvResult
+		r.n, r.err = n, err
+		copy(r.sum[:], h.Sum(nil))
+		s.Close() // B's FIN
+		done <- r
+	}()
+
+	sendSum, sendErr := sendRandom(c, cfg.Bytes, cfg.Seed, cfg.Idle)
+	if sendErr == nil {
+		// Half-close: B reads EOF after the last byte.
+		if cw, ok := c.(interface{ CloseWrite() error }); ok {
+			sendErr = cw.CloseWrite()
+		} else {
+			sendErr = c.Close()
+		}
+	} else {
+		s.Close() // the receiver would otherwise wait for the idle timeout
+	}
+	r := <-done
+	res.elapsed = time.Since(start)
+	if sendErr == nil && r.err == nil {
+		// Wait for B's FIN, so that the connection closes the ordinary way
+		// before the hosts are stopped (and a capture ends cleanly).
+		_, _ = copyIdle(sha256.New(), c, cfg.Idle)
+	}
+	res.bytes, res.sent, res.received = r.n, sendSum, r.sum
+	switch {
+	case ctx.Err() != nil:
+		return res, fmt.Errorf("interrupted after %s of %s", services.Size(uint64(r.n)), services.Size(uint64(cfg.Bytes)))
+	case sendErr != nil:
+		return res, fmt.Errorf("send: %w", sendErr)
+	case r.err != nil:
+		return res, fmt.Errorf("receive after %s of %s: %w", services.Size(uint64(r.n)), services.Size(uint64(cfg.Bytes)), r.err)
+	case r.n != cfg.Bytes:
+		return res, fmt.Errorf("received %d bytes, sent %d", r.n, cfg.Bytes)
+	case r.sum != sendSum:
+		return res, fmt.Errorf("data corrupted: SHA-256 of the received data %x differs from the sent %x", r.sum[:8], sendSum[:8])
+	}
+	return res, nil
+}
+
+// chunk is the size of the demo's writes and reads.
+const chunk = 64 << 10
+
+// sendRandom writes n bytes of seeded pseudo-random data to c and returns
+// their SHA-256. A write that makes no progress for idle fails.
+func sendRandom(c net.Conn, n int64, seed uint64, idle time.Duration) ([32]byte, error) {
+	var key [32]byte
+	for i := range 8 {
+		key[i] = byte(seed >> (8 * i))
+	}
+	src := rand.NewChaCha8(key)
+	h := sha256.New()
+	buf := make([]byte, chunk)
+	var sum [32]byte
+	for sent := int64(0); sent < n; {
+		k := int(min(int64(len(buf)), n-sent))
+		src.Read(buf[:k])
+		h.Write(buf[:k])
+		c.SetWriteDeadline(time.Now().Add(idle))
+		m, err := c.Write(buf[:k])
+		sent += int64(m)
+		if err != nil {
+			if errors.Is(err, errDeadline) {
+				err = fmt.Errorf("no progress for %v after %d of %d bytes", idle, sent, n)
+			}
+			return sum, err
+		}
+	}
+	copy(sum[:], h.Sum(nil))
+	return sum, nil
+}
+
+// copyIdle copies r into h until EOF; a read that waits longer than idle
+// fails.
+func copyIdle(h hash.Hash, c net.Conn, idle time.Duration) (int64, error) {
+	buf := make([]byte, chunk)
+	var n int64
+	for {
+		c.SetReadDeadline(time.Now().Add(idle))
+		m, err := c.Read(buf)
+		h.Write(buf[:m])
+		n += int64(m)
+		switch {
+		case err == io.EOF:
+			return n, nil
+		case errors.Is(err, errDeadline):
+			return n, fmt.Errorf("no data for %v", idle)
+		case err != nil:
+			return n, err
+		}
+	}
+}
+
+// errDeadline matches the timeout errors of net.Conn deadlines (gonet's
+// included).
+var errDeadline = deadlineError{}
+
+type deadlineError struct{}
+
+func (deadlineError) Error() string { return "deadline exceeded" }
+func (deadlineError) Is(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+func printDemoHeader(w io.Writer, cfg demoConfig) {
+	fmt.Fprintf(w, "emunic demo: %s over TCP from A %v to B %v, MTU %d\n",
+		services.Size(uint64(cfg.Bytes)), demoAddrA.Addr(), demoAddrB.Addr(), cfg.MTU)
+	fmt.Fprintf(w, "wire: in-memory, loss %g%%, reorder %g%% each direction, seed %d\n", cfg.Loss, cfg.Reorder, cfg.Seed)
+}
+
+// printThroughput prints one row per data path.
+func printThroughput(w io.Writer, results []transferResult) {
+	fmt.Fprintln(w, "transfer A -> B")
+	t := &table{}
+	t.row("path", "bytes", "time", "throughput", "sha-256")
+	for _, r := range results {
+		check := "match " + fmt.Sprintf("%x", r.received[:6])
+		switch {
+		case r.err != nil:
+			check = "FAILED"
+		case r.sent != r.received:
+			check = "MISMATCH"
+		}
+		rate := "-"
+		if r.elapsed > 0 && r.bytes > 0 {
+			rate = formatRate(float64(r.bytes) * 8 / r.elapsed.Seconds())
+		}
+		t.row(r.path, services.Size(uint64(r.bytes)), r.elapsed.Round(time.Millisecond).String(), rate, check)
+	}
+	t.write(w)
+}
+
+// printWire prints what the wire did in each direction.
+func printWire(w io.Writer, lab *demoLab) {
+	fmt.Fprintln(w, "wire")
+	t := &table{}
+	t.row("direction", "frames", "bytes", "lost", "reordered", "duplicated", "corrupted")
+	for _, d := range []struct {
+		name string
+		s    port.Stats
+	}{{"A -> B", lab.pa.Stats()}, {"B -> A", lab.pb.Stats()}} {
+		t.row(d.name, u64(d.s.TxFrames), u64(d.s.TxBytes), u64(d.s.TxDropLoss), u64(d.s.Reordered),
+			u64(d.s.Duplicated), u64(d.s.Corrupted))
+	}
+	t.write(w)
+}
+
+// formatRate formats bits per second as Gbit/s, or Mbit/s below 1 Gbit/s.
+func formatRate(bps float64) string {
+	if bps >= 1e9 {
+		return fmt.Sprintf("%.2f Gbit/s", bps/1e9)
+	}
+	return fmt.Sprintf("%.1f Mbit/s", bps/1e6)
+}

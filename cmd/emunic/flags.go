@@ -1,0 +1,285 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"net/netip"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// usageError is a mistake in the command line: exit status 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// errHelp means --help was given: the usage has been printed, exit status 0.
+var errHelp = errors.New("help requested")
+
+// command describes one subcommand for its help text; its flags live on the
+// FlagSet its parse function builds, so the help lists exactly those.
+type command struct {
+	name     string
+	summary  string
+	synopsis string // after "emunic NAME "
+	about    string // paragraphs shown under the synopsis
+	examples string // shown after the flags
+}
+
+// newFlagSet returns a FlagSet that reports nothing itself: parse turns its
+// errors into one-line usage errors and handles --help.
+func newFlagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet("emunic "+name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return fs
+}
+
+var (
+	reInvalidValue = regexp.MustCompile(`^invalid value "(.*)" for flag -([^:]+): (.*)$`)
+	reNeedsArg     = regexp.MustCompile(`^flag needs an argument: -(.+)$`)
+	reUndefined    = regexp.MustCompile(`^flag provided but not defined: -(.+)$`)
+)
+
+// parse parses args into fs. On --help it prints the command's help to
+// stdout and returns errHelp; a bad flag becomes a one-line usageError that
+// names the flag and what is wrong with it. Positional arguments are refused:
+// no command takes any.
+func parse(cmd *command, fs *flag.FlagSet, args []string, stdout io.Writer) error {
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		printCommandHelp(stdout, cmd, fs)
+		return errHelp
+	case err != nil:
+		msg := err.Error()
+		if m := reInvalidValue.FindStringSubmatch(msg); m != nil {
+			msg = fmt.Sprintf("bad --%s %q: %s", m[2], m[1], m[3])
+		} else if m := reNeedsArg.FindStringSubmatch(msg); m != nil {
+			msg = fmt.Sprintf("--%s needs a value", m[1])
+		} else if m := reUndefined.FindStringSubmatch(msg); m != nil {
+			msg = fmt.Sprintf("unknown flag -%s", m[1])
+		}
+		return usagef("%s (see 'emunic %s --help')", msg, cmd.name)
+	case fs.NArg() > 0:
+		return usagef("unexpected argument %q: 'emunic %s' takes only flags (see 'emunic %s --help')",
+			fs.Arg(0), cmd.name, cmd.name)
+	}
+	return nil
+}
+
+// printCommandHelp writes a command's usage: synopsis, description, flags
+// (from the FlagSet, so they cannot drift from the code) and examples.
+func printCommandHelp(w io.Writer, cmd *command, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "Usage: emunic %s %s\n\n%s\n", cmd.name, cmd.synopsis, strings.TrimSpace(cmd.about))
+	if fs != nil {
+		var rows [][2]string
+		width := 0
+		fs.VisitAll(func(f *flag.Flag) {
+			name, usage := flag.UnquoteUsage(f)
+			left := "--" + f.Name
+			if name != "" {
+				left += " " + name
+			}
+			if f.DefValue != "" && f.DefValue != "0" && f.DefValue != "false" {
+				usage += fmt.Sprintf(" (default %s)", f.DefValue)
+			}
+			rows = append(rows, [2]string{left, usage})
+			width = max(width, len(left))
+		})
+		rows = append(rows, [2]string{"-h, --help", "show this help"})
+		fmt.Fprintf(w, "\nFlags:\n")
+		for _, r := range rows {
+			fmt.Fprintf(w, "  %-*s  %s\n", max(width, len("-h, --help")), r[0], r[1])
+		}
+	}
+	if cmd.examples != "" {
+		fmt.Fprintf(w, "\nExamples:\n%s\n", strings.TrimRight(cmd.examples, "\n"))
+	}
+}
+
+// sizeValue is a byte count flag: a plain number of bytes, or a number with a
+// unit. KiB, MiB, GiB, TiB (and K, M, G, T) are powers of 1024; KB, MB, GB, TB
+// are powers of 1000. Units are case-insensitive; a fraction is allowed with a
+// unit ("1.5GiB").
+type sizeValue int64
+
+var sizeUnits = map[string]float64{
+	"": 1, "b": 1,
+	"k": 1 << 10, "kib": 1 << 10, "kb": 1e3,
+	"m": 1 << 20, "mib": 1 << 20, "mb": 1e6,
+	"g": 1 << 30, "gib": 1 << 30, "gb": 1e9,
+	"t": 1 << 40, "tib": 1 << 40, "tb": 1e12,
+}
+
+// parseSize parses a byte count such as "64MiB", "1GiB" or "1000000".
+func parseSize(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	i := 0
+	for i < len(t) && (t[i] >= '0' && t[i] <= '9' || t[i] == '.') {
+		i++
+	}
+	num, unit := t[:i], strings.ToLower(strings.TrimSpace(t[i:]))
+	if num == "" {
+		if strings.HasPrefix(t, "-") {
+			return 0, errors.New("size cannot be negative")
+		}
+		return 0, errors.New("not a size: want a number of bytes with an optional unit, e.g. 1000000, 64MiB, 1GiB")
+	}
+	mult, ok := sizeUnits[unit]
+	if !ok {
+		return 0, fmt.Errorf("unknown unit %q: use B, KiB, MiB, GiB, TiB (or KB, MB, GB, TB for powers of 1000)", t[i:])
+	}
+	if unit == "" || unit == "b" {
+		n, err := strconv.ParseInt(num, 10, 64)
+		if err != nil {
+			if errors.Is(err, strconv.ErrRange) {
+				return 0, errors.New("size too large")
+			}
+			return 0, errors.New("a size in bytes must be a whole number")
+		}
+		return n, nil
+	}
+	f, err := strconv.ParseFloat(num, 64)
+	if err != nil {
+		return 0, fmt.Errorf("not a number: %q", num)
+	}
+	v := f * mult
+	if v >= math.MaxInt64 {
+		return 0, errors.New("size too large")
+	}
+	return int64(v), nil
+}
+
+func (v *sizeValue) Set(s string) error {
+	n, err := parseSize(s)
+	if err != nil {
+		return err
+	}
+	*v = sizeValue(n)
+	return nil
+}
+
+func (v *sizeValue) String() string { return formatSize(int64(*v)) }
+
+// formatSize writes n the way a user would type it: "64MiB", "1GiB",
+// "1000000" when it is not a whole number of KiB.
+func formatSize(n int64) string {
+	for _, u := range []struct {
+		s string
+		m int64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= u.m && n%u.m == 0 {
+			return strconv.FormatInt(n/u.m, 10) + u.s
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// percentValue is a percentage between 0 and 100; a trailing "%" is allowed.
+type percentValue float64
+
+func (v *percentValue) Set(s string) error {
+	t := strings.TrimSuffix(strings.TrimSpace(s), "%")
+	f, err := strconv.ParseFloat(t, 64)
+	if err != nil {
+		return errors.New("not a percentage: want a number from 0 to 100, e.g. 5 or 0.5")
+	}
+	if !(f >= 0 && f <= 100) {
+		return errors.New("a percentage must be between 0 and 100")
+	}
+	*v = percentValue(f)
+	return nil
+}
+
+func (v *percentValue) String() string { return strconv.FormatFloat(float64(*v), 'g', -1, 64) }
+
+// uintValue is an unsigned integer flag with a readable error.
+type uintValue uint64
+
+func (v *uintValue) Set(s string) error {
+	n, err := strconv.ParseUint(strings.TrimSpace(s), 0, 64)
+	if err != nil {
+		return errors.New("not an unsigned integer")
+	}
+	*v = uintValue(n)
+	return nil
+}
+
+func (v *uintValue) String() string { return strconv.FormatUint(uint64(*v), 10) }
+
+// mtuValue is an IP MTU: 68 (the IPv4 minimum) to 65535.
+type mtuValue int
+
+func (v *mtuValue) Set(s string) error {
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil {
+		return errors.New("not a whole number")
+	}
+	if n < 68 || n > 65535 {
+		return errors.New("an MTU must be between 68 and 65535")
+	}
+	*v = mtuValue(n)
+	return nil
+}
+
+func (v *mtuValue) String() string { return strconv.Itoa(int(*v)) }
+
+// prefixValue is an IPv4 address with its prefix length, e.g. 10.9.0.2/24.
+type prefixValue struct{ p netip.Prefix }
+
+func (v *prefixValue) Set(s string) error {
+	s = strings.TrimSpace(s)
+	if !strings.Contains(s, "/") {
+		return errors.New("need an address with a prefix length, e.g. 10.9.0.2/24")
+	}
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return errors.New("not an IPv4 address with a prefix length, e.g. 10.9.0.2/24")
+	}
+	if !p.Addr().Is4() {
+		return errors.New("only IPv4 is supported")
+	}
+	if p.Bits() == 32 {
+		return errors.New("a /32 leaves no neighbours to talk to; use the TAP subnet's prefix length, e.g. /24")
+	}
+	if p.Addr() == p.Masked().Addr() {
+		return fmt.Errorf("%v is the network address of %v, not a host address", p.Addr(), p.Masked())
+	}
+	v.p = p
+	return nil
+}
+
+func (v *prefixValue) String() string {
+	if !v.p.IsValid() {
+		return ""
+	}
+	return v.p.String()
+}
+
+// addrValue is an IPv4 address.
+type addrValue struct{ a netip.Addr }
+
+func (v *addrValue) Set(s string) error {
+	a, err := netip.ParseAddr(strings.TrimSpace(s))
+	if err != nil || !a.Is4() {
+		return errors.New("not an IPv4 address")
+	}
+	v.a = a
+	return nil
+}
+
+func (v *addrValue) String() string {
+	if !v.a.IsValid() {
+		return ""
+	}
+	return v.a.String()
+}

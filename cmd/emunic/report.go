@@ -1,0 +1,259 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/emunic/emunic/nic/port"
+	"github.com/emunic/emunic/rings"
+	"github.com/emunic/emunic/tcpstack"
+)
+
+// table prints aligned columns: the first left columns (at least one)
+// left-aligned (labels), the others right-aligned (numbers), two spaces
+// apart, indented by two.
+type table struct {
+	left int
+	rows [][]string
+}
+
+func (t *table) row(cells ...string) { t.rows = append(t.rows, cells) }
+
+func (t *table) write(w io.Writer) {
+	var width []int
+	for _, r := range t.rows {
+		for i, c := range r {
+			if i >= len(width) {
+				width = append(width, 0)
+			}
+			width[i] = max(width[i], len([]rune(c)))
+		}
+	}
+	for _, r := range t.rows {
+		var b strings.Builder
+		b.WriteString("  ")
+		for i, c := range r {
+			pad := strings.Repeat(" ", width[i]-len([]rune(c)))
+			switch {
+			case i == 0:
+				b.WriteString(c + pad)
+			case i < t.left:
+				b.WriteString("  " + c + pad)
+			default:
+				b.WriteString("  " + pad + c)
+			}
+		}
+		fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
+	}
+}
+
+func u64(v uint64) string { return strconv.FormatUint(v, 10) }
+
+// hostView is what the reports read from one emulated host.
+type hostView struct {
+	name string // column heading, e.g. "A 10.0.0.1"
+	h    *tcpstack.Host
+	port port.Port // the host's port (below any recorder)
+}
+
+// isDropOrError tells the counters that report a loss or a fault apart from
+// the ones that report work done.
+func isDropOrError(id rings.StatID) bool {
+	s := id.String()
+	return strings.Contains(s, "drop") || strings.Contains(s, "error") || strings.Contains(s, "bad")
+}
+
+// printDeviceCounters prints the device stat block's activity counters (the
+// drops and errors are printed by printDrops), one column per host. Counters
+// that are zero on every host are left out.
+func printDeviceCounters(w io.Writer, hosts []hostView) {
+	fmt.Fprintln(w, "device counters (stat block)")
+	t := &table{}
+	head := []string{""}
+	for _, h := range hosts {
+		head = append(head, h.name)
+	}
+	t.row(head...)
+	for id := rings.StatID(0); id < rings.NumStats; id++ {
+		if isDropOrError(id) {
+			continue
+		}
+		cells := []string{id.String()}
+		any := false
+		for _, h := range hosts {
+			v := h.h.Device.Stat(id)
+			any = any || v != 0
+			cells = append(cells, u64(v))
+		}
+		if any {
+			t.row(cells...)
+		}
+	}
+	t.write(w)
+}
+
+// printRingStats prints the mechanics of every ring: the device's side from
+// its ring counters, the driver's side from its statistics.
+func printRingStats(w io.Writer, hosts []hostView) {
+	fmt.Fprintln(w, "rings (device side)")
+	type ringRow struct {
+		host, ring string
+		s          rings.RingStats
+	}
+	var rows []ringRow
+	var sum rings.RingStats
+	for _, h := range hosts {
+		rc := h.h.Device.RingCounters()
+		for _, r := range []ringRow{
+			{h.name, "command", rc.Command}, {h.name, "notify", rc.Notify},
+			{h.name, "tx", rc.Tx}, {h.name, "rx", rc.Rx},
+		} {
+			rows = append(rows, r)
+			sum.Kicks += r.s.Kicks
+			sum.Suppressed += r.s.Suppressed
+			sum.Parks += r.s.Parks
+		}
+	}
+	// Entries, publishes, full and phase errors always; the doorbell
+	// columns only when the device counted any (its unit parks on its own
+	// doorbell, not per ring).
+	type col struct {
+		name string
+		get  func(rings.RingStats) uint64
+		show bool
+	}
+	cols := []col{
+		{"entries", func(s rings.RingStats) uint64 { return s.Entries }, true},
+		{"publishes", func(s rings.RingStats) uint64 { return s.Publishes }, true},
+		{"kicks", func(s rings.RingStats) uint64 { return s.Kicks }, sum.Kicks != 0},
+		{"suppressed", func(s rings.RingStats) uint64 { return s.Suppressed }, sum.Suppressed != 0},
+		{"parks", func(s rings.RingStats) uint64 { return s.Parks }, sum.Parks != 0},
+		{"full", func(s rings.RingStats) uint64 { return s.Full }, true},
+		{"phase_errs", func(s rings.RingStats) uint64 { return s.PhaseErrs }, true},
+	}
+	t := &table{left: 2}
+	head := []string{"", "ring"}
+	for _, c := range cols {
+		if c.show {
+			head = append(head, c.name)
+		}
+	}
+	t.row(head...)
+	for _, r := range rows {
+		cells := []string{r.host, r.ring}
+		for _, c := range cols {
+			if c.show {
+				cells = append(cells, u64(c.get(r.s)))
+			}
+		}
+		t.row(cells...)
+	}
+	t.write(w)
+
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "driver (host side)")
+	t = &table{}
+	head = []string{""}
+	for _, h := range hosts {
+		head = append(head, h.name)
+	}
+	t.row(head...)
+	stats := make([]tcpstack.DriverStats, len(hosts))
+	for i, h := range hosts {
+		stats[i] = h.h.Driver.Stats()
+	}
+	for _, f := range []struct {
+		name string
+		get  func(tcpstack.DriverStats) uint64
+	}{
+		{"tx_frames", func(s tcpstack.DriverStats) uint64 { return s.TxFrames }},
+		{"tx_bytes", func(s tcpstack.DriverStats) uint64 { return s.TxBytes }},
+		{"tx_ring_full_waits", func(s tcpstack.DriverStats) uint64 { return s.TxRingFull }},
+		{"rx_frames", func(s tcpstack.DriverStats) uint64 { return s.RxFrames }},
+		{"rx_bytes", func(s tcpstack.DriverStats) uint64 { return s.RxBytes }},
+		{"notifications", func(s tcpstack.DriverStats) uint64 { return s.Notifications }},
+		{"interrupts", func(s tcpstack.DriverStats) uint64 { return s.Interrupts }},
+		{"commands", func(s tcpstack.DriverStats) uint64 { return s.Commands }},
+	} {
+		cells := []string{f.name}
+		for _, s := range stats {
+			cells = append(cells, u64(f.get(s)))
+		}
+		t.row(cells...)
+	}
+	t.write(w)
+}
+
+// dropRow is one non-zero drop or error counter.
+type dropRow struct {
+	where, name string
+	v           uint64
+}
+
+// collectDrops gathers every non-zero drop and error counter of the hosts:
+// the device's stat block, the driver's, and the port's.
+func collectDrops(hosts []hostView) []dropRow {
+	var out []dropRow
+	for _, h := range hosts {
+		for id := rings.StatID(0); id < rings.NumStats; id++ {
+			if v := h.h.Device.Stat(id); v != 0 && isDropOrError(id) {
+				out = append(out, dropRow{h.name + " device", id.String(), v})
+			}
+		}
+		ds := h.h.Driver.Stats()
+		for _, c := range []struct {
+			name string
+			v    uint64
+		}{{"tx_dropped", ds.TxDropped}, {"rx_errors", ds.RxErrors}} {
+			if c.v != 0 {
+				out = append(out, dropRow{h.name + " driver", c.name, c.v})
+			}
+		}
+		if h.port != nil {
+			for _, c := range portDrops(h.port.Stats()) {
+				out = append(out, dropRow{h.name + " port", c.name, c.v})
+			}
+		}
+	}
+	return out
+}
+
+type namedCount struct {
+	name string
+	v    uint64
+}
+
+// portDrops lists a port's non-zero drop and error counters by name.
+func portDrops(s port.Stats) []namedCount {
+	var out []namedCount
+	for _, c := range []namedCount{
+		{"tx_drop_too_big", s.TxDropTooBig}, {"tx_drop_runt", s.TxDropRunt},
+		{"tx_drop_closed", s.TxDropClosed}, {"tx_drop_link_down", s.TxDropLinkDown},
+		{"tx_drop_queue_full", s.TxDropQueueFull}, {"tx_drop_loss (wire impairment)", s.TxDropLoss},
+		{"tx_errors", s.TxErrors}, {"rx_drop_too_big", s.RxDropTooBig},
+		{"rx_drop_queue_full", s.RxDropQueueFull}, {"rx_drop_closed", s.RxDropClosed},
+	} {
+		if c.v != 0 {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// printDrops prints every non-zero drop and error counter, or says there
+// were none.
+func printDrops(w io.Writer, hosts []hostView) {
+	rows := collectDrops(hosts)
+	if len(rows) == 0 {
+		fmt.Fprintln(w, "drops and errors: none")
+		return
+	}
+	fmt.Fprintln(w, "drops and errors (non-zero only)")
+	t := &table{left: 2}
+	for _, r := range rows {
+		t.row(r.where, r.name, u64(r.v))
+	}
+	t.write(w)
+}

@@ -1,0 +1,228 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/emunic/emunic/nic/port"
+	"github.com/emunic/emunic/tcpstack"
+	"github.com/emunic/emunic/tcpstack/services"
+)
+
+var serveCmd = &command{
+	name:     "serve",
+	summary:  "one emulated host on a Linux TAP device, running TCP echo (7) and discard (9)",
+	synopsis: "--tap NAME --addr CIDR [--mtu N] [--gateway IP] [--pcap FILE]",
+	about: `
+Attaches an emulated host (host memory, the emulated NIC and gVisor netstack)
+to the Linux TAP device NAME, with the address CIDR, and runs two TCP services
+on it until SIGINT (Ctrl-C) or SIGTERM:
+
+  echo     port 7   sends back everything it receives (RFC 862)
+  discard  port 9   reads and drops everything (RFC 863)
+
+It also answers ARP and ping. Each connection is served in its own goroutine
+and logged to stderr. On exit it prints the services', the rings' and the
+device's counters and every drop or error counter that is not zero.
+
+The kernel is the other end of the TAP: give its side of the TAP an address in
+the same subnet (or move the TAP into a network namespace and do it there),
+then use nc, socat or any TCP program. If NAME does not exist it is created
+and disappears when emunic exits; create it with 'ip tuntap add' to keep it.
+emunic brings the TAP up and sets its MTU to --mtu. Needs root or
+CAP_NET_ADMIN (or a TAP made for this user with 'ip tuntap add ... user').`,
+	examples: `  # as root: a persistent TAP, the kernel side at 10.9.0.1
+  ip tuntap add dev emu0 mode tap
+  ip addr add 10.9.0.1/24 dev emu0
+  ip link set emu0 up
+  emunic serve --tap emu0 --addr 10.9.0.2/24
+  # in another terminal
+  nc 10.9.0.2 7
+  ping -c 3 10.9.0.2
+
+  emunic serve --tap emu0 --addr 10.9.0.2/24 --pcap serve.pcap
+  emunic serve --tap emu0 --addr 10.9.0.2/24 --gateway 10.9.0.1 --mtu 9000`,
+}
+
+// serveConfig is serve's command line.
+//
+// Planned: --offload. When delegated connections exist, serve gains an
+// --offload flag (off by default) that hands each accepted connection to the
+// NIC's offload engine after the handshake, so the kernel peer talks to the
+// delegated TCP engine instead of netstack. It becomes a field here, is
+// passed to tcpstack (HostConfig and the listeners' accept path), and the
+// exit report gains the delegated connections' counters.
+type serveConfig struct {
+	Tap     string
+	Addr    netip.Prefix
+	MTU     int
+	Gateway netip.Addr // default route's next hop; invalid for none
+	Pcap    string
+
+	// ready, if set, is called once the services listen (tests use it).
+	ready func(*tcpstack.Host)
+}
+
+func parseServeFlags(args []string, stdout io.Writer) (serveConfig, error) {
+	cfg := serveConfig{MTU: 1500}
+	fs := newFlagSet("serve")
+	var addr prefixValue
+	var gw addrValue
+	mtu := mtuValue(cfg.MTU)
+	fs.StringVar(&cfg.Tap, "tap", "", "TAP device `NAME` to attach to, created if missing (required)")
+	fs.Var(&addr, "addr", "the emulated host's IPv4 address with prefix length, a `CIDR` such as 10.9.0.2/24 (required)")
+	fs.Var(&mtu, "mtu", "IP MTU `N` of the NIC and the TAP (68-65535)")
+	fs.Var(&gw, "gateway", "default route via `IP`, inside --addr's subnet")
+	fs.StringVar(&cfg.Pcap, "pcap", "", "record every frame at the TAP port in the pcap file `FILE`")
+	if err := parse(serveCmd, fs, args, stdout); err != nil {
+		return cfg, err
+	}
+	cfg.Addr, cfg.Gateway, cfg.MTU = addr.p, gw.a, int(mtu)
+	switch {
+	case cfg.Tap == "":
+		return cfg, usagef("--tap NAME is required (see 'emunic serve --help')")
+	case !cfg.Addr.IsValid():
+		return cfg, usagef("--addr CIDR is required, e.g. --addr 10.9.0.2/24 (see 'emunic serve --help')")
+	case cfg.Gateway.IsValid() && !cfg.Addr.Contains(cfg.Gateway):
+		return cfg, usagef("bad --gateway %v: not inside %v, so it cannot be reached", cfg.Gateway, cfg.Addr.Masked())
+	case cfg.Gateway == cfg.Addr.Addr():
+		return cfg, usagef("bad --gateway %v: that is the host's own address", cfg.Gateway)
+	}
+	return cfg, nil
+}
+
+func runServeCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, err := parseServeFlags(args, stdout)
+	if err != nil {
+		return err
+	}
+	return runServe(ctx, cfg, stdout, stderr)
+}
+
+// macFor derives the emulated NIC's MAC from its IPv4 address: locally
+// administered, unicast, 02:00:a.b.c.d, so it is stable across runs and
+// recognizable in a capture.
+func macFor(a netip.Addr) [6]byte {
+	b := a.As4()
+	return [6]byte{0x02, 0x00, b[0], b[1], b[2], b[3]}
+}
+
+// runServe attaches a host to the TAP and serves until ctx is done.
+func runServe(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error {
+	logger := log.New(stderr, "", log.Ltime)
+	tap, err := port.OpenTAP(cfg.Tap)
+	if err != nil {
+		return err // a *port.TAPError: one line naming the device and the reason
+	}
+	name := tap.Name()
+	if cur, err := tap.MTU(); err == nil && cur != cfg.MTU {
+		if err := tap.SetMTU(cfg.MTU); err != nil {
+			logger.Printf("warning: %v; frames longer than %d bytes from the kernel will be dropped", err, cfg.MTU+port.EthHeaderLen)
+		}
+	}
+	if err := tap.SetUp(true); err != nil {
+		logger.Printf("warning: %v; bring it up with: ip link set %s up", err, name)
+	}
+	var p port.Port = tap
+	var rec *port.Recorder
+	if cfg.Pcap != "" {
+		if rec, err = port.CreateRecorder(tap, cfg.Pcap); err != nil {
+			tap.Close()
+			return err
+		}
+		p = rec
+	}
+	mac := macFor(cfg.Addr.Addr())
+	host, err := tcpstack.NewHost(tcpstack.HostConfig{
+		MAC: mac, Addr: cfg.Addr, MTU: cfg.MTU,
+		Stack: tcpstack.StackConfig{Gateway: cfg.Gateway},
+	}, p)
+	if err != nil {
+		p.Close()
+		return err
+	}
+	hostClosed := false
+	defer func() {
+		if !hostClosed {
+			host.Close()
+		}
+	}()
+
+	logf := func(format string, args ...any) { logger.Printf(format, args...) }
+	echo, discard := services.NewEcho(logf), services.NewDiscard(logf)
+	type served struct {
+		srv *services.Server
+		l   net.Listener
+	}
+	var all []served
+	for _, s := range []struct {
+		srv  *services.Server
+		port uint16
+	}{{echo, services.EchoPort}, {discard, services.DiscardPort}} {
+		l, err := host.Listen(s.port)
+		if err != nil {
+			return err
+		}
+		all = append(all, served{s.srv, l})
+	}
+	failed := make(chan error, len(all))
+	for _, s := range all {
+		go func() {
+			if err := s.srv.Serve(s.l); err != nil && !errors.Is(err, services.ErrServerClosed) {
+				failed <- err
+			}
+		}()
+	}
+	logger.Printf("%v on tap %s (MAC %s, MTU %d): echo on port %d, discard on port %d; Ctrl-C to stop",
+		cfg.Addr, name, net.HardwareAddr(mac[:]), cfg.MTU, services.EchoPort, services.DiscardPort)
+	if cfg.ready != nil {
+		cfg.ready(host)
+	}
+
+	var runErr error
+	start := time.Now()
+	select {
+	case <-ctx.Done():
+		logger.Printf("stopping after %v", time.Since(start).Round(time.Second))
+	case runErr = <-failed:
+	}
+	echo.Close()
+	discard.Close()
+	host.Close()
+	hostClosed = true
+
+	hosts := []hostView{{name: name, h: host, port: tap}}
+	printServices(stdout, echo, discard)
+	fmt.Fprintln(stdout)
+	printRingStats(stdout, hosts)
+	fmt.Fprintln(stdout)
+	printDeviceCounters(stdout, hosts)
+	fmt.Fprintln(stdout)
+	printDrops(stdout, hosts)
+	if rec != nil {
+		if err := rec.Err(); err != nil {
+			runErr = errors.Join(runErr, fmt.Errorf("pcap %s: %w", cfg.Pcap, err))
+		} else {
+			st := tap.Stats()
+			fmt.Fprintf(stdout, "\npcap: %d frames written to %s\n", st.TxFrames+st.RxFrames, cfg.Pcap)
+		}
+	}
+	return runErr
+}
+
+func printServices(w io.Writer, servers ...*services.Server) {
+	fmt.Fprintln(w, "services")
+	t := &table{}
+	t.row("", "connections", "bytes in", "bytes out", "errors")
+	for _, s := range servers {
+		st := s.Stats()
+		t.row(s.Name(), u64(st.Accepted), u64(st.BytesIn), u64(st.BytesOut), u64(st.Errors))
+	}
+	t.write(w)
+}
