@@ -1,0 +1,289 @@
+package port
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// TAPMaxFrameSize is the longest frame a TAP port reads or writes: the tun driver's largest MTU
+// (65535) plus an Ethernet header and one VLAN tag.
+const TAPMaxFrameSize = 65535 + EthHeaderLen + 4
+
+// TAPPort is a Port on a Linux TAP device: the far end of the wire is the kernel's network
+// stack, seen through an interface that `ip link` shows. Frames the kernel sends out of that
+// interface are read by ReadFrame; frames given to WriteFrame are received by the kernel as if
+// they had come in from a cable.
+//
+// The device file is non-blocking and wrapped in an *os.File, so a blocked ReadFrame waits in
+// Go's netpoller rather than in a thread, and Close wakes it. The interface exists while the
+// port is open (it is not made persistent) and disappears with Close.
+type TAPPort struct {
+	name  string
+	file  *os.File
+	ctl   int // AF_INET datagram socket for interface ioctls, in the TAP's network namespace
+	stats counters
+
+	closed atomic.Bool
+
+	// ReadFrame reads into rbuf when the caller's buffer might be too short for the next
+	// frame: the kernel drops a frame that does not fit the read and reports EFAULT, losing
+	// its length, whereas here the frame is counted in RxDropTooBig and ErrFrameTooBig is
+	// returned, as the Port contract says.
+	rmu  sync.Mutex
+	rbuf []byte
+}
+
+// TAPError is the error OpenTAP returns. Its message is one line that names the device and
+// says what to do; errors.Is sees the underlying errno (e.g. unix.EBUSY, os.ErrPermission).
+type TAPError struct {
+	Name   string // the requested interface name
+	Op     string // what failed: "name", "open /dev/net/tun", "TUNSETIFF", ...
+	Err    error  // the underlying error, often a unix.Errno; nil for a bad name
+	Reason string // the explanation shown to the user
+}
+
+func (e *TAPError) Error() string { return fmt.Sprintf("tap %q: %s", e.Name, e.Reason) }
+func (e *TAPError) Unwrap() error { return e.Err }
+
+// checkIfName applies the kernel's rules for interface names (dev_valid_name) up front, so a
+// bad name gets a message saying what is wrong instead of a bare EINVAL.
+func checkIfName(name string) error {
+	bad := func(reason string) error { return &TAPError{Name: name, Op: "name", Reason: reason} }
+	switch {
+	case name == "":
+		return bad("interface name is empty")
+	case len(name) >= unix.IFNAMSIZ:
+		return bad(fmt.Sprintf("interface name is %d bytes; Linux allows at most %d", len(name), unix.IFNAMSIZ-1))
+	case name == "." || name == "..":
+		return bad("interface name may not be \".\" or \"..\"")
+	}
+	for _, c := range []byte(name) {
+		if c == '/' || c == ':' || c <= ' ' || c == 0x7f {
+			return bad(fmt.Sprintf("interface name may not contain %q", c))
+		}
+	}
+	return nil
+}
+
+// euid is os.Geteuid, replaceable by tests of the error messages.
+var euid = os.Geteuid
+
+// tapError explains a failed system call of OpenTAP.
+func tapError(name, op string, err error) error {
+	var reason string
+	switch {
+	case op == "open /dev/net/tun" && errors.Is(err, unix.ENOENT):
+		reason = "no /dev/net/tun: load the tun module or run in a container with /dev/net/tun"
+	case op == "open /dev/net/tun" && errors.Is(err, unix.ENODEV), op == "open /dev/net/tun" && errors.Is(err, unix.ENXIO):
+		reason = "/dev/net/tun exists but the tun driver is missing: load the tun module (modprobe tun)"
+	case errors.Is(err, unix.EPERM), errors.Is(err, unix.EACCES):
+		if euid() != 0 {
+			reason = fmt.Sprintf("permission denied (%s): not running as root; run as root or with "+
+				"CAP_NET_ADMIN, or use a TAP made for this user (ip tuntap add NAME mode tap user USER)", op)
+		} else {
+			reason = fmt.Sprintf("permission denied (%s) although running as root: the process lacks "+
+				"CAP_NET_ADMIN (a container without NET_ADMIN?) or the TAP belongs to another user", op)
+		}
+	case errors.Is(err, unix.EBUSY):
+		reason = "device busy: another process or descriptor is already attached to it"
+	case op == "TUNSETIFF" && errors.Is(err, unix.EINVAL):
+		reason = "an interface with this name already exists and is not a TAP device"
+	default:
+		reason = fmt.Sprintf("%s: %v", op, err)
+	}
+	return &TAPError{Name: name, Op: op, Err: err, Reason: reason}
+}
+
+// OpenTAP creates (or attaches to an existing, unattached) TAP interface called name in the
+// calling thread's network namespace. A name containing "%d" (e.g. "emu%d") lets the kernel
+// pick the number; Name returns the result. The interface starts down: bring it up with SetUp
+// or `ip link set NAME up`.
+func OpenTAP(name string) (*TAPPort, error) {
+	if err := checkIfName(name); err != nil {
+		return nil, err
+	}
+	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, tapError(name, "open /dev/net/tun", err)
+	}
+	ifr, err := unix.NewIfreq(name)
+	if err != nil { // cannot happen after checkIfName; kept so a future change cannot slip by
+		unix.Close(fd)
+		return nil, tapError(name, "name", err)
+	}
+	// IFF_NO_PI: frames without the 4-byte tun packet-information prefix, exactly as on the wire.
+	ifr.SetUint16(unix.IFF_TAP | unix.IFF_NO_PI)
+	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
+		unix.Close(fd)
+		return nil, tapError(name, "TUNSETIFF", err)
+	}
+	actual := ifr.Name()
+	// The control socket is made now, on this thread, so that it lives in the namespace the
+	// interface was created in even if later calls come from threads in another namespace.
+	ctl, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(fd)
+		return nil, tapError(actual, "control socket", err)
+	}
+	// fd is non-blocking, so os.NewFile registers it with the netpoller.
+	file := os.NewFile(uintptr(fd), "/dev/net/tun ("+actual+")")
+	return &TAPPort{name: actual, file: file, ctl: ctl, rbuf: make([]byte, TAPMaxFrameSize)}, nil
+}
+
+// Name returns the interface name (with any "%d" filled in by the kernel).
+func (t *TAPPort) Name() string { return t.name }
+
+// String returns "tap:<name>".
+func (t *TAPPort) String() string { return "tap:" + t.name }
+
+// WriteFrame gives frame to the kernel as a frame received on the interface. Frames written
+// while the interface is down are dropped by the kernel and counted in TxDropLinkDown.
+func (t *TAPPort) WriteFrame(frame []byte) error {
+	if err := t.stats.checkTx(t.closed.Load(), len(frame), TAPMaxFrameSize); err != nil {
+		return err
+	}
+	_, err := t.file.Write(frame)
+	switch {
+	case err == nil:
+		t.stats.txFrames.Add(1)
+		t.stats.txBytes.Add(uint64(len(frame)))
+		return nil
+	case t.closed.Load() || errors.Is(err, os.ErrClosed):
+		t.stats.txDropClosed.Add(1)
+		return ErrClosed
+	case errors.Is(err, unix.EIO):
+		// The tun driver refuses frames while the interface is down; a NIC would just lose
+		// them, so this is a counted drop, not an error for the transmit path to handle.
+		t.stats.txDropLinkDown.Add(1)
+		return nil
+	default:
+		t.stats.txErrors.Add(1)
+		return fmt.Errorf("tap %s: write: %w", t.name, err)
+	}
+}
+
+// ReadFrame waits for the next frame the kernel sends out of the interface.
+func (t *TAPPort) ReadFrame(buf []byte) (int, error) {
+	if t.closed.Load() {
+		return 0, ErrClosed
+	}
+	if len(buf) >= TAPMaxFrameSize {
+		// Any frame fits: read straight into the caller's buffer, no extra copy.
+		n, err := t.file.Read(buf)
+		if err != nil {
+			return 0, t.readError(err)
+		}
+		t.stats.rxFrames.Add(1)
+		t.stats.rxBytes.Add(uint64(n))
+		return n, nil
+	}
+	t.rmu.Lock()
+	defer t.rmu.Unlock()
+	n, err := t.file.Read(t.rbuf)
+	if err != nil {
+		return 0, t.readError(err)
+	}
+	if n > len(buf) {
+		t.stats.rxDropTooBig.Add(1)
+		return 0, ErrFrameTooBig
+	}
+	copy(buf, t.rbuf[:n])
+	t.stats.rxFrames.Add(1)
+	t.stats.rxBytes.Add(uint64(n))
+	return n, nil
+}
+
+func (t *TAPPort) readError(err error) error {
+	if t.closed.Load() || errors.Is(err, os.ErrClosed) {
+		return ErrClosed
+	}
+	if err == io.EOF { // a zero-length read; the tun driver does not produce these
+		err = io.ErrUnexpectedEOF
+	}
+	return fmt.Errorf("tap %s: read: %w", t.name, err)
+}
+
+// Close detaches from the device, which removes the interface, and wakes a blocked ReadFrame.
+// Closing twice is harmless.
+func (t *TAPPort) Close() error {
+	if !t.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	unix.Close(t.ctl)
+	return t.file.Close()
+}
+
+// Stats returns a snapshot of the port's counters.
+func (t *TAPPort) Stats() Stats { return t.stats.snapshot() }
+
+// SetUp brings the interface up or down (like `ip link set NAME up|down`).
+func (t *TAPPort) SetUp(up bool) error {
+	ifr, err := unix.NewIfreq(t.name)
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(t.ctl, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("tap %s: get flags: %w", t.name, err)
+	}
+	flags := ifr.Uint16()
+	if up {
+		flags |= unix.IFF_UP
+	} else {
+		flags &^= unix.IFF_UP
+	}
+	ifr.SetUint16(flags)
+	if err := unix.IoctlIfreq(t.ctl, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("tap %s: set flags: %w", t.name, err)
+	}
+	return nil
+}
+
+// SetMTU sets the interface MTU (like `ip link set NAME mtu N`).
+func (t *TAPPort) SetMTU(mtu int) error {
+	ifr, err := unix.NewIfreq(t.name)
+	if err != nil {
+		return err
+	}
+	ifr.SetUint32(uint32(mtu))
+	if err := unix.IoctlIfreq(t.ctl, unix.SIOCSIFMTU, ifr); err != nil {
+		return fmt.Errorf("tap %s: set MTU %d: %w", t.name, mtu, err)
+	}
+	return nil
+}
+
+// MTU returns the interface MTU.
+func (t *TAPPort) MTU() (int, error) {
+	ifr, err := unix.NewIfreq(t.name)
+	if err != nil {
+		return 0, err
+	}
+	if err := unix.IoctlIfreq(t.ctl, unix.SIOCGIFMTU, ifr); err != nil {
+		return 0, fmt.Errorf("tap %s: get MTU: %w", t.name, err)
+	}
+	return int(ifr.Uint32()), nil
+}
+
+// HardwareAddr returns the MAC address of the kernel's side of the link, the address frames
+// written to the port should carry as destination to reach the host.
+func (t *TAPPort) HardwareAddr() (net.HardwareAddr, error) {
+	// struct ifreq: name[16], then the union; for SIOCGIFHWADDR a struct sockaddr whose
+	// sa_data starts with the address. unix.Ifreq has no accessor for it.
+	var req [40]byte
+	copy(req[:unix.IFNAMSIZ], t.name)
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(t.ctl), unix.SIOCGIFHWADDR, uintptr(unsafe.Pointer(&req))); errno != 0 {
+		return nil, fmt.Errorf("tap %s: get hardware address: %w", t.name, errno)
+	}
+	mac := make(net.HardwareAddr, 6)
+	copy(mac, req[unix.IFNAMSIZ+2:])
+	return mac, nil
+}
+
+var _ Port = (*TAPPort)(nil)

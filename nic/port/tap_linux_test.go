@@ -1,0 +1,325 @@
+package port
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// requireTAP skips the test, saying why, when this machine cannot create TAP devices.
+func requireTAP(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: creating a TAP device and a network namespace requires CAP_NET_ADMIN and CAP_SYS_ADMIN")
+	}
+	if _, err := os.Stat("/dev/net/tun"); err != nil {
+		t.Skipf("needs /dev/net/tun (load the tun module or run the container with --device /dev/net/tun): %v", err)
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("needs the iproute2 'ip' command to configure the TAP interface")
+	}
+}
+
+// inNetns runs fn on a thread of its own in a new, empty network namespace, so that the test's
+// interfaces and addresses cannot clash with the machine's or with other tests'. Sockets and
+// `ip` commands made by fn live in that namespace too (a child process inherits the forking
+// thread's namespaces).
+func inNetns(t *testing.T, fn func() error) {
+	t.Helper()
+	requireTAP(t)
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		// No UnlockOSThread: the thread is in the private namespace, so it must not run any
+		// other goroutine; the runtime destroys it when this goroutine returns.
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			errc <- fmt.Errorf("unshare(CLONE_NEWNET): %w", err)
+			return
+		}
+		errc <- fn()
+	}()
+	if err := <-errc; err != nil {
+		if errors.Is(err, unix.EPERM) && strings.HasPrefix(err.Error(), "unshare") {
+			t.Skipf("needs CAP_SYS_ADMIN to create a network namespace: %v", err)
+		}
+		t.Fatal(err)
+	}
+}
+
+func ipCmd(args ...string) error {
+	out, err := exec.Command("ip", args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// readUntil reads frames from p until match accepts one, or fails after timeout (by closing p,
+// which must unblock the read).
+func readUntil(p Port, buf []byte, timeout time.Duration, match func([]byte) bool) ([]byte, error) {
+	timer := time.AfterFunc(timeout, func() { p.Close() })
+	defer timer.Stop()
+	for {
+		n, err := p.ReadFrame(buf)
+		if err != nil {
+			return nil, fmt.Errorf("no matching frame within %v: %w", timeout, err)
+		}
+		if match(buf[:n]) {
+			return buf[:n], nil
+		}
+	}
+}
+
+func isARPRequestFor(ip net.IP) func([]byte) bool {
+	return func(f []byte) bool {
+		return len(f) >= 42 && binary.BigEndian.Uint16(f[12:14]) == 0x0806 &&
+			binary.BigEndian.Uint16(f[20:22]) == 1 && net.IP(f[38:42]).Equal(ip.To4())
+	}
+}
+
+// udpFrame builds an Ethernet/IPv4/UDP frame (UDP checksum 0, which IPv4 allows).
+func udpFrame(dstMAC, srcMAC net.HardwareAddr, src, dst net.IP, sport, dport int, payload []byte) []byte {
+	f := make([]byte, 14+20+8+len(payload))
+	copy(f[0:6], dstMAC)
+	copy(f[6:12], srcMAC)
+	binary.BigEndian.PutUint16(f[12:14], 0x0800)
+	ip := f[14:34]
+	ip[0] = 0x45
+	binary.BigEndian.PutUint16(ip[2:4], uint16(20+8+len(payload)))
+	ip[8] = 64 // TTL
+	ip[9] = 17 // UDP
+	copy(ip[12:16], src.To4())
+	copy(ip[16:20], dst.To4())
+	var sum uint32
+	for i := 0; i < 20; i += 2 {
+		sum += uint32(binary.BigEndian.Uint16(ip[i:]))
+	}
+	for sum > 0xffff {
+		sum = sum&0xffff + sum>>16
+	}
+	binary.BigEndian.PutUint16(ip[10:12], ^uint16(sum))
+	udp := f[34:42]
+	binary.BigEndian.PutUint16(udp[0:2], uint16(sport))
+	binary.BigEndian.PutUint16(udp[2:4], uint16(dport))
+	binary.BigEndian.PutUint16(udp[4:6], uint16(8+len(payload)))
+	copy(f[42:], payload)
+	return f
+}
+
+// TestTAPExchangesFramesWithKernel: a frame the kernel sends (an ARP request, provoked by a UDP
+// send to an unresolved neighbour) is read from the port, and a frame written to the port (a
+// UDP datagram) is received by a kernel socket.
+func TestTAPExchangesFramesWithKernel(t *testing.T) {
+	defer checkGoroutines(t)()
+	inNetns(t, func() error {
+		tap, err := OpenTAP("emutap%d")
+		if err != nil {
+			return err
+		}
+		defer tap.Close()
+		if !strings.HasPrefix(tap.Name(), "emutap") || strings.Contains(tap.Name(), "%") {
+			return fmt.Errorf("Name() = %q, want the kernel's pick for emutap%%d", tap.Name())
+		}
+		if err := tap.SetMTU(9000); err != nil {
+			return err
+		}
+		if mtu, err := tap.MTU(); err != nil || mtu != 9000 {
+			return fmt.Errorf("MTU() = %d, %v after SetMTU(9000)", mtu, err)
+		}
+		if err := tap.SetUp(true); err != nil {
+			return err
+		}
+		if err := ipCmd("addr", "add", "10.99.0.1/24", "dev", tap.Name()); err != nil {
+			return err
+		}
+		hostMAC, err := tap.HardwareAddr()
+		if err != nil {
+			return err
+		}
+		if ifi, err := net.InterfaceByName(tap.Name()); err != nil || !bytes.Equal(ifi.HardwareAddr, hostMAC) {
+			return fmt.Errorf("HardwareAddr() = %v, interface says %v (%v)", hostMAC, ifi, err)
+		}
+
+		// Kernel → port: sending to 10.99.0.2 makes the kernel ARP for it on the TAP.
+		peer := net.IPv4(10, 99, 0, 2)
+		c, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: peer, Port: 9})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		if _, err := c.Write([]byte("hello")); err != nil {
+			return err
+		}
+		buf := make([]byte, TAPMaxFrameSize)
+		arp, err := readUntil(tap, buf, 5*time.Second, isARPRequestFor(peer))
+		if err != nil {
+			return fmt.Errorf("kernel ARP request: %w", err)
+		}
+		if !bytes.Equal(arp[6:12], hostMAC) {
+			return fmt.Errorf("ARP request from %v, want the interface's MAC %v", net.HardwareAddr(arp[6:12]), hostMAC)
+		}
+
+		// Port → kernel: a UDP datagram to a socket on 10.99.0.1.
+		l, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(10, 99, 0, 1)})
+		if err != nil {
+			return err
+		}
+		defer l.Close()
+		payload := []byte("frame from the emulated NIC")
+		myMAC := net.HardwareAddr{0x02, 0, 0, 0, 0, 0x02}
+		frame := udpFrame(hostMAC, myMAC, peer, net.IPv4(10, 99, 0, 1), 5555, l.LocalAddr().(*net.UDPAddr).Port, payload)
+		if err := tap.WriteFrame(frame); err != nil {
+			return err
+		}
+		l.SetReadDeadline(time.Now().Add(5 * time.Second))
+		got := make([]byte, 100)
+		n, from, err := l.ReadFromUDP(got)
+		if err != nil {
+			return fmt.Errorf("kernel did not receive the written frame: %w", err)
+		}
+		if !bytes.Equal(got[:n], payload) || !from.IP.Equal(peer) {
+			return fmt.Errorf("kernel received %q from %v", got[:n], from)
+		}
+
+		// A buffer too short for the next frame: dropped, counted, and the port keeps working.
+		c.Write([]byte("again")) // another ARP request follows (the neighbour is unresolved)
+		small := make([]byte, 20)
+		if _, err := tap.ReadFrame(small); !errors.Is(err, ErrFrameTooBig) {
+			return fmt.Errorf("ReadFrame into 20 bytes: %v, want ErrFrameTooBig", err)
+		}
+		s := tap.Stats()
+		if s.TxFrames != 1 || s.TxBytes != uint64(len(frame)) || s.RxFrames == 0 || s.RxDropTooBig != 1 {
+			return fmt.Errorf("counters: %v", s)
+		}
+		return nil
+	})
+}
+
+func TestTAPWriteWhileDownIsCountedDrop(t *testing.T) {
+	inNetns(t, func() error {
+		tap, err := OpenTAP("emudown0")
+		if err != nil {
+			return err
+		}
+		defer tap.Close()
+		if err := tap.WriteFrame(testFrame(1, 60)); err != nil {
+			return fmt.Errorf("WriteFrame on a down interface: %v, want a counted drop", err)
+		}
+		if s := tap.Stats(); s.TxDropLinkDown != 1 || s.TxFrames != 0 {
+			return fmt.Errorf("counters: %v, want tx_drop_link_down=1", s)
+		}
+		return nil
+	})
+}
+
+func TestTAPCloseUnblocksReader(t *testing.T) {
+	defer checkGoroutines(t)()
+	inNetns(t, func() error {
+		tap, err := OpenTAP("emuclose0")
+		if err != nil {
+			return err
+		}
+		errc := make(chan error, 1)
+		go func() {
+			_, err := tap.ReadFrame(make([]byte, TAPMaxFrameSize)) // down: nothing arrives
+			errc <- err
+		}()
+		time.Sleep(20 * time.Millisecond)
+		if err := tap.Close(); err != nil {
+			return err
+		}
+		select {
+		case err := <-errc:
+			if !errors.Is(err, ErrClosed) {
+				return fmt.Errorf("blocked ReadFrame returned %v, want ErrClosed", err)
+			}
+		case <-time.After(2 * time.Second):
+			return errors.New("Close did not unblock ReadFrame")
+		}
+		if _, err := net.InterfaceByName("emuclose0"); err == nil {
+			return errors.New("interface still exists after Close")
+		}
+		if err := tap.WriteFrame(testFrame(0, 60)); !errors.Is(err, ErrClosed) {
+			return fmt.Errorf("WriteFrame after Close: %v", err)
+		}
+		return tap.Close() // twice: harmless
+	})
+}
+
+func TestTAPOpenErrors(t *testing.T) {
+	// Bad names are refused before touching the kernel, so these need no privileges.
+	for _, tc := range []struct{ name, want string }{
+		{"", "empty"},
+		{"emunic-tap-name-too-long", "24 bytes; Linux allows at most 15"},
+		{"a/b", "may not contain '/'"},
+		{"a b", "may not contain ' '"},
+		{"..", "may not be"},
+	} {
+		_, err := OpenTAP(tc.name)
+		var te *TAPError
+		if !errors.As(err, &te) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), fmt.Sprintf("%q", tc.name)) {
+			t.Errorf("OpenTAP(%q) = %v, want a TAPError naming it and saying %q", tc.name, err, tc.want)
+		}
+	}
+
+	inNetns(t, func() error {
+		first, err := OpenTAP("emubusy0")
+		if err != nil {
+			return err
+		}
+		defer first.Close()
+		_, err = OpenTAP("emubusy0")
+		if !errors.Is(err, unix.EBUSY) || !strings.Contains(err.Error(), `tap "emubusy0": device busy`) {
+			return fmt.Errorf("second open: %v, want EBUSY naming the device", err)
+		}
+		_, err = OpenTAP("lo")
+		if !errors.Is(err, unix.EINVAL) || !strings.Contains(err.Error(), "exists and is not a TAP device") {
+			return fmt.Errorf("OpenTAP(lo): %v", err)
+		}
+		return nil
+	})
+}
+
+// TestTAPErrorMessages checks the explanation for each errno OpenTAP can meet, including the
+// ones a root test cannot provoke.
+func TestTAPErrorMessages(t *testing.T) {
+	defer func(f func() int) { euid = f }(euid)
+	for _, tc := range []struct {
+		op   string
+		err  error
+		uid  int
+		want string
+	}{
+		{"open /dev/net/tun", unix.ENOENT, 0, "no /dev/net/tun: load the tun module or run in a container with /dev/net/tun"},
+		{"open /dev/net/tun", unix.ENODEV, 0, "tun driver is missing"},
+		{"open /dev/net/tun", unix.EACCES, 1000, "not running as root"},
+		{"TUNSETIFF", unix.EPERM, 1000, "not running as root"},
+		{"TUNSETIFF", unix.EPERM, 0, "lacks CAP_NET_ADMIN"},
+		{"TUNSETIFF", unix.EBUSY, 0, "device busy"},
+		{"TUNSETIFF", unix.EINVAL, 0, "not a TAP device"},
+		{"TUNSETIFF", unix.ENOMEM, 0, "TUNSETIFF: cannot allocate memory"},
+	} {
+		euid = func() int { return tc.uid }
+		err := tapError("emu0", tc.op, tc.err)
+		msg := err.Error()
+		if !strings.HasPrefix(msg, `tap "emu0": `) || !strings.Contains(msg, tc.want) || strings.Contains(msg, "\n") {
+			t.Errorf("%s %v (uid %d): %q, want one line naming the device and saying %q", tc.op, tc.err, tc.uid, msg, tc.want)
+		}
+		if !errors.Is(err, tc.err) {
+			t.Errorf("%q does not wrap %v", msg, tc.err)
+		}
+	}
+	if err := tapError("emu0", "TUNSETIFF", unix.EPERM); !errors.Is(err, os.ErrPermission) {
+		t.Errorf("EPERM is not os.ErrPermission: %v", err)
+	}
+}
