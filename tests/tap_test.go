@@ -1,0 +1,457 @@
+//go:build linux
+
+package tests
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/emunic/emunic/nic/port"
+	"github.com/emunic/emunic/tcpstack"
+	"github.com/emunic/emunic/tcpstack/services"
+	"golang.org/x/sys/unix"
+)
+
+// The tests in this file put a real Linux peer on the other end of the
+// emulated NIC: a TAP device whose kernel side lives in a network namespace
+// made for the test, so the test changes nothing in the machine's own
+// network. The kernel's TCP and ICMP in that namespace talk to the emulated
+// host; the test reaches them from a thread that has entered the namespace.
+
+// requireTAP skips the test, saying why, when it cannot make TAP devices
+// and network namespaces.
+func requireTAP(t *testing.T) {
+	t.Helper()
+	if uid := os.Geteuid(); uid != 0 {
+		t.Skipf("skipped: needs root to create a TAP device and a network namespace (running as uid %d)", uid)
+	}
+	if _, err := os.Stat("/dev/net/tun"); err != nil {
+		t.Skipf("skipped: no /dev/net/tun (%v): load the tun module or give the container the device", err)
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("skipped: the ip command (iproute2) is not installed")
+	}
+}
+
+// uniqueName returns prefix followed by random hex digits, n characters in
+// all: unique per run, so parallel or leftover runs never collide.
+func uniqueName(prefix string, n int) string {
+	s := prefix + fmt.Sprintf("%016x", rand.Uint64())
+	return s[:n]
+}
+
+// ipCmd runs ip with args and fails the test with its output if it fails.
+func ipCmd(t *testing.T, args ...string) {
+	t.Helper()
+	out, err := exec.Command("ip", args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
+	}
+}
+
+// netns is a network namespace made for one test.
+type netns struct {
+	name string
+	path string // its bind mount, the handle setns takes
+}
+
+// newNetns makes a network namespace with lo up. It is deleted when the test
+// ends, whether it passed or not.
+func newNetns(t *testing.T) *netns {
+	t.Helper()
+	ns := &netns{name: uniqueName("emunic-test-", 20)}
+	ns.path = filepath.Join("/var/run/netns", ns.name)
+	ipCmd(t, "netns", "add", ns.name)
+	t.Cleanup(func() {
+		if out, err := exec.Command("ip", "netns", "del", ns.name).CombinedOutput(); err != nil {
+			t.Errorf("cleanup: ip netns del %s: %v: %s", ns.name, err, bytes.TrimSpace(out))
+		}
+	})
+	ipCmd(t, "-n", ns.name, "link", "set", "lo", "up")
+	return ns
+}
+
+// moveTAP moves the interface into the namespace and configures the kernel's
+// side there: address kernelAddr, up.
+func (ns *netns) moveTAP(t *testing.T, name string, kernelAddr netip.Prefix) {
+	t.Helper()
+	ipCmd(t, "link", "set", name, "netns", ns.name)
+	ipCmd(t, "-n", ns.name, "addr", "add", kernelAddr.String(), "dev", name)
+	ipCmd(t, "-n", ns.name, "link", "set", name, "up")
+}
+
+// do runs fn on an OS thread that has entered the namespace. Sockets fn
+// creates belong to the namespace for their whole life, and can be used from
+// any goroutine afterwards. The thread is never returned to the runtime's
+// pool: its goroutine exits still locked, and Go then ends the thread.
+func (ns *netns) do(fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		f, err := os.Open(ns.path)
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer f.Close()
+		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+			errc <- fmt.Errorf("setns %s: %w", ns.name, err)
+			return
+		}
+		errc <- fn()
+	}()
+	return <-errc
+}
+
+// dial opens a TCP connection from the namespace's kernel stack.
+func (ns *netns) dial(addr netip.AddrPort) (net.Conn, error) {
+	var c net.Conn
+	err := ns.do(func() (err error) {
+		c, err = net.DialTimeout("tcp4", addr.String(), 10*time.Second)
+		return err
+	})
+	return c, err
+}
+
+// ping sends count ICMP echo requests from the namespace's kernel to dst and
+// waits for each reply.
+func (ns *netns) ping(dst netip.Addr, count int) error {
+	var pc net.PacketConn
+	if err := ns.do(func() (err error) {
+		pc, err = net.ListenPacket("ip4:icmp", "0.0.0.0")
+		return err
+	}); err != nil {
+		return fmt.Errorf("ICMP socket: %w", err)
+	}
+	defer pc.Close()
+	id := uint16(rand.Uint32())
+	buf := make([]byte, 1500)
+	for seq := range uint16(count) {
+		payload := []byte("emunic ping test")
+		msg := make([]byte, 8+len(payload))
+		msg[0] = 8 // echo request
+		binary.BigEndian.PutUint16(msg[4:], id)
+		binary.BigEndian.PutUint16(msg[6:], seq)
+		copy(msg[8:], payload)
+		binary.BigEndian.PutUint16(msg[2:], inetChecksum(msg))
+		if _, err := pc.WriteTo(msg, &net.IPAddr{IP: dst.AsSlice()}); err != nil {
+			return fmt.Errorf("echo request %d: %w", seq, err)
+		}
+		pc.SetReadDeadline(time.Now().Add(3 * time.Second))
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return fmt.Errorf("no echo reply to request %d: %w", seq, err)
+			}
+			r := buf[:n] // the kernel strips the IPv4 header of raw ip4 sockets in Go
+			if n < 8 || r[0] != 0 || binary.BigEndian.Uint16(r[4:]) != id || binary.BigEndian.Uint16(r[6:]) != seq {
+				continue // someone else's ICMP
+			}
+			if from.String() != dst.String() {
+				return fmt.Errorf("echo reply %d from %v, want %v", seq, from, dst)
+			}
+			if !bytes.Equal(r[8:], payload) {
+				return fmt.Errorf("echo reply %d carries %q, want %q", seq, r[8:], payload)
+			}
+			if inetChecksum(r) != 0 {
+				return fmt.Errorf("echo reply %d has a bad ICMP checksum", seq)
+			}
+			break
+		}
+	}
+	return nil
+}
+
+// inetChecksum is the Internet checksum (RFC 1071) of b.
+func inetChecksum(b []byte) uint16 {
+	var s uint32
+	for i := 0; i+1 < len(b); i += 2 {
+		s += uint32(b[i])<<8 | uint32(b[i+1])
+	}
+	if len(b)%2 == 1 {
+		s += uint32(b[len(b)-1]) << 8
+	}
+	for s>>16 != 0 {
+		s = s&0xffff + s>>16
+	}
+	return ^uint16(s)
+}
+
+// echoExchange sends n pseudo-random bytes to an echo service over c while
+// reading the echo back, half-closes, and checks that exactly the same bytes
+// came back (SHA-256 of both directions).
+func echoExchange(t *testing.T, c net.Conn, n int64) {
+	t.Helper()
+	c.SetDeadline(time.Now().Add(2 * time.Minute))
+	sent := sha256.New()
+	werr := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		src := rand.NewChaCha8([32]byte{7, 7})
+		buf := make([]byte, 64<<10)
+		for left := n; left > 0; {
+			k := min(int64(len(buf)), left)
+			src.Read(buf[:k])
+			sent.Write(buf[:k])
+			if _, err := c.Write(buf[:k]); err != nil {
+				werr <- err
+				return
+			}
+			left -= k
+		}
+		werr <- c.(interface{ CloseWrite() error }).CloseWrite()
+	}()
+	got := sha256.New()
+	m, rerr := io.Copy(got, c)
+	if err := <-werr; err != nil {
+		t.Fatalf("writing to the echo service: %v", err)
+	}
+	if rerr != nil {
+		t.Fatalf("reading the echo after %d of %d bytes: %v", m, n, rerr)
+	}
+	if m != n || !bytes.Equal(sent.Sum(nil), got.Sum(nil)) {
+		t.Fatalf("echo returned %d bytes with SHA-256 %x; sent %d bytes with SHA-256 %x", m, got.Sum(nil), n, sent.Sum(nil))
+	}
+	el := time.Since(start)
+	t.Logf("echoed %d MiB in %v (%.2f Gbit/s each way), SHA-256 %x", n>>20, el.Round(time.Millisecond),
+		float64(n)*8/el.Seconds()/1e9, got.Sum(nil)[:8])
+}
+
+// TestTAPKernelPeerEcho attaches an emulated host to a TAP whose kernel side
+// is in a network namespace, runs the echo service on it, and has the
+// kernel's TCP exchange 16 MiB with it; also pings it from the kernel.
+func TestTAPKernelPeerEcho(t *testing.T) {
+	requireTAP(t)
+	ns := newNetns(t)
+	name := uniqueName("emut", 10)
+	tap, err := port.OpenTAP(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Runs after the host has closed the TAP (cleanups run last first); the
+	// interface should be gone by then, this catches the case it is not.
+	t.Cleanup(func() { exec.Command("ip", "-n", ns.name, "link", "del", name).Run() })
+
+	kernel := netip.MustParsePrefix("10.77.0.1/24")
+	emu := netip.MustParsePrefix("10.77.0.2/24")
+	ns.moveTAP(t, name, kernel)
+	host, err := tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 10, 77, 0, 2}, Addr: emu}, tap)
+	if err != nil {
+		tap.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		host.Close()
+		t.Logf("device counters: %v; TAP port: %v", stats(host), tap.Stats())
+	})
+	echo := services.NewEcho(t.Logf)
+	l, err := host.Listen(services.EchoPort)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go echo.Serve(l)
+	t.Cleanup(func() { echo.Close() })
+
+	t.Run("ping", func(t *testing.T) {
+		if err := ns.ping(emu.Addr(), 3); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("echo16MiB", func(t *testing.T) {
+		c, err := ns.dial(netip.AddrPortFrom(emu.Addr(), services.EchoPort))
+		if err != nil {
+			t.Fatalf("kernel could not connect to the echo service: %v", err)
+		}
+		defer c.Close()
+		echoExchange(t, c, 16<<20)
+	})
+	if s := host.Device.Stat(0); s == 0 {
+		t.Error("the device counted no received frames")
+	}
+}
+
+// buildEmunic builds the emunic command into a temporary directory.
+func buildEmunic(t *testing.T) string {
+	t.Helper()
+	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(gobin); err != nil {
+		if gobin, err = exec.LookPath("go"); err != nil {
+			t.Skip("skipped: no go command to build emunic with")
+		}
+	}
+	exe := filepath.Join(t.TempDir(), "emunic")
+	cmd := exec.Command(gobin, "build", "-o", exe, "../cmd/emunic")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build ../cmd/emunic: %v\n%s", err, out)
+	}
+	return exe
+}
+
+// syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestTAPServeCommand runs 'emunic serve' as a process on a TAP it creates,
+// moves the TAP into a namespace, and checks ping, echo and discard from the
+// kernel there; then stops it with SIGINT and checks it exits 0 with its
+// counters, and that the TAP went away with it.
+func TestTAPServeCommand(t *testing.T) {
+	requireTAP(t)
+	exe := buildEmunic(t)
+	ns := newNetns(t)
+	name := uniqueName("emus", 10)
+	t.Cleanup(func() { exec.Command("ip", "-n", ns.name, "link", "del", name).Run() })
+	kernel := netip.MustParsePrefix("10.78.0.1/24")
+	emu := netip.MustParsePrefix("10.78.0.2/24")
+
+	cmd := exec.Command(exe, "serve", "--tap", name, "--addr", emu.String())
+	var stdout syncBuffer
+	cmd.Stdout = &stdout
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	var logMu sync.Mutex
+	var logLines []string
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		once := sync.OnceFunc(func() { close(ready) })
+		for sc.Scan() {
+			logMu.Lock()
+			logLines = append(logLines, sc.Text())
+			logMu.Unlock()
+			if strings.Contains(sc.Text(), "Ctrl-C to stop") {
+				once()
+			}
+		}
+		exited <- cmd.Wait()
+	}()
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			cmd.Process.Kill()
+			<-exited
+		}
+		logMu.Lock()
+		defer logMu.Unlock()
+		t.Logf("emunic serve stderr:\n%s\nstdout:\n%s", strings.Join(logLines, "\n"), stdout.String())
+	})
+	select {
+	case <-ready:
+	case err := <-exited:
+		stopped = true
+		t.Fatalf("emunic serve exited before it was ready: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("emunic serve did not say it was ready within 30s")
+	}
+	ns.moveTAP(t, name, kernel)
+
+	if err := ns.ping(emu.Addr(), 2); err != nil {
+		t.Errorf("ping: %v", err)
+	}
+	c, err := ns.dial(netip.AddrPortFrom(emu.Addr(), services.EchoPort))
+	if err != nil {
+		t.Fatalf("connect to echo: %v", err)
+	}
+	echoExchange(t, c, 1<<20)
+	c.Close()
+	d, err := ns.dial(netip.AddrPortFrom(emu.Addr(), services.DiscardPort))
+	if err != nil {
+		t.Fatalf("connect to discard: %v", err)
+	}
+	d.SetDeadline(time.Now().Add(time.Minute))
+	if _, err := d.Write(make([]byte, 256<<10)); err != nil {
+		t.Fatalf("write to discard: %v", err)
+	}
+	d.(interface{ CloseWrite() error }).CloseWrite()
+	if rest, err := io.ReadAll(d); err != nil || len(rest) != 0 {
+		t.Errorf("discard: read %d bytes back, err %v; want EOF and nothing", len(rest), err)
+	}
+	d.Close()
+
+	// Both connections are logged as closed before the counters are read.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		logMu.Lock()
+		all := strings.Join(logLines, "\n")
+		logMu.Unlock()
+		if strings.Count(all, " closed after ") >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("emunic serve did not log both connections closing:\n%s", all)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case err = <-exited:
+		stopped = true
+	case <-time.After(30 * time.Second):
+		t.Fatal("emunic serve did not exit within 30s of SIGINT")
+	}
+	if err != nil {
+		t.Fatalf("emunic serve exited with %v after SIGINT, want status 0", err)
+	}
+	out := stdout.String()
+	for _, want := range []string{"services", "rings (device side)", name + "  tx", "device counters (stat block)", "drops and errors"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("serve's report lacks %q:\n%s", want, out)
+		}
+	}
+	// The services table: name, connections, bytes in, bytes out, errors.
+	for svc, want := range map[string]string{
+		"echo":    fmt.Sprintf("echo 1 %d %d 0", 1<<20, 1<<20),
+		"discard": fmt.Sprintf("discard 1 %d 0 0", 256<<10),
+	} {
+		got := ""
+		for _, line := range strings.Split(out, "\n") {
+			if f := strings.Fields(line); len(f) > 0 && f[0] == svc {
+				got = strings.Join(f, " ")
+				break
+			}
+		}
+		if got != want {
+			t.Errorf("services row %q, want %q", got, want)
+		}
+	}
+	if err := exec.Command("ip", "-n", ns.name, "link", "show", name).Run(); err == nil {
+		t.Errorf("TAP %s still exists after emunic serve exited", name)
+	}
+}
