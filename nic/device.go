@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/emunic/emunic/delegation"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/rings"
 )
@@ -38,6 +39,9 @@ type Config struct {
 	// Burst is the most entries taken from one source per pass, so no ring
 	// starves another. Default 64.
 	Burst int
+	// Engine configures the delegated TCP engine (connection table size,
+	// timers, buffer limits).
+	Engine delegation.Config
 }
 
 func (c *Config) setDefaults() {
@@ -122,6 +126,8 @@ type Device struct {
 	tx     *rings.Consumer
 	rx     *rings.Consumer
 	fifo   *rxFIFO
+	eng    *delegation.Engine
+	timer  *time.Timer
 
 	stats  [rings.NumStats]atomic.Uint64
 	parked atomic.Bool
@@ -134,6 +140,7 @@ type Device struct {
 
 	snapMu   sync.Mutex
 	ringSnap RingCounters
+	engSnap  delegation.Counters
 
 	started  bool
 	stop     atomic.Bool
@@ -193,6 +200,9 @@ func (d *Device) Start(rc RingConfig, vec Vectors) error {
 	}
 	d.vec = vec
 	d.fifo = newRxFIFO(d.cfg.RxFIFODepth, d.maxFrame)
+	d.eng = delegation.NewEngine(d.cfg.Engine, engineEnv{d})
+	d.timer = time.NewTimer(time.Hour)
+	d.timer.Stop()
 	d.started = true
 	d.wg.Add(2)
 	go d.mac()
@@ -284,6 +294,7 @@ func (d *Device) unit() {
 		work := d.serviceCommands()
 		work += d.serviceTx()
 		work += d.serviceRx()
+		work += d.serviceTimers()
 		d.moderate(work == 0)
 		if work > 0 {
 			idle = 0
@@ -314,7 +325,12 @@ func (d *Device) park() {
 	// producer could see our flags did not kick us.
 	if d.cmd.Available() == 0 && d.tx.Available() == 0 && d.fifo.empty() && !d.stop.Load() {
 		d.count(rings.StatParks)
-		if d.bell.Wait(0) {
+		// Sleep until a doorbell or the engine's next timer.
+		wait := time.Duration(-1)
+		if dl := d.eng.NextDeadline(); dl != delegation.NoDeadline {
+			wait = max(time.Duration(dl-nanotime()), time.Microsecond)
+		}
+		if d.sleep(wait) {
 			d.count(rings.StatDoorbells)
 		}
 	}
@@ -326,7 +342,47 @@ func (d *Device) park() {
 func (d *Device) snapshot() {
 	d.snapMu.Lock()
 	d.ringSnap = RingCounters{Command: d.cmd.Stats(), Notify: d.notify.Stats(), Tx: d.tx.Stats(), Rx: d.rx.Stats()}
+	d.engSnap = d.eng.Counters()
 	d.snapMu.Unlock()
+}
+
+// sleep parks the unit until a kick (true) or the timeout (a negative
+// timeout waits for a kick only). The timer is reused: parking allocates
+// nothing.
+func (d *Device) sleep(timeout time.Duration) bool {
+	if timeout < 0 {
+		<-d.bell.C()
+		return true
+	}
+	d.timer.Reset(timeout)
+	select {
+	case <-d.bell.C():
+		if !d.timer.Stop() {
+			select {
+			case <-d.timer.C:
+			default:
+			}
+		}
+		return true
+	case <-d.timer.C:
+		return false
+	}
+}
+
+// serviceTimers runs the engine's due timers and retries notifications that
+// found the ring full.
+func (d *Device) serviceTimers() int {
+	now := nanotime()
+	n := 0
+	if d.eng.NextDeadline() <= now {
+		d.count(rings.StatTimerRuns)
+		d.eng.Tick(now)
+		n++
+	}
+	if d.eng.PendingNotifications() > 0 && d.notify.Free() > 0 {
+		d.eng.RetryNotifications()
+	}
+	return n
 }
 
 // phaseError counts a bad entry once per index, so a host that publishes an

@@ -57,8 +57,7 @@ func (d *Device) execute(ce rings.CommandEntry) (rings.Status, uint64) {
 		copy(dst, blk[:n])
 		return rings.StatusOK, uint64(n)
 	default:
-		d.count(rings.StatCmdBadOpcode)
-		return rings.StatusBadOpcode, 0
+		return d.executeOffload(ce)
 	}
 }
 
@@ -86,7 +85,7 @@ func (d *Device) serviceTx() int {
 func (d *Device) transmit(desc rings.TxDesc) {
 	if desc.Conn() != rings.NoConn {
 		// Delegated transmit buffers belong to the offload engine.
-		d.count(rings.StatTxDropBadDesc)
+		d.sendDelegated(desc)
 		return
 	}
 	l := int(desc.Len())
@@ -122,6 +121,14 @@ func (d *Device) serviceRx() int {
 		}
 		switch classify(f, d.cfg.MAC, d.maxFrame, &pf) {
 		case rxLegacy:
+			if pf.proto == ProtoTCP && !pf.fragment && pf.etherType == EtherTypeIPv4 {
+				ip, seg := f[pf.ipOff:pf.l4Off], f[pf.l4Off:pf.l4Off+pf.l4Len]
+				if idx, ok := d.eng.LookupSegment(ip, seg); ok {
+					// A delegated flow: the engine owns it.
+					d.eng.Input(idx, ip, seg)
+					break
+				}
+			}
 			if !d.upload(f) {
 				d.rx.Release()
 				return n

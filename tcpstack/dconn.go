@@ -44,6 +44,7 @@ type DelegatedConn struct {
 	sndHead   uint64 // stream offset of the oldest unacknowledged byte
 	sndTail   uint64 // stream offset of the next byte to queue
 	sndISS    uint32 // sequence number of stream offset 0
+	txEnds    []uint64 // stream end offset of each queued transmit descriptor
 	wrClosed  bool
 	closed    bool
 	released  bool
@@ -177,7 +178,7 @@ func (c *DelegatedConn) Write(p []byte) (int, error) {
 		}
 		size := uint64(len(c.sndMem))
 		free := size - (c.sndTail - c.sndHead)
-		if free == 0 {
+		if free == 0 || len(c.txEnds) >= c.o.cfg.MaxTxBuffers {
 			c.cond.Wait()
 			continue
 		}
@@ -189,6 +190,7 @@ func (c *DelegatedConn) Write(p []byte) (int, error) {
 			return n, opErr("write", c, err)
 		}
 		c.sndTail += k
+		c.txEnds = append(c.txEnds, c.sndTail)
 		n += int(k)
 	}
 	return n, nil
@@ -205,7 +207,14 @@ func (c *DelegatedConn) CloseWrite() error {
 		return nil
 	}
 	c.wrClosed = true
-	return c.o.command(c, rings.OpClose, 0)
+	return c.queueFin()
+}
+
+// queueFin puts the FIN on the transmit ring behind the data, so the unit
+// sees it in stream order (a CLOSE command on the command ring could
+// overtake descriptors still in the transmit ring). Called with mu held.
+func (c *DelegatedConn) queueFin() error {
+	return c.o.send(c, 0, 0, rings.TxFin)
 }
 
 // Close sends FIN (if not sent) and releases the connection's host memory
@@ -217,7 +226,7 @@ func (c *DelegatedConn) Close() error {
 		c.closed = true
 		if !c.wrClosed && c.stateErr == nil {
 			c.wrClosed = true
-			err = c.o.command(c, rings.OpClose, 0)
+			err = c.queueFin()
 		}
 		c.readDL.set(c, time.Time{})
 		c.writeDL.set(c, time.Time{})
@@ -360,4 +369,9 @@ func (c *DelegatedConn) acked(ack uint32) {
 		}
 	}
 	c.sndHead = full
+	k := 0
+	for k < len(c.txEnds) && c.txEnds[k] <= full {
+		k++
+	}
+	c.txEnds = c.txEnds[k:]
 }

@@ -25,6 +25,7 @@ type OffloadConfig struct {
 	RecvBufSize    int // bytes per user buffer; default 64 KiB
 	SendBufSize    int // send area per connection; default 1 MiB
 	MaxTxDescBytes int // largest transmit descriptor; default 64 KiB
+	MaxTxBuffers   int // transmit descriptors queued per connection; default 256
 	// CommandTimeout bounds each command round trip; default 2 s.
 	CommandTimeout time.Duration
 	// QuiesceTimeout bounds the wait for a connection to have nothing in
@@ -44,6 +45,9 @@ func (c *OffloadConfig) setDefaults() {
 	}
 	if c.SendBufSize == 0 {
 		c.SendBufSize = 1 << 20
+	}
+	if c.MaxTxBuffers == 0 {
+		c.MaxTxBuffers = 256
 	}
 	if c.MaxTxDescBytes == 0 {
 		c.MaxTxDescBytes = 64 << 10
@@ -88,6 +92,12 @@ func (o *offloader) dispatch(n *rings.Notification) {
 	o.mu.Unlock()
 	if c != nil {
 		c.notify(n)
+		return
+	}
+	// A notification for a connection the host no longer has: a legacy
+	// buffer in it still goes back to the device.
+	if n.Flags&rings.NtfLegacyUpload != 0 {
+		o.drv.repostLegacy(n.Aux)
 	}
 }
 
@@ -199,6 +209,7 @@ func (o *offloader) stateBlock(key FlowKey, fi *flowInfo) rings.ConnState {
 		SndWnd:       fi.peerWnd,
 		RcvBufSize:   uint32(o.cfg.RecvBuffers * o.cfg.RecvBufSize),
 		AckThreshold: uint32(o.cfg.SendBufSize / 4),
+		MaxTxBuffers: uint16(o.cfg.MaxTxBuffers),
 	}
 	if fi.peerFin {
 		st.State = rings.StateCloseWait
@@ -278,8 +289,8 @@ func (o *offloader) release(c *DelegatedConn) {
 
 // repost gives user buffer id back to the unit. Called with c.mu held.
 func (o *offloader) repost(c *DelegatedConn, id int) {
-	if id >= len(c.rxBufs) || c.released {
-		return
+	if id >= len(c.rxBufs) || c.released || c.peerFin || c.rxErr != nil {
+		return // the unit takes no more receive buffers once the peer closed
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()

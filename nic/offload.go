@@ -1,0 +1,109 @@
+package nic
+
+import (
+	"github.com/emunic/emunic/delegation"
+	"github.com/emunic/emunic/rings"
+)
+
+// engineEnv is what the device gives the delegated TCP engine: host memory
+// by DMA, the notification ring, the port, the legacy receive buffers and
+// the device clock. Every call comes from the unit goroutine.
+type engineEnv struct{ d *Device }
+
+func (e engineEnv) DMA() rings.DMA { return e.d.mem }
+
+func (e engineEnv) Notify(n *rings.Notification) bool { return e.d.post(n) }
+
+func (e engineEnv) Transmit(frame []byte) error {
+	d := e.d
+	if err := d.port.WriteFrame(frame); err != nil {
+		d.count(rings.StatTxDropPortError)
+		return err
+	}
+	d.count(rings.StatTxFrames)
+	d.stats[rings.StatTxBytes].Add(uint64(len(frame)))
+	return nil
+}
+
+func (e engineEnv) TakeLegacyBuffer() (uint32, rings.Addr, uint32, bool) {
+	d := e.d
+	for {
+		ent, err := d.rx.Peek()
+		if ent == nil {
+			return 0, 0, 0, false
+		}
+		if err != nil {
+			d.phaseError(ringRx, d.rx.Head())
+			return 0, 0, 0, false
+		}
+		desc := rings.RxDesc(ent)
+		id, addr, n := desc.BufID(), desc.Addr(), desc.Len()
+		d.rx.Pop()
+		if !d.memContains(addr, int(n)) {
+			// A buffer outside host memory goes back with an error.
+			d.count(rings.StatDMAErrors)
+			d.post(&rings.Notification{Flags: rings.NtfError, Conn: rings.NoConn, Aux: id})
+			continue
+		}
+		return id, addr, n, true
+	}
+}
+
+func (e engineEnv) NowNanos() int64 { return nanotime() }
+
+func (d *Device) memContains(a rings.Addr, n int) bool {
+	_, err := d.mem.Map(a, n)
+	return err == nil
+}
+
+// Engine returns the delegated-connection engine (for counters and tests;
+// only the unit goroutine may call its other methods).
+func (d *Device) Engine() *delegation.Engine { return d.eng }
+
+// EngineCounters returns a snapshot of the engine's counters, taken by the
+// unit at its last idle point.
+func (d *Device) EngineCounters() delegation.Counters {
+	d.snapMu.Lock()
+	defer d.snapMu.Unlock()
+	return d.engSnap
+}
+
+// executeOffload runs the delegation commands.
+func (d *Device) executeOffload(ce rings.CommandEntry) (rings.Status, uint64) {
+	idx := ce.Conn()
+	switch ce.Opcode() {
+	case rings.OpOffload:
+		return d.eng.OffloadAt(idx, ce.Addr(), ce.Len()), 0
+	case rings.OpPostBuffers:
+		n, st := d.eng.PostBuffers(idx, ce.Addr(), ce.Arg0())
+		return st, uint64(n)
+	case rings.OpSetThresholds:
+		return d.eng.SetThresholds(idx, ce.Arg0(), ce.Arg1(), ce.Flags()&rings.CmdFlagArmSeqThreshold != 0), 0
+	case rings.OpUpdate:
+		var c rings.Command
+		_ = c.Decode(ce)
+		var u rings.ConnUpdate
+		u.FromCommand(&c)
+		return d.eng.Update(idx, &u), 0
+	case rings.OpClose:
+		return d.eng.Close(idx), 0
+	case rings.OpAbort:
+		return d.eng.Abort(idx), 0
+	case rings.OpRelease:
+		return d.eng.Release(idx), 0
+	}
+	d.count(rings.StatCmdBadOpcode)
+	return rings.StatusBadOpcode, 0
+}
+
+// sendDelegated hands a transmit descriptor to its connection. A refused
+// descriptor is reported to the host with an error notification (Aux = the
+// status), so the host never waits for an acknowledgement that cannot come.
+func (d *Device) sendDelegated(desc rings.TxDesc) {
+	var t rings.Tx
+	_ = t.Decode(desc)
+	if st := d.eng.Send(t.Conn, &t); st != rings.StatusOK {
+		d.count(rings.StatTxDropBadDesc)
+		d.post(&rings.Notification{Flags: rings.NtfError, Conn: t.Conn, Aux: uint32(st), Len: t.Len})
+	}
+}

@@ -1,0 +1,101 @@
+package tests
+
+import (
+	"context"
+	"crypto/sha256"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/emunic/emunic/nic/port"
+	"github.com/emunic/emunic/tcpstack"
+)
+
+// sendRandom writes n seeded pseudo-random bytes to w and returns their hash.
+func sendRandom(t testing.TB, w io.Writer, n int64, seed byte) [32]byte {
+	h := sha256.New()
+	src := rand.NewChaCha8([32]byte{seed})
+	buf := make([]byte, 256<<10)
+	for sent := int64(0); sent < n; {
+		k := min(int64(len(buf)), n-sent)
+		src.Read(buf[:k])
+		h.Write(buf[:k])
+		if _, err := w.Write(buf[:k]); err != nil {
+			t.Errorf("write after %d bytes: %v", sent, err)
+			break
+		}
+		sent += k
+	}
+	var s [32]byte
+	copy(s[:], h.Sum(nil))
+	return s
+}
+
+func hashAll(r io.Reader) ([32]byte, int64, error) {
+	h := sha256.New()
+	n, err := io.Copy(h, r)
+	var s [32]byte
+	copy(s[:], h.Sum(nil))
+	return s, n, err
+}
+
+// delegatedPair returns a delegated connection from A to B and B's
+// delegated end.
+func delegatedPair(t testing.TB, a, b *tcpstack.Host, port uint16) (ca, cb net.Conn) {
+	t.Helper()
+	l, err := b.ListenOffload(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	acc := make(chan net.Conn, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			t.Error(err)
+		}
+		acc <- c
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	da, err := a.DialOffload(ctx, netip.AddrPortFrom(b.Addr(), port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb = <-acc
+	if _, ok := cb.(*tcpstack.DelegatedConn); !ok {
+		t.Fatalf("accepted connection stayed on netstack (%T)", cb)
+	}
+	return da, cb
+}
+
+func TestDelegatedTransfer(t *testing.T) {
+	a, b := newPair(t, port.WireConfig{})
+	ca, cb := delegatedPair(t, a, b, 6001)
+	n := int64(64 << 20)
+	done := make(chan struct{})
+	var got [32]byte
+	var m int64
+	var rerr error
+	go func() {
+		got, m, rerr = hashAll(cb)
+		close(done)
+	}()
+	start := time.Now()
+	want := sendRandom(t, ca, n, 3)
+	ca.Close()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("receiver stuck; A %v B %v; engA %+v engB %+v", stats(a), stats(b), a.Device.EngineCounters(), b.Device.EngineCounters())
+	}
+	el := time.Since(start)
+	if rerr != nil || m != n || got != want {
+		t.Fatalf("got %d bytes (err %v) sha %x want %d sha %x", m, rerr, got, n, want)
+	}
+	t.Logf("%d MiB delegated in %v (%.2f Gbit/s); A %v; B %v", n>>20, el, float64(n)*8/el.Seconds()/1e9, stats(a), stats(b))
+	cb.Close()
+}
