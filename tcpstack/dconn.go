@@ -41,9 +41,9 @@ type DelegatedConn struct {
 	// send side
 	sndBase   rings.Addr
 	sndMem    []byte
-	sndHead   uint64 // stream offset of the oldest unacknowledged byte
-	sndTail   uint64 // stream offset of the next byte to queue
-	sndISS    uint32 // sequence number of stream offset 0
+	sndHead   uint64   // stream offset of the oldest unacknowledged byte
+	sndTail   uint64   // stream offset of the next byte to queue
+	sndISS    uint32   // sequence number of stream offset 0
 	txEnds    []uint64 // stream end offset of each queued transmit descriptor
 	wrClosed  bool
 	closed    bool
