@@ -1,0 +1,474 @@
+package delegation
+
+import (
+	"github.com/emunic/emunic/rings"
+)
+
+// maxSendQueue bounds the bytes queued on a connection (sent and unsent), so
+// sequence comparisons over the send queue stay unambiguous.
+const maxSendQueue = 1 << 30
+
+// OffloadAt reads a state block from host memory (the OFFLOAD command's
+// Addr/Len) and calls Offload.
+func (e *Engine) OffloadAt(idx uint32, addr rings.Addr, n uint32) rings.Status {
+	if n < rings.ConnStateSize {
+		return rings.StatusBadParam
+	}
+	b, err := e.dma.Map(addr, rings.ConnStateSize)
+	if err != nil {
+		e.ctr.DMAErrors++
+		return rings.StatusBadAddress
+	}
+	if !rings.ConnStateBlock(b).ReservedZero() {
+		return rings.StatusBadParam
+	}
+	var st rings.ConnState
+	if err := st.Decode(b); err != nil {
+		return rings.StatusBadParam
+	}
+	return e.Offload(idx, &st)
+}
+
+// Offload installs delegated connection idx from the host's state. It
+// validates everything and never panics:
+//
+//	StatusBadConn   idx out of range
+//	StatusBadState  idx already delegated, or the 4-tuple already is
+//	StatusBadParam  anything in st out of range (version, state, window
+//	                scale > 14, MSS < 64 or > 65495, SND.UNA != SND.NXT,
+//	                zero address or port, unknown flags, buffer sizes)
+func (e *Engine) Offload(idx uint32, st *rings.ConnState) rings.Status {
+	if idx >= uint32(len(e.conns)) {
+		return rings.StatusBadConn
+	}
+	c := &e.conns[idx]
+	if c.inUse {
+		return rings.StatusBadState
+	}
+	switch {
+	case st.Version != rings.ConnStateVersion,
+		!st.Flags.KnownFlags(),
+		st.State != rings.StateEstablished && st.State != rings.StateCloseWait,
+		st.SndWndScale > maxWindowScale, st.RcvWndScale > maxWindowScale,
+		st.MSS < minMSS, st.MSS > maxMSS,
+		st.SndUna != st.SndNxt,
+		st.LocalIP == [4]byte{}, st.RemoteIP == [4]byte{},
+		st.LocalPort == 0, st.RemotePort == 0,
+		st.RcvBufSize > maxWindowBytes, st.RcvAdvertised > maxWindowBytes,
+		st.KeepaliveIdleMs != 0 && (st.KeepaliveIntervalMs == 0 || st.KeepaliveCount == 0):
+		return rings.StatusBadParam
+	}
+	ips, ports := tupleKey(st.RemoteIP, st.LocalIP, st.RemotePort, st.LocalPort)
+	if _, dup := e.table.get(ips, ports); dup {
+		return rings.StatusBadState
+	}
+
+	now := e.env.NowNanos()
+	cfg := &e.cfg
+	// Queues: allocated on the slot's first use, reused after.
+	if len(c.txq) != cfg.MaxTxBuffers {
+		c.txq = make([]txBuf, cfg.MaxTxBuffers)
+	}
+	if len(c.userq) != cfg.MaxUserBufs {
+		c.userq = make([]userBuf, cfg.MaxUserBufs)
+	}
+	if len(c.pend) != cfg.PendingNotify {
+		c.pend = make([]rings.Notification, cfg.PendingNotify)
+	}
+	c.ooo.init(cfg.OOOLimit)
+
+	c.inUse = true
+	c.state = st.State
+	c.localIP, c.remoteIP = st.LocalIP, st.RemoteIP
+	c.localPort, c.remotePort = st.LocalPort, st.RemotePort
+	c.sackOK = st.Flags&rings.ConnSACKPermitted != 0
+	c.tsOK = st.Flags&rings.ConnTimestamps != 0
+	c.sndScale, c.rcvScale = st.SndWndScale, st.RcvWndScale
+	c.mss = uint32(st.MSS)
+	c.ttl, c.tos = st.TTL, st.TOS
+	if c.ttl == 0 {
+		c.ttl = 64
+	}
+	c.buildTemplate(st.LocalMAC, st.NextHopMAC)
+
+	c.sndUna, c.sndNxt, c.sndMax, c.sndEnd = seq(st.SndUna), seq(st.SndNxt), seq(st.SndNxt), seq(st.SndNxt)
+	c.sndWnd = uint32(st.SndWnd) << st.SndWndScale
+	c.maxSndWnd = c.sndWnd
+	c.sndWl1, c.sndWl2 = seq(st.RcvNxt), seq(st.SndUna)
+	c.maxTx = cfg.MaxTxBuffers
+	if st.MaxTxBuffers != 0 && int(st.MaxTxBuffers) < c.maxTx {
+		c.maxTx = int(st.MaxTxBuffers)
+	}
+
+	mss := c.maxPayload()
+	c.cwnd = st.Cwnd
+	if c.cwnd == 0 {
+		c.cwnd = min(10*mss, max(2*mss, 14600)) // RFC 6928
+	}
+	if c.cwnd < mss {
+		c.cwnd = mss
+	}
+	c.cwnd = min(c.cwnd, maxWindowBytes)
+	c.ssthresh = st.Ssthresh
+	if c.ssthresh == 0 || c.ssthresh > maxWindowBytes {
+		c.ssthresh = maxWindowBytes
+	}
+	c.recover = c.sndUna - 1
+	if st.SRTTus != 0 {
+		c.srtt = int64(st.SRTTus) * 1000
+		c.rttvar = int64(st.RTTVarUs) * 1000
+		c.hasRTT = true
+		c.setRTO()
+	} else {
+		c.rto = cfg.InitialRTO
+	}
+
+	c.rcvNxt = seq(st.RcvNxt)
+	c.rcvAdvEdge = c.rcvNxt.add(st.RcvAdvertised)
+	c.rcvBuf = st.RcvBufSize
+	if c.rcvBuf == 0 {
+		c.rcvBuf = cfg.RcvBufSize
+	}
+	c.lastAckSent = c.rcvNxt
+	c.finRcvd = st.State == rings.StateCloseWait
+
+	c.tsRecent, c.tsRecentAt = st.TSRecent, now
+	c.tsBase, c.tsBaseNow, c.lastTSval = st.TSVal, now, st.TSVal
+
+	c.ackThresh = st.AckThreshold
+	c.seqThresh = seq(st.SeqThreshold)
+	c.seqArmed = st.Flags&rings.ConnSeqThreshold != 0
+
+	c.lastRecv = now
+	c.setKeepalive(now, st.KeepaliveIdleMs, st.KeepaliveIntervalMs, st.KeepaliveCount)
+
+	e.table.put(ips, ports, idx)
+	c.checkSeqThreshold()
+	e.schedule(c)
+	return rings.StatusOK
+}
+
+func (c *conn) setKeepalive(now int64, idleMs, intvlMs, count uint32) {
+	c.kaIdle = int64(idleMs) * 1e6
+	c.kaIntvl = int64(intvlMs) * 1e6
+	c.kaCount = int(count)
+	c.kaSent = 0
+	c.kaAt = 0
+	if c.kaIdle > 0 {
+		c.kaAt = now + c.kaIdle
+	}
+}
+
+// Send queues a host transmit buffer (tx.Addr, tx.Len; tx.Conn is ignored:
+// idx names the connection) on the send queue. The buffer stays the host's
+// and must stay unchanged until an NtfAckThreshold's Ack covers its last
+// byte (its FIN too, for TxFin). TxPush sets PSH on the segment holding its
+// last byte; TxFin closes the sending direction after it (Len may be 0 for a
+// bare FIN, which uses no queue slot).
+//
+//	StatusBadConn      idx not delegated
+//	StatusBadState     sending direction closed (FIN queued) or connection closing/closed
+//	StatusBadParam     Len 0 without TxFin, Len > 1 GiB, unknown flags
+//	StatusBadAddress   [Addr, Addr+Len) not in host memory
+//	StatusNoResources  MaxTxBuffers buffers already queued, or 1 GiB queued
+func (e *Engine) Send(idx uint32, tx *rings.Tx) rings.Status {
+	c := e.get(idx)
+	if c == nil {
+		return rings.StatusBadConn
+	}
+	if len(e.pendList) > 0 {
+		e.flushNotify(e.env.NowNanos())
+	}
+	if c.finQueued || (c.state != rings.StateEstablished && c.state != rings.StateCloseWait) {
+		return rings.StatusBadState
+	}
+	if tx.Flags&^(rings.TxPush|rings.TxFin) != 0 || (tx.Len == 0 && tx.Flags&rings.TxFin == 0) ||
+		tx.Len > maxSendQueue {
+		return rings.StatusBadParam
+	}
+	if tx.Len > 0 {
+		if _, err := e.dma.Map(tx.Addr, int(tx.Len)); err != nil {
+			return rings.StatusBadAddress
+		}
+		if c.txCount >= c.maxTx || c.sndEnd.sub(c.sndUna)+tx.Len > maxSendQueue {
+			return rings.StatusNoResources
+		}
+		*c.txAt(c.txCount) = txBuf{addr: tx.Addr, len: tx.Len, start: c.sndEnd, push: tx.Flags&rings.TxPush != 0}
+		c.txCount++
+		c.sndEnd = c.sndEnd.add(tx.Len)
+	}
+	if tx.Flags&rings.TxFin != 0 {
+		c.queueFin()
+	}
+	now := e.env.NowNanos()
+	c.output(now)
+	e.schedule(c)
+	return rings.StatusOK
+}
+
+func (c *conn) queueFin() {
+	c.finQueued = true
+	c.finSeq = c.sndEnd
+	switch c.state {
+	case rings.StateEstablished:
+		c.state = rings.StateFinWait1
+	case rings.StateCloseWait:
+		c.state = rings.StateLastAck
+	}
+}
+
+// Close sends a FIN after the queued data (half-close: receiving goes on
+// until the peer's FIN). Closing twice is OK.
+func (e *Engine) Close(idx uint32) rings.Status {
+	c := e.get(idx)
+	if c == nil {
+		return rings.StatusBadConn
+	}
+	if c.finQueued {
+		return rings.StatusOK
+	}
+	if c.state != rings.StateEstablished && c.state != rings.StateCloseWait {
+		return rings.StatusBadState
+	}
+	c.queueFin()
+	c.output(e.env.NowNanos())
+	e.schedule(c)
+	return rings.StatusOK
+}
+
+// Abort resets the connection (RST to the peer unless it is already
+// closed) and frees its index at once. Every buffer is the host's again; no
+// notification follows.
+func (e *Engine) Abort(idx uint32) rings.Status {
+	c := e.get(idx)
+	if c == nil {
+		return rings.StatusBadConn
+	}
+	if c.state != rings.StateClosed && c.state != rings.StateTimeWait {
+		c.sendRst(e.env.NowNanos())
+	}
+	c.free()
+	return rings.StatusOK
+}
+
+// Release frees the index of a CLOSED connection (after NtfClosed).
+func (e *Engine) Release(idx uint32) rings.Status {
+	c := e.get(idx)
+	if c == nil {
+		return rings.StatusBadConn
+	}
+	if c.state != rings.StateClosed {
+		return rings.StatusBadState
+	}
+	c.free()
+	return rings.StatusOK
+}
+
+// PostBuffers reads count user buffer descriptors (rings.UserBufDesc) at
+// addr and queues them for in-order placement. It returns how many it
+// accepted (a prefix of the array) and:
+//
+//	StatusOK           all accepted
+//	StatusNoResources  the queue (MaxUserBufs) filled; the rest were not taken
+//	StatusBadAddress   the array, or the buffer after the accepted ones, is
+//	                   not in host memory
+//	StatusBadParam     the buffer after the accepted ones has length 0 or > 1 GiB
+//	StatusBadState     the peer already sent FIN (nothing more will arrive)
+//	StatusBadConn      idx not delegated
+func (e *Engine) PostBuffers(idx uint32, addr rings.Addr, count uint32) (uint32, rings.Status) {
+	c := e.get(idx)
+	if c == nil {
+		return 0, rings.StatusBadConn
+	}
+	if c.finRcvd || c.state == rings.StateClosed || c.state == rings.StateTimeWait {
+		return 0, rings.StatusBadState
+	}
+	if count == 0 {
+		return 0, rings.StatusOK
+	}
+	if count > uint32(len(c.userq)) {
+		count = uint32(len(c.userq)) + 1 // reading more cannot be accepted anyway
+	}
+	descs, err := e.dma.Map(addr, int(count)*rings.UserBufDescSize)
+	if err != nil {
+		e.ctr.DMAErrors++
+		return 0, rings.StatusBadAddress
+	}
+	accepted := uint32(0)
+	status := rings.StatusOK
+	for i := uint32(0); i < count; i++ {
+		d := rings.UserBufDesc(descs[i*rings.UserBufDescSize:])
+		if c.uqCount == len(c.userq) {
+			status = rings.StatusNoResources
+			break
+		}
+		l := d.Len()
+		if l == 0 || l > maxSendQueue {
+			status = rings.StatusBadParam
+			break
+		}
+		if _, err := e.dma.Map(d.Addr(), int(l)); err != nil {
+			status = rings.StatusBadAddress
+			break
+		}
+		c.userq[(c.uqHead+c.uqCount)%len(c.userq)] = userBuf{addr: d.Addr(), len: l, id: d.ID()}
+		c.uqCount++
+		accepted++
+	}
+	if accepted > 0 {
+		c.userBufReqSent = false
+	}
+	return accepted, status
+}
+
+// SetThresholds sets the ACK threshold (bytes acknowledged between
+// NtfAckThreshold; 0: every time an ACK frees a transmit buffer) and, if
+// armSeq, the sequence threshold: NtfSeqThreshold fires once when RCV.NXT
+// reaches seqThresh (at once if it already has).
+func (e *Engine) SetThresholds(idx uint32, ackThresh, seqThresh uint32, armSeq bool) rings.Status {
+	c := e.get(idx)
+	if c == nil {
+		return rings.StatusBadConn
+	}
+	c.ackThresh = ackThresh
+	c.seqThresh = seq(seqThresh)
+	c.seqArmed = armSeq
+	if armSeq && c.state != rings.StateClosed {
+		c.checkSeqThreshold()
+	}
+	return rings.StatusOK
+}
+
+// Update returns window credit for legacy-uploaded bytes the application
+// consumed and applies the cached-state changes u.Flags names. A window
+// update goes out at once if the credit reopened a small window (or with
+// UpdAckNow).
+//
+//	StatusBadParam  unknown flags, credit above the bytes uploaded and not
+//	                yet credited, receive buffer 0 or > 1 GiB, keepalive
+//	                interval or count 0 with idle > 0
+func (e *Engine) Update(idx uint32, u *rings.ConnUpdate) rings.Status {
+	c := e.get(idx)
+	if c == nil {
+		return rings.StatusBadConn
+	}
+	if !u.Flags.KnownFlags() || u.Credit > c.legacyUncredited {
+		return rings.StatusBadParam
+	}
+	if u.Flags&rings.UpdRcvBufSize != 0 && (u.RcvBufSize == 0 || u.RcvBufSize > maxWindowBytes) {
+		return rings.StatusBadParam
+	}
+	if u.Flags&rings.UpdKeepalive != 0 && u.KeepaliveIdleMs != 0 &&
+		(u.KeepaliveIntervalMs == 0 || u.KeepaliveCount == 0) {
+		return rings.StatusBadParam
+	}
+	now := e.env.NowNanos()
+	c.legacyUncredited -= u.Credit
+	if u.Flags&rings.UpdRcvBufSize != 0 {
+		c.rcvBuf = u.RcvBufSize
+	}
+	if u.Flags&rings.UpdKeepalive != 0 {
+		c.setKeepalive(now, u.KeepaliveIdleMs, u.KeepaliveIntervalMs, u.KeepaliveCount)
+	}
+	if u.Flags&rings.UpdTTLTOS != 0 {
+		c.ttl, c.tos = u.TTL, u.TOS
+		if c.ttl == 0 {
+			c.ttl = 64
+		}
+		c.tmpl[ethHdrLen+1] = c.tos
+		c.tmpl[ethHdrLen+8] = c.ttl
+	}
+	if u.Flags&rings.UpdNextHopMAC != 0 {
+		copy(c.tmpl[0:6], u.NextHopMAC[:])
+	}
+	live := c.state != rings.StateClosed && c.state != rings.StateTimeWait
+	if live && !c.finRcvd && (u.Flags&rings.UpdAckNow != 0 || c.windowUpdateDue()) {
+		c.sendAck(now)
+	}
+	e.schedule(c)
+	return rings.StatusOK
+}
+
+// ConnInfo is a snapshot of a connection for tests, tracing and the host's
+// diagnostics.
+type ConnInfo struct {
+	State                  rings.TCPState
+	SndUna, SndNxt, SndMax uint32
+	SndEnd                 uint32 // just past the last queued byte
+	RcvNxt                 uint32
+	RcvWnd                 uint32 // advertised right edge - RCV.NXT
+	SndWnd                 uint32 // peer's window, scaled
+	Cwnd, Ssthresh         uint32
+	SRTT, RTO              int64
+	InRecovery             bool
+	TxQueued, UserBufs     int
+	LegacyUncredited       uint32
+	OOOBytes               uint32
+	OOORanges              int
+	PendingNotify          int
+	TSVal                  uint32 // last TSval sent
+}
+
+// Info returns a snapshot of connection idx.
+func (e *Engine) Info(idx uint32) (ConnInfo, bool) {
+	c := e.get(idx)
+	if c == nil {
+		return ConnInfo{}, false
+	}
+	wnd := uint32(0)
+	if c.rcvAdvEdge.gt(c.rcvNxt) {
+		wnd = c.rcvAdvEdge.sub(c.rcvNxt)
+	}
+	pend := c.pendCount
+	if c.deferred != 0 {
+		pend++
+	}
+	return ConnInfo{
+		State: c.state, SndUna: uint32(c.sndUna), SndNxt: uint32(c.sndNxt), SndMax: uint32(c.sndMax),
+		SndEnd: uint32(c.sndEnd), RcvNxt: uint32(c.rcvNxt), RcvWnd: wnd, SndWnd: c.sndWnd,
+		Cwnd: c.cwnd, Ssthresh: c.ssthresh, SRTT: c.srtt, RTO: c.rto, InRecovery: c.inRecovery,
+		TxQueued: c.txCount, UserBufs: c.uqCount, LegacyUncredited: c.legacyUncredited,
+		OOOBytes: c.ooo.bytes, OOORanges: c.ooo.n, PendingNotify: pend, TSVal: c.lastTSval,
+	}, true
+}
+
+// Snapshot writes connection idx's current state as a state block (for
+// diagnostics, and for a future upload to the host stack). SndUna/SndNxt
+// are the device's; a connection with unacknowledged data cannot be
+// re-offloaded from a snapshot.
+func (e *Engine) Snapshot(idx uint32, st *rings.ConnState) rings.Status {
+	c := e.get(idx)
+	if c == nil {
+		return rings.StatusBadConn
+	}
+	var flags rings.ConnStateFlags
+	if c.sackOK {
+		flags |= rings.ConnSACKPermitted
+	}
+	if c.tsOK {
+		flags |= rings.ConnTimestamps
+	}
+	if c.seqArmed {
+		flags |= rings.ConnSeqThreshold
+	}
+	wnd := uint32(0)
+	if c.rcvAdvEdge.gt(c.rcvNxt) {
+		wnd = c.rcvAdvEdge.sub(c.rcvNxt)
+	}
+	*st = rings.ConnState{
+		Version: rings.ConnStateVersion, Flags: flags, State: c.state, TTL: c.ttl, TOS: c.tos,
+		LocalIP: c.localIP, RemoteIP: c.remoteIP, LocalPort: c.localPort, RemotePort: c.remotePort,
+		LocalMAC: [6]byte(c.tmpl[6:12]), NextHopMAC: [6]byte(c.tmpl[0:6]),
+		SndUna: uint32(c.sndUna), SndNxt: uint32(c.sndNxt), RcvNxt: uint32(c.rcvNxt),
+		SndWnd: uint16(min(c.sndWnd>>c.sndScale, 0xFFFF)), SndWndScale: c.sndScale, RcvWndScale: c.rcvScale,
+		MSS: uint16(c.mss), MaxTxBuffers: uint16(min(c.maxTx, 0xFFFF)),
+		TSRecent: c.tsRecent, TSVal: c.lastTSval + 1,
+		RcvBufSize: c.rcvBuf, RcvAdvertised: wnd,
+		AckThreshold: c.ackThresh, SeqThreshold: uint32(c.seqThresh),
+		KeepaliveIdleMs: uint32(c.kaIdle / 1e6), KeepaliveIntervalMs: uint32(c.kaIntvl / 1e6),
+		KeepaliveCount: uint32(c.kaCount),
+		SRTTus:         uint32(c.srtt / 1000), RTTVarUs: uint32(c.rttvar / 1000),
+		Cwnd: c.cwnd, Ssthresh: c.ssthresh,
+	}
+	return rings.StatusOK
+}

@@ -1,0 +1,133 @@
+// Package delegation is the device-side delegated TCP engine of the emulated
+// TCP-offload NIC: the per-connection fast path (TCB, receive placement,
+// ACK and window generation, segmentation, retransmission, thresholds) that
+// runs inside the NIC's offload unit once the host stack has handed a
+// connection over with an OFFLOAD command.
+//
+// The engine is single-threaded: every method is called from the offload
+// unit goroutine, and no method may be called from inside an Env callback.
+// It reaches host memory only through rings.DMA and the host only through
+// notifications (Env.Notify); it never imports the host stack.
+//
+// # Integration (the device's side)
+//
+//	e := delegation.NewEngine(delegation.Config{MaxConns: n}, env)
+//
+// Env (implemented by the device):
+//
+//	DMA() rings.DMA                           host memory (called once)
+//	Notify(*rings.Notification) bool          false: notification ring full
+//	Transmit(frame []byte) error              Ethernet+IPv4+TCP frame, checksums done; copy it
+//	TakeLegacyBuffer() (id, addr, cap, ok)    next legacy rx buffer from the receive descriptor ring
+//	NowNanos() int64                          monotonic device clock
+//
+// Receive path, for every IPv4 frame whose header checksum the device
+// verified:
+//
+//	if idx, ok := e.LookupSegment(ipHdr, ipPayload); ok { e.Input(idx, ipHdr, ipPayload) }
+//
+// (or e.Lookup(src, dst, sport, dport) with the parsed tuple). Frames that
+// do not match go to the legacy path. Input verifies the TCP checksum.
+//
+// Commands (rings.Command → engine; write the Status, and the Result where
+// noted, back into the entry):
+//
+//	OpOffload        e.OffloadAt(cmd.Conn, cmd.Addr, cmd.Len)           (or Offload with a decoded rings.ConnState)
+//	OpPostBuffers    n, st := e.PostBuffers(cmd.Conn, cmd.Addr, cmd.Arg0); Result = n
+//	OpSetThresholds  e.SetThresholds(cmd.Conn, cmd.Arg0, cmd.Arg1, cmd.Flags&rings.CmdFlagArmSeqThreshold != 0)
+//	OpUpdate         var u rings.ConnUpdate; u.FromCommand(&cmd); e.Update(cmd.Conn, &u)
+//	OpClose          e.Close(cmd.Conn)
+//	OpAbort          e.Abort(cmd.Conn)
+//	OpRelease        e.Release(cmd.Conn)
+//
+// Transmit descriptors with Conn != NoConn: e.Send(tx.Conn, &tx); a status
+// other than StatusOK means the descriptor was not taken (count it, and
+// tell the host: StatusNoResources is flow control, the others are host
+// bugs).
+//
+// Timers: call e.Tick(now) when now >= e.NextDeadline() (NoDeadline when
+// nothing is armed). When the host has consumed notifications after Notify
+// returned false, call e.RetryNotifications() (Tick retries too, every
+// Config.NotifyRetry).
+//
+// Diagnostics: e.Counters() (every drop and rejection), e.Info(idx),
+// e.Snapshot(idx, &st), e.PendingNotifications().
+//
+// # Notifications
+//
+// Every notification carries Conn = the index, Ack = SND.UNA and AckCount =
+// ACK segments received on the connection (free-running). Seq depends on the
+// kind:
+//
+//	NtfUserBufDone   Aux = buffer id, Len = bytes placed, Seq = sequence number of its first byte.
+//	                 A user buffer completes when full, on PSH, or when the FIN arrives.
+//	NtfLegacyUpload  Aux = legacy buffer id, Len = bytes, Seq = sequence number of the first byte.
+//	                 The host must return window credit for these bytes with UPDATE (Credit)
+//	                 once the application consumed them. With NtfError and Len 0: the legacy
+//	                 buffer's address was bad; the buffer is returned unused.
+//	NtfUserBufReq    payload arrived with no user buffer posted (once, until the next POST_BUFFERS).
+//	NtfAckThreshold  bytes acknowledged since the last one >= the ACK threshold, or
+//	                 (threshold 0) an ACK freed at least one transmit buffer, or the send
+//	                 queue emptied / our FIN was acknowledged. Seq = SND.NXT. The host frees
+//	                 every transmit buffer whose last byte (FIN included) is below Ack.
+//	NtfDupAck        the third duplicate ACK: fast retransmit/recovery started. Seq = SND.NXT.
+//	NtfSeqThreshold  RCV.NXT reached the armed sequence threshold. Seq = RCV.NXT.
+//	NtfFin           the peer's FIN arrived in order. Seq = RCV.NXT (FIN included).
+//	NtfRst           an acceptable RST arrived (always with NtfClosed).
+//	NtfTimeout       Aux = AuxTimeout*: retransmission, keepalive or zero-window probes
+//	                 gave up; the engine sent RST (always with NtfClosed).
+//	NtfError         Aux = AuxError*: e.g. a transmit buffer became unreadable; RST sent
+//	                 (with NtfClosed).
+//	NtfClosed        the connection is CLOSED (LAST_ACK done, TIME_WAIT over, RST,
+//	                 timeout, error). Every transmit and posted user buffer is the host's
+//	                 again. RELEASE frees the index.
+//
+// When Notify returns false the engine keeps the notification in a
+// per-connection queue (Config.PendingNotify deep) and posts it, in order,
+// later. Payload is refused (and counted, DropBackpressure; the peer
+// retransmits) before that queue runs out, so FIN, RST, timeout and close
+// notifications always have room; if even the reserve runs out, their flags
+// are merged into one notification posted after the queue drains. ACK,
+// duplicate-ACK, sequence-threshold and user-buffer-request notifications
+// are cumulative and are merged into a pending one of the same kind.
+//
+// # The TCP it implements
+//
+// Receive: RFC 9293 acceptability against the advertised window (never
+// accepts outside it; answers with an ACK), RFC 7323 timestamps and PAWS,
+// RFC 5961 (RST and SYN in window but not exact: challenge ACK, rate
+// limited; ACKs below SND.UNA-MAX.SND.WND: challenge ACK; ACK above
+// SND.MAX: ignored with an ACK), in-order placement into posted user
+// buffers (DMA writes) or else legacy buffers, a bounded out-of-order queue
+// in a preallocated device slab merged when the hole fills, SACK blocks
+// (RFC 2018, most recent first), delayed ACK (every second segment or
+// Config.DelayedAck, immediate on out-of-order data, hole fill, FIN and
+// window updates after credit), advertised window = receive buffer −
+// uncredited legacy bytes − out-of-order bytes held, with window scaling,
+// receiver silly-window avoidance, and a right edge that never moves left.
+//
+// Send: the send queue is the host's buffers, read by DMA straight into the
+// frame for every (re)transmission; MSS segmentation (MSS less the
+// timestamp option, RFC 6691) limited by the peer's scaled window and cwnd;
+// slow start and congestion avoidance (RFC 5681, byte counting), limited
+// transmit (RFC 3042), fast retransmit and NewReno recovery (RFC 6582),
+// RTO per RFC 6298 (timestamps or Karn samples, Config.MinRTO, exponential
+// backoff, Config.MaxRetries → NtfTimeout + RST; after a timeout the engine
+// goes back to SND.UNA in slow start), zero-window probing (persist timer,
+// one-byte probes at SND.UNA-1 that every stack answers), keepalive, sender
+// silly-window avoidance. TSval continues from the state block's TSVal at 1
+// ms per tick and never goes backwards.
+//
+// Close: FIN after queued data in both directions, half-close both ways,
+// simultaneous close, TIME_WAIT (Config.TimeWait, restarted by a
+// retransmitted FIN; RSTs ignored per RFC 1337), LAST_ACK.
+//
+// Nothing on the per-segment path allocates: segments are parsed in place,
+// frames are built in one engine buffer, queues are preallocated per slot
+// and the tuple lookup is an open-addressing table.
+//
+// Not implemented (TODO): SACK-based loss recovery at the sender (RFC 6675;
+// received SACK blocks are parsed but only NewReno drives retransmission),
+// Nagle, urgent data (URG is ignored), D-SACK, ECN, path MTU changes, IP
+// options on output, upload of a connection back to the host stack.
+package delegation

@@ -1,0 +1,469 @@
+package delegation
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"hash"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/emunic/emunic/rings"
+)
+
+// This file is the test device and host around an Engine: a fake Env backed
+// by a rings.Arena (host memory), a host application that streams data
+// through transmit buffers and receives it through user or legacy buffers
+// (hashing both sides), and helpers to build and parse frames.
+
+// ---- the device side ----------------------------------------------------
+
+type testEnv struct {
+	arena *rings.Arena
+	now   *int64
+
+	// Notification ring: bounded, so tests can make it full.
+	ntf      []rings.Notification
+	ntfHead  int
+	ntfCount int
+	ntfCap   int
+	ntfFull  int // Notify calls refused
+
+	// Legacy receive buffers (the receive descriptor ring).
+	legacy     []legacyBuf
+	legacyFree []uint32
+
+	transmit func(frame []byte) error
+}
+
+type legacyBuf struct {
+	addr rings.Addr
+	cap  uint32
+}
+
+func newTestEnv(t testing.TB, arenaSize int, now *int64) *testEnv {
+	a, err := rings.NewArena(arenaSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testEnv{arena: a, now: now, ntfCap: 4096, ntf: make([]rings.Notification, 4096)}
+}
+
+func (v *testEnv) DMA() rings.DMA  { return v.arena }
+func (v *testEnv) NowNanos() int64 { return *v.now }
+func (v *testEnv) Transmit(f []byte) error {
+	if v.transmit == nil {
+		return nil
+	}
+	return v.transmit(f)
+}
+
+func (v *testEnv) Notify(n *rings.Notification) bool {
+	if v.ntfCount >= v.ntfCap {
+		v.ntfFull++
+		return false
+	}
+	v.ntf[(v.ntfHead+v.ntfCount)%len(v.ntf)] = *n
+	v.ntfCount++
+	return true
+}
+
+// popNotify takes the oldest notification.
+func (v *testEnv) popNotify() (rings.Notification, bool) {
+	if v.ntfCount == 0 {
+		return rings.Notification{}, false
+	}
+	n := v.ntf[v.ntfHead]
+	v.ntfHead = (v.ntfHead + 1) % len(v.ntf)
+	v.ntfCount--
+	return n, true
+}
+
+func (v *testEnv) TakeLegacyBuffer() (uint32, rings.Addr, uint32, bool) {
+	if len(v.legacyFree) == 0 {
+		return 0, 0, 0, false
+	}
+	id := v.legacyFree[len(v.legacyFree)-1]
+	v.legacyFree = v.legacyFree[:len(v.legacyFree)-1]
+	return id, v.legacy[id].addr, v.legacy[id].cap, true
+}
+
+func (v *testEnv) addLegacy(t testing.TB, n int, size uint32) {
+	for i := 0; i < n; i++ {
+		a, err := v.arena.Alloc(int(size), 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v.legacy = append(v.legacy, legacyBuf{a, size})
+		v.legacyFree = append(v.legacyFree, uint32(len(v.legacy)-1))
+	}
+}
+
+// inputFrame is the device's receive classifier for the tests: Ethernet →
+// IPv4 (header checksum verified) → Lookup → Input. It returns false if the
+// frame is not for a delegated connection.
+func inputFrame(e *Engine, f []byte) bool {
+	if len(f) < ethHdrLen+ipHdrLen || be.Uint16(f[12:]) != etherIPv4 {
+		return false
+	}
+	return inputIP(e, f[ethHdrLen:])
+}
+
+func inputIP(e *Engine, p []byte) bool {
+	if len(p) < ipHdrLen {
+		return false
+	}
+	ihl := int(p[0]&0xF) * 4
+	if ihl < ipHdrLen || len(p) < ihl || foldChecksum(checksumAcc(0, p[:ihl])) != 0xFFFF {
+		return false
+	}
+	idx, ok := e.LookupSegment(p[:ihl], p[ihl:])
+	if !ok {
+		return false
+	}
+	e.Input(idx, p[:ihl], p[ihl:])
+	return true
+}
+
+// ---- the host side -------------------------------------------------------
+
+// hostApp is one side's application and driver: it sends a byte stream
+// through transmit buffers and receives the peer's stream through user
+// buffers (or legacy buffers), hashing both.
+type hostApp struct {
+	t    testing.TB
+	name string
+	e    *Engine
+	env  *testEnv
+	idx  uint32
+
+	// Sending.
+	sendTotal  int64
+	sent       int64 // bytes handed to the engine
+	gen        *rand.ChaCha8
+	sendHash   hash.Hash
+	txBufs     []rings.Addr
+	txSize     uint32
+	txFree     []int
+	txFIFO     []txRec // in flight, in sequence order
+	sndNxt     uint32  // sequence number of the next byte handed over
+	closeAfter bool    // FIN after the stream
+	finSent    bool
+	ackSeen    uint32
+
+	// Receiving.
+	legacyOnly bool
+	userBufs   []rings.Addr
+	userSize   uint32
+	descAddr   rings.Addr
+	expect     uint32 // next sequence number expected
+	recvd      int64
+	recvHash   hash.Hash
+	gotFin     bool
+	closed     bool
+	rst        bool
+	timeout    bool
+	noCredit   bool // stop returning legacy credit (zero-window tests)
+	heldCredit uint32
+	flags      rings.NotifyFlags // every flag seen
+	ntfs       []rings.Notification
+	keepNtfs   bool
+	scratch    []byte
+}
+
+type txRec struct {
+	end uint32 // sequence number just past the buffer
+	buf int
+}
+
+type hostOpts struct {
+	sendBytes  int64
+	txBufs     int
+	txSize     uint32
+	userBufs   int
+	userSize   uint32
+	legacyOnly bool
+	legacyBufs int
+	legacySize uint32
+	closeAfter bool
+	seed       uint64
+}
+
+func newHostApp(t testing.TB, name string, e *Engine, env *testEnv, idx uint32, st *rings.ConnState, o hostOpts) *hostApp {
+	h := &hostApp{t: t, name: name, e: e, env: env, idx: idx,
+		sendTotal: o.sendBytes, sendHash: sha256.New(), recvHash: sha256.New(),
+		txSize: o.txSize, userSize: o.userSize, legacyOnly: o.legacyOnly, closeAfter: o.closeAfter,
+		sndNxt: st.SndNxt, ackSeen: st.SndUna, expect: st.RcvNxt, scratch: make([]byte, 64<<10)}
+	var seed [32]byte
+	seed[0], seed[1] = byte(o.seed), byte(o.seed>>8)
+	copy(seed[2:], name)
+	h.gen = rand.NewChaCha8(seed)
+	for i := 0; i < o.txBufs; i++ {
+		a, err := env.arena.Alloc(int(o.txSize), 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.txBufs = append(h.txBufs, a)
+		h.txFree = append(h.txFree, i)
+	}
+	if !o.legacyOnly {
+		for i := 0; i < o.userBufs; i++ {
+			a, err := env.arena.Alloc(int(o.userSize), 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.userBufs = append(h.userBufs, a)
+		}
+		a, err := env.arena.Alloc(rings.UserBufDescSize*max(o.userBufs, 1), 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.descAddr = a
+	}
+	if o.legacyBufs > 0 {
+		env.addLegacy(t, o.legacyBufs, o.legacySize)
+	}
+	return h
+}
+
+// start posts the user buffers and queues the first transmit buffers.
+func (h *hostApp) start() {
+	if !h.legacyOnly {
+		for i := range h.userBufs {
+			h.post(i)
+		}
+	}
+	h.pump()
+}
+
+func (h *hostApp) post(i int) {
+	d, _ := h.env.arena.Map(h.descAddr, rings.UserBufDescSize)
+	u := rings.UserBuf{Addr: h.userBufs[i], Len: h.userSize, ID: uint32(i)}
+	u.Encode(d)
+	n, st := h.e.PostBuffers(h.idx, h.descAddr, 1)
+	if n != 1 && st != rings.StatusBadState { // BadState: the peer's FIN is in
+		h.t.Errorf("%s: PostBuffers: %d %v", h.name, n, st)
+	}
+}
+
+// pump hands stream bytes to the engine while transmit buffers are free.
+func (h *hostApp) pump() {
+	for h.sent < h.sendTotal && len(h.txFree) > 0 {
+		i := h.txFree[len(h.txFree)-1]
+		n := int64(h.txSize)
+		if r := h.sendTotal - h.sent; r < n {
+			n = r
+		}
+		b, _ := h.env.arena.Map(h.txBufs[i], int(n))
+		h.gen.Read(b)
+		tx := rings.Tx{Conn: h.idx, Addr: h.txBufs[i], Len: uint32(n), Flags: rings.TxPush}
+		last := h.sent+n == h.sendTotal
+		if last && h.closeAfter {
+			tx.Flags |= rings.TxFin
+		}
+		st := h.e.Send(h.idx, &tx)
+		if st == rings.StatusNoResources {
+			return
+		}
+		if st != rings.StatusOK {
+			h.t.Errorf("%s: Send: %v", h.name, st)
+			return
+		}
+		h.sendHash.Write(b)
+		h.txFree = h.txFree[:len(h.txFree)-1]
+		h.sent += n
+		h.sndNxt += uint32(n)
+		end := h.sndNxt
+		if tx.Flags&rings.TxFin != 0 {
+			end++
+			h.finSent = true
+		}
+		h.txFIFO = append(h.txFIFO, txRec{end: end, buf: i})
+	}
+	if h.sent == h.sendTotal && h.closeAfter && !h.finSent {
+		h.finSent = true
+		if st := h.e.Close(h.idx); st != rings.StatusOK {
+			h.t.Errorf("%s: Close: %v", h.name, st)
+		}
+	}
+}
+
+// drain processes the host's notifications.
+func (h *hostApp) drain() {
+	for {
+		n, ok := h.env.popNotify()
+		if !ok {
+			break
+		}
+		h.handle(n)
+	}
+	// The ring has room again: let the engine post what it held back.
+	h.e.RetryNotifications()
+	for {
+		n, ok := h.env.popNotify()
+		if !ok {
+			return
+		}
+		h.handle(n)
+	}
+}
+
+func (h *hostApp) handle(n rings.Notification) {
+	if n.Conn != h.idx {
+		h.t.Errorf("%s: notification for conn %d", h.name, n.Conn)
+		return
+	}
+	h.flags |= n.Flags
+	if h.keepNtfs {
+		h.ntfs = append(h.ntfs, n)
+	}
+	if int32(n.Ack-h.ackSeen) > 0 {
+		h.ackSeen = n.Ack
+	}
+	if n.Flags&rings.NtfAckThreshold != 0 || n.Flags&rings.NtfClosed != 0 {
+		freed := 0
+		for _, r := range h.txFIFO {
+			if int32(n.Ack-r.end) < 0 {
+				break
+			}
+			h.txFree = append(h.txFree, r.buf)
+			freed++
+		}
+		h.txFIFO = h.txFIFO[freed:]
+	}
+	if n.Flags&rings.NtfUserBufDone != 0 {
+		if n.Seq != h.expect {
+			h.t.Fatalf("%s: user buffer %d at seq %d, expected %d", h.name, n.Aux, n.Seq, h.expect)
+		}
+		b, err := h.env.arena.Map(h.userBufs[n.Aux], int(n.Len))
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		h.recvHash.Write(b)
+		h.expect += n.Len
+		h.recvd += int64(n.Len)
+		h.post(int(n.Aux))
+	}
+	if n.Flags&rings.NtfLegacyUpload != 0 {
+		if n.Seq != h.expect {
+			h.t.Fatalf("%s: legacy upload at seq %d, expected %d", h.name, n.Seq, h.expect)
+		}
+		lb := h.env.legacy[n.Aux]
+		b, err := h.env.arena.Map(lb.addr, int(n.Len))
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		h.recvHash.Write(b)
+		h.expect += n.Len
+		h.recvd += int64(n.Len)
+		h.env.legacyFree = append(h.env.legacyFree, n.Aux)
+		if h.noCredit {
+			h.heldCredit += n.Len
+		} else if n.Len > 0 {
+			if st := h.e.Update(h.idx, &rings.ConnUpdate{Credit: n.Len}); st != rings.StatusOK && !h.closed {
+				h.t.Errorf("%s: Update credit: %v", h.name, st)
+			}
+		}
+	}
+	if n.Flags&rings.NtfFin != 0 {
+		if n.Seq != h.expect+1 {
+			h.t.Errorf("%s: FIN at RCV.NXT %d, expected %d", h.name, n.Seq, h.expect+1)
+		}
+		h.gotFin = true
+	}
+	if n.Flags&rings.NtfRst != 0 {
+		h.rst = true
+	}
+	if n.Flags&rings.NtfTimeout != 0 {
+		h.timeout = true
+	}
+	if n.Flags&rings.NtfClosed != 0 {
+		h.closed = true
+	}
+	if n.Flags&(rings.NtfAckThreshold|rings.NtfClosed) != 0 && !h.closed {
+		h.pump()
+	}
+}
+
+// giveCredit returns the held legacy credit (zero-window tests).
+func (h *hostApp) giveCredit() {
+	h.noCredit = false
+	if h.heldCredit > 0 {
+		if st := h.e.Update(h.idx, &rings.ConnUpdate{Credit: h.heldCredit}); st != rings.StatusOK {
+			h.t.Errorf("%s: Update: %v", h.name, st)
+		}
+		h.heldCredit = 0
+	}
+}
+
+func (h *hostApp) String() string {
+	i, _ := h.e.Info(h.idx)
+	return fmt.Sprintf("%s: sent %d/%d recvd %d fin=%v closed=%v flags=%v info=%+v", h.name,
+		h.sent, h.sendTotal, h.recvd, h.gotFin, h.closed, h.flags, i)
+}
+
+// ---- connection state for a pair ---------------------------------------
+
+var (
+	ipA   = [4]byte{10, 0, 0, 1}
+	ipB   = [4]byte{10, 0, 0, 2}
+	macA  = [6]byte{2, 0, 0, 0, 0, 0xA}
+	macB  = [6]byte{2, 0, 0, 0, 0, 0xB}
+	portA = uint16(40001)
+	portB = uint16(5001)
+)
+
+type pairOpts struct {
+	issA, issB   uint32
+	mss          uint16
+	wsA, wsB     uint8 // each side's receive window scale
+	rcvBufA      uint32
+	rcvBufB      uint32
+	sack, ts     bool
+	tsA, tsB     uint32
+	initialWnd   uint16
+	keepaliveMs  uint32
+	ackThreshold uint32
+}
+
+// pairStates returns the state blocks of both ends of a connection that has
+// just completed its handshake.
+func pairStates(o pairOpts) (a, b rings.ConnState) {
+	if o.mss == 0 {
+		o.mss = 1460
+	}
+	if o.initialWnd == 0 {
+		o.initialWnd = 0xFFFF
+	}
+	var flags rings.ConnStateFlags
+	if o.sack {
+		flags |= rings.ConnSACKPermitted
+	}
+	if o.ts {
+		flags |= rings.ConnTimestamps
+	}
+	a = rings.ConnState{
+		Version: rings.ConnStateVersion, Flags: flags, State: rings.StateEstablished, TTL: 64,
+		LocalIP: ipA, RemoteIP: ipB, LocalPort: portA, RemotePort: portB,
+		LocalMAC: macA, NextHopMAC: macB,
+		SndUna: o.issA, SndNxt: o.issA, RcvNxt: o.issB,
+		SndWnd: o.initialWnd, SndWndScale: o.wsB, RcvWndScale: o.wsA, MSS: o.mss,
+		TSRecent: o.tsB, TSVal: o.tsA, RcvBufSize: o.rcvBufA,
+		RcvAdvertised: uint32(o.initialWnd) << o.wsA, AckThreshold: o.ackThreshold,
+		KeepaliveIdleMs: o.keepaliveMs, KeepaliveIntervalMs: o.keepaliveMs / 4, KeepaliveCount: 3,
+	}
+	b = rings.ConnState{
+		Version: rings.ConnStateVersion, Flags: flags, State: rings.StateEstablished, TTL: 64,
+		LocalIP: ipB, RemoteIP: ipA, LocalPort: portB, RemotePort: portA,
+		LocalMAC: macB, NextHopMAC: macA,
+		SndUna: o.issB, SndNxt: o.issB, RcvNxt: o.issA,
+		SndWnd: o.initialWnd, SndWndScale: o.wsA, RcvWndScale: o.wsB, MSS: o.mss,
+		TSRecent: o.tsA, TSVal: o.tsB, RcvBufSize: o.rcvBufB,
+		RcvAdvertised: uint32(o.initialWnd) << o.wsB, AckThreshold: o.ackThreshold,
+		KeepaliveIdleMs: o.keepaliveMs, KeepaliveIntervalMs: o.keepaliveMs / 4, KeepaliveCount: 3,
+	}
+	if o.keepaliveMs == 0 {
+		a.KeepaliveIntervalMs, a.KeepaliveCount = 0, 0
+		b.KeepaliveIntervalMs, b.KeepaliveCount = 0, 0
+	}
+	return a, b
+}

@@ -1,0 +1,674 @@
+package delegation
+
+import (
+	"github.com/emunic/emunic/rings"
+)
+
+// Input processes one received TCP segment of delegated connection idx.
+// ipHdr is its IPv4 header (options included), tcpSeg the IPv4 payload: the
+// TCP header and data. Link padding past the IPv4 total length is ignored.
+// The segment is parsed in place and never retained; the TCP checksum is
+// verified here. Every rejection is counted.
+func (e *Engine) Input(idx uint32, ipHdr, tcpSeg []byte) {
+	if len(e.pendList) > 0 {
+		e.flushNotify(e.env.NowNanos())
+	}
+	c := e.get(idx)
+	if c == nil {
+		e.ctr.DropNoConn++
+		return
+	}
+	if len(ipHdr) < ipHdrLen || ipHdr[0]>>4 != 4 || ipHdr[9] != ipProtoTCP {
+		e.ctr.DropBadIP++
+		return
+	}
+	ihl := int(ipHdr[0]&0xF) * 4
+	total := int(be.Uint16(ipHdr[2:]))
+	if ihl < ipHdrLen || ihl > len(ipHdr) || total < ihl {
+		e.ctr.DropBadIP++
+		return
+	}
+	if be.Uint16(ipHdr[6:])&0x3FFF != 0 {
+		e.ctr.DropFragment++
+		return
+	}
+	if total-ihl > len(tcpSeg) {
+		e.ctr.DropShort++
+		return
+	}
+	tcpSeg = tcpSeg[:total-ihl]
+	if len(tcpSeg) < tcpHdrLen {
+		e.ctr.DropShort++
+		return
+	}
+	src, dst := [4]byte(ipHdr[12:16]), [4]byte(ipHdr[16:20])
+	if src != c.remoteIP || dst != c.localIP ||
+		be.Uint16(tcpSeg[0:]) != c.remotePort || be.Uint16(tcpSeg[2:]) != c.localPort {
+		e.ctr.DropTupleMismatch++
+		return
+	}
+	if !tcpChecksumOK(src, dst, tcpSeg) {
+		e.ctr.DropBadChecksum++
+		return
+	}
+	var s segment
+	switch parseTCP(tcpSeg, &s) {
+	case parseShort:
+		e.ctr.DropShort++
+		return
+	case parseBadOffset:
+		e.ctr.DropBadOffset++
+		return
+	case parseBadOptions:
+		e.ctr.DropBadOptions++
+		return
+	}
+	e.ctr.RxSegments++
+	now := e.env.NowNanos()
+	c.input(now, &s)
+	e.schedule(c)
+}
+
+// input is RFC 9293 §3.10.7.4 (segment arrives, synchronized states) with
+// RFC 5961 and RFC 7323 checks.
+func (c *conn) input(now int64, s *segment) {
+	e := c.e
+	switch c.state {
+	case rings.StateClosed:
+		e.ctr.DropClosed++
+		return
+	case rings.StateTimeWait:
+		c.inputTimeWait(now, s)
+		return
+	}
+	c.lastRecv = now
+	c.kaSent = 0
+	c.probes = 0
+	rst := s.flags&flRST != 0
+
+	// RFC 7323: timestamps, then PAWS.
+	if c.tsOK && !rst {
+		if !s.hasTS {
+			e.ctr.DropNoTimestamp++
+			return
+		}
+		if seq(s.tsVal).lt(seq(c.tsRecent)) && now-c.tsRecentAt < 24*86400e9 {
+			e.ctr.DropPAWS++
+			c.sendOOWAck(now, len(s.payload) > 0)
+			return
+		}
+	}
+
+	// Acceptability (RFC 9293 table): against the window we advertised.
+	segLen := s.seqLen()
+	wnd := uint32(0)
+	if c.rcvAdvEdge.gt(c.rcvNxt) {
+		wnd = c.rcvAdvEdge.sub(c.rcvNxt)
+	}
+	var ok bool
+	switch {
+	case segLen == 0 && wnd == 0:
+		ok = s.seq == c.rcvNxt
+	case segLen == 0:
+		ok = s.seq.inRange(c.rcvNxt, c.rcvAdvEdge)
+	case wnd == 0:
+		ok = false
+	default:
+		ok = s.seq.inRange(c.rcvNxt, c.rcvAdvEdge) ||
+			s.seq.add(segLen-1).inRange(c.rcvNxt, c.rcvAdvEdge)
+	}
+	if !ok {
+		if rst {
+			e.ctr.RstOutOfWindow++
+			return
+		}
+		e.ctr.DropOutOfWindow++
+		// A zero window accepts no data, but its ACK still counts
+		// (RFC 9293: "special allowance ... valid ACKs").
+		if wnd == 0 && s.seq == c.rcvNxt && s.flags&flACK != 0 && s.flags&flSYN == 0 &&
+			s.ack.le(c.sndMax) && !s.ack.lt(c.sndUna-seq(c.maxSndWnd)) {
+			c.processAck(now, s, len(s.payload) == 0 && s.flags&flFIN == 0)
+			if c.state == rings.StateClosed || c.state == rings.StateTimeWait {
+				return
+			}
+			c.output(now)
+		}
+		c.sendOOWAck(now, len(s.payload) > 0)
+		return
+	}
+
+	// RFC 5961 §3: an RST is accepted only at exactly RCV.NXT.
+	if rst {
+		if s.seq == c.rcvNxt {
+			e.ctr.RstAccepted++
+			c.toClosed(rings.NtfRst)
+			return
+		}
+		c.challengeAck(now)
+		return
+	}
+	// RFC 5961 §4: any SYN on a synchronized connection.
+	if s.flags&flSYN != 0 {
+		e.ctr.SynReceived++
+		c.challengeAck(now)
+		return
+	}
+	if s.flags&flACK == 0 {
+		e.ctr.DropNoAck++
+		return
+	}
+	// RFC 9293 / RFC 5961 §5: the acceptable ACK range.
+	if s.ack.gt(c.sndMax) {
+		e.ctr.DropAckUnsent++
+		c.sendOOWAck(now, len(s.payload) > 0)
+		return
+	}
+	if s.ack.lt(c.sndUna - seq(c.maxSndWnd)) {
+		e.ctr.DropAckTooOld++
+		c.challengeAck(now)
+		return
+	}
+
+	// RFC 7323 §4.3: remember the peer's timestamp.
+	if c.tsOK && s.hasTS && seq(s.tsVal).ge(seq(c.tsRecent)) && s.seq.le(c.lastAckSent) {
+		c.tsRecent = s.tsVal
+		c.tsRecentAt = now
+	}
+
+	c.processAck(now, s, len(s.payload) == 0 && s.flags&flFIN == 0)
+	switch c.state {
+	case rings.StateClosed:
+		return
+	case rings.StateTimeWait:
+		// Our FIN was just acknowledged in CLOSING: the peer's FIN is
+		// already in; anything else it carries is a retransmission.
+		if segLen > 0 {
+			c.sendAck(now)
+		}
+		return
+	}
+	if segLen > 0 {
+		c.processData(now, s)
+	}
+	c.output(now)
+	if c.ackNow {
+		c.sendAck(now)
+	} else if c.segsUnacked > 0 && c.delackAt == 0 {
+		c.delackAt = now + e.cfg.DelayedAck
+	}
+}
+
+// inputTimeWait absorbs segments in TIME_WAIT: a retransmitted FIN is ACKed
+// again and restarts the timer; RSTs are ignored (RFC 1337).
+func (c *conn) inputTimeWait(now int64, s *segment) {
+	c.e.ctr.DropTimeWait++
+	if s.flags&flRST != 0 {
+		return
+	}
+	if s.flags&flFIN != 0 {
+		c.twAt = now + c.e.cfg.TimeWait
+		c.sendAck(now)
+		return
+	}
+	if len(s.payload) > 0 || s.flags&flSYN != 0 {
+		c.sendOOWAck(now, true)
+	}
+}
+
+// challengeAck sends an RFC 5961 challenge ACK, rate limited engine-wide.
+func (c *conn) challengeAck(now int64) {
+	if !c.e.challengeAllowed(now) {
+		return
+	}
+	c.e.ctr.ChallengeAcks++
+	c.sendAck(now)
+}
+
+// sendOOWAck answers a segment that could not be accepted. Segments with
+// data are always answered (a sender probing a zero window needs it);
+// zero-length ones at most once per OOWAckInterval, so two confused peers
+// cannot ACK each other forever.
+func (c *conn) sendOOWAck(now int64, hasData bool) {
+	if !hasData {
+		if c.oowAckAt != 0 && now < c.oowAckAt {
+			return
+		}
+		c.oowAckAt = now + c.e.cfg.OOWAckInterval
+	}
+	c.sendAck(now)
+}
+
+// processAck handles SEG.ACK and SEG.WND. pure says the segment carries no
+// data and no FIN (a candidate duplicate ACK).
+func (c *conn) processAck(now int64, s *segment, pure bool) {
+	c.ackCount++
+
+	// Window update (RFC 9293 §3.10.7.4, SND.WL1/SND.WL2).
+	oldWnd := c.sndWnd
+	wndUpdated := false
+	if c.sndWl1.lt(s.seq) || (c.sndWl1 == s.seq && c.sndWl2.le(s.ack)) {
+		w := uint32(s.wnd) << c.sndScale
+		c.sndWnd = w
+		c.sndWl1, c.sndWl2 = s.seq, s.ack
+		if w > c.maxSndWnd {
+			c.maxSndWnd = w
+		}
+		wndUpdated = w != oldWnd
+		if w > 0 && c.persist {
+			// The window opened: stop probing.
+			c.persist = false
+			c.rtoAt = 0
+			c.backoff = 0
+		}
+	}
+
+	switch {
+	case s.ack.gt(c.sndUna):
+		c.newAck(now, s)
+	case s.ack == c.sndUna && pure && !wndUpdated && c.sndMax.gt(c.sndUna):
+		c.dupAck(now)
+	}
+}
+
+// newAck: SEG.ACK advanced SND.UNA.
+func (c *conn) newAck(now int64, s *segment) {
+	e := c.e
+	acked := s.ack.sub(c.sndUna)
+	c.sndUna = s.ack
+	if c.sndNxt.lt(c.sndUna) {
+		c.sndNxt = c.sndUna // the peer had data we were about to resend
+	}
+	finAcked := c.finQueued && c.sndUna == c.finSeq.add(1)
+
+	// RTT (RFC 7323 §4 with timestamps, Karn otherwise).
+	if c.tsOK && s.hasTS && s.tsEcr != 0 {
+		if d := c.tsNow(now) - s.tsEcr; d < 1<<20 {
+			c.rttSample(int64(d) * 1e6)
+		}
+	} else if c.timing && c.sndUna.ge(c.rtSeq) {
+		c.timing = false
+		c.rttSample(now - c.rtStart)
+	}
+	c.retries = 0
+	c.backoff = 0
+
+	// Congestion control.
+	mss := c.maxPayload()
+	if c.inRecovery {
+		if c.sndUna.gt(c.recover) {
+			// Full ACK (RFC 6582 §3.2 step 3).
+			flight := c.sndMax.sub(c.sndUna)
+			c.cwnd = min(c.ssthresh, max(flight, mss)+mss)
+			c.inRecovery = false
+			c.dupAcks = 0
+		} else {
+			// Partial ACK: retransmit the next hole, deflate.
+			e.ctr.PartialAcks++
+			c.retransmitHead(now)
+			if acked >= c.cwnd {
+				c.cwnd = mss
+			} else {
+				c.cwnd -= acked
+			}
+			if acked >= mss {
+				c.cwnd += mss
+			}
+			if !c.partialSeen {
+				c.partialSeen = true
+				c.rtoAt = now + c.curRTO()
+			}
+		}
+	} else {
+		c.dupAcks = 0
+		if c.cwnd < c.ssthresh {
+			c.cwnd += min(acked, mss) // slow start (RFC 5681 §3.1, ABC L=1)
+		} else {
+			c.caAcked += acked // congestion avoidance, byte counting
+			if c.caAcked >= c.cwnd {
+				c.caAcked -= c.cwnd
+				c.cwnd += mss
+			}
+		}
+		if c.cwnd > maxWindowBytes {
+			c.cwnd = maxWindowBytes
+		}
+	}
+
+	// Buffers the host may free, and the ACK threshold.
+	freed := c.popAcked()
+	c.ackedSince += acked
+	if (c.ackThresh > 0 && c.ackedSince >= c.ackThresh) ||
+		(c.ackThresh == 0 && freed > 0) ||
+		(c.txCount == 0 && (freed > 0 || finAcked)) {
+		c.ackedSince = 0
+		c.notify(rings.NtfAckThreshold, c.sndNxt, 0, 0)
+	}
+
+	// RFC 6298 §5.2/5.3: stop or restart the retransmission timer.
+	if c.sndUna == c.sndMax {
+		if !c.persist {
+			c.rtoAt = 0
+		}
+	} else if !c.inRecovery || !c.partialSeen || c.rtoAt == 0 {
+		c.rtoAt = now + c.curRTO()
+		c.persist = false
+	}
+
+	if finAcked {
+		switch c.state {
+		case rings.StateFinWait1:
+			c.state = rings.StateFinWait2
+		case rings.StateClosing:
+			c.enterTimeWait(now)
+		case rings.StateLastAck:
+			c.toClosed(0)
+		}
+	}
+}
+
+// dupAck: RFC 5681 §3.2 / RFC 6582.
+func (c *conn) dupAck(now int64) {
+	e := c.e
+	e.ctr.DupAcksRx++
+	c.dupAcks++
+	mss := c.maxPayload()
+	switch {
+	case c.inRecovery:
+		c.cwnd += mss // inflate: one segment left the network
+	case c.dupAcks == 3 && c.sndUna.gt(c.recover):
+		e.ctr.FastRetransmits++
+		flight := c.sndMax.sub(c.sndUna)
+		c.ssthresh = max(flight/2, 2*mss)
+		c.recover = c.sndMax - 1
+		c.inRecovery = true
+		c.partialSeen = false
+		c.timing = false
+		c.retransmitHead(now)
+		c.cwnd = c.ssthresh + 3*mss
+		c.notify(rings.NtfDupAck, c.sndNxt, 0, 0)
+	}
+}
+
+// enterTimeWait: both FINs are done and we closed first.
+func (c *conn) enterTimeWait(now int64) {
+	c.state = rings.StateTimeWait
+	c.rtoAt, c.delackAt, c.kaAt = 0, 0, 0
+	c.persist = false
+	c.twAt = now + c.e.cfg.TimeWait
+}
+
+// processData places the segment's payload and FIN (the segment is
+// acceptable: it overlaps the window).
+func (c *conn) processData(now int64, s *segment) {
+	e := c.e
+	data := s.payload
+	start := s.seq
+	fin := s.flags&flFIN != 0
+	push := s.flags&flPSH != 0
+	if c.finRcvd {
+		if len(data) > 0 {
+			e.ctr.DropDataAfterFin++
+		}
+		c.ackNow = true
+		return
+	}
+	// Trim what we already have.
+	if start.lt(c.rcvNxt) {
+		d := c.rcvNxt.sub(start)
+		if d >= uint32(len(data)) {
+			d = uint32(len(data))
+		}
+		data = data[d:]
+		start = start.add(d)
+		if start.lt(c.rcvNxt) { // the FIN itself is old
+			c.ackNow = true
+			return
+		}
+	}
+	// Trim what lies beyond the window we advertised.
+	if end := start.add(uint32(len(data))); end.gt(c.rcvAdvEdge) {
+		keep := uint32(0)
+		if c.rcvAdvEdge.gt(start) {
+			keep = c.rcvAdvEdge.sub(start)
+		}
+		data = data[:keep]
+		fin = false
+		push = false
+		c.ackNow = true
+	}
+	if c.oooFin && start.add(uint32(len(data))).gt(c.oooFinSeq) {
+		// Data past a FIN we already hold: the peer is confused.
+		e.ctr.DropDataAfterFin++
+		keep := uint32(0)
+		if c.oooFinSeq.gt(start) {
+			keep = c.oooFinSeq.sub(start)
+		}
+		data = data[:keep]
+		fin = false
+	}
+
+	if start != c.rcvNxt {
+		c.queueOOO(start, data, fin, push)
+		c.ackNow = true // duplicate ACK (with SACK) at once
+		return
+	}
+
+	hadOOO := c.ooo.n > 0
+	placed := c.deliver(data, push)
+	if placed < len(data) {
+		// No room for the rest: it is dropped as a NIC drops a frame
+		// with no receive buffer; the peer retransmits it.
+		fin = false
+		if placed == 0 && !hadOOO {
+			return
+		}
+		c.ackNow = true
+	}
+	if hadOOO {
+		c.drainOOO()
+		c.ackNow = true // a hole filled: tell the sender now
+	}
+	if fin || (c.oooFin && c.rcvNxt == c.oooFinSeq) {
+		c.rcvFin(now)
+		return
+	}
+	if len(data) > 0 {
+		c.segsUnacked++
+		if c.segsUnacked >= 2 {
+			c.ackNow = true
+		}
+	}
+}
+
+// queueOOO holds an out-of-order segment.
+func (c *conn) queueOOO(start seq, data []byte, fin, push bool) {
+	e := c.e
+	if fin && len(data) == 0 {
+		if !c.oooFin {
+			c.oooFin, c.oooFinSeq = true, start
+		}
+		return
+	}
+	if len(data) == 0 {
+		return
+	}
+	limit := c.rcvNxt.add(e.cfg.OOOLimit)
+	if end := start.add(uint32(len(data))); end.gt(limit) {
+		keep := uint32(0)
+		if limit.gt(start) {
+			keep = limit.sub(start)
+		}
+		e.ctr.OOOBytesDropped += uint64(uint32(len(data)) - keep)
+		data = data[:keep]
+		fin = false
+		if keep == 0 {
+			return
+		}
+	}
+	end := start.add(uint32(len(data)))
+	if !c.ooo.canAdd(start, end) {
+		e.ctr.OOODropRanges++
+		return
+	}
+	n := c.ooo.write(&e.pool, start, data)
+	if n < len(data) {
+		e.ctr.OOOBytesDropped += uint64(len(data) - n)
+		fin = false
+		if n == 0 {
+			return
+		}
+		end = start.add(uint32(n))
+	}
+	e.ctr.OOOSegments++
+	c.ooo.add(start, end, push)
+	if fin {
+		c.oooFin, c.oooFinSeq = true, end
+	}
+}
+
+// drainOOO delivers held data that RCV.NXT has reached.
+func (c *conn) drainOOO() {
+	e := c.e
+	for c.ooo.n > 0 && c.ooo.ranges[0].start.le(c.rcvNxt) {
+		r := c.ooo.ranges[0]
+		for c.rcvNxt.lt(r.end) {
+			chunk := c.ooo.read(&e.pool, c.rcvNxt, r.end.sub(c.rcvNxt))
+			placed := c.deliver(chunk, false)
+			e.ctr.OOOBytesRestored += uint64(placed)
+			if placed < len(chunk) {
+				c.ooo.trimBelow(c.rcvNxt)
+				return
+			}
+		}
+		c.ooo.trimBelow(c.rcvNxt)
+		if r.push {
+			c.completeUserBuf()
+		}
+	}
+	c.ooo.trimBelow(c.rcvNxt)
+	c.ooo.releaseBelow(&e.pool, c.rcvNxt, c.rcvNxt)
+}
+
+// rcvFin: RCV.NXT reached the peer's FIN.
+func (c *conn) rcvFin(now int64) {
+	c.completeUserBuf()
+	c.rcvNxt = c.rcvNxt.add(1)
+	c.finRcvd = true
+	c.oooFin = false
+	c.ooo.reset(&c.e.pool)
+	c.ackNow = true
+	c.checkSeqThreshold()
+	c.notify(rings.NtfFin, c.rcvNxt, 0, 0)
+	switch c.state {
+	case rings.StateEstablished:
+		c.state = rings.StateCloseWait
+	case rings.StateFinWait1:
+		c.state = rings.StateClosing
+	case rings.StateFinWait2:
+		c.sendAck(now)
+		c.enterTimeWait(now)
+	}
+}
+
+// deliver places in-order payload at RCV.NXT: into posted user buffers, else
+// into legacy buffers. It returns the bytes placed (fewer when buffers or
+// notification room ran out) and advances RCV.NXT over them.
+func (c *conn) deliver(data []byte, push bool) int {
+	e := c.e
+	placed := 0
+	old := c.rcvNxt
+	for placed < len(data) {
+		rest := data[placed:]
+		if !c.ntfRoom() {
+			// Every placement may end in a notification (buffer full,
+			// PSH, FIN): keep the reserve for control events.
+			e.ctr.DropBackpressure++
+			break
+		}
+		if c.uqCount > 0 {
+			ub := &c.userq[c.uqHead]
+			n := ub.len - ub.filled
+			if n > uint32(len(rest)) {
+				n = uint32(len(rest))
+			}
+			if err := e.dma.WriteAt(rest[:n], ub.addr+rings.Addr(ub.filled)); err != nil {
+				e.ctr.DMAErrors++
+				break
+			}
+			if ub.filled == 0 {
+				ub.first = c.rcvNxt
+			}
+			ub.filled += n
+			c.rcvNxt = c.rcvNxt.add(n)
+			placed += int(n)
+			if ub.filled == ub.len {
+				c.completeUserBuf()
+			}
+			continue
+		}
+		id, addr, capacity, ok := e.env.TakeLegacyBuffer()
+		if !ok || capacity == 0 {
+			e.ctr.DropNoBuffer++
+			if !c.userBufReqSent {
+				c.userBufReqSent = true
+				c.notify(rings.NtfUserBufReq, c.rcvNxt, 0, 0)
+			}
+			break
+		}
+		n := capacity
+		if n > uint32(len(rest)) {
+			n = uint32(len(rest))
+		}
+		if err := e.dma.WriteAt(rest[:n], addr); err != nil {
+			// The host posted a buffer outside its memory: report it
+			// as an empty upload so the buffer is not lost.
+			e.ctr.DMAErrors++
+			c.notify(rings.NtfLegacyUpload|rings.NtfError, c.rcvNxt, 0, id)
+			break
+		}
+		flags := rings.NtfLegacyUpload
+		if !c.userBufReqSent {
+			c.userBufReqSent = true
+			flags |= rings.NtfUserBufReq
+		}
+		e.ctr.LegacyUploads++
+		c.legacyUncredited += n
+		c.notify(flags, c.rcvNxt, n, id)
+		c.rcvNxt = c.rcvNxt.add(n)
+		placed += int(n)
+	}
+	if placed > 0 {
+		e.ctr.RxBytes += uint64(placed)
+		if c.ooo.pages > 0 {
+			c.ooo.trimBelow(c.rcvNxt)
+			c.ooo.releaseBelow(&e.pool, old, c.rcvNxt)
+		}
+		c.checkSeqThreshold()
+	}
+	if push && placed == len(data) {
+		c.completeUserBuf()
+	}
+	return placed
+}
+
+// completeUserBuf returns the current user buffer if it holds any data.
+func (c *conn) completeUserBuf() {
+	if c.uqCount == 0 {
+		return
+	}
+	ub := &c.userq[c.uqHead]
+	if ub.filled == 0 {
+		return
+	}
+	c.e.ctr.UserBufsDone++
+	c.notify(rings.NtfUserBufDone, ub.first, ub.filled, ub.id)
+	c.uqHead = (c.uqHead + 1) % len(c.userq)
+	c.uqCount--
+}
+
+func (c *conn) checkSeqThreshold() {
+	if c.seqArmed && c.rcvNxt.ge(c.seqThresh) {
+		c.seqArmed = false
+		c.notify(rings.NtfSeqThreshold, c.rcvNxt, 0, 0)
+	}
+}

@@ -1,0 +1,389 @@
+package delegation
+
+import (
+	"github.com/emunic/emunic/rings"
+)
+
+// Aux codes of NtfTimeout and NtfError notifications.
+const (
+	AuxTimeoutRetransmit = 1 // MaxRetries retransmission timeouts in a row
+	AuxTimeoutKeepalive  = 2 // KeepaliveCount probes unanswered
+	AuxTimeoutPersist    = 3 // MaxRetries zero-window probes unanswered
+	AuxErrorDMA          = 1 // a transmit buffer could not be read (the connection is reset)
+)
+
+// maxPayload is the most payload a segment carries: the send MSS less the
+// options every segment has (RFC 6691).
+func (c *conn) maxPayload() uint32 {
+	if c.tsOK {
+		return c.mss - tsOptLen
+	}
+	return c.mss
+}
+
+// canSend reports whether the state still has data or a FIN to (re)send.
+func (c *conn) canSend() bool {
+	switch c.state {
+	case rings.StateEstablished, rings.StateCloseWait, rings.StateFinWait1,
+		rings.StateClosing, rings.StateLastAck:
+		return true
+	}
+	return false
+}
+
+// output sends what the peer's window and the congestion window allow, in
+// MSS segments read by DMA from the send queue, then the FIN; it arms the
+// retransmission or persist timer.
+func (c *conn) output(now int64) {
+	if !c.canSend() {
+		return
+	}
+	mss := c.maxPayload()
+	for {
+		if c.sndNxt.lt(c.sndUna) {
+			c.sndNxt = c.sndUna
+		}
+		inflight := c.sndNxt.sub(c.sndUna)
+		cw := c.cwnd
+		if !c.inRecovery && c.dupAcks > 0 && c.dupAcks < 3 {
+			cw += uint32(c.dupAcks) * mss // limited transmit (RFC 3042)
+		}
+		room := uint32(0)
+		if cw > inflight {
+			room = cw - inflight
+		}
+		if edge := c.sndUna.add(c.sndWnd); !edge.gt(c.sndNxt) {
+			room = 0
+		} else if r := edge.sub(c.sndNxt); r < room {
+			room = r
+		}
+		avail := uint32(0)
+		if c.sndEnd.gt(c.sndNxt) {
+			avail = c.sndEnd.sub(c.sndNxt)
+		}
+		if avail == 0 {
+			if c.finQueued && c.sndNxt == c.finSeq {
+				c.emit(now, c.sndNxt, 0, flACK|flFIN, false)
+				c.sndNxt = c.sndNxt.add(1)
+				c.sndMax = seqMax(c.sndMax, c.sndNxt)
+			}
+			break
+		}
+		n := min(avail, room, mss)
+		if n == 0 {
+			break
+		}
+		// Sender silly-window avoidance (RFC 9293 §3.8.6.2.1).
+		if n < mss && n < avail && inflight > 0 && n < c.maxSndWnd/2 {
+			break
+		}
+		flags := uint8(flACK)
+		fin := c.finQueued && c.sndNxt.add(n) == c.finSeq
+		if fin {
+			flags |= flFIN
+		}
+		if !c.emit(now, c.sndNxt, n, flags, false) {
+			c.fail(now, rings.NtfError, AuxErrorDMA)
+			return
+		}
+		c.sndNxt = c.sndNxt.add(n)
+		if fin {
+			c.sndNxt = c.sndNxt.add(1)
+		}
+		c.sndMax = seqMax(c.sndMax, c.sndNxt)
+	}
+	if c.sndMax.gt(c.sndUna) {
+		if c.rtoAt == 0 || c.persist {
+			c.persist = false
+			c.rtoAt = now + c.curRTO()
+		}
+	} else if c.sndEnd.gt(c.sndNxt) && c.rtoAt == 0 {
+		// Nothing in flight, data waiting: the window is closed.
+		c.persist = true
+		c.rtoAt = now + c.curRTO()
+	}
+}
+
+// retransmitHead sends the first unacknowledged segment again (fast
+// retransmit, partial ACK, RTO), whatever the windows say.
+func (c *conn) retransmitHead(now int64) bool {
+	sq := c.sndUna
+	n := uint32(0)
+	if c.sndEnd.gt(sq) {
+		n = min(c.sndEnd.sub(sq), c.maxPayload())
+	}
+	flags := uint8(flACK)
+	end := sq.add(n)
+	if c.finQueued && end == c.finSeq && c.sndMax.gt(c.finSeq) {
+		flags |= flFIN
+		end = end.add(1)
+	}
+	if n == 0 && flags&flFIN == 0 {
+		return true
+	}
+	if !c.emit(now, sq, n, flags, false) {
+		c.fail(now, rings.NtfError, AuxErrorDMA)
+		return false
+	}
+	if c.sndNxt.lt(end) {
+		c.sndNxt = end
+	}
+	return true
+}
+
+// rtoExpired: RFC 6298 §5.4-5.7 and RFC 5681 §3.1 (loss window).
+func (c *conn) rtoExpired(now int64) {
+	e := c.e
+	if !c.canSend() || c.sndMax == c.sndUna {
+		return
+	}
+	e.ctr.RTOExpired++
+	// A peer that keeps answering with a zero window is alive: the timer
+	// then acts as a persist timer and does not count toward giving up.
+	if c.sndWnd == 0 && now-c.lastRecv < c.curRTO() {
+		c.retries = 0
+	}
+	c.retries++
+	if c.retries > e.cfg.MaxRetries {
+		e.ctr.Timeouts++
+		c.fail(now, rings.NtfTimeout, AuxTimeoutRetransmit)
+		return
+	}
+	mss := c.maxPayload()
+	if c.backoff == 0 {
+		c.ssthresh = max(c.sndMax.sub(c.sndUna)/2, 2*mss)
+	}
+	c.cwnd = mss
+	c.caAcked = 0
+	c.inRecovery = false
+	c.dupAcks = 0
+	c.recover = c.sndMax - 1
+	c.timing = false
+	c.backoff++
+	c.sndNxt = c.sndUna // go back: resend from the hole, in slow start
+	if !c.retransmitHead(now) {
+		return
+	}
+	c.rtoAt = now + c.curRTO()
+	c.persist = false
+}
+
+// persistExpired sends a zero-window probe (RFC 9293 §3.8.6.1): one
+// already-acknowledged byte at SND.UNA-1, which any receiver must answer
+// with an ACK carrying its current window (gVisor and Linux always answer
+// out-of-window segments that carry data).
+func (c *conn) persistExpired(now int64) {
+	e := c.e
+	c.persist = false
+	if !c.canSend() {
+		return
+	}
+	if c.sndMax != c.sndUna || c.sndWnd > 0 {
+		c.output(now)
+		return
+	}
+	if c.sndEnd == c.sndNxt {
+		return
+	}
+	if c.probes >= e.cfg.MaxRetries {
+		e.ctr.Timeouts++
+		c.fail(now, rings.NtfTimeout, AuxTimeoutPersist)
+		return
+	}
+	c.probes++
+	e.ctr.PersistProbes++
+	c.emit(now, c.sndUna-1, 1, flACK, true)
+	c.backoff++
+	c.persist = true
+	c.rtoAt = now + c.curRTO()
+}
+
+// keepaliveExpired: RFC 1122 §4.2.3.6.
+func (c *conn) keepaliveExpired(now int64) {
+	e := c.e
+	if c.kaIdle == 0 || c.state == rings.StateClosed || c.state == rings.StateTimeWait {
+		return
+	}
+	if c.kaSent == 0 && now-c.lastRecv < c.kaIdle {
+		c.kaAt = c.lastRecv + c.kaIdle
+		return
+	}
+	if c.sndMax != c.sndUna || c.persist {
+		// The retransmission or persist timer watches the peer.
+		c.kaSent = 0
+		c.kaAt = now + c.kaIdle
+		return
+	}
+	if c.kaSent >= c.kaCount {
+		e.ctr.Timeouts++
+		c.fail(now, rings.NtfTimeout, AuxTimeoutKeepalive)
+		return
+	}
+	c.kaSent++
+	e.ctr.KeepaliveProbes++
+	c.emit(now, c.sndUna-1, 1, flACK, true)
+	c.kaAt = now + c.kaIntvl
+}
+
+// sendAck sends a pure ACK (with the current window, timestamps and SACK
+// blocks). Its sequence number is SND.MAX, the RFC's SND.NXT: after a
+// timeout the engine resends from SND.UNA by moving its own send pointer
+// back, but an ACK numbered below what the peer already has would be
+// unacceptable to it, and two such peers would each drop the ACK the other
+// needs.
+func (c *conn) sendAck(now int64) {
+	c.e.ctr.AcksSent++
+	c.emit(now, c.sndMax, 0, flACK, false)
+}
+
+// sendRst resets the connection at the peer (ABORT, timeouts).
+func (c *conn) sendRst(now int64) {
+	c.emit(now, c.sndMax, 0, flRST|flACK, false)
+}
+
+// windowField computes the window to advertise and moves the advertised
+// right edge: receive buffer less uncredited legacy bytes and held
+// out-of-order bytes, grown only by at least min(buffer/2, MSS) (receiver
+// silly-window avoidance), never moved left (RFC 9293 §3.8.6.2.2).
+func (c *conn) windowField() uint16 {
+	used := c.legacyUncredited + c.ooo.bytes
+	free := uint32(0)
+	if c.rcvBuf > used {
+		free = c.rcvBuf - used
+	}
+	edge := c.rcvAdvEdge
+	if edge.lt(c.rcvNxt) {
+		edge = c.rcvNxt
+	}
+	if desired := c.rcvNxt.add(free); desired.gt(edge) {
+		if desired.sub(edge) >= min(c.rcvBuf/2, c.mss) {
+			edge = desired
+		}
+	}
+	wnd := edge.sub(c.rcvNxt)
+	f := (wnd + (1 << c.rcvScale) - 1) >> c.rcvScale // round up: never shrink
+	if f > 0xFFFF {
+		f = 0xFFFF
+	}
+	if adv := c.rcvNxt.add(f << c.rcvScale); adv.gt(c.rcvAdvEdge) {
+		c.rcvAdvEdge = adv
+	}
+	if f == 0 {
+		c.e.ctr.ZeroWindowsSent++
+	}
+	return uint16(f)
+}
+
+// windowUpdateDue reports whether crediting freed enough window that the
+// peer should hear about it now rather than with the next ACK.
+func (c *conn) windowUpdateDue() bool {
+	cur := uint32(0)
+	if c.rcvAdvEdge.gt(c.rcvNxt) {
+		cur = c.rcvAdvEdge.sub(c.rcvNxt)
+	}
+	used := c.legacyUncredited + c.ooo.bytes
+	free := uint32(0)
+	if c.rcvBuf > used {
+		free = c.rcvBuf - used
+	}
+	if free <= cur {
+		return false
+	}
+	grow := free - cur
+	return grow >= min(c.rcvBuf/2, c.mss) && (cur < c.rcvBuf/2 || grow >= 2*c.mss)
+}
+
+// emit builds one segment in the engine's frame buffer and transmits it.
+// n payload bytes come from the send queue at sq by DMA, or for a probe one
+// zero byte. It returns false only if the send queue could not be read.
+func (c *conn) emit(now int64, sq seq, n uint32, flags uint8, probe bool) bool {
+	e := c.e
+	f := e.frame
+	copy(f, c.tmpl[:])
+	ip := f[ethHdrLen:]
+	tcp := ip[ipHdrLen:]
+	opt := tcp[tcpHdrLen:]
+	ol := 0
+	if c.tsOK {
+		opt[0], opt[1], opt[2], opt[3] = optNOP, optNOP, optTimestamp, 10
+		be.PutUint32(opt[4:], c.tsNow(now))
+		be.PutUint32(opt[8:], c.tsRecent)
+		ol = tsOptLen
+	}
+	if c.sackOK && c.ooo.n > 0 && flags&flRST == 0 {
+		maxB := maxSACKBlocks
+		if c.tsOK {
+			maxB = maxSACKWithTS
+		}
+		if n > 0 || probe {
+			space := int(c.mss) - ol - int(n)
+			if fit := (space - sackOptHdrLen) / sackBlockLen; fit < maxB {
+				maxB = fit
+			}
+		}
+		if maxB > 0 {
+			var blocks [maxSACKBlocks]sackBlock
+			k := c.ooo.sackBlocks(&blocks, maxB)
+			o := opt[ol:]
+			o[0], o[1], o[2], o[3] = optNOP, optNOP, optSACK, byte(2+sackBlockLen*k)
+			for i := 0; i < k; i++ {
+				be.PutUint32(o[4+8*i:], uint32(blocks[i].start))
+				be.PutUint32(o[8+8*i:], uint32(blocks[i].end))
+			}
+			ol += sackOptHdrLen + sackBlockLen*k
+		}
+	}
+	hl := tcpHdrLen + ol
+	payload := tcp[hl : hl+int(n)]
+	if probe {
+		payload[0] = e.zero[0]
+	} else if n > 0 {
+		push, ok := c.readTx(payload, sq)
+		if !ok {
+			return false
+		}
+		if push || sq.add(n) == c.sndEnd {
+			flags |= flPSH
+		}
+	}
+	be.PutUint32(tcp[4:], uint32(sq))
+	if flags&flACK != 0 {
+		be.PutUint32(tcp[8:], uint32(c.rcvNxt))
+	}
+	tcp[12] = byte(hl/4) << 4
+	tcp[13] = flags
+	be.PutUint16(tcp[14:], c.windowField())
+	tcp[16], tcp[17], tcp[18], tcp[19] = 0, 0, 0, 0
+	segLen := hl + int(n)
+	be.PutUint16(ip[2:], uint16(ipHdrLen+segLen))
+	c.ipID++
+	be.PutUint16(ip[4:], c.ipID)
+	ip[10], ip[11] = 0, 0
+	be.PutUint16(ip[10:], ipv4Checksum(ip[:ipHdrLen]))
+	be.PutUint16(tcp[16:], tcpChecksum(c.localIP, c.remoteIP, tcp[:segLen]))
+
+	if (n > 0 || flags&flFIN != 0) && !probe {
+		if sq.lt(c.sndMax) {
+			e.ctr.TxRetransSegs++
+			e.ctr.TxRetransByte += uint64(n)
+			c.timing = false // Karn
+		} else if n > 0 && !c.timing && !c.tsOK {
+			c.timing = true
+			c.rtSeq = sq.add(n)
+			c.rtStart = now
+		}
+	}
+	if err := e.env.Transmit(f[:ethHdrLen+ipHdrLen+segLen]); err != nil {
+		e.ctr.TxErrors++
+	} else {
+		e.ctr.TxSegments++
+		e.ctr.TxBytes += uint64(n)
+	}
+	if flags&flACK != 0 && flags&flRST == 0 {
+		c.lastAckSent = c.rcvNxt
+		c.segsUnacked = 0
+		c.delackAt = 0
+		c.ackNow = false
+	}
+	return true
+}
