@@ -64,9 +64,6 @@ type serveConfig struct {
 	MTU     int
 	Gateway netip.Addr // default route's next hop; invalid for none
 	Pcap    string
-
-	// ready, if set, is called once the services listen (tests use it).
-	ready func(*tcpstack.Host)
 }
 
 func parseServeFlags(args []string, stdout io.Writer) (serveConfig, error) {
@@ -181,9 +178,6 @@ func runServe(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) er
 	}
 	logger.Printf("%v on tap %s (MAC %s, MTU %d): echo on port %d, discard on port %d; Ctrl-C to stop",
 		cfg.Addr, name, net.HardwareAddr(mac[:]), cfg.MTU, services.EchoPort, services.DiscardPort)
-	if cfg.ready != nil {
-		cfg.ready(host)
-	}
 
 	var runErr error
 	start := time.Now()
