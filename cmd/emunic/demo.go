@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
@@ -104,13 +105,13 @@ func runDemo(ctx context.Context, cfg demoConfig, w io.Writer) error {
 	printDemoHeader(w, cfg)
 
 	var results []transferResult
-	var failed error
+	var failed []string // one line in the end, whatever failed
 	for _, p := range demoPaths(cfg) {
 		r, err := p.run(ctx, lab, cfg)
 		r.path = p.name
 		if err != nil {
 			r.err = err
-			failed = errors.Join(failed, fmt.Errorf("%s: %w", p.name, err))
+			failed = append(failed, fmt.Sprintf("%s: %v", p.name, err))
 		}
 		results = append(results, r)
 	}
@@ -131,14 +132,14 @@ func runDemo(ctx context.Context, cfg demoConfig, w io.Writer) error {
 	printDrops(w, lab.hosts())
 	if cfg.Pcap != "" {
 		if capErr != nil {
-			failed = errors.Join(failed, fmt.Errorf("pcap %s: %w", cfg.Pcap, capErr))
+			failed = append(failed, fmt.Sprintf("pcap %s: %v", cfg.Pcap, capErr))
 		} else {
 			st := lab.pa.Stats()
 			fmt.Fprintf(w, "\npcap: %d frames at host A's port written to %s\n", st.TxFrames+st.RxFrames, cfg.Pcap)
 		}
 	}
-	if failed != nil {
-		return failed
+	if len(failed) > 0 {
+		return errors.New(strings.Join(failed, "; "))
 	}
 	fmt.Fprintf(w, "\nok: %s arrived intact\n", services.Size(uint64(cfg.Bytes)))
 	return nil

@@ -201,7 +201,11 @@ func runServe(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) er
 	printDrops(stdout, hosts)
 	if rec != nil {
 		if err := rec.Err(); err != nil {
-			runErr = errors.Join(runErr, fmt.Errorf("pcap %s: %w", cfg.Pcap, err))
+			if runErr == nil {
+				runErr = fmt.Errorf("pcap %s: %w", cfg.Pcap, err)
+			} else {
+				runErr = fmt.Errorf("%w; pcap %s: %v", runErr, cfg.Pcap, err)
+			}
 		} else {
 			st := tap.Stats()
 			fmt.Fprintf(stdout, "\npcap: %d frames written to %s\n", st.TxFrames+st.RxFrames, cfg.Pcap)
