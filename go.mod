@@ -3,11 +3,14 @@ module github.com/emunic/emunic
 go 1.26.8
 
 require (
+	github.com/google/gopacket v1.1.19
+	golang.org/x/net v0.62.0
+	golang.org/x/sys v0.49.0
+	gvisor.dev/gvisor v0.0.0-20260905035102-160fafc42237
+)
+
+require (
 	github.com/google/btree v1.1.2 // indirect
-	github.com/google/gopacket v1.1.19 // indirect
 	golang.org/x/exp v0.0.0-20250711185948-6ae5c78190dc // indirect
-	golang.org/x/net v0.62.0 // indirect
-	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/time v0.15.0 // indirect
-	gvisor.dev/gvisor v0.0.0-20260905035102-160fafc42237 // indirect
 )

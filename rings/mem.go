@@ -195,10 +195,12 @@ func (a *Arena) Alloc(n int, align int) (Addr, error) {
 	al := int64(align)
 	for i, s := range a.free {
 		start := (s.off + al - 1) &^ (al - 1)
-		end := start + int64(n)
-		if end > s.off+s.n {
+		// Compare lengths, not end addresses: start+n could overflow
+		// for a huge n and pass a naive end check.
+		if start > s.off+s.n || int64(n) > s.off+s.n-start {
 			continue
 		}
+		end := start + int64(n)
 		// Split the span into the head gap, the allocation and the tail.
 		var repl []span
 		if start > s.off {
@@ -247,7 +249,7 @@ func (a *Arena) Free(addr Addr) error {
 // word returns the 32-bit word at b[0:4] for atomic access. b must come from
 // host memory at a 4-byte aligned address (ring headers and entries are).
 func word(b []byte) *uint32 {
-	_ = b[3]
+	_ = b[:4] // bounds check without a plain read the race detector would see
 	return (*uint32)(unsafe.Pointer(&b[0]))
 }
 
