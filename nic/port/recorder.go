@@ -73,12 +73,19 @@ func CreateRecorder(p Port, path string) (*Recorder, error) {
 // Port returns the port the recorder wraps.
 func (r *Recorder) Port() Port { return r.p }
 
-// WriteFrame transmits frame through the wrapped port and records it if the port took it.
+// WriteFrame transmits frame through the wrapped port and records it if the
+// port took it.
+//
+// The recorder's lock is held across the write: a TAP peer (the kernel) can
+// answer before WriteFrame returns, and the reader recording that answer
+// must wait, so the capture shows cause before effect.
 func (r *Recorder) WriteFrame(frame []byte) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if err := r.p.WriteFrame(frame); err != nil {
 		return err
 	}
-	r.record(frame)
+	r.recordLocked(frame)
 	return nil
 }
 
@@ -94,6 +101,10 @@ func (r *Recorder) ReadFrame(buf []byte) (int, error) {
 func (r *Recorder) record(b []byte) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.recordLocked(b)
+}
+
+func (r *Recorder) recordLocked(b []byte) {
 	if r.err != nil || r.closed {
 		return
 	}
