@@ -39,6 +39,16 @@ type Config struct {
 	// Burst is the most entries taken from one source per pass, so no ring
 	// starves another. Default 64.
 	Burst int
+	// DropWhenFull makes the MAC drop frames when the receive FIFO is full
+	// (a NIC without flow control). By default it pauses instead, as an
+	// 802.3x PAUSE would: frames queue on the wire, which drops (and
+	// counts) only when its own queue overflows.
+	DropWhenFull bool
+	// RxBufferWait is how long a received frame waits at the head of the
+	// FIFO for the host to post a legacy buffer before it is dropped
+	// (counted as rx_drop_no_buffer). Default 1 ms; bounded so a host that
+	// stops posting cannot stall delegated flows behind it for longer.
+	RxBufferWait time.Duration
 	// Engine configures the delegated TCP engine (connection table size,
 	// timers, buffer limits).
 	Engine delegation.Config
@@ -62,6 +72,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Burst == 0 {
 		c.Burst = 64
+	}
+	if c.RxBufferWait == 0 {
+		c.RxBufferWait = time.Millisecond
 	}
 }
 
@@ -132,6 +145,13 @@ type Device struct {
 	stats  [rings.NumStats]atomic.Uint64
 	parked atomic.Bool
 
+	macWaiting atomic.Bool // the MAC waits for FIFO space (flow control)
+	macBell    *rings.Bell
+
+	// rxStallSince is when the frame at the FIFO head started waiting for
+	// a legacy buffer or notification space (0: not stalled).
+	rxStallSince int64
+
 	// interrupt moderation
 	intrPending int
 	intrSince   int64
@@ -159,7 +179,7 @@ func New(cfg Config, mem rings.DMA, p port.Port) (*Device, error) {
 	if mem == nil || p == nil {
 		return nil, errors.New("nic: host memory and port are required")
 	}
-	d := &Device{cfg: cfg, mem: mem, port: p, maxFrame: cfg.MTU + EthHeaderLen, bell: rings.NewBell()}
+	d := &Device{cfg: cfg, mem: mem, port: p, maxFrame: cfg.MTU + EthHeaderLen, bell: rings.NewBell(), macBell: rings.NewBell()}
 	return d, nil
 }
 
@@ -215,6 +235,7 @@ func (d *Device) Stop() error {
 	d.stopOnce.Do(func() {
 		d.stop.Store(true)
 		d.bell.Kick()
+		d.macBell.Kick()
 		d.runErr = d.port.Close()
 		d.wg.Wait()
 	})
@@ -255,6 +276,15 @@ func (d *Device) mac() {
 	var spill []byte
 	for {
 		slot := d.fifo.reserve()
+		for slot == nil && !d.cfg.DropWhenFull && !d.stop.Load() {
+			// Flow control: wait for the unit to free a slot.
+			d.macWaiting.Store(true)
+			if slot = d.fifo.reserve(); slot == nil {
+				d.macBell.Wait(time.Millisecond)
+				slot = d.fifo.reserve()
+			}
+			d.macWaiting.Store(false)
+		}
 		full := slot == nil
 		if full {
 			if spill == nil {
@@ -321,14 +351,28 @@ func (d *Device) park() {
 	d.parked.Store(true)
 	d.cmd.SetNeedWakeup(true)
 	d.tx.SetNeedWakeup(true)
+	stalled := d.rxStallSince != 0
+	if stalled {
+		// Waiting for the host: a legacy buffer posted or notification
+		// space freed kicks us.
+		d.rx.SetNeedWakeup(true)
+		d.notify.SetNeedWakeup(true)
+	}
 	// Re-check after announcing sleep: anything published before the
 	// producer could see our flags did not kick us.
-	if d.cmd.Available() == 0 && d.tx.Available() == 0 && d.fifo.empty() && !d.stop.Load() {
+	if d.cmd.Available() == 0 && d.tx.Available() == 0 && (d.fifo.empty() || stalled && !d.rxUnstalled()) && !d.stop.Load() {
 		d.count(rings.StatParks)
-		// Sleep until a doorbell or the engine's next timer.
+		// Sleep until a doorbell, the engine's next timer or the end of
+		// the receive stall.
 		wait := time.Duration(-1)
 		if dl := d.eng.NextDeadline(); dl != delegation.NoDeadline {
 			wait = max(time.Duration(dl-nanotime()), time.Microsecond)
+		}
+		if stalled {
+			left := max(time.Duration(d.rxStallSince+int64(d.cfg.RxBufferWait)-nanotime()), time.Microsecond)
+			if wait < 0 || left < wait {
+				wait = left
+			}
 		}
 		if d.sleep(wait) {
 			d.count(rings.StatDoorbells)
@@ -337,6 +381,15 @@ func (d *Device) park() {
 	d.parked.Store(false)
 	d.cmd.SetNeedWakeup(false)
 	d.tx.SetNeedWakeup(false)
+	if stalled {
+		d.rx.SetNeedWakeup(false)
+		d.notify.SetNeedWakeup(false)
+	}
+}
+
+// rxUnstalled reports whether what the stalled frame waits for arrived.
+func (d *Device) rxUnstalled() bool {
+	return d.rx.Available() > 0 && d.notify.Free() > 0
 }
 
 func (d *Device) snapshot() {

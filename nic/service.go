@@ -145,6 +145,9 @@ func (d *Device) serviceRx() int {
 			d.count(rings.StatRxDropNotForUs)
 		}
 		d.fifo.pop()
+		if d.macWaiting.Load() {
+			d.macBell.Kick()
+		}
 	}
 	// Release consumed receive descriptors before the notifications that
 	// report them are published (moderate runs after this), so a host that
@@ -154,18 +157,19 @@ func (d *Device) serviceRx() int {
 }
 
 // upload DMAs a frame into the next legacy buffer. It returns false when the
-// frame must wait (no notification space); the frame is dropped (true) when
-// no buffer is posted.
+// frame must wait at the head of the FIFO (no notification space, or no
+// buffer posted yet); after RxBufferWait without a buffer the frame is
+// dropped and counted (true).
 func (d *Device) upload(f []byte) bool {
 	if d.notify.Free() == 0 {
-		return false
+		return d.stallRx(false)
 	}
 	for {
 		e, err := d.rx.Peek()
 		if e == nil {
-			d.count(rings.StatRxDropNoBuffer)
-			return true
+			return d.stallRx(true)
 		}
+		d.rxStallSince = 0
 		if err != nil {
 			d.phaseError(ringRx, d.rx.Head())
 			d.count(rings.StatRxDropNoBuffer)
@@ -197,4 +201,26 @@ func (d *Device) upload(f []byte) bool {
 		d.post(&ntf)
 		return true
 	}
+}
+
+// stallRx starts or continues a receive stall. It reports true when the
+// stall has lasted RxBufferWait and the frame must go (dropped, counted if
+// it waited for a buffer; a frame waiting for notification space is only
+// dropped the same way, so the host cannot stall the FIFO forever).
+func (d *Device) stallRx(noBuffer bool) bool {
+	now := nanotime()
+	if d.rxStallSince == 0 {
+		d.rxStallSince = now
+		return false
+	}
+	if now-d.rxStallSince < int64(d.cfg.RxBufferWait) {
+		return false
+	}
+	d.rxStallSince = 0
+	if noBuffer {
+		d.count(rings.StatRxDropNoBuffer)
+	} else {
+		d.count(rings.StatNotifyDropRingFull)
+	}
+	return true
 }

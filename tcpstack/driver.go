@@ -168,7 +168,7 @@ func NewDriver(mem *rings.Arena, dev Device, cfg DriverConfig) (*Driver, error) 
 	if d.cmd, err = rings.NewProducer(mem, d.rc.Command, 1, d.door); err != nil {
 		return nil, err
 	}
-	if d.ntf, err = rings.NewConsumer(mem, d.rc.Notify, 32, nil); err != nil {
+	if d.ntf, err = rings.NewConsumer(mem, d.rc.Notify, 32, d.door); err != nil {
 		return nil, err
 	}
 	// Post every receive buffer before the device starts.
