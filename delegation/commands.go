@@ -317,6 +317,8 @@ func (e *Engine) PostBuffers(idx uint32, addr rings.Addr, count uint32) (uint32,
 	}
 	if accepted > 0 {
 		c.userBufReqSent = false
+		c.retryOOO(e.env.NowNanos())
+		e.schedule(c)
 	}
 	return accepted, status
 }
@@ -382,6 +384,9 @@ func (e *Engine) Update(idx uint32, u *rings.ConnUpdate) rings.Status {
 		copy(c.tmpl[0:6], u.NextHopMAC[:])
 	}
 	live := c.state != rings.StateClosed && c.state != rings.StateTimeWait
+	if live {
+		c.retryOOO(now)
+	}
 	if live && !c.finRcvd && (u.Flags&rings.UpdAckNow != 0 || c.windowUpdateDue()) {
 		c.sendAck(now)
 	}

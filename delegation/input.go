@@ -84,6 +84,9 @@ func (c *conn) input(now int64, s *segment) {
 	c.lastRecv = now
 	c.kaSent = 0
 	c.probes = 0
+	if c.ooo.n > 0 {
+		c.retryOOO(now)
+	}
 	rst := s.flags&flRST != 0
 
 	// RFC 7323: timestamps, then PAWS.
@@ -547,6 +550,23 @@ func (c *conn) drainOOO() {
 	}
 	c.ooo.trimBelow(c.rcvNxt)
 	c.ooo.releaseBelow(&e.pool, c.rcvNxt, c.rcvNxt)
+}
+
+// retryOOO delivers held data that became in-order earlier but found no
+// buffer then (called when buffers may have appeared). It ACKs progress at
+// once, as for a filled hole.
+func (c *conn) retryOOO(now int64) {
+	if c.ooo.n == 0 || c.ooo.ranges[0].start.gt(c.rcvNxt) || c.finRcvd {
+		return
+	}
+	old := c.rcvNxt
+	c.drainOOO()
+	if c.oooFin && c.rcvNxt == c.oooFinSeq {
+		c.rcvFin(now)
+	}
+	if c.rcvNxt != old && c.state != rings.StateClosed {
+		c.sendAck(now)
+	}
 }
 
 // rcvFin: RCV.NXT reached the peer's FIN.

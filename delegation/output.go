@@ -109,8 +109,8 @@ func (c *conn) output(now int64) {
 func (c *conn) retransmitHead(now int64) bool {
 	sq := c.sndUna
 	n := uint32(0)
-	if c.sndEnd.gt(sq) {
-		n = min(c.sndEnd.sub(sq), c.maxPayload())
+	if sent := seqMin(c.sndMax, c.sndEnd); sent.gt(sq) {
+		n = min(sent.sub(sq), c.maxPayload()) // only what was sent before
 	}
 	flags := uint8(flACK)
 	end := sq.add(n)

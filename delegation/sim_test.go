@@ -148,6 +148,19 @@ type sim struct {
 	env  [2]*testEnv
 	host [2]*hostApp
 	st   [2]rings.ConnState
+
+	hook       func() // run at every step
+	hookAt     int64  // a step is due then (0: none)
+	noCheck    bool   // skip the invariant checks (benchmarks)
+	drainEvery [2]int // >0: the host looks at its notifications every n-th step only
+	steps      int
+}
+
+func (s *sim) drain(i int) {
+	if k := s.drainEvery[i]; k > 0 && s.steps%k != 0 {
+		return
+	}
+	s.host[i].drain()
 }
 
 type simOpts struct {
@@ -190,26 +203,42 @@ func (s *sim) start() {
 // step advances to the next event and runs it; false if nothing is left.
 func (s *sim) step() bool {
 	next := s.link.nextAt()
+	if s.hookAt > s.now && s.hookAt < next {
+		next = s.hookAt
+	}
 	for i := 0; i < 2; i++ {
 		if d := s.eng[i].NextDeadline(); d < next {
 			next = d
 		}
 	}
 	if next == NoDeadline {
-		return false
+		if s.env[0].ntfCount+s.env[1].ntfCount == 0 {
+			return false
+		}
+		// Only the lazy hosts have work: let them look now.
+		s.host[0].drain()
+		s.host[1].drain()
+		return true
 	}
 	if next > s.now {
 		s.now = next
+	}
+	s.steps++
+	if s.hook != nil {
+		s.hook()
 	}
 	for len(s.link.q) > 0 && s.link.q[0].at <= s.now {
 		ev := s.link.pop()
 		inputFrame(s.eng[ev.to], ev.buf)
 		s.link.free = append(s.link.free, ev.buf)
-		s.host[ev.to].drain()
+		s.drain(ev.to)
 	}
 	for i := 0; i < 2; i++ {
 		s.eng[i].Tick(s.now)
-		s.host[i].drain()
+		s.drain(i)
+		if !s.noCheck {
+			checkInvariants(s.t, s.eng[i])
+		}
 	}
 	return true
 }
