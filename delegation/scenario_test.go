@@ -101,7 +101,7 @@ func TestPeerVanishes(t *testing.T) {
 	var cut int64
 	s.link.drop = func(int, []byte) bool { return cut != 0 }
 	s.start()
-	s.runUntil(func() bool { return s.host[1].recvd > 1<<20 }, 60e9)
+	s.runUntil(func() bool { return s.host[1].recvd > s.host[0].sendTotal/2 }, 60e9)
 	cut = s.now
 	s.runUntil(func() bool { return s.host[0].closed && s.host[1].closed }, 120e9)
 	for i := 0; i < 2; i++ {
