@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/google/gopacket v1.1.19
+	github.com/google/pprof v0.0.0-20260906184651-6331bc6350fe
 	golang.org/x/net v0.62.0
 	golang.org/x/sys v0.49.0
 	gvisor.dev/gvisor v0.0.0-20260905035102-160fafc42237

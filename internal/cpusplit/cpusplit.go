@@ -1,0 +1,54 @@
+// Package cpusplit measures where CPU time goes in a process that runs both
+// the host side and the emulated device: it profiles a section of work and
+// splits the samples by the pprof label side=device that the device puts on
+// its goroutines. Everything else (host stack, driver, applications, and the
+// runtime's own work such as garbage collection) is the host's.
+package cpusplit
+
+import (
+	"bytes"
+	"fmt"
+	"runtime/pprof"
+	"time"
+
+	"github.com/google/pprof/profile"
+)
+
+// Split is CPU time by side.
+type Split struct {
+	Device time.Duration
+	Host   time.Duration // labelled host work plus unlabelled runtime work
+	Wall   time.Duration
+}
+
+// Total is all CPU time.
+func (s Split) Total() time.Duration { return s.Device + s.Host }
+
+// Measure profiles f and splits its CPU time. It fails if a CPU profile is
+// already running (for example go test -cpuprofile).
+func Measure(f func()) (Split, error) {
+	var buf bytes.Buffer
+	if err := pprof.StartCPUProfile(&buf); err != nil {
+		return Split{}, fmt.Errorf("cpusplit: %w", err)
+	}
+	start := time.Now()
+	f()
+	wall := time.Since(start)
+	pprof.StopCPUProfile()
+	p, err := profile.Parse(&buf)
+	if err != nil {
+		return Split{}, fmt.Errorf("cpusplit: %w", err)
+	}
+	// Sample values are [samples, cpu nanoseconds].
+	vi := len(p.SampleType) - 1
+	s := Split{Wall: wall}
+	for _, smp := range p.Sample {
+		d := time.Duration(smp.Value[vi])
+		if len(smp.Label["side"]) > 0 && smp.Label["side"][0] == "device" {
+			s.Device += d
+		} else {
+			s.Host += d
+		}
+	}
+	return s, nil
+}
