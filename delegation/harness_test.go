@@ -20,6 +20,7 @@ import (
 type testEnv struct {
 	arena *rings.Arena
 	now   *int64
+	clock func() int64 // real time (overrides now)
 
 	// Notification ring: bounded, so tests can make it full.
 	ntf      []rings.Notification
@@ -48,8 +49,13 @@ func newTestEnv(t testing.TB, arenaSize int, now *int64) *testEnv {
 	return &testEnv{arena: a, now: now, ntfCap: 4096, ntf: make([]rings.Notification, 4096)}
 }
 
-func (v *testEnv) DMA() rings.DMA  { return v.arena }
-func (v *testEnv) NowNanos() int64 { return *v.now }
+func (v *testEnv) DMA() rings.DMA { return v.arena }
+func (v *testEnv) NowNanos() int64 {
+	if v.clock != nil {
+		return v.clock()
+	}
+	return *v.now
+}
 func (v *testEnv) Transmit(f []byte) error {
 	if v.transmit == nil {
 		return nil
@@ -168,6 +174,7 @@ type hostApp struct {
 	ntfs       []rings.Notification
 	keepNtfs   bool
 	noData     bool // benchmarks: neither generate nor hash the bytes
+	softFail   bool // not on the test goroutine: Errorf, not Fatalf
 	scratch    []byte
 }
 
@@ -339,6 +346,14 @@ func (h *hostApp) drain() {
 	}
 }
 
+func (h *hostApp) fatalf(format string, args ...any) {
+	if h.softFail {
+		h.t.Errorf(format, args...)
+		return
+	}
+	h.t.Fatalf(format, args...)
+}
+
 func (h *hostApp) handle(n rings.Notification) {
 	if n.Conn != h.idx {
 		h.t.Errorf("%s: notification for conn %d", h.name, n.Conn)
@@ -358,11 +373,11 @@ func (h *hostApp) handle(n rings.Notification) {
 	}
 	if n.Flags&rings.NtfUserBufDone != 0 {
 		if n.Seq != h.expect {
-			h.t.Fatalf("%s: user buffer %d at seq %d, expected %d", h.name, n.Aux, n.Seq, h.expect)
+			h.fatalf("%s: user buffer %d at seq %d, expected %d", h.name, n.Aux, n.Seq, h.expect)
 		}
 		b, err := h.env.arena.Map(h.userBufs[n.Aux], int(n.Len))
 		if err != nil {
-			h.t.Fatal(err)
+			h.fatalf("%v", err)
 		}
 		if !h.noData {
 			h.recvHash.Write(b)
@@ -373,12 +388,12 @@ func (h *hostApp) handle(n rings.Notification) {
 	}
 	if n.Flags&rings.NtfLegacyUpload != 0 {
 		if n.Seq != h.expect {
-			h.t.Fatalf("%s: legacy upload at seq %d, expected %d", h.name, n.Seq, h.expect)
+			h.fatalf("%s: legacy upload at seq %d, expected %d", h.name, n.Seq, h.expect)
 		}
 		lb := h.env.legacy[n.Aux]
 		b, err := h.env.arena.Map(lb.addr, int(n.Len))
 		if err != nil {
-			h.t.Fatal(err)
+			h.fatalf("%v", err)
 		}
 		if !h.noData {
 			h.recvHash.Write(b)
