@@ -34,7 +34,8 @@ type DelegatedConn struct {
 	chunks    []rxChunk // data in stream order
 	rxBufs    []rings.Addr
 	rxBufMem  [][]byte
-	legacyOut int // bytes uploaded to legacy buffers not yet credited back
+	legacyOut int // bytes uploaded to legacy buffers not yet read
+	creditDue int // bytes read from legacy uploads not yet credited back
 	peerFin   bool
 	rxErr     error
 
@@ -152,7 +153,14 @@ func (c *DelegatedConn) retire(ch *rxChunk) {
 	}
 	if ch.legacy > 0 {
 		c.legacyOut -= ch.legacy
-		c.o.credit(c, uint32(ch.legacy))
+		c.creditDue += ch.legacy
+	}
+	// Return window in batches (one UPDATE per eighth of the receive
+	// buffer), and always when the reader has drained everything, so a
+	// stalled window always reopens.
+	if c.creditDue > 0 && (c.creditDue >= c.o.cfg.RecvBuffers*c.o.cfg.RecvBufSize/8 || len(c.chunks) <= 1) {
+		c.o.credit(c, uint32(c.creditDue))
+		c.creditDue = 0
 	}
 }
 

@@ -2,6 +2,9 @@ package tests
 
 import (
 	"context"
+	"fmt"
+	"reflect"
+	"strings"
 	"crypto/sha256"
 	"io"
 	"math/rand/v2"
@@ -10,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/emunic/emunic/delegation"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/tcpstack"
 )
@@ -98,4 +102,83 @@ func TestDelegatedTransfer(t *testing.T) {
 	}
 	t.Logf("%d MiB delegated in %v (%.2f Gbit/s); A %v; B %v", n>>20, el, float64(n)*8/el.Seconds()/1e9, stats(a), stats(b))
 	cb.Close()
+}
+
+// bothWays moves n bytes each way over one delegated connection at the
+// same time and checks both hashes.
+func bothWays(t *testing.T, wc port.WireConfig, n int64) {
+	a, b := newPair(t, wc)
+	ca, cb := delegatedPair(t, a, b, 6002)
+	type res struct {
+		sum [32]byte
+		n   int64
+		err error
+	}
+	recvA, recvB := make(chan res, 1), make(chan res, 1)
+	go func() { s, m, err := hashAll(ca); recvA <- res{s, m, err} }()
+	go func() { s, m, err := hashAll(cb); recvB <- res{s, m, err} }()
+	sentB := make(chan [32]byte, 1)
+	start := time.Now()
+	go func() {
+		sentB <- sendRandom(t, cb, n, 5)
+		cb.(*tcpstack.DelegatedConn).CloseWrite()
+	}()
+	wantAB := sendRandom(t, ca, n, 4)
+	ca.(*tcpstack.DelegatedConn).CloseWrite()
+	wantBA := <-sentB
+	for _, r := range []struct {
+		name string
+		ch   chan res
+		want [32]byte
+	}{{"A→B", recvB, wantAB}, {"B→A", recvA, wantBA}} {
+		select {
+		case got := <-r.ch:
+			if got.err != nil || got.n != n || got.sum != r.want {
+				t.Fatalf("%s: %d bytes (%v), hash match %v", r.name, got.n, got.err, got.sum == r.want)
+			}
+		case <-time.After(5 * time.Minute):
+			t.Fatalf("%s stuck; engine A %+v B %+v", r.name, a.Device.EngineCounters(), b.Device.EngineCounters())
+		}
+	}
+	el := time.Since(start)
+	ea, eb := a.Device.EngineCounters(), b.Device.EngineCounters()
+	t.Logf("%d MiB each way in %v (%.2f Gbit/s total); retransmitted segs A %d B %d, fast retransmits A %d B %d, OOO segs A %d B %d",
+		n>>20, el, float64(2*n)*8/el.Seconds()/1e9, ea.TxRetransSegs, eb.TxRetransSegs,
+		ea.FastRetransmits, eb.FastRetransmits, ea.OOOSegments, eb.OOOSegments)
+	t.Logf("device A %v; device B %v; engine drops A %s; B %s", stats(a), stats(b), engineDrops(ea), engineDrops(eb))
+	ca.Close()
+	cb.Close()
+}
+
+func TestDelegatedBothWays(t *testing.T) {
+	n := int64(256 << 20)
+	if testing.Short() {
+		n = 32 << 20
+	}
+	bothWays(t, port.WireConfig{}, n)
+}
+
+func TestDelegatedBothWaysImpaired(t *testing.T) {
+	n := int64(256 << 20)
+	if testing.Short() {
+		n = 16 << 20
+	}
+	imp := port.Impairments{LossPercent: 2, ReorderPercent: 2, ReorderGap: 3, DuplicatePercent: 2}
+	bothWays(t, port.WireConfig{Seed: 11, AToB: imp, BToA: imp}, n)
+}
+
+// engineDrops lists the non-zero Drop* and OOO* engine counters.
+func engineDrops(c delegation.Counters) string {
+	v := reflect.ValueOf(c)
+	out := ""
+	for i := 0; i < v.NumField(); i++ {
+		name := v.Type().Field(i).Name
+		if (strings.HasPrefix(name, "Drop") || strings.HasPrefix(name, "OOO")) && v.Field(i).Uint() != 0 {
+			out += fmt.Sprintf("%s=%d ", name, v.Field(i).Uint())
+		}
+	}
+	if out == "" {
+		return "none"
+	}
+	return out
 }
