@@ -2,14 +2,14 @@ package tests
 
 import (
 	"context"
-	"fmt"
-	"reflect"
-	"strings"
 	"crypto/sha256"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
