@@ -1,0 +1,465 @@
+//go:build linux
+
+package tests
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/emunic/emunic/delegation"
+	"github.com/emunic/emunic/nic/port"
+	"github.com/emunic/emunic/tcpstack"
+)
+
+// The tests in this file run delegated connections (handshake in netstack,
+// then the OFFLOAD command; from there the NIC's delegated TCP engine owns
+// the flow) against the Linux kernel's TCP over a TAP whose kernel side is
+// in a network namespace made for the test. Each test moves data both ways
+// on one connection at once, half-closes both ends, and compares SHA-256
+// of what each side sent with what the other received.
+
+// tapOffloadLab is one emulated host on a TAP whose kernel side is in a
+// namespace of its own.
+type tapOffloadLab struct {
+	ns     *netns
+	tap    *port.TAPPort
+	host   *tcpstack.Host
+	kernel netip.Prefix // the kernel's address, in the namespace
+	emu    netip.Prefix // the emulated host's address
+	closed bool
+}
+
+// newTAPOffloadLab makes the namespace, the TAP (kernel side 10.N.0.1, the
+// emulated host 10.N.0.2) and the host, with connection delegation on. All
+// of it is removed when the test ends.
+func newTAPOffloadLab(t *testing.T, subnet byte) *tapOffloadLab {
+	t.Helper()
+	requireTAP(t)
+	lab := &tapOffloadLab{ns: newNetns(t)}
+	name := uniqueName("emuo", 10)
+	tap, err := port.OpenTAP(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lab.tap = tap
+	// Runs after the host has closed the TAP (cleanups run last first).
+	t.Cleanup(func() { exec.Command("ip", "-n", lab.ns.name, "link", "del", name).Run() })
+	lab.kernel = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, subnet, 0, 1}), 24)
+	lab.emu = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, subnet, 0, 2}), 24)
+	lab.ns.moveTAP(t, name, lab.kernel)
+	lab.host, err = tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 10, subnet, 0, 2}, Addr: lab.emu}, tap)
+	if err != nil {
+		tap.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lab.close() })
+	if err := lab.host.Offload(tcpstack.OffloadConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	return lab
+}
+
+// close stops the host (its unit takes a last snapshot of its counters).
+func (l *tapOffloadLab) close() {
+	if !l.closed {
+		l.closed = true
+		l.host.Close()
+	}
+}
+
+// engine returns the delegated engine's counters; close the lab first for
+// final ones (the unit snapshots them when it parks and when it stops).
+func (l *tapOffloadLab) engine() delegation.Counters { return l.host.Device.EngineCounters() }
+
+// injectLoss installs nftables rules in the namespace that drop pct percent
+// of TCP packets at random, on input and on output, so the kernel's side
+// loses segments both ways. Skips the test when nft is missing.
+func (l *tapOffloadLab) injectLoss(t *testing.T, pct int) {
+	t.Helper()
+	if _, err := exec.LookPath("nft"); err != nil {
+		t.Skip("skipped: the nft command (nftables) is not installed: apt-get install nftables")
+	}
+	rules := fmt.Sprintf(`table inet emuloss {
+	chain in {
+		type filter hook input priority 0; policy accept;
+		meta l4proto tcp numgen random mod 100 < %[1]d counter drop
+	}
+	chain out {
+		type filter hook output priority 0; policy accept;
+		meta l4proto tcp numgen random mod 100 < %[1]d counter drop
+	}
+}
+`, pct)
+	cmd := exec.Command("ip", "netns", "exec", l.ns.name, "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(rules)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Skipf("skipped: nft cannot install the loss rules in the namespace (%v): %s", err, bytes.TrimSpace(out))
+	}
+}
+
+// nftDrops returns the packet counts of the loss rules: [input, output].
+func (l *tapOffloadLab) nftDrops(t *testing.T) (in, out uint64) {
+	t.Helper()
+	b, err := exec.Command("ip", "netns", "exec", l.ns.name, "nft", "list", "table", "inet", "emuloss").CombinedOutput()
+	if err != nil {
+		t.Errorf("nft list table: %v: %s", err, bytes.TrimSpace(b))
+		return 0, 0
+	}
+	var counts []uint64
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		for i := 0; i+1 < len(f); i++ {
+			if f[i] == "packets" {
+				var v uint64
+				fmt.Sscan(f[i+1], &v)
+				counts = append(counts, v)
+			}
+		}
+	}
+	if len(counts) != 2 {
+		t.Errorf("nft list table: want two rule counters, got %v:\n%s", counts, b)
+		return 0, 0
+	}
+	return counts[0], counts[1]
+}
+
+// exchangeResult is one side's view of a two-way transfer.
+type exchangeResult struct {
+	sent, recv    int64
+	sentSum       [32]byte
+	recvSum       [32]byte
+	sendErr       error
+	recvErr       error
+	sendT, recvT  time.Duration // from start until the last byte was queued / EOF read
+	closeWriteErr error
+}
+
+// idleLimit is how long one read or write may make no progress.
+const idleLimit = 60 * time.Second
+
+// exchange sends n bytes of data seeded by seed on c while reading
+// everything the peer sends until EOF; after the last byte it half-closes
+// (CloseWrite). Both directions are hashed.
+func exchange(c net.Conn, n int64, seed byte) exchangeResult {
+	var r exchangeResult
+	start := time.Now()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h := sha256.New()
+		buf := make([]byte, 256<<10)
+		for {
+			c.SetReadDeadline(time.Now().Add(idleLimit))
+			m, err := c.Read(buf)
+			h.Write(buf[:m])
+			r.recv += int64(m)
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				r.recvErr = err
+				break
+			}
+		}
+		r.recvT = time.Since(start)
+		copy(r.recvSum[:], h.Sum(nil))
+	}()
+	h := sha256.New()
+	src := rand.NewChaCha8([32]byte{seed, 'e', 'm', 'u'})
+	buf := make([]byte, 256<<10)
+	for r.sent < n {
+		k := min(int64(len(buf)), n-r.sent)
+		src.Read(buf[:k])
+		h.Write(buf[:k])
+		c.SetWriteDeadline(time.Now().Add(idleLimit))
+		m, err := c.Write(buf[:k])
+		r.sent += int64(m)
+		if err != nil {
+			r.sendErr = err
+			break
+		}
+	}
+	copy(r.sentSum[:], h.Sum(nil))
+	if r.sendErr == nil {
+		r.closeWriteErr = c.(interface{ CloseWrite() error }).CloseWrite()
+	}
+	r.sendT = time.Since(start)
+	<-done
+	return r
+}
+
+// twoWay runs exchange on both ends of a connection at once (ours: the
+// emulated host's, delegated; theirs: the kernel's) and checks that each
+// side received exactly what the other sent. It returns the time until
+// both sides had read EOF.
+func twoWay(t *testing.T, ours, theirs net.Conn, n int64) time.Duration {
+	return exchangeBoth(t, ours, theirs, n, n)
+}
+
+// exchangeBoth is twoWay with nOut bytes from the emulated host to the
+// kernel and nIn bytes from the kernel to the emulated host.
+func exchangeBoth(t *testing.T, ours, theirs net.Conn, nOut, nIn int64) time.Duration {
+	t.Helper()
+	start := time.Now()
+	kch := make(chan exchangeResult, 1)
+	go func() { kch <- exchange(theirs, nIn, 2) }()
+	o := exchange(ours, nOut, 1)
+	k := <-kch
+	el := time.Since(start)
+	for _, e := range []struct {
+		what string
+		err  error
+	}{
+		{"emulated host: write", o.sendErr}, {"emulated host: CloseWrite", o.closeWriteErr}, {"emulated host: read", o.recvErr},
+		{"kernel: write", k.sendErr}, {"kernel: CloseWrite", k.closeWriteErr}, {"kernel: read", k.recvErr},
+	} {
+		if e.err != nil {
+			t.Errorf("%s: %v (emulated host sent %d, received %d; kernel sent %d, received %d)",
+				e.what, e.err, o.sent, o.recv, k.sent, k.recv)
+		}
+	}
+	if o.recv != k.sent || o.recvSum != k.sentSum {
+		t.Errorf("kernel -> emulated host: received %d bytes, SHA-256 %x; kernel sent %d, SHA-256 %x",
+			o.recv, o.recvSum[:8], k.sent, k.sentSum[:8])
+	}
+	if k.recv != o.sent || k.recvSum != o.sentSum {
+		t.Errorf("emulated host -> kernel: kernel received %d bytes, SHA-256 %x; sent %d, SHA-256 %x",
+			k.recv, k.recvSum[:8], o.sent, o.sentSum[:8])
+	}
+	if t.Failed() {
+		return el
+	}
+	gbps := func(n int64, d time.Duration) float64 { return float64(n) * 8 / d.Seconds() / 1e9 }
+	t.Logf("%d MiB out, %d MiB in, at once, in %v: kernel -> emulated %.3f Gbit/s (EOF after %v), emulated -> kernel %.3f Gbit/s (EOF after %v); SHA-256 in %x, out %x",
+		nOut>>20, nIn>>20, el.Round(time.Millisecond), gbps(nIn, o.recvT), o.recvT.Round(time.Millisecond),
+		gbps(nOut, k.recvT), k.recvT.Round(time.Millisecond), o.recvSum[:6], k.recvSum[:6])
+	return el
+}
+
+// acceptDelegated runs the kernel's connect (from the namespace) against
+// our offload listener and returns both ends; ours must be delegated.
+func (l *tapOffloadLab) acceptDelegated(t *testing.T, lport uint16) (ours *tcpstack.DelegatedConn, theirs net.Conn) {
+	t.Helper()
+	ln, err := l.host.ListenOffload(lport)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	type accepted struct {
+		c   net.Conn
+		err error
+	}
+	ach := make(chan accepted, 1)
+	go func() {
+		c, err := ln.Accept()
+		ach <- accepted{c, err}
+	}()
+	theirs, err = l.ns.dial(netip.AddrPortFrom(l.emu.Addr(), lport))
+	if err != nil {
+		t.Fatalf("the kernel could not connect to the offload listener: %v", err)
+	}
+	t.Cleanup(func() { theirs.Close() })
+	var a accepted
+	select {
+	case a = <-ach:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the offload listener accepted nothing within 30s of the kernel's connect")
+	}
+	if a.err != nil {
+		t.Fatalf("accept: %v", a.err)
+	}
+	t.Cleanup(func() { a.c.Close() })
+	dc, ok := a.c.(*tcpstack.DelegatedConn)
+	if !ok {
+		t.Fatalf("the accepted connection stayed on netstack (%T; listener fallbacks %d)", a.c, ln.Fallbacks)
+	}
+	return dc, theirs
+}
+
+// dialDelegated has a kernel listener in the namespace accept our
+// DialOffload and returns both ends.
+func (l *tapOffloadLab) dialDelegated(t *testing.T, lport uint16) (ours *tcpstack.DelegatedConn, theirs net.Conn) {
+	t.Helper()
+	var kl net.Listener
+	if err := l.ns.do(func() (err error) {
+		kl, err = net.Listen("tcp4", netip.AddrPortFrom(l.kernel.Addr(), lport).String())
+		return err
+	}); err != nil {
+		t.Fatalf("kernel listener in the namespace: %v", err)
+	}
+	defer kl.Close()
+	type accepted struct {
+		c   net.Conn
+		err error
+	}
+	ach := make(chan accepted, 1)
+	go func() {
+		c, err := kl.Accept()
+		ach <- accepted{c, err}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ours, err := l.host.DialOffload(ctx, netip.AddrPortFrom(l.kernel.Addr(), lport))
+	if err != nil {
+		kl.Close()
+		t.Fatalf("DialOffload to the kernel's listener: %v", err)
+	}
+	t.Cleanup(func() { ours.Close() })
+	var a accepted
+	select {
+	case a = <-ach:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the kernel's listener accepted nothing within 30s")
+	}
+	if a.err != nil {
+		t.Fatalf("kernel accept: %v", a.err)
+	}
+	t.Cleanup(func() { a.c.Close() })
+	return ours, a.c
+}
+
+// tapOffloadBytes is the size of each direction of the clean transfers.
+func tapOffloadBytes() int64 {
+	if testing.Short() {
+		return 32 << 20
+	}
+	return 256 << 20
+}
+
+// tapOffloadLossyBytes is the size of each direction of the lossy
+// transfers: smaller, since the kernel's congestion control with 2% loss
+// keeps the rate far below the clean one.
+func tapOffloadLossyBytes() int64 {
+	if testing.Short() {
+		return 8 << 20
+	}
+	return 64 << 20
+}
+
+// logEngine logs the engine's non-zero counters.
+func logEngine(t *testing.T, c delegation.Counters) {
+	t.Helper()
+	t.Logf("engine counters: %s", nonZeroCounters(c))
+}
+
+// nonZeroCounters formats the non-zero fields of c as name=value.
+func nonZeroCounters(c delegation.Counters) string {
+	s := fmt.Sprintf("%+v", c)
+	s = strings.TrimSuffix(strings.TrimPrefix(s, "{"), "}")
+	var out []string
+	for _, f := range strings.Fields(s) {
+		if !strings.HasSuffix(f, ":0") {
+			out = append(out, f)
+		}
+	}
+	return strings.Join(out, " ")
+}
+
+// checkClean fails on engine counters that a clean link must leave at zero:
+// malformed or rejected input.
+func checkClean(t *testing.T, c delegation.Counters) {
+	t.Helper()
+	for name, v := range map[string]uint64{
+		"DropBadChecksum": c.DropBadChecksum, "DropBadIP": c.DropBadIP, "DropShort": c.DropShort,
+		"DropTupleMismatch": c.DropTupleMismatch, "DropNoBuffer": c.DropNoBuffer,
+		"DMAErrors": c.DMAErrors, "Timeouts": c.Timeouts, "TxErrors": c.TxErrors,
+	} {
+		if v != 0 {
+			t.Errorf("engine counter %s = %d, want 0", name, v)
+		}
+	}
+}
+
+// TestTAPOffloadAccept: the kernel connects to the emulated host's offload
+// listener; the accepted connection is delegated, and both sides send
+// 256 MiB at once, then half-close.
+func TestTAPOffloadAccept(t *testing.T) {
+	lab := newTAPOffloadLab(t, 81)
+	ours, theirs := lab.acceptDelegated(t, 5201)
+	t.Logf("delegated as conn %d: %v <-> kernel %v", ours.Index(), ours.LocalAddr(), ours.RemoteAddr())
+	twoWay(t, ours, theirs, tapOffloadBytes())
+	ours.Close()
+	theirs.Close()
+	lab.close()
+	c := lab.engine()
+	logEngine(t, c)
+	checkClean(t, c)
+	if c.RxBytes < uint64(tapOffloadBytes()) {
+		t.Errorf("the engine placed %d bytes, want at least %d: the data did not go through it", c.RxBytes, tapOffloadBytes())
+	}
+}
+
+// TestTAPOffloadDial: the emulated host's DialOffload connects to a kernel
+// listener in the namespace; both sides send 256 MiB at once, then
+// half-close.
+func TestTAPOffloadDial(t *testing.T) {
+	lab := newTAPOffloadLab(t, 82)
+	ours, theirs := lab.dialDelegated(t, 5202)
+	t.Logf("delegated as conn %d: %v <-> kernel %v", ours.Index(), ours.LocalAddr(), ours.RemoteAddr())
+	twoWay(t, ours, theirs, tapOffloadBytes())
+	ours.Close()
+	theirs.Close()
+	lab.close()
+	c := lab.engine()
+	logEngine(t, c)
+	checkClean(t, c)
+	if c.TxBytes < uint64(tapOffloadBytes()) {
+		t.Errorf("the engine transmitted %d payload bytes, want at least %d", c.TxBytes, tapOffloadBytes())
+	}
+}
+
+// TestTAPOffloadLossy repeats both tests (the kernel connects; the emulated
+// host dials) with nftables dropping 2% of TCP packets at random in the
+// namespace, on input and on output. The engine must retransmit what the
+// kernel's side lost and reassemble around what it never received. The
+// transfers are 64 MiB each way: the engine's sender recovers from loss far
+// more slowly than the kernel's (see the throughput it logs).
+func TestTAPOffloadLossy(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		subnet byte
+		open   func(*tapOffloadLab, *testing.T, uint16) (*tcpstack.DelegatedConn, net.Conn)
+	}{
+		{"KernelConnects", 83, (*tapOffloadLab).acceptDelegated},
+		{"EmulatedDials", 84, (*tapOffloadLab).dialDelegated},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lab := newTAPOffloadLab(t, tc.subnet)
+			lab.injectLoss(t, 2)
+			ours, theirs := tc.open(lab, t, 5203)
+			t.Logf("delegated as conn %d: %v <-> kernel %v", ours.Index(), ours.LocalAddr(), ours.RemoteAddr())
+			n := tapOffloadLossyBytes()
+			twoWay(t, ours, theirs, n)
+			ours.Close()
+			theirs.Close()
+			in, out := lab.nftDrops(t)
+			t.Logf("nftables dropped %d packets on the kernel's input, %d on its output", in, out)
+			lab.close()
+			c := lab.engine()
+			logEngine(t, c)
+			if in == 0 || out == 0 {
+				t.Errorf("nftables dropped %d in, %d out: the loss was not injected", in, out)
+			}
+			if c.TxRetransSegs == 0 || c.FastRetransmits+c.RTOExpired == 0 {
+				t.Errorf("engine: TxRetransSegs %d, FastRetransmits %d, RTOExpired %d; want retransmissions after the kernel's input drops",
+					c.TxRetransSegs, c.FastRetransmits, c.RTOExpired)
+			}
+			if c.OOOSegments == 0 && c.DupAcksRx == 0 {
+				t.Errorf("engine: OOOSegments 0 and DupAcksRx 0: it saw no sign of the loss")
+			}
+			if c.DropBadChecksum != 0 || c.DMAErrors != 0 || c.Timeouts != 0 {
+				t.Errorf("engine: DropBadChecksum %d, DMAErrors %d, Timeouts %d; want 0", c.DropBadChecksum, c.DMAErrors, c.Timeouts)
+			}
+		})
+	}
+}
