@@ -70,6 +70,9 @@ type conn struct {
 	inRecovery     bool
 	recover        seq
 	partialSeen    bool
+	sacked         scoreboard // what the peer reported holding above SND.UNA
+	highRxt        seq        // highest byte retransmitted in this recovery, plus one
+	rtxOut         uint32     // bytes retransmitted in this recovery not yet acknowledged
 
 	// RTT and retransmission timer (RFC 6298).
 	srtt, rttvar int64 // ns

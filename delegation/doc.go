@@ -61,6 +61,8 @@
 //
 //	NtfUserBufDone   Aux = buffer id, Len = bytes placed, Seq = sequence number of its first byte.
 //	                 A user buffer completes when full, on PSH, or when the FIN arrives.
+//	                 With NtfError: the buffer could not be written (it is returned with
+//	                 the Len bytes placed before the fault).
 //	NtfLegacyUpload  Aux = legacy buffer id, Len = bytes, Seq = sequence number of the first byte.
 //	                 The host must return window credit for these bytes with UPDATE (Credit)
 //	                 once the application consumed them. With NtfError and Len 0: the legacy
@@ -110,10 +112,14 @@
 // frame for every (re)transmission; MSS segmentation (MSS less the
 // timestamp option, RFC 6691) limited by the peer's scaled window and cwnd;
 // slow start and congestion avoidance (RFC 5681, byte counting), limited
-// transmit (RFC 3042), fast retransmit and NewReno recovery (RFC 6582),
-// RTO per RFC 6298 (timestamps or Karn samples, Config.MinRTO, exponential
+// transmit (RFC 3042), fast retransmit and NewReno recovery (RFC 6582); with
+// SACK a scoreboard of the peer's SACK blocks drives recovery instead (RFC
+// 6675 style: the holes below the highest SACKed byte are retransmitted
+// first, the data in flight estimated as FACK does, cwnd = ssthresh), RTO
+// per RFC 6298 (timestamps or Karn samples, Config.MinRTO, exponential
 // backoff, Config.MaxRetries → NtfTimeout + RST; after a timeout the engine
-// goes back to SND.UNA in slow start), zero-window probing (persist timer,
+// goes back to SND.UNA in slow start, skipping SACKed data unless a second
+// timeout suggests the peer reneged), zero-window probing (persist timer,
 // one-byte probes at SND.UNA-1 that every stack answers), keepalive, sender
 // silly-window avoidance. TSval continues from the state block's TSVal at 1
 // ms per tick and never goes backwards.
@@ -126,8 +132,8 @@
 // frames are built in one engine buffer, queues are preallocated per slot
 // and the tuple lookup is an open-addressing table.
 //
-// Not implemented (TODO): SACK-based loss recovery at the sender (RFC 6675;
-// received SACK blocks are parsed but only NewReno drives retransmission),
-// Nagle, urgent data (URG is ignored), D-SACK, ECN, path MTU changes, IP
-// options on output, upload of a connection back to the host stack.
+// Not implemented (TODO): the full RFC 6675 pipe/IsLost rules and RACK-TLP
+// (a lost retransmission waits for the RTO), Nagle, urgent data (URG is
+// ignored), D-SACK, ECN, path MTU changes, IP options on output, upload of a
+// connection back to the host stack.
 package delegation

@@ -21,6 +21,7 @@ type testEnv struct {
 	arena *rings.Arena
 	now   *int64
 	clock func() int64 // real time (overrides now)
+	dma   rings.DMA    // overrides the arena (fault injection)
 
 	// Notification ring: bounded, so tests can make it full.
 	ntf      []rings.Notification
@@ -49,7 +50,12 @@ func newTestEnv(t testing.TB, arenaSize int, now *int64) *testEnv {
 	return &testEnv{arena: a, now: now, ntfCap: 4096, ntf: make([]rings.Notification, 4096)}
 }
 
-func (v *testEnv) DMA() rings.DMA { return v.arena }
+func (v *testEnv) DMA() rings.DMA {
+	if v.dma != nil {
+		return v.dma
+	}
+	return v.arena
+}
 func (v *testEnv) NowNanos() int64 {
 	if v.clock != nil {
 		return v.clock()

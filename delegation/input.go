@@ -265,6 +265,16 @@ func (c *conn) processAck(now int64, s *segment, pure bool) {
 		}
 	}
 
+	if c.sackOK && s.nSACK > 0 {
+		for i := 0; i < s.nSACK; i++ {
+			b := s.sack[i]
+			// Only blocks inside what we sent and above SND.UNA (D-SACKs
+			// and nonsense are ignored).
+			if b.start.lt(b.end) && b.start.ge(c.sndUna) && b.end.le(c.sndMax) {
+				c.sacked.add(b.start, b.end)
+			}
+		}
+	}
 	switch {
 	case s.ack.gt(c.sndUna):
 		c.newAck(now, s)
@@ -280,6 +290,13 @@ func (c *conn) newAck(now int64, s *segment) {
 	c.sndUna = s.ack
 	if c.sndNxt.lt(c.sndUna) {
 		c.sndNxt = c.sndUna // the peer had data we were about to resend
+	}
+	c.sacked.trim(c.sndUna)
+	if !c.highRxt.gt(c.sndUna) {
+		c.highRxt = c.sndUna
+		c.rtxOut = 0
+	} else if r := c.highRxt.sub(c.sndUna); r < c.rtxOut {
+		c.rtxOut = r
 	}
 	finAcked := c.finQueued && c.sndUna == c.finSeq.add(1)
 
@@ -305,9 +322,12 @@ func (c *conn) newAck(now int64, s *segment) {
 			c.inRecovery = false
 			c.dupAcks = 0
 		} else {
-			// Partial ACK: retransmit the next hole, deflate.
+			// Partial ACK: retransmit the next hole (unless SACK-driven
+			// recovery already did), deflate.
 			e.ctr.PartialAcks++
-			c.retransmitHead(now)
+			if !c.highRxt.gt(c.sndUna) {
+				c.retransmitHead(now)
+			}
 			if acked >= c.cwnd {
 				c.cwnd = mss
 			} else {
@@ -386,6 +406,7 @@ func (c *conn) dupAck(now int64) {
 		c.inRecovery = true
 		c.partialSeen = false
 		c.timing = false
+		c.highRxt, c.rtxOut = c.sndUna, 0
 		c.retransmitHead(now)
 		c.cwnd = c.ssthresh + 3*mss
 		c.notify(rings.NtfDupAck, c.sndNxt, 0, 0)
@@ -612,8 +633,16 @@ func (c *conn) deliver(data []byte, push bool) int {
 				n = uint32(len(rest))
 			}
 			if err := e.dma.WriteAt(rest[:n], ub.addr+rings.Addr(ub.filled)); err != nil {
+				// The buffer stopped being host memory: hand it back
+				// with an error and go on with the next one.
 				e.ctr.DMAErrors++
-				break
+				if ub.filled == 0 {
+					ub.first = c.rcvNxt
+				}
+				c.notify(rings.NtfUserBufDone|rings.NtfError, ub.first, ub.filled, ub.id)
+				c.uqHead = (c.uqHead + 1) % len(c.userq)
+				c.uqCount--
+				continue
 			}
 			if ub.filled == 0 {
 				ub.first = c.rcvNxt

@@ -49,8 +49,34 @@ func (c *conn) output(now int64) {
 			cw += uint32(c.dupAcks) * mss // limited transmit (RFC 3042)
 		}
 		room := uint32(0)
-		if cw > inflight {
-			room = cw - inflight
+		if c.inRecovery && c.sacked.n > 0 {
+			// SACK-driven recovery (RFC 6675 with FACK's estimate): the
+			// data in the network is what was sent above the highest
+			// SACKed byte plus the retransmissions; every hole below it
+			// is taken as lost. The congestion window is ssthresh.
+			pipe := c.rtxOut
+			if h := c.sacked.high(); c.sndNxt.gt(h) {
+				pipe += c.sndNxt.sub(h)
+			}
+			if c.ssthresh > pipe {
+				room = c.ssthresh - pipe
+			}
+		} else if cw > inflight+c.rtxOut {
+			room = cw - inflight - c.rtxOut
+		}
+		// The holes below the highest SACKed byte go first.
+		if c.inRecovery && c.sacked.n > 0 && room > 0 {
+			from := seqMax(c.sndUna, c.highRxt)
+			if h, n := c.sacked.hole(from, mss); n > 0 && h.lt(c.sndEnd) {
+				n = min(n, c.sndEnd.sub(h))
+				if !c.emit(now, h, n, flACK, false) {
+					c.fail(now, rings.NtfError, AuxErrorDMA)
+					return
+				}
+				c.highRxt = h.add(n)
+				c.rtxOut += n
+				continue
+			}
 		}
 		if edge := c.sndUna.add(c.sndWnd); !edge.gt(c.sndNxt) {
 			room = 0
@@ -69,9 +95,21 @@ func (c *conn) output(now int64) {
 			}
 			break
 		}
+		// Resending after a timeout: skip what the peer holds.
+		if c.sndNxt.lt(c.sndMax) && c.sacked.n > 0 {
+			if end, ok := c.sacked.covering(c.sndNxt); ok {
+				c.sndNxt = end
+				continue
+			}
+		}
 		n := min(avail, room, mss)
 		if n == 0 {
 			break
+		}
+		if c.sndNxt.lt(c.sndMax) && c.sacked.n > 0 {
+			if nx, ok := c.sacked.next(c.sndNxt); ok && nx.sub(c.sndNxt) < n {
+				n = nx.sub(c.sndNxt)
+			}
 		}
 		// Sender silly-window avoidance (RFC 9293 §3.8.6.2.1).
 		if n < mss && n < avail && inflight > 0 && n < c.maxSndWnd/2 {
@@ -128,6 +166,12 @@ func (c *conn) retransmitHead(now int64) bool {
 	if c.sndNxt.lt(end) {
 		c.sndNxt = end
 	}
+	if c.highRxt.lt(end) {
+		c.highRxt = end
+	}
+	if c.inRecovery && c.sackOK {
+		c.rtxOut += n
+	}
 	return true
 }
 
@@ -159,7 +203,13 @@ func (c *conn) rtoExpired(now int64) {
 	c.dupAcks = 0
 	c.recover = c.sndMax - 1
 	c.timing = false
+	if c.backoff > 0 {
+		// A second timeout in a row: the peer may have reneged on what
+		// it SACKed (RFC 2018 §8); resend everything.
+		c.sacked.reset()
+	}
 	c.backoff++
+	c.highRxt, c.rtxOut = c.sndUna, 0
 	c.sndNxt = c.sndUna // go back: resend from the hole, in slow start
 	if !c.retransmitHead(now) {
 		return

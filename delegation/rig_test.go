@@ -35,6 +35,7 @@ type rigOpts struct {
 	pair   pairOpts
 	host   hostOpts
 	mutate func(*rings.ConnState)
+	dma    func(*rings.Arena) rings.DMA
 }
 
 func defaultRigOpts() rigOpts {
@@ -74,6 +75,9 @@ func newRig(t testing.TB, o rigOpts) *rig {
 		o.mutate(&a)
 	}
 	r.st = a
+	if o.dma != nil {
+		r.env.dma = o.dma(r.env.arena)
+	}
 	r.e = NewEngine(o.cfg, r.env)
 	if st := r.e.Offload(0, &r.st); st != rings.StatusOK {
 		t.Fatalf("offload: %v", st)

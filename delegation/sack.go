@@ -1,0 +1,100 @@
+package delegation
+
+// The sender's SACK scoreboard (RFC 2018, used as RFC 6675 does): the
+// ranges above SND.UNA the peer reported holding. Loss recovery uses it to
+// retransmit the holes below the highest SACKed byte instead of one segment
+// per round trip, and the go-back after a timeout skips what the peer holds.
+// SACK information is advisory (the receiver may renege), so a second
+// timeout in a row discards it and the engine falls back to plain go-back.
+
+const maxSACKRanges = 16
+
+type scoreboard struct {
+	r [maxSACKRanges]sackBlock
+	n int
+}
+
+func (b *scoreboard) reset() { b.n = 0 }
+
+// add records [start, end), merging with ranges it overlaps or touches.
+// With the board full, a new disjoint range is ignored (advisory data).
+func (b *scoreboard) add(start, end seq) {
+	i := 0
+	for i < b.n && b.r[i].end.lt(start) {
+		i++
+	}
+	j := i
+	for j < b.n && b.r[j].start.le(end) {
+		start = seqMin(start, b.r[j].start)
+		end = seqMax(end, b.r[j].end)
+		j++
+	}
+	switch merged := j - i; {
+	case merged == 0:
+		if b.n == maxSACKRanges {
+			return
+		}
+		copy(b.r[i+1:b.n+1], b.r[i:b.n])
+		b.n++
+	case merged > 1:
+		copy(b.r[i+1:], b.r[j:b.n])
+		b.n -= merged - 1
+	}
+	b.r[i] = sackBlock{start, end}
+}
+
+// trim forgets everything below una (cumulatively acknowledged).
+func (b *scoreboard) trim(una seq) {
+	k := 0
+	for k < b.n && b.r[k].end.le(una) {
+		k++
+	}
+	if k > 0 {
+		copy(b.r[:], b.r[k:b.n])
+		b.n -= k
+	}
+	if b.n > 0 && b.r[0].start.lt(una) {
+		b.r[0].start = una
+	}
+}
+
+// high is the end of the highest SACKed range (valid when n > 0).
+func (b *scoreboard) high() seq { return b.r[b.n-1].end }
+
+// skip returns the first sequence number at or after s that is not SACKed,
+// and the length of the un-SACKed run there, capped at limit (0 if the run
+// reaches past the highest range: "no hole").
+func (b *scoreboard) hole(s seq, limit uint32) (seq, uint32) {
+	for i := 0; i < b.n; i++ {
+		r := b.r[i]
+		if r.end.le(s) {
+			continue
+		}
+		if r.start.le(s) {
+			s = r.end // inside a SACKed range: skip it
+			continue
+		}
+		return s, min(r.start.sub(s), limit)
+	}
+	return s, 0
+}
+
+// next returns where the next SACKed range after s starts (ok false: none).
+func (b *scoreboard) next(s seq) (seq, bool) {
+	for i := 0; i < b.n; i++ {
+		if b.r[i].end.gt(s) {
+			return b.r[i].start, true
+		}
+	}
+	return 0, false
+}
+
+// covering returns the end of the SACKed range holding s, if any.
+func (b *scoreboard) covering(s seq) (seq, bool) {
+	for i := 0; i < b.n; i++ {
+		if b.r[i].start.le(s) && s.lt(b.r[i].end) {
+			return b.r[i].end, true
+		}
+	}
+	return 0, false
+}

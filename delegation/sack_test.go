@@ -1,0 +1,138 @@
+package delegation
+
+import (
+	"testing"
+)
+
+func TestScoreboard(t *testing.T) {
+	var b scoreboard
+	b.add(100, 200)
+	b.add(300, 400)
+	b.add(200, 250) // touches the first
+	b.add(500, 600)
+	b.add(350, 520) // bridges two
+	want := []sackBlock{{100, 250}, {300, 600}}
+	if b.n != len(want) || b.r[0] != want[0] || b.r[1] != want[1] {
+		t.Fatalf("ranges %v", b.r[:b.n])
+	}
+	if h, n := b.hole(50, 1000); h != 50 || n != 50 {
+		t.Fatalf("hole before: %d %d", h, n)
+	}
+	if h, n := b.hole(120, 1000); h != 250 || n != 50 {
+		t.Fatalf("hole after a range: %d %d", h, n)
+	}
+	if h, n := b.hole(260, 20); h != 260 || n != 20 {
+		t.Fatalf("hole capped: %d %d", h, n)
+	}
+	if _, n := b.hole(600, 1000); n != 0 {
+		t.Fatal("hole past the highest range")
+	}
+	if e, ok := b.covering(310); !ok || e != 600 {
+		t.Fatal("covering")
+	}
+	if s, ok := b.next(260); !ok || s != 300 {
+		t.Fatal("next")
+	}
+	b.trim(320)
+	if b.n != 1 || b.r[0] != (sackBlock{320, 600}) || b.high() != 600 {
+		t.Fatalf("trim: %v", b.r[:b.n])
+	}
+	// Full board: a new disjoint range is ignored, merging still works.
+	b.reset()
+	for i := 0; i < maxSACKRanges+3; i++ {
+		b.add(seq(1000*i), seq(1000*i+10))
+	}
+	if b.n != maxSACKRanges {
+		t.Fatal(b.n)
+	}
+	b.add(5, 1000)
+	if b.n != maxSACKRanges-1 || b.r[0] != (sackBlock{0, 1010}) {
+		t.Fatalf("merge on a full board: %v", b.r[:2])
+	}
+	// Across the sequence wrap.
+	b.reset()
+	b.add(0xFFFFFF00, 0x10)
+	b.add(0x20, 0x30)
+	if h, n := b.hole(0xFFFFFE00, 1<<20); h != 0xFFFFFE00 || n != 0x100 {
+		t.Fatalf("wrap hole %x %d", h, n)
+	}
+	if h, n := b.hole(0xFFFFFF80, 1<<20); h != 0x10 || n != 0x10 {
+		t.Fatalf("wrap hole %x %d", h, n)
+	}
+}
+
+// Three holes in one window: SACK-driven recovery retransmits each hole as
+// duplicate ACKs arrive, without waiting a round trip per hole.
+func TestSACKRecovery(t *testing.T) {
+	r := newRig(t, defaultRigOpts())
+	r.in(pseg{seq: 5000, ack: 1000, flags: flACK, wnd: 0xFFFF})
+	mss := uint32(1448)
+	r.h.sendTotal = int64(10 * mss)
+	r.h.txSize = 16 << 10
+	r.h.start()
+	if n := len(r.take()); n != 10 {
+		t.Fatalf("%d segments", n)
+	}
+	at := func(i int) uint32 { return 1000 + uint32(i)*mss }
+	blocks := func(k int) []sackBlock { // segments 1, 3 and 5 lost; 2, 4, 6.. arrive
+		b := []sackBlock{{seq(at(6)), seq(at(6 + k))}, {seq(at(4)), seq(at(5))}, {seq(at(2)), seq(at(3))}}
+		return b
+	}
+	r.in(pseg{seq: 5000, ack: at(1), flags: flACK, wnd: 0xFFFF})
+	var rtx []uint32
+	for k := 1; k <= 4; k++ {
+		r.in(pseg{seq: 5000, ack: at(1), flags: flACK, wnd: 0xFFFF, sack: blocks(k)})
+		for _, s := range r.take() {
+			if len(s.payload) > 0 {
+				rtx = append(rtx, uint32(s.seq))
+			}
+		}
+	}
+	want := []uint32{at(1), at(3), at(5)}
+	if len(rtx) < 3 || rtx[0] != want[0] || rtx[1] != want[1] || rtx[2] != want[2] {
+		t.Fatalf("retransmitted %v, want %v first", rtx, want)
+	}
+	// The partial ACK for hole 1 retransmits nothing again.
+	r.in(pseg{seq: 5000, ack: at(3), flags: flACK, wnd: 0xFFFF, sack: blocks(4)})
+	for _, s := range r.take() {
+		if uint32(s.seq) < at(6) && len(s.payload) > 0 {
+			t.Fatalf("segment at %d sent again", s.seq)
+		}
+	}
+	r.in(pseg{seq: 5000, ack: at(10), flags: flACK, wnd: 0xFFFF})
+	if r.info().InRecovery || r.e.Counters().TxRetransSegs != 3 {
+		t.Fatalf("retransmissions %d", r.e.Counters().TxRetransSegs)
+	}
+}
+
+// After a timeout the engine goes back to SND.UNA but skips SACKed data.
+func TestRTOSkipsSACKed(t *testing.T) {
+	r := newRig(t, defaultRigOpts())
+	r.in(pseg{seq: 5000, ack: 1000, flags: flACK, wnd: 0xFFFF})
+	mss := uint32(1448)
+	r.h.sendTotal = int64(8 * mss)
+	r.h.txSize = 16 << 10
+	r.h.start()
+	r.take()
+	at := func(i int) uint32 { return 1000 + uint32(i)*mss }
+	// Segments 0 and 4 lost; the peer holds 1-3 and 5-7 (two dup ACKs only).
+	r.in(pseg{seq: 5000, ack: at(0), flags: flACK, wnd: 0xFFFF, sack: []sackBlock{{seq(at(1)), seq(at(4))}}})
+	r.in(pseg{seq: 5000, ack: at(0), flags: flACK, wnd: 0xFFFF, sack: []sackBlock{{seq(at(5)), seq(at(8))}, {seq(at(1)), seq(at(4))}}})
+	r.take() // limited transmit has nothing new to send
+	r.advance(r.e.NextDeadline() - r.now)
+	o := r.take()
+	if len(o) != 1 || uint32(o[0].seq) != at(0) {
+		t.Fatalf("after RTO: %d frames", len(o))
+	}
+	// The ACK for segment 0 moves SND.UNA to the next hole: segment 4 goes,
+	// and nothing SACKed does.
+	r.in(pseg{seq: 5000, ack: at(4), flags: flACK, wnd: 0xFFFF, sack: []sackBlock{{seq(at(5)), seq(at(8))}}})
+	o = r.take()
+	if len(o) != 1 || uint32(o[0].seq) != at(4) {
+		t.Fatalf("after the ACK: %d frames, first at %d", len(o), o[0].seq)
+	}
+	r.in(pseg{seq: 5000, ack: at(8), flags: flACK, wnd: 0xFFFF})
+	if r.e.Counters().TxRetransSegs != 2 || r.info().SndUna != at(8) {
+		t.Fatalf("retransmitted %d", r.e.Counters().TxRetransSegs)
+	}
+}
