@@ -164,6 +164,8 @@ type hostApp struct {
 
 	// Receiving.
 	legacyOnly bool
+	postOnReq  bool
+	posted     bool
 	userBufs   []rings.Addr
 	userSize   uint32
 	descAddr   rings.Addr
@@ -227,12 +229,16 @@ type hostOpts struct {
 	legacySize uint32
 	closeAfter bool
 	seed       uint64
+	// postOnRequest: post the user buffers only when the engine asks
+	// (NtfUserBufReq); until then payload arrives in legacy buffers.
+	postOnRequest bool
 }
 
 func newHostApp(t testing.TB, name string, e *Engine, env *testEnv, idx uint32, st *rings.ConnState, o hostOpts) *hostApp {
 	h := &hostApp{t: t, name: name, e: e, env: env, idx: idx,
 		sendTotal: o.sendBytes, sendHash: sha256.New(), recvHash: sha256.New(),
 		txSize: o.txSize, userSize: o.userSize, legacyOnly: o.legacyOnly, closeAfter: o.closeAfter,
+		postOnReq: o.postOnRequest,
 		sndNxt: st.SndNxt, ackSeen: st.SndUna, expect: st.RcvNxt, scratch: make([]byte, 64<<10)}
 	var seed [32]byte
 	seed[0], seed[1] = byte(o.seed), byte(o.seed>>8)
@@ -268,12 +274,17 @@ func newHostApp(t testing.TB, name string, e *Engine, env *testEnv, idx uint32, 
 
 // start posts the user buffers and queues the first transmit buffers.
 func (h *hostApp) start() {
-	if !h.legacyOnly {
-		for i := range h.userBufs {
-			h.post(i)
-		}
+	if !h.legacyOnly && !h.postOnReq {
+		h.postAll()
 	}
 	h.pump()
+}
+
+func (h *hostApp) postAll() {
+	h.posted = true
+	for i := range h.userBufs {
+		h.post(i)
+	}
 }
 
 func (h *hostApp) post(i int) {
@@ -414,6 +425,9 @@ func (h *hostApp) handle(n rings.Notification) {
 				h.t.Errorf("%s: Update credit: %v", h.name, st)
 			}
 		}
+	}
+	if n.Flags&rings.NtfUserBufReq != 0 && h.postOnReq && !h.posted && !h.gotFin {
+		h.postAll()
 	}
 	if n.Flags&rings.NtfFin != 0 {
 		if n.Seq != h.expect+1 {

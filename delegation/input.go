@@ -97,7 +97,7 @@ func (c *conn) input(now int64, s *segment) {
 		}
 		if seq(s.tsVal).lt(seq(c.tsRecent)) && now-c.tsRecentAt < 24*86400e9 {
 			e.ctr.DropPAWS++
-			c.sendOOWAck(now, len(s.payload) > 0)
+			c.sendOOWAck(now, len(s.payload) > 0 || s.flags&flFIN != 0)
 			return
 		}
 	}
@@ -136,7 +136,7 @@ func (c *conn) input(now int64, s *segment) {
 			}
 			c.output(now)
 		}
-		c.sendOOWAck(now, len(s.payload) > 0)
+		c.sendOOWAck(now, len(s.payload) > 0 || s.flags&flFIN != 0)
 		return
 	}
 
@@ -163,7 +163,7 @@ func (c *conn) input(now int64, s *segment) {
 	// RFC 9293 / RFC 5961 §5: the acceptable ACK range.
 	if s.ack.gt(c.sndMax) {
 		e.ctr.DropAckUnsent++
-		c.sendOOWAck(now, len(s.payload) > 0)
+		c.sendOOWAck(now, len(s.payload) > 0 || s.flags&flFIN != 0)
 		return
 	}
 	if s.ack.lt(c.sndUna - seq(c.maxSndWnd)) {
@@ -228,7 +228,8 @@ func (c *conn) challengeAck(now int64) {
 }
 
 // sendOOWAck answers a segment that could not be accepted. Segments with
-// data are always answered (a sender probing a zero window needs it);
+// data or a FIN are always answered (a sender probing a zero window, or
+// retransmitting a FIN whose ACK was lost, needs it);
 // zero-length ones at most once per OOWAckInterval, so two confused peers
 // cannot ACK each other forever.
 func (c *conn) sendOOWAck(now int64, hasData bool) {

@@ -423,7 +423,12 @@ func (c *conn) emit(now int64, sq seq, n uint32, flags uint8, probe bool) bool {
 			c.rtStart = now
 		}
 	}
-	if err := e.env.Transmit(f[:ethHdrLen+ipHdrLen+segLen]); err != nil {
+	fl := ethHdrLen + ipHdrLen + segLen
+	if fl < minFrame {
+		clear(f[fl:minFrame]) // the MAC pads short frames
+		fl = minFrame
+	}
+	if err := e.env.Transmit(f[:fl]); err != nil {
 		e.ctr.TxErrors++
 	} else {
 		e.ctr.TxSegments++

@@ -106,3 +106,17 @@ func TestTransferCongested(t *testing.T) {
 	o.link.delay = 5e6
 	runBulk(t, o)
 }
+
+// The Chimney flow: payload lands in legacy buffers until the host, asked
+// with NtfUserBufReq, posts user buffers; the stream continues in them.
+func TestTransferLegacyThenUser(t *testing.T) {
+	o := impaired(bulkOpts(transferSize()/8, false, 8))
+	o.host[0].postOnRequest, o.host[1].postOnRequest = true, true
+	s := runBulk(t, o)
+	for i := 0; i < 2; i++ {
+		c := s.eng[i].Counters()
+		if c.LegacyUploads == 0 || c.UserBufsDone == 0 {
+			t.Fatalf("engine %d: %d legacy uploads, %d user buffers", i, c.LegacyUploads, c.UserBufsDone)
+		}
+	}
+}

@@ -15,6 +15,7 @@ const (
 	maxOptLen  = 40
 	hdrsLen    = ethHdrLen + ipHdrLen + tcpHdrLen
 	maxFrame   = ethHdrLen + 65535 // the largest IPv4 datagram behind an Ethernet header
+	minFrame   = 60                // the Ethernet minimum, without the FCS
 	etherIPv4  = 0x0800
 	ipProtoTCP = 6
 	ipFlagDF   = 0x4000

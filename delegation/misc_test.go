@@ -1,0 +1,70 @@
+package delegation
+
+import (
+	"testing"
+
+	"github.com/emunic/emunic/rings"
+)
+
+func TestSnapshot(t *testing.T) {
+	o := defaultRigOpts()
+	o.pair.keepaliveMs = 4000
+	r := newRig(t, o)
+	r.h.start()
+	r.data(pattern(1000, 1), flPSH)
+	r.h.sendTotal = 500
+	r.h.pump()
+	r.in(pseg{seq: r.peerSeq, ack: 1500, flags: flACK, wnd: 300})
+	var st rings.ConnState
+	if s := r.e.Snapshot(0, &st); s != rings.StatusOK {
+		t.Fatal(s)
+	}
+	i := r.info()
+	if st.SndUna != 1500 || st.SndNxt != 1500 || st.RcvNxt != 6000 || st.SndWnd != 300 ||
+		st.SndWndScale != 2 || st.RcvWndScale != 2 || st.MSS != 1460 || st.State != rings.StateEstablished ||
+		st.TSVal <= i.TSVal || st.TSRecent != r.peerTS || st.LocalIP != ipA || st.NextHopMAC != macB ||
+		st.KeepaliveIdleMs != 4000 || st.KeepaliveCount != 3 || st.RcvAdvertised != i.RcvWnd {
+		t.Fatalf("snapshot %+v\ninfo %+v", st, i)
+	}
+	// The snapshot is a valid state block: another engine takes it.
+	b := make(rings.ConnStateBlock, rings.ConnStateSize)
+	st.Encode(b)
+	var back rings.ConnState
+	if err := back.Decode(b); err != nil || back != st {
+		t.Fatal("encode/decode")
+	}
+	now := int64(5e9)
+	e2 := NewEngine(Config{}, newTestEnv(t, 1<<20, &now))
+	if s := e2.Offload(3, &back); s != rings.StatusOK {
+		t.Fatalf("re-offload of a snapshot: %v", s)
+	}
+	if s := r.e.Snapshot(7, &st); s != rings.StatusBadConn {
+		t.Fatal(s)
+	}
+}
+
+// Without timestamps a pure ACK is 54 bytes: padded to the Ethernet minimum.
+func TestShortFramePadded(t *testing.T) {
+	o := defaultRigOpts()
+	o.pair.ts = false
+	r := newRig(t, o)
+	r.e.Update(0, &rings.ConnUpdate{Flags: rings.UpdAckNow})
+	f := r.takeOne("ACK")
+	if len(f.raw) != minFrame || be.Uint16(f.raw[ethHdrLen+2:]) != 40 {
+		t.Fatalf("frame %d bytes, IP length %d", len(f.raw), be.Uint16(f.raw[ethHdrLen+2:]))
+	}
+	for _, v := range f.raw[ethHdrLen+40:] {
+		if v != 0 {
+			t.Fatal("padding not zero")
+		}
+	}
+}
+
+// Sequence numbers and timestamps that wrap during the connection.
+func TestWrapAround(t *testing.T) {
+	o := bulkOpts(4<<20, false, 21)
+	o.pair.issA, o.pair.issB = 0xFFFFFFFF-1000, 0x7FFFFFFF-3000
+	o.pair.tsA, o.pair.tsB = 0xFFFFFFFF-2, 0x7FFFFFFF
+	o = impaired(o)
+	runBulk(t, o)
+}
