@@ -239,7 +239,7 @@ func newHostApp(t testing.TB, name string, e *Engine, env *testEnv, idx uint32, 
 		sendTotal: o.sendBytes, sendHash: sha256.New(), recvHash: sha256.New(),
 		txSize: o.txSize, userSize: o.userSize, legacyOnly: o.legacyOnly, closeAfter: o.closeAfter,
 		postOnReq: o.postOnRequest,
-		sndNxt: st.SndNxt, ackSeen: st.SndUna, expect: st.RcvNxt, scratch: make([]byte, 64<<10)}
+		sndNxt:    st.SndNxt, ackSeen: st.SndUna, expect: st.RcvNxt, scratch: make([]byte, 64<<10)}
 	var seed [32]byte
 	seed[0], seed[1] = byte(o.seed), byte(o.seed>>8)
 	copy(seed[2:], name)
