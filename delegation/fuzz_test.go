@@ -202,6 +202,13 @@ func checkInvariants(t testing.TB, e *Engine) {
 		if c.sndNxt.gt(c.sndMax) || c.sndUna.gt(c.sndMax) || c.sndMax.gt(c.sndEnd.add(1)) {
 			t.Fatalf("send sequence space broken: una %d nxt %d max %d end %d", c.sndUna, c.sndNxt, c.sndMax, c.sndEnd)
 		}
+		for k := 0; k < c.sacked.n; k++ {
+			rg := c.sacked.r[k]
+			if rg.start.lt(c.sndUna) || rg.end.gt(c.sndMax) || !rg.end.gt(rg.start) ||
+				(k > 0 && rg.start.le(c.sacked.r[k-1].end)) {
+				t.Fatalf("scoreboard broken at %d: %v (una %d max %d)", k, c.sacked.r[:c.sacked.n], c.sndUna, c.sndMax)
+			}
+		}
 		if c.ooo.bytes > e.cfg.OOOLimit {
 			t.Fatalf("holding %d out-of-order bytes, limit %d", c.ooo.bytes, e.cfg.OOOLimit)
 		}

@@ -81,9 +81,6 @@ func (c *conn) input(now int64, s *segment) {
 		c.inputTimeWait(now, s)
 		return
 	}
-	c.lastRecv = now
-	c.kaSent = 0
-	c.probes = 0
 	if c.ooo.n > 0 {
 		c.retryOOO(now)
 	}
@@ -119,6 +116,13 @@ func (c *conn) input(now int64, s *segment) {
 	default:
 		ok = s.seq.inRange(c.rcvNxt, c.rcvAdvEdge) ||
 			s.seq.add(segLen-1).inRange(c.rcvNxt, c.rcvAdvEdge)
+	}
+	if ok || s.seq == c.rcvNxt {
+		// The peer is alive (keepalive, zero-window probing); an
+		// out-of-window segment proves less, so it does not count.
+		c.lastRecv = now
+		c.kaSent = 0
+		c.probes = 0
 	}
 	if !ok {
 		if rst {

@@ -44,6 +44,9 @@ func (c *conn) output(now int64) {
 			c.sndNxt = c.sndUna
 		}
 		inflight := c.sndNxt.sub(c.sndUna)
+		if c.sacked.n > 0 {
+			inflight -= c.sacked.below(c.sndNxt) // the peer has those
+		}
 		cw := c.cwnd
 		if !c.inRecovery && c.dupAcks > 0 && c.dupAcks < 3 {
 			cw += uint32(c.dupAcks) * mss // limited transmit (RFC 3042)
@@ -111,8 +114,9 @@ func (c *conn) output(now int64) {
 				n = nx.sub(c.sndNxt)
 			}
 		}
-		// Sender silly-window avoidance (RFC 9293 §3.8.6.2.1).
-		if n < mss && n < avail && inflight > 0 && n < c.maxSndWnd/2 {
+		// Sender silly-window avoidance (RFC 9293 §3.8.6.2.1), for new
+		// data only: a short resend (a hole between SACKed ranges) goes.
+		if n < mss && n < avail && inflight > 0 && n < c.maxSndWnd/2 && !c.sndNxt.lt(c.sndMax) {
 			break
 		}
 		flags := uint8(flACK)

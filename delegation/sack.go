@@ -98,3 +98,16 @@ func (b *scoreboard) covering(s seq) (seq, bool) {
 	}
 	return 0, false
 }
+
+// below is the number of SACKed bytes before s.
+func (b *scoreboard) below(s seq) uint32 {
+	n := uint32(0)
+	for i := 0; i < b.n; i++ {
+		r := b.r[i]
+		if !r.start.lt(s) {
+			break
+		}
+		n += seqMin(r.end, s).sub(r.start)
+	}
+	return n
+}

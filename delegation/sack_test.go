@@ -33,6 +33,9 @@ func TestScoreboard(t *testing.T) {
 	if s, ok := b.next(260); !ok || s != 300 {
 		t.Fatal("next")
 	}
+	if b.below(50) != 0 || b.below(150) != 50 || b.below(350) != 200 || b.below(1000) != 450 {
+		t.Fatalf("below: %d %d %d %d", b.below(50), b.below(150), b.below(350), b.below(1000))
+	}
 	b.trim(320)
 	if b.n != 1 || b.r[0] != (sackBlock{320, 600}) || b.high() != 600 {
 		t.Fatalf("trim: %v", b.r[:b.n])
@@ -134,5 +137,30 @@ func TestRTOSkipsSACKed(t *testing.T) {
 	r.in(pseg{seq: 5000, ack: at(8), flags: flACK, wnd: 0xFFFF})
 	if r.e.Counters().TxRetransSegs != 2 || r.info().SndUna != at(8) {
 		t.Fatalf("retransmitted %d", r.e.Counters().TxRetransSegs)
+	}
+}
+
+// A short hole between SACKed ranges after a timeout is resent at once, not
+// held back by silly-window avoidance.
+func TestRTOShortHole(t *testing.T) {
+	r := newRig(t, defaultRigOpts())
+	r.in(pseg{seq: 5000, ack: 1000, flags: flACK, wnd: 0xFFFF})
+	mss := uint32(1448)
+	r.h.sendTotal = int64(6 * mss)
+	r.h.txSize = 16 << 10
+	r.h.start()
+	r.take()
+	at := func(i int) uint32 { return 1000 + uint32(i)*mss }
+	// Segment 0 lost, and 100 bytes in the middle of segment 3.
+	sack := []sackBlock{{seq(at(3) + 100), seq(at(6))}, {seq(at(1)), seq(at(3))}}
+	r.in(pseg{seq: 5000, ack: at(0), flags: flACK, wnd: 0xFFFF, sack: sack})
+	r.take()
+	r.advance(r.e.NextDeadline() - r.now)
+	r.take() // segment 0 again
+	// The slow-start window now allows two segments: the 100-byte hole.
+	r.in(pseg{seq: 5000, ack: at(1), flags: flACK, wnd: 0xFFFF, sack: sack})
+	o := r.take()
+	if len(o) != 1 || uint32(o[0].seq) != at(3) || len(o[0].payload) != 100 {
+		t.Fatalf("%d frames; want the 100-byte hole", len(o))
 	}
 }
