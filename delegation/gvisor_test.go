@@ -208,17 +208,20 @@ func (d *devLoop) do(fn func()) {
 	<-ch
 }
 
-func TestGVisorPeer(t *testing.T) {
-	for _, lossy := range []bool{false, true} {
-		name := "clean"
-		if lossy {
-			name = "lossy"
-		}
-		t.Run(name, func(t *testing.T) { testGVisorPeer(t, lossy) })
-	}
+// gvSetup is a connection netstack A set up with netstack B and then handed
+// to the engine, which runs in its device loop with a host application
+// (not started).
+type gvSetup struct {
+	d        *devLoop
+	st       rings.ConnState
+	connB    net.Conn
+	epB      tcpip.Endpoint
+	droppedA *atomic.Int64
 }
 
-func testGVisorPeer(t *testing.T, lossy bool) {
+// setupGVisor runs the delegation recipe. lossy drops 1% of the frames in
+// each direction once the engine has the connection.
+func setupGVisor(t *testing.T, lossy bool, ho hostOpts) *gvSetup {
 	var probeMu sync.Mutex
 	type probeState struct {
 		sndNxt, rcvNxt uint32
@@ -237,7 +240,7 @@ func testGVisorPeer(t *testing.T, lossy bool) {
 	var ft flowTracker
 	var offloaded atomic.Bool
 	var dev atomic.Pointer[devLoop]
-	var droppedA atomic.Int64
+	droppedA := new(atomic.Int64)
 	var rngMu sync.Mutex
 	rng := rand.New(rand.NewPCG(42, 7))
 	lose := func() bool {
@@ -250,7 +253,7 @@ func testGVisorPeer(t *testing.T, lossy bool) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	defer func() { cancel(); wg.Wait() }()
+	t.Cleanup(func() { cancel(); wg.Wait() })
 	wg.Add(2)
 	go func() { // A → B
 		defer wg.Done()
@@ -292,20 +295,48 @@ func testGVisorPeer(t *testing.T, lossy bool) {
 		}
 	}()
 
-	// The handshake and some traffic in netstack.
-	ln, err := gonet.ListenTCP(sB, tcpip.FullAddress{Addr: gvAddrB, Port: portB}, ipv4.ProtocolNumber)
-	if err != nil {
-		t.Fatal(err)
+	// B listens on a raw endpoint (so the test can abort its side too).
+	var wqL waiter.Queue
+	lep, tErr := sB.NewEndpoint(tcp.ProtocolNumber, ipv4.ProtocolNumber, &wqL)
+	if tErr != nil {
+		t.Fatal(tErr)
 	}
-	defer ln.Close()
-	acceptCh := make(chan net.Conn, 1)
+	t.Cleanup(lep.Close)
+	if tErr := lep.Bind(tcpip.FullAddress{Addr: gvAddrB, Port: portB}); tErr != nil {
+		t.Fatal(tErr)
+	}
+	if tErr := lep.Listen(16); tErr != nil {
+		t.Fatal(tErr)
+	}
+	type accepted struct {
+		ep tcpip.Endpoint
+		wq *waiter.Queue
+	}
+	acceptCh := make(chan accepted, 1)
 	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			t.Error(err)
+		we, ch := waiter.NewChannelEntry(waiter.ReadableEvents)
+		wqL.EventRegister(&we)
+		defer wqL.EventUnregister(&we)
+		for {
+			ep, wq, err := lep.Accept(nil)
+			if err == nil {
+				acceptCh <- accepted{ep, wq}
+				return
+			}
+			if _, ok := err.(*tcpip.ErrWouldBlock); !ok {
+				t.Error(err)
+				acceptCh <- accepted{}
+				return
+			}
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				acceptCh <- accepted{}
+				return
+			}
 		}
-		acceptCh <- c
 	}()
+	// A connects: the handshake in netstack.
 	var wq waiter.Queue
 	ep, tErr := sA.NewEndpoint(tcp.ProtocolNumber, ipv4.ProtocolNumber, &wq)
 	if tErr != nil {
@@ -324,11 +355,13 @@ func testGVisorPeer(t *testing.T, lossy bool) {
 	}
 	wq.EventUnregister(&we)
 	connA := gonet.NewTCPConn(&wq, ep)
-	connB := <-acceptCh
-	if connB == nil {
+	acc := <-acceptCh
+	if acc.ep == nil {
 		t.Fatal("no accept")
 	}
-	defer connB.Close()
+	connB := gonet.NewTCPConn(acc.wq, acc.ep)
+	t.Cleanup(func() { connB.Close() })
+	// Some traffic both ways in netstack first.
 	pre := pattern(200<<10, 3)
 	go func() { connA.Write(pre) }()
 	got := make([]byte, len(pre))
@@ -359,6 +392,7 @@ func testGVisorPeer(t *testing.T, lossy bool) {
 	if !a.synSeen || !b.synSeen {
 		t.Fatalf("handshake not seen: %+v", fs)
 	}
+	// The state block, from the wire.
 	st := rings.ConnState{
 		Version: rings.ConnStateVersion, State: rings.StateEstablished, TTL: 64,
 		LocalIP: ipA, RemoteIP: ipB, LocalPort: portA, RemotePort: portB,
@@ -391,10 +425,6 @@ func testGVisorPeer(t *testing.T, lossy bool) {
 		st.SndNxt, st.RcvNxt, st.SndWnd, st.SndWndScale, st.RcvWndScale, st.MSS, st.Flags, st.TSVal, st.TSRecent)
 
 	// The device takes over.
-	size := int64(32 << 20)
-	if raceEnabled || testing.Short() {
-		size = 2 << 20
-	}
 	d := &devLoop{in: make(chan []byte, 1024), cmd: make(chan func()), stop: make(chan struct{}),
 		done: make(chan struct{}), base: time.Now()}
 	var clock int64
@@ -411,93 +441,134 @@ func testGVisorPeer(t *testing.T, lossy bool) {
 	if s := d.e.Offload(0, &st); s != rings.StatusOK {
 		t.Fatalf("offload: %v", s)
 	}
-	d.h = newHostApp(t, "engine", d.e, d.env, 0, &st, hostOpts{sendBytes: size, txBufs: 32, txSize: 64 << 10,
-		userBufs: 16, userSize: 64 << 10, legacyBufs: 64, legacySize: 2048, seed: 77})
+	if ho.txBufs == 0 {
+		ho = hostOpts{txBufs: 32, txSize: 64 << 10, userBufs: 16, userSize: 64 << 10,
+			legacyBufs: 64, legacySize: 2048, seed: 77, sendBytes: ho.sendBytes, closeAfter: ho.closeAfter}
+	}
+	d.h = newHostApp(t, "engine", d.e, d.env, 0, &st, ho)
 	d.h.softFail = true
 	offloaded.Store(true)
 	dev.Store(d)
 	go d.run()
-	defer func() { close(d.stop); <-d.done }()
+	t.Cleanup(func() { close(d.stop); <-d.done })
 	ep.Abort() // its RST is dropped by the A→B shuttle
+	return &gvSetup{d: d, st: st, connB: connB, epB: acc.ep, droppedA: droppedA}
+}
 
-	// Both directions at once: the engine streams to B, B streams to the engine.
-	bHash := sha256.New()
-	bDone := make(chan error, 1)
-	go func() {
-		n, err := io.Copy(bHash, connB)
-		if err == nil && n != size {
-			err = io.ErrUnexpectedEOF
+// waitFor polls cond in the device loop.
+func (g *gvSetup) waitFor(t *testing.T, what string, limit time.Duration, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(limit); ; {
+		var ok bool
+		g.d.do(func() { ok = cond() })
+		if ok {
+			return
 		}
-		bDone <- err
-	}()
-	bSent := sha256.New()
-	wDone := make(chan error, 1)
+		if time.Now().After(end) {
+			var s string
+			g.d.do(func() { s = g.d.h.String() })
+			t.Fatalf("%s: timed out\n%s", what, s)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (g *gvSetup) counters() Counters {
+	var c Counters
+	g.d.do(func() { c = g.d.e.Counters() })
+	return c
+}
+
+func gvSize() int64 {
+	if raceEnabled || testing.Short() {
+		return 2 << 20
+	}
+	return 32 << 20
+}
+
+// streamToB writes size pseudo-random bytes from B and returns their hash.
+func streamFromB(conn net.Conn, size int64, seed byte) (<-chan []byte, <-chan error) {
+	sum := make(chan []byte, 1)
+	errc := make(chan error, 1)
 	go func() {
-		r := rand.NewChaCha8([32]byte{9})
+		h := sha256.New()
+		r := rand.NewChaCha8([32]byte{seed})
 		buf := make([]byte, 64<<10)
 		for left := size; left > 0; {
 			n := min(int64(len(buf)), left)
 			r.Read(buf[:n])
-			bSent.Write(buf[:n])
-			if _, err := connB.Write(buf[:n]); err != nil {
-				wDone <- err
+			h.Write(buf[:n])
+			if _, err := conn.Write(buf[:n]); err != nil {
+				errc <- err
 				return
 			}
 			left -= n
 		}
-		wDone <- nil
+		sum <- h.Sum(nil)
+		errc <- nil
 	}()
+	return sum, errc
+}
+
+// readAtB reads B's side to EOF and returns the hash and length.
+func readAtB(conn net.Conn) <-chan [2]any {
+	res := make(chan [2]any, 1)
+	go func() {
+		h := sha256.New()
+		n, err := io.Copy(h, conn)
+		if err != nil {
+			res <- [2]any{nil, err}
+			return
+		}
+		res <- [2]any{h.Sum(nil), n}
+	}()
+	return res
+}
+
+func TestGVisorPeer(t *testing.T) {
+	for _, lossy := range []bool{false, true} {
+		name := "clean"
+		if lossy {
+			name = "lossy"
+		}
+		t.Run(name, func(t *testing.T) { testGVisorPeer(t, lossy) })
+	}
+}
+
+// Both directions at once, the engine closes first (TIME_WAIT).
+func testGVisorPeer(t *testing.T, lossy bool) {
+	size := gvSize()
+	g := setupGVisor(t, lossy, hostOpts{sendBytes: size, closeAfter: true})
+	d := g.d
+	atB := readAtB(g.connB)
+	bSum, bErr := streamFromB(g.connB, size, 9)
 	start := time.Now()
-	d.do(func() { d.h.closeAfter = true; d.h.start() })
-	if err := <-wDone; err != nil {
+	d.do(d.h.start)
+	if err := <-bErr; err != nil {
 		t.Fatalf("B write: %v", err)
 	}
-	var engineGot int64
-	for end := time.Now().Add(60 * time.Second); ; {
-		d.do(func() { engineGot = d.h.recvd })
-		if engineGot >= size || time.Now().After(end) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if err := <-bDone; err != nil {
-		t.Fatalf("B read (the engine's stream, then its FIN): %v", err)
+	g.waitFor(t, "engine receives", 60*time.Second, func() bool { return d.h.recvd >= size })
+	res := <-atB
+	if res[0] == nil {
+		t.Fatalf("B read (the engine's stream, then its FIN): %v", res[1])
 	}
 	elapsed := time.Since(start)
 	var sendHash, recvHash []byte
-	var ctr Counters
-	d.do(func() {
-		sendHash = d.h.sendHash.Sum(nil)
-		recvHash = d.h.recvHash.Sum(nil)
-		ctr = d.e.Counters()
-	})
-	if engineGot != size {
-		t.Fatalf("engine received %d of %d", engineGot, size)
+	d.do(func() { sendHash, recvHash = d.h.sendHash.Sum(nil), d.h.recvHash.Sum(nil) })
+	if res[1].(int64) != size || !bytes.Equal(sendHash, res[0].([]byte)) {
+		t.Fatalf("engine → netstack: %d bytes, SHA-256 equal %v", res[1], bytes.Equal(sendHash, res[0].([]byte)))
 	}
-	if !bytes.Equal(sendHash, bHash.Sum(nil)) {
-		t.Fatal("engine → netstack: SHA-256 differs")
-	}
-	if !bytes.Equal(recvHash, bSent.Sum(nil)) {
+	if !bytes.Equal(recvHash, <-bSum) {
 		t.Fatal("netstack → engine: SHA-256 differs")
 	}
-	// B closes too: the engine (which closed first) goes through TIME_WAIT.
-	connB.Close()
-	for end := time.Now().Add(10 * time.Second); ; {
-		var closed bool
-		d.do(func() { closed = d.h.closed })
-		if closed {
-			break
-		}
-		if time.Now().After(end) {
-			d.do(func() { t.Fatalf("not closed: %v", d.h) })
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	d.do(func() { ctr = d.e.Counters() })
+	// B closes too: the engine, which closed first, goes through TIME_WAIT.
+	g.connB.Close()
+	g.waitFor(t, "close", 10*time.Second, func() bool { return d.h.closed })
+	ctr := g.counters()
 	if ctr.DropBadChecksum+ctr.DropBadOptions+ctr.DropTupleMismatch+ctr.DMAErrors != 0 || d.h.rst || d.h.timeout {
 		t.Fatalf("counters %+v", ctr)
 	}
-	if droppedA.Load() == 0 {
+	if g.droppedA.Load() == 0 {
 		t.Fatal("A's RST was not seen (and dropped)")
 	}
 	if ctr.TimeWaitExpired != 1 {
@@ -506,4 +577,63 @@ func testGVisorPeer(t *testing.T, lossy bool) {
 	t.Logf("%d MiB each way with netstack in %v (%.2f Gbit/s each way); retrans %d, fast rtx %d, RTO %d, OOO %d, dupacks %d, PAWS %d, oow %d",
 		size>>20, elapsed.Round(time.Millisecond), float64(size*8)/elapsed.Seconds()/1e9,
 		ctr.TxRetransSegs, ctr.FastRetransmits, ctr.RTOExpired, ctr.OOOSegments, ctr.DupAcksRx, ctr.DropPAWS, ctr.DropOutOfWindow)
+}
+
+// The peer closes first (its FIN reaches the engine in CLOSE_WAIT); the
+// engine keeps sending on the half-closed connection, then closes
+// (LAST_ACK).
+func TestGVisorPeerClosesFirst(t *testing.T) {
+	size := gvSize() / 4
+	g := setupGVisor(t, false, hostOpts{})
+	d := g.d
+	atB := readAtB(g.connB)
+	bSum, bErr := streamFromB(g.connB, 1<<20, 5)
+	d.do(d.h.start)
+	if err := <-bErr; err != nil {
+		t.Fatal(err)
+	}
+	if err := g.connB.(*gonet.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	g.waitFor(t, "FIN", 10*time.Second, func() bool { return d.h.gotFin })
+	var state rings.TCPState
+	d.do(func() { state = d.e.conns[0].state })
+	if state != rings.StateCloseWait {
+		t.Fatalf("state %v after the peer's FIN", state)
+	}
+	// Now the engine sends, after the peer's FIN, then closes.
+	d.do(func() { d.h.sendTotal, d.h.closeAfter = size, true; d.h.pump() })
+	res := <-atB
+	if res[0] == nil || res[1].(int64) != size {
+		t.Fatalf("B read: %v", res[1])
+	}
+	var sendHash, recvHash []byte
+	d.do(func() { sendHash, recvHash = d.h.sendHash.Sum(nil), d.h.recvHash.Sum(nil) })
+	if !bytes.Equal(sendHash, res[0].([]byte)) || !bytes.Equal(recvHash, <-bSum) {
+		t.Fatal("SHA-256 differs")
+	}
+	g.waitFor(t, "close", 10*time.Second, func() bool { return d.h.closed })
+	if c := g.counters(); c.TimeWaitExpired != 0 || d.h.rst || d.h.timeout {
+		t.Fatalf("passive close went wrong: %+v", c)
+	}
+}
+
+// The peer aborts: its RST (at exactly RCV.NXT) closes the connection.
+func TestGVisorPeerReset(t *testing.T) {
+	g := setupGVisor(t, false, hostOpts{})
+	d := g.d
+	d.do(d.h.start)
+	g.epB.Abort()
+	g.waitFor(t, "RST", 10*time.Second, func() bool { return d.h.closed })
+	if !d.h.rst || d.h.flags&rings.NtfClosed == 0 {
+		t.Fatalf("%v", d.h)
+	}
+	if c := g.counters(); c.RstAccepted != 1 || c.ChallengeAcks != 0 {
+		t.Fatalf("%+v", c)
+	}
+	var st rings.Status
+	d.do(func() { st = d.e.Release(0) })
+	if st != rings.StatusOK {
+		t.Fatal(st)
+	}
 }
