@@ -53,6 +53,19 @@
 // Diagnostics: e.Counters() (every drop and rejection), e.Info(idx),
 // e.Snapshot(idx, &st), e.PendingNotifications().
 //
+// OFFLOAD takes a quiesced connection (SND.UNA == SND.NXT: the engine cannot
+// retransmit bytes it never had) in ESTABLISHED or CLOSE_WAIT, with
+// RcvAdvertised = the window the host last advertised (the engine never
+// advertises a right edge left of it) and TSVal = the last TSval the host
+// sent (+1 is fine). The device must keep steering the 4-tuple to the
+// engine until RELEASE, and after it until the host stack knows the flow is
+// gone, or the host stack answers stray segments with RST.
+//
+// Frames: Ethernet (dst = NextHopMAC, src = LocalMAC) + IPv4 (20 bytes, DF,
+// TTL/TOS from the state block, an ID counter per connection) + TCP with
+// timestamps and SACK options as negotiated; frames shorter than 60 bytes
+// are zero-padded to the Ethernet minimum.
+//
 // # Notifications
 //
 // Every notification carries Conn = the index, Ack = SND.UNA and AckCount =
@@ -130,7 +143,11 @@
 //
 // Nothing on the per-segment path allocates: segments are parsed in place,
 // frames are built in one engine buffer, queues are preallocated per slot
-// and the tuple lookup is an open-addressing table.
+// (on a slot's first OFFLOAD) and the tuple lookup is an open-addressing
+// table. Out-of-order data lives in an engine-wide slab of 2 KiB pages
+// (Config.OOOPoolBytes), at most Config.OOOLimit bytes beyond RCV.NXT per
+// connection and at most 16 separate ranges; what does not fit is dropped
+// and counted (the peer retransmits it).
 //
 // Not implemented (TODO): the full RFC 6675 pipe/IsLost rules and RACK-TLP
 // (a lost retransmission waits for the RTO), Nagle, urgent data (URG is

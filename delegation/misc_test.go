@@ -68,3 +68,55 @@ func TestWrapAround(t *testing.T) {
 	o = impaired(o)
 	runBulk(t, o)
 }
+
+// TSval continues from the offloaded value at 1 ms per tick and never goes
+// backwards, even if the device clock does.
+func TestTSvalContinues(t *testing.T) {
+	o := defaultRigOpts()
+	o.pair.tsA = 0xFFFFFFF0 // wraps soon
+	r := newRig(t, o)
+	ack := func() uint32 {
+		r.e.Update(0, &rings.ConnUpdate{Flags: rings.UpdAckNow})
+		return r.takeOne("ACK").tsVal
+	}
+	if v := ack(); v != 0xFFFFFFF0 {
+		t.Fatalf("first TSval %#x", v)
+	}
+	r.now += 5e9
+	if v := ack(); v != uint32(0xFFFFFFF0+5000-1<<32) {
+		t.Fatalf("after 5 s: %#x", v)
+	}
+	r.now -= 3e9 // a clock that jumps back
+	if v := ack(); v != uint32(0xFFFFFFF0+5000-1<<32) {
+		t.Fatalf("TSval went backwards: %#x", v)
+	}
+}
+
+func TestUpdateReceiveBufferAndKeepalive(t *testing.T) {
+	o := defaultRigOpts()
+	o.pair.initialWnd = 256 // 1 KiB advertised
+	o.pair.rcvBufA = 4096
+	r := newRig(t, o)
+	// A bigger receive buffer opens the window at once.
+	if st := r.e.Update(0, &rings.ConnUpdate{Flags: rings.UpdRcvBufSize, RcvBufSize: 256 << 10}); st != rings.StatusOK {
+		t.Fatal(st)
+	}
+	w := r.takeOne("window update")
+	if uint32(w.wnd)<<2 != 0xFFFF<<2 { // 256 KiB, capped by the 16-bit field at scale 2
+		t.Fatalf("window %d", uint32(w.wnd)<<2)
+	}
+	// Keepalive switched on by UPDATE.
+	if st := r.e.Update(0, &rings.ConnUpdate{Flags: rings.UpdKeepalive, KeepaliveIdleMs: 100,
+		KeepaliveIntervalMs: 50, KeepaliveCount: 2}); st != rings.StatusOK {
+		t.Fatal(st)
+	}
+	r.advance(100e6)
+	p := r.takeOne("keepalive")
+	if len(p.payload) != 1 || uint32(p.seq) != 999 {
+		t.Fatal("not a keepalive probe")
+	}
+	// And off again.
+	r.e.Update(0, &rings.ConnUpdate{Flags: rings.UpdKeepalive})
+	r.advance(10e9)
+	r.expectNone("keepalive off")
+}
