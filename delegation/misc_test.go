@@ -120,3 +120,31 @@ func TestUpdateReceiveBufferAndKeepalive(t *testing.T) {
 	r.advance(10e9)
 	r.expectNone("keepalive off")
 }
+
+// A connection offloaded after the peer's FIN (CLOSE_WAIT): it can only
+// send, then close.
+func TestOffloadCloseWait(t *testing.T) {
+	o := defaultRigOpts()
+	o.mutate = func(s *rings.ConnState) { s.State = rings.StateCloseWait }
+	r := newRig(t, o)
+	if n, st := r.e.PostBuffers(0, r.h.descAddr, 1); n != 0 || st != rings.StatusBadState {
+		t.Fatalf("PostBuffers after FIN: %d %v", n, st)
+	}
+	r.in(pseg{seq: 5000, ack: 1000, flags: flACK, wnd: 1000})
+	r.h.sendTotal, r.h.closeAfter = 3000, true
+	r.h.pump()
+	out := r.take()
+	if len(out) != 3 || !out[2].has(flFIN) || r.info().State != rings.StateLastAck {
+		t.Fatalf("%d frames, state %v", len(out), r.info().State)
+	}
+	// Data from the peer after its FIN is not taken.
+	r.in(pseg{seq: 5000, ack: 1000, flags: flACK, wnd: 1000, payload: []byte("late")})
+	if r.e.Counters().RxBytes != 0 {
+		t.Fatal("data after FIN accepted")
+	}
+	r.take()
+	r.in(pseg{seq: 5000, ack: 4001, flags: flACK, wnd: 1000})
+	if !r.h.closed {
+		t.Fatal("LAST_ACK did not close")
+	}
+}
