@@ -326,11 +326,15 @@ func (e *Engine) PostBuffers(idx uint32, addr rings.Addr, count uint32) (uint32,
 // SetThresholds sets the ACK threshold (bytes acknowledged between
 // NtfAckThreshold; 0: every time an ACK frees a transmit buffer) and, if
 // armSeq, the sequence threshold: NtfSeqThreshold fires once when RCV.NXT
-// reaches seqThresh (at once if it already has).
+// reaches seqThresh (at once if it already has). StatusBadState on a CLOSED
+// connection.
 func (e *Engine) SetThresholds(idx uint32, ackThresh, seqThresh uint32, armSeq bool) rings.Status {
 	c := e.get(idx)
 	if c == nil {
 		return rings.StatusBadConn
+	}
+	if c.state == rings.StateClosed {
+		return rings.StatusBadState // nothing left to measure against
 	}
 	c.ackThresh = ackThresh
 	c.seqThresh = seq(seqThresh)
