@@ -1,0 +1,148 @@
+package iwarp
+
+import (
+	"math"
+	"testing"
+
+	"github.com/emunic/emunic/rings"
+)
+
+func newTable(t *testing.T, size int) (*MemTable, *rings.Arena) {
+	ar, err := rings.NewArena(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return NewMemTable(ar, size, 42), ar
+}
+
+func TestSTagScheme(t *testing.T) {
+	m, ar := newTable(t, 16)
+	a, _ := ar.Alloc(4096, 64)
+	seen := map[uint32]bool{}
+	var first uint32
+	for i := 0; i < 40; i++ {
+		s, err := m.Register(1, a, 0x10000, 4096, AccessRemoteWrite)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[s] {
+			t.Fatalf("STag %#x handed out twice", s)
+		}
+		seen[s] = true
+		if s < 0x100 {
+			t.Fatalf("STag %#x has index 0", s)
+		}
+		if i == 0 {
+			first = s
+		}
+		if err := m.Deregister(s); err != nil {
+			t.Fatal(err)
+		}
+		if _, ae := m.Resolve(s, 1, 0x10000, 1, 0); ae != ErrSTagInvalid {
+			t.Fatalf("deregistered STag resolves: %v", ae)
+		}
+	}
+	// The same index comes back with another key.
+	idx := map[uint32]int{}
+	for s := range seen {
+		idx[STagIndex(s)]++
+	}
+	if len(idx) > 16 {
+		t.Fatalf("%d indices for a 16-slot table", len(idx))
+	}
+	m2, _ := newTable(t, 16)
+	s2, _ := m2.Register(1, a, 0, 1, 0)
+	if s2 != first {
+		t.Fatal("same seed, different first STag")
+	}
+	if m.Len() != 0 {
+		t.Fatal("Len after deregistering everything")
+	}
+	// A full table refuses.
+	for i := 0; i < 16; i++ {
+		if _, err := m.Register(1, a, 0, 1, 0); err != nil {
+			if i < 15 { // one slot may map to index 0
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := m.Register(1, a, 0, 1, 0); err != ErrNoSTag {
+		t.Fatalf("full table: %v", err)
+	}
+}
+
+func TestResolveChecks(t *testing.T) {
+	m, ar := newTable(t, 64)
+	a, _ := ar.Alloc(4096, 64)
+	const va = 0x7000_0000
+	s, err := m.Register(3, a, va, 4096, AccessLocalWrite|AccessRemoteRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		stag, pd uint32
+		to, n    uint64
+		need     Access
+		want     AccessError
+	}{
+		{s, 3, va, 4096, AccessRemoteRead, AccessOK},
+		{s, 3, va + 4096, 0, AccessRemoteRead, AccessOK},
+		{s, 3, va + 4095, 1, AccessLocalWrite, AccessOK},
+		{s ^ 1, 3, va, 1, 0, ErrSTagInvalid},
+		{s + 0x100, 3, va, 1, 0, ErrSTagInvalid},
+		{0, 3, va, 1, 0, ErrSTagInvalid},
+		{s, 4, va, 1, 0, ErrPDMismatch},
+		{s, 3, va, 1, AccessRemoteWrite, ErrAccessRights},
+		{s, 3, math.MaxUint64, 2, 0, ErrTOWrap},
+		{s, 3, va - 1, 1, 0, ErrBaseBounds},
+		{s, 3, va + 4096, 1, 0, ErrBaseBounds},
+		{s, 3, va + 1, 4096, 0, ErrBaseBounds},
+		{s, 3, va, math.MaxUint64 - va, 0, ErrBaseBounds},
+		{s, 3, va + 4097, 0, 0, ErrBaseBounds},
+	}
+	for i, c := range cases {
+		got, ae := m.Resolve(c.stag, c.pd, c.to, c.n, c.need)
+		if ae != c.want {
+			t.Fatalf("case %d: %v, want %v", i, ae, c.want)
+		}
+		if ae == AccessOK && got != a+rings.Addr(c.to-va) {
+			t.Fatalf("case %d: address %#x", i, got)
+		}
+	}
+	if ae := m.Invalidate(s, 4); ae != ErrPDMismatch {
+		t.Fatal("invalidate from another PD")
+	}
+	if ae := m.Invalidate(s, 3); ae != AccessOK {
+		t.Fatal(ae)
+	}
+	if _, ae := m.Resolve(s, 3, va, 1, 0); ae != ErrSTagInvalid {
+		t.Fatal("invalidated STag resolves")
+	}
+	if ae := m.Invalidate(s, 3); ae != ErrSTagInvalid {
+		t.Fatal("double invalidate")
+	}
+	s2, err := m.Revalidate(s, 0x5A)
+	if err != nil || STagKey(s2) != 0x5A || STagIndex(s2) != STagIndex(s) {
+		t.Fatal(err)
+	}
+	if _, ae := m.Resolve(s2, 3, va, 1, 0); ae != AccessOK {
+		t.Fatal(ae)
+	}
+	if _, ae := m.Resolve(s, 3, va, 1, 0); ae != ErrSTagInvalid && STagKey(s) != 0x5A {
+		t.Fatal("old key still resolves")
+	}
+	// Registration refuses ranges outside host memory and wrapping VAs.
+	if _, err := m.Register(1, ar.Base()+rings.Addr(ar.Size())-10, 0, 11, 0); err == nil {
+		t.Fatal("region past the end of host memory")
+	}
+	if _, err := m.Register(1, a, math.MaxUint64-10, 100, 0); err == nil {
+		t.Fatal("wrapping VA")
+	}
+	if _, err := m.Register(1, a, 0, 1, 0x80); err == nil {
+		t.Fatal("unknown access flag")
+	}
+	zb, _ := m.Register(1, a, 0x5555, 100, AccessZeroBased)
+	if got, ae := m.Resolve(zb, 1, 99, 1, 0); ae != AccessOK || got != a+99 {
+		t.Fatal("zero-based region")
+	}
+}

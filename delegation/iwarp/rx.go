@@ -1,0 +1,537 @@
+package iwarp
+
+import (
+	"errors"
+
+	"github.com/emunic/emunic/rings"
+)
+
+// Receive consumes the next in-order bytes of the TCP stream under the QP,
+// as the TCP engine delivers them: any split, FPDUs straddling calls. It
+// always takes all of b. An FPDU is processed only once it is complete and
+// its CRC verified, so nothing from a corrupted FPDU is ever placed; a
+// complete FPDU inside b is processed in place, a partial one is held in a
+// device buffer (at most one FPDU) until the rest arrives. After the QP
+// stopped (TERMINATE, ERROR, CLOSING) the bytes are counted and dropped.
+func (qp *QP) Receive(b []byte) {
+	qp.stats.RxBytes += uint64(len(b))
+	for len(b) > 0 {
+		switch {
+		case qp.state >= StateClosing:
+			qp.stats.DiscardedBytes += uint64(len(b))
+			b = nil
+		case qp.mpa == mpaAwaitReq || qp.mpa == mpaAwaitReply:
+			b = qp.rxMPA(b)
+		case qp.mpa == mpaDone:
+			b = qp.rxFPDUs(b)
+		default:
+			// Bytes before our MPA reply went out (or before we even
+			// connected): the peer broke RFC 5044's order.
+			qp.mpaFail(errors.New("iwarp: data before the MPA exchange finished"))
+		}
+	}
+	qp.flushCQs()
+}
+
+// mpaFail ends a connection whose MPA negotiation failed (no Terminate: the
+// peer is not in FPDU mode).
+func (qp *QP) mpaFail(err error) {
+	qp.mpa = mpaFailed
+	qp.closeAfter = true
+	qp.termErr, qp.hasTerm = TermError{LayerLLP, ETypeMPA, CodeMPAInvalidReqResp}, false
+	qp.toError(err)
+	qp.event(EvError)
+}
+
+// rxMPA accumulates an MPA request or reply frame and acts on it.
+func (qp *QP) rxMPA(b []byte) []byte {
+	if qp.holdN < MPAFrameHeaderLen {
+		k := copy(qp.hold[qp.holdN:MPAFrameHeaderLen], b)
+		qp.holdN += k
+		b = b[k:]
+		if qp.holdN < MPAFrameHeaderLen {
+			return b
+		}
+		// Judge the header before waiting for private data.
+		if !qp.mpaHeaderOK(MPAFrame(qp.hold)) {
+			qp.stats.DiscardedBytes += uint64(len(b))
+			return nil
+		}
+	}
+	f := MPAFrame(qp.hold)
+	total := MPAFrameHeaderLen + int(f.PrivateDataLen())
+	k := copy(qp.hold[qp.holdN:total], b)
+	qp.holdN += k
+	b = b[k:]
+	if qp.holdN < total {
+		return b
+	}
+	qp.peerPDLen = copy(qp.peerPD[:], f.PrivateData())
+	qp.holdN = 0
+	if qp.cfg.Initiator {
+		if f.Reject() {
+			qp.rejected()
+			return nil
+		}
+		qp.mpa = mpaDone
+		qp.state = StateRTS
+		qp.event(EvEstablished)
+		return b
+	}
+	switch {
+	case qp.rejectPending:
+		qp.sendReply(true)
+		return nil
+	case qp.accepted:
+		qp.sendReply(false)
+	default:
+		qp.mpa = mpaGotReq
+		qp.event(EvConnectRequest)
+	}
+	return b
+}
+
+// mpaHeaderOK judges the fixed part of the peer's MPA frame in qp.hold; when
+// it is unacceptable it ends the negotiation and returns false.
+func (qp *QP) mpaHeaderOK(f MPAFrame) bool {
+	bad := f.Rev() != MPARevision || f.Markers() || f.PrivateDataLen() > MPAMaxPrivateData
+	if qp.cfg.Initiator {
+		switch {
+		case !f.IsReply():
+			qp.holdN = 0
+			qp.mpaFail(errors.New("iwarp: MPA reply has a wrong key"))
+			return false
+		case f.Reject() && f.PrivateDataLen() > MPAMaxPrivateData:
+			qp.holdN = 0
+			qp.rejected()
+			return false
+		case f.Reject():
+			return true
+		case bad || !f.CRC():
+			qp.holdN = 0
+			qp.mpaFail(errors.New("iwarp: invalid MPA reply (revision, markers, CRC or private data length)"))
+			return false
+		}
+		return true
+	}
+	if !f.IsRequest() || bad {
+		// Wrong key, revision, markers or oversize private data: reply
+		// with the reject bit and drop the connection.
+		qp.holdN = 0
+		qp.termErr = TermError{LayerLLP, ETypeMPA, CodeMPAInvalidReqResp}
+		qp.acceptLen = 0
+		qp.sendReply(true)
+		return false
+	}
+	return true
+}
+
+// rejected ends an initiator whose request the peer rejected.
+func (qp *QP) rejected() {
+	qp.mpa = mpaFailed
+	qp.closeAfter = true
+	qp.toError(errors.New("iwarp: connection rejected by the peer"))
+	qp.event(EvRejected)
+}
+
+// rxFPDUs parses FPDUs from b.
+func (qp *QP) rxFPDUs(b []byte) []byte {
+	for len(b) > 0 && qp.state < StateClosing {
+		if qp.holdN == 0 && len(b) >= FPDUHeaderLen {
+			if n := FPDU(b).WireLen(); len(b) >= n {
+				qp.fpdu(b[:n])
+				b = b[n:]
+				continue
+			}
+		}
+		// Straddling FPDU: hold it until it is whole.
+		if qp.holdN < FPDUHeaderLen {
+			k := copy(qp.hold[qp.holdN:FPDUHeaderLen], b)
+			qp.holdN += k
+			b = b[k:]
+			if qp.holdN < FPDUHeaderLen {
+				return b
+			}
+		}
+		n := FPDU(qp.hold).WireLen()
+		k := copy(qp.hold[qp.holdN:n], b)
+		qp.holdN += k
+		b = b[k:]
+		if qp.holdN < n {
+			return b
+		}
+		qp.holdN = 0
+		qp.fpdu(qp.hold[:n])
+	}
+	if len(b) > 0 {
+		qp.stats.DiscardedBytes += uint64(len(b))
+	}
+	return nil
+}
+
+// fpdu processes one whole FPDU.
+func (qp *QP) fpdu(f []byte) {
+	qp.stats.RxFPDUs++
+	if !FPDU(f).Verify() {
+		qp.stats.CRCErrors++
+		qp.terminate(TermError{LayerLLP, ETypeMPA, CodeMPACRC}, nil, false, false)
+		return
+	}
+	if qp.state == StateRTR {
+		// The responder's first FPDU from the initiator: we may send now.
+		qp.state = StateRTS
+		qp.event(EvEstablished)
+		if qp.state != StateRTS {
+			return
+		}
+	}
+	qp.ulpdu(FPDU(f).ULPDU())
+}
+
+// ulpdu validates and executes one DDP segment.
+func (qp *QP) ulpdu(u []byte) {
+	if len(u) == 0 || len(u) < DDPHeaderLen(u[0]) {
+		qp.terminate(TermError{LayerDDP, ETypeDDPCatastrophic, 0}, nil, false, false)
+		return
+	}
+	h := DDPHeader(u)
+	if h.Version() != DDPVersion {
+		if h.Tagged() {
+			qp.terminate(TermError{LayerDDP, ETypeTaggedBuffer, CodeTInvalidVersion}, nil, false, false)
+		} else {
+			qp.terminate(TermError{LayerDDP, ETypeUntaggedBuffer, CodeUInvalidVersion}, nil, false, false)
+		}
+		return
+	}
+	if h.RDMAPVer() != RDMAPVersion {
+		qp.terminate(TermError{LayerRDMAP, ETypeRemoteOperation, CodeInvalidRDMAPVer}, nil, false, false)
+		return
+	}
+	op := h.Opcode()
+	if op > OpImmediateSE || op.Tagged() != h.Tagged() {
+		qp.terminate(TermError{LayerRDMAP, ETypeRemoteOperation, CodeUnexpectedOpcode}, u, true, false)
+		return
+	}
+	if !op.Tagged() && h.QN() != op.QN() {
+		qp.terminate(TermError{LayerDDP, ETypeUntaggedBuffer, CodeUInvalidQN}, u, true, false)
+		return
+	}
+	switch op {
+	case OpWrite:
+		qp.rxWrite(u)
+	case OpReadResponse:
+		qp.rxReadResponse(u)
+	case OpReadRequest:
+		qp.rxReadRequest(u)
+	case OpTerminate:
+		qp.rxTerminate(u)
+	default: // Sends and Immediate Data
+		qp.rxSend(u, op)
+	}
+}
+
+// taggedError maps a failed tagged placement to its Terminate error: DDP
+// tagged buffer errors, except missing rights, which only RDMAP can name.
+func taggedError(e AccessError) TermError {
+	switch e {
+	case ErrBaseBounds:
+		return TermError{LayerDDP, ETypeTaggedBuffer, CodeTBaseBounds}
+	case ErrPDMismatch:
+		return TermError{LayerDDP, ETypeTaggedBuffer, CodeTNotAssociated}
+	case ErrTOWrap:
+		return TermError{LayerDDP, ETypeTaggedBuffer, CodeTTOWrap}
+	case ErrAccessRights:
+		return TermError{LayerRDMAP, ETypeRemoteProtection, CodeAccessRights}
+	}
+	return TermError{LayerDDP, ETypeTaggedBuffer, CodeTInvalidSTag}
+}
+
+// protectionError maps a failed RDMA Read source check to its RDMAP Remote
+// Protection error.
+func protectionError(e AccessError) TermError {
+	c := uint8(CodeInvalidSTag)
+	switch e {
+	case ErrBaseBounds:
+		c = CodeBaseBounds
+	case ErrAccessRights:
+		c = CodeAccessRights
+	case ErrPDMismatch:
+		c = CodeSTagNotAssociated
+	case ErrTOWrap:
+		c = CodeTOWrap
+	}
+	return TermError{LayerRDMAP, ETypeRemoteProtection, c}
+}
+
+var catastrophic = TermError{LayerDDP, ETypeDDPCatastrophic, 0}
+
+// place writes p to host memory at a (a range Resolve granted).
+func (qp *QP) place(p []byte, a rings.Addr) bool {
+	if err := qp.dma.WriteAt(p, a); err != nil {
+		qp.localErr = err
+		return false
+	}
+	qp.stats.Placed += uint64(len(p))
+	return true
+}
+
+// rxWrite places a tagged RDMA Write segment straight into the region its
+// STag names.
+func (qp *QP) rxWrite(u []byte) {
+	h := DDPHeader(u)
+	p := u[DDPTaggedHeaderLen:]
+	a, ae := qp.mem.Resolve(h.STag(), qp.cfg.PD, h.TO(), uint64(len(p)), AccessRemoteWrite)
+	if ae != AccessOK {
+		qp.terminate(taggedError(ae), u, true, false)
+		return
+	}
+	if len(p) > 0 && !qp.place(p, a) {
+		qp.terminate(catastrophic, u, true, false)
+		return
+	}
+	if h.Last() {
+		qp.stats.RxMessages++
+	}
+}
+
+// rxReadResponse places a Read Response segment into the sink of the oldest
+// outstanding RDMA Read, which it must continue exactly.
+func (qp *QP) rxReadResponse(u []byte) {
+	if qp.orqN == 0 {
+		qp.terminate(TermError{LayerRDMAP, ETypeRemoteOperation, CodeUnexpectedOpcode}, u, true, false)
+		return
+	}
+	h := DDPHeader(u)
+	p := u[DDPTaggedHeaderLen:]
+	e := &qp.orq[qp.orqHead]
+	w := &qp.sqWork[e.sqIdx&qp.sqMask]
+	switch {
+	case h.STag() != e.sinkSTag:
+		w.done, w.status = true, WCBadRespErr
+		qp.terminate(TermError{LayerDDP, ETypeTaggedBuffer, CodeTInvalidSTag}, u, true, false)
+		return
+	case h.TO() != e.sinkTO+uint64(e.got) || uint64(len(p)) > uint64(e.size-e.got) ||
+		(h.Last() && e.got+uint32(len(p)) != e.size):
+		w.done, w.status = true, WCBadRespErr
+		qp.terminate(TermError{LayerDDP, ETypeTaggedBuffer, CodeTBaseBounds}, u, true, false)
+		return
+	}
+	if len(p) > 0 {
+		a, ae := qp.mem.Resolve(e.sinkSTag, qp.cfg.PD, h.TO(), uint64(len(p)), AccessLocalWrite)
+		if ae != AccessOK {
+			w.done, w.status = true, WCLocProtErr
+			qp.terminate(taggedError(ae), u, true, false)
+			return
+		}
+		if !qp.place(p, a) {
+			w.done, w.status = true, WCLocProtErr
+			qp.terminate(catastrophic, u, true, false)
+			return
+		}
+	}
+	e.got += uint32(len(p))
+	if !h.Last() {
+		return
+	}
+	w.done, w.status, w.total = true, WCSuccess, uint64(e.size)
+	qp.orqHead++
+	if qp.orqHead == len(qp.orq) {
+		qp.orqHead = 0
+	}
+	qp.orqN--
+	qp.stats.RxMessages++
+	qp.drainSendCompletions()
+}
+
+// rxReadRequest queues an inbound RDMA Read for its response after checking
+// the source region.
+func (qp *QP) rxReadRequest(u []byte) {
+	h := DDPHeader(u)
+	p := u[DDPUntaggedHeaderLen:]
+	switch {
+	case h.MSN() != qp.rxMSN[QNReadRequest]:
+		qp.terminate(TermError{LayerDDP, ETypeUntaggedBuffer, CodeUMSNRange}, u, true, false)
+		return
+	case h.MO() != 0:
+		qp.terminate(TermError{LayerDDP, ETypeUntaggedBuffer, CodeUInvalidMO}, u, true, false)
+		return
+	case !h.Last() || len(p) != ReadRequestLen:
+		qp.terminate(TermError{LayerRDMAP, ETypeRemoteOperation, CodeUnspecified}, u, true, false)
+		return
+	}
+	var rr ReadRequest
+	_, _ = rr.Decode(p)
+	if qp.irqN >= qp.cfg.IRD {
+		qp.terminate(TermError{LayerRDMAP, ETypeRemoteOperation, CodeCatastrophicLocal}, u, true, true)
+		return
+	}
+	if _, ae := qp.mem.Resolve(rr.SrcSTag, qp.cfg.PD, rr.SrcTO, uint64(rr.Size), AccessRemoteRead); ae != AccessOK {
+		qp.terminate(protectionError(ae), u, true, true)
+		return
+	}
+	qp.rxMSN[QNReadRequest]++
+	i := qp.irqHead + qp.irqN
+	if i >= len(qp.irq) {
+		i -= len(qp.irq)
+	}
+	qp.irq[i] = readResp{rr: rr, msn: h.MSN()}
+	qp.irqN++
+	qp.stats.ReadRequestsRecv++
+}
+
+// rxTerminate handles the peer's Terminate: the stream is dead.
+func (qp *QP) rxTerminate(u []byte) {
+	qp.stats.TerminatesRecv++
+	var t Terminate
+	if _, err := t.Decode(u[DDPUntaggedHeaderLen:]); err == nil {
+		qp.peerTerm, qp.hasPeerTerm = t.TermError, true
+	}
+	st := WCRemOpErr
+	if (t.Layer == LayerRDMAP && t.EType == ETypeRemoteProtection) || (t.Layer == LayerDDP && t.EType == ETypeTaggedBuffer) {
+		st = WCRemAccessErr
+	}
+	// The oldest unfinished work request is the one the peer refused.
+	for i := qp.sqHead; i != qp.sqNext; i++ {
+		if w := &qp.sqWork[i&qp.sqMask]; !w.done {
+			w.done, w.status = true, st
+			break
+		}
+	}
+	qp.closeAfter = true
+	qp.toError(nil)
+	qp.event(EvTerminate)
+}
+
+// takeRecv consumes the next posted receive work request.
+func (qp *QP) takeRecv(w *RecvWR) (ok bool) {
+	e, err := qp.rq.Peek()
+	if err != nil {
+		qp.stats.BadHostEntries++
+		return false
+	}
+	if e == nil {
+		return false
+	}
+	_ = w.Decode(e)
+	qp.rq.Pop()
+	return true
+}
+
+// rxSend places a segment of a Send (or an Immediate Data message) into the
+// current receive work request, taking the next one at a message's first
+// segment.
+func (qp *QP) rxSend(u []byte, op Opcode) {
+	h := DDPHeader(u)
+	p := u[DDPUntaggedHeaderLen:]
+	r := &qp.rx
+	if !r.active {
+		switch {
+		case h.MSN() != qp.rxMSN[QNSend]:
+			qp.terminate(TermError{LayerDDP, ETypeUntaggedBuffer, CodeUMSNRange}, u, true, false)
+			return
+		case h.MO() != 0:
+			qp.terminate(TermError{LayerDDP, ETypeUntaggedBuffer, CodeUInvalidMO}, u, true, false)
+			return
+		}
+		if !qp.takeRecv(&r.wr) {
+			qp.terminate(TermError{LayerDDP, ETypeUntaggedBuffer, CodeUNoBuffer}, u, true, false)
+			return
+		}
+		r.active, r.op, r.off, r.cap = true, op, 0, 0
+		if r.wr.NumSGE > MaxRecvSGE {
+			r.active = false
+			qp.completeRecv(&r.wr, WCRecv, WCLocQPOpErr, 0, 0, 0)
+			qp.terminate(catastrophic, u, true, false)
+			return
+		}
+		for i := range r.wr.NumSGE {
+			r.cap += uint64(r.wr.SGL[i].Length)
+		}
+	} else {
+		switch {
+		case h.MSN() != qp.rxMSN[QNSend]:
+			qp.terminate(TermError{LayerDDP, ETypeUntaggedBuffer, CodeUMSNRange}, u, true, false)
+			return
+		case h.MO() != r.off:
+			qp.terminate(TermError{LayerDDP, ETypeUntaggedBuffer, CodeUInvalidMO}, u, true, false)
+			return
+		case op != r.op:
+			qp.terminate(TermError{LayerRDMAP, ETypeRemoteOperation, CodeUnexpectedOpcode}, u, true, false)
+			return
+		}
+	}
+	if op == OpImmediate || op == OpImmediateSE {
+		if !h.Last() || len(p) != ImmediateDataLen {
+			qp.terminate(TermError{LayerRDMAP, ETypeRemoteOperation, CodeUnspecified}, u, true, false)
+			return
+		}
+		r.active = false
+		qp.rxMSN[QNSend]++
+		qp.stats.RxMessages++
+		fl := WCWithImm
+		if op == OpImmediateSE {
+			fl |= WCSolicitedF
+		}
+		qp.completeRecv(&r.wr, WCRecvRDMAWithImm, WCSuccess, 0, fl, be.Uint64(p))
+		return
+	}
+	if uint64(r.off)+uint64(len(p)) > r.cap {
+		r.active = false
+		qp.completeRecv(&r.wr, WCRecv, WCLocLenErr, r.off, 0, 0)
+		qp.terminate(TermError{LayerDDP, ETypeUntaggedBuffer, CodeUTooLong}, u, true, false)
+		return
+	}
+	if !qp.placeSGL(&r.wr, r.off, p) {
+		r.active = false
+		qp.completeRecv(&r.wr, WCRecv, WCLocProtErr, r.off, 0, 0)
+		qp.terminate(catastrophic, u, true, false)
+		return
+	}
+	r.off += uint32(len(p))
+	if !h.Last() {
+		return
+	}
+	r.active = false
+	qp.rxMSN[QNSend]++
+	qp.stats.RxMessages++
+	var fl WCFlags
+	var inv uint64
+	if op.Solicited() {
+		fl |= WCSolicitedF
+	}
+	if op.Invalidates() {
+		stag := h.ULP32()
+		if ae := qp.mem.Invalidate(stag, qp.cfg.PD); ae != AccessOK {
+			qp.completeRecv(&r.wr, WCRecv, WCRemInvReqErr, r.off, 0, 0)
+			qp.terminate(TermError{LayerRDMAP, ETypeRemoteProtection, CodeCannotInvalidate}, u, true, false)
+			return
+		}
+		fl |= WCWithInv
+		inv = uint64(stag)
+	}
+	qp.completeRecv(&r.wr, WCRecv, WCSuccess, r.off, fl, inv)
+}
+
+// placeSGL writes p at message offset off of a receive work request's
+// scatter list, checking each piece against the memory table.
+func (qp *QP) placeSGL(w *RecvWR, off uint32, p []byte) bool {
+	o := uint64(off)
+	for i := 0; i < w.NumSGE && len(p) > 0; i++ {
+		s := &w.SGL[i]
+		if o >= uint64(s.Length) {
+			o -= uint64(s.Length)
+			continue
+		}
+		k := min(uint64(s.Length)-o, uint64(len(p)))
+		a, ae := qp.mem.Resolve(s.LKey, qp.cfg.PD, s.Addr+o, k, AccessLocalWrite)
+		if ae != AccessOK || s.Addr+o < s.Addr {
+			return false
+		}
+		if !qp.place(p[:k], a) {
+			return false
+		}
+		p = p[k:]
+		o = 0
+	}
+	return len(p) == 0
+}
