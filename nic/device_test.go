@@ -35,13 +35,21 @@ var (
 )
 
 func newHostSide(t *testing.T, rxBufs int) *hostSide {
+	return newHostSideConfig(t, rxBufs, Config{})
+}
+
+func newHostSideConfig(t *testing.T, rxBufs int, cfg Config) *hostSide {
 	t.Helper()
 	mem, err := rings.NewArena(8 << 20)
 	if err != nil {
 		t.Fatal(err)
 	}
 	a, b := port.NewWire(port.WireConfig{})
-	dev, err := New(Config{MAC: devMAC, RxBufferWait: 100 * time.Microsecond}, mem, a)
+	cfg.MAC = devMAC
+	if cfg.RxBufferWait == 0 {
+		cfg.RxBufferWait = 100 * time.Microsecond
+	}
+	dev, err := New(cfg, mem, a)
 	if err != nil {
 		t.Fatal(err)
 	}
