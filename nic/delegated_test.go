@@ -2,8 +2,8 @@ package nic
 
 import (
 	"bytes"
-	"fmt"
 	"encoding/binary"
+	"fmt"
 	"testing"
 	"time"
 
