@@ -40,14 +40,13 @@ type seg struct {
 // rawPeer is the far end: it builds and parses Ethernet/IPv4/TCP frames
 // without options (the state block negotiates none).
 type rawPeer struct {
-	t          *testing.T
-	h          *hostSide
-	lport      uint16 // the device's port
-	pport      uint16
-	seq, ack   uint32 // peer's next sequence number, and what it acknowledges
-	frames     chan []byte
-	stop       chan struct{}
-	devStarted bool
+	t        *testing.T
+	h        *hostSide
+	lport    uint16 // the device's port
+	pport    uint16
+	seq, ack uint32 // peer's next sequence number, and what it acknowledges
+	frames   chan []byte
+	stop     chan struct{}
 }
 
 func newRawPeer(t *testing.T, h *hostSide) *rawPeer {
