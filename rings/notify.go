@@ -9,7 +9,7 @@ const (
 
 	NtfOffFlags    = 0x04 // u32 NotifyFlags
 	NtfOffConn     = 0x08 // u32 connection index or NoConn
-	NtfOffSeq      = 0x0C // u32 sequence number (RCV.NXT for receive events, SND.NXT otherwise)
+	NtfOffSeq      = 0x0C // u32 sequence number: first byte of the data for uploads and user buffers, RCV.NXT for FIN and thresholds, SND.NXT for ACK events
 	NtfOffAck      = 0x10 // u32 acknowledgement number (SND.UNA)
 	NtfOffAckCount = 0x14 // u32 ACKs received on the connection (free-running)
 	NtfOffLen      = 0x18 // u32 bytes concerned (uploaded frame or data length)
