@@ -442,6 +442,8 @@ type OffloadListener struct {
 	once sync.Once
 	// Fallbacks counts connections that stayed on netstack.
 	Fallbacks int
+	// FallbackErr says why the last connection stayed on netstack.
+	FallbackErr error
 }
 
 // ListenOffload listens on port; every accepted connection is delegated.
@@ -486,7 +488,7 @@ func (l *OffloadListener) Accept() (net.Conn, error) {
 		key := FlowKey{LocalIP: l.ip, RemoteIP: peer.Addr.As4(), LocalPort: l.port, RemotePort: peer.Port}
 		c, err := l.h.off.delegate(n, key)
 		if err != nil {
-			l.Fallbacks++
+			l.Fallbacks, l.FallbackErr = l.Fallbacks+1, err
 			l.h.Driver.flows.remove(key)
 			return gonet.NewTCPConn(wq, n), nil
 		}

@@ -21,25 +21,35 @@ import (
 
 var demoCmd = &command{
 	name:     "demo",
-	summary:  "two emulated hosts over an in-memory wire: TCP through both NICs' rings",
-	synopsis: "[--bytes SIZE] [--loss PCT] [--reorder PCT] [--seed N] [--pcap FILE] [--mtu N]",
+	summary:  "two emulated hosts over an in-memory wire: netstack and delegated TCP side by side",
+	synopsis: "[--bytes SIZE] [--path netstack|offload|both] [--loss PCT] [--reorder PCT] [--seed N] [--pcap FILE] [--mtu N]",
 	about: `
 Builds two emulated hosts in this process, A (10.0.0.1) and B (10.0.0.2), each
 with host memory, an emulated NIC and gVisor netstack, joined by an in-memory
-wire. A sends --bytes of pseudo-random data to B over one TCP connection; every
-frame crosses A's transmit ring, the wire and B's receive ring (and the ACKs
-the other way). B checks the SHA-256 of what it received against what A sent.
+wire. A sends --bytes of pseudo-random data to B over TCP, once on each data
+path, one after the other; B checks the SHA-256 of what it received against
+what A sent. The data paths (--path, default both):
 
-Prints the throughput, the ring and device counters of both NICs and every
-drop or error counter that is not zero. Exits 1 if the data did not arrive
-intact.
+  netstack  netstack runs the connection on both hosts: every frame crosses
+            A's transmit ring, the wire and B's receive ring (and the ACKs
+            the other way), and netstack handles each segment
+  offload   netstack does the handshake, then each host hands the connection
+            to its NIC (the OFFLOAD command): the NICs' delegated TCP engines
+            segment, acknowledge and place the data; the hosts only queue
+            transmit buffers, post receive buffers and read notifications
+
+Prints one row per path (bytes, time, throughput, the process's CPU time),
+what each path cost in ring entries, interrupts and segments, then the ring,
+device and delegated-engine counters of both NICs and every drop or error
+counter that is not zero. Exits 1 if the data did not arrive intact.
 
 --loss and --reorder impair both directions of the wire (seeded by --seed, so a
-run is repeatable); netstack's retransmissions must still deliver every byte.
+run is repeatable), for every path; netstack's and the engine's
+retransmissions must still deliver every byte.
 --pcap writes every frame that crosses host A's port to a pcap file for
 Wireshark or tshark.`,
 	examples: `  emunic demo
-  emunic demo --bytes 1GiB
+  emunic demo --bytes 1GiB --path offload
   emunic demo --bytes 16MiB --loss 5 --reorder 5 --seed 7
   emunic demo --bytes 4MiB --pcap demo.pcap && tshark -r demo.pcap | head
   emunic demo --mtu 9000`,
@@ -48,6 +58,7 @@ Wireshark or tshark.`,
 // demoConfig is the demo's command line.
 type demoConfig struct {
 	Bytes   int64   // bytes to move
+	Path    string  // "netstack", "offload" or "both"
 	Loss    float64 // percent of frames lost on the wire, each direction
 	Reorder float64 // percent of frames reordered on the wire, each direction
 	Seed    uint64  // seeds the wire's impairments and the data
@@ -59,7 +70,7 @@ type demoConfig struct {
 }
 
 func defaultDemoConfig() demoConfig {
-	return demoConfig{Bytes: 64 << 20, Seed: 1, MTU: 1500, Idle: 30 * time.Second}
+	return demoConfig{Bytes: 64 << 20, Path: "both", Seed: 1, MTU: 1500, Idle: 30 * time.Second}
 }
 
 // parseDemoFlags parses the demo's command line.
@@ -69,6 +80,7 @@ func parseDemoFlags(args []string, stdout io.Writer) (demoConfig, error) {
 	bytes, loss, reorder := sizeValue(cfg.Bytes), percentValue(0), percentValue(0)
 	seed, mtu := uintValue(cfg.Seed), mtuValue(cfg.MTU)
 	fs.Var(&bytes, "bytes", "amount of data A sends to B, a `SIZE` such as 1000000, 64MiB or 1GiB")
+	fs.StringVar(&cfg.Path, "path", cfg.Path, "data `PATH`: netstack, offload (delegated connections) or both")
 	fs.Var(&loss, "loss", "percentage `PCT` of frames the wire loses, each direction (0-100)")
 	fs.Var(&reorder, "reorder", "percentage `PCT` of frames the wire delivers out of order, each direction (0-100)")
 	fs.Var(&seed, "seed", "`N` seeds the wire's impairments and the data, so that runs repeat")
@@ -76,6 +88,11 @@ func parseDemoFlags(args []string, stdout io.Writer) (demoConfig, error) {
 	fs.Var(&mtu, "mtu", "IP MTU `N` of both NICs (68-65535)")
 	if err := parse(demoCmd, fs, args, stdout); err != nil {
 		return cfg, err
+	}
+	switch cfg.Path {
+	case "netstack", "offload", "both":
+	default:
+		return cfg, usagef("bad --path %q: want netstack, offload or both (see 'emunic demo --help')", cfg.Path)
 	}
 	if bytes <= 0 {
 		return cfg, usagef("bad --bytes %s: must be at least 1 byte (see 'emunic demo --help')", formatSize(int64(bytes)))
@@ -107,13 +124,17 @@ func runDemo(ctx context.Context, cfg demoConfig, w io.Writer) error {
 	var results []transferResult
 	var failed []string // one line in the end, whatever failed
 	for _, p := range demoPaths(cfg) {
+		before := lab.snapshot()
 		r, err := p.run(ctx, lab, cfg)
-		r.path = p.name
+		r.path, r.cost = p.name, lab.snapshot().sub(before)
 		if err != nil {
 			r.err = err
 			failed = append(failed, fmt.Sprintf("%s: %v", p.name, err))
 		}
 		results = append(results, r)
+		if ctx.Err() != nil {
+			break
+		}
 	}
 
 	// Stop both hosts before reading the counters, so they are final and
@@ -123,11 +144,15 @@ func runDemo(ctx context.Context, cfg demoConfig, w io.Writer) error {
 	fmt.Fprintln(w)
 	printThroughput(w, results)
 	fmt.Fprintln(w)
+	printPathCosts(w, results)
+	fmt.Fprintln(w)
 	printWire(w, lab)
 	fmt.Fprintln(w)
 	printRingStats(w, lab.hosts())
 	fmt.Fprintln(w)
 	printDeviceCounters(w, lab.hosts())
+	fmt.Fprintln(w)
+	printEngineCounters(w, lab.hosts())
 	fmt.Fprintln(w)
 	printDrops(w, lab.hosts())
 	if cfg.Pcap != "" {
@@ -141,7 +166,11 @@ func runDemo(ctx context.Context, cfg demoConfig, w io.Writer) error {
 	if len(failed) > 0 {
 		return errors.New(strings.Join(failed, "; "))
 	}
-	fmt.Fprintf(w, "\nok: %s arrived intact\n", services.Size(uint64(cfg.Bytes)))
+	if len(results) == 1 {
+		fmt.Fprintf(w, "\nok: %s arrived intact\n", services.Size(uint64(cfg.Bytes)))
+	} else {
+		fmt.Fprintf(w, "\nok: %s arrived intact on each of the %d paths\n", services.Size(uint64(cfg.Bytes)), len(results))
+	}
 	return nil
 }
 
@@ -154,18 +183,20 @@ type demoPath struct {
 	run  func(ctx context.Context, lab *demoLab, cfg demoConfig) (transferResult, error)
 }
 
-// demoPaths lists the data paths the demo runs.
+// demoPaths lists the data paths the demo runs, as --path chooses.
 //
-// Planned additions, each a demoPath appended here and nothing else to change:
-//   - delegated TCP: the same transfer on a connection offloaded to the NIC
-//     (handshake in netstack, then the OFFLOAD command), beside the netstack
-//     row; a flag will choose netstack, delegated or both;
-//   - --rdma: RDMA Writes of the same data into a registered buffer over an
-//     iWARP-style QP on a delegated connection.
-func demoPaths(demoConfig) []demoPath {
-	return []demoPath{
-		{name: "netstack, legacy rings", run: netstackTransfer},
+// Planned addition, a demoPath appended here and nothing else to change:
+// --rdma, RDMA Writes of the same data into a registered buffer over an
+// iWARP-style QP on a delegated connection.
+func demoPaths(cfg demoConfig) []demoPath {
+	var paths []demoPath
+	if cfg.Path == "netstack" || cfg.Path == "both" {
+		paths = append(paths, demoPath{name: "netstack, legacy rings", run: netstackTransfer})
 	}
+	if cfg.Path == "offload" || cfg.Path == "both" {
+		paths = append(paths, demoPath{name: "delegated, offload engine", run: offloadTransfer})
+	}
+	return paths
 }
 
 // demoLab is the demo's test bench: two hosts on the two ends of a wire,
@@ -246,13 +277,19 @@ type transferResult struct {
 	path     string
 	bytes    int64 // bytes the receiver got
 	elapsed  time.Duration
-	sent     [32]byte // SHA-256 of what A sent
-	received [32]byte // SHA-256 of what B received
+	cpu      time.Duration // CPU time of the whole process during the transfer
+	sent     [32]byte      // SHA-256 of what A sent
+	received [32]byte      // SHA-256 of what B received
 	err      error
+	cost     labDelta // what the path cost both hosts
 }
 
-// demoPort is the TCP port B listens on.
-const demoPort = 5001
+// The TCP ports B listens on, one per path, so that a path never meets the
+// previous path's connection (in TIME_WAIT) on the same 4-tuple.
+const (
+	demoPort        = 5001
+	demoPortOffload = 5002
+)
 
 // netstackTransfer moves cfg.Bytes from A to B over a TCP connection of the
 // host stacks: every segment crosses both NICs' legacy rings.
@@ -275,7 +312,60 @@ func netstackTransfer(ctx context.Context, lab *demoLab, cfg demoConfig) (res tr
 		return res, err
 	}
 	defer s.Close()
+	return moveData(ctx, c, s, cfg)
+}
 
+// offloadTransfer moves cfg.Bytes from A to B over a delegated connection:
+// netstack does the handshake, then both hosts hand the connection to their
+// NIC's offload unit, whose delegated TCP engines carry the data.
+func offloadTransfer(ctx context.Context, lab *demoLab, cfg demoConfig) (res transferResult, err error) {
+	l, err := lab.b.ListenOffload(demoPortOffload)
+	if err != nil {
+		return res, err
+	}
+	defer l.Close()
+	type accepted struct {
+		c   net.Conn
+		err error
+	}
+	acc := make(chan accepted, 1)
+	go func() {
+		c, err := l.Accept()
+		acc <- accepted{c, err}
+	}()
+	dst := netip.AddrPortFrom(demoAddrB.Addr(), demoPortOffload)
+	dctx, cancel := context.WithTimeout(ctx, cfg.Idle)
+	defer cancel()
+	c, err := lab.a.DialOffload(dctx, dst)
+	if err != nil {
+		l.Close() // ends the Accept
+		return res, fmt.Errorf("A: %w", err)
+	}
+	defer c.Close()
+	var a accepted
+	select {
+	case a = <-acc:
+	case <-dctx.Done():
+		return res, fmt.Errorf("B accepted no connection: %w", dctx.Err())
+	}
+	if a.err != nil {
+		return res, fmt.Errorf("B: %w", a.err)
+	}
+	defer a.c.Close()
+	if _, ok := a.c.(*tcpstack.DelegatedConn); !ok {
+		why := "the offload unit did not take it"
+		if l.FallbackErr != nil {
+			why = l.FallbackErr.Error()
+		}
+		return res, fmt.Errorf("B: connection stayed on netstack: %s", why)
+	}
+	return moveData(ctx, c, a.c, cfg)
+}
+
+// moveData sends cfg.Bytes of seeded data from c (A's end) to s (B's end),
+// half-closes, and checks that B received exactly that (length and
+// SHA-256).
+func moveData(ctx context.Context, c, s net.Conn, cfg demoConfig) (res transferResult, err error) {
 	// Interrupted (Ctrl-C): unblock both ends.
 	stop := context.AfterFunc(ctx, func() { c.Close(); s.Close() })
 	defer stop()
@@ -286,7 +376,7 @@ func netstackTransfer(ctx context.Context, lab *demoLab, cfg demoConfig) (res tr
 		err error
 	}
 	done := make(chan recvResult, 1)
-	start := time.Now()
+	start, cpu0 := time.Now(), processCPU()
 	go func() {
 		h := sha256.New()
 		n, err := copyIdle(h, s, cfg.Idle)
@@ -309,7 +399,7 @@ func netstackTransfer(ctx context.Context, lab *demoLab, cfg demoConfig) (res tr
 		s.Close() // the receiver would otherwise wait for the idle timeout
 	}
 	r := <-done
-	res.elapsed = time.Since(start)
+	res.elapsed, res.cpu = time.Since(start), processCPU()-cpu0
 	if sendErr == nil && r.err == nil {
 		// Wait for B's FIN, so that the connection closes the ordinary way
 		// before the hosts are stopped (and a capture ends cleanly).
@@ -397,8 +487,12 @@ func (deadlineError) Is(err error) bool {
 }
 
 func printDemoHeader(w io.Writer, cfg demoConfig) {
-	fmt.Fprintf(w, "emunic demo: %s over TCP from A %v to B %v, MTU %d\n",
-		services.Size(uint64(cfg.Bytes)), demoAddrA.Addr(), demoAddrB.Addr(), cfg.MTU)
+	var names []string
+	for _, p := range demoPaths(cfg) {
+		names = append(names, p.name)
+	}
+	fmt.Fprintf(w, "emunic demo: %s over TCP from A %v to B %v, MTU %d, on each path: %s\n",
+		services.Size(uint64(cfg.Bytes)), demoAddrA.Addr(), demoAddrB.Addr(), cfg.MTU, strings.Join(names, "; "))
 	fmt.Fprintf(w, "wire: in-memory, loss %g%%, reorder %g%% each direction, seed %d\n", cfg.Loss, cfg.Reorder, cfg.Seed)
 }
 
@@ -406,7 +500,7 @@ func printDemoHeader(w io.Writer, cfg demoConfig) {
 func printThroughput(w io.Writer, results []transferResult) {
 	fmt.Fprintln(w, "transfer A -> B")
 	t := &table{}
-	t.row("path", "bytes", "time", "throughput", "sha-256")
+	t.row("path", "bytes", "time", "throughput", "cpu", "cpu/GiB", "sha-256")
 	for _, r := range results {
 		check := "match " + fmt.Sprintf("%x", r.received[:6])
 		switch {
@@ -415,11 +509,15 @@ func printThroughput(w io.Writer, results []transferResult) {
 		case r.sent != r.received:
 			check = "MISMATCH"
 		}
-		rate := "-"
+		rate, perGiB := "-", "-"
 		if r.elapsed > 0 && r.bytes > 0 {
 			rate = formatRate(float64(r.bytes) * 8 / r.elapsed.Seconds())
 		}
-		t.row(r.path, services.Size(uint64(r.bytes)), r.elapsed.Round(time.Millisecond).String(), rate, check)
+		if r.cpu > 0 && r.bytes > 0 {
+			perGiB = fmt.Sprintf("%.2fs", r.cpu.Seconds()*float64(1<<30)/float64(r.bytes))
+		}
+		t.row(r.path, services.Size(uint64(r.bytes)), r.elapsed.Round(time.Millisecond).String(), rate,
+			r.cpu.Round(time.Millisecond).String(), perGiB, check)
 	}
 	t.write(w)
 }

@@ -45,6 +45,7 @@ func newFlagSet(name string) *flag.FlagSet {
 
 var (
 	reInvalidValue = regexp.MustCompile(`^invalid value "(.*)" for flag -([^:]+): (.*)$`)
+	reInvalidBool  = regexp.MustCompile(`^invalid boolean value "(.*)" for -([^:]+): `)
 	reNeedsArg     = regexp.MustCompile(`^flag needs an argument: -(.+)$`)
 	reUndefined    = regexp.MustCompile(`^flag provided but not defined: -(.+)$`)
 )
@@ -63,6 +64,8 @@ func parse(cmd *command, fs *flag.FlagSet, args []string, stdout io.Writer) erro
 		msg := err.Error()
 		if m := reInvalidValue.FindStringSubmatch(msg); m != nil {
 			msg = fmt.Sprintf("bad --%s %q: %s", m[2], m[1], m[3])
+		} else if m := reInvalidBool.FindStringSubmatch(msg); m != nil {
+			msg = fmt.Sprintf("bad --%s %q: a switch is --%s, or --%s=true or --%s=false", m[2], m[1], m[2], m[2], m[2])
 		} else if m := reNeedsArg.FindStringSubmatch(msg); m != nil {
 			msg = fmt.Sprintf("--%s needs a value", m[1])
 		} else if m := reUndefined.FindStringSubmatch(msg); m != nil {

@@ -67,15 +67,15 @@ func TestCLIDemoFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Bytes != 64<<20 || cfg.MTU != 1500 || cfg.Loss != 0 || cfg.Pcap != "" {
+	if cfg.Bytes != 64<<20 || cfg.MTU != 1500 || cfg.Loss != 0 || cfg.Pcap != "" || cfg.Path != "both" {
 		t.Errorf("defaults: %+v", cfg)
 	}
 	cfg, err = parseDemoFlags([]string{"--bytes", "1GiB", "--loss", "5%", "--reorder=2.5", "--seed", "7",
-		"--pcap", "x.pcap", "--mtu", "9000"}, io.Discard)
+		"--pcap", "x.pcap", "--mtu", "9000", "--path", "offload"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := demoConfig{Bytes: 1 << 30, Loss: 5, Reorder: 2.5, Seed: 7, Pcap: "x.pcap", MTU: 9000, Idle: cfg.Idle}
+	want := demoConfig{Bytes: 1 << 30, Path: "offload", Loss: 5, Reorder: 2.5, Seed: 7, Pcap: "x.pcap", MTU: 9000, Idle: cfg.Idle}
 	if cfg != want {
 		t.Errorf("got %+v, want %+v", cfg, want)
 	}
@@ -95,6 +95,8 @@ func TestCLIDemoFlags(t *testing.T) {
 		{[]string{"--seed", "-1"}, `bad --seed "-1": not an unsigned integer`},
 		{[]string{"--frobnicate"}, "unknown flag -frobnicate"},
 		{[]string{"now"}, `unexpected argument "now"`},
+		{[]string{"--path", "rdma"}, `bad --path "rdma": want netstack, offload or both`},
+		{[]string{"--path"}, "--path needs a value"},
 	} {
 		_, err := parseDemoFlags(c.args, io.Discard)
 		var ue *usageError
@@ -120,8 +122,12 @@ func TestCLIServeFlags(t *testing.T) {
 		t.Errorf("got %+v", cfg)
 	}
 	cfg, err = parseServeFlags([]string{"--tap", "emu0", "--addr", "10.9.0.2/24"}, io.Discard)
-	if err != nil || cfg.MTU != 1500 || cfg.Gateway.IsValid() {
+	if err != nil || cfg.MTU != 1500 || cfg.Gateway.IsValid() || cfg.Offload {
 		t.Errorf("defaults: %+v, %v", cfg, err)
+	}
+	cfg, err = parseServeFlags([]string{"--tap", "emu0", "--addr", "10.9.0.2/24", "--offload"}, io.Discard)
+	if err != nil || !cfg.Offload {
+		t.Errorf("--offload: %+v, %v", cfg, err)
 	}
 	for _, c := range []struct {
 		args []string
@@ -137,7 +143,7 @@ func TestCLIServeFlags(t *testing.T) {
 		{[]string{"--tap", "emu0", "--addr", "10.9.0.2/24", "--gateway", "10.1.0.1"}, "not inside 10.9.0.0/24"},
 		{[]string{"--tap", "emu0", "--addr", "10.9.0.2/24", "--gateway", "10.9.0.2"}, "host's own address"},
 		{[]string{"--tap", "emu0", "--addr", "10.9.0.2/24", "--gateway", "x"}, `bad --gateway "x"`},
-		{[]string{"--tap", "emu0", "--addr", "10.9.0.2/24", "--offload"}, "unknown flag -offload"},
+		{[]string{"--tap", "emu0", "--addr", "10.9.0.2/24", "--offload=maybe"}, `bad --offload "maybe"`},
 	} {
 		_, err := parseServeFlags(c.args, io.Discard)
 		var ue *usageError
@@ -154,9 +160,9 @@ func TestCLIHelpListsEveryFlag(t *testing.T) {
 		flags []string
 	}{
 		{"demo", func(a []string, w io.Writer) error { _, err := parseDemoFlags(a, w); return err },
-			[]string{"--bytes SIZE", "--loss PCT", "--reorder PCT", "--seed N", "--pcap FILE", "--mtu N", "--help"}},
+			[]string{"--bytes SIZE", "--path PATH", "--loss PCT", "--reorder PCT", "--seed N", "--pcap FILE", "--mtu N", "--help"}},
 		{"serve", func(a []string, w io.Writer) error { _, err := parseServeFlags(a, w); return err },
-			[]string{"--tap NAME", "--addr CIDR", "--mtu N", "--gateway IP", "--pcap FILE", "--help"}},
+			[]string{"--tap NAME", "--addr CIDR", "--offload", "--mtu N", "--gateway IP", "--pcap FILE", "--help"}},
 	} {
 		for _, h := range []string{"-h", "--help", "-help"} {
 			var b strings.Builder

@@ -8,8 +8,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/emunic/emunic/delegation"
 )
 
 // runCLI runs the command line in process and returns its exit status and
@@ -46,6 +49,7 @@ func TestCLIExitCodes(t *testing.T) {
 		{[]string{"--bytes", "1"}, exitUsage, "", "unknown flag --bytes: flags go after the command"},
 		{[]string{"demo", "--bytes", "lots"}, exitUsage, "", `emunic demo: bad --bytes "lots"`},
 		{[]string{"demo", "--loss", "200"}, exitUsage, "", `emunic demo: bad --loss "200"`},
+		{[]string{"demo", "--path", "fast"}, exitUsage, "", `emunic demo: bad --path "fast": want netstack, offload or both`},
 		{[]string{"serve"}, exitUsage, "", "emunic serve: --tap NAME is required"},
 		{[]string{"serve", "--tap", "x", "--addr", "1.2.3"}, exitUsage, "", `emunic serve: bad --addr "1.2.3"`},
 		{[]string{"version", "extra"}, exitUsage, "", "unexpected argument"},
@@ -106,31 +110,119 @@ func TestCLIVersion(t *testing.T) {
 	}
 }
 
-// TestDemoSmall runs the demo in process with 4 MiB and checks its report.
+// TestDemoSmall runs the demo in process with 4 MiB on both paths and
+// checks its report.
 func TestDemoSmall(t *testing.T) {
 	code, out, errOut := runCLI(t, "demo", "--bytes", "4MiB")
 	if code != exitOK {
 		t.Fatalf("exit %d; stderr %q; stdout:\n%s", code, errOut, out)
 	}
 	for _, want := range []string{
-		"emunic demo: 4.0 MiB over TCP from A 10.0.0.1 to B 10.0.0.2, MTU 1500",
-		"netstack, legacy rings",
-		"match ",
+		"emunic demo: 4.0 MiB over TCP from A 10.0.0.1 to B 10.0.0.2, MTU 1500, on each path: netstack, legacy rings; delegated, offload engine",
+		"per path, both hosts together",
 		"rings (device side)",
 		"A 10.0.0.1  tx",
 		"B 10.0.0.2  rx",
 		"device counters (stat block)",
+		"delegated TCP engine (offload unit)",
 		"drops and errors",
-		"ok: 4.0 MiB arrived intact",
+		"ok: 4.0 MiB arrived intact on each of the 2 paths",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
+	for _, path := range []string{"netstack, legacy rings", "delegated, offload engine"} {
+		if row := reportRow(out, path+"  "); !strings.Contains(row, "4.0 MiB") || !strings.Contains(row, "match ") {
+			t.Errorf("throughput row of %q is %q; want 4.0 MiB and a matching SHA-256:\n%s", path, row, out)
+		}
+	}
+	// The per-path table: the delegated path moves its data without
+	// netstack segments and with far fewer transmit ring entries.
+	ns, del := reportCells(t, out, "segments sent by netstack")
+	if ns < 1000 || del > 20 {
+		t.Errorf("segments sent by netstack: %d on the netstack path, %d on the delegated one", ns, del)
+	}
+	ns, del = reportCells(t, out, "segments sent by the engines")
+	if ns != 0 || del < 1000 {
+		t.Errorf("segments sent by the engines: %d on the netstack path, %d on the delegated one", ns, del)
+	}
 	if errOut != "" {
 		t.Errorf("stderr: %q", errOut)
 	}
 	t.Logf("\n%s", out)
+}
+
+// reportRow returns the first line of out that starts (after indentation)
+// with prefix.
+func reportRow(out, prefix string) string {
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), prefix) {
+			return line
+		}
+	}
+	return ""
+}
+
+// reportCells returns the two numbers of a row of the per-path table.
+func reportCells(t *testing.T, out, name string) (a, b uint64) {
+	t.Helper()
+	row := reportRow(out, name+"  ")
+	f := strings.Fields(strings.TrimPrefix(strings.TrimSpace(row), name))
+	if len(f) != 2 {
+		t.Fatalf("row %q: want two numbers:\n%s", row, out)
+	}
+	var err error
+	if a, err = strconv.ParseUint(f[0], 10, 64); err == nil {
+		b, err = strconv.ParseUint(f[1], 10, 64)
+	}
+	if err != nil {
+		t.Fatalf("row %q: %v", row, err)
+	}
+	return a, b
+}
+
+// TestDemoPathOffload runs only the delegated path.
+func TestDemoPathOffload(t *testing.T) {
+	code, out, errOut := runCLI(t, "demo", "--bytes", "3MiB", "--path", "offload")
+	if code != exitOK {
+		t.Fatalf("exit %d; stderr %q; stdout:\n%s", code, errOut, out)
+	}
+	if strings.Contains(out, "netstack, legacy rings") {
+		t.Errorf("--path offload ran the netstack path:\n%s", out)
+	}
+	for _, want := range []string{"delegated, offload engine", "delegated TCP engine (offload unit)", "rx_bytes",
+		"user_bufs_done", "ok: 3.0 MiB arrived intact\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	code, out, _ = runCLI(t, "demo", "--bytes", "1MiB", "--path", "netstack")
+	if code != exitOK || strings.Contains(out, "delegated, offload engine") ||
+		!strings.Contains(out, "delegated TCP engine (offload unit): no delegated traffic") {
+		t.Errorf("--path netstack: exit %d:\n%s", code, out)
+	}
+}
+
+func TestSnakeCase(t *testing.T) {
+	for in, want := range map[string]string{
+		"TxRetransSegs": "tx_retrans_segs", "OOOSegments": "ooo_segments", "DropPAWS": "drop_paws",
+		"DMAErrors": "dma_errors", "RTOExpired": "rto_expired", "AcksSent": "acks_sent", "Rx": "rx",
+	} {
+		if got := snakeCase(in); got != want {
+			t.Errorf("snakeCase(%q) = %q, want %q", in, got, want)
+		}
+	}
+	var drops, all int
+	for _, c := range engineCounters(delegation.Counters{}) {
+		all++
+		if c.drop {
+			drops++
+		}
+	}
+	if all < 40 || drops < 10 || drops == all {
+		t.Errorf("engine counters: %d, of which %d drops or errors", all, drops)
+	}
 }
 
 // TestDemoLossyPcap runs the demo over an impaired wire with a capture, and
@@ -144,6 +236,10 @@ func TestDemoLossyPcap(t *testing.T) {
 	}
 	if !strings.Contains(out, "tx_drop_loss") || !strings.Contains(out, "pcap: ") {
 		t.Errorf("report lacks the wire's losses or the capture line:\n%s", out)
+	}
+	// Both paths lost frames on the same wire and retransmitted.
+	if ns, del := reportCells(t, out, "segments retransmitted"); ns == 0 || del == 0 {
+		t.Errorf("segments retransmitted: %d on the netstack path, %d on the delegated one; want both > 0", ns, del)
 	}
 	b, err := os.ReadFile(file)
 	if err != nil {

@@ -3,9 +3,12 @@ package main
 import (
 	"fmt"
 	"io"
+	"reflect"
 	"strconv"
 	"strings"
+	"unicode"
 
+	"github.com/emunic/emunic/delegation"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/rings"
 	"github.com/emunic/emunic/tcpstack"
@@ -193,7 +196,8 @@ type dropRow struct {
 }
 
 // collectDrops gathers every non-zero drop and error counter of the hosts:
-// the device's stat block, the driver's, and the port's.
+// the device's stat block, the driver's, the delegated TCP engine's and the
+// port's.
 func collectDrops(hosts []hostView) []dropRow {
 	var out []dropRow
 	for _, h := range hosts {
@@ -209,6 +213,11 @@ func collectDrops(hosts []hostView) []dropRow {
 		}{{"tx_dropped", ds.TxDropped}, {"rx_errors", ds.RxErrors}} {
 			if c.v != 0 {
 				out = append(out, dropRow{h.name + " driver", c.name, c.v})
+			}
+		}
+		for _, c := range engineCounters(h.h.Device.EngineCounters()) {
+			if c.drop && c.v != 0 {
+				out = append(out, dropRow{h.name + " engine", c.name, c.v})
 			}
 		}
 		if h.port != nil {
@@ -255,5 +264,97 @@ func printDrops(w io.Writer, hosts []hostView) {
 	for _, r := range rows {
 		t.row(r.where, r.name, u64(r.v))
 	}
+	t.write(w)
+}
+
+// engineCounter is one field of the delegated TCP engine's counters.
+type engineCounter struct {
+	name string // snake_case, like the stat block's names
+	v    uint64
+	drop bool // a drop or an error, printed with the others by printDrops
+}
+
+// engineCounters lists every counter of the engine, in the order of
+// delegation.Counters, so new fields show up without a change here.
+func engineCounters(c delegation.Counters) []engineCounter {
+	v := reflect.ValueOf(c)
+	t := v.Type()
+	out := make([]engineCounter, 0, t.NumField())
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if f.Type.Kind() != reflect.Uint64 {
+			continue
+		}
+		out = append(out, engineCounter{name: snakeCase(f.Name), v: v.Field(i).Uint(), drop: isEngineDrop(f.Name)})
+	}
+	return out
+}
+
+// isEngineDrop tells the engine's drop and error counters (by field name)
+// from its activity counters.
+func isEngineDrop(field string) bool {
+	switch field {
+	case "TxErrors", "DMAErrors", "Timeouts", "OOOBytesDropped", "OOODropRanges":
+		return true
+	}
+	return strings.HasPrefix(field, "Drop")
+}
+
+// snakeCase turns a Go field name into the report's style:
+// TxRetransSegs -> tx_retrans_segs, OOOSegments -> ooo_segments,
+// DropPAWS -> drop_paws.
+func snakeCase(s string) string {
+	r := []rune(s)
+	var b strings.Builder
+	for i, c := range r {
+		upper := unicode.IsUpper(c)
+		if i > 0 && upper {
+			prev := r[i-1]
+			nextLower := i+1 < len(r) && unicode.IsLower(r[i+1])
+			if unicode.IsLower(prev) || unicode.IsDigit(prev) || (unicode.IsUpper(prev) && nextLower) {
+				b.WriteByte('_')
+			}
+		}
+		b.WriteRune(unicode.ToLower(c))
+	}
+	return b.String()
+}
+
+// printEngineCounters prints the delegated TCP engine's activity counters
+// that are not zero on some host, one column per host (the drops and
+// errors are printed by printDrops). With no delegated traffic at all it
+// says so in one line.
+func printEngineCounters(w io.Writer, hosts []hostView) {
+	cols := make([][]engineCounter, len(hosts))
+	for i, h := range hosts {
+		cols[i] = engineCounters(h.h.Device.EngineCounters())
+	}
+	t := &table{}
+	head := []string{""}
+	for _, h := range hosts {
+		head = append(head, h.name)
+	}
+	t.row(head...)
+	rows := 0
+	for j := range cols[0] {
+		if cols[0][j].drop {
+			continue
+		}
+		cells := []string{cols[0][j].name}
+		nonZero := false
+		for i := range hosts {
+			nonZero = nonZero || cols[i][j].v != 0
+			cells = append(cells, u64(cols[i][j].v))
+		}
+		if nonZero {
+			t.row(cells...)
+			rows++
+		}
+	}
+	if rows == 0 {
+		fmt.Fprintln(w, "delegated TCP engine (offload unit): no delegated traffic")
+		return
+	}
+	fmt.Fprintln(w, "delegated TCP engine (offload unit)")
 	t.write(w)
 }

@@ -8,6 +8,7 @@ import (
 	"log"
 	"net"
 	"net/netip"
+	"sync/atomic"
 	"time"
 
 	"github.com/emunic/emunic/nic/port"
@@ -18,7 +19,7 @@ import (
 var serveCmd = &command{
 	name:     "serve",
 	summary:  "one emulated host on a Linux TAP device, running TCP echo (7) and discard (9)",
-	synopsis: "--tap NAME --addr CIDR [--mtu N] [--gateway IP] [--pcap FILE]",
+	synopsis: "--tap NAME --addr CIDR [--offload] [--mtu N] [--gateway IP] [--pcap FILE]",
 	about: `
 Attaches an emulated host (host memory, the emulated NIC and gVisor netstack)
 to the Linux TAP device NAME, with the address CIDR, and runs two TCP services
@@ -31,6 +32,14 @@ It also answers ARP and ping. Each connection is served in its own goroutine
 and logged to stderr. On exit it prints the services', the rings' and the
 device's counters and every drop or error counter that is not zero.
 
+With --offload, netstack still does each connection's handshake, then hands
+the connection to the NIC's offload unit (the OFFLOAD command): from there the
+delegated TCP engine on the NIC runs it, and the host only posts buffers and
+reads notifications. Each accepted connection is logged as "delegated as conn
+N" (N is its index on the NIC), or "fallback to netstack" with the reason when
+the unit did not take it (it is then served by netstack as usual). The exit
+report adds the engine's counters.
+
 The kernel is the other end of the TAP: give its side of the TAP an address in
 the same subnet (or move the TAP into a network namespace and do it there),
 then use nc, socat or any TCP program. If NAME does not exist it is created
@@ -42,6 +51,7 @@ CAP_NET_ADMIN (or a TAP made for this user with 'ip tuntap add ... user').`,
   ip addr add 10.9.0.1/24 dev emu0
   ip link set emu0 up
   emunic serve --tap emu0 --addr 10.9.0.2/24
+  emunic serve --tap emu0 --addr 10.9.0.2/24 --offload
   # in another terminal
   nc 10.9.0.2 7
   ping -c 3 10.9.0.2
@@ -51,19 +61,13 @@ CAP_NET_ADMIN (or a TAP made for this user with 'ip tuntap add ... user').`,
 }
 
 // serveConfig is serve's command line.
-//
-// Planned: --offload. When delegated connections exist, serve gains an
-// --offload flag (off by default) that hands each accepted connection to the
-// NIC's offload engine after the handshake, so the kernel peer talks to the
-// delegated TCP engine instead of netstack. It becomes a field here, is
-// passed to tcpstack (HostConfig and the listeners' accept path), and the
-// exit report gains the delegated connections' counters.
 type serveConfig struct {
 	Tap     string
 	Addr    netip.Prefix
 	MTU     int
 	Gateway netip.Addr // default route's next hop; invalid for none
 	Pcap    string
+	Offload bool // delegate every accepted connection to the offload unit
 }
 
 func parseServeFlags(args []string, stdout io.Writer) (serveConfig, error) {
@@ -77,6 +81,7 @@ func parseServeFlags(args []string, stdout io.Writer) (serveConfig, error) {
 	fs.Var(&mtu, "mtu", "IP MTU `N` of the NIC and the TAP (68-65535)")
 	fs.Var(&gw, "gateway", "default route via `IP`, inside --addr's subnet")
 	fs.StringVar(&cfg.Pcap, "pcap", "", "record every frame at the TAP port in the pcap file `FILE`")
+	fs.BoolVar(&cfg.Offload, "offload", false, "delegate every accepted connection to the NIC's offload unit after the handshake")
 	if err := parse(serveCmd, fs, args, stdout); err != nil {
 		return cfg, err
 	}
@@ -158,12 +163,21 @@ func runServe(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) er
 		l   net.Listener
 	}
 	var all []served
+	var offl []*offloadListener
 	for _, s := range []struct {
 		srv  *services.Server
 		port uint16
 	}{{echo, services.EchoPort}, {discard, services.DiscardPort}} {
-		l, err := host.Listen(s.port)
-		if err != nil {
+		var l net.Listener
+		if cfg.Offload {
+			ol, err := host.ListenOffload(s.port)
+			if err != nil {
+				return err
+			}
+			o := &offloadListener{OffloadListener: ol, service: s.srv.Name(), logf: logf}
+			offl = append(offl, o)
+			l = o
+		} else if l, err = host.Listen(s.port); err != nil {
 			return err
 		}
 		all = append(all, served{s.srv, l})
@@ -176,8 +190,12 @@ func runServe(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) er
 			}
 		}()
 	}
-	logger.Printf("%v on tap %s (MAC %s, MTU %d): echo on port %d, discard on port %d; Ctrl-C to stop",
-		cfg.Addr, name, net.HardwareAddr(mac[:]), cfg.MTU, services.EchoPort, services.DiscardPort)
+	mode := "netstack"
+	if cfg.Offload {
+		mode = "delegated to the offload unit"
+	}
+	logger.Printf("%v on tap %s (MAC %s, MTU %d): echo on port %d, discard on port %d, connections %s; Ctrl-C to stop",
+		cfg.Addr, name, net.HardwareAddr(mac[:]), cfg.MTU, services.EchoPort, services.DiscardPort, mode)
 
 	var runErr error
 	start := time.Now()
@@ -193,10 +211,18 @@ func runServe(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) er
 
 	hosts := []hostView{{name: name, h: host, port: tap}}
 	printServices(stdout, echo, discard)
+	if cfg.Offload {
+		fmt.Fprintln(stdout)
+		printOffloadListeners(stdout, offl)
+	}
 	fmt.Fprintln(stdout)
 	printRingStats(stdout, hosts)
 	fmt.Fprintln(stdout)
 	printDeviceCounters(stdout, hosts)
+	if cfg.Offload {
+		fmt.Fprintln(stdout)
+		printEngineCounters(stdout, hosts)
+	}
 	fmt.Fprintln(stdout)
 	printDrops(stdout, hosts)
 	if rec != nil {
@@ -221,6 +247,50 @@ func printServices(w io.Writer, servers ...*services.Server) {
 	for _, s := range servers {
 		st := s.Stats()
 		t.row(s.Name(), u64(st.Accepted), u64(st.BytesIn), u64(st.BytesOut), u64(st.Errors))
+	}
+	t.write(w)
+}
+
+// offloadListener is a service's offload listener: it logs, for every
+// connection it accepts, whether the offload unit took it (and its index on
+// the NIC) or why it stayed on netstack, and counts both.
+type offloadListener struct {
+	*tcpstack.OffloadListener
+	service string
+	logf    func(format string, args ...any)
+
+	delegated, fallbacks atomic.Uint64
+}
+
+// Accept accepts and delegates the next connection. A connection the unit
+// did not take is still returned, served by netstack.
+func (l *offloadListener) Accept() (net.Conn, error) {
+	c, err := l.OffloadListener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	if dc, ok := c.(*tcpstack.DelegatedConn); ok {
+		l.delegated.Add(1)
+		l.logf("%s: %v delegated as conn %d", l.service, c.RemoteAddr(), dc.Index())
+		return c, nil
+	}
+	l.fallbacks.Add(1)
+	reason := "the offload unit did not take it"
+	if l.FallbackErr != nil {
+		reason = l.FallbackErr.Error()
+	}
+	l.logf("%s: %v fallback to netstack: %s", l.service, c.RemoteAddr(), reason)
+	return c, nil
+}
+
+// printOffloadListeners prints how many connections each service's listener
+// delegated and how many stayed on netstack.
+func printOffloadListeners(w io.Writer, ls []*offloadListener) {
+	fmt.Fprintln(w, "offload")
+	t := &table{}
+	t.row("", "delegated", "fallback to netstack")
+	for _, l := range ls {
+		t.row(l.service, u64(l.delegated.Load()), u64(l.fallbacks.Load()))
 	}
 	t.write(w)
 }
