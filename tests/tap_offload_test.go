@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -461,5 +462,119 @@ func TestTAPOffloadLossy(t *testing.T) {
 				t.Errorf("engine: DropBadChecksum %d, DMAErrors %d, Timeouts %d; want 0", c.DropBadChecksum, c.DMAErrors, c.Timeouts)
 			}
 		})
+	}
+}
+
+// TestTAPOffloadServeCommand runs 'emunic serve --offload' as a process on a
+// TAP it creates, moves the TAP into a namespace, and has the kernel there
+// use echo and discard: both connections must be delegated (logged as
+// "delegated as conn N"), the data must come back intact, and the exit
+// report must carry the engine's counters.
+func TestTAPOffloadServeCommand(t *testing.T) {
+	requireTAP(t)
+	exe := buildEmunic(t)
+	ns := newNetns(t)
+	name := uniqueName("emuf", 10)
+	t.Cleanup(func() { exec.Command("ip", "-n", ns.name, "link", "del", name).Run() })
+	kernel := netip.MustParsePrefix("10.86.0.1/24")
+	emu := netip.MustParsePrefix("10.86.0.2/24")
+
+	cmd := exec.Command(exe, "serve", "--tap", name, "--addr", emu.String(), "--offload")
+	var stdout, stderr syncBuffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			cmd.Process.Kill()
+			<-exited
+		}
+		t.Logf("emunic serve --offload stderr:\n%s\nstdout:\n%s", stderr.String(), stdout.String())
+	})
+	// waitLog waits until the log has n lines containing s.
+	waitLog := func(s string, n int, within time.Duration) {
+		t.Helper()
+		for deadline := time.Now().Add(within); strings.Count(stderr.String(), s) < n; {
+			select {
+			case err := <-exited:
+				stopped = true
+				t.Fatalf("emunic serve exited early (%v) before logging %q", err, s)
+			case <-time.After(20 * time.Millisecond):
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("emunic serve did not log %q %d times within %v", s, n, within)
+			}
+		}
+	}
+	waitLog("Ctrl-C to stop", 1, 30*time.Second)
+	if !strings.Contains(stderr.String(), "connections delegated to the offload unit") {
+		t.Errorf("the start line does not say connections are delegated:\n%s", stderr.String())
+	}
+	ns.moveTAP(t, name, kernel)
+
+	const echoBytes, discardBytes = 4 << 20, 1 << 20
+	c, err := ns.dial(netip.AddrPortFrom(emu.Addr(), 7))
+	if err != nil {
+		t.Fatalf("connect to echo: %v", err)
+	}
+	echoExchange(t, c, echoBytes)
+	c.Close()
+	d, err := ns.dial(netip.AddrPortFrom(emu.Addr(), 9))
+	if err != nil {
+		t.Fatalf("connect to discard: %v", err)
+	}
+	d.SetDeadline(time.Now().Add(time.Minute))
+	if _, err := d.Write(make([]byte, discardBytes)); err != nil {
+		t.Fatalf("write to discard: %v", err)
+	}
+	d.(interface{ CloseWrite() error }).CloseWrite()
+	if rest, err := io.ReadAll(d); err != nil || len(rest) != 0 {
+		t.Errorf("discard: read %d bytes back, err %v; want EOF and nothing", len(rest), err)
+	}
+	d.Close()
+	waitLog(" closed after ", 2, 10*time.Second)
+	logs := stderr.String()
+	if n := strings.Count(logs, " delegated as conn "); n != 2 || strings.Contains(logs, "fallback to netstack") {
+		t.Errorf("want both connections logged as delegated (found %d) and no fallback:\n%s", n, logs)
+	}
+
+	cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case err = <-exited:
+		stopped = true
+	case <-time.After(30 * time.Second):
+		t.Fatal("emunic serve did not exit within 30s of SIGINT")
+	}
+	if err != nil {
+		t.Fatalf("emunic serve exited with %v after SIGINT, want status 0", err)
+	}
+	out := stdout.String()
+	for _, want := range []string{"services", "offload", "rings (device side)", "device counters (stat block)",
+		"delegated TCP engine (offload unit)", "drops and errors"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("serve's report lacks %q:\n%s", want, out)
+		}
+	}
+	for prefix, want := range map[string]string{
+		"echo ":        fmt.Sprintf("echo 1 %d %d 0", echoBytes, echoBytes), // services
+		"discard ":     fmt.Sprintf("discard 1 %d 0 0", discardBytes),
+		"echo  ":       "echo 1 0", // offload: delegated, fallbacks
+		"rx_bytes ":    fmt.Sprintf("rx_bytes %d", echoBytes+discardBytes),
+		"user_bufs_do": "user_bufs_done",
+	} {
+		found := false
+		for _, line := range strings.Split(out, "\n") {
+			if f := strings.Join(strings.Fields(line), " "); strings.HasPrefix(strings.TrimSpace(line), strings.TrimSpace(prefix)) && strings.HasPrefix(f, want) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			t.Errorf("serve's report has no line starting %q:\n%s", want, out)
+		}
 	}
 }
