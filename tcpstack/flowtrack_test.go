@@ -1,0 +1,154 @@
+package tcpstack
+
+import (
+	"encoding/binary"
+	"testing"
+)
+
+var (
+	hostIP = [4]byte{10, 0, 0, 1}
+	peerIP = [4]byte{10, 0, 0, 2}
+)
+
+// tcpFrame builds an Ethernet/IPv4/TCP frame (checksums are not the
+// tracker's business) with the given options bytes.
+func tcpFrame(outbound bool, seq, ack uint32, flags byte, wnd uint16, opts []byte, payload int) []byte {
+	f := make([]byte, 14+20+20+len(opts)+payload)
+	binary.BigEndian.PutUint16(f[12:], 0x0800)
+	if outbound {
+		copy(f[0:6], []byte{2, 0, 0, 0, 0, 2})
+		copy(f[6:12], []byte{2, 0, 0, 0, 0, 1})
+	} else {
+		copy(f[0:6], []byte{2, 0, 0, 0, 0, 1})
+		copy(f[6:12], []byte{2, 0, 0, 0, 0, 2})
+	}
+	ip := f[14:]
+	ip[0] = 0x45
+	binary.BigEndian.PutUint16(ip[2:], uint16(len(f)-14))
+	ip[9] = 6
+	src, dst, sp, dp := hostIP, peerIP, uint16(40000), uint16(80)
+	if !outbound {
+		src, dst, sp, dp = peerIP, hostIP, 80, 40000
+	}
+	copy(ip[12:], src[:])
+	copy(ip[16:], dst[:])
+	t := ip[20:]
+	binary.BigEndian.PutUint16(t[0:], sp)
+	binary.BigEndian.PutUint16(t[2:], dp)
+	binary.BigEndian.PutUint32(t[4:], seq)
+	binary.BigEndian.PutUint32(t[8:], ack)
+	t[12] = byte((20+len(opts))/4) << 4
+	t[13] = flags
+	binary.BigEndian.PutUint16(t[14:], wnd)
+	copy(t[20:], opts)
+	return f
+}
+
+var synOpts = []byte{
+	2, 4, 0x05, 0xb4, // MSS 1460
+	1, 3, 3, 7, // NOP, WS 7
+	4, 2, // SACK permitted
+	8, 10, 0, 0, 0, 100, 0, 0, 0, 0, // TS val 100
+	1, 1, // NOP NOP
+}
+
+func tsOpt(val, ecr uint32) []byte {
+	o := []byte{1, 1, 8, 10, 0, 0, 0, 0, 0, 0, 0, 0}
+	binary.BigEndian.PutUint32(o[4:], val)
+	binary.BigEndian.PutUint32(o[8:], ecr)
+	return o
+}
+
+func TestFlowTrackerLearnsHandshakeAndData(t *testing.T) {
+	var tr flowTracker
+	k := FlowKey{LocalIP: hostIP, RemoteIP: peerIP, LocalPort: 40000, RemotePort: 80}
+	tr.add(k)
+	steps := []struct {
+		out   bool
+		frame []byte
+	}{
+		{true, tcpFrame(true, 1000, 0, tcpSyn, 65535, synOpts, 0)},
+		{false, tcpFrame(false, 5000, 1001, tcpSyn|tcpAck, 28960, []byte{2, 4, 0x05, 0x78, 1, 3, 3, 2, 4, 2, 8, 10, 0, 0, 0, 9, 0, 0, 0, 100}, 0)},
+		{true, tcpFrame(true, 1001, 5001, tcpAck, 512, tsOpt(101, 9), 0)},
+		{true, tcpFrame(true, 1001, 5001, tcpAck|0x08, 512, tsOpt(102, 9), 300)},
+		{false, tcpFrame(false, 5001, 1301, tcpAck, 229, tsOpt(10, 102), 1000)},
+		{false, tcpFrame(false, 7001, 1301, tcpAck, 229, tsOpt(11, 102), 500)}, // out of order: not in RCV.NXT
+	}
+	for i, s := range steps {
+		if tr.observe(s.frame, s.out) {
+			t.Fatalf("step %d dropped while not frozen", i)
+		}
+	}
+	fi, ok := tr.snapshot(k)
+	if !ok {
+		t.Fatal("flow not tracked")
+	}
+	want := flowInfo{sawOurSyn: true, sawPeerSyn: true, ourMSS: 1460, peerMSS: 1400, ourWS: 7, peerWS: 2,
+		ourSACK: true, peerSACK: true, ourTS: true, peerTS: true, irs: 5000,
+		sndNxt: 1301, sndUna: 1301, rcvNxt: 6001, peerWnd: 229, ourWnd: 512, ourLastTS: 102, peerLastTS: 11}
+	got := fi
+	got.localMAC, got.nextHopMAC, got.inSegments, got.outSegments = [6]byte{}, [6]byte{}, 0, 0
+	if got != want {
+		t.Fatalf("learned\n%+v\nwant\n%+v", got, want)
+	}
+	if fi.nextHopMAC != [6]byte{2, 0, 0, 0, 0, 2} || fi.localMAC != [6]byte{2, 0, 0, 0, 0, 1} {
+		t.Errorf("MACs %x %x", fi.localMAC, fi.nextHopMAC)
+	}
+
+	// Frozen: every frame of the flow is dropped, both ways, and counted.
+	tr.freeze(k, true)
+	if !tr.observe(steps[4].frame, false) || !tr.observe(steps[3].frame, true) {
+		t.Fatal("frozen flow let a frame through")
+	}
+	if fi, _ := tr.snapshot(k); fi.droppedIn != 1 || fi.droppedOut != 1 {
+		t.Errorf("drops in %d out %d", fi.droppedIn, fi.droppedOut)
+	}
+	// Other flows are untouched.
+	other := tcpFrame(true, 1, 0, tcpSyn, 100, nil, 0)
+	binary.BigEndian.PutUint16(other[14+20:], 40001)
+	if tr.observe(other, true) {
+		t.Error("an untracked flow was dropped")
+	}
+}
+
+func TestFlowTrackerListener(t *testing.T) {
+	var tr flowTracker
+	tr.listenOn(hostIP, 40000, true)
+	syn := tcpFrame(false, 5000, 0, tcpSyn, 100, nil, 0)
+	tr.observe(syn, false)
+	k := FlowKey{LocalIP: hostIP, RemoteIP: peerIP, LocalPort: 40000, RemotePort: 80}
+	if fi, ok := tr.snapshot(k); !ok || !fi.sawPeerSyn || fi.rcvNxt != 5001 {
+		t.Fatalf("SYN to a tracked listener: %+v %v", fi, ok)
+	}
+	// A bare ACK to the port does not create a flow.
+	tr.remove(k)
+	tr.observe(tcpFrame(false, 5000, 0, tcpAck, 100, nil, 0), false)
+	if _, ok := tr.snapshot(k); ok {
+		t.Fatal("a non-SYN created a tracked flow")
+	}
+	tr.listenOn(hostIP, 40000, false)
+	tr.observe(syn, false)
+	if _, ok := tr.snapshot(k); ok {
+		t.Fatal("tracked after the listener closed")
+	}
+	if n := tr.n.Load(); n != 0 {
+		t.Fatalf("tracked count %d after everything was removed", n)
+	}
+}
+
+// FuzzParseTCPFrame: no input panics, and what parses lies in the frame.
+func FuzzParseTCPFrame(f *testing.F) {
+	f.Add(tcpFrame(true, 1, 2, tcpSyn, 3, synOpts, 0))
+	f.Add(tcpFrame(false, 1, 2, tcpAck, 3, tsOpt(1, 2), 10))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var s tcpSeg
+		if parseTCPFrame(b, &s) && s.payload < 0 {
+			t.Fatalf("negative payload %d", s.payload)
+		}
+		var tr flowTracker
+		tr.listenOn(hostIP, 40000, true)
+		tr.observe(b, false)
+		tr.observe(b, true)
+	})
+}
