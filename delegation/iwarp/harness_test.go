@@ -97,6 +97,7 @@ type hostOpts struct {
 	sqCount   uint32
 	cqCount   uint32
 	arenaSize int
+	memSize   int
 }
 
 func newHost(t testing.TB, name string, o hostOpts) *host {
@@ -110,6 +111,9 @@ func newHost(t testing.TB, name string, o hostOpts) *host {
 	if o.cqCount == 0 {
 		o.cqCount = 256
 	}
+	if o.memSize == 0 {
+		o.memSize = 1024
+	}
 	if o.pd == 0 {
 		o.pd = 7
 	}
@@ -119,7 +123,7 @@ func newHost(t testing.TB, name string, o hostOpts) *host {
 	}
 	h := &host{t: t, name: name, arena: ar}
 	h.dma = &checkDMA{t: t, arena: ar, setup: true}
-	h.mem = NewMemTable(h.dma, 1024, 0)
+	h.mem = NewMemTable(h.dma, o.memSize, 0)
 	h.dma.mem = h.mem
 	sqL, err := AllocSQ(ar, o.sqCount)
 	if err != nil {

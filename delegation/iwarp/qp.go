@@ -494,10 +494,19 @@ func (qp *QP) flushAll(st WCStatus) {
 	qp.tx.active = false
 	qp.orqN = 0
 	qp.irqN = 0
+	// As in verbs, once a work request completes in error every later one
+	// completes flushed, even if its bytes were already handed to TCP.
+	failed := false
 	for qp.sqHead != qp.sqNext {
 		w := &qp.sqWork[qp.sqHead&qp.sqMask]
-		if !w.done {
+		switch {
+		case !w.done:
 			w.done, w.status = true, st
+		case failed && w.status == WCSuccess:
+			w.status = st
+		}
+		if w.status != WCSuccess {
+			failed = true
 		}
 		qp.retireSend(w)
 	}
