@@ -32,29 +32,26 @@ func (qp *QP) Transmit(dst []byte) int {
 			return n
 		}
 	}
-	if qp.termPending {
-		if len(dst)-n >= qp.termLen {
-			n += copy(dst[n:], qp.termBuf[:qp.termLen])
-			qp.termPending = false
-			qp.state = StateError
-			qp.stats.TerminatesSent++
-			qp.stats.TxFPDUs++
+	for qp.state == StateRTS {
+		k := qp.nextFPDU(dst[n:])
+		if k == 0 {
+			break
 		}
-		qp.stats.TxBytes += uint64(n)
-		return n
+		n += k
+		qp.stats.TxFPDUs++
 	}
-	switch qp.state {
-	case StateRTS:
-		for {
-			k := qp.nextFPDU(dst[n:])
-			if k == 0 {
-				break
-			}
-			n += k
-			qp.stats.TxFPDUs++
-		}
+	if qp.state == StateRTS {
 		qp.drainSendCompletions()
-	case StateClosing, StateError:
+	}
+	// A Terminate queued now or earlier (framing can fail and queue one).
+	if qp.termPending && len(dst)-n >= qp.termLen {
+		n += copy(dst[n:], qp.termBuf[:qp.termLen])
+		qp.termPending = false
+		qp.state = StateError
+		qp.stats.TerminatesSent++
+		qp.stats.TxFPDUs++
+	}
+	if qp.state == StateClosing || qp.state == StateError {
 		qp.flushAll(WCWRFlushErr)
 	}
 	qp.flushCQs()
