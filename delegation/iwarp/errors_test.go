@@ -232,6 +232,10 @@ func TestOutstandingReadLimits(t *testing.T) {
 			a.postSend(SendWR{Opcode: WRRDMARead, Flags: WRSignaled, WRID: uint64(i), RemoteAddr: uint64(src), RKey: sk, NumSGE: 1,
 				SGL: [4]SGE{{uint64(sink) + uint64(i*n), n, kk}}})
 		}
+		a.qp.Pump(&l.ab)
+		if a.qp.orqN != 2 || a.qp.HasOutput() {
+			t.Fatalf("%d reads outstanding, HasOutput %v", a.qp.orqN, a.qp.HasOutput())
+		}
 		l.run()
 		var want []Completion
 		for i := 0; i < 8; i++ {

@@ -146,3 +146,29 @@ func TestResolveChecks(t *testing.T) {
 		t.Fatal("zero-based region")
 	}
 }
+
+func TestMRCommands(t *testing.T) {
+	m, ar := newTable(t, 4)
+	a, _ := ar.Alloc(4096, 64)
+	c := rings.Command{Opcode: rings.OpRegMR, Addr: a, Len: 4096, Arg3: 0x9000, Arg0: 5, Arg1: uint32(AccessRemoteWrite)}
+	st, res := m.RegMRCommand(&c)
+	if st != rings.StatusOK {
+		t.Fatal(st)
+	}
+	if r, ok := m.Lookup(uint32(res)); !ok || r.PD != 5 || r.VA != 0x9000 || r.Length != 4096 || r.Addr != a {
+		t.Fatalf("%+v", r)
+	}
+	for _, bad := range []rings.Command{
+		{Addr: a, Len: 16, Arg1: 0x102},
+		{Addr: a, Len: 16, Arg1: 0x40},
+		{Addr: 1, Len: 16},
+		{Addr: a, Len: 16, Arg3: ^uint64(0)},
+	} {
+		if st, _ := m.RegMRCommand(&bad); st == rings.StatusOK {
+			t.Fatalf("%+v accepted", bad)
+		}
+	}
+	if m.DeregMRCommand(&rings.Command{Arg0: uint32(res)}) != rings.StatusOK || m.DeregMRCommand(&rings.Command{Arg0: uint32(res)}) == rings.StatusOK {
+		t.Fatal("dereg")
+	}
+}

@@ -442,7 +442,19 @@ func (qp *QP) HasOutput() bool {
 	if qp.tx.active || qp.irqN > 0 {
 		return true
 	}
-	return qp.sq.ProducerIndex() != qp.sqNext
+	if qp.sq.ProducerIndex() == qp.sqNext {
+		return false
+	}
+	// Posted work may be held by a fence or the ORD limit.
+	e := SQEntry(qp.sq.Entry(qp.sqNext))
+	return !qp.held(e)
+}
+
+// held reports whether the SQ entry e must wait: an RDMA Read at the ORD
+// limit, or a fenced request while reads are outstanding.
+func (qp *QP) held(e SQEntry) bool {
+	return (e.Opcode() == WRRDMARead && qp.cfg.ORD > 0 && qp.orqN >= qp.cfg.ORD) ||
+		(e.Flags()&WRFence != 0 && qp.orqN > 0)
 }
 
 // toError moves the QP to ERROR (or TERMINATE when a Terminate is queued) and

@@ -163,10 +163,7 @@ func (qp *QP) startSend() bool {
 			return false
 		}
 		// Fences and the ORD limit hold the queue without consuming.
-		if e.Opcode() == WRRDMARead && qp.cfg.ORD > 0 && qp.orqN >= qp.cfg.ORD {
-			return false
-		}
-		if e.Flags()&WRFence != 0 && qp.orqN > 0 {
+		if qp.held(e) {
 			return false
 		}
 		w := &qp.sqWork[qp.sqNext&qp.sqMask]
