@@ -160,6 +160,7 @@ func (o *offloader) delegate(ep tcpip.Endpoint, key FlowKey) (*DelegatedConn, er
 		unfreeze()
 		return nil, err
 	}
+	c.peerFin = fi.peerFin // delegated in CLOSE_WAIT: EOF after the data netstack had
 	st := o.stateBlock(key, &fi)
 	o.mu.Lock()
 	o.conns[idx] = c

@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -577,4 +578,77 @@ func TestTAPOffloadServeCommand(t *testing.T) {
 			t.Errorf("serve's report has no line starting %q:\n%s", want, out)
 		}
 	}
+}
+
+// TestTAPOffloadAcceptBurst has the kernel open 100 connections to an
+// offload listener one after the other, each sending 256 KiB the moment it
+// is connected and then half-closing: the data races the delegation of the
+// connection (it reaches netstack before, during and after the hand-off).
+// Every connection must be delegated and deliver exactly the bytes sent,
+// then EOF.
+//
+// Skipped unless EMUNIC_TEST_KNOWN_BUGS=1: tcpstack's delegate() reads what
+// netstack has queued without waiting for netstack to process the segments
+// the NIC already delivered to it, so about 3 connections in 100 lose 1448
+// bytes or more (see the report of the change that added this test).
+func TestTAPOffloadAcceptBurst(t *testing.T) {
+	if os.Getenv("EMUNIC_TEST_KNOWN_BUGS") == "" {
+		t.Skip("skipped: known tcpstack bug, delegate() loses segments netstack has not processed yet; EMUNIC_TEST_KNOWN_BUGS=1 runs it")
+	}
+	lab := newTAPOffloadLab(t, 87)
+	ln, err := lab.host.ListenOffload(5300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	const conns, n = 100, 256 << 10
+	data := make([]byte, n)
+	rand.NewChaCha8([32]byte{'b'}).Read(data)
+	want := sha256.Sum256(data)
+	start := time.Now()
+	for i := range conns {
+		acc := make(chan net.Conn, 1)
+		go func() {
+			c, err := ln.Accept()
+			if err != nil {
+				t.Errorf("accept: %v", err)
+			}
+			acc <- c
+		}()
+		k, err := lab.ns.dial(netip.AddrPortFrom(lab.emu.Addr(), 5300))
+		if err != nil {
+			t.Fatal(err)
+		}
+		werr := make(chan error, 1)
+		go func() {
+			_, err := k.Write(data)
+			if err == nil {
+				err = k.(*net.TCPConn).CloseWrite()
+			}
+			werr <- err
+		}()
+		c := <-acc
+		if c == nil {
+			k.Close()
+			break
+		}
+		if _, ok := c.(*tcpstack.DelegatedConn); !ok {
+			t.Errorf("connection %d stayed on netstack: %v", i, ln.FallbackErr)
+		}
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		h := sha256.New()
+		m, err := io.Copy(h, c)
+		if err != nil || m != n || !bytes.Equal(h.Sum(nil), want[:]) {
+			t.Errorf("connection %d: received %d of %d bytes (read error %v), SHA-256 equal %v",
+				i, m, n, err, bytes.Equal(h.Sum(nil), want[:]))
+		}
+		if err := <-werr; err != nil {
+			t.Errorf("connection %d: kernel write: %v", i, err)
+		}
+		c.Close()
+		k.Close()
+	}
+	t.Logf("%d connections of %d KiB in %v", conns, n>>10, time.Since(start).Round(time.Millisecond))
+	lab.close()
+	logEngine(t, lab.engine())
 }
