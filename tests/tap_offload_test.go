@@ -518,16 +518,20 @@ func TestTAPOffloadServeCommand(t *testing.T) {
 	ns.moveTAP(t, name, kernel)
 
 	const echoBytes, discardBytes = 4 << 20, 1 << 20
+	// Each connection sends only once serve has logged it delegated: data
+	// that races the hand-off is TestTAPOffloadAcceptBurst's subject.
 	c, err := ns.dial(netip.AddrPortFrom(emu.Addr(), 7))
 	if err != nil {
 		t.Fatalf("connect to echo: %v", err)
 	}
+	waitLog(" delegated as conn ", 1, 10*time.Second)
 	echoExchange(t, c, echoBytes)
 	c.Close()
 	d, err := ns.dial(netip.AddrPortFrom(emu.Addr(), 9))
 	if err != nil {
 		t.Fatalf("connect to discard: %v", err)
 	}
+	waitLog(" delegated as conn ", 2, 10*time.Second)
 	d.SetDeadline(time.Now().Add(time.Minute))
 	if _, err := d.Write(make([]byte, discardBytes)); err != nil {
 		t.Fatalf("write to discard: %v", err)
