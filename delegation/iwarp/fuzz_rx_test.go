@@ -14,7 +14,7 @@ type fuzzTarget struct {
 }
 
 func newFuzzTarget(t testing.TB) *fuzzTarget {
-	h := newHost(t, "B", hostOpts{arenaSize: 1 << 20, sqCount: 16, cqCount: 64, ird: 4, memSize: 16})
+	h := newHost(t, "B", hostOpts{arenaSize: 1 << 20, sqCount: 16, cqCount: 64, ird: 4, memSize: 16, memSeed: 1})
 	_ = h.qp.Accept(nil)
 	f := MPAFrameFields{CRC: true, Rev: 1}
 	req := make([]byte, f.Len())
@@ -122,6 +122,7 @@ func FuzzReceive(f *testing.F) {
 // valid segments and raw noise, fed in random chunks.
 func TestReceiveRandomStreams(t *testing.T) {
 	r := rand.New(rand.NewPCG(77, 78))
+	var placed, reads uint64
 	iters := 400
 	if testing.Short() {
 		iters = 50
@@ -151,5 +152,10 @@ func TestReceiveRandomStreams(t *testing.T) {
 			data[0] &^= 1
 		}
 		ft.feed(t, frameFuzz(data), r.Uint64())
+		placed += ft.h.qp.Stats().Placed
+		reads += ft.h.qp.Stats().ReadResponsesSent
+	}
+	if placed == 0 || reads == 0 {
+		t.Fatalf("the streams never got past validation: %d bytes placed, %d read responses", placed, reads)
 	}
 }

@@ -98,6 +98,7 @@ type hostOpts struct {
 	cqCount   uint32
 	arenaSize int
 	memSize   int
+	memSeed   uint64 // 0: random STags
 }
 
 func newHost(t testing.TB, name string, o hostOpts) *host {
@@ -123,7 +124,7 @@ func newHost(t testing.TB, name string, o hostOpts) *host {
 	}
 	h := &host{t: t, name: name, arena: ar}
 	h.dma = &checkDMA{t: t, arena: ar, setup: true}
-	h.mem = NewMemTable(h.dma, o.memSize, 0)
+	h.mem = NewMemTable(h.dma, o.memSize, o.memSeed)
 	h.dma.mem = h.mem
 	sqL, err := AllocSQ(ar, o.sqCount)
 	if err != nil {

@@ -154,3 +154,42 @@ func TestFPDUSizes(t *testing.T) {
 		}
 	}
 }
+
+// TestSmallStreamSpace: a TCP send buffer with little room. The MPA frames
+// go out a few bytes at a time; FPDUs wait until a whole one fits, and each
+// Write then carries exactly one.
+func TestSmallStreamSpace(t *testing.T) {
+	a := newHost(t, "A", hostOpts{initiator: true, pdata: bytes.Repeat([]byte("p"), 300)})
+	b := newHost(t, "B", hostOpts{})
+	l := newLink(t, a, b, 9)
+	l.ab.cap, l.ba.cap = 7, 7
+	_ = b.qp.Accept([]byte("ok"))
+	_ = a.qp.Connect()
+	l.run()
+	if a.qp.State() != StateRTS || len(b.qp.PeerPrivateData()) != 300 {
+		t.Fatalf("handshake through a 7-byte buffer: %v", a.qp.State())
+	}
+	l.run() // nothing to send: no progress, no spin
+	const n = 20_000
+	src := a.buf(n)
+	fill(a.bytesAt(src, n), 6)
+	tgt := b.buf(n)
+	a.postSend(SendWR{Opcode: WRRDMAWrite, WRID: 1, RemoteAddr: uint64(tgt), RKey: b.reg(tgt, n, AccessRemoteWrite),
+		NumSGE: 1, SGL: [4]SGE{{uint64(src), n, a.reg(src, n, 0)}}})
+	l.run()
+	if !a.qp.HasOutput() {
+		t.Fatal("an FPDU that does not fit should still be pending")
+	}
+	writes := 0
+	l.ab.cap = 1460
+	l.ab.tap = func(p []byte) {
+		writes++
+		if FPDU(p).WireLen() != len(p) {
+			t.Fatalf("a Write of %d bytes is not one FPDU", len(p))
+		}
+	}
+	l.run()
+	if !bytes.Equal(a.bytesAt(src, n), b.bytesAt(tgt, n)) || writes != (n+1439)/1440 {
+		t.Fatalf("data or FPDU count (%d writes)", writes)
+	}
+}
