@@ -63,7 +63,7 @@ func writeStream(tb testing.TB, n int, stag uint32, to uint64) []byte {
 	src, _ := s.arena.Alloc(n, 64)
 	sk, _ := s.mem.Register(1, src, uint64(src), uint64(n), 0)
 	e := s.sqP.Next()
-	(&SendWR{Opcode: WRRDMAWrite, RemoteAddr: to, RKey: stag, NumSGE: 1, SGL: [4]SGE{{uint64(src), uint32(n), sk}}}).Encode(e)
+	(&SendWR{Opcode: WRRDMAWrite, RemoteAddr: to, RKey: stag, NumSGE: 1, SGL: [4]SGE{{Addr: uint64(src), Length: uint32(n), LKey: sk}}}).Encode(e)
 	s.sqP.Commit()
 	s.sqP.Publish()
 	return drain(s.qp)
@@ -120,7 +120,7 @@ func BenchmarkTransmitWrite64K(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		e := s.sqP.Next()
-		(&SendWR{Opcode: WRRDMAWrite, RemoteAddr: 0x1000, RKey: 0x4242, NumSGE: 1, SGL: [4]SGE{{uint64(src), n, sk}}}).Encode(e)
+		(&SendWR{Opcode: WRRDMAWrite, RemoteAddr: 0x1000, RKey: 0x4242, NumSGE: 1, SGL: [4]SGE{{Addr: uint64(src), Length: n, LKey: sk}}}).Encode(e)
 		s.sqP.Commit()
 		s.sqP.Publish()
 		for s.qp.Transmit(seg) > 0 {
@@ -157,7 +157,7 @@ func TestReceiveWriteAllocs(t *testing.T) {
 	seg := make([]byte, 1460)
 	allocs = testing.AllocsPerRun(20, func() {
 		e := s.sqP.Next()
-		(&SendWR{Opcode: WRRDMAWrite, RemoteAddr: 0x1000, RKey: 0x4242, NumSGE: 1, SGL: [4]SGE{{uint64(src), n, sk}}}).Encode(e)
+		(&SendWR{Opcode: WRRDMAWrite, RemoteAddr: 0x1000, RKey: 0x4242, NumSGE: 1, SGL: [4]SGE{{Addr: uint64(src), Length: n, LKey: sk}}}).Encode(e)
 		s.sqP.Commit()
 		s.sqP.Publish()
 		for s.qp.Transmit(seg) > 0 {
@@ -252,7 +252,7 @@ func BenchmarkPair(b *testing.B) {
 				ra, _ := l.b.arena.Alloc(size, 64)
 				rk, _ := l.b.mem.Register(1, ra, uint64(ra), uint64(size), AccessRemoteWrite|AccessRemoteRead)
 				w := SendWR{Opcode: op, Flags: WRSignaled, RemoteAddr: uint64(ra), RKey: rk, NumSGE: 1,
-					SGL: [4]SGE{{uint64(la), uint32(size), lk}}}
+					SGL: [4]SGE{{Addr: uint64(la), Length: uint32(size), LKey: lk}}}
 				b.SetBytes(int64(size))
 				b.ReportAllocs()
 				b.ResetTimer()
@@ -272,10 +272,10 @@ func BenchmarkPair(b *testing.B) {
 		ak, _ := l.a.mem.Register(1, ab, uint64(ab), 64, AccessLocalWrite)
 		bb, _ := l.b.arena.Alloc(64, 64)
 		bk, _ := l.b.mem.Register(1, bb, uint64(bb), 64, AccessLocalWrite)
-		wa := SendWR{Opcode: WRSend, Flags: WRSignaled, NumSGE: 1, SGL: [4]SGE{{uint64(ab), 64, ak}}}
-		wb := SendWR{Opcode: WRSend, Flags: WRSignaled, NumSGE: 1, SGL: [4]SGE{{uint64(bb), 64, bk}}}
-		ra := RecvWR{NumSGE: 1, SGL: [3]SGE{{uint64(ab), 64, ak}}}
-		rb := RecvWR{NumSGE: 1, SGL: [3]SGE{{uint64(bb), 64, bk}}}
+		wa := SendWR{Opcode: WRSend, Flags: WRSignaled, NumSGE: 1, SGL: [4]SGE{{Addr: uint64(ab), Length: 64, LKey: ak}}}
+		wb := SendWR{Opcode: WRSend, Flags: WRSignaled, NumSGE: 1, SGL: [4]SGE{{Addr: uint64(bb), Length: 64, LKey: bk}}}
+		ra := RecvWR{NumSGE: 1, SGL: [3]SGE{{Addr: uint64(ab), Length: 64, LKey: ak}}}
+		rb := RecvWR{NumSGE: 1, SGL: [3]SGE{{Addr: uint64(bb), Length: 64, LKey: bk}}}
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {

@@ -164,22 +164,22 @@ func TestLocalErrors(t *testing.T) {
 		want WCStatus
 	}{
 		{"bad lkey", func(a *host) SendWR {
-			return SendWR{Opcode: WRSend, WRID: 1, NumSGE: 1, SGL: [4]SGE{{0x1000, 10, 0x4242}}}
+			return SendWR{Opcode: WRSend, WRID: 1, NumSGE: 1, SGL: [4]SGE{{Addr: 0x1000, Length: 10, LKey: 0x4242}}}
 		}, WCLocProtErr},
 		{"lkey of another PD", func(a *host) SendWR {
 			b := a.buf(64)
 			a.dma.setup = true
 			k, _ := a.mem.Register(99, b, uint64(b), 64, AccessLocalWrite)
 			a.dma.setup = false
-			return SendWR{Opcode: WRSend, WRID: 1, NumSGE: 1, SGL: [4]SGE{{uint64(b), 10, k}}}
+			return SendWR{Opcode: WRSend, WRID: 1, NumSGE: 1, SGL: [4]SGE{{Addr: uint64(b), Length: 10, LKey: k}}}
 		}, WCLocProtErr},
 		{"SGE past the region", func(a *host) SendWR {
 			b := a.buf(64)
-			return SendWR{Opcode: WRSend, WRID: 1, NumSGE: 1, SGL: [4]SGE{{uint64(b) + 60, 10, a.reg(b, 64, 0)}}}
+			return SendWR{Opcode: WRSend, WRID: 1, NumSGE: 1, SGL: [4]SGE{{Addr: uint64(b) + 60, Length: 10, LKey: a.reg(b, 64, 0)}}}
 		}, WCLocProtErr},
 		{"read sink without local write", func(a *host) SendWR {
 			b := a.buf(64)
-			return SendWR{Opcode: WRRDMARead, WRID: 1, RKey: 0x100, NumSGE: 1, SGL: [4]SGE{{uint64(b), 10, a.reg(b, 64, 0)}}}
+			return SendWR{Opcode: WRRDMARead, WRID: 1, RKey: 0x100, NumSGE: 1, SGL: [4]SGE{{Addr: uint64(b), Length: 10, LKey: a.reg(b, 64, 0)}}}
 		}, WCLocProtErr},
 		{"five SGEs", func(a *host) SendWR { return SendWR{Opcode: WRSend, WRID: 1, NumSGE: 5} }, WCLocQPOpErr},
 		{"atomic", func(a *host) SendWR { return SendWR{Opcode: WRAtomicFetchAdd, WRID: 1} }, WCLocQPOpErr},
@@ -230,7 +230,7 @@ func TestOutstandingReadLimits(t *testing.T) {
 		l.ab.tap = func([]byte) { maxOut = max(maxOut, a.qp.orqN) }
 		for i := 0; i < 8; i++ {
 			a.postSend(SendWR{Opcode: WRRDMARead, Flags: WRSignaled, WRID: uint64(i), RemoteAddr: uint64(src), RKey: sk, NumSGE: 1,
-				SGL: [4]SGE{{uint64(sink) + uint64(i*n), n, kk}}})
+				SGL: [4]SGE{{Addr: uint64(sink) + uint64(i*n), Length: n, LKey: kk}}})
 		}
 		a.qp.Pump(&l.ab)
 		if a.qp.orqN != 2 || a.qp.HasOutput() {
@@ -259,7 +259,7 @@ func TestOutstandingReadLimits(t *testing.T) {
 		kk := a.reg(sink, 64, AccessLocalWrite)
 		for i := 0; i < 3; i++ {
 			a.postSend(SendWR{Opcode: WRRDMARead, Flags: WRSignaled, WRID: uint64(i), RemoteAddr: uint64(src), RKey: sk, NumSGE: 1,
-				SGL: [4]SGE{{uint64(sink), 64, kk}}})
+				SGL: [4]SGE{{Addr: uint64(sink), Length: 64, LKey: kk}}})
 		}
 		// A frames all three before B answers any.
 		l.a.qp.Pump(&l.ab)

@@ -46,11 +46,11 @@ func recordSession(t *testing.T) []wireEvent {
 	for i := 0; i < 6; i++ {
 		b.postRecv(uint64(i), SGE{Addr: uint64(rb) + uint64(i)*n, Length: n, LKey: rbk})
 	}
-	sge := [4]SGE{{uint64(src), 3000, sk}}
+	sge := [4]SGE{{Addr: uint64(src), Length: 3000, LKey: sk}}
 	a.postSend(SendWR{Opcode: WRSend, Flags: WRSignaled, WRID: 1, NumSGE: 1, SGL: sge})
 	a.postSend(SendWR{Opcode: WRRDMAWrite, WRID: 2, RemoteAddr: uint64(tgt), RKey: tk, NumSGE: 1, SGL: sge})
 	a.postSend(SendWR{Opcode: WRRDMARead, Flags: WRSignaled, WRID: 3, RemoteAddr: uint64(rsrc), RKey: rk, NumSGE: 1,
-		SGL: [4]SGE{{uint64(sink), 4000, sinkK}}})
+		SGL: [4]SGE{{Addr: uint64(sink), Length: 4000, LKey: sinkK}}})
 	a.postSend(SendWR{Opcode: WRSend, Flags: WRSolicited, WRID: 4, NumSGE: 1, SGL: sge})
 	a.postSend(SendWR{Opcode: WRSendInv, WRID: 5, InvSTag: inv1, NumSGE: 1, SGL: sge})
 	a.postSend(SendWR{Opcode: WRSendInv, Flags: WRSolicited, WRID: 6, InvSTag: inv2, NumSGE: 1, SGL: sge})

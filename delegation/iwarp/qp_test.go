@@ -175,7 +175,7 @@ func TestSmallStreamSpace(t *testing.T) {
 	fill(a.bytesAt(src, n), 6)
 	tgt := b.buf(n)
 	a.postSend(SendWR{Opcode: WRRDMAWrite, WRID: 1, RemoteAddr: uint64(tgt), RKey: b.reg(tgt, n, AccessRemoteWrite),
-		NumSGE: 1, SGL: [4]SGE{{uint64(src), n, a.reg(src, n, 0)}}})
+		NumSGE: 1, SGL: [4]SGE{{Addr: uint64(src), Length: n, LKey: a.reg(src, n, 0)}}})
 	l.run()
 	if !a.qp.HasOutput() {
 		t.Fatal("an FPDU that does not fit should still be pending")

@@ -80,12 +80,12 @@ func TestRemoteWriteFaults(t *testing.T) {
 			rsrc := b.buf(64)
 			rsrcKey := b.reg(rsrc, 64, AccessRemoteRead)
 			rsink := a.buf(64)
-			a.postSend(SendWR{Opcode: WRSend, Flags: WRSignaled, WRID: 10, NumSGE: 1, SGL: [4]SGE{{uint64(src), 100, srcKey}}})
+			a.postSend(SendWR{Opcode: WRSend, Flags: WRSignaled, WRID: 10, NumSGE: 1, SGL: [4]SGE{{Addr: uint64(src), Length: 100, LKey: srcKey}}})
 			a.postSend(SendWR{Opcode: WRRDMAWrite, Flags: WRSignaled, WRID: 11, RemoteAddr: to, RKey: stag, NumSGE: 1,
-				SGL: [4]SGE{{uint64(src), n, srcKey}}})
+				SGL: [4]SGE{{Addr: uint64(src), Length: n, LKey: srcKey}}})
 			a.postSend(SendWR{Opcode: WRRDMARead, Flags: WRSignaled, WRID: 12, RemoteAddr: uint64(rsrc), RKey: rsrcKey, NumSGE: 1,
-				SGL: [4]SGE{{uint64(rsink), 64, a.reg(rsink, 64, AccessLocalWrite)}}})
-			a.postSend(SendWR{Opcode: WRSend, WRID: 13, NumSGE: 1, SGL: [4]SGE{{uint64(src), 10, srcKey}}})
+				SGL: [4]SGE{{Addr: uint64(rsink), Length: 64, LKey: a.reg(rsink, 64, AccessLocalWrite)}}})
+			a.postSend(SendWR{Opcode: WRSend, WRID: 13, NumSGE: 1, SGL: [4]SGE{{Addr: uint64(src), Length: 10, LKey: srcKey}}})
 			l.run()
 
 			te, ok := b.qp.LastTermError()
@@ -158,8 +158,8 @@ func TestRemoteReadFaults(t *testing.T) {
 			l.ba.tap = func(p []byte) { term = append(term, p...) }
 			a.postSend(SendWR{Opcode: WRSend, Flags: WRSignaled, WRID: 10})
 			a.postSend(SendWR{Opcode: WRRDMARead, Flags: WRSignaled, WRID: 11, RemoteAddr: to, RKey: stag, NumSGE: 1,
-				SGL: [4]SGE{{uint64(sink), n, sinkKey}}})
-			a.postSend(SendWR{Opcode: WRSend, Flags: WRSignaled, WRID: 12, NumSGE: 1, SGL: [4]SGE{{uint64(one), 8, oneKey}}})
+				SGL: [4]SGE{{Addr: uint64(sink), Length: n, LKey: sinkKey}}})
+			a.postSend(SendWR{Opcode: WRSend, Flags: WRSignaled, WRID: 12, NumSGE: 1, SGL: [4]SGE{{Addr: uint64(one), Length: 8, LKey: oneKey}}})
 			l.run()
 			if te, ok := b.qp.LastTermError(); !ok || te != want[f] {
 				t.Fatalf("B sent %v, want %v", te, want[f])
@@ -217,7 +217,7 @@ func TestCorruptedByte(t *testing.T) {
 			a.postSend(SendWR{Opcode: WRSend, WRID: 1})
 			l.run()
 			a.postSend(SendWR{Opcode: WRRDMAWrite, WRID: 2, RemoteAddr: uint64(tgt), RKey: rkey, NumSGE: 1,
-				SGL: [4]SGE{{uint64(src), n, a.reg(src, n, 0)}}})
+				SGL: [4]SGE{{Addr: uint64(src), Length: n, LKey: a.reg(src, n, 0)}}})
 			per := a.qp.MULPDU() - DDPTaggedHeaderLen
 			l.mangle = func(p []byte) {
 				off := 0

@@ -204,7 +204,7 @@ func (qp *QP) localFail(err error) {
 // validateSend checks a fetched work request; WCSuccess or its error status.
 func (qp *QP) validateSend(w *sendWork) WCStatus {
 	wr := &w.wr
-	if wr.Flags&^wrFlagsAll != 0 {
+	if wr.Flags&^WRFlagsAll != 0 {
 		return WCLocQPOpErr
 	}
 	switch wr.Opcode {

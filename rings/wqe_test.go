@@ -1,4 +1,4 @@
-package iwarp
+package rings
 
 import (
 	"bytes"
@@ -34,7 +34,7 @@ func TestSendWRRoundTrip(t *testing.T) {
 	if err := g.Decode(e); err != nil || g != in || !bytes.Equal(e[SQOffSGE:SQOffSGE+5], []byte("hello")) {
 		t.Fatal("inline round trip")
 	}
-	if err := g.Decode(e[:SQEntrySize-1]); !errors.Is(err, ErrShort) {
+	if err := g.Decode(e[:SQEntrySize-1]); !errors.Is(err, ErrShortWR) {
 		t.Fatal("short SQ entry accepted")
 	}
 }
@@ -47,7 +47,7 @@ func TestRecvWRAndCompletionRoundTrip(t *testing.T) {
 	if err := g.Decode(e); err != nil || g != r || RQEntry(e).NumSGE() != 2 || e[RQOffSGE+SGESize] != 4 {
 		t.Fatal("RecvWR round trip")
 	}
-	if err := g.Decode(e[:10]); !errors.Is(err, ErrShort) {
+	if err := g.Decode(e[:10]); !errors.Is(err, ErrShortWR) {
 		t.Fatal("short RQ entry accepted")
 	}
 	c := Completion{Opcode: WCRecvRDMAWithImm, Status: WCRemAccessErr, Flags: WCWithImm, WRID: 5, ByteLen: 6, QPN: 7, ImmData: 8}
@@ -61,7 +61,7 @@ func TestRecvWRAndCompletionRoundTrip(t *testing.T) {
 	if err := gc.Decode(e); err != nil || gc != c {
 		t.Fatal("Completion round trip")
 	}
-	if err := gc.Decode(e[:31]); !errors.Is(err, ErrShort) {
+	if err := gc.Decode(e[:31]); !errors.Is(err, ErrShortWR) {
 		t.Fatal("short CQ entry accepted")
 	}
 	if WCWRFlushErr.String() != "WR_FLUSH_ERR" || WRRDMARead.String() != "RDMA_READ" || WCRecv.String() != "RECV" {

@@ -1,23 +1,23 @@
-package iwarp
+package rings
 
 import (
-	"encoding/binary"
+	"errors"
 	"fmt"
 	"strconv"
-
-	"github.com/emunic/emunic/rings"
 )
 
 // Host-facing ring layouts of the verbs queues: the send queue (SQ) and
 // receive queue (RQ) the host produces work requests into, and the
 // completion queue (CQ) the device produces completions into. They are
-// ordinary rings (rings.Layout, rings.Producer/Consumer): every entry starts
+// ordinary rings (Layout, Producer/Consumer): every entry starts
 // with the ring-owned 32-bit control word; everything here is little-endian.
 // Opcode, flag and status values mirror rdma-core's libibverbs (ibv_wr_opcode,
 // ibv_send_flags, ibv_wc_opcode, ibv_wc_status, ibv_access_flags) so a verbs
 // shim is a copy of fields, not a translation.
 
-var le = binary.LittleEndian
+// ErrShortWR is wrapped by the decoders of the verbs queue entries when the
+// buffer is shorter than the entry.
+var ErrShortWR = errors.New("rings: truncated verbs queue entry")
 
 // Scatter/gather element (16 bytes), inside SQ and RQ entries:
 //
@@ -50,7 +50,7 @@ func (s *SGE) Encode(b []byte) {
 // Decode reads the element from b.
 func (s *SGE) Decode(b []byte) error {
 	if len(b) < SGESize {
-		return fmt.Errorf("%w: SGE of %d bytes", ErrShort, len(b))
+		return fmt.Errorf("%w: SGE of %d bytes", ErrShortWR, len(b))
 	}
 	s.Addr, s.Length, s.LKey = le.Uint64(b[SGEOffAddr:]), le.Uint32(b[SGEOffLen:]), le.Uint32(b[SGEOffLKey:])
 	return nil
@@ -126,7 +126,7 @@ const (
 	WRSignaled  WRFlags = 1 << 1 // generate a completion on success
 	WRSolicited WRFlags = 1 << 2 // Send with SE / Immediate Data with SE
 	WRInline    WRFlags = 1 << 3 // data is in the entry, not in SGEs
-	wrFlagsAll          = WRFence | WRSignaled | WRSolicited | WRInline
+	WRFlagsAll          = WRFence | WRSignaled | WRSolicited | WRInline
 )
 
 // SQEntry is an accessor over one send queue entry.
@@ -190,7 +190,7 @@ func (w *SendWR) Encode(e SQEntry) {
 // returned as found; the device judges them.
 func (w *SendWR) Decode(e SQEntry) error {
 	if len(e) < SQEntrySize {
-		return fmt.Errorf("%w: SQ entry of %d bytes, want %d", ErrShort, len(e), SQEntrySize)
+		return fmt.Errorf("%w: SQ entry of %d bytes, want %d", ErrShortWR, len(e), SQEntrySize)
 	}
 	w.Opcode, w.Flags, w.NumSGE, w.InlineLen = e.Opcode(), e.Flags(), e.NumSGE(), e.InlineLen()
 	w.WRID, w.RemoteAddr, w.RKey, w.InvSTag = e.WRID(), e.RemoteAddr(), e.RKey(), e.InvSTag()
@@ -249,7 +249,7 @@ func (w *RecvWR) Encode(e RQEntry) {
 // Decode reads the fields from e.
 func (w *RecvWR) Decode(e RQEntry) error {
 	if len(e) < RQEntrySize {
-		return fmt.Errorf("%w: RQ entry of %d bytes, want %d", ErrShort, len(e), RQEntrySize)
+		return fmt.Errorf("%w: RQ entry of %d bytes, want %d", ErrShortWR, len(e), RQEntrySize)
 	}
 	w.NumSGE, w.WRID = e.NumSGE(), e.WRID()
 	for i := range MaxRecvSGE {
@@ -397,7 +397,7 @@ func (c *Completion) Encode(e CQEntry) {
 // Decode reads the fields from e.
 func (c *Completion) Decode(e CQEntry) error {
 	if len(e) < CQEntrySize {
-		return fmt.Errorf("%w: CQ entry of %d bytes, want %d", ErrShort, len(e), CQEntrySize)
+		return fmt.Errorf("%w: CQ entry of %d bytes, want %d", ErrShortWR, len(e), CQEntrySize)
 	}
 	*c = Completion{Opcode: e.Opcode(), Status: e.Status(), Flags: e.Flags(), WRID: e.WRID(),
 		ByteLen: e.ByteLen(), QPN: e.QPN(), ImmData: e.ImmData()}
@@ -411,16 +411,16 @@ func (c *Completion) String() string {
 // Ring geometry helpers for the host side.
 
 // AllocSQ allocates a send queue ring of count entries in a.
-func AllocSQ(a *rings.Arena, count uint32) (rings.Layout, error) {
-	return rings.AllocRing(a, count, SQEntrySize)
+func AllocSQ(a *Arena, count uint32) (Layout, error) {
+	return AllocRing(a, count, SQEntrySize)
 }
 
 // AllocRQ allocates a receive queue ring of count entries in a.
-func AllocRQ(a *rings.Arena, count uint32) (rings.Layout, error) {
-	return rings.AllocRing(a, count, RQEntrySize)
+func AllocRQ(a *Arena, count uint32) (Layout, error) {
+	return AllocRing(a, count, RQEntrySize)
 }
 
 // AllocCQ allocates a completion queue ring of count entries in a.
-func AllocCQ(a *rings.Arena, count uint32) (rings.Layout, error) {
-	return rings.AllocRing(a, count, CQEntrySize)
+func AllocCQ(a *Arena, count uint32) (Layout, error) {
+	return AllocRing(a, count, CQEntrySize)
 }
