@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/emunic/emunic/delegation"
+	"github.com/emunic/emunic/delegation/iwarp"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/rings"
 )
@@ -142,6 +143,7 @@ type Device struct {
 	rx     *rings.Consumer
 	fifo   *rxFIFO
 	eng    *delegation.Engine
+	rdma   rdmaState
 	timer  *time.Timer
 
 	stats  [rings.NumStats]atomic.Uint64
@@ -163,6 +165,7 @@ type Device struct {
 	snapMu   sync.Mutex
 	ringSnap RingCounters
 	engSnap  delegation.Counters
+	qpSnap   map[uint32]iwarp.QPStats
 
 	started  bool
 	stop     atomic.Bool
@@ -223,6 +226,7 @@ func (d *Device) Start(rc RingConfig, vec Vectors) error {
 	d.vec = vec
 	d.fifo = newRxFIFO(d.cfg.RxFIFODepth, d.maxFrame)
 	d.eng = delegation.NewEngine(d.cfg.Engine, engineEnv{d})
+	d.rdmaInit()
 	d.timer = time.NewTimer(time.Hour)
 	d.timer.Stop()
 	d.started = true
@@ -398,6 +402,12 @@ func (d *Device) snapshot() {
 	d.snapMu.Lock()
 	d.ringSnap = RingCounters{Command: d.cmd.Stats(), Notify: d.notify.Stats(), Tx: d.tx.Stats(), Rx: d.rx.Stats()}
 	d.engSnap = d.eng.Counters()
+	if len(d.rdma.qps) > 0 || len(d.qpSnap) > 0 {
+		d.qpSnap = make(map[uint32]iwarp.QPStats, len(d.rdma.qps))
+		for idx, q := range d.rdma.qps {
+			d.qpSnap[idx] = q.qp.Stats()
+		}
+	}
 	d.snapMu.Unlock()
 }
 
@@ -436,6 +446,9 @@ func (d *Device) serviceTimers() int {
 	}
 	if d.eng.PendingNotifications() > 0 && d.notify.Free() > 0 {
 		d.eng.RetryNotifications()
+	}
+	if len(d.rdma.pending) > 0 {
+		d.retryEvents()
 	}
 	return n
 }

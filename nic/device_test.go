@@ -39,13 +39,20 @@ func newHostSide(t *testing.T, rxBufs int) *hostSide {
 }
 
 func newHostSideConfig(t *testing.T, rxBufs int, cfg Config) *hostSide {
+	a, b := port.NewWire(port.WireConfig{})
+	cfg.MAC = devMAC
+	return newHostSideOn(t, rxBufs, cfg, a, b)
+}
+
+// newHostSideOn builds a device with cfg on port a; far is the other end of
+// its wire (closed at cleanup).
+func newHostSideOn(t *testing.T, rxBufs int, cfg Config, a port.Port, far *port.WirePort) *hostSide {
 	t.Helper()
+	b := far
 	mem, err := rings.NewArena(8 << 20)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, b := port.NewWire(port.WireConfig{})
-	cfg.MAC = devMAC
 	if cfg.RxBufferWait == 0 {
 		cfg.RxBufferWait = 100 * time.Microsecond
 	}
@@ -77,7 +84,12 @@ func newHostSideConfig(t *testing.T, rxBufs int, cfg Config) *hostSide {
 	if err := dev.Start(rc, Vectors{Notify: h.irq}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { dev.Stop(); b.Close() })
+	t.Cleanup(func() {
+		dev.Stop()
+		if b != nil {
+			b.Close()
+		}
+	})
 	return h
 }
 

@@ -88,9 +88,16 @@ func (d *Device) executeOffload(ce rings.CommandEntry) (rings.Status, uint64) {
 	case rings.OpClose:
 		return d.eng.Close(idx), 0
 	case rings.OpAbort:
+		delete(d.rdma.qps, idx)
 		return d.eng.Abort(idx), 0
 	case rings.OpRelease:
+		if q := d.rdma.qps[idx]; q != nil {
+			delete(d.rdma.qps, idx)
+		}
 		return d.eng.Release(idx), 0
+	case rings.OpRegMR, rings.OpDeregMR, rings.OpCreateCQ, rings.OpDestroyCQ, rings.OpArmCQ,
+		rings.OpCreateQP, rings.OpModifyQP, rings.OpDestroyQP, rings.OpQPDoorbell:
+		return d.executeRDMA(ce)
 	}
 	d.count(rings.StatCmdBadOpcode)
 	return rings.StatusBadOpcode, 0
