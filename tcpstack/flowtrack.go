@@ -192,6 +192,13 @@ func (f *flowInfo) learnOut(frame []byte, s *tcpSeg) {
 		f.sawOurSyn = true
 		f.ourMSS, f.ourWS, f.ourSACK = s.mss, s.ws, s.sackOK
 		f.ourTS = s.hasTS
+		// A SYN's window is never scaled; keep it in the units of later
+		// segments so a passive opener that sent only its SYN-ACK still
+		// has the window it advertised.
+		f.ourWnd = s.window
+		if s.ws > 0 {
+			f.ourWnd = s.window >> s.ws
+		}
 		end++
 		f.sndNxt = end
 		f.sndUna = s.seq

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/emunic/emunic/rings"
@@ -110,7 +111,7 @@ var ErrNotDelegated = errors.New("connection not delegated")
 // here on), wait until nothing is in flight, read the state the driver
 // tracked, give it to the unit with OFFLOAD, post receive buffers, and
 // abort the netstack endpoint (its RST is dropped by the frozen flow).
-func (o *offloader) delegate(ep tcpip.Endpoint, key FlowKey) (*DelegatedConn, error) {
+func (o *offloader) delegate(ep tcpip.Endpoint, key FlowKey, alreadyRead uint64) (*DelegatedConn, error) {
 	t := &o.drv.flows
 	deadline := time.Now().Add(o.cfg.QuiesceTimeout)
 	var fi flowInfo
@@ -136,9 +137,31 @@ func (o *offloader) delegate(ep tcpip.Endpoint, key FlowKey) (*DelegatedConn, er
 	unfreeze := func() { t.freeze(key, false) }
 
 	// Whatever netstack already received becomes the first bytes the
-	// application reads.
+	// application reads. The driver counted every in-order byte it handed
+	// netstack (RCV.NXT); netstack may still be processing some of them, so
+	// read until all have arrived: a byte the NIC acknowledged on netstack's
+	// behalf must never be lost.
+	want := uint64(fi.rcvNxt-fi.irs-1) - alreadyRead
+	if fi.peerFin {
+		want--
+	}
+	// Peek first: if the bytes never all arrive, nothing was consumed and
+	// the connection falls back to netstack intact.
 	var pre bytes.Buffer
 	for {
+		pre.Reset()
+		_, _ = ep.Read(&pre, tcpip.ReadOptions{Peek: true})
+		if uint64(pre.Len()) >= want {
+			break
+		}
+		if time.Now().After(deadline) {
+			unfreeze()
+			return nil, fmt.Errorf("%w: netstack holds %d of the %d bytes it received", ErrNotDelegated, pre.Len(), want)
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+	pre.Reset()
+	for uint64(pre.Len()) < want {
 		if _, err := ep.Read(&pre, tcpip.ReadOptions{}); err != nil {
 			break
 		}
@@ -368,9 +391,18 @@ func (h *Host) DialOffload(ctx context.Context, dst netip.AddrPort) (*DelegatedC
 // can be delegated later with Delegate.
 type TrackedConn struct {
 	*gonet.TCPConn
-	ep  tcpip.Endpoint
-	key FlowKey
-	drv *Driver
+	ep   tcpip.Endpoint
+	key  FlowKey
+	drv  *Driver
+	read atomic.Uint64 // bytes the application read before delegation
+}
+
+// Read implements net.Conn, counting what the application consumed so a
+// later delegation knows which received bytes are still in netstack.
+func (t *TrackedConn) Read(p []byte) (int, error) {
+	n, err := t.TCPConn.Read(p)
+	t.read.Add(uint64(n))
+	return n, err
 }
 
 // Close closes the netstack connection and stops tracking it.
@@ -428,7 +460,7 @@ func (h *Host) Delegate(t *TrackedConn) (*DelegatedConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return o.delegate(t.ep, t.key)
+	return o.delegate(t.ep, t.key, t.read.Load())
 }
 
 // OffloadListener accepts connections with netstack and delegates each one
@@ -487,7 +519,7 @@ func (l *OffloadListener) Accept() (net.Conn, error) {
 			return nil, &net.OpError{Op: "accept", Net: "tcp", Err: fmt.Errorf("%s", terr)}
 		}
 		key := FlowKey{LocalIP: l.ip, RemoteIP: peer.Addr.As4(), LocalPort: l.port, RemotePort: peer.Port}
-		c, err := l.h.off.delegate(n, key)
+		c, err := l.h.off.delegate(n, key, 0)
 		if err != nil {
 			l.Fallbacks, l.FallbackErr = l.Fallbacks+1, err
 			l.h.Driver.flows.remove(key)

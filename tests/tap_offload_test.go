@@ -11,7 +11,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
-	"os"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -591,14 +590,10 @@ func TestTAPOffloadServeCommand(t *testing.T) {
 // Every connection must be delegated and deliver exactly the bytes sent,
 // then EOF.
 //
-// Skipped unless EMUNIC_TEST_KNOWN_BUGS=1: tcpstack's delegate() reads what
-// netstack has queued without waiting for netstack to process the segments
-// the NIC already delivered to it, so about 3 connections in 100 lose 1448
-// bytes or more (see the report of the change that added this test).
+// This is the regression test for delegation racing data the peer sends
+// right after the handshake: the NIC has handed netstack segments it has not
+// queued yet, and delegation must wait for them instead of losing them.
 func TestTAPOffloadAcceptBurst(t *testing.T) {
-	if os.Getenv("EMUNIC_TEST_KNOWN_BUGS") == "" {
-		t.Skip("skipped: known tcpstack bug, delegate() loses segments netstack has not processed yet; EMUNIC_TEST_KNOWN_BUGS=1 runs it")
-	}
 	lab := newTAPOffloadLab(t, 87)
 	ln, err := lab.host.ListenOffload(5300)
 	if err != nil {
