@@ -179,7 +179,7 @@ func (e *Engine) Send(idx uint32, tx *rings.Tx) rings.Status {
 	if len(e.pendList) > 0 {
 		e.flushNotify(e.env.NowNanos())
 	}
-	if c.finQueued || (c.state != rings.StateEstablished && c.state != rings.StateCloseWait) {
+	if c.ulp.u != nil || c.finQueued || (c.state != rings.StateEstablished && c.state != rings.StateCloseWait) {
 		return rings.StatusBadState
 	}
 	if tx.Flags&^(rings.TxPush|rings.TxFin) != 0 || (tx.Len == 0 && tx.Flags&rings.TxFin == 0) ||
@@ -224,13 +224,18 @@ func (e *Engine) Close(idx uint32) rings.Status {
 	if c == nil {
 		return rings.StatusBadConn
 	}
-	if c.finQueued {
+	if c.finQueued || c.ulp.close {
 		return rings.StatusOK
 	}
 	if c.state != rings.StateEstablished && c.state != rings.StateCloseWait {
 		return rings.StatusBadState
 	}
-	c.queueFin()
+	if c.ulp.u != nil {
+		// The FIN goes after the ULP's output (ulpPull queues it).
+		c.ulp.close = true
+	} else {
+		c.queueFin()
+	}
 	c.output(e.env.NowNanos())
 	e.schedule(c)
 	return rings.StatusOK
@@ -247,6 +252,7 @@ func (e *Engine) Abort(idx uint32) rings.Status {
 	if c.state != rings.StateClosed && c.state != rings.StateTimeWait {
 		c.sendRst(e.env.NowNanos())
 	}
+	c.ulpDown()
 	c.free()
 	return rings.StatusOK
 }
@@ -280,7 +286,7 @@ func (e *Engine) PostBuffers(idx uint32, addr rings.Addr, count uint32) (uint32,
 	if c == nil {
 		return 0, rings.StatusBadConn
 	}
-	if c.finRcvd || c.state == rings.StateClosed || c.state == rings.StateTimeWait {
+	if c.ulp.u != nil || c.finRcvd || c.state == rings.StateClosed || c.state == rings.StateTimeWait {
 		return 0, rings.StatusBadState
 	}
 	if count == 0 {
@@ -416,6 +422,9 @@ type ConnInfo struct {
 	OOORanges              int
 	PendingNotify          int
 	TSVal                  uint32 // last TSval sent
+	SegPayload             uint32 // payload bytes in a full segment (the MSS less the timestamp option)
+	ULP                    bool   // an upper-layer protocol owns the byte stream
+	ULPHeld                uint32 // in-order bytes received that the ULP has not taken yet
 }
 
 // Info returns a snapshot of connection idx.
@@ -438,6 +447,7 @@ func (e *Engine) Info(idx uint32) (ConnInfo, bool) {
 		Cwnd: c.cwnd, Ssthresh: c.ssthresh, SRTT: c.srtt, RTO: c.rto, InRecovery: c.inRecovery,
 		TxQueued: c.txCount, UserBufs: c.uqCount, LegacyUncredited: c.legacyUncredited,
 		OOOBytes: c.ooo.bytes, OOORanges: c.ooo.n, PendingNotify: pend, TSVal: c.lastTSval,
+		SegPayload: c.maxPayload(), ULP: c.ulp.u != nil, ULPHeld: uint32(c.ulp.held),
 	}, true
 }
 

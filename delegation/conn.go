@@ -134,6 +134,9 @@ type conn struct {
 	kaAt     int64
 	twAt     int64
 	oowAckAt int64
+
+	// An upper-layer protocol owning the byte stream (ulp.go).
+	ulp ulpConn
 }
 
 func (c *conn) nextTimer() int64 {
@@ -271,6 +274,7 @@ func (c *conn) toClosed(flags rings.NotifyFlags) {
 	c.txHead, c.txCount = 0, 0
 	c.uqHead, c.uqCount = 0, 0
 	c.ooo.reset(&c.e.pool)
+	c.ulpDown()
 	c.notify(flags|rings.NtfClosed, c.sndNxt, 0, 0)
 }
 
@@ -283,6 +287,7 @@ func (c *conn) fail(now int64, flags rings.NotifyFlags, aux uint32) {
 	c.txHead, c.txCount = 0, 0
 	c.uqHead, c.uqCount = 0, 0
 	c.ooo.reset(&c.e.pool)
+	c.ulpDown()
 	c.notify(flags|rings.NtfClosed, c.sndNxt, 0, aux)
 }
 
@@ -308,7 +313,7 @@ func (c *conn) free() {
 	c.ooo.reset(&e.pool)
 	// Keep the allocated queues for the slot's next life.
 	*c = conn{e: e, idx: c.idx, heapIdx: -1, txq: c.txq, userq: c.userq, pend: c.pend,
-		ooo: oooQueue{slots: c.ooo.slots}}
+		ooo: oooQueue{slots: c.ooo.slots}, ulp: ulpConn{buf: c.ulp.buf, rec: c.ulp.rec, hold: c.ulp.hold}}
 }
 
 // --- clocks ---------------------------------------------------------------

@@ -45,6 +45,11 @@
 // tell the host: StatusNoResources is flow control, the others are host
 // bugs).
 //
+// Upper-layer protocols running inside the device (iWARP QPs; see "ULP
+// mode" below): e.AttachULP(idx, u, sendBuf) when the QP is created on the
+// connection, e.ULPKick(idx) when the host rings the QP's doorbell or the
+// ULP has room again.
+//
 // Timers: call e.Tick(now) when now >= e.NextDeadline() (NoDeadline when
 // nothing is armed). When the host has consumed notifications after Notify
 // returned false, call e.RetryNotifications() (Tick retries too, every
@@ -148,6 +153,48 @@
 // (Config.OOOPoolBytes), at most Config.OOOLimit bytes beyond RCV.NXT per
 // connection and at most 16 separate ranges; what does not fit is dropped
 // and counted (the peer retransmits it).
+//
+// # ULP mode
+//
+// AttachULP(idx, u, sendBuf) hands an ESTABLISHED connection's byte stream,
+// from SND.NXT and RCV.NXT on, to an upper-layer protocol running in the
+// device (type ULP: Receive, Transmit, HasOutput, LLPClosed; optionally
+// ULPCloser.WantClose), with no host transmit buffer queued or
+// unacknowledged and no user buffer posted. Bytes placed before it stay the
+// host's, so it must come before the peer's first ULP byte (post it with
+// OFFLOAD). From then on:
+//
+// Receive: in-order payload goes to u.Receive instead of user or legacy
+// buffers (no NtfUserBufDone, NtfLegacyUpload or NtfUserBufReq; RxBytes
+// counts it); out-of-order handling is unchanged. What u does not take is
+// acknowledged and kept in a device hold the size of the receive buffer,
+// offered again (before newer bytes) on every segment and on ULPKick; the
+// advertised window is the receive buffer less the held bytes, so a ULP that
+// stops taking closes the window and the peer probes it. The window's
+// rounding to the window scale may round down on a ULP connection (by less
+// than one scale unit) so it never promises more than the hold can take.
+//
+// Send: the engine calls u.Transmit into a device-owned retransmission
+// buffer of sendBuf bytes (preallocated by AttachULP) whenever it has room
+// (after ACKs, on ULPKick), with room for one segment's payload (MSS less
+// the timestamp option) per call, and fills a segment's remaining room with
+// further calls while none of it has been sent; what one segment's calls
+// wrote (a record) goes out as one segment, so a ULP writing whole frames no
+// larger than its room gets frames aligned with segments (RFC 5044 §8,
+// FPDUs). A record that does not fit the peer's window waits while data is
+// in flight and is split only when nothing is. Segmentation, congestion
+// control, SACK recovery and retransmission are the TCP send path's;
+// retransmissions re-read the device buffer, never host memory, and ACKs
+// free it. Send and POST_BUFFERS answer StatusBadState; NtfAckThreshold is
+// sent only for the ACK threshold or the FIN's ACK.
+//
+// Close: CLOSE on a ULP connection queues the FIN after the ULP's output
+// (once HasOutput is false); so does a ULPCloser whose WantClose says yes.
+// u.LLPClosed is called once, when both FINs are through (TIME_WAIT entered
+// or LAST_ACK done), on RST, timeout or error (before the NtfClosed), and on
+// ABORT; bytes still held are offered to u first. RELEASE and ABORT detach u.
+// ULP methods are called from inside engine methods and must not call the
+// engine; Info reports ULP, ULPHeld and SegPayload (the MULPDU basis).
 //
 // Not implemented (TODO): the full RFC 6675 pipe/IsLost rules and RACK-TLP
 // (a lost retransmission waits for the RTO), Nagle, urgent data (URG is

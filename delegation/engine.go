@@ -167,6 +167,10 @@ type Counters struct {
 	NotifyCoalesced uint64 // notifications merged into a pending one
 	DMAErrors       uint64 // host memory accesses that faulted
 	TimeWaitExpired uint64 // connections that left TIME_WAIT
+
+	ULPPulled   uint64 // bytes ULPs wrote into their retransmission buffers (Transmit)
+	ULPHeld     uint64 // in-order bytes a ULP did not take at once, held and offered again
+	ULPHoldFull uint64 // in-order bytes refused because a ULP's hold was full (never expected: the window covers it)
 }
 
 // Engine is the device-side delegated TCP engine. It is not safe for
@@ -188,6 +192,8 @@ type Engine struct {
 	chalStart int64    // challenge ACK rate-limit window start
 	chalCount int
 	zero      [1]byte // probe payload
+
+	ulpScratch []byte // Transmit's target when a ULP's buffer wraps (allocated by the first AttachULP)
 }
 
 // NewEngine makes an engine. It allocates everything the fast path needs:

@@ -218,8 +218,43 @@ func checkInvariants(t testing.TB, e *Engine) {
 				t.Fatalf("out-of-order ranges broken at %d: %+v (rcv.nxt %d)", k, c.ooo.ranges[:c.ooo.n], c.rcvNxt)
 			}
 		}
+		if c.ulp.u != nil {
+			checkULPInvariants(t, c)
+		}
 	}
 	if total := len(e.pool.mem) / oooPageSize; used+e.pool.freePages() != total {
 		t.Fatalf("slab: %d used + %d free != %d", used, e.pool.freePages(), total)
+	}
+}
+
+// checkULPInvariants: the retransmission buffer holds exactly [SND.UNA,
+// SND.END) (less the FIN), every byte of it belongs to a record, records are
+// ordered, the window never promises more than the hold can take.
+func checkULPInvariants(t testing.TB, c *conn) {
+	t.Helper()
+	p := &c.ulp
+	if p.held < 0 || p.held > len(p.hold) || p.holdHead < 0 || p.holdHead >= len(p.hold) {
+		t.Fatalf("ULP hold broken: held %d head %d of %d", p.held, p.holdHead, len(p.hold))
+	}
+	if c.rcvAdvEdge.gt(c.rcvNxt) && uint32(p.held)+c.rcvAdvEdge.sub(c.rcvNxt) > uint32(len(p.hold)) {
+		t.Fatalf("ULP window promises more than the hold takes: held %d + window %d > %d",
+			p.held, c.rcvAdvEdge.sub(c.rcvNxt), len(p.hold))
+	}
+	if p.una != seqMin(c.sndUna, c.sndEnd) || c.sndEnd.sub(p.una) > uint32(len(p.buf)) {
+		t.Fatalf("ULP buffer broken: una %d (SND.UNA %d) end %d size %d", p.una, c.sndUna, c.sndEnd, len(p.buf))
+	}
+	prev := p.una
+	for k := 0; k < p.recN; k++ {
+		e := p.recAt(k)
+		if !e.gt(prev) || e.gt(c.sndEnd) {
+			t.Fatalf("ULP record %d ends at %d (previous %d, SND.END %d)", k, e, prev, c.sndEnd)
+		}
+		prev = e
+	}
+	if c.sndEnd.gt(p.una) && prev != c.sndEnd {
+		t.Fatalf("ULP bytes [%d, %d) in no record", prev, c.sndEnd)
+	}
+	if p.recN > 0 && p.lastStart.ge(c.sndEnd) {
+		t.Fatalf("newest ULP record starts at %d, SND.END %d", p.lastStart, c.sndEnd)
 	}
 }

@@ -81,6 +81,9 @@ func (c *conn) input(now int64, s *segment) {
 		c.inputTimeWait(now, s)
 		return
 	}
+	if c.ulp.held > 0 {
+		c.ulpFlushHeld()
+	}
 	if c.ooo.n > 0 {
 		c.retryOOO(now)
 	}
@@ -271,11 +274,13 @@ func (c *conn) processAck(now int64, s *segment, pure bool) {
 	}
 
 	if c.sackOK && s.nSACK > 0 {
+		span := c.sndMax.sub(c.sndUna)
 		for i := 0; i < s.nSACK; i++ {
 			b := s.sack[i]
 			// Only blocks inside what we sent and above SND.UNA (D-SACKs
-			// and nonsense are ignored).
-			if b.start.lt(b.end) && b.start.ge(c.sndUna) && b.end.le(c.sndMax) {
+			// and nonsense are ignored). Offsets from SND.UNA, not
+			// sequence comparisons: a block 2^31 away compares "inside".
+			if b.start.lt(b.end) && b.start.sub(c.sndUna) <= span && b.end.sub(c.sndUna) <= span {
 				c.sacked.add(b.start, b.end)
 			}
 		}
@@ -293,6 +298,9 @@ func (c *conn) newAck(now int64, s *segment) {
 	e := c.e
 	acked := s.ack.sub(c.sndUna)
 	c.sndUna = s.ack
+	if c.ulp.u != nil {
+		c.ulpTrim()
+	}
 	if c.sndNxt.lt(c.sndUna) {
 		c.sndNxt = c.sndUna // the peer had data we were about to resend
 	}
@@ -424,6 +432,7 @@ func (c *conn) enterTimeWait(now int64) {
 	c.rtoAt, c.delackAt, c.kaAt = 0, 0, 0
 	c.persist = false
 	c.twAt = now + c.e.cfg.TimeWait
+	c.ulpDown() // both FINs are through: the LLP is closed
 }
 
 // processData places the segment's payload and FIN (the segment is
@@ -617,13 +626,18 @@ func (c *conn) rcvFin(now int64) {
 }
 
 // deliver places in-order payload at RCV.NXT: into posted user buffers, else
-// into legacy buffers. It returns the bytes placed (fewer when buffers or
-// notification room ran out) and advances RCV.NXT over them.
+// into legacy buffers, or on a ULP connection to the ULP. It returns the
+// bytes placed (fewer when buffers or notification room ran out) and
+// advances RCV.NXT over them.
 func (c *conn) deliver(data []byte, push bool) int {
 	e := c.e
 	placed := 0
 	old := c.rcvNxt
-	for placed < len(data) {
+	if c.ulp.u != nil {
+		placed = c.deliverULP(data)
+		c.rcvNxt = c.rcvNxt.add(uint32(placed))
+	}
+	for placed < len(data) && c.ulp.u == nil {
 		rest := data[placed:]
 		if !c.ntfRoom() {
 			// Every placement may end in a notification (buffer full,

@@ -38,6 +38,9 @@ func (c *conn) output(now int64) {
 	if !c.canSend() {
 		return
 	}
+	if c.ulp.u != nil {
+		c.ulpPull()
+	}
 	mss := c.maxPayload()
 	for {
 		if c.sndNxt.lt(c.sndUna) {
@@ -72,6 +75,11 @@ func (c *conn) output(now int64) {
 			from := seqMax(c.sndUna, c.highRxt)
 			if h, n := c.sacked.hole(from, mss); n > 0 && h.lt(c.sndEnd) {
 				n = min(n, c.sndEnd.sub(h))
+				if c.ulp.u != nil {
+					if cut := c.ulpCut(h, n); cut > 0 {
+						n = cut
+					}
+				}
 				if !c.emit(now, h, n, flACK, false) {
 					c.fail(now, rings.NtfError, AuxErrorDMA)
 					return
@@ -114,9 +122,19 @@ func (c *conn) output(now int64) {
 				n = nx.sub(c.sndNxt)
 			}
 		}
-		// Sender silly-window avoidance (RFC 9293 §3.8.6.2.1), for new
-		// data only: a short resend (a hole between SACKed ranges) goes.
-		if n < mss && n < avail && inflight > 0 && n < c.maxSndWnd/2 && !c.sndNxt.lt(c.sndMax) {
+		if c.ulp.u != nil {
+			// ULP output goes out in whole records (FPDUs aligned with
+			// segments); a record that does not fit waits for the
+			// window, unless nothing is in flight to open it.
+			if cut := c.ulpCut(c.sndNxt, n); cut > 0 {
+				n = cut
+			} else if inflight > 0 && !c.sndNxt.lt(c.sndMax) {
+				break
+			}
+		} else if n < mss && n < avail && inflight > 0 && n < c.maxSndWnd/2 && !c.sndNxt.lt(c.sndMax) {
+			// Sender silly-window avoidance (RFC 9293 §3.8.6.2.1), for
+			// new data only: a short resend (a hole between SACKed
+			// ranges) goes.
 			break
 		}
 		flags := uint8(flACK)
@@ -153,6 +171,11 @@ func (c *conn) retransmitHead(now int64) bool {
 	n := uint32(0)
 	if sent := seqMin(c.sndMax, c.sndEnd); sent.gt(sq) {
 		n = min(sent.sub(sq), c.maxPayload()) // only what was sent before
+		if c.ulp.u != nil {
+			if cut := c.ulpCut(sq, n); cut > 0 {
+				n = cut
+			}
+		}
 	}
 	flags := uint8(flACK)
 	end := sq.add(n)
@@ -300,22 +323,26 @@ func (c *conn) sendRst(now int64) {
 // out-of-order bytes, grown only by at least min(buffer/2, MSS) (receiver
 // silly-window avoidance), never moved left (RFC 9293 §3.8.6.2.2).
 func (c *conn) windowField() uint16 {
-	used := c.legacyUncredited + c.ooo.bytes
-	free := uint32(0)
-	if c.rcvBuf > used {
-		free = c.rcvBuf - used
-	}
+	buf, free := c.rcvSpace()
 	edge := c.rcvAdvEdge
 	if edge.lt(c.rcvNxt) {
 		edge = c.rcvNxt
 	}
 	if desired := c.rcvNxt.add(free); desired.gt(edge) {
-		if desired.sub(edge) >= min(c.rcvBuf/2, c.mss) {
+		if desired.sub(edge) >= min(buf/2, c.mss) {
 			edge = desired
 		}
 	}
 	wnd := edge.sub(c.rcvNxt)
 	f := (wnd + (1 << c.rcvScale) - 1) >> c.rcvScale // round up: never shrink
+	if c.ulp.u != nil && f<<c.rcvScale > c.ulpHoldRoom() {
+		// A ULP's hold is a hard limit: rounding up, repeated as
+		// RCV.NXT moves, would creep the edge past it. Round down
+		// instead (the advertised edge falls short of the one already
+		// promised by less than one scale unit; segments up to that
+		// one are still accepted).
+		f = wnd >> c.rcvScale
+	}
 	if f > 0xFFFF {
 		f = 0xFFFF
 	}
@@ -335,16 +362,27 @@ func (c *conn) windowUpdateDue() bool {
 	if c.rcvAdvEdge.gt(c.rcvNxt) {
 		cur = c.rcvAdvEdge.sub(c.rcvNxt)
 	}
-	used := c.legacyUncredited + c.ooo.bytes
-	free := uint32(0)
-	if c.rcvBuf > used {
-		free = c.rcvBuf - used
-	}
+	buf, free := c.rcvSpace()
 	if free <= cur {
 		return false
 	}
 	grow := free - cur
-	return grow >= min(c.rcvBuf/2, c.mss) && (cur < c.rcvBuf/2 || grow >= 2*c.mss)
+	return grow >= min(buf/2, c.mss) && (cur < buf/2 || grow >= 2*c.mss)
+}
+
+// rcvSpace returns the receive buffer and the part of it free: not taken by
+// uncredited legacy bytes, held out-of-order bytes or in-order bytes a ULP
+// has not taken (whose hold bounds the buffer).
+func (c *conn) rcvSpace() (buf, free uint32) {
+	buf = c.rcvBuf
+	if c.ulp.u != nil {
+		buf = min(buf, uint32(len(c.ulp.hold))-1<<c.rcvScale)
+	}
+	used := c.legacyUncredited + c.ooo.bytes + uint32(c.ulp.held)
+	if buf > used {
+		free = buf - used
+	}
+	return buf, free
 }
 
 // emit builds one segment in the engine's frame buffer and transmits it.
@@ -391,6 +429,11 @@ func (c *conn) emit(now int64, sq seq, n uint32, flags uint8, probe bool) bool {
 	payload := tcp[hl : hl+int(n)]
 	if probe {
 		payload[0] = e.zero[0]
+	} else if n > 0 && c.ulp.u != nil {
+		c.ulpRead(payload, sq)
+		if sq.add(n) == c.sndEnd {
+			flags |= flPSH
+		}
 	} else if n > 0 {
 		push, ok := c.readTx(payload, sq)
 		if !ok {
