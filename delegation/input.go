@@ -288,7 +288,11 @@ func (c *conn) processAck(now int64, s *segment, pure bool) {
 	switch {
 	case s.ack.gt(c.sndUna):
 		c.newAck(now, s)
-	case s.ack == c.sndUna && pure && !wndUpdated && c.sndMax.gt(c.sndUna):
+	case s.ack == c.sndUna && pure && (!wndUpdated || s.nSACK > 0) && c.sndMax.gt(c.sndUna):
+		// A window change normally disqualifies a duplicate ACK (RFC
+		// 5681), but an ACK carrying SACK blocks is a loss signal whatever
+		// its window (RFC 6675 §2): Linux grows its window in the very
+		// duplicate ACKs that report the hole.
 		c.dupAck(now)
 	}
 }
