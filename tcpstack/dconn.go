@@ -135,6 +135,7 @@ func (c *DelegatedConn) Read(p []byte) (int, error) {
 	for n < len(p) && len(c.chunks) > 0 {
 		ch := &c.chunks[0]
 		k := copy(p[n:], ch.data)
+		c.o.drv.stats.copyBytes.Add(uint64(k))
 		ch.data = ch.data[k:]
 		n += k
 		if len(ch.data) == 0 {
@@ -194,6 +195,7 @@ func (c *DelegatedConn) Write(p []byte) (int, error) {
 		off := c.sndTail % size
 		k := min(uint64(len(p)-n), free, size-off, uint64(c.o.cfg.MaxTxDescBytes))
 		copy(c.sndMem[off:off+k], p[n:n+int(k)])
+		c.o.drv.stats.copyBytes.Add(k)
 		if err := c.o.send(c, c.sndBase+rings.Addr(off), uint32(k), 0); err != nil {
 			return n, opErr("write", c, err)
 		}
@@ -320,6 +322,7 @@ func (c *DelegatedConn) notify(n *rings.Notification) {
 			} else {
 				c.legacyOut += int(n.Len)
 				c.chunks = append(c.chunks, rxChunk{data: append([]byte(nil), data...), userID: -1, legacy: int(n.Len)})
+				c.o.drv.stats.copyBytes.Add(uint64(n.Len))
 			}
 			c.o.drv.repostLegacy(n.Aux)
 		}

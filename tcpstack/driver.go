@@ -62,6 +62,11 @@ type DriverStats struct {
 	Interrupts        uint64 // wake-ups by the notification vector
 	Notifications     uint64
 	Commands          uint64
+	// HostCopyBytes counts every payload byte the host CPU copied on the
+	// data path (legacy frames into and out of ring buffers, delegated
+	// Read/Write through the send area and receive buffers). RDMA work
+	// requests add nothing: the device places and fetches their data.
+	HostCopyBytes uint64
 }
 
 // Driver is the host's NIC driver: a gVisor stack.LinkEndpoint whose frames
@@ -104,6 +109,11 @@ type Driver struct {
 
 	// Delegated-connection notifications go here (set by the offload layer).
 	delegated atomic.Pointer[func(*rings.Notification)]
+	// rxHold, when set, sees every legacy frame before netstack and the
+	// flow tracker; frames it returns true for are dropped (the verbs layer
+	// holds back payload sent to an RDMA listener before the connection is
+	// delegated: the peer retransmits it to the QP).
+	rxHold atomic.Pointer[func([]byte) bool]
 
 	flows   flowTracker
 	stats   driverCounters
@@ -116,6 +126,7 @@ type driverCounters struct {
 	txFrames, txBytes, txRingFull, txDropped      atomic.Uint64
 	rxFrames, rxBytes, rxErrors, interrupts, ntfs atomic.Uint64
 	commands                                      atomic.Uint64
+	copyBytes                                     atomic.Uint64
 }
 
 var _ stack.LinkEndpoint = (*Driver)(nil)
@@ -226,7 +237,7 @@ func (d *Driver) Stats() DriverStats {
 		TxFrames: s.txFrames.Load(), TxBytes: s.txBytes.Load(), TxRingFull: s.txRingFull.Load(),
 		TxDropped: s.txDropped.Load(), RxFrames: s.rxFrames.Load(), RxBytes: s.rxBytes.Load(),
 		RxErrors: s.rxErrors.Load(), Interrupts: s.interrupts.Load(), Notifications: s.ntfs.Load(),
-		Commands: s.commands.Load(),
+		Commands: s.commands.Load(), HostCopyBytes: s.copyBytes.Load(),
 	}
 }
 
@@ -292,11 +303,15 @@ func (d *Driver) deliver(frame []byte) {
 	if disp == nil || len(frame) < header.EthernetMinimumSize {
 		return
 	}
+	if h := d.rxHold.Load(); h != nil && (*h)(frame) {
+		return
+	}
 	if d.flows.observe(frame, false) {
 		return
 	}
 	// The one receive copy: out of the DMA buffer (which goes straight
 	// back to the device) into netstack's own buffer.
+	d.stats.copyBytes.Add(uint64(len(frame)))
 	pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(frame)})
 	defer pkt.DecRef()
 	if !d.ParseHeader(pkt) {
@@ -342,6 +357,7 @@ func (d *Driver) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
 			n++
 			continue
 		}
+		d.stats.copyBytes.Add(uint64(w))
 		t := rings.Tx{Conn: rings.NoConn, Addr: d.txBufBase + rings.Addr(off), Len: uint32(w)}
 		t.Encode(rings.TxDesc(e))
 		d.tx.Commit()
@@ -421,6 +437,15 @@ func (d *Driver) Command(c rings.Command, timeout time.Duration) (rings.Command,
 // SetDelegatedHandler installs the receiver of notifications that name a
 // delegated connection.
 func (d *Driver) SetDelegatedHandler(h func(*rings.Notification)) { d.delegated.Store(&h) }
+
+// setRxHold installs (or with nil removes) the legacy receive filter.
+func (d *Driver) setRxHold(h func([]byte) bool) {
+	if h == nil {
+		d.rxHold.Store(nil)
+		return
+	}
+	d.rxHold.Store(&h)
+}
 
 // MTU implements stack.LinkEndpoint.
 func (d *Driver) MTU() uint32 { return d.mtu }
