@@ -149,6 +149,7 @@ type Device struct {
 	stats  [rings.NumStats]atomic.Uint64
 	parked atomic.Bool
 
+	poll       PollPort    // non-nil: the unit polls the port (no MAC goroutine)
 	macWaiting atomic.Bool // the MAC waits for FIFO space (flow control)
 	macBell    *rings.Bell
 
@@ -230,8 +231,19 @@ func (d *Device) Start(rc RingConfig, vec Vectors) error {
 	d.timer = time.NewTimer(time.Hour)
 	d.timer.Stop()
 	d.started = true
-	d.wg.Add(2)
-	go labelled("mac", d.mac)
+	if pp, ok := d.port.(PollPort); ok {
+		// The unit polls the port itself: no MAC goroutine in between.
+		d.poll = pp
+		pp.SetReadableFunc(func() {
+			if d.parked.Load() {
+				d.bell.Kick()
+			}
+		})
+		d.wg.Add(1)
+	} else {
+		d.wg.Add(2)
+		go labelled("mac", d.mac)
+	}
 	go labelled("unit", d.unit)
 	return nil
 }
@@ -319,6 +331,42 @@ func (d *Device) mac() {
 	}
 }
 
+// PollPort is a port the unit can poll from its own loop: TryReadFrame
+// never blocks, and the readable function is called when a frame arrives.
+type PollPort interface {
+	TryReadFrame(buf []byte) (n int, ok bool, err error)
+	SetReadableFunc(fn func())
+	Pending() int
+}
+
+// pollPort moves up to Burst frames from a polled port into the receive
+// FIFO. When the FIFO is full the frames stay queued on the wire (flow
+// control), which drops only when its own queue overflows.
+func (d *Device) pollPort() {
+	for i := 0; i < d.cfg.Burst; i++ {
+		slot := d.fifo.reserve()
+		if slot == nil {
+			return
+		}
+		n, ok, err := d.poll.TryReadFrame(slot)
+		if !ok {
+			return
+		}
+		if err != nil {
+			if errors.Is(err, port.ErrFrameTooBig) {
+				d.count(rings.StatRxDropOversize)
+				continue
+			}
+			return
+		}
+		d.count(rings.StatRxFrames)
+		d.stats[rings.StatRxBytes].Add(uint64(n))
+		d.fifo.push(n)
+	}
+}
+
+func (d *Device) fifoFull() bool { return d.fifo.reserve() == nil }
+
 // unit is the offload unit's main loop: one goroutine, like the
 // microcontroller or state machine on a real card. It polls its sources in
 // bounded bursts, spins briefly when idle, then parks with every ring's
@@ -327,6 +375,9 @@ func (d *Device) unit() {
 	defer d.wg.Done()
 	idle := 0
 	for !d.stop.Load() {
+		if d.poll != nil {
+			d.pollPort()
+		}
 		work := d.serviceCommands()
 		work += d.serviceTx()
 		work += d.serviceRx()
@@ -366,7 +417,8 @@ func (d *Device) park() {
 	}
 	// Re-check after announcing sleep: anything published before the
 	// producer could see our flags did not kick us.
-	if d.cmd.Available() == 0 && d.tx.Available() == 0 && (d.fifo.empty() || stalled && !d.rxUnstalled()) && !d.stop.Load() {
+	if d.cmd.Available() == 0 && d.tx.Available() == 0 && (d.fifo.empty() || stalled && !d.rxUnstalled()) &&
+		(d.poll == nil || d.poll.Pending() == 0 || d.fifoFull()) && !d.stop.Load() {
 		d.count(rings.StatParks)
 		// Sleep until a doorbell, the engine's next timer or the end of
 		// the receive stall.
@@ -379,6 +431,11 @@ func (d *Device) park() {
 			if wait < 0 || left < wait {
 				wait = left
 			}
+		}
+		if d.poll != nil && (wait < 0 || wait > 5*time.Millisecond) {
+			// Belt and braces: the port's wake-up is an atomic flag
+			// check against a channel length; never sleep unbounded on it.
+			wait = 5 * time.Millisecond
 		}
 		if d.sleep(wait) {
 			d.count(rings.StatDoorbells)

@@ -341,6 +341,9 @@ func (d *direction) deliver(f *frame) {
 	if rx.closed.Load() {
 		rx.drainRx()
 	}
+	if fn := rx.onReadable.Load(); fn != nil {
+		(*fn)()
+	}
 }
 
 // shutdown stops the direction when either end closes. Frames it still holds (reorder stage,
