@@ -157,6 +157,8 @@ type Device struct {
 	// a legacy buffer or notification space (0: not stalled).
 	rxStallSince int64
 
+	now int64 // device clock at the start of the current pass
+
 	// interrupt moderation
 	intrPending int
 	intrSince   int64
@@ -375,6 +377,7 @@ func (d *Device) unit() {
 	defer d.wg.Done()
 	idle := 0
 	for !d.stop.Load() {
+		d.now = nanotime() // one clock read per pass
 		if d.poll != nil {
 			d.pollPort()
 		}
@@ -494,7 +497,7 @@ func (d *Device) sleep(timeout time.Duration) bool {
 // serviceTimers runs the engine's due timers and retries notifications that
 // found the ring full.
 func (d *Device) serviceTimers() int {
-	now := nanotime()
+	now := d.now
 	n := 0
 	if d.eng.NextDeadline() <= now {
 		d.count(rings.StatTimerRuns)
@@ -531,7 +534,7 @@ func (d *Device) post(n *rings.Notification) bool {
 	d.notify.Commit()
 	d.count(rings.StatNotifyPosted)
 	if d.intrPending == 0 {
-		d.intrSince = nanotime()
+		d.intrSince = d.now
 	}
 	d.intrPending++
 	return true
@@ -545,7 +548,7 @@ func (d *Device) moderate(idle bool) {
 		return
 	}
 	d.notify.PublishNoKick()
-	if idle || d.intrPending >= d.cfg.IntrCount || nanotime()-d.intrSince >= int64(d.cfg.IntrDelay) {
+	if idle || d.intrPending >= d.cfg.IntrCount || d.now-d.intrSince >= int64(d.cfg.IntrDelay) {
 		d.raiseInterrupt()
 	}
 }
