@@ -114,6 +114,9 @@ type Driver struct {
 	// holds back payload sent to an RDMA listener before the connection is
 	// delegated: the peer retransmits it to the QP).
 	rxHold atomic.Pointer[func([]byte) bool]
+	// offloadHook, when set, may add commands to an OFFLOAD (see
+	// setOffloadHook).
+	offloadHook atomic.Pointer[offloadHook]
 
 	flows   flowTracker
 	stats   driverCounters
@@ -176,7 +179,9 @@ func NewDriver(mem *rings.Arena, dev Device, cfg DriverConfig) (*Driver, error) 
 	if d.rx, err = rings.NewProducer(mem, d.rc.Rx, 32, d.door); err != nil {
 		return nil, err
 	}
-	if d.cmd, err = rings.NewProducer(mem, d.rc.Command, 1, d.door); err != nil {
+	// Commands publish explicitly (Command publishes each, commandBatch
+	// a whole batch at once), so the batch is the whole ring.
+	if d.cmd, err = rings.NewProducer(mem, d.rc.Command, d.rc.Command.Count, d.door); err != nil {
 		return nil, err
 	}
 	if d.ntf, err = rings.NewConsumer(mem, d.rc.Notify, 32, d.door); err != nil {
@@ -397,42 +402,84 @@ func (d *Driver) waitTxSpace() []byte {
 // ErrCommandTimeout is returned when the device does not complete a command.
 var ErrCommandTimeout = errors.New("driver: command timed out")
 
+// errCommandRingFull: nothing was submitted.
+var errCommandRingFull = errors.New("driver: command ring full")
+
 // Command submits one command on the command ring and waits for the device
 // to write its status back into the entry. It returns the entry as the
 // device left it.
 func (d *Driver) Command(c rings.Command, timeout time.Duration) (rings.Command, error) {
+	if c.Opcode == rings.OpOffload {
+		if h := d.offloadHook.Load(); h != nil {
+			if follow, done := (*h)(c); len(follow) > 0 {
+				cs := append([]rings.Command{c}, follow...)
+				err := d.commandBatch(cs, timeout)
+				done(cs[1:], err)
+				return cs[0], err
+			}
+		}
+	}
+	one := [1]rings.Command{c}
+	err := d.commandBatch(one[:], timeout)
+	return one[0], err
+}
+
+// commandBatch submits commands with one publish, so the unit executes
+// them back to back in one pass (it serves the command ring before it
+// receives), and waits for every write-back, which it stores into cs (on
+// error, the commands not completed are left as submitted).
+func (d *Driver) commandBatch(cs []rings.Command, timeout time.Duration) error {
 	d.cmdMu.Lock()
 	defer d.cmdMu.Unlock()
-	e := d.cmd.Next()
-	if e == nil {
-		return c, errors.New("driver: command ring full")
+	if d.cmd.Free() < len(cs) {
+		return errCommandRingFull
 	}
-	idx := d.cmd.Tail()
-	c.Status, c.Result = 0, 0
-	c.Encode(rings.CommandEntry(e))
-	d.cmd.Commit() // batch 1: publishes and kicks a sleeping device
-	d.stats.commands.Add(1)
+	first := d.cmd.Tail()
+	for i := range cs {
+		c := cs[i]
+		c.Status, c.Result = 0, 0
+		c.Encode(rings.CommandEntry(d.cmd.Next()))
+		d.cmd.Commit()
+	}
+	d.cmd.Publish() // kicks a sleeping device
+	d.stats.commands.Add(uint64(len(cs)))
 	deadline := time.Now().Add(timeout)
-	for i := 0; !rings.IsDone(&d.cmd.Ring, idx); i++ {
-		if time.Now().After(deadline) {
-			return c, ErrCommandTimeout
+	for k := range cs {
+		idx := first + uint32(k)
+		for i := 0; !rings.IsDone(&d.cmd.Ring, idx); i++ {
+			if time.Now().After(deadline) {
+				return ErrCommandTimeout
+			}
+			if i < 64 {
+				runtime.Gosched()
+				continue
+			}
+			// Sleep until the device's completion vector fires; re-check
+			// after announcing so a completion in between is not missed.
+			d.cmd.SetNeedWakeup(true)
+			if !rings.IsDone(&d.cmd.Ring, idx) {
+				d.cmdDone.Wait(time.Millisecond)
+			}
+			d.cmd.SetNeedWakeup(false)
 		}
-		if i < 64 {
-			runtime.Gosched()
-			continue
-		}
-		// Sleep until the device's completion vector fires; re-check
-		// after announcing so a completion in between is not missed.
-		d.cmd.SetNeedWakeup(true)
-		if !rings.IsDone(&d.cmd.Ring, idx) {
-			d.cmdDone.Wait(time.Millisecond)
-		}
-		d.cmd.SetNeedWakeup(false)
+		_ = cs[k].Decode(rings.CommandEntry(d.cmd.Entry(idx)))
 	}
-	var out rings.Command
-	_ = out.Decode(rings.CommandEntry(d.cmd.Entry(idx)))
-	return out, nil
+	return nil
 }
+
+// offloadHook sees every OFFLOAD before it is submitted and may return
+// commands to publish with it; done gets their write-backs (or, with an
+// error, the commands as submitted).
+type offloadHook func(offload rings.Command) (follow []rings.Command, done func(res []rings.Command, err error))
+
+// setOffloadHook installs the OFFLOAD hook. The verbs layer uses it to put
+// an RDMA connection's CREATE_QP in the same publish as its OFFLOAD: the
+// unit then attaches the QP before it receives another frame, so no byte of
+// the peer's (its MPA request) can reach the connection before the QP does.
+// The hook runs in Command, before the ring is locked, on the goroutine
+// that submits the OFFLOAD (offloader.delegate, with the offloader's lock
+// held): it must not call back into the offloader.
+func (d *Driver) setOffloadHook(h offloadHook) { d.offloadHook.Store(&h) }
 
 // SetDelegatedHandler installs the receiver of notifications that name a
 // delegated connection.

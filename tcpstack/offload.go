@@ -70,6 +70,8 @@ type offloader struct {
 	conns   map[uint32]*DelegatedConn
 	freeIdx []uint32
 	scratch rings.Addr // state block / buffer descriptor scratch, under mu
+
+	rdma verbsState // RDMA verbs on delegated connections (verbs.go)
 }
 
 func newOffloader(drv *Driver, cfg OffloadConfig) (*offloader, error) {
@@ -88,6 +90,11 @@ func newOffloader(drv *Driver, cfg OffloadConfig) (*offloader, error) {
 }
 
 func (o *offloader) dispatch(n *rings.Notification) {
+	// RDMA events first: an NtfCQEvent's Conn is a CQ number, not a
+	// connection index, so it must never reach the connection lookup.
+	if o.rdma.route(n) {
+		return
+	}
 	o.mu.Lock()
 	c := o.conns[n.Conn]
 	o.mu.Unlock()
@@ -210,11 +217,15 @@ func (o *offloader) delegate(ep tcpip.Endpoint, key FlowKey, alreadyRead uint64)
 	if pre.Len() > 0 {
 		c.chunks = append(c.chunks, rxChunk{data: pre.Bytes(), userID: -1})
 	}
-	c.mu.Lock()
-	for i := range c.rxBufs {
-		o.repost(c, i)
+	// An RDMA connection gets no user buffers: its QP takes the byte
+	// stream over inside the device (CREATE_QP refuses posted buffers).
+	if !o.rdma.rawStream(key) {
+		c.mu.Lock()
+		for i := range c.rxBufs {
+			o.repost(c, i)
+		}
+		c.mu.Unlock()
 	}
-	c.mu.Unlock()
 	return c, nil
 }
 

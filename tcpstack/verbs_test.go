@@ -1,0 +1,1454 @@
+package tcpstack
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/emunic/emunic/nic/port"
+	"github.com/emunic/emunic/rings"
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+)
+
+// ---- a fake device: the host logic without the nic ------------------------
+
+// fakeDevice executes RDMA commands as bookkeeping only: it records every
+// command, hands out STags, and can be told to refuse an opcode.
+type fakeDevice struct {
+	mu     sync.Mutex
+	cmds   []rings.Command
+	stag   uint32
+	refuse map[rings.Opcode]rings.Status
+}
+
+func (d *fakeDevice) exec(c rings.Command) (rings.Command, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.cmds = append(d.cmds, c)
+	if st, ok := d.refuse[c.Opcode]; ok {
+		c.Status = st
+		return c, nil
+	}
+	c.Status, c.Result = rings.StatusOK, 0
+	if c.Opcode == rings.OpRegMR {
+		d.stag += 0x100
+		c.Result = uint64(d.stag | 0x42)
+	}
+	return c, nil
+}
+
+func (d *fakeDevice) commands(op rings.Opcode) []rings.Command {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []rings.Command
+	for _, c := range d.cmds {
+		if c.Opcode == op {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func fakeVerbs(t *testing.T) (*verbsState, *fakeDevice) {
+	t.Helper()
+	mem, err := rings.NewArena(8 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &fakeDevice{refuse: map[rings.Opcode]rings.Status{}}
+	v := &verbsState{}
+	v.init(nil, mem, d.exec)
+	return v, d
+}
+
+// fakeQP makes a QP on v as createQP would, without a connection.
+func fakeQP(t *testing.T, v *verbsState, attr QPAttr, qpn uint32, initiator bool) *QP {
+	t.Helper()
+	if err := attr.check(v); err != nil {
+		t.Fatal(err)
+	}
+	qp, err := v.newQP(&attr, qpn, initiator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := qp.register(); err != nil {
+		t.Fatal(err)
+	}
+	return qp
+}
+
+func TestVerbsCreateCQAndQPConfig(t *testing.T) {
+	v, d := fakeVerbs(t)
+	scq, err := v.createCQ(100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rcq, err := v.createCQ(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := d.commands(rings.OpCreateCQ)
+	if len(cc) != 2 || cc[0].Conn != scq.Num() || cc[0].Addr != scq.layout.Base || cc[0].Arg0 != 128 ||
+		cc[1].Conn != rcq.Num() || cc[1].Arg0 != 1 || scq.Num() == rcq.Num() {
+		t.Fatalf("CREATE_CQ commands %+v", cc)
+	}
+	if scq.Entries() != 128 || scq.layout.EntrySize != rings.CQEntrySize {
+		t.Fatalf("CQ layout %+v", scq.layout)
+	}
+	priv := []byte("hello, responder")
+	attr := QPAttr{PD: 7, SendCQ: scq, RecvCQ: rcq, SQDepth: 10, IRD: 4, ORD: 8, PrivateData: priv}
+	qp := fakeQP(t, v, attr, 5, true)
+	blk, _ := v.mem.Map(qp.cfgBase, rings.QPConfigSize)
+	var qc rings.QPConfig
+	if err := qc.Decode(blk); err != nil {
+		t.Fatal(err)
+	}
+	want := rings.QPConfig{PD: 7, Flags: rings.QPFlagInitiator, IRD: 4, ORD: 8, SendCQ: scq.Num(), RecvCQ: rcq.Num(),
+		SQBase: qp.sqL.Base, SQCount: 16, RQBase: qp.rqL.Base, RQCount: DefaultQueueDepth,
+		PrivAddr: qp.cfgBase + qpPrivOff, PrivLen: uint32(len(priv))}
+	if qc != want {
+		t.Fatalf("QP config\n got %+v\nwant %+v", qc, want)
+	}
+	if got, _ := v.mem.Map(qc.PrivAddr, int(qc.PrivLen)); !bytes.Equal(got, priv) {
+		t.Fatalf("private data %q", got)
+	}
+	for _, l := range []rings.Layout{qp.sqL, qp.rqL} {
+		if err := l.Validate(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if qp.sqL.EntrySize != rings.SQEntrySize || qp.rqL.EntrySize != rings.RQEntrySize {
+		t.Fatal("entry sizes")
+	}
+	// A responder has no initiator flag and no private data pointer
+	// without private data.
+	resp := fakeQP(t, v, QPAttr{PD: 7, SendCQ: scq, RecvCQ: scq}, 6, false)
+	blk, _ = v.mem.Map(resp.cfgBase, rings.QPConfigSize)
+	_ = qc.Decode(blk)
+	if qc.Flags != 0 || qc.PrivAddr != 0 || qc.PrivLen != 0 || qc.SendCQ != scq.Num() || qc.RecvCQ != scq.Num() {
+		t.Fatalf("responder config %+v", qc)
+	}
+	// A CQ in use is not destroyed.
+	if err := scq.Destroy(); err == nil {
+		t.Fatal("DESTROY_CQ of a CQ in use")
+	}
+	// Destroy: DESTROY_QP, rings freed, posts refused.
+	inUse := v.mem.InUse()
+	if err := qp.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if err := resp.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if dq := d.commands(rings.OpDestroyQP); len(dq) != 2 || dq[0].Conn != 5 || dq[1].Conn != 6 {
+		t.Fatalf("DESTROY_QP commands %+v", dq)
+	}
+	if v.mem.InUse() >= inUse {
+		t.Error("QP memory not freed")
+	}
+	if err := qp.PostSend(&rings.SendWR{}); !errors.Is(err, ErrQPDestroyed) {
+		t.Errorf("post to a destroyed QP: %v", err)
+	}
+	if err := qp.PostRecv(&rings.RecvWR{}); !errors.Is(err, ErrQPDestroyed) {
+		t.Errorf("post recv to a destroyed QP: %v", err)
+	}
+	if err := qp.Destroy(); err != nil {
+		t.Errorf("second Destroy: %v", err)
+	}
+	if err := scq.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rcq.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if err := scq.ReqNotify(false); !errors.Is(err, ErrCQDestroyed) {
+		t.Errorf("arm of a destroyed CQ: %v", err)
+	}
+	if err := scq.Wait(context.Background()); !errors.Is(err, ErrCQDestroyed) {
+		t.Errorf("wait on a destroyed CQ: %v", err)
+	}
+	if n := scq.Poll(make([]rings.Completion, 4)); n != 0 {
+		t.Errorf("poll of a destroyed CQ: %d", n)
+	}
+}
+
+func TestVerbsBadAttrAndCQSizes(t *testing.T) {
+	v, d := fakeVerbs(t)
+	for _, n := range []int{0, -1, MaxQueueDepth + 1} {
+		if _, err := v.createCQ(n); err == nil {
+			t.Errorf("CQ of %d entries accepted", n)
+		}
+	}
+	cq, err := v.createCQ(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2, _ := fakeVerbs(t)
+	other, _ := v2.createCQ(8)
+	for name, a := range map[string]QPAttr{
+		"no CQ":        {SendCQ: cq},
+		"foreign CQ":   {SendCQ: cq, RecvCQ: other},
+		"SQ depth":     {SendCQ: cq, RecvCQ: cq, SQDepth: -1},
+		"RQ depth":     {SendCQ: cq, RecvCQ: cq, RQDepth: MaxQueueDepth + 1},
+		"IRD":          {SendCQ: cq, RecvCQ: cq, IRD: 1 << 16},
+		"ORD":          {SendCQ: cq, RecvCQ: cq, ORD: -1},
+		"private data": {SendCQ: cq, RecvCQ: cq, PrivateData: make([]byte, MaxPrivateData+1)},
+		"timeout":      {SendCQ: cq, RecvCQ: cq, ConnectTimeout: -1},
+	} {
+		if err := a.check(v); err == nil {
+			t.Errorf("%s: bad attributes accepted", name)
+		}
+	}
+	// CQ numbers run out at the device's table size, with a clear error.
+	var cqs []*CQ
+	for {
+		c, err := v.createCQ(1)
+		if err != nil {
+			if len(cqs) != maxCQNum-1 {
+				t.Fatalf("CQ %d: %v", len(cqs), err)
+			}
+			break
+		}
+		cqs = append(cqs, c)
+	}
+	// A refused CREATE_CQ gives its number back.
+	d.refuse[rings.OpCreateCQ] = rings.StatusNoResources
+	_ = cqs[0].Destroy()
+	if _, err := v.createCQ(1); err == nil || !errors.As(err, new(*CommandError)) {
+		t.Fatalf("refused CREATE_CQ: %v", err)
+	}
+	delete(d.refuse, rings.OpCreateCQ)
+	if _, err := v.createCQ(1); err != nil {
+		t.Fatalf("CQ number not given back: %v", err)
+	}
+	// BAD_OPCODE is ErrRDMANotSupported.
+	d.refuse[rings.OpCreateCQ] = rings.StatusBadOpcode
+	_ = cq.Destroy()
+	if _, err := v.createCQ(1); !errors.Is(err, ErrRDMANotSupported) {
+		t.Fatalf("BAD_OPCODE: %v", err)
+	}
+}
+
+func TestVerbsRegMRCommand(t *testing.T) {
+	v, d := fakeVerbs(t)
+	buf, err := v.allocBuffer(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mr, err := v.regMR(3, buf.Addr, 4096, AccessLocalWrite|AccessRemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := d.commands(rings.OpRegMR)[0]
+	if c.Addr != buf.Addr || c.Len != 4096 || c.Arg0 != 3 || c.Arg1 != AccessLocalWrite|AccessRemoteWrite || c.Arg3 != uint64(buf.Addr) {
+		t.Fatalf("REG_MR %+v", c)
+	}
+	if mr.LKey != mr.RKey || mr.LKey&0xff != 0x42 || mr.VA != uint64(buf.Addr) || mr.Addr != buf.Addr || mr.Len != 4096 || mr.PD != 3 {
+		t.Fatalf("MR %+v", mr)
+	}
+	if s := mr.SGE(16, 100); s != (rings.SGE{Addr: uint64(buf.Addr) + 16, Length: 100, LKey: mr.LKey}) {
+		t.Fatalf("SGE %+v", s)
+	}
+	zb, err := v.regMR(3, buf.Addr+64, 64, AccessZeroBased|AccessRemoteRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := d.commands(rings.OpRegMR)[1]; c.Arg3 != 0 || zb.VA != 0 || zb.TO(8) != 8 {
+		t.Fatalf("zero-based REG_MR %+v, MR %+v", c, zb)
+	}
+	for name, f := range map[string]func() error{
+		"zero length":      func() error { _, err := v.regMR(3, buf.Addr, 0, 0); return err },
+		"negative length":  func() error { _, err := v.regMR(3, buf.Addr, -5, 0); return err },
+		"outside memory":   func() error { _, err := v.regMR(3, 0x10, 64, 0); return err },
+		"past arena end":   func() error { _, err := v.regMR(3, buf.Addr, 64<<20, 0); return err },
+		"unknown access":   func() error { _, err := v.regMR(3, buf.Addr, 64, 1<<6); return err },
+		"remote w/o local": func() error { _, err := v.regMR(3, buf.Addr, 64, AccessRemoteWrite); return err },
+		"nil MR dereg":     func() error { var m *MR; return m.Dereg() },
+		"foreign MR dereg": func() error { return (&MR{}).Dereg() },
+	} {
+		if err := f(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if n := len(d.commands(rings.OpRegMR)); n != 2 {
+		t.Errorf("bad registrations reached the device: %d REG_MR", n)
+	}
+	// Free with a live registration is refused; after Dereg it works.
+	if err := buf.Free(); !errors.Is(err, ErrBufferRegistered) {
+		t.Fatalf("Free under a registration: %v", err)
+	}
+	if err := mr.Dereg(); err != nil {
+		t.Fatal(err)
+	}
+	if err := mr.Dereg(); err == nil {
+		t.Error("double Dereg accepted")
+	}
+	if err := zb.Dereg(); err != nil {
+		t.Fatal(err)
+	}
+	if dc := d.commands(rings.OpDeregMR); len(dc) != 2 || dc[0].Arg0 != mr.LKey || dc[1].Arg0 != zb.LKey {
+		t.Fatalf("DEREG_MR %+v", dc)
+	}
+	if err := buf.Free(); err != nil {
+		t.Fatal(err)
+	}
+	if buf.Bytes() != nil || buf.Free() != nil {
+		t.Error("freed buffer still usable or second Free failed")
+	}
+	var nb *Buffer
+	if nb.Free() == nil || nb.Bytes() != nil {
+		t.Error("nil buffer")
+	}
+}
+
+// TestVerbsBufferFreeInvalidatesCache wires a cache over the fake device
+// into Buffer.Free, as Host.NewRegCache does.
+func TestVerbsBufferFreeInvalidatesCache(t *testing.T) {
+	v, d := fakeVerbs(t)
+	c := NewRegCache(hostRegistrar{v}, RegCacheConfig{})
+	v.caches[c] = struct{}{}
+	b1, _ := v.allocBuffer(8192)
+	b2, _ := v.allocBuffer(8192)
+	m1, err := c.Get(1, b1.Addr, 8192, AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m2, err := c.Get(1, b2.Addr+100, 1000, AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Put(m1); err != nil {
+		t.Fatal(err)
+	}
+	// b1: its registration is unused, so Free deregisters it and frees.
+	if err := b1.Free(); err != nil {
+		t.Fatal(err)
+	}
+	if dc := d.commands(rings.OpDeregMR); len(dc) != 1 || dc[0].Arg0 != m1.LKey {
+		t.Fatalf("DEREG_MR %+v", dc)
+	}
+	// b2: in use, so it is doomed and the memory stays.
+	if err := b2.Free(); !errors.Is(err, ErrBufferRegistered) {
+		t.Fatalf("Free under a cached registration in use: %v", err)
+	}
+	if s := c.Stats(); s.Invalidations != 2 || s.InUse != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+	if err := c.Put(m2); err != nil {
+		t.Fatal(err)
+	}
+	if err := b2.Free(); err != nil {
+		t.Fatal(err)
+	}
+	if len(d.commands(rings.OpDeregMR)) != 2 {
+		t.Fatal("doomed registration not deregistered at its last Put")
+	}
+}
+
+// TestVerbsCQPoll consumes a hand-written CQ ring: the test is the device.
+func TestVerbsCQPoll(t *testing.T) {
+	v, _ := fakeVerbs(t)
+	l, err := rings.AllocCQ(v.mem, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, err := rings.NewProducer(v.mem, l, l.Count, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := newCQOn(v, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	produce := func(from, n int) {
+		for i := range n {
+			e := dev.Next()
+			if e == nil {
+				t.Fatalf("device: CQ full at %d", from+i)
+			}
+			c := rings.Completion{Opcode: rings.WCRecv, Status: rings.WCStatus((from + i) % 3), WRID: uint64(from + i),
+				ByteLen: uint32(10 * (from + i)), QPN: 9, Flags: rings.WCWithImm, ImmData: uint64(from+i) << 32}
+			c.Encode(rings.CQEntry(e))
+			dev.Commit()
+		}
+		dev.Publish()
+	}
+	wc := make([]rings.Completion, 3)
+	if n := cq.Poll(wc); n != 0 {
+		t.Fatalf("empty CQ polled %d", n)
+	}
+	next := 0
+	check := func(got []rings.Completion) {
+		t.Helper()
+		for _, c := range got {
+			want := rings.Completion{Opcode: rings.WCRecv, Status: rings.WCStatus(next % 3), WRID: uint64(next),
+				ByteLen: uint32(10 * next), QPN: 9, Flags: rings.WCWithImm, ImmData: uint64(next) << 32}
+			if c != want {
+				t.Fatalf("completion %d: %v, want %v", next, &c, &want)
+			}
+			next++
+		}
+	}
+	// Many laps: the consumer must release slots for the device to go on.
+	for lap := range 10 {
+		produce(next, 8)
+		got := 0
+		for got < 8 {
+			n := cq.Poll(wc)
+			if n == 0 {
+				t.Fatalf("lap %d: %d of 8", lap, got)
+			}
+			check(wc[:n])
+			got += n
+		}
+		if dev.Free() != 8 {
+			t.Fatalf("lap %d: device sees %d free slots", lap, dev.Free())
+		}
+	}
+	// A published entry with the wrong phase tag is counted and skipped.
+	produce(next, 2)
+	e := cq.cons.Entry(cq.cons.Head())
+	e[0] ^= rings.CtlPhase
+	n := cq.Poll(wc)
+	if n != 1 || wc[0].WRID != uint64(next+1) {
+		t.Fatalf("after a bad entry: %d completions, %v", n, &wc[0])
+	}
+	if s := cq.Stats(); s.RingErrors != 1 {
+		t.Fatalf("ring errors %d", s.RingErrors)
+	}
+	// Nil and empty inputs.
+	var nilCQ *CQ
+	if nilCQ.Poll(wc) != 0 || cq.Poll(nil) != 0 {
+		t.Fatal("nil poll")
+	}
+}
+
+func TestVerbsEventRouting(t *testing.T) {
+	v, d := fakeVerbs(t)
+	cq, _ := v.createCQ(8)
+	qp := fakeQP(t, v, QPAttr{SendCQ: cq, RecvCQ: cq}, 12, false)
+
+	// CQ events are routed by flag: Conn is the CQ number, which here
+	// equals no connection, and out-of-range numbers are harmless.
+	if !v.route(&rings.Notification{Flags: rings.NtfCQEvent, Conn: cq.Num()}) {
+		t.Fatal("CQ event not consumed")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := cq.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel2 := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel2()
+	if err := cq.Wait(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait without an event: %v", err)
+	}
+	for _, n := range []rings.Notification{
+		{Flags: rings.NtfCQEvent, Conn: 12}, // the QP's index, but a CQ event
+		{Flags: rings.NtfCQEvent, Conn: rings.NoConn},
+		{Flags: rings.NtfQPEvent, Conn: 999, Aux: 77},
+	} {
+		if !v.route(&n) {
+			t.Errorf("%v not consumed", n.Flags)
+		}
+	}
+	if qp.State() != QPStateIdle {
+		t.Fatalf("state %v after foreign events", qp.State())
+	}
+	if v.route(&rings.Notification{Flags: rings.NtfAckThreshold, Conn: 3}) {
+		t.Error("a plain connection notification was consumed")
+	}
+
+	// ARM_CQ encoding.
+	if err := cq.ReqNotify(true); err != nil {
+		t.Fatal(err)
+	}
+	if err := cq.ReqNotify(false); err != nil {
+		t.Fatal(err)
+	}
+	if ac := d.commands(rings.OpArmCQ); len(ac) != 2 || ac[0].Arg0 != 1 || ac[1].Arg0 != 0 || ac[0].Conn != cq.Num() {
+		t.Fatalf("ARM_CQ %+v", ac)
+	}
+
+	// QP events drive the state; waiters wake.
+	got := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		got <- qp.WaitEstablished(ctx)
+	}()
+	v.route(&rings.Notification{Flags: rings.NtfQPEvent, Conn: 12, Aux: uint32(rings.QPEvConnectRequest)})
+	if qp.State() != QPStateConnectRequest {
+		t.Fatalf("state %v", qp.State())
+	}
+	if err := qp.modify(rings.QPAccept, []byte("reply")); err != nil {
+		t.Fatal(err)
+	}
+	mc := d.commands(rings.OpModifyQP)
+	if len(mc) != 1 || mc[0].Arg0 != uint32(rings.QPAccept) || mc[0].Len != 5 || mc[0].Conn != 12 {
+		t.Fatalf("MODIFY_QP %+v", mc)
+	}
+	if pd, _ := v.mem.Map(mc[0].Addr, 5); string(pd) != "reply" {
+		t.Fatalf("accept private data %q", pd)
+	}
+	if qp.State() != QPStateAccepted {
+		t.Fatalf("state %v after ACCEPT", qp.State())
+	}
+	v.route(&rings.Notification{Flags: rings.NtfQPEvent, Conn: 12, Aux: uint32(rings.QPEvEstablished)})
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	// Peer FIN: the host closes its side (MODIFY_QP CLOSE) by itself.
+	if v.route(&rings.Notification{Flags: rings.NtfFin, Conn: 12}) {
+		t.Error("FIN consumed: the connection must see it too")
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for len(d.commands(rings.OpModifyQP)) < 2 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if mc := d.commands(rings.OpModifyQP); len(mc) != 2 || mc[1].Arg0 != uint32(rings.QPClose) {
+		t.Fatalf("no CLOSE after the peer's FIN: %+v", mc)
+	}
+	v.route(&rings.Notification{Flags: rings.NtfQPEvent, Conn: 12, Aux: uint32(rings.QPEvClosed)})
+	ctx3, cancel3 := context.WithTimeout(context.Background(), time.Second)
+	defer cancel3()
+	if err := qp.Disconnect(ctx3); err != nil {
+		t.Fatal(err)
+	}
+	if qp.State() != QPStateClosed {
+		t.Fatalf("state %v", qp.State())
+	}
+
+	// Errors: reject and terminate are reported through Err and waits.
+	q2 := fakeQP(t, v, QPAttr{SendCQ: cq, RecvCQ: cq}, 13, true)
+	v.route(&rings.Notification{Flags: rings.NtfQPEvent, Conn: 13, Aux: uint32(rings.QPEvRejected)})
+	if err := q2.WaitEstablished(context.Background()); !errors.Is(err, ErrRejected) {
+		t.Fatalf("rejected: %v", err)
+	}
+	q3 := fakeQP(t, v, QPAttr{SendCQ: cq, RecvCQ: cq}, 14, false)
+	v.route(&rings.Notification{Flags: rings.NtfLegacyUpload, Conn: 14, Len: 20, Aux: 3})
+	if err := q3.Err(); !errors.Is(err, ErrEarlyData) {
+		t.Fatalf("early data: %v", err)
+	}
+	q4 := fakeQP(t, v, QPAttr{SendCQ: cq, RecvCQ: cq}, 15, true)
+	v.route(&rings.Notification{Flags: rings.NtfQPEvent, Conn: 15, Aux: uint32(rings.QPEvTerminate)})
+	if q4.State() != QPStateError || !errors.Is(q4.Err(), ErrQPError) {
+		t.Fatalf("terminate: %v %v", q4.State(), q4.Err())
+	}
+	// A wait ends with the QP's destruction.
+	done := make(chan error, 1)
+	q5 := fakeQP(t, v, QPAttr{SendCQ: cq, RecvCQ: cq}, 16, true)
+	go func() { done <- q5.WaitEstablished(context.Background()) }()
+	time.Sleep(5 * time.Millisecond)
+	_ = q5.Destroy()
+	if err := <-done; !errors.Is(err, ErrQPDestroyed) {
+		t.Fatalf("wait across Destroy: %v", err)
+	}
+	if err := q5.modify(rings.QPConnect, nil); !errors.Is(err, ErrQPDestroyed) {
+		t.Fatalf("modify after Destroy: %v", err)
+	}
+	if err := qp.modify(rings.QPAccept, make([]byte, MaxPrivateData+1)); err == nil {
+		t.Fatal("oversize private data accepted")
+	}
+}
+
+func TestVerbsPostQueues(t *testing.T) {
+	v, d := fakeVerbs(t)
+	cq, _ := v.createCQ(8)
+	qp := fakeQP(t, v, QPAttr{SendCQ: cq, RecvCQ: cq, SQDepth: 4, RQDepth: 2}, 3, true)
+	// The device side of the SQ, to read what was posted.
+	sqc, err := rings.NewConsumer(v.mem, qp.sqL, qp.sqL.Count, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := rings.SendWR{Opcode: rings.WRRDMAWrite, Flags: rings.WRSignaled, WRID: 1, RemoteAddr: 0x1234, RKey: 0x5501, NumSGE: 2}
+	w.SGL[0] = rings.SGE{Addr: 0x10, Length: 20, LKey: 0x601}
+	w.SGL[1] = rings.SGE{Addr: 0x30, Length: 40, LKey: 0x601}
+	if err := qp.PostSend(&w); err != nil {
+		t.Fatal(err)
+	}
+	batch := make([]rings.SendWR, 5)
+	for i := range batch {
+		batch[i] = rings.SendWR{Opcode: rings.WRSend, Flags: rings.WRInline, WRID: uint64(10 + i), InlineLen: 3}
+		copy(batch[i].InlineData[:], "abc")
+	}
+	n, err := qp.PostSendList(batch)
+	if n != 3 || !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("batch into 3 free slots: %d, %v", n, err)
+	}
+	if qp.SendQueueFree() != 0 {
+		t.Fatalf("free %d", qp.SendQueueFree())
+	}
+	if err := qp.PostSend(&w); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("full SQ: %v", err)
+	}
+	// One doorbell per post call that posted something.
+	if db := d.commands(rings.OpQPDoorbell); len(db) != 2 || db[0].Conn != 3 {
+		t.Fatalf("doorbells %+v", db)
+	}
+	want := append([]rings.SendWR{w}, batch[:3]...)
+	for i := range want {
+		e, err := sqc.Peek()
+		if err != nil || e == nil {
+			t.Fatalf("SQ entry %d: %v", i, err)
+		}
+		var got rings.SendWR
+		_ = got.Decode(rings.SQEntry(e))
+		if got != want[i] {
+			t.Fatalf("SQ entry %d:\n got %+v\nwant %+v", i, got, want[i])
+		}
+		sqc.Pop()
+	}
+	// The device consumed them: room again.
+	sqc.Release()
+	if err := qp.PostSend(&w); err != nil {
+		t.Fatalf("after the device released: %v", err)
+	}
+	// Bad work requests are refused before the ring (and no doorbell).
+	before := len(d.commands(rings.OpQPDoorbell))
+	for name, bad := range map[string]rings.SendWR{
+		"SGEs":   {NumSGE: rings.MaxSendSGE + 1},
+		"neg":    {NumSGE: -1},
+		"inline": {Flags: rings.WRInline, InlineLen: rings.MaxInline + 1},
+		"flags":  {Flags: 1 << 6},
+	} {
+		if err := qp.PostSend(&bad); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if err := qp.PostSend(nil); err == nil {
+		t.Error("nil WR accepted")
+	}
+	if len(d.commands(rings.OpQPDoorbell)) != before {
+		t.Error("doorbell for refused work")
+	}
+	// Receive queue.
+	r := rings.RecvWR{WRID: 5, NumSGE: 1}
+	r.SGL[0] = rings.SGE{Addr: 1, Length: 2, LKey: 3}
+	if n, err := qp.PostRecvList([]rings.RecvWR{r, r, r}); n != 2 || !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("RQ of 2: %d, %v", n, err)
+	}
+	if err := qp.PostRecv(&rings.RecvWR{NumSGE: rings.MaxRecvSGE + 1}); err == nil {
+		t.Error("RQ entry with too many SGEs accepted")
+	}
+	if err := qp.PostRecv(nil); err == nil {
+		t.Error("nil receive accepted")
+	}
+	var nq *QP
+	if _, err := nq.PostSendList(batch); err == nil {
+		t.Error("nil QP")
+	}
+	// A doorbell the device refuses is reported (the WR is queued).
+	d.refuse[rings.OpQPDoorbell] = rings.StatusBadConn
+	sqc.Release()
+	for sqc.Available() > 0 {
+		sqc.Pop()
+	}
+	sqc.Release()
+	if err := qp.PostSend(&w); err == nil || !errors.As(err, new(*CommandError)) {
+		t.Fatalf("refused doorbell: %v", err)
+	}
+}
+
+// tcpFrame builds an Ethernet/IPv4/TCP frame.
+func verbsTCPFrame(dst [4]byte, dport uint16, flags header.TCPFlags, payload int) []byte {
+	b := make([]byte, header.EthernetMinimumSize+header.IPv4MinimumSize+header.TCPMinimumSize+payload)
+	header.Ethernet(b).Encode(&header.EthernetFields{Type: header.IPv4ProtocolNumber})
+	ip := header.IPv4(b[header.EthernetMinimumSize:])
+	ip.Encode(&header.IPv4Fields{TotalLength: uint16(len(ip)), TTL: 64, Protocol: uint8(header.TCPProtocolNumber),
+		SrcAddr: tcpip.AddrFrom4([4]byte{10, 0, 0, 1}), DstAddr: tcpip.AddrFrom4(dst)})
+	header.TCP(ip[header.IPv4MinimumSize:]).Encode(&header.TCPFields{SrcPort: 40000, DstPort: dport,
+		DataOffset: header.TCPMinimumSize, Flags: flags, WindowSize: 1000})
+	return b
+}
+
+func TestVerbsHoldEarlyData(t *testing.T) {
+	v, _ := fakeVerbs(t)
+	me := [4]byte{10, 0, 0, 2}
+	data := verbsTCPFrame(me, 4791, header.TCPFlagAck|header.TCPFlagPsh, 100)
+	if v.holdEarlyData(data) {
+		t.Fatal("held with no RDMA listener")
+	}
+	if err := v.listenOn(listenKey{me, 4791}, &QPAttr{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.listenOn(listenKey{me, 4791}, &QPAttr{}); err == nil {
+		t.Fatal("second RDMA listener on a port accepted")
+	}
+	for name, c := range map[string]struct {
+		f    []byte
+		hold bool
+	}{
+		"payload to the listener":  {data, true},
+		"padded frame":             {append(verbsTCPFrame(me, 4791, header.TCPFlagAck, 1), 0, 0, 0, 0), true},
+		"SYN":                      {verbsTCPFrame(me, 4791, header.TCPFlagSyn, 0), false},
+		"pure ACK (padded to 60)":  {append(verbsTCPFrame(me, 4791, header.TCPFlagAck, 0), 0, 0, 0, 0, 0, 0), false},
+		"payload to another port":  {verbsTCPFrame(me, 4792, header.TCPFlagAck, 100), false},
+		"payload to another host":  {verbsTCPFrame([4]byte{10, 0, 0, 3}, 4791, header.TCPFlagAck, 100), false},
+		"truncated":                {data[:40], false},
+		"not IPv4":                 {append([]byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x86, 0xdd}, data[14:]...), false},
+		"IP total length too big":  {func() []byte { f := bytes.Clone(data); f[16] = 0xff; return f }(), false},
+		"TCP data offset too big":  {func() []byte { f := bytes.Clone(data); f[14+20+12] = 0xf0; return f }(), true},
+		"IP header length too big": {func() []byte { f := bytes.Clone(data); f[14] = 0x4f; return f }(), false},
+	} {
+		if got := v.holdEarlyData(c.f); got != c.hold {
+			t.Errorf("%s: hold %v, want %v", name, got, c.hold)
+		}
+	}
+	// Garbage never panics.
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 20000 {
+		f := bytes.Clone(data[:r.IntN(len(data)+1)])
+		for range 1 + r.IntN(4) {
+			if len(f) > 0 {
+				f[r.IntN(len(f))] = byte(r.Uint32())
+			}
+		}
+		v.holdEarlyData(f)
+	}
+	_ = v.listenOn(listenKey{me, 4791}, nil)
+	if v.holdEarlyData(data) {
+		t.Fatal("held after the listener closed")
+	}
+	if v.rawStream(FlowKey{LocalIP: me, LocalPort: 4791}) {
+		t.Fatal("raw stream after the listener closed")
+	}
+	k := FlowKey{LocalIP: me, LocalPort: 5000, RemotePort: 6000}
+	v.markFlow(k, &QPAttr{})
+	if !v.rawStream(k) {
+		t.Fatal("dialled flow not a raw stream")
+	}
+	v.markFlow(k, nil)
+	if v.rawStream(k) {
+		t.Fatal("still a raw stream")
+	}
+}
+
+// ---- two emulated hosts ---------------------------------------------------
+
+func rdmaHosts(t *testing.T) (a, b *Host) {
+	t.Helper()
+	pa, pb := port.NewWire(port.WireConfig{})
+	var err error
+	a, err = NewHost(HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 1}, Addr: netip.MustParsePrefix("10.0.0.1/24")}, pa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err = NewHost(HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 2}, Addr: netip.MustParsePrefix("10.0.0.2/24")}, pb)
+	if err != nil {
+		a.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a, b
+}
+
+// skipNoRDMA skips the test while the device does not execute RDMA
+// commands.
+func skipNoRDMA(t *testing.T, err error) {
+	t.Helper()
+	if errors.Is(err, ErrRDMANotSupported) {
+		t.Skipf("the device side of the RDMA commands is not there yet (%v)", err)
+	}
+}
+
+func must[T any](t *testing.T) func(T, error) T {
+	return func(v T, err error) T {
+		t.Helper()
+		skipNoRDMA(t, err)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+}
+
+// rdmaSide is one host's verbs objects in the tests.
+type rdmaSide struct {
+	h     *Host
+	pd    PD
+	cq    *CQ
+	qp    *QP
+	recv  *Buffer // receive buffers, recvN of recvSize bytes
+	rmr   *MR
+	local *Buffer // source/sink for local SGEs
+	lmr   *MR
+}
+
+const (
+	recvN    = 32
+	recvSize = 2048
+)
+
+func newSide(t *testing.T, h *Host) *rdmaSide {
+	t.Helper()
+	s := &rdmaSide{h: h, pd: h.AllocPD()}
+	s.cq = must[*CQ](t)(h.CreateCQ(512))
+	s.recv = must[*Buffer](t)(h.AllocBuffer(recvN * recvSize))
+	s.rmr = must[*MR](t)(h.RegMR(s.pd, s.recv, AccessLocalWrite))
+	s.local = must[*Buffer](t)(h.AllocBuffer(256 << 10))
+	s.lmr = must[*MR](t)(h.RegMR(s.pd, s.local, AccessLocalWrite))
+	return s
+}
+
+func (s *rdmaSide) attr() QPAttr {
+	return QPAttr{PD: s.pd, SendCQ: s.cq, RecvCQ: s.cq, SQDepth: 128, RQDepth: recvN,
+		Setup: func(qp *QP) error { return s.postRecvs(qp, 0, recvN) }}
+}
+
+func (s *rdmaSide) postRecvs(qp *QP, from, n int) error {
+	wrs := make([]rings.RecvWR, n)
+	for i := range wrs {
+		slot := (from + i) % recvN
+		wrs[i] = rings.RecvWR{WRID: uint64(1000 + slot), NumSGE: 1}
+		wrs[i].SGL[0] = s.rmr.SGE(slot*recvSize, recvSize)
+	}
+	_, err := qp.PostRecvList(wrs)
+	return err
+}
+
+func (s *rdmaSide) recvData(wc rings.Completion) []byte {
+	slot := int(wc.WRID - 1000)
+	return s.recv.Bytes()[slot*recvSize : slot*recvSize+int(wc.ByteLen)]
+}
+
+// waitWC polls cq until n completions arrived (or fails).
+func waitWC(t *testing.T, cq *CQ, n int) []rings.Completion {
+	t.Helper()
+	out := make([]rings.Completion, 0, n)
+	wc := make([]rings.Completion, 16)
+	deadline := time.Now().Add(10 * time.Second)
+	for len(out) < n {
+		k := cq.Poll(wc[:min(len(wc), n-len(out))])
+		out = append(out, wc[:k]...)
+		if k == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d of %d completions after 10 s: %v", len(out), n, out)
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+	return out
+}
+
+// noWC checks that cq stays empty for a while.
+func noWC(t *testing.T, cq *CQ) {
+	t.Helper()
+	time.Sleep(20 * time.Millisecond)
+	wc := make([]rings.Completion, 4)
+	if n := cq.Poll(wc); n != 0 {
+		t.Fatalf("unexpected completions %v", wc[:n])
+	}
+}
+
+func wantWC(t *testing.T, c rings.Completion, op rings.WCOpcode, wrid uint64) {
+	t.Helper()
+	if c.Opcode != op || c.WRID != wrid || c.Status != rings.WCSuccess {
+		t.Fatalf("completion %v, want %v WRID %#x SUCCESS", &c, op, wrid)
+	}
+}
+
+// connect makes a QP pair from a to b; b accepts with the request API.
+func connect(t *testing.T, a, b *rdmaSide, port uint16) {
+	t.Helper()
+	l, err := b.h.ListenRDMA(port, b.attr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	type res struct {
+		qp  *QP
+		err error
+	}
+	acc := make(chan res, 1)
+	go func() {
+		r, err := l.GetRequest(ctx)
+		if err != nil {
+			acc <- res{nil, err}
+			return
+		}
+		if r.QP().State() != QPStateConnectRequest {
+			acc <- res{nil, fmt.Errorf("request QP in %v", r.QP().State())}
+			return
+		}
+		acc <- res{r.QP(), r.Accept([]byte("welcome"))}
+	}()
+	start := time.Now()
+	a.qp, err = a.h.DialRDMA(ctx, netip.AddrPortFrom(b.h.Addr(), port), a.attr())
+	skipNoRDMA(t, err)
+	if err != nil {
+		t.Fatalf("DialRDMA: %v (listener: %d failed, last %v)", err, l.Failed(), l.LastError())
+	}
+	r := <-acc
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	b.qp = r.qp
+	t.Logf("connected in %v", time.Since(start))
+	if a.qp.State() != QPStateRTS || b.qp.State() != QPStateAccepted {
+		t.Fatalf("states %v / %v", a.qp.State(), b.qp.State())
+	}
+}
+
+func rdmaPair(t *testing.T, port uint16) (a, b *rdmaSide) {
+	ha, hb := rdmaHosts(t)
+	a, b = newSide(t, ha), newSide(t, hb)
+	connect(t, a, b, port)
+	return a, b
+}
+
+func fill(b []byte, seed byte) {
+	for i := range b {
+		b[i] = byte(i*7) ^ seed
+	}
+}
+
+// TestVerbsEveryOpcode runs every iWARP opcode between two emulated hosts
+// over the in-memory wire and checks data and completions: Send, Send
+// with SE (armed solicited-only CQ), Send with Invalidate, RDMA Write,
+// RDMA Write with Immediate, RDMA Read, inline Send, unsignaled work, a
+// batch, polling and armed waits both ways, and an orderly close.
+func TestVerbsEveryOpcode(t *testing.T) {
+	a, b := rdmaPair(t, 4791)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	la := a.local.Bytes()
+	fill(la, 1)
+
+	// B's target region, with guard bytes on both sides.
+	const regionLen = 64 << 10
+	guardBuf := must[*Buffer](t)(b.h.AllocBuffer(regionLen + 128))
+	g := guardBuf.Bytes()
+	for i := range g {
+		g[i] = 0xEE
+	}
+	region := g[64 : 64+regionLen]
+	rmr := must[*MR](t)(b.h.RegMRAddr(b.pd, guardBuf.Addr+64, regionLen, AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead))
+	checkGuards := func() {
+		t.Helper()
+		for i, x := range append(g[:64:64], g[64+regionLen:]...) {
+			if x != 0xEE {
+				t.Fatalf("guard byte %d changed", i)
+			}
+		}
+	}
+
+	// 1. Send A→B (A's first message: B reaches RTS).
+	send := rings.SendWR{Opcode: rings.WRSend, Flags: rings.WRSignaled, WRID: 1, NumSGE: 1}
+	send.SGL[0] = a.lmr.SGE(0, 100)
+	if err := a.qp.PostSend(&send); err != nil {
+		t.Fatal(err)
+	}
+	wantWC(t, waitWC(t, a.cq, 1)[0], rings.WCSend, 1)
+	rc := waitWC(t, b.cq, 1)[0]
+	wantWC(t, rc, rings.WCRecv, 1000)
+	if rc.ByteLen != 100 || !bytes.Equal(b.recvData(rc), la[:100]) || rc.QPN != b.qp.QPN() {
+		t.Fatalf("Send: %v, data %x", &rc, b.recvData(rc)[:8])
+	}
+	if err := b.qp.WaitEstablished(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// 2. Send with SE: B arms solicited-only; an unsolicited Send does
+	// not fire the event, a solicited one does.
+	if err := b.cq.ReqNotify(true); err != nil {
+		t.Fatal(err)
+	}
+	send.WRID, send.SGL[0] = 2, a.lmr.SGE(100, 200)
+	if err := a.qp.PostSend(&send); err != nil {
+		t.Fatal(err)
+	}
+	wantWC(t, waitWC(t, a.cq, 1)[0], rings.WCSend, 2)
+	rc = waitWC(t, b.cq, 1)[0]
+	wantWC(t, rc, rings.WCRecv, 1001)
+	time.Sleep(20 * time.Millisecond)
+	select {
+	case <-b.cq.C():
+		t.Fatal("solicited-only CQ fired on an unsolicited Send")
+	default:
+	}
+	se := send
+	se.WRID, se.Flags = 3, rings.WRSignaled|rings.WRSolicited
+	if err := a.qp.PostSend(&se); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.cq.Wait(ctx); err != nil {
+		t.Fatalf("no CQ event for a Send with SE: %v", err)
+	}
+	rc = waitWC(t, b.cq, 1)[0]
+	wantWC(t, rc, rings.WCRecv, 1002)
+	if rc.Flags&rings.WCSolicitedF == 0 || !bytes.Equal(b.recvData(rc), la[100:300]) {
+		t.Fatalf("Send with SE: %v", &rc)
+	}
+	wantWC(t, waitWC(t, a.cq, 1)[0], rings.WCSend, 3)
+
+	// 3. RDMA Write A→B, then a Send: its receive completion means the
+	// Write was placed (messages are placed in order).
+	wr := rings.SendWR{Opcode: rings.WRRDMAWrite, Flags: rings.WRSignaled, WRID: 4, RemoteAddr: rmr.TO(0), RKey: rmr.RKey, NumSGE: 1}
+	wr.SGL[0] = a.lmr.SGE(1000, regionLen)
+	send.WRID, send.SGL[0] = 5, a.lmr.SGE(0, 8)
+	if n, err := a.qp.PostSendList([]rings.SendWR{wr, send}); n != 2 || err != nil {
+		t.Fatal(n, err)
+	}
+	c := waitWC(t, a.cq, 2)
+	wantWC(t, c[0], rings.WCRDMAWrite, 4)
+	wantWC(t, c[1], rings.WCSend, 5)
+	wantWC(t, waitWC(t, b.cq, 1)[0], rings.WCRecv, 1003)
+	if !bytes.Equal(region, la[1000:1000+regionLen]) {
+		t.Fatal("RDMA Write data not in B's region")
+	}
+	checkGuards()
+
+	// 4. RDMA Write with Immediate: one receive completion at B with the
+	// immediate data and no bytes.
+	imm := rings.SendWR{Opcode: rings.WRRDMAWriteImm, Flags: rings.WRSignaled, WRID: 6, RemoteAddr: rmr.TO(4096),
+		RKey: rmr.RKey, ImmData: 0x1122334455667788, NumSGE: 1}
+	fill(la[:4096], 9)
+	imm.SGL[0] = a.lmr.SGE(0, 4096)
+	if err := a.qp.PostSend(&imm); err != nil {
+		t.Fatal(err)
+	}
+	wantWC(t, waitWC(t, a.cq, 1)[0], rings.WCRDMAWrite, 6)
+	rc = waitWC(t, b.cq, 1)[0]
+	wantWC(t, rc, rings.WCRecvRDMAWithImm, 1004)
+	if rc.Flags&rings.WCWithImm == 0 || rc.ImmData != 0x1122334455667788 || rc.ByteLen != 0 {
+		t.Fatalf("Write with Immediate: %v", &rc)
+	}
+	if !bytes.Equal(region[4096:8192], la[:4096]) {
+		t.Fatal("Write with Immediate data not in B's region")
+	}
+
+	// 5. RDMA Read A←B into A's buffer.
+	fill(region, 0x5A)
+	rd := rings.SendWR{Opcode: rings.WRRDMARead, Flags: rings.WRSignaled, WRID: 7, RemoteAddr: rmr.TO(512), RKey: rmr.RKey, NumSGE: 1}
+	rd.SGL[0] = a.lmr.SGE(128<<10, 32<<10)
+	if err := a.qp.PostSend(&rd); err != nil {
+		t.Fatal(err)
+	}
+	c = waitWC(t, a.cq, 1)
+	wantWC(t, c[0], rings.WCRDMARead, 7)
+	if c[0].ByteLen != 32<<10 || !bytes.Equal(la[128<<10:160<<10], region[512:512+32<<10]) {
+		t.Fatalf("RDMA Read: %v", &c[0])
+	}
+	checkGuards()
+
+	// 6. Unsignaled work: three unsignaled Writes and a signaled Send
+	// give exactly one completion at A.
+	var list []rings.SendWR
+	for i := range 3 {
+		w := wr
+		w.Flags, w.WRID, w.RemoteAddr = 0, uint64(20+i), rmr.TO(i*1024)
+		w.SGL[0] = a.lmr.SGE(i*1024, 1024)
+		list = append(list, w)
+	}
+	send.WRID = 23
+	list = append(list, send)
+	fill(la[:3072], 0x33)
+	if n, err := a.qp.PostSendList(list); n != 4 || err != nil {
+		t.Fatal(n, err)
+	}
+	wantWC(t, waitWC(t, a.cq, 1)[0], rings.WCSend, 23)
+	wantWC(t, waitWC(t, b.cq, 1)[0], rings.WCRecv, 1005)
+	noWC(t, a.cq)
+	if !bytes.Equal(region[:3072], la[:3072]) {
+		t.Fatal("unsignaled Writes not placed")
+	}
+
+	// 7. Inline Send, and a batch of Sends in one doorbell.
+	in := rings.SendWR{Opcode: rings.WRSend, Flags: rings.WRSignaled | rings.WRInline, WRID: 30, InlineLen: 40}
+	copy(in.InlineData[:], "inline data travels inside the SQ entry!")
+	if err := a.qp.PostSend(&in); err != nil {
+		t.Fatal(err)
+	}
+	wantWC(t, waitWC(t, a.cq, 1)[0], rings.WCSend, 30)
+	rc = waitWC(t, b.cq, 1)[0]
+	if string(b.recvData(rc)) != "inline data travels inside the SQ entry!" {
+		t.Fatalf("inline Send: %q", b.recvData(rc))
+	}
+	var sends []rings.SendWR
+	for i := range 8 {
+		s := send
+		s.WRID, s.SGL[0] = uint64(40+i), a.lmr.SGE(i*10, 10)
+		sends = append(sends, s)
+	}
+	if n, err := a.qp.PostSendList(sends); n != 8 || err != nil {
+		t.Fatal(n, err)
+	}
+	for i, c := range waitWC(t, a.cq, 8) {
+		wantWC(t, c, rings.WCSend, uint64(40+i))
+	}
+	for i, c := range waitWC(t, b.cq, 8) {
+		if c.Status != rings.WCSuccess || !bytes.Equal(b.recvData(c), la[i*10:i*10+10]) {
+			t.Fatalf("batched Send %d: %v", i, &c)
+		}
+	}
+	// B used 15 receives: give them back.
+	if err := b.postRecvs(b.qp, 0, 15); err != nil {
+		t.Fatal(err)
+	}
+
+	// 8. B→A Send, taken by A with an armed wait (PollWait), and a B→A
+	// RDMA Write.
+	bl := b.local.Bytes()
+	fill(bl[:300], 0x77)
+	bs := rings.SendWR{Opcode: rings.WRSend, Flags: rings.WRSignaled, WRID: 50, NumSGE: 1}
+	bs.SGL[0] = b.lmr.SGE(0, 300)
+	go func() {
+		time.Sleep(10 * time.Millisecond)
+		_ = b.qp.PostSend(&bs)
+	}()
+	wc := make([]rings.Completion, 4)
+	n, err := a.cq.PollWait(ctx, wc, false)
+	if err != nil || n != 1 {
+		t.Fatal(n, err)
+	}
+	wantWC(t, wc[0], rings.WCRecv, 1000)
+	if !bytes.Equal(a.recvData(wc[0]), bl[:300]) {
+		t.Fatal("B→A Send data")
+	}
+	wantWC(t, waitWC(t, b.cq, 1)[0], rings.WCSend, 50)
+	if st := a.cq.Stats(); st.Events == 0 {
+		t.Error("PollWait returned without a CQ event and without polling one")
+	}
+
+	// 9. Send with Invalidate: A invalidates B's region; B's completion
+	// names it.
+	inv := rings.SendWR{Opcode: rings.WRSendInv, Flags: rings.WRSignaled, WRID: 60, InvSTag: rmr.RKey, NumSGE: 1}
+	inv.SGL[0] = a.lmr.SGE(0, 16)
+	if err := a.qp.PostSend(&inv); err != nil {
+		t.Fatal(err)
+	}
+	wantWC(t, waitWC(t, a.cq, 1)[0], rings.WCSend, 60)
+	rc = waitWC(t, b.cq, 1)[0]
+	if rc.Status != rings.WCSuccess || rc.Flags&rings.WCWithInv == 0 || uint32(rc.ImmData) != rmr.RKey || rc.ByteLen != 16 {
+		t.Fatalf("Send with Invalidate: %v", &rc)
+	}
+
+	// Orderly close from A; B follows the FIN by itself.
+	start := time.Now()
+	defer func() { t.Logf("closed in %v", time.Since(start)) }()
+	if err := a.qp.Disconnect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.qp.wait(ctx, func() (bool, error) { return b.qp.llpClosed || b.qp.state >= QPStateError, nil }); err != nil {
+		t.Fatalf("B did not close: %v", err)
+	}
+	for _, s := range []*rdmaSide{a, b} {
+		if err := s.qp.Destroy(); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.qp.PostSend(&send); !errors.Is(err, ErrQPDestroyed) {
+			t.Fatalf("post after Destroy: %v", err)
+		}
+	}
+	if err := rmr.Dereg(); err != nil {
+		t.Fatal(err)
+	}
+	if err := guardBuf.Free(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestVerbsRemoteAccessError: an RDMA Write into a region registered
+// without remote write kills both QPs; the region and its guards are
+// untouched and outstanding work completes in error.
+func TestVerbsRemoteAccessError(t *testing.T) {
+	a, b := rdmaPair(t, 4792)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	buf := must[*Buffer](t)(b.h.AllocBuffer(4096))
+	for i := range buf.Bytes() {
+		buf.Bytes()[i] = 0xEE
+	}
+	mr := must[*MR](t)(b.h.RegMR(b.pd, buf, AccessLocalWrite|AccessRemoteRead))
+	fill(a.local.Bytes(), 3)
+	w := rings.SendWR{Opcode: rings.WRRDMAWrite, Flags: rings.WRSignaled, WRID: 1, RemoteAddr: mr.TO(0), RKey: mr.RKey, NumSGE: 1}
+	w.SGL[0] = a.lmr.SGE(0, 1024)
+	s := rings.SendWR{Opcode: rings.WRSend, Flags: rings.WRSignaled, WRID: 2, NumSGE: 1}
+	s.SGL[0] = a.lmr.SGE(0, 10)
+	if n, err := a.qp.PostSendList([]rings.SendWR{w, s}); n != 2 || err != nil {
+		t.Fatal(n, err)
+	}
+	for _, s := range []*rdmaSide{a, b} {
+		err := s.qp.wait(ctx, func() (bool, error) { return s.qp.state >= QPStateError, nil })
+		if err != nil {
+			t.Fatalf("QP not in error: %v (state %v)", err, s.qp.State())
+		}
+	}
+	if !errors.Is(a.qp.Err(), ErrQPError) && !errors.Is(b.qp.Err(), ErrQPError) {
+		t.Fatalf("errors %v / %v", a.qp.Err(), b.qp.Err())
+	}
+	for _, x := range buf.Bytes() {
+		if x != 0xEE {
+			t.Fatal("data placed into a region without remote write")
+		}
+	}
+	// B's posted receives complete flushed; A's work does not all succeed.
+	rc := waitWC(t, b.cq, recvN)
+	for _, c := range rc {
+		if c.Status != rings.WCWRFlushErr {
+			t.Fatalf("B receive %v, want flushed", &c)
+		}
+	}
+	ac := waitWC(t, a.cq, 1)
+	bad := false
+	for _, c := range append(ac, waitWCUntilQuiet(a.cq)...) {
+		bad = bad || c.Status != rings.WCSuccess
+	}
+	if !bad {
+		t.Fatalf("every A completion succeeded: %v", ac)
+	}
+	// Posting to a QP in error is allowed: the work completes flushed.
+	s.WRID = 3
+	if err := a.qp.PostSend(&s); err != nil {
+		t.Fatal(err)
+	}
+	if c := waitWC(t, a.cq, 1)[0]; c.WRID != 3 || c.Status != rings.WCWRFlushErr {
+		t.Fatalf("post to a QP in error: %v", &c)
+	}
+	for _, s := range []*rdmaSide{a, b} {
+		if err := s.qp.Destroy(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func waitWCUntilQuiet(cq *CQ) []rings.Completion {
+	var out []rings.Completion
+	wc := make([]rings.Completion, 16)
+	for quiet := 0; quiet < 20; {
+		n := cq.Poll(wc)
+		out = append(out, wc[:n]...)
+		if n == 0 {
+			quiet++
+			time.Sleep(time.Millisecond)
+		}
+	}
+	return out
+}
+
+// TestVerbsReject: the responder rejects the request; DialRDMA reports
+// ErrRejected, and the listener goes on accepting.
+func TestVerbsReject(t *testing.T) {
+	ha, hb := rdmaHosts(t)
+	a, b := newSide(t, ha), newSide(t, hb)
+	l, err := hb.ListenRDMA(4793, b.attr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	go func() {
+		r, err := l.GetRequest(ctx)
+		if err == nil {
+			err = r.Reject([]byte("go away"))
+		}
+		if err != nil {
+			t.Error(err)
+		}
+	}()
+	_, err = ha.DialRDMA(ctx, netip.AddrPortFrom(hb.Addr(), 4793), a.attr())
+	skipNoRDMA(t, err)
+	if !errors.Is(err, ErrRejected) {
+		t.Fatalf("DialRDMA against a rejecting listener: %v", err)
+	}
+	// The listener still works.
+	go func() {
+		if _, err := l.Accept(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	qp, err := ha.DialRDMA(ctx, netip.AddrPortFrom(hb.Addr(), 4793), a.attr())
+	if err != nil {
+		t.Fatalf("second dial: %v", err)
+	}
+	if err := qp.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestVerbsRegCacheOnHost: a host registration cache against the device,
+// invalidated by Buffer.Free.
+func TestVerbsRegCacheOnHost(t *testing.T) {
+	h, _ := rdmaHosts(t)
+	pd := h.AllocPD()
+	c, err := h.NewRegCache(RegCacheConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := must[*Buffer](t)(h.AllocBuffer(64 << 10))
+	mr := must[*MR](t)(c.Get(pd, buf.Addr, 64<<10, AccessLocalWrite))
+	again := must[*MR](t)(c.Get(pd, buf.Addr+4096, 4096, AccessLocalWrite))
+	if again != mr || mr.LKey == 0 || mr.LKey>>8 == 0 {
+		t.Fatalf("cache: %+v / %+v", mr, again)
+	}
+	rem := must[*MR](t)(c.Get(pd, buf.Addr, 4096, AccessLocalWrite|AccessRemoteWrite))
+	if rem == mr {
+		t.Fatal("a local registration handed out for remote access")
+	}
+	for _, m := range []*MR{mr, again, rem} {
+		if err := c.Put(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := mr.Dereg(); err == nil {
+		t.Fatal("Dereg of a cached registration")
+	}
+	// Free: both unused registrations are deregistered by the callback.
+	held := must[*MR](t)(c.Get(pd, buf.Addr, 100, AccessLocalWrite))
+	if err := buf.Free(); !errors.Is(err, ErrBufferRegistered) {
+		t.Fatalf("Free with a registration in use: %v", err)
+	}
+	if err := c.Put(held); err != nil {
+		t.Fatal(err)
+	}
+	if err := buf.Free(); err != nil {
+		t.Fatal(err)
+	}
+	s := c.Stats()
+	if s.Entries != 0 || s.Deregistrations != s.Registrations || s.Errors != 0 || s.Invalidations != 2 {
+		t.Fatalf("stats %+v", s)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestVerbsOffloadHookMakesQP: an OFFLOAD of an RDMA connection carries
+// its CREATE_QP (same publish); the QP is adopted after delegation.
+func TestVerbsOffloadHookMakesQP(t *testing.T) {
+	v, _ := fakeVerbs(t)
+	cq, _ := v.createCQ(8)
+	key := FlowKey{LocalIP: [4]byte{10, 0, 0, 2}, RemoteIP: [4]byte{10, 0, 0, 1}, LocalPort: 4791, RemotePort: 40000}
+	blkAddr, _ := v.mem.Alloc(rings.ConnStateSize, rings.CacheLine)
+	blk, _ := v.mem.Map(blkAddr, rings.ConnStateSize)
+	st := rings.ConnState{Version: rings.ConnStateVersion, State: rings.StateEstablished, LocalIP: key.LocalIP,
+		RemoteIP: key.RemoteIP, LocalPort: key.LocalPort, RemotePort: key.RemotePort, MSS: 1460}
+	st.Encode(rings.ConnStateBlock(blk))
+	off := rings.Command{Opcode: rings.OpOffload, Conn: 7, Addr: blkAddr, Len: rings.ConnStateSize}
+	newConn := func(idx uint32) *DelegatedConn {
+		c := &DelegatedConn{idx: idx}
+		c.cond = sync.NewCond(&c.mu)
+		return c
+	}
+
+	// Not an RDMA flow: nothing added.
+	if f, _ := v.afterOffload(off); f != nil {
+		t.Fatalf("plain OFFLOAD got %v", f)
+	}
+	// A listener's connection: a responder QP.
+	attr := QPAttr{PD: 3, SendCQ: cq, RecvCQ: cq, RQDepth: 8}
+	if err := v.listenOn(listenKey{key.LocalIP, key.LocalPort}, &attr); err != nil {
+		t.Fatal(err)
+	}
+	follow, done := v.afterOffload(off)
+	if len(follow) != 1 || follow[0].Opcode != rings.OpCreateQP || follow[0].Conn != 7 || follow[0].Len != rings.QPConfigSize {
+		t.Fatalf("follow %+v", follow)
+	}
+	cb, _ := v.mem.Map(follow[0].Addr, rings.QPConfigSize)
+	var qc rings.QPConfig
+	if err := qc.Decode(cb); err != nil || qc.Flags != 0 || qc.PD != 3 || qc.RQCount != 8 || qc.SendCQ != cq.Num() {
+		t.Fatalf("config %+v %v", qc, err)
+	}
+	done([]rings.Command{{Opcode: rings.OpCreateQP, Status: rings.StatusOK}}, nil)
+	qp, err := v.adoptQP(newConn(7))
+	if err != nil || qp.QPN() != 7 || qp.initiator {
+		t.Fatalf("adopt: %v %v", qp, err)
+	}
+	if _, err := v.adoptQP(newConn(7)); err == nil {
+		t.Fatal("a QP adopted twice")
+	}
+	// A refused CREATE_QP: nothing registered, the status reported.
+	off.Conn = 8
+	_, done = v.afterOffload(off)
+	done([]rings.Command{{Opcode: rings.OpCreateQP, Status: rings.StatusBadState}}, nil)
+	var ce *CommandError
+	if _, err := v.adoptQP(newConn(8)); !errors.As(err, &ce) || ce.Status != rings.StatusBadState {
+		t.Fatalf("refused CREATE_QP: %v", err)
+	}
+	if v.qps[8] != nil || cq.qpRefs.Load() != 2 { // QP 7, on both sides
+		t.Fatal("refused QP still registered")
+	}
+	// Bytes the host already holds: ErrEarlyData, and the stream memory
+	// of the connection goes back.
+	off.Conn = 9
+	_, done = v.afterOffload(off)
+	done([]rings.Command{{Status: rings.StatusOK}}, nil)
+	c := newConn(9)
+	c.chunks = []rxChunk{{data: []byte("MPA ID Req Frame"), userID: -1}}
+	c.rxBufs = []rings.Addr{must[rings.Addr](t)(v.mem.Alloc(4096, 64))}
+	if _, err := v.adoptQP(c); !errors.Is(err, ErrEarlyData) {
+		t.Fatalf("early data: %v", err)
+	}
+	if c.rxBufs != nil {
+		t.Fatal("receive buffers of an RDMA connection kept")
+	}
+	_ = v.listenOn(listenKey{key.LocalIP, key.LocalPort}, nil)
+	// A dialled flow: an initiator QP with the private data.
+	pd := []byte("hello")
+	v.markFlow(key, &QPAttr{PD: 4, SendCQ: cq, RecvCQ: cq, PrivateData: pd})
+	off.Conn = 10
+	follow, done = v.afterOffload(off)
+	done([]rings.Command{{Status: rings.StatusOK}}, nil)
+	cb, _ = v.mem.Map(follow[0].Addr, rings.QPConfigSize)
+	_ = qc.Decode(cb)
+	if qc.Flags != rings.QPFlagInitiator || qc.PD != 4 || qc.PrivLen != 5 {
+		t.Fatalf("initiator config %+v", qc)
+	}
+	if qp, err := v.adoptQP(newConn(10)); err != nil || !qp.initiator {
+		t.Fatal(err)
+	}
+}
+
+// TestVerbsHotPathAllocs: posting (with its doorbell) and polling allocate
+// nothing.
+func TestVerbsHotPathAllocs(t *testing.T) {
+	mem, err := rings.NewArena(4 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := &verbsState{}
+	v.init(nil, mem, func(c rings.Command) (rings.Command, error) { c.Status = rings.StatusOK; return c, nil })
+	cq, err := v.createCQ(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qp := fakeQP(t, v, QPAttr{SendCQ: cq, RecvCQ: cq, SQDepth: 64, RQDepth: 64}, 1, true)
+	sqc, _ := rings.NewConsumer(mem, qp.sqL, qp.sqL.Count, nil)
+	rqc, _ := rings.NewConsumer(mem, qp.rqL, qp.rqL.Count, nil)
+	dev, _ := rings.NewProducer(mem, cq.layout, cq.layout.Count, nil)
+	w := rings.SendWR{Opcode: rings.WRSend, Flags: rings.WRSignaled, NumSGE: 1}
+	r := rings.RecvWR{NumSGE: 1}
+	wc := make([]rings.Completion, 4)
+	allocs := testing.AllocsPerRun(1000, func() {
+		if err := qp.PostSend(&w); err != nil {
+			t.Fatal(err)
+		}
+		if err := qp.PostRecv(&r); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []*rings.Consumer{sqc, rqc} {
+			c.Pop()
+			c.Release()
+		}
+		(&rings.Completion{WRID: 1}).Encode(rings.CQEntry(dev.Next()))
+		dev.Commit()
+		dev.Publish()
+		if cq.Poll(wc) != 1 {
+			t.Fatal("no completion")
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per post+post+poll", allocs)
+	}
+}
