@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // FlowKey names a TCP connection from the host's side.
@@ -37,6 +38,8 @@ type flowInfo struct {
 	ourFin      bool
 	localMAC    [6]byte
 	nextHopMAC  [6]byte
+	synAt       int64 // when our SYN (or SYN-ACK) left, for the handshake RTT
+	rtt         int64 // handshake round trip in ns (0: not measured)
 	droppedIn   uint64
 	droppedOut  uint64
 	inSegments  uint64
@@ -183,6 +186,10 @@ const (
 
 func seqAfter(a, b uint32) bool { return int32(a-b) > 0 }
 
+var trackEpoch = time.Now()
+
+func monotime() int64 { return int64(time.Since(trackEpoch)) }
+
 func (f *flowInfo) learnOut(frame []byte, s *tcpSeg) {
 	f.outSegments++
 	copy(f.localMAC[:], frame[6:12])
@@ -199,6 +206,7 @@ func (f *flowInfo) learnOut(frame []byte, s *tcpSeg) {
 		if s.ws > 0 {
 			f.ourWnd = s.window >> s.ws
 		}
+		f.synAt = monotime()
 		end++
 		f.sndNxt = end
 		f.sndUna = s.seq
@@ -231,6 +239,12 @@ func (f *flowInfo) learnIn(frame []byte, s *tcpSeg) {
 		f.rcvNxt = s.seq + 1
 	}
 	if s.flags&tcpAck != 0 && seqAfter(s.ack, f.sndUna) {
+		if f.rtt == 0 && f.synAt != 0 && f.sawOurSyn && s.ack == f.sndUna+1 {
+			// The ACK of our SYN (active open: the SYN-ACK; passive: the
+			// handshake's last ACK) gives the first RTT sample, so the
+			// engine starts from a measured RTO instead of the 1 s default.
+			f.rtt = monotime() - f.synAt
+		}
 		f.sndUna = s.ack
 	}
 	if s.flags&tcpRst == 0 {

@@ -87,7 +87,10 @@ func TestFlowTrackerLearnsHandshakeAndData(t *testing.T) {
 		ourSACK: true, peerSACK: true, ourTS: true, peerTS: true, irs: 5000,
 		sndNxt: 1301, sndUna: 1301, rcvNxt: 6001, peerWnd: 229, ourWnd: 512, ourLastTS: 102, peerLastTS: 11}
 	got := fi
-	got.localMAC, got.nextHopMAC, got.inSegments, got.outSegments = [6]byte{}, [6]byte{}, 0, 0
+	if got.rtt <= 0 {
+		t.Errorf("no handshake RTT measured")
+	}
+	got.localMAC, got.nextHopMAC, got.inSegments, got.outSegments, got.synAt, got.rtt = [6]byte{}, [6]byte{}, 0, 0, 0, 0
 	if got != want {
 		t.Fatalf("learned\n%+v\nwant\n%+v", got, want)
 	}

@@ -249,6 +249,10 @@ func (o *offloader) stateBlock(key FlowKey, fi *flowInfo) rings.ConnState {
 	if fi.peerFin {
 		st.State = rings.StateCloseWait
 	}
+	if fi.rtt > 0 {
+		us := uint32(min(fi.rtt/1000, 60_000_000))
+		st.SRTTus, st.RTTVarUs = max(us, 1), max(us/2, 1)
+	}
 	if fi.ourWS >= 0 && fi.peerWS >= 0 {
 		st.SndWndScale, st.RcvWndScale = uint8(fi.peerWS), uint8(fi.ourWS)
 	}
