@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"flag"
 	"fmt"
 	"hash"
 	"io"
@@ -22,7 +23,7 @@ import (
 var demoCmd = &command{
 	name:     "demo",
 	summary:  "two emulated hosts over an in-memory wire: netstack and delegated TCP side by side",
-	synopsis: "[--bytes SIZE] [--path netstack|offload|both] [--loss PCT] [--reorder PCT] [--seed N] [--pcap FILE] [--mtu N]",
+	synopsis: "[--bytes SIZE] [--path netstack|offload|both] [--rdma] [--loss PCT] [--reorder PCT] [--seed N] [--pcap FILE] [--mtu N]",
 	about: `
 Builds two emulated hosts in this process, A (10.0.0.1) and B (10.0.0.2), each
 with host memory, an emulated NIC and gVisor netstack, joined by an in-memory
@@ -43,6 +44,20 @@ what each path cost in ring entries, interrupts and segments, then the ring,
 device and delegated-engine counters of both NICs and every drop or error
 counter that is not zero. Exits 1 if the data did not arrive intact.
 
+--rdma runs the RDMA path: A dials B's RDMA listener (an iWARP-style queue
+pair on a delegated connection, MPA/DDP/RDMAP in the NICs), runs every
+opcode once -- Send, Send with Solicited Event, RDMA Write, RDMA Write with
+Immediate, RDMA Read, Send with Invalidate -- and checks the data in the
+target memory (guard bytes around B's region untouched), then writes
+--bytes from a registered buffer at A into a registered region at B in
+64 KiB RDMA Writes (32 outstanding; a region of at most 8 MiB, written
+again lap after lap) and compares the region with the source. It prints
+the opcode checks, the throughput row, both QPs' device statistics and
+the hosts' copy counters (DriverStats.HostCopyBytes) over the RDMA part,
+which must be 0: the NICs place and fetch the payload by DMA. With --rdma
+and no --path only the RDMA path runs; with --path too, those paths run
+first, side by side with it. Exits 1 if a check fails or a host copied.
+
 --loss and --reorder impair both directions of the wire (seeded by --seed, so a
 run is repeatable), for every path; netstack's and the engine's
 retransmissions must still deliver every byte.
@@ -52,7 +67,10 @@ Wireshark or tshark.`,
   emunic demo --bytes 1GiB --path offload
   emunic demo --bytes 16MiB --loss 5 --reorder 5 --seed 7
   emunic demo --bytes 4MiB --pcap demo.pcap && tshark -r demo.pcap | head
-  emunic demo --mtu 9000`,
+  emunic demo --mtu 9000
+  emunic demo --rdma
+  emunic demo --rdma --path offload --bytes 256MiB
+  emunic demo --rdma --bytes 1MiB --pcap rdma.pcap && tshark -r rdma.pcap --enable-heuristic iwarp_mpa_tcp -Y iwarp_rdma`,
 }
 
 // demoConfig is the demo's command line.
@@ -64,6 +82,7 @@ type demoConfig struct {
 	Seed    uint64  // seeds the wire's impairments and the data
 	Pcap    string  // capture file for the frames at host A's port; "" for none
 	MTU     int     // both NICs' MTU
+	RDMA    bool    // run the RDMA path (alone unless --path was given)
 	// Idle is how long the transfer may make no progress before the demo
 	// gives up. Not a flag; tests shorten it.
 	Idle time.Duration
@@ -86,11 +105,23 @@ func parseDemoFlags(args []string, stdout io.Writer) (demoConfig, error) {
 	fs.Var(&seed, "seed", "`N` seeds the wire's impairments and the data, so that runs repeat")
 	fs.StringVar(&cfg.Pcap, "pcap", "", "record the frames at host A's port in the pcap file `FILE`")
 	fs.Var(&mtu, "mtu", "IP MTU `N` of both NICs (68-65535)")
+	fs.BoolVar(&cfg.RDMA, "rdma", false, "run the RDMA path: every opcode over a QP pair, then RDMA Write throughput (alone unless --path is given)")
 	if err := parse(demoCmd, fs, args, stdout); err != nil {
 		return cfg, err
 	}
+	if cfg.RDMA {
+		pathSet := false
+		fs.Visit(func(f *flag.Flag) { pathSet = pathSet || f.Name == "path" })
+		if !pathSet {
+			cfg.Path = "none"
+		}
+	}
 	switch cfg.Path {
 	case "netstack", "offload", "both":
+	case "none":
+		if !cfg.RDMA {
+			return cfg, usagef("bad --path %q: want netstack, offload or both (see 'emunic demo --help')", cfg.Path)
+		}
 	default:
 		return cfg, usagef("bad --path %q: want netstack, offload or both (see 'emunic demo --help')", cfg.Path)
 	}
@@ -155,6 +186,12 @@ func runDemo(ctx context.Context, cfg demoConfig, w io.Writer) error {
 	printEngineCounters(w, lab.hosts())
 	fmt.Fprintln(w)
 	printDrops(w, lab.hosts())
+	for _, r := range results {
+		if r.rdma != nil {
+			fmt.Fprintln(w)
+			printRDMAReport(w, r.rdma)
+		}
+	}
 	if cfg.Pcap != "" {
 		if capErr != nil {
 			failed = append(failed, fmt.Sprintf("pcap %s: %v", cfg.Pcap, capErr))
@@ -183,11 +220,8 @@ type demoPath struct {
 	run  func(ctx context.Context, lab *demoLab, cfg demoConfig) (transferResult, error)
 }
 
-// demoPaths lists the data paths the demo runs, as --path chooses.
-//
-// Planned addition, a demoPath appended here and nothing else to change:
-// --rdma, RDMA Writes of the same data into a registered buffer over an
-// iWARP-style QP on a delegated connection.
+// demoPaths lists the data paths the demo runs, as --path and --rdma
+// choose.
 func demoPaths(cfg demoConfig) []demoPath {
 	var paths []demoPath
 	if cfg.Path == "netstack" || cfg.Path == "both" {
@@ -195,6 +229,9 @@ func demoPaths(cfg demoConfig) []demoPath {
 	}
 	if cfg.Path == "offload" || cfg.Path == "both" {
 		paths = append(paths, demoPath{name: "delegated, offload engine", run: offloadTransfer})
+	}
+	if cfg.RDMA {
+		paths = append(paths, demoPath{name: "RDMA Write, iWARP QP", run: rdmaTransfer})
 	}
 	return paths
 }
@@ -281,7 +318,8 @@ type transferResult struct {
 	sent     [32]byte      // SHA-256 of what A sent
 	received [32]byte      // SHA-256 of what B received
 	err      error
-	cost     labDelta // what the path cost both hosts
+	cost     labDelta    // what the path cost both hosts
+	rdma     *rdmaReport // the RDMA path's own report
 }
 
 // The TCP ports B listens on, one per path, so that a path never meets the
@@ -491,8 +529,15 @@ func printDemoHeader(w io.Writer, cfg demoConfig) {
 	for _, p := range demoPaths(cfg) {
 		names = append(names, p.name)
 	}
-	fmt.Fprintf(w, "emunic demo: %s over TCP from A %v to B %v, MTU %d, on each path: %s\n",
-		services.Size(uint64(cfg.Bytes)), demoAddrA.Addr(), demoAddrB.Addr(), cfg.MTU, strings.Join(names, "; "))
+	over := "over TCP"
+	if cfg.RDMA {
+		over = "over TCP and RDMA"
+		if cfg.Path == "none" {
+			over = "over RDMA"
+		}
+	}
+	fmt.Fprintf(w, "emunic demo: %s %s from A %v to B %v, MTU %d, on each path: %s\n",
+		services.Size(uint64(cfg.Bytes)), over, demoAddrA.Addr(), demoAddrB.Addr(), cfg.MTU, strings.Join(names, "; "))
 	fmt.Fprintf(w, "wire: in-memory, loss %g%%, reorder %g%% each direction, seed %d\n", cfg.Loss, cfg.Reorder, cfg.Seed)
 }
 

@@ -160,7 +160,7 @@ func TestCLIHelpListsEveryFlag(t *testing.T) {
 		flags []string
 	}{
 		{"demo", func(a []string, w io.Writer) error { _, err := parseDemoFlags(a, w); return err },
-			[]string{"--bytes SIZE", "--path PATH", "--loss PCT", "--reorder PCT", "--seed N", "--pcap FILE", "--mtu N", "--help"}},
+			[]string{"--bytes SIZE", "--path PATH", "--loss PCT", "--reorder PCT", "--seed N", "--pcap FILE", "--mtu N", "--rdma", "--help"}},
 		{"serve", func(a []string, w io.Writer) error { _, err := parseServeFlags(a, w); return err },
 			[]string{"--tap NAME", "--addr CIDR", "--offload", "--mtu N", "--gateway IP", "--pcap FILE", "--help"}},
 	} {
