@@ -1,0 +1,643 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/emunic/emunic/delegation/iwarp"
+	"github.com/emunic/emunic/nic/port"
+	"github.com/emunic/emunic/rings"
+	"github.com/emunic/emunic/tcpstack"
+	"gvisor.dev/gvisor/pkg/tcpip/checksum"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+)
+
+// End-to-end RDMA over two emulated hosts: what tcpstack/verbs_test.go
+// does not cover at the host level. Remote faults (deregistered STag, out
+// of bounds, another PD, missing right, for Writes and Reads) with the
+// Terminate code on the wire, the exact completion statuses and the guard
+// bytes; a corrupted FPDU the TCP checksum does not catch (CRC Terminate,
+// nothing placed from that FPDU on); and wire corruption the TCP checksum
+// does catch (never reaches the QP).
+
+// ---- helpers (names start with rdma, to stay clear of the other tests) ----
+
+const (
+	rdmaTRecvN    = 32
+	rdmaTRecvSize = 2048
+)
+
+// rdmaNode is one host's verbs objects.
+type rdmaNode struct {
+	h     *tcpstack.Host
+	pd    tcpstack.PD
+	cq    *tcpstack.CQ
+	qp    *tcpstack.QP
+	recv  *tcpstack.Buffer
+	rmr   *tcpstack.MR
+	local *tcpstack.Buffer // 2 MiB for local SGEs
+	lmr   *tcpstack.MR
+
+	qpAttrDepth int
+}
+
+func rdmaMust[T any](t testing.TB) func(T, error) T {
+	return func(v T, err error) T {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+}
+
+func newRDMANode(t testing.TB, h *tcpstack.Host, sqDepth int) *rdmaNode {
+	t.Helper()
+	n := &rdmaNode{h: h, pd: h.AllocPD()}
+	n.cq = rdmaMust[*tcpstack.CQ](t)(h.CreateCQ(4096))
+	n.recv = rdmaMust[*tcpstack.Buffer](t)(h.AllocBuffer(rdmaTRecvN * rdmaTRecvSize))
+	n.rmr = rdmaMust[*tcpstack.MR](t)(h.RegMR(n.pd, n.recv, tcpstack.AccessLocalWrite))
+	n.local = rdmaMust[*tcpstack.Buffer](t)(h.AllocBuffer(2 << 20))
+	n.lmr = rdmaMust[*tcpstack.MR](t)(h.RegMR(n.pd, n.local, tcpstack.AccessLocalWrite))
+	if sqDepth == 0 {
+		sqDepth = 64
+	}
+	n.qpAttrDepth = sqDepth
+	return n
+}
+
+func (n *rdmaNode) postRecvs(qp *tcpstack.QP, slots ...int) error {
+	wrs := make([]rings.RecvWR, len(slots))
+	for i, s := range slots {
+		wrs[i] = rings.RecvWR{WRID: uint64(s), NumSGE: 1}
+		wrs[i].SGL[0] = n.rmr.SGE(s*rdmaTRecvSize, rdmaTRecvSize)
+	}
+	_, err := qp.PostRecvList(wrs)
+	return err
+}
+
+func (n *rdmaNode) attr() tcpstack.QPAttr {
+	return tcpstack.QPAttr{PD: n.pd, SendCQ: n.cq, RecvCQ: n.cq, SQDepth: n.qpAttrDepth, RQDepth: rdmaTRecvN,
+		Setup: func(qp *tcpstack.QP) error {
+			all := make([]int, rdmaTRecvN)
+			for i := range all {
+				all[i] = i
+			}
+			return n.postRecvs(qp, all...)
+		}}
+}
+
+func (n *rdmaNode) recvData(c rings.Completion) []byte {
+	off := int(c.WRID) * rdmaTRecvSize
+	return n.recv.Bytes()[off : off+int(min(c.ByteLen, rdmaTRecvSize))]
+}
+
+// rdmaConnect connects a (initiator) to b (listener on port).
+func rdmaConnect(t testing.TB, a, b *rdmaNode, portNum uint16) {
+	t.Helper()
+	l := rdmaMust[*tcpstack.RDMAListener](t)(b.h.ListenRDMA(portNum, b.attr()))
+	t.Cleanup(func() { l.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	type res struct {
+		qp  *tcpstack.QP
+		err error
+	}
+	acc := make(chan res, 1)
+	go func() {
+		qp, err := l.Accept(ctx)
+		acc <- res{qp, err}
+	}()
+	qp, err := a.h.DialRDMA(ctx, netip.AddrPortFrom(b.h.Addr(), portNum), a.attr())
+	if err != nil {
+		t.Fatalf("DialRDMA: %v (listener: %d failed, last %v)", err, l.Failed(), l.LastError())
+	}
+	a.qp = qp
+	r := <-acc
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	b.qp = r.qp
+	t.Cleanup(func() { a.qp.Destroy(); b.qp.Destroy() })
+}
+
+// rdmaHostsOn makes two hosts on the ends of a wire, each port passed
+// through wrap (nil: as is).
+func rdmaHostsOn(t testing.TB, wc port.WireConfig, wrapA, wrapB func(*port.WirePort) port.Port) (a, b *tcpstack.Host) {
+	t.Helper()
+	pa, pb := port.NewWire(wc)
+	var qa, qb port.Port = pa, pb
+	if wrapA != nil {
+		qa = wrapA(pa)
+	}
+	if wrapB != nil {
+		qb = wrapB(pb)
+	}
+	var err error
+	if a, err = tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 1}, Addr: netip.MustParsePrefix("10.0.0.1/24")}, qa); err != nil {
+		t.Fatal(err)
+	}
+	if b, err = tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 2}, Addr: netip.MustParsePrefix("10.0.0.2/24")}, qb); err != nil {
+		a.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a, b
+}
+
+// rdmaWaitWC polls cq until n completions arrived.
+func rdmaWaitWC(t testing.TB, cq *tcpstack.CQ, n int) []rings.Completion {
+	t.Helper()
+	out := make([]rings.Completion, 0, n)
+	wc := make([]rings.Completion, 64)
+	deadline := time.Now().Add(10 * time.Second)
+	for len(out) < n {
+		k := cq.Poll(wc[:min(len(wc), n-len(out))])
+		out = append(out, wc[:k]...)
+		if k == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d of %d completions after 10 s: %v", len(out), n, out)
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+	return out
+}
+
+// rdmaQuiet returns what cq yields until it stays empty for 20 ms.
+func rdmaQuiet(cq *tcpstack.CQ) []rings.Completion {
+	var out []rings.Completion
+	wc := make([]rings.Completion, 64)
+	for quiet := 0; quiet < 20; {
+		n := cq.Poll(wc)
+		out = append(out, wc[:n]...)
+		if n == 0 {
+			quiet++
+			time.Sleep(time.Millisecond)
+		}
+	}
+	return out
+}
+
+func rdmaWaitState(t testing.TB, qp *tcpstack.QP, who string, at tcpstack.QPState) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for qp.State() < at {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s QP in %v after 10 s, want %v or later", who, qp.State(), at)
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+func rdmaFill(b []byte, seed byte) {
+	for i := range b {
+		b[i] = byte(i*7+i>>8) ^ seed
+	}
+}
+
+// rdmaTCPPayload returns a frame's TCP payload and its headers, or nil.
+func rdmaTCPPayload(f []byte) (ip header.IPv4, tcp header.TCP, payload []byte) {
+	if len(f) < header.EthernetMinimumSize+header.IPv4MinimumSize+header.TCPMinimumSize ||
+		header.Ethernet(f).Type() != header.IPv4ProtocolNumber {
+		return nil, nil, nil
+	}
+	ip = header.IPv4(f[header.EthernetMinimumSize:])
+	if !ip.IsValid(len(ip)) || ip.TransportProtocol() != header.TCPProtocolNumber {
+		return nil, nil, nil
+	}
+	hl, tl := int(ip.HeaderLength()), int(ip.TotalLength())
+	tcp = header.TCP(ip[hl:tl])
+	if int(tcp.DataOffset()) > len(tcp) {
+		return nil, nil, nil
+	}
+	return ip, tcp, tcp[tcp.DataOffset():]
+}
+
+// rdmaTerminate is a Terminate seen on the wire.
+type rdmaTerminate struct {
+	layer, etype, code byte
+	flags              uint16 // M 0x8000, D 0x4000, R 0x2000
+}
+
+func (x rdmaTerminate) String() string {
+	return fmt.Sprintf("layer %d etype %d code %#02x M/D/R %03b", x.layer, x.etype, x.code, x.flags>>13)
+}
+
+// rdmaSniffPort is a wire port (poll mode kept) that notes the Terminates
+// its host sends and, when armed, corrupts one byte of the payload of the
+// n-th tagged FPDU it sends and fixes the TCP checksum, so only the MPA
+// CRC can tell.
+type rdmaSniffPort struct {
+	*port.WirePort
+	mu         sync.Mutex
+	terms      []rdmaTerminate
+	corruptNth int // 1-based; 0 = off
+	tagged     int
+	hitTO      uint64 // tagged offset of the corrupted FPDU
+	hitLen     int    // its payload bytes
+	hit        bool
+}
+
+func (s *rdmaSniffPort) WriteFrame(f []byte) error {
+	ip, tcp, p := rdmaTCPPayload(f)
+	// An FPDU at the start of the payload (the engines frame one per
+	// segment): ULPDU length, DDP control, RDMAP control.
+	if len(p) >= 2+18 {
+		ctl, op := p[2], p[3]&0x0F
+		s.mu.Lock()
+		if ctl&0x80 == 0 && op == 7 && binary.BigEndian.Uint32(p[2+6:]) == 2 && len(p) >= 2+18+4 {
+			tp := p[2+18:]
+			s.terms = append(s.terms, rdmaTerminate{layer: tp[0] >> 4, etype: tp[0] & 0x0F, code: tp[1],
+				flags: binary.BigEndian.Uint16(tp[2:]) & 0xE000})
+		}
+		if ctl&0x80 != 0 && s.corruptNth > 0 && !s.hit {
+			s.tagged++
+			if s.tagged == s.corruptNth {
+				ulpdu := int(binary.BigEndian.Uint16(p))
+				if ulpdu > 14+8 && len(p) >= 2+ulpdu {
+					s.hit = true
+					s.hitTO = binary.BigEndian.Uint64(p[2+6:])
+					s.hitLen = ulpdu - 14
+					g := append([]byte(nil), f...)
+					ip, tcp, p = rdmaTCPPayload(g)
+					p[2+14+5] ^= 0x40 // a payload byte
+					tcp.SetChecksum(0)
+					xsum := header.PseudoHeaderChecksum(header.TCPProtocolNumber, ip.SourceAddress(), ip.DestinationAddress(), uint16(len(tcp)))
+					tcp.SetChecksum(^checksum.Checksum(tcp, xsum))
+					f = g
+				}
+			}
+		}
+		s.mu.Unlock()
+	}
+	return s.WirePort.WriteFrame(f)
+}
+
+func (s *rdmaSniffPort) terminates() []rdmaTerminate {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]rdmaTerminate(nil), s.terms...)
+}
+
+// rdmaSniffedPair is two connected nodes whose ports are sniffed.
+func rdmaSniffedPair(t *testing.T, portNum uint16) (a, b *rdmaNode, sa, sb *rdmaSniffPort) {
+	sa, sb = &rdmaSniffPort{}, &rdmaSniffPort{}
+	ha, hb := rdmaHostsOn(t, port.WireConfig{},
+		func(p *port.WirePort) port.Port { sa.WirePort = p; return sa },
+		func(p *port.WirePort) port.Port { sb.WirePort = p; return sb })
+	a, b = newRDMANode(t, ha, 0), newRDMANode(t, hb, 0)
+	rdmaConnect(t, a, b, portNum)
+	return a, b, sa, sb
+}
+
+// rdmaFirstMessage sends one Send A→B so B reaches RTS.
+func rdmaFirstMessage(t *testing.T, a, b *rdmaNode) {
+	t.Helper()
+	s := rings.SendWR{Opcode: rings.WRSend, Flags: rings.WRSignaled, WRID: 100, NumSGE: 1}
+	s.SGL[0] = a.lmr.SGE(0, 64)
+	if err := a.qp.PostSend(&s); err != nil {
+		t.Fatal(err)
+	}
+	if c := rdmaWaitWC(t, a.cq, 1)[0]; c.Status != rings.WCSuccess {
+		t.Fatalf("first Send: %+v", c)
+	}
+	if c := rdmaWaitWC(t, b.cq, 1)[0]; c.Status != rings.WCSuccess || c.Opcode != rings.WCRecv {
+		t.Fatalf("first Send at B: %+v", c)
+	}
+	if err := b.postRecvs(b.qp, 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// rdmaGuarded is a region of B's host memory with 256 guard bytes on each
+// side.
+type rdmaGuarded struct {
+	buf  *tcpstack.Buffer
+	size int
+}
+
+const rdmaGuard = 256
+
+func newRDMAGuarded(t testing.TB, h *tcpstack.Host, size int) *rdmaGuarded {
+	g := &rdmaGuarded{buf: rdmaMust[*tcpstack.Buffer](t)(h.AllocBuffer(size + 2*rdmaGuard)), size: size}
+	for i := range g.buf.Bytes() {
+		g.buf.Bytes()[i] = 0xEE
+	}
+	return g
+}
+
+func (g *rdmaGuarded) addr() rings.Addr { return g.buf.Addr + rdmaGuard }
+func (g *rdmaGuarded) region() []byte   { return g.buf.Bytes()[rdmaGuard : rdmaGuard+g.size] }
+
+// untouched reports whether every byte, guards and region, is still 0xEE.
+func (g *rdmaGuarded) untouched() bool {
+	for _, x := range g.buf.Bytes() {
+		if x != 0xEE {
+			return false
+		}
+	}
+	return true
+}
+
+// rdmaQPStats reads n's QP statistics from the device, waiting up to a
+// second for ok (the unit publishes them when it goes idle).
+func rdmaQPStats(n *rdmaNode, ok func(iwarp.QPStats) bool) iwarp.QPStats {
+	var st iwarp.QPStats
+	for deadline := time.Now().Add(time.Second); ; {
+		st, _ = n.h.Device.QPStats(n.qp.QPN())
+		if ok(st) || time.Now().After(deadline) {
+			return st
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// ---- remote access faults ----------------------------------------------------
+
+// TestRDMARemoteFaults: a remote Write or Read that B must refuse. For each,
+// on two emulated hosts: the Terminate B sends carries the code of
+// docs/iwarp.md's table; both QPs go to ERROR; A's RDMA Read behind the
+// fault completes REM_ACCESS_ERR and the Send behind that WR_FLUSH_ERR; all
+// of B's posted receives complete WR_FLUSH_ERR; the target region and its
+// guard bytes are untouched (and, for Reads, A's sink too).
+// (tcpstack's TestVerbsRemoteAccessError covers a Write without the right
+// without the code, the statuses or the guards.)
+func TestRDMARemoteFaults(t *testing.T) {
+	const size = 16 << 10
+	for i, c := range []struct {
+		name  string
+		read  bool // an RDMA Read of the region instead of a Write into it
+		setup func(t *testing.T, b *rdmaNode, g *rdmaGuarded) (to uint64, stag uint32)
+		want  rdmaTerminate
+	}{
+		{"write-deregistered-stag", false, func(t *testing.T, b *rdmaNode, g *rdmaGuarded) (uint64, uint32) {
+			mr := rdmaMust[*tcpstack.MR](t)(b.h.RegMRAddr(b.pd, g.addr(), size, tcpstack.AccessLocalWrite|tcpstack.AccessRemoteWrite))
+			if err := mr.Dereg(); err != nil {
+				t.Fatal(err)
+			}
+			return mr.TO(0), mr.RKey
+		}, rdmaTerminate{layer: 1, etype: 1, code: 0x00, flags: 0xC000}},
+		{"write-out-of-bounds", false, func(t *testing.T, b *rdmaNode, g *rdmaGuarded) (uint64, uint32) {
+			mr := rdmaMust[*tcpstack.MR](t)(b.h.RegMRAddr(b.pd, g.addr(), size, tcpstack.AccessLocalWrite|tcpstack.AccessRemoteWrite))
+			return mr.TO(size - 100), mr.RKey // 4096 bytes from 100 before the end
+		}, rdmaTerminate{layer: 1, etype: 1, code: 0x01, flags: 0xC000}},
+		{"write-other-pd", false, func(t *testing.T, b *rdmaNode, g *rdmaGuarded) (uint64, uint32) {
+			mr := rdmaMust[*tcpstack.MR](t)(b.h.RegMRAddr(b.h.AllocPD(), g.addr(), size, tcpstack.AccessLocalWrite|tcpstack.AccessRemoteWrite))
+			return mr.TO(0), mr.RKey
+		}, rdmaTerminate{layer: 1, etype: 1, code: 0x02, flags: 0xC000}},
+		{"write-no-remote-write", false, func(t *testing.T, b *rdmaNode, g *rdmaGuarded) (uint64, uint32) {
+			mr := rdmaMust[*tcpstack.MR](t)(b.h.RegMRAddr(b.pd, g.addr(), size, tcpstack.AccessLocalWrite|tcpstack.AccessRemoteRead))
+			return mr.TO(0), mr.RKey
+		}, rdmaTerminate{layer: 0, etype: 1, code: 0x02, flags: 0xC000}},
+		{"read-deregistered-stag", true, func(t *testing.T, b *rdmaNode, g *rdmaGuarded) (uint64, uint32) {
+			mr := rdmaMust[*tcpstack.MR](t)(b.h.RegMRAddr(b.pd, g.addr(), size, tcpstack.AccessRemoteRead))
+			if err := mr.Dereg(); err != nil {
+				t.Fatal(err)
+			}
+			return mr.TO(0), mr.RKey
+		}, rdmaTerminate{layer: 0, etype: 1, code: 0x00, flags: 0xE000}},
+		{"read-out-of-bounds", true, func(t *testing.T, b *rdmaNode, g *rdmaGuarded) (uint64, uint32) {
+			mr := rdmaMust[*tcpstack.MR](t)(b.h.RegMRAddr(b.pd, g.addr(), size, tcpstack.AccessRemoteRead))
+			return mr.TO(size - 100), mr.RKey
+		}, rdmaTerminate{layer: 0, etype: 1, code: 0x01, flags: 0xE000}},
+		{"read-other-pd", true, func(t *testing.T, b *rdmaNode, g *rdmaGuarded) (uint64, uint32) {
+			mr := rdmaMust[*tcpstack.MR](t)(b.h.RegMRAddr(b.h.AllocPD(), g.addr(), size, tcpstack.AccessRemoteRead))
+			return mr.TO(0), mr.RKey
+		}, rdmaTerminate{layer: 0, etype: 1, code: 0x03, flags: 0xE000}},
+		{"read-no-remote-read", true, func(t *testing.T, b *rdmaNode, g *rdmaGuarded) (uint64, uint32) {
+			mr := rdmaMust[*tcpstack.MR](t)(b.h.RegMRAddr(b.pd, g.addr(), size, tcpstack.AccessLocalWrite|tcpstack.AccessRemoteWrite))
+			return mr.TO(0), mr.RKey
+		}, rdmaTerminate{layer: 0, etype: 1, code: 0x02, flags: 0xE000}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a, b, _, sb := rdmaSniffedPair(t, uint16(4900+i))
+			rdmaFirstMessage(t, a, b)
+			g := newRDMAGuarded(t, b.h, size)
+			to, stag := c.setup(t, b, g)
+			// A's sink for the Reads, with its own guards.
+			sink := a.local.Bytes()[1<<20 : 1<<20+4096+2*rdmaGuard]
+			for i := range sink {
+				sink[i] = 0xEE
+			}
+			rdmaFill(a.local.Bytes()[:4096], 0x11)
+
+			// The faulty request, then a valid Read of another region of
+			// B's, then a Send.
+			ok := rdmaMust[*tcpstack.Buffer](t)(b.h.AllocBuffer(4096))
+			okMR := rdmaMust[*tcpstack.MR](t)(b.h.RegMR(b.pd, ok, tcpstack.AccessRemoteRead))
+			var wrs []rings.SendWR
+			bad := rings.SendWR{Flags: rings.WRSignaled, WRID: 1, RemoteAddr: to, RKey: stag, NumSGE: 1}
+			if c.read {
+				bad.Opcode = rings.WRRDMARead
+				bad.SGL[0] = a.lmr.SGE(1<<20+rdmaGuard, 4096)
+			} else {
+				bad.Opcode = rings.WRRDMAWrite
+				bad.SGL[0] = a.lmr.SGE(0, 4096)
+			}
+			rd := rings.SendWR{Opcode: rings.WRRDMARead, Flags: rings.WRSignaled, WRID: 2, RemoteAddr: okMR.TO(0), RKey: okMR.RKey, NumSGE: 1}
+			rd.SGL[0] = a.lmr.SGE(1<<19, 4096)
+			send := rings.SendWR{Opcode: rings.WRSend, Flags: rings.WRSignaled, WRID: 3, NumSGE: 1}
+			send.SGL[0] = a.lmr.SGE(0, 32)
+			wrs = append(wrs, bad, rd, send)
+			if n, err := a.qp.PostSendList(wrs); n != 3 || err != nil {
+				t.Fatal(n, err)
+			}
+			rdmaWaitState(t, a.qp, "A", tcpstack.QPStateError)
+			rdmaWaitState(t, b.qp, "B", tcpstack.QPStateError)
+			if !errors.Is(a.qp.Err(), tcpstack.ErrQPError) || !errors.Is(b.qp.Err(), tcpstack.ErrQPError) {
+				t.Errorf("QP errors: A %v, B %v", a.qp.Err(), b.qp.Err())
+			}
+
+			// A: the faulty request (a Write may have completed when
+			// handed to TCP), the Read behind it REM_ACCESS_ERR, the
+			// Send WR_FLUSH_ERR.
+			ac := append(rdmaWaitWC(t, a.cq, 2), rdmaQuiet(a.cq)...)
+			st := map[uint64]rings.WCStatus{}
+			for _, x := range ac {
+				if x.Opcode != rings.WCRecv { // A's own receives flush too
+					st[x.WRID] = x.Status
+				}
+			}
+			wantBad := rings.WCRemAccessErr
+			if c.read {
+				if st[1] != wantBad || st[2] != rings.WCWRFlushErr {
+					t.Errorf("A completions %v: want the bad Read REM_ACCESS_ERR, the next Read WR_FLUSH_ERR", ac)
+				}
+			} else if s, ok := st[1]; ok && s != rings.WCSuccess && s != wantBad || st[2] != wantBad {
+				t.Errorf("A completions %v: want the Write SUCCESS or REM_ACCESS_ERR, the Read behind it REM_ACCESS_ERR", ac)
+			}
+			if st[3] != rings.WCWRFlushErr {
+				t.Errorf("A completions %v: want the Send WR_FLUSH_ERR", ac)
+			}
+			// B: every posted receive flushed.
+			bc := append(rdmaWaitWC(t, b.cq, rdmaTRecvN), rdmaQuiet(b.cq)...)
+			for _, x := range bc {
+				if x.Status != rings.WCWRFlushErr || x.Opcode != rings.WCRecv {
+					t.Errorf("B completion %+v, want RECV WR_FLUSH_ERR", x)
+				}
+			}
+			if len(bc) != rdmaTRecvN {
+				t.Errorf("B: %d completions, want %d flushed receives", len(bc), rdmaTRecvN)
+			}
+			// Memory: B's region and guards, A's Read sink and guards.
+			if !g.untouched() {
+				t.Error("B's region or its guard bytes changed")
+			}
+			for i, x := range sink {
+				if x != 0xEE {
+					t.Fatalf("A's Read sink byte %d changed", i)
+				}
+			}
+			// The Terminate on the wire.
+			terms := sb.terminates()
+			if len(terms) != 1 || terms[0] != c.want {
+				t.Errorf("B sent Terminates %v, want [%v]", terms, c.want)
+			}
+			stB := rdmaQPStats(b, func(s iwarp.QPStats) bool { return s.TerminatesSent == 1 })
+			stA := rdmaQPStats(a, func(s iwarp.QPStats) bool { return s.TerminatesRecv == 1 })
+			if stB.TerminatesSent != 1 || stA.TerminatesRecv != 1 {
+				t.Errorf("Terminates sent by B %d, received by A %d", stB.TerminatesSent, stA.TerminatesRecv)
+			}
+		})
+	}
+}
+
+// ---- corruption ---------------------------------------------------------------
+
+// TestRDMACorruptFPDU: one payload byte of an RDMA Write's 10th FPDU is
+// flipped on the wire with the TCP checksum fixed (a corruption TCP cannot
+// see). B's MPA CRC check finds it: a CRC Terminate (LLP, MPA, 0x02, no
+// header), both QPs in ERROR, B's receives flushed, and nothing placed from
+// that FPDU on, while the FPDUs before it were placed intact.
+func TestRDMACorruptFPDU(t *testing.T) {
+	a, b, sa, sb := rdmaSniffedPair(t, 4920)
+	rdmaFirstMessage(t, a, b)
+	const size = 64 << 10
+	g := newRDMAGuarded(t, b.h, size)
+	mr := rdmaMust[*tcpstack.MR](t)(b.h.RegMRAddr(b.pd, g.addr(), size, tcpstack.AccessLocalWrite|tcpstack.AccessRemoteWrite))
+	src := a.local.Bytes()[:size]
+	rdmaFill(src, 0x3C)
+	sa.mu.Lock()
+	sa.corruptNth = 10
+	sa.mu.Unlock()
+	w := rings.SendWR{Opcode: rings.WRRDMAWrite, Flags: rings.WRSignaled, WRID: 1, RemoteAddr: mr.TO(0), RKey: mr.RKey, NumSGE: 1}
+	w.SGL[0] = a.lmr.SGE(0, size)
+	// A Read behind the Write: unfinished when B's Terminate arrives.
+	ok := rdmaMust[*tcpstack.Buffer](t)(b.h.AllocBuffer(4096))
+	okMR := rdmaMust[*tcpstack.MR](t)(b.h.RegMR(b.pd, ok, tcpstack.AccessRemoteRead))
+	rd := rings.SendWR{Opcode: rings.WRRDMARead, Flags: rings.WRSignaled, WRID: 2, RemoteAddr: okMR.TO(0), RKey: okMR.RKey, NumSGE: 1}
+	rd.SGL[0] = a.lmr.SGE(1<<20, 4096)
+	if n, err := a.qp.PostSendList([]rings.SendWR{w, rd}); n != 2 || err != nil {
+		t.Fatal(n, err)
+	}
+	rdmaWaitState(t, b.qp, "B", tcpstack.QPStateError)
+	rdmaWaitState(t, a.qp, "A", tcpstack.QPStateError)
+	sa.mu.Lock()
+	hit, to, n := sa.hit, sa.hitTO, sa.hitLen
+	sa.mu.Unlock()
+	if !hit {
+		t.Fatal("no FPDU was corrupted")
+	}
+	off := int(to - mr.TO(0))
+	if off <= 0 || off+n > size {
+		t.Fatalf("corrupted FPDU at TO %#x (+%d) is not inside the region", to, n)
+	}
+	region := g.region()
+	if !bytes.Equal(region[:off], src[:off]) {
+		t.Error("the FPDUs before the corrupted one were not placed intact")
+	}
+	for i, x := range region[off:] {
+		if x != 0xEE {
+			t.Fatalf("byte %d of the region (%d into the corrupted FPDU or after it) was placed", off+i, i)
+		}
+	}
+	buf := g.buf.Bytes()
+	for i := range rdmaGuard {
+		if buf[i] != 0xEE || buf[len(buf)-1-i] != 0xEE {
+			t.Fatal("a guard byte changed")
+		}
+	}
+	want := rdmaTerminate{layer: 2, etype: 0, code: 0x02}
+	if terms := sb.terminates(); len(terms) != 1 || terms[0] != want {
+		t.Errorf("B sent Terminates %v, want [%v]", terms, want)
+	}
+	if st := rdmaQPStats(b, func(s iwarp.QPStats) bool { return s.CRCErrors == 1 }); st.CRCErrors != 1 || st.TerminatesSent != 1 {
+		t.Errorf("B's QP stats: %+v, want 1 CRC error and 1 Terminate sent", st)
+	}
+	bc := append(rdmaWaitWC(t, b.cq, rdmaTRecvN), rdmaQuiet(b.cq)...)
+	for _, x := range bc {
+		if x.Status != rings.WCWRFlushErr {
+			t.Errorf("B completion %+v, want WR_FLUSH_ERR", x)
+		}
+	}
+	ac := append(rdmaWaitWC(t, a.cq, 1), rdmaQuiet(a.cq)...)
+	var readSt rings.WCStatus = 255
+	for _, x := range ac {
+		if x.WRID == 2 && x.Opcode != rings.WCRecv {
+			readSt = x.Status
+		}
+	}
+	// A peer Terminate other than a protection error: REM_OP_ERR.
+	if readSt != rings.WCRemOpErr {
+		t.Errorf("A completions %v: the Read behind the corrupted Write did not complete REM_OP_ERR", ac)
+	}
+	t.Logf("corrupted FPDU at region offset %d (+%d B); the %d B before it placed, nothing after", off, n, off)
+}
+
+// TestRDMAWireCorruptionCaughtByTCP: with the wire corrupting one byte in 2%
+// of frames both ways (port.Impairments.CorruptPercent), the NIC's TCP
+// checksum check drops every corrupted frame before the engines see it:
+// the RDMA traffic (Writes, Reads, Sends) arrives intact after
+// retransmission, and no QP sees a CRC error or a Terminate.
+func TestRDMAWireCorruptionCaughtByTCP(t *testing.T) {
+	imp := port.Impairments{CorruptPercent: 2}
+	ha, hb := rdmaHostsOn(t, port.WireConfig{Seed: 3, AToB: imp, BToA: imp}, nil, nil)
+	a, b := newRDMANode(t, ha, 0), newRDMANode(t, hb, 0)
+	rdmaConnect(t, a, b, 4921)
+	rdmaFirstMessage(t, a, b)
+	const size = 1 << 20
+	dst := rdmaMust[*tcpstack.Buffer](t)(hb.AllocBuffer(size))
+	mr := rdmaMust[*tcpstack.MR](t)(hb.RegMR(b.pd, dst, tcpstack.AccessLocalWrite|tcpstack.AccessRemoteWrite|tcpstack.AccessRemoteRead))
+	src := a.local.Bytes()[:size]
+	rdmaFill(src, 0x5A)
+	var wrs []rings.SendWR
+	for i := range 16 {
+		w := rings.SendWR{Opcode: rings.WRRDMAWrite, WRID: uint64(i), RemoteAddr: mr.TO(i * 65536), RKey: mr.RKey, NumSGE: 1}
+		w.SGL[0] = a.lmr.SGE(i*65536, 65536)
+		wrs = append(wrs, w)
+	}
+	rd := rings.SendWR{Opcode: rings.WRRDMARead, Flags: rings.WRSignaled, WRID: 16, RemoteAddr: mr.TO(0), RKey: mr.RKey, NumSGE: 1}
+	rd.SGL[0] = a.lmr.SGE(size, size)
+	wrs = append(wrs, rd)
+	if n, err := a.qp.PostSendList(wrs); n != len(wrs) || err != nil {
+		t.Fatal(n, err)
+	}
+	c := rdmaWaitWC(t, a.cq, 1)[0]
+	if c.Status != rings.WCSuccess || c.WRID != 16 {
+		t.Fatalf("Read behind the Writes: %+v (A %v %v, B %v %v)", c, a.qp.State(), a.qp.Err(), b.qp.State(), b.qp.Err())
+	}
+	// The Read follows the Writes on the same stream: what it read back is
+	// what B's region holds.
+	if !bytes.Equal(dst.Bytes(), src) || !bytes.Equal(a.local.Bytes()[size:2*size], src) {
+		t.Fatal("data differs after a corrupting wire")
+	}
+	time.Sleep(20 * time.Millisecond)
+	stA, _ := ha.Device.QPStats(a.qp.QPN())
+	stB, _ := hb.Device.QPStats(b.qp.QPN())
+	if stA.CRCErrors+stB.CRCErrors+stA.TerminatesSent+stB.TerminatesSent != 0 {
+		t.Errorf("QP stats A %+v B %+v", stA, stB)
+	}
+	corrupted := ha.Device.Stat(rings.StatRxDropBadChecksum) + hb.Device.Stat(rings.StatRxDropBadChecksum)
+	if corrupted == 0 {
+		t.Error("no frame was dropped for a bad checksum")
+	}
+	t.Logf("frames dropped for a bad checksum: %d", corrupted)
+}
