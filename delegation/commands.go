@@ -274,20 +274,30 @@ func (e *Engine) Release(idx uint32) rings.Status {
 // addr and queues them for in-order placement. It returns how many it
 // accepted (a prefix of the array) and:
 //
-//	StatusOK           all accepted
+//	StatusOK           all accepted; or none (result 0) when the peer's FIN
+//	                   already arrived or the connection is closing: nothing
+//	                   more will need a buffer, and a host reposting one it
+//	                   drained before it saw NtfFin is racing, not erring
 //	StatusNoResources  the queue (MaxUserBufs) filled; the rest were not taken
 //	StatusBadAddress   the array, or the buffer after the accepted ones, is
 //	                   not in host memory
 //	StatusBadParam     the buffer after the accepted ones has length 0 or > 1 GiB
-//	StatusBadState     the peer already sent FIN (nothing more will arrive)
+//	StatusBadState     an upper-layer protocol (iWARP) owns the byte stream
 //	StatusBadConn      idx not delegated
 func (e *Engine) PostBuffers(idx uint32, addr rings.Addr, count uint32) (uint32, rings.Status) {
 	c := e.get(idx)
 	if c == nil {
 		return 0, rings.StatusBadConn
 	}
-	if c.ulp.u != nil || c.finRcvd || c.state == rings.StateClosed || c.state == rings.StateTimeWait {
+	if c.ulp.u != nil {
 		return 0, rings.StatusBadState
+	}
+	if c.finRcvd || c.state == rings.StateClosed || c.state == rings.StateTimeWait {
+		// No more data will need a buffer. A host reposting a buffer it
+		// drained before it saw NtfFin (or NtfClosed) is racing the
+		// notification, not erring: nothing is accepted, and the result
+		// (0 accepted) says so, not an error status.
+		return 0, rings.StatusOK
 	}
 	if count == 0 {
 		return 0, rings.StatusOK

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/emunic/emunic/rings"
@@ -55,6 +56,7 @@ type DelegatedConn struct {
 	readDL    deadline
 	writeDL   deadline
 	closeOnce sync.Once
+	aborted   atomic.Bool // the unit freed the index (ABORT, DESTROY_QP): no RELEASE
 }
 
 type rxChunk struct {
@@ -257,6 +259,7 @@ func (c *DelegatedConn) Abort() error {
 	c.cond.Broadcast()
 	c.mu.Unlock()
 	err := c.o.command(c, rings.OpAbort, 0)
+	c.aborted.Store(true)
 	c.o.release(c)
 	return err
 }

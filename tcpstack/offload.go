@@ -320,7 +320,10 @@ func (o *offloader) release(c *DelegatedConn) {
 	}
 	delete(o.conns, c.idx)
 	o.mu.Unlock()
-	_, _ = o.drv.Command(rings.Command{Opcode: rings.OpRelease, Conn: c.idx}, o.cfg.CommandTimeout)
+	if !c.aborted.Load() {
+		// ABORT and DESTROY_QP already freed the index in the unit.
+		_, _ = o.drv.Command(rings.Command{Opcode: rings.OpRelease, Conn: c.idx}, o.cfg.CommandTimeout)
+	}
 	o.drv.flows.remove(c.key)
 	o.freeConn(c)
 	o.putIdx(c.idx)

@@ -1565,6 +1565,7 @@ func (qp *QP) destroy() error {
 		return err
 	}
 	if qp.conn != nil {
+		qp.conn.aborted.Store(true) // DESTROY_QP freed the connection in the unit
 		releaseConn(qp.conn)
 	}
 	qp.freeMem()
