@@ -16,6 +16,7 @@ for ((i = 1; i <= rounds; i++)); do
 	go test ./rings/ -run '^$' -bench 'Channel64B|RingBatched|CommandRoundTrip' -count 1 | grep '^Benchmark' >>"$out" || true
 	go test ./tests/ -run '^$' -bench 'TCPStream' -benchtime 300x -count 1 | grep '^Benchmark' >>"$out"
 	go test ./tests/ -run '^$' -bench 'Offload' -benchtime 2000x -count 1 | grep '^Benchmark' >>"$out"
+	go test ./tests/ -run '^$' -bench 'RDMA' -count 1 | grep '^Benchmark' >>"$out"
 done
 
 echo
@@ -32,7 +33,7 @@ function median(arr, n,    i, j, t) {
 	name = $1; sub(/-[0-9]+$/, "", name)
 	for (f = 3; f < NF; f++) {
 		unit = $(f+1)
-		if (unit ~ /^(ns\/op|MB\/s|Gbit\/s|host-cpu-s\/GiB|dev-cpu-s\/GiB|cpu-s\/GiB)$/) {
+		if (unit ~ /^(ns\/op|MB\/s|Gbit\/s|host-cpu-s\/GiB|dev-cpu-s\/GiB|cpu-s\/GiB|host-copy-B\/op)$/) {
 			key = name " " unit
 			n[key]++; v[key, n[key]] = $f
 			keys[key] = 1
@@ -54,4 +55,7 @@ END {
 	if ((r in med) && (b in med)) printf "delegated throughput: %.2fx the netstack pair (bar >= 2x)\n", med[b] / med[r]
 	r = "BenchmarkOffload/netstack cpu-s/GiB"; b = "BenchmarkOffload/delegated host-cpu-s/GiB"
 	if ((r in med) && (b in med)) printf "delegated host CPU per GiB: %.0f%% of the netstack pair total (bar <= 25%%)\n", 100 * med[b] / med[r]
+	r = "BenchmarkRDMA/tcp-delegated MB/s"; b = "BenchmarkRDMA/write/64KiB MB/s"
+	if ((r in med) && (b in med)) printf "64 KiB RDMA Write: %.2fx the delegated TCP stream (bar >= 0.9x)\n", med[b] / med[r]
+	for (k in med) if (k ~ /^BenchmarkRDMA\/(write|read).* host-copy-B\/op$/ && med[k] != 0) printf "host copies on %s: %g (bar: 0)\n", k, med[k]
 }' "$out"
