@@ -168,6 +168,10 @@ func (d *Device) createQP(c *rings.Command) rings.Status {
 	if scq == nil || rcq == nil {
 		return rings.StatusBadParam
 	}
+	if qc.PeerPrivAddr != 0 && !d.memContains(qc.PeerPrivAddr, iwarp.MPAMaxPrivateData) {
+		d.count(rings.StatDMAErrors)
+		return rings.StatusBadAddress
+	}
 	var priv []byte
 	if qc.PrivLen > 0 {
 		p, err := d.mem.Map(qc.PrivAddr, int(qc.PrivLen))
@@ -184,8 +188,21 @@ func (d *Device) createQP(c *rings.Command) rings.Status {
 		SQ:     rings.Layout{Base: qc.SQBase, Count: qc.SQCount, EntrySize: rings.SQEntrySize},
 		RQ:     rings.Layout{Base: qc.RQBase, Count: qc.RQCount, EntrySize: rings.RQEntrySize},
 		SendCQ: scq, RecvCQ: rcq,
-		OnEvent: func(_ *iwarp.QP, ev iwarp.Event) {
-			d.postEvent(rings.Notification{Flags: rings.NtfQPEvent, Conn: idx, Aux: uint32(ev)})
+		OnEvent: func(q *iwarp.QP, ev iwarp.Event) {
+			n := rings.Notification{Flags: rings.NtfQPEvent, Conn: idx, Aux: uint32(ev)}
+			switch ev {
+			case iwarp.EvConnectRequest, iwarp.EvEstablished, iwarp.EvRejected:
+				// The upper protocol's private data (LWIO and sockets
+				// direct negotiate in it) goes to host memory first.
+				if pd := q.PeerPrivateData(); qc.PeerPrivAddr != 0 && len(pd) > 0 {
+					if err := d.mem.WriteAt(pd, qc.PeerPrivAddr); err != nil {
+						d.count(rings.StatDMAErrors)
+					} else {
+						n.Len = uint32(len(pd))
+					}
+				}
+			}
+			d.postEvent(n)
 		},
 	})
 	if err != nil {

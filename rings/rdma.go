@@ -98,7 +98,13 @@ const (
 //	0x28 u64 RQ base, 0x30 u32 RQ entries (RQEntrySize each), 0x34 u32 reserved
 //	0x38 u64 private data address (initiator: sent in the MPA request)
 //	0x40 u32 private data length (at most 512)
-//	0x44..0x5F reserved, zero
+//	0x44 u32 reserved, zero
+//	0x48 u64 peer private data address: 512 bytes where the device writes
+//	         the private data of the peer's MPA request (responder, before
+//	         QPEvConnectRequest) or reply (initiator, before QPEvEstablished
+//	         or QPEvRejected); the event notification's Len is its length.
+//	         0: not delivered.
+//	0x50..0x5F reserved, zero
 const (
 	QPConfigSize = 96
 
@@ -114,6 +120,7 @@ const (
 	QcOffRQCount  = 0x30
 	QcOffPrivAddr = 0x38
 	QcOffPrivLen  = 0x40
+	QcOffPeerPriv = 0x48
 
 	QPFlagInitiator = 1 << 0
 )
@@ -130,6 +137,7 @@ type QPConfig struct {
 	RQCount        uint32
 	PrivAddr       Addr
 	PrivLen        uint32
+	PeerPrivAddr   Addr // where the device writes the peer's private data (0: nowhere)
 }
 
 // Encode writes the block.
@@ -148,6 +156,7 @@ func (q *QPConfig) Encode(b []byte) {
 	le.PutUint32(b[QcOffRQCount:], q.RQCount)
 	le.PutUint64(b[QcOffPrivAddr:], uint64(q.PrivAddr))
 	le.PutUint32(b[QcOffPrivLen:], q.PrivLen)
+	le.PutUint64(b[QcOffPeerPriv:], uint64(q.PeerPrivAddr))
 }
 
 // Decode reads the block; reserved bytes must be zero.
@@ -155,7 +164,7 @@ func (q *QPConfig) Decode(b []byte) error {
 	if len(b) < QPConfigSize {
 		return errShort("QP config", len(b), QPConfigSize)
 	}
-	for _, r := range [][2]int{{0x14, 0x18}, {0x24, 0x28}, {0x34, 0x38}, {0x44, QPConfigSize}} {
+	for _, r := range [][2]int{{0x14, 0x18}, {0x24, 0x28}, {0x34, 0x38}, {0x44, 0x48}, {0x50, QPConfigSize}} {
 		for _, c := range b[r[0]:r[1]] {
 			if c != 0 {
 				return errReserved
@@ -169,6 +178,7 @@ func (q *QPConfig) Decode(b []byte) error {
 		SQBase: Addr(le.Uint64(b[QcOffSQBase:])), SQCount: le.Uint32(b[QcOffSQCount:]),
 		RQBase: Addr(le.Uint64(b[QcOffRQBase:])), RQCount: le.Uint32(b[QcOffRQCount:]),
 		PrivAddr: Addr(le.Uint64(b[QcOffPrivAddr:])), PrivLen: le.Uint32(b[QcOffPrivLen:]),
+		PeerPrivAddr: Addr(le.Uint64(b[QcOffPeerPriv:])),
 	}
 	return nil
 }

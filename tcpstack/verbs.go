@@ -334,7 +334,7 @@ func (v *verbsState) route(n *rings.Notification) bool {
 	v.mu.Unlock()
 	if n.Flags&rings.NtfQPEvent != 0 {
 		if qp != nil {
-			qp.onEvent(rings.QPEvent(n.Aux))
+			qp.onEvent(rings.QPEvent(n.Aux), n.Len)
 		}
 		return true
 	}
@@ -1025,14 +1025,16 @@ type QP struct {
 	state     QPState
 	err       error // why the QP is in ERROR
 	lastEv    rings.QPEvent
+	peerPriv  []byte // the peer's MPA private data (request or reply)
 	closeReq  bool
 	llpClosed bool
 	changed   chan struct{} // closed and replaced on every change
 }
 
 const (
-	qpPrivOff = 128 // private data, after the config block
-	qpCtlSize = qpPrivOff + MaxPrivateData
+	qpPrivOff     = 128                        // private data, after the config block
+	qpPeerPrivOff = qpPrivOff + MaxPrivateData // the peer's private data, written by the device
+	qpCtlSize     = qpPeerPrivOff + MaxPrivateData
 )
 
 // newQP allocates a QP's rings and control block (no command).
@@ -1089,6 +1091,7 @@ func (qp *QP) config(privLen, ird, ord int) rings.QPConfig {
 		SendCQ: qp.sendCQ.num, RecvCQ: qp.recvCQ.num,
 		SQBase: qp.sqL.Base, SQCount: qp.sqL.Count,
 		RQBase: qp.rqL.Base, RQCount: qp.rqL.Count,
+		PeerPrivAddr: qp.cfgBase + qpPeerPrivOff,
 	}
 	if qp.initiator {
 		c.Flags |= rings.QPFlagInitiator
@@ -1211,10 +1214,15 @@ func (qp *QP) failLocked(err error) {
 }
 
 // onEvent applies a QP event (interrupt goroutine; never blocks).
-func (qp *QP) onEvent(ev rings.QPEvent) {
+func (qp *QP) onEvent(ev rings.QPEvent, privLen uint32) {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	qp.lastEv = ev
+	if privLen > 0 && privLen <= MaxPrivateData {
+		if b, err := qp.v.mem.Map(qp.cfgBase+qpPeerPrivOff, int(privLen)); err == nil {
+			qp.peerPriv = append(qp.peerPriv[:0], b...)
+		}
+	}
 	switch ev {
 	case rings.QPEvConnectRequest:
 		if qp.state == QPStateIdle {
@@ -1661,6 +1669,18 @@ type RDMAListener struct {
 type ConnRequest struct {
 	qp   *QP
 	once sync.Once
+}
+
+// PrivateData is the private data of the peer's MPA request: what the
+// upper protocol (LWIO, sockets direct) negotiates with.
+func (r *ConnRequest) PrivateData() []byte { return r.qp.PeerPrivateData() }
+
+// PeerPrivateData is the private data of the peer's MPA request (on a
+// responder) or reply (on an initiator), nil if it sent none.
+func (qp *QP) PeerPrivateData() []byte {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	return append([]byte(nil), qp.peerPriv...)
 }
 
 // ListenRDMA listens on port; attr is used for every accepted connection's

@@ -112,7 +112,7 @@ func TestVerbsCreateCQAndQPConfig(t *testing.T) {
 	}
 	want := rings.QPConfig{PD: 7, Flags: rings.QPFlagInitiator, IRD: 4, ORD: 8, SendCQ: scq.Num(), RecvCQ: rcq.Num(),
 		SQBase: qp.sqL.Base, SQCount: 16, RQBase: qp.rqL.Base, RQCount: DefaultQueueDepth,
-		PrivAddr: qp.cfgBase + qpPrivOff, PrivLen: uint32(len(priv))}
+		PrivAddr: qp.cfgBase + qpPrivOff, PrivLen: uint32(len(priv)), PeerPrivAddr: qp.cfgBase + qpPeerPrivOff}
 	if qc != want {
 		t.Fatalf("QP config\n got %+v\nwant %+v", qc, want)
 	}
@@ -1450,5 +1450,47 @@ func TestVerbsHotPathAllocs(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Fatalf("%v allocations per post+post+poll", allocs)
+	}
+}
+
+// TestVerbsPrivateData: the MPA private data of each side reaches the other
+// side's host (the responder sees the request's before it accepts, the
+// initiator the reply's once established).
+func TestVerbsPrivateData(t *testing.T) {
+	ha, hb := rdmaHosts(t)
+	a, b := newSide(t, ha), newSide(t, hb)
+	l, err := hb.ListenRDMA(4794, b.attr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	got := make(chan []byte, 1)
+	go func() {
+		r, err := l.GetRequest(ctx)
+		if err != nil {
+			t.Error(err)
+			got <- nil
+			return
+		}
+		got <- r.PrivateData()
+		if err := r.Accept([]byte("lwio negotiate response")); err != nil {
+			t.Error(err)
+		}
+	}()
+	attr := a.attr()
+	attr.PrivateData = []byte("lwio negotiate request")
+	qp, err := ha.DialRDMA(ctx, netip.AddrPortFrom(hb.Addr(), 4794), attr)
+	skipNoRDMA(t, err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer qp.Close()
+	if req := <-got; string(req) != "lwio negotiate request" {
+		t.Errorf("responder saw request private data %q", req)
+	}
+	if rep := qp.PeerPrivateData(); string(rep) != "lwio negotiate response" {
+		t.Errorf("initiator saw reply private data %q", rep)
 	}
 }
