@@ -126,32 +126,40 @@ type Command struct {
 }
 
 // Encode writes the fields into e (bytes 4 and up; the control word belongs
-// to the ring mechanics).
+// to the ring mechanics). Neighbouring fields are merged into 8-byte stores:
+// a producer writing into a line its consumer still holds is bound by how
+// many stores wait for that line, not by how many bytes they carry.
 func (c *Command) Encode(e CommandEntry) {
 	_ = e[CommandEntrySize-1]
-	le.PutUint16(e[CmdOffOpcode:], uint16(c.Opcode))
-	le.PutUint16(e[CmdOffFlags:], c.Flags)
-	le.PutUint32(e[CmdOffConn:], c.Conn)
-	le.PutUint32(e[CmdOffStatus:], uint32(c.Status))
+	le.PutUint32(e[CmdOffOpcode:], uint32(c.Opcode)|uint32(c.Flags)<<16)
+	le.PutUint64(e[CmdOffConn:], uint64(c.Conn)|uint64(c.Status)<<32)
 	le.PutUint64(e[CmdOffResult:], c.Result)
 	le.PutUint64(e[CmdOffTag:], c.Tag)
 	le.PutUint64(e[CmdOffAddr:], uint64(c.Addr))
-	le.PutUint32(e[CmdOffLen:], c.Len)
-	le.PutUint32(e[CmdOffArg0:], c.Arg0)
-	le.PutUint32(e[CmdOffArg1:], c.Arg1)
-	le.PutUint32(e[CmdOffArg2:], c.Arg2)
+	le.PutUint64(e[CmdOffLen:], uint64(c.Len)|uint64(c.Arg0)<<32)
+	le.PutUint64(e[CmdOffArg1:], uint64(c.Arg1)|uint64(c.Arg2)<<32)
 	le.PutUint64(e[CmdOffArg3:], c.Arg3)
 }
 
-// Decode reads the fields from e, which must be a whole entry.
+// Decode reads the fields from e, which must be a whole entry. Fields are
+// stored one by one (a composite literal would be assembled on the stack and
+// copied with wide loads that cannot be forwarded from the narrow stores).
 func (c *Command) Decode(e CommandEntry) error {
 	if len(e) < CommandEntrySize {
 		return errShort("command", len(e), CommandEntrySize)
 	}
-	*c = Command{
-		Opcode: e.Opcode(), Flags: e.Flags(), Conn: e.Conn(), Status: e.Status(),
-		Result: e.Result(), Tag: e.Tag(), Addr: e.Addr(), Len: e.Len(),
-		Arg0: e.Arg0(), Arg1: e.Arg1(), Arg2: e.Arg2(), Arg3: e.Arg3(),
-	}
+	e = e[:CommandEntrySize]
+	c.Opcode = e.Opcode()
+	c.Flags = e.Flags()
+	c.Conn = e.Conn()
+	c.Status = e.Status()
+	c.Result = e.Result()
+	c.Tag = e.Tag()
+	c.Addr = e.Addr()
+	c.Len = e.Len()
+	c.Arg0 = e.Arg0()
+	c.Arg1 = e.Arg1()
+	c.Arg2 = e.Arg2()
+	c.Arg3 = e.Arg3()
 	return nil
 }

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // Ring header layout. The header is four cache lines at the ring's base
@@ -25,8 +27,13 @@ const (
 // slower than one that doesn't.
 const FlagNeedWakeup = 1 << 0
 
-// Every entry begins with a 32-bit control word. The producer writes it last,
-// atomically, so an entry is never seen half written.
+// Every entry begins with a 32-bit control word. Bits 0..7 belong to the ring
+// mechanics; the producer writes that low byte after the entry body and
+// before it publishes the producer index. A consumer reads an entry only
+// below an index it has loaded, so the index store is what makes the whole
+// entry visible; the phase tag is the check that the producer kept that
+// order. The consumer of a command ring later rewrites the word atomically to
+// mark completion, and the producer polls it atomically (IsDone).
 const (
 	OffCtl = 0 // u32 control word of every entry
 
@@ -41,8 +48,10 @@ const (
 	// from the previous lap is never mistaken for a new completion.
 	CtlDone      = 1 << 1
 	CtlDonePhase = 1 << 2
-	// CtlReservedMask are the bits ring mechanics own; entry types use
-	// bits 8..31 of the control word for their own kind/flags.
+	// CtlReservedMask are the bits ring mechanics own; entry types may use
+	// bits 8..23 of the control word for their own kind/flags. Bits 24..31
+	// are reserved and zero: a producer may store zero there in a slot it
+	// owns (Producer.warm does, to take the line before writing the entry).
 	CtlReservedMask = 0xFF
 )
 
@@ -93,7 +102,10 @@ type Ring struct {
 	layout Layout
 	mem    []byte
 	mask   uint32
-	shift  uint32 // log2(Count), for the phase of an index
+	shift  uint32         // log2(Count), for the phase of an index
+	slots  unsafe.Pointer // &mem[HeaderSize]: entry slot 0
+	esize  uintptr        // EntrySize
+	pi, ci *uint32        // the header's index words
 }
 
 func openRing(dma DMA, l Layout) (Ring, error) {
@@ -108,7 +120,9 @@ func openRing(dma DMA, l Layout) (Ring, error) {
 	for 1<<shift < l.Count {
 		shift++
 	}
-	return Ring{layout: l, mem: mem, mask: l.Count - 1, shift: shift}, nil
+	return Ring{layout: l, mem: mem, mask: l.Count - 1, shift: shift,
+		slots: unsafe.Pointer(&mem[HeaderSize]), esize: uintptr(l.EntrySize),
+		pi: word(mem[OffProducerIndex:]), ci: word(mem[OffConsumerIndex:])}, nil
 }
 
 // Layout returns the ring's placement.
@@ -116,9 +130,14 @@ func (r *Ring) Layout() Layout { return r.layout }
 
 // Entry returns the bytes of the entry slot for free-running index i.
 func (r *Ring) Entry(i uint32) []byte {
-	off := HeaderSize + int(i&r.mask)*int(r.layout.EntrySize)
-	end := off + int(r.layout.EntrySize)
-	return r.mem[off:end:end]
+	// mem was bounds checked once when the ring was opened and i&mask is
+	// a slot number, so the slot is always inside it: no checks per entry.
+	return unsafe.Slice((*byte)(r.slot(i)), r.esize)
+}
+
+// slot is the address of the slot for free-running index i.
+func (r *Ring) slot(i uint32) unsafe.Pointer {
+	return unsafe.Add(r.slots, uintptr(i&r.mask)*r.esize)
 }
 
 // Phase is the phase tag value for free-running index i: 1 on even laps.
@@ -127,10 +146,10 @@ func (r *Ring) Phase(i uint32) uint32 { return ((i >> r.shift) & 1) ^ 1 }
 func (r *Ring) hdr(off int) []byte { return r.mem[off : off+4] }
 
 // ProducerIndex reads the published producer index.
-func (r *Ring) ProducerIndex() uint32 { return load32(r.hdr(OffProducerIndex)) }
+func (r *Ring) ProducerIndex() uint32 { return atomic.LoadUint32(r.pi) }
 
 // ConsumerIndex reads the published consumer index.
-func (r *Ring) ConsumerIndex() uint32 { return load32(r.hdr(OffConsumerIndex)) }
+func (r *Ring) ConsumerIndex() uint32 { return atomic.LoadUint32(r.ci) }
 
 // Doorbell is how one side wakes the other: a write to a doorbell register, an
 // interrupt, or in another process an eventfd.
@@ -192,15 +211,23 @@ type RingStats struct {
 // or something overwrote the ring.
 var ErrPhase = errors.New("ring: entry phase tag does not match its lap")
 
+// ErrBadIndex is wrapped by the error Peek returns when the published
+// producer index is more than a whole ring ahead of the consumer: a corrupt
+// or hostile index. It is counted with the phase errors.
+var ErrBadIndex = errors.New("ring: producer index more than a ring ahead of the consumer")
+
 // Producer is the writing side of a ring.
 type Producer struct {
+	_ [CacheLine]byte // keep the hot private fields off a neighbour's lines
 	Ring
 	tail      uint32 // next index to fill
 	published uint32 // last index stored to the header
 	headCache uint32 // last consumer index read
+	warmed    uint32 // slots before this index have been warmed
 	batch     uint32
 	peer      Doorbell
 	stats     RingStats
+	_         [CacheLine]byte
 }
 
 // NewProducer opens the producing side. batch is the number of committed
@@ -235,9 +262,11 @@ func (p *Producer) Free() int {
 }
 
 // Next returns the slot for the next entry, or nil if the ring is full. The
-// caller fills it (bytes 4 and up, plus type bits 8..31 of the control word)
+// caller fills it (bytes 4 and up, plus type bits 8..23 of the control word)
 // and calls Commit. Calling Next twice without Commit returns the same slot.
 func (p *Producer) Next() []byte {
+	// Small enough to inline: the shared consumer index is read only when
+	// the cached one says the ring is full.
 	if p.tail-p.headCache == p.layout.Count {
 		p.headCache = p.ConsumerIndex()
 		if p.tail-p.headCache == p.layout.Count {
@@ -253,15 +282,64 @@ func (p *Producer) Tail() uint32 { return p.tail }
 
 // Commit stamps the slot returned by Next with this lap's phase and makes it
 // part of the next publish; every batch entries it publishes.
+//
+// The stamp is a one-byte store of the ring-owned low byte of the control
+// word: it sets the phase and clears DONE, DONE_PHASE and the reserved bits
+// left from the previous lap, and leaves the entry type's bits 8..31 alone
+// without reading them. (A read-modify-write of the word would load a line
+// the consumer still holds from the last lap and stall the producer on every
+// entry.) No atomic is needed: nobody reads the entry before the index
+// store in Publish, which orders it.
 func (p *Producer) Commit() {
-	e := p.Entry(p.tail)
-	ctl := le.Uint32(e[OffCtl:])&^CtlReservedMask | p.Phase(p.tail)
-	store32(e[OffCtl:], ctl)
+	*(*byte)(p.slot(p.tail)) = byte(p.Phase(p.tail)) // control word byte 0
 	p.tail++
 	p.stats.Entries++
 	if p.tail-p.published >= p.batch {
-		p.Publish()
+		p.commitBatch()
 	}
+}
+
+// commitBatch publishes a full batch and prepares the next one.
+func (p *Producer) commitBatch() {
+	p.Publish()
+	p.warm()
+}
+
+// warm takes ownership of the cache lines of the next free slots before
+// they are written. A slot's line was last read by the consumer, so the
+// producer's first store to it waits for the line to come back; stores
+// retire in order, so with an entry's worth of stores queued behind each such
+// miss only a few lines are ever in flight. One store per slot in a tight
+// loop puts a whole batch of lines in flight at once, and the entries are
+// then written into lines the producer already owns.
+//
+// The store writes zero to the control word's top byte (bits 24..31), which
+// no entry type uses (they are written zero): it changes nothing a reader
+// of a free slot could see (a command ring host may still read the previous
+// lap's DONE bits, status and result there), and it needs no load first.
+func (p *Producer) warm() {
+	w := p.batch * 2
+	if w > warmMax {
+		w = warmMax
+	}
+	end := p.tail + w
+	start := p.warmed
+	if start-p.tail > w { // behind the tail (or never warmed)
+		start = p.tail
+	}
+	if end-p.headCache > p.layout.Count {
+		p.headCache = p.ConsumerIndex()
+		if end-p.headCache > p.layout.Count {
+			end = p.headCache + p.layout.Count
+		}
+	}
+	if end-start > w {
+		return
+	}
+	for i := start; i != end; i++ {
+		*(*byte)(unsafe.Add(p.slot(i), 3)) = 0
+	}
+	p.warmed = end
 }
 
 // Publish makes every committed entry visible and rings the doorbell if the
@@ -291,8 +369,11 @@ func (p *Producer) Pending() int { return int(p.tail - p.published) }
 func (p *Producer) Outstanding() int { return int(p.tail - p.ConsumerIndex()) }
 
 // WaitSpace parks the producer until the consumer frees space or the timeout
-// passes; bell must be the doorbell the consumer rings (its peer).
+// passes; bell must be the doorbell the consumer rings (its peer). It first
+// publishes any committed entries: a producer that sleeps on a full ring
+// with unpublished entries would wait for a consumer that has nothing to do.
 func (p *Producer) WaitSpace(bell *Bell, timeout time.Duration) bool {
+	p.Publish()
 	flags := p.hdr(OffProducerFlags)
 	store32(flags, FlagNeedWakeup)
 	defer store32(flags, 0)
@@ -310,13 +391,16 @@ func (p *Producer) Stats() RingStats { return p.stats }
 
 // Consumer is the reading side of a ring.
 type Consumer struct {
+	_ [CacheLine]byte // keep the hot private fields off a neighbour's lines
 	Ring
 	head      uint32 // next index to consume
 	released  uint32 // last index stored to the header
 	tailCache uint32 // last producer index read
+	touched   byte   // sink for refresh's loads
 	batch     uint32
 	peer      Doorbell // the producer's, rung when it waits for space
 	stats     RingStats
+	_         [CacheLine]byte
 }
 
 // NewConsumer opens the consuming side. Released entries are published back
@@ -339,37 +423,80 @@ func NewConsumer(dma DMA, l Layout, batch uint32, peer Doorbell) (*Consumer, err
 	return c, nil
 }
 
+// refresh reloads the producer index and touches the control words of the
+// newly published entries in a tight loop: their lines (last written by the
+// producer's core) then travel together, where parsing the entries one by
+// one would take each line's miss in turn.
+func (c *Consumer) refresh() {
+	t := c.ProducerIndex()
+	n := t - c.tailCache
+	c.tailCache = t
+	if n > c.layout.Count {
+		return // a bad index: Peek reports it
+	}
+	n = min(n, warmMax)
+	var x byte
+	for i := t - n; i != t; i++ {
+		x ^= *(*byte)(c.slot(i))
+	}
+	c.touched = x
+}
+
 // Available is the number of published entries not yet consumed.
 func (c *Consumer) Available() int {
 	if c.head == c.tailCache {
-		c.tailCache = c.ProducerIndex()
+		c.refresh()
 	}
 	return int(c.tailCache - c.head)
 }
 
 // Peek returns the next published entry without consuming it, nil if there is
-// none, and ErrPhase if the entry's phase tag is wrong (the entry is then
-// skipped by the caller with Pop after it records the error).
+// none, and ErrPhase (with the slot) if the entry's phase tag is wrong: the
+// producer published the index before the entry, so the slot must not be
+// interpreted. The caller records it and either tries again later (the
+// entry becomes valid when the producer's write lands; the device does
+// this) or skips it with Pop (the entry is then lost). Every call that sees
+// a bad entry counts it in RingStats.PhaseErrs. An index more than a ring
+// ahead returns nil and an error wrapping ErrBadIndex.
 func (c *Consumer) Peek() ([]byte, error) {
+	// Fast path: 1 <= tailCache-head <= Count (the subtraction wraps for 0).
+	if c.tailCache-c.head-1 >= c.layout.Count {
+		return c.peekSlow()
+	}
+	e := c.Entry(c.head)
+	if load32(e[OffCtl:])&CtlPhase != c.Phase(c.head) {
+		return c.phaseError(e)
+	}
+	return e, nil
+}
+
+// peekSlow is Peek when the cached producer index is used up (or bad).
+func (c *Consumer) peekSlow() ([]byte, error) {
 	if c.head == c.tailCache {
-		c.tailCache = c.ProducerIndex()
+		c.refresh()
 		if c.head == c.tailCache {
 			return nil, nil
 		}
 	}
 	if c.tailCache-c.head > c.layout.Count {
 		// The producer published an index more than a ring ahead of us:
-		// a corrupt or hostile index. Clamp and report.
+		// a corrupt or hostile index. Report it and forget it; the next
+		// Peek reads the index again.
 		c.stats.PhaseErrs++
+		t := c.tailCache
 		c.tailCache = c.head
-		return nil, fmt.Errorf("ring: producer index %d is more than %d ahead of consumer %d", c.tailCache, c.layout.Count, c.head)
+		return nil, fmt.Errorf("%w: producer index %d, consumer index %d, %d entries", ErrBadIndex, t, c.head, c.layout.Count)
 	}
 	e := c.Entry(c.head)
 	if load32(e[OffCtl:])&CtlPhase != c.Phase(c.head) {
-		c.stats.PhaseErrs++
-		return e, ErrPhase
+		return c.phaseError(e)
 	}
 	return e, nil
+}
+
+func (c *Consumer) phaseError(e []byte) ([]byte, error) {
+	c.stats.PhaseErrs++
+	return e, ErrPhase
 }
 
 // Head is the free-running index of the entry Peek returns.
@@ -407,6 +534,8 @@ func (c *Consumer) Release() {
 	if load32(c.hdr(OffProducerFlags))&FlagNeedWakeup != 0 && c.peer != nil {
 		c.stats.Kicks++
 		c.peer.Kick()
+	} else {
+		c.stats.Suppressed++
 	}
 }
 
@@ -421,18 +550,28 @@ func (c *Consumer) SetNeedWakeup(on bool) {
 	store32(c.hdr(OffConsumerFlags), v)
 }
 
-// Park is the consumer's idle step when it owns no other event source: spin
-// for up to spin polls, then announce sleep, re-check, and wait on bell for a
-// kick (or timeout; 0 waits forever). It reports whether entries are
-// available.
+// Park is the consumer's idle step when it owns no other event source:
+// release consumed slots, spin for up to spin polls, then announce sleep,
+// re-check, and wait on bell for a kick (or timeout; 0 waits forever). It
+// reports whether entries are available.
+//
+// The spin does not yield the processor (runtime.Gosched would put this
+// goroutine on the global run queue without waking an idle processor, and a
+// producer and consumer that both spin that way can end up sharing one
+// processor for good while the other sleeps). With a single processor
+// (GOMAXPROCS=1) spinning cannot help, so Park goes straight to sleep.
 func (c *Consumer) Park(bell *Bell, spin int, timeout time.Duration) bool {
+	// Give consumed slots back before spinning: a producer waiting for
+	// space must not wait out this side's spin.
+	c.Release()
+	if spin > 0 && runtime.GOMAXPROCS(0) == 1 {
+		spin = 0
+	}
 	for i := 0; i < spin; i++ {
 		if c.Available() > 0 {
 			return true
 		}
-		runtime.Gosched()
 	}
-	c.Release()
 	c.SetNeedWakeup(true)
 	defer c.SetNeedWakeup(false)
 	if c.Available() > 0 {
@@ -455,3 +594,6 @@ func IsDone(r *Ring, i uint32) bool {
 	}
 	return (ctl&CtlDonePhase != 0) == (r.Phase(i) != 0)
 }
+
+// warmMax bounds how many slots warm and refresh touch at once.
+const warmMax = 64
