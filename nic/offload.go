@@ -29,7 +29,7 @@ func (e engineEnv) TakeLegacyBuffer() (uint32, rings.Addr, uint32, bool) {
 	d := e.d
 	for {
 		ent, err := d.rx.Peek()
-		if ent == nil {
+		if ent == nil && err == nil {
 			return 0, 0, 0, false
 		}
 		if err != nil {

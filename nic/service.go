@@ -15,11 +15,13 @@ func (d *Device) serviceCommands() int {
 	n := 0
 	for ; n < d.cfg.Burst; n++ {
 		e, err := d.cmd.Peek()
-		if e == nil {
+		if err != nil {
+			// A wrong phase tag, or a producer index more than a ring
+			// ahead (then e is nil): counted, never trusted.
+			d.phaseError(ringCmd, d.cmd.Head())
 			break
 		}
-		if err != nil {
-			d.phaseError(ringCmd, d.cmd.Head())
+		if e == nil {
 			break
 		}
 		ce := rings.CommandEntry(e)
@@ -68,11 +70,13 @@ func (d *Device) serviceTx() int {
 	n := 0
 	for ; n < d.cfg.Burst; n++ {
 		e, err := d.tx.Peek()
-		if e == nil {
+		if err != nil {
+			// A wrong phase tag, or a producer index more than a ring
+			// ahead (then e is nil): counted, never trusted.
+			d.phaseError(ringTx, d.tx.Head())
 			break
 		}
-		if err != nil {
-			d.phaseError(ringTx, d.tx.Head())
+		if e == nil {
 			break
 		}
 		desc := rings.TxDesc(e)
@@ -166,7 +170,7 @@ func (d *Device) upload(f []byte) bool {
 	}
 	for {
 		e, err := d.rx.Peek()
-		if e == nil {
+		if e == nil && err == nil {
 			return d.stallRx(true)
 		}
 		d.rxStallSince = 0
