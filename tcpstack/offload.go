@@ -369,7 +369,11 @@ func (o *offloader) send(c *DelegatedConn, a rings.Addr, n uint32, flags rings.T
 }
 
 // Offload turns on connection delegation for this host.
+// Calling it again (or after the first delegation made one with the
+// defaults) keeps the existing configuration. Safe for concurrent use.
 func (h *Host) Offload(cfg OffloadConfig) error {
+	h.offMu.Lock()
+	defer h.offMu.Unlock()
 	if h.off != nil {
 		return nil
 	}
@@ -382,10 +386,8 @@ func (h *Host) Offload(cfg OffloadConfig) error {
 }
 
 func (h *Host) offloader() (*offloader, error) {
-	if h.off == nil {
-		if err := h.Offload(OffloadConfig{}); err != nil {
-			return nil, err
-		}
+	if err := h.Offload(OffloadConfig{}); err != nil {
+		return nil, err
 	}
 	return h.off, nil
 }

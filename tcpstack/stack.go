@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"sync"
 
 	"github.com/emunic/emunic/nic"
 	"github.com/emunic/emunic/nic/port"
@@ -143,6 +144,7 @@ type Host struct {
 	Mem    *rings.Arena
 	Device *nic.Device
 	Driver *Driver
+	offMu  sync.Mutex
 	off    *offloader
 }
 

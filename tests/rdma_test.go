@@ -641,3 +641,73 @@ func TestRDMAWireCorruptionCaughtByTCP(t *testing.T) {
 	}
 	t.Logf("frames dropped for a bad checksum: %d", corrupted)
 }
+
+// TestRDMAFaultDoesNotStallNeighbour: two QPs between the same two hosts
+// (the same offload units). The peer of one writes where it has no right:
+// its QP goes to ERROR. The other QP streams RDMA Writes at the same time and
+// must finish every one, with its data intact.
+func TestRDMAFaultDoesNotStallNeighbour(t *testing.T) {
+	ha, hb := rdmaHostsOn(t, port.WireConfig{}, nil, nil)
+	a1, b1 := newRDMANode(t, ha, 0), newRDMANode(t, hb, 0)
+	a2, b2 := newRDMANode(t, ha, 0), newRDMANode(t, hb, 0)
+	rdmaConnect(t, a1, b1, 7301)
+	rdmaConnect(t, a2, b2, 7302)
+
+	// b1 exposes a region for reads only; b2 one for writes.
+	ro := newRDMAGuarded(t, hb, 4096)
+	roMR := rdmaMust[*tcpstack.MR](t)(hb.RegMRAddr(b1.pd, ro.addr(), 4096, tcpstack.AccessRemoteRead))
+	dst := newRDMAGuarded(t, hb, 1<<20)
+	dstMR := rdmaMust[*tcpstack.MR](t)(hb.RegMRAddr(b2.pd, dst.addr(), 1<<20, tcpstack.AccessLocalWrite|tcpstack.AccessRemoteWrite))
+	rdmaFill(a2.local.Bytes()[:1<<20], 9)
+
+	const n = 64 // 64 writes of 16 KiB, every one signaled
+	done := make(chan []rings.Completion, 1)
+	go func() {
+		for i := 0; i < n; i++ {
+			w := rings.SendWR{Opcode: rings.WRRDMAWrite, Flags: rings.WRSignaled, WRID: uint64(i), RemoteAddr: dstMR.TO(i * 16384), RKey: dstMR.RKey, NumSGE: 1}
+			w.SGL[0] = a2.lmr.SGE(i*16384, 16384)
+			for {
+				err := a2.qp.PostSend(&w)
+				if err == nil {
+					break
+				}
+				if !errors.Is(err, tcpstack.ErrQueueFull) {
+					t.Error(err)
+					done <- nil
+					return
+				}
+				time.Sleep(50 * time.Microsecond)
+			}
+		}
+		done <- nil
+	}()
+	// Meanwhile the faulty write on the other QP.
+	bad := rings.SendWR{Opcode: rings.WRRDMAWrite, Flags: rings.WRSignaled, WRID: 99, RemoteAddr: roMR.TO(0), RKey: roMR.RKey, NumSGE: 1}
+	bad.SGL[0] = a1.lmr.SGE(0, 512)
+	if err := a1.qp.PostSend(&bad); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	wcs := rdmaWaitWC(t, a2.cq, n)
+	for i, c := range wcs {
+		if c.Status != rings.WCSuccess || c.WRID != uint64(i) {
+			t.Fatalf("neighbour QP completion %d: %v", i, &c)
+		}
+	}
+	rdmaWaitState(t, b1.qp, "B1", tcpstack.QPStateError)
+	if !ro.untouched() {
+		t.Fatal("the read-only region was written")
+	}
+	// The neighbour's data all arrived (the last writes land after their
+	// completions on A, so wait for B's placement to catch up).
+	deadline := time.Now().Add(5 * time.Second)
+	for !bytes.Equal(dst.region(), a2.local.Bytes()[:1<<20]) {
+		if time.Now().After(deadline) {
+			t.Fatal("the neighbour QP's writes did not all land")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if a2.qp.State() >= tcpstack.QPStateError {
+		t.Fatalf("the neighbour QP is in %v", a2.qp.State())
+	}
+}
