@@ -123,6 +123,10 @@ func (s *Stack) Close() {
 	s.S.Wait()
 }
 
+// DefaultMinRTO is the minimum retransmission timeout NewHost gives the
+// offload engine when HostConfig.Device.Engine.MinRTO is zero (ns).
+const DefaultMinRTO = 20e6
+
 // HostConfig describes one emulated host: a NIC, its host memory and driver,
 // and the netstack on top.
 type HostConfig struct {
@@ -164,6 +168,14 @@ func NewHost(cfg HostConfig, p port.Port) (*Host, error) {
 	}
 	dc := cfg.Device
 	dc.MAC, dc.MTU = cfg.MAC, cfg.MTU
+	if dc.Engine.MinRTO == 0 {
+		// The engine's own default is Linux's 200 ms. Emulated hosts talk
+		// over sub-millisecond paths (the in-memory wire, a local TAP),
+		// where a loss the duplicate ACKs cannot repair would otherwise
+		// cost 200 ms each: 20 ms, as datacenter TCP stacks do, made a
+		// 2%-loss transfer to the Linux kernel 7.5x faster.
+		dc.Engine.MinRTO = DefaultMinRTO
+	}
 	dev, err := nic.New(dc, mem, p)
 	if err != nil {
 		return nil, err
