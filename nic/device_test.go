@@ -347,3 +347,31 @@ func FuzzClassify(f *testing.F) {
 		}
 	})
 }
+
+// TestReceiveBadBufferReturnedWithError: a legacy buffer outside host memory
+// goes back to the host with an error notification, and the frame lands in
+// the next good buffer.
+func TestReceiveBadBufferReturnedWithError(t *testing.T) {
+	h := newHostSide(t, 0)
+	e := h.rx.Next()
+	bad := rings.Rx{BufID: 9, Addr: h.mem.Base() + rings.Addr(h.mem.Size()) - 100, Len: 2048}
+	bad.Encode(rings.RxDesc(e))
+	h.rx.Commit()
+	h.postRx(0)
+	h.rx.Publish()
+	good := frame(devMAC, 64)
+	if err := h.wire.WriteFrame(good); err != nil {
+		t.Fatal(err)
+	}
+	n, ok := h.notification()
+	if !ok || n.Flags != rings.NtfError || n.Aux != 9 || n.Conn != rings.NoConn {
+		t.Fatalf("bad buffer: notification %+v ok=%v", n, ok)
+	}
+	n, ok = h.notification()
+	if !ok || n.Flags != rings.NtfLegacyUpload || n.Aux != 0 || int(n.Len) != len(good) {
+		t.Fatalf("frame after the bad buffer: notification %+v ok=%v", n, ok)
+	}
+	if got := h.dev.Stat(rings.StatDMAErrors); got != 1 {
+		t.Errorf("dma_errors = %d, want 1", got)
+	}
+}

@@ -26,27 +26,13 @@ func (e engineEnv) Transmit(frame []byte) error {
 }
 
 func (e engineEnv) TakeLegacyBuffer() (uint32, rings.Addr, uint32, bool) {
-	d := e.d
-	for {
-		ent, err := d.rx.Peek()
-		if ent == nil && err == nil {
-			return 0, 0, 0, false
-		}
-		if err != nil {
-			d.phaseError(ringRx, d.rx.Head())
-			return 0, 0, 0, false
-		}
-		desc := rings.RxDesc(ent)
-		id, addr, n := desc.BufID(), desc.Addr(), desc.Len()
-		d.rx.Pop()
-		if !d.memContains(addr, int(n)) {
-			// A buffer outside host memory goes back with an error.
-			d.count(rings.StatDMAErrors)
-			d.post(&rings.Notification{Flags: rings.NtfError, Conn: rings.NoConn, Aux: id})
-			continue
-		}
-		return id, addr, n, true
+	desc, _ := e.d.peekRxBuffer()
+	if desc == nil {
+		return 0, 0, 0, false
 	}
+	id, addr, n := desc.BufID(), desc.Addr(), desc.Len()
+	e.d.rx.Pop()
+	return id, addr, n, true
 }
 
 func (e engineEnv) NowNanos() int64 { return nanotime() }

@@ -168,42 +168,57 @@ func (d *Device) upload(f []byte) bool {
 	if d.notify.Free() == 0 {
 		return d.stallRx(false)
 	}
+	desc, ringErr := d.peekRxBuffer()
+	if ringErr {
+		d.rxStallSince = 0
+		d.count(rings.StatRxDropNoBuffer)
+		return true
+	}
+	if desc == nil {
+		return d.stallRx(d.notify.Free() > 0)
+	}
+	d.rxStallSince = 0
+	if int(desc.Len()) < len(f) {
+		// The host posted a buffer too small for this frame: drop the
+		// frame, keep the buffer for the next one.
+		d.count(rings.StatRxDropOversize)
+		return true
+	}
+	id, addr := desc.BufID(), desc.Addr()
+	_ = d.mem.WriteAt(f, addr) // inside host memory: peekRxBuffer checked
+	d.rx.Pop()
+	d.post(&rings.Notification{Flags: rings.NtfLegacyUpload, Conn: rings.NoConn, Len: uint32(len(f)), Aux: id})
+	return true
+}
+
+// peekRxBuffer returns the receive descriptor at the head of the ring when
+// it names a buffer wholly inside host memory; legacy frames and the
+// engine's uploads both take buffers through it. A descriptor that does not
+// is consumed and its buffer returned to the host with NtfError (Aux = the
+// buffer id). desc is nil when no usable buffer is posted, or when a bad one
+// cannot be reported because the notification ring is full; ringErr says
+// the ring itself is bad (wrong phase tag or index, counted).
+func (d *Device) peekRxBuffer() (desc rings.RxDesc, ringErr bool) {
 	for {
 		e, err := d.rx.Peek()
-		if e == nil && err == nil {
-			return d.stallRx(true)
-		}
-		d.rxStallSince = 0
 		if err != nil {
 			d.phaseError(ringRx, d.rx.Head())
-			d.count(rings.StatRxDropNoBuffer)
-			return true
+			return nil, true
 		}
-		desc := rings.RxDesc(e)
+		if e == nil {
+			return nil, false
+		}
+		desc = rings.RxDesc(e)
+		if d.memContains(desc.Addr(), int(desc.Len())) {
+			return desc, false
+		}
+		if d.notify.Free() == 0 {
+			return nil, false
+		}
+		d.count(rings.StatDMAErrors)
 		id := desc.BufID()
-		if int(desc.Len()) < len(f) {
-			// The host posted a buffer too small for this frame: drop
-			// the frame, keep the buffer for the next one.
-			d.count(rings.StatRxDropOversize)
-			return true
-		}
-		err = d.mem.WriteAt(f, desc.Addr())
 		d.rx.Pop()
-		ntf := rings.Notification{Conn: rings.NoConn, Len: uint32(len(f)), Aux: id}
-		if err != nil {
-			// A descriptor pointing outside host memory: return the
-			// buffer to the host with an error, try the next one.
-			d.count(rings.StatDMAErrors)
-			ntf.Flags, ntf.Len = rings.NtfError, 0
-			d.post(&ntf)
-			if d.notify.Free() == 0 {
-				return false
-			}
-			continue
-		}
-		ntf.Flags = rings.NtfLegacyUpload
-		d.post(&ntf)
-		return true
+		d.post(&rings.Notification{Flags: rings.NtfError, Conn: rings.NoConn, Aux: id})
 	}
 }
 
@@ -212,7 +227,7 @@ func (d *Device) upload(f []byte) bool {
 // it waited for a buffer; a frame waiting for notification space is only
 // dropped the same way, so the host cannot stall the FIFO forever).
 func (d *Device) stallRx(noBuffer bool) bool {
-	now := nanotime()
+	now := d.now
 	if d.rxStallSince == 0 {
 		d.rxStallSince = now
 		return false
