@@ -13,7 +13,6 @@ import (
 	"net/netip"
 	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -479,40 +478,10 @@ func TestTAPOffloadServeCommand(t *testing.T) {
 	kernel := netip.MustParsePrefix("10.86.0.1/24")
 	emu := netip.MustParsePrefix("10.86.0.2/24")
 
-	cmd := exec.Command(exe, "serve", "--tap", name, "--addr", emu.String(), "--offload")
-	var stdout, stderr syncBuffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	stopped := false
-	t.Cleanup(func() {
-		if !stopped {
-			cmd.Process.Kill()
-			<-exited
-		}
-		t.Logf("emunic serve --offload stderr:\n%s\nstdout:\n%s", stderr.String(), stdout.String())
-	})
-	// waitLog waits until the log has n lines containing s.
-	waitLog := func(s string, n int, within time.Duration) {
-		t.Helper()
-		for deadline := time.Now().Add(within); strings.Count(stderr.String(), s) < n; {
-			select {
-			case err := <-exited:
-				stopped = true
-				t.Fatalf("emunic serve exited early (%v) before logging %q", err, s)
-			case <-time.After(20 * time.Millisecond):
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("emunic serve did not log %q %d times within %v", s, n, within)
-			}
-		}
-	}
-	waitLog("Ctrl-C to stop", 1, 30*time.Second)
-	if !strings.Contains(stderr.String(), "connections delegated to the offload unit") {
-		t.Errorf("the start line does not say connections are delegated:\n%s", stderr.String())
+	srv := startServe(t, exe, "--tap", name, "--addr", emu.String(), "--offload")
+	srv.waitLog("Ctrl-C to stop", 1, 30*time.Second)
+	if !strings.Contains(srv.stderr.String(), "connections delegated to the offload unit") {
+		t.Errorf("the start line does not say connections are delegated:\n%s", srv.stderr.String())
 	}
 	ns.moveTAP(t, name, kernel)
 
@@ -523,14 +492,14 @@ func TestTAPOffloadServeCommand(t *testing.T) {
 	if err != nil {
 		t.Fatalf("connect to echo: %v", err)
 	}
-	waitLog(" delegated as conn ", 1, 10*time.Second)
+	srv.waitLog(" delegated as conn ", 1, 10*time.Second)
 	echoExchange(t, c, echoBytes)
 	c.Close()
 	d, err := ns.dial(netip.AddrPortFrom(emu.Addr(), 9))
 	if err != nil {
 		t.Fatalf("connect to discard: %v", err)
 	}
-	waitLog(" delegated as conn ", 2, 10*time.Second)
+	srv.waitLog(" delegated as conn ", 2, 10*time.Second)
 	d.SetDeadline(time.Now().Add(time.Minute))
 	if _, err := d.Write(make([]byte, discardBytes)); err != nil {
 		t.Fatalf("write to discard: %v", err)
@@ -540,23 +509,13 @@ func TestTAPOffloadServeCommand(t *testing.T) {
 		t.Errorf("discard: read %d bytes back, err %v; want EOF and nothing", len(rest), err)
 	}
 	d.Close()
-	waitLog(" closed after ", 2, 10*time.Second)
-	logs := stderr.String()
+	srv.waitLog(" closed after ", 2, 10*time.Second)
+	logs := srv.stderr.String()
 	if n := strings.Count(logs, " delegated as conn "); n != 2 || strings.Contains(logs, "fallback to netstack") {
 		t.Errorf("want both connections logged as delegated (found %d) and no fallback:\n%s", n, logs)
 	}
 
-	cmd.Process.Signal(syscall.SIGINT)
-	select {
-	case err = <-exited:
-		stopped = true
-	case <-time.After(30 * time.Second):
-		t.Fatal("emunic serve did not exit within 30s of SIGINT")
-	}
-	if err != nil {
-		t.Fatalf("emunic serve exited with %v after SIGINT, want status 0", err)
-	}
-	out := stdout.String()
+	out := srv.interrupt()
 	for _, want := range []string{"services", "offload", "rings (device side)", "device counters (stat block)",
 		"delegated TCP engine (offload unit)", "drops and errors"} {
 		if !strings.Contains(out, want) {

@@ -3,7 +3,6 @@
 package tests
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
@@ -323,6 +322,68 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// serveProc is an 'emunic serve' process under test. Its output is kept and
+// logged at cleanup, where it is killed unless interrupt stopped it.
+type serveProc struct {
+	t              *testing.T
+	cmd            *exec.Cmd
+	stdout, stderr syncBuffer
+	exited         chan error
+	stopped        bool
+}
+
+func startServe(t *testing.T, exe string, args ...string) *serveProc {
+	t.Helper()
+	p := &serveProc{t: t, cmd: exec.Command(exe, append([]string{"serve"}, args...)...), exited: make(chan error, 1)}
+	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.exited <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		if !p.stopped {
+			p.cmd.Process.Kill()
+			<-p.exited
+		}
+		t.Logf("emunic serve %s stderr:\n%s\nstdout:\n%s", strings.Join(args, " "), p.stderr.String(), p.stdout.String())
+	})
+	return p
+}
+
+// waitLog waits until the process's log has n lines containing s.
+func (p *serveProc) waitLog(s string, n int, within time.Duration) {
+	p.t.Helper()
+	for deadline := time.Now().Add(within); strings.Count(p.stderr.String(), s) < n; {
+		select {
+		case err := <-p.exited:
+			p.stopped = true
+			p.t.Fatalf("emunic serve exited early (%v) before logging %q", err, s)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("emunic serve did not log %q %d times within %v", s, n, within)
+		}
+	}
+}
+
+// interrupt stops the process with SIGINT, requires it to exit with status
+// 0 within 30 s, and returns what it printed on stdout.
+func (p *serveProc) interrupt() string {
+	p.t.Helper()
+	p.cmd.Process.Signal(syscall.SIGINT)
+	var err error
+	select {
+	case err = <-p.exited:
+		p.stopped = true
+	case <-time.After(30 * time.Second):
+		p.t.Fatal("emunic serve did not exit within 30s of SIGINT")
+	}
+	if err != nil {
+		p.t.Fatalf("emunic serve exited with %v after SIGINT, want status 0", err)
+	}
+	return p.stdout.String()
+}
+
 // TestTAPServeCommand runs 'emunic serve' as a process on a TAP it creates,
 // moves the TAP into a namespace, and checks ping, echo and discard from the
 // kernel there; then stops it with SIGINT and checks it exits 0 with its
@@ -336,51 +397,8 @@ func TestTAPServeCommand(t *testing.T) {
 	kernel := netip.MustParsePrefix("10.78.0.1/24")
 	emu := netip.MustParsePrefix("10.78.0.2/24")
 
-	cmd := exec.Command(exe, "serve", "--tap", name, "--addr", emu.String())
-	var stdout syncBuffer
-	cmd.Stdout = &stdout
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	var logMu sync.Mutex
-	var logLines []string
-	ready := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		once := sync.OnceFunc(func() { close(ready) })
-		for sc.Scan() {
-			logMu.Lock()
-			logLines = append(logLines, sc.Text())
-			logMu.Unlock()
-			if strings.Contains(sc.Text(), "Ctrl-C to stop") {
-				once()
-			}
-		}
-		exited <- cmd.Wait()
-	}()
-	stopped := false
-	t.Cleanup(func() {
-		if !stopped {
-			cmd.Process.Kill()
-			<-exited
-		}
-		logMu.Lock()
-		defer logMu.Unlock()
-		t.Logf("emunic serve stderr:\n%s\nstdout:\n%s", strings.Join(logLines, "\n"), stdout.String())
-	})
-	select {
-	case <-ready:
-	case err := <-exited:
-		stopped = true
-		t.Fatalf("emunic serve exited before it was ready: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("emunic serve did not say it was ready within 30s")
-	}
+	srv := startServe(t, exe, "--tap", name, "--addr", emu.String())
+	srv.waitLog("Ctrl-C to stop", 1, 30*time.Second)
 	ns.moveTAP(t, name, kernel)
 
 	if err := ns.ping(emu.Addr(), 2); err != nil {
@@ -407,31 +425,9 @@ func TestTAPServeCommand(t *testing.T) {
 	d.Close()
 
 	// Both connections are logged as closed before the counters are read.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		logMu.Lock()
-		all := strings.Join(logLines, "\n")
-		logMu.Unlock()
-		if strings.Count(all, " closed after ") >= 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("emunic serve did not log both connections closing:\n%s", all)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	srv.waitLog(" closed after ", 2, 10*time.Second)
 
-	cmd.Process.Signal(syscall.SIGINT)
-	select {
-	case err = <-exited:
-		stopped = true
-	case <-time.After(30 * time.Second):
-		t.Fatal("emunic serve did not exit within 30s of SIGINT")
-	}
-	if err != nil {
-		t.Fatalf("emunic serve exited with %v after SIGINT, want status 0", err)
-	}
-	out := stdout.String()
+	out := srv.interrupt()
 	for _, want := range []string{"services", "rings (device side)", name + "  tx", "device counters (stat block)", "drops and errors"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("serve's report lacks %q:\n%s", want, out)
