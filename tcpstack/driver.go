@@ -284,11 +284,10 @@ func (d *Driver) handle(n *rings.Notification) {
 	}
 	switch {
 	case n.Flags&rings.NtfLegacyUpload != 0:
-		if n.Aux >= d.cfg.RxEntries || int(n.Len) > d.bufSize {
-			d.stats.rxErrors.Add(1)
+		frame, ok := d.legacyData(n.Aux, n.Len)
+		if !ok {
 			return
 		}
-		frame := d.rxBuf(n.Aux)[:n.Len]
 		d.deliver(frame)
 		d.postRx(n.Aux)
 	case n.Flags&rings.NtfError != 0:
