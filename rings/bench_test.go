@@ -2,6 +2,7 @@ package rings
 
 import (
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -37,21 +38,30 @@ func TestCommandIs64Bytes(t *testing.T) {
 func BenchmarkChannel64B(b *testing.B) {
 	b.ReportAllocs()
 	ch := make(chan Command, benchRingCount)
-	done := make(chan struct{})
 	b.ResetTimer()
+	chanChunk(ch, b.N, b.Errorf)
+}
+
+// chanChunk sends n commands tagged 0..n-1 through ch to a consumer
+// goroutine and returns when it has received them all.
+func chanChunk(ch chan Command, n int, fail func(string, ...any)) {
+	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		var c Command
-		for i := 0; i < b.N; i++ {
+		for i := 0; i < n; i++ {
 			c = <-ch
 			if c.Tag != uint64(i) {
-				b.Errorf("entry %d carries tag %d", i, c.Tag)
+				fail("entry %d carries tag %d", i, c.Tag)
+				for range n - i - 1 {
+					<-ch
+				}
 				return
 			}
 		}
 	}()
 	c := Command{Opcode: OpNop, Conn: 7}
-	for i := 0; i < b.N; i++ {
+	for i := 0; i < n; i++ {
 		c.Tag = uint64(i)
 		ch <- c
 	}
@@ -65,26 +75,32 @@ func BenchmarkChannel64B(b *testing.B) {
 // the ring's figures move with it; a channel, whose goroutines can share a
 // core, much less.
 func BenchmarkCoreToCore(b *testing.B) {
+	b.ReportMetric(handoffNs(b.N), "ns/handoff")
+}
+
+// handoffNs plays n rounds of cache-line ping-pong between two goroutines
+// and returns the mean one-way handoff in ns.
+func handoffNs(n int) float64 {
 	var line [3 * CacheLine / 4]atomic.Uint32 // ping and pong on separate lines
 	ping, pong := &line[0], &line[2*CacheLine/4]
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		for i := uint32(1); i <= uint32(b.N); i++ {
+		for i := uint32(1); i <= uint32(n); i++ {
 			for ping.Load() != i {
 			}
 			pong.Store(i)
 		}
 	}()
-	b.ResetTimer()
-	for i := uint32(1); i <= uint32(b.N); i++ {
+	t0 := time.Now()
+	for i := uint32(1); i <= uint32(n); i++ {
 		ping.Store(i)
 		for pong.Load() != i {
 		}
 	}
-	b.StopTimer()
+	el := time.Since(t0)
 	<-done
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(2*b.N), "ns/handoff")
+	return float64(el.Nanoseconds()) / float64(2*n)
 }
 
 // benchPair builds a ring of 64-byte entries with a producer and a consumer.
@@ -138,10 +154,26 @@ func nextSlot(p *Producer, bell *Bell, spin int) []byte {
 	}
 }
 
+// benchMode says how much of each 64-byte entry the two sides touch.
+type benchMode int
+
+const (
+	// modeFull: the producer encodes all twelve fields (the whole entry)
+	// and the consumer decodes all twelve: the same 64 bytes in and out
+	// that the channel copies.
+	modeFull benchMode = iota
+	// modeDevice: the producer encodes the whole entry, the consumer reads
+	// in place only the fields it acts on, as the NIC does with commands
+	// and descriptors (the host driver encodes, the device never copies
+	// an entry out).
+	modeDevice
+	// modeInPlace: both sides touch in place only what a NOP carries.
+	modeInPlace
+)
+
 // consumeN drains n entries in bursts, checking sequence numbers, parking
-// (Park) when the ring is empty. With full it decodes whole entries, else it
-// reads the fields a NOP needs in place. It reports the first error on fail.
-func consumeN(c *Consumer, bell *Bell, n int, spin int, full bool, fail func(string, ...any)) {
+// (Park) when the ring is empty. It reports the first error on fail.
+func consumeN(c *Consumer, bell *Bell, n int, spin int, mode benchMode, fail func(string, ...any)) {
 	var cmd Command
 	for i := 0; i < n; {
 		e, err := c.Peek()
@@ -153,11 +185,14 @@ func consumeN(c *Consumer, bell *Bell, n int, spin int, full bool, fail func(str
 			c.Park(bell, spin, 0)
 			continue
 		}
-		ce := CommandEntry(e)
-		tag, op := ce.Tag(), ce.Opcode()
-		if full {
+		var tag uint64
+		var op Opcode
+		if mode == modeFull {
 			_ = cmd.Decode(e)
 			tag, op = cmd.Tag, cmd.Opcode
+		} else {
+			ce := CommandEntry(e)
+			tag, op = ce.Tag(), ce.Opcode()
 		}
 		if tag != uint64(i) || op != OpNop {
 			fail("entry %d carries tag %d opcode %v", i, tag, op)
@@ -169,30 +204,27 @@ func consumeN(c *Consumer, bell *Bell, n int, spin int, full bool, fail func(str
 	c.Release()
 }
 
-// benchRing moves b.N NOP commands through a ring of 64-byte entries. With
-// full the producer encodes all twelve fields (64 bytes, like the channel's
-// copy) and the consumer decodes them; otherwise each side touches in place
-// only what a NOP carries (opcode, connection, tag), which is the point of a
-// ring in shared memory.
-func benchRing(b *testing.B, pBatch, cBatch uint32, full bool) {
-	b.ReportAllocs()
-	bp := newBenchPair(b, benchRingCount, CommandEntrySize, pBatch, cBatch)
+// ringChunk moves n NOP commands tagged 0..n-1 through the ring and returns
+// when the consumer goroutine has taken them all.
+func ringChunk(bp *benchPair, n int, mode benchMode, fail func(string, ...any)) {
 	done := make(chan struct{})
-	b.ResetTimer()
 	go func() {
 		defer close(done)
-		consumeN(bp.c, bp.cBell, b.N, benchSpin, full, b.Errorf)
+		consumeN(bp.c, bp.cBell, n, benchSpin, mode, fail)
 	}()
 	cmd := Command{Opcode: OpNop, Conn: 7}
-	for i := 0; i < b.N; i++ {
-		e := nextSlot(bp.p, bp.pBell, benchSpin)
-		if full {
-			cmd.Tag = uint64(i)
-			cmd.Encode(e)
-		} else {
+	for i := 0; i < n; i++ {
+		e := bp.p.Next() // inlined; nextSlot only when the ring is full
+		if e == nil {
+			e = nextSlot(bp.p, bp.pBell, benchSpin)
+		}
+		if mode == modeInPlace {
 			le.PutUint32(e[CmdOffOpcode:], uint32(OpNop))
 			le.PutUint32(e[CmdOffConn:], 7)
 			le.PutUint64(e[CmdOffTag:], uint64(i))
+		} else {
+			cmd.Tag = uint64(i)
+			cmd.Encode(e)
 		}
 		bp.p.Commit()
 	}
@@ -200,18 +232,120 @@ func benchRing(b *testing.B, pBatch, cBatch uint32, full bool) {
 	<-done
 }
 
+// benchRing moves b.N NOP commands through a ring of 64-byte entries.
+func benchRing(b *testing.B, pBatch, cBatch uint32, mode benchMode) {
+	b.ReportAllocs()
+	bp := newBenchPair(b, benchRingCount, CommandEntrySize, pBatch, cBatch)
+	b.ResetTimer()
+	ringChunk(bp, b.N, mode, b.Errorf)
+}
+
 // BenchmarkRingBatched: SPSC ring of 64-byte entries, the producer publishes
 // every 32 entries, the consumer drains in bursts and releases every 32.
 // Every entry is fully encoded and decoded: the same 64 bytes the channel
 // copies.
-func BenchmarkRingBatched(b *testing.B) { benchRing(b, 32, 32, true) }
+func BenchmarkRingBatched(b *testing.B) { benchRing(b, 32, 32, modeFull) }
+
+// BenchmarkRingBatchedDevice: the same, the producer encoding every field
+// and the consumer reading in place the fields it acts on, as the NIC does.
+func BenchmarkRingBatchedDevice(b *testing.B) { benchRing(b, 32, 32, modeDevice) }
 
 // BenchmarkRingBatchedInPlace: the same, each side touching in place only
 // the fields a NOP carries.
-func BenchmarkRingBatchedInPlace(b *testing.B) { benchRing(b, 32, 32, false) }
+func BenchmarkRingBatchedInPlace(b *testing.B) { benchRing(b, 32, 32, modeInPlace) }
 
 // BenchmarkRingUnbatched: every entry is published and released on its own.
-func BenchmarkRingUnbatched(b *testing.B) { benchRing(b, 1, 1, true) }
+func BenchmarkRingUnbatched(b *testing.B) { benchRing(b, 1, 1, modeFull) }
+
+// BenchmarkRingVsChannel is the ring bar's measurement. The hypervisor
+// moves these two vCPUs between placements (a cache-line handoff of ~45 ns
+// or ~250 ns) every few seconds, and separate benchmarks run seconds apart
+// can land in different placements. This one interleaves short chunks
+// (benchChunk entries each) of the channel and the ring variants with a
+// handoff measurement before and after, so every ratio compares figures
+// taken milliseconds apart. It reports per-entry medians over the chunks,
+// the median of the per-chunk ratios channel/ring, and the same ratios over
+// the chunks whose handoffs before and after were both near (< 100 ns) or
+// both far, with how many chunks each had. ns/op means nothing here.
+func BenchmarkRingVsChannel(b *testing.B) {
+	const benchChunk = 1 << 21
+	bp := newBenchPair(b, benchRingCount, CommandEntrySize, 32, 32)
+	ch := make(chan Command, benchRingCount)
+	type chunk struct{ handoff, ch, full, dev, inPlace float64 }
+	var chunks []chunk
+	timed := func(n int, f func()) float64 {
+		t0 := time.Now()
+		f()
+		return float64(time.Since(t0).Nanoseconds()) / float64(n)
+	}
+	b.ResetTimer()
+	for done := 0; done < b.N; done += benchChunk {
+		n := min(benchChunk, b.N-done)
+		h0 := handoffNs(1 << 12)
+		var c chunk
+		c.ch = timed(n, func() { chanChunk(ch, n, b.Errorf) })
+		c.full = timed(n, func() { ringChunk(bp, n, modeFull, b.Errorf) })
+		c.dev = timed(n, func() { ringChunk(bp, n, modeDevice, b.Errorf) })
+		c.inPlace = timed(n, func() { ringChunk(bp, n, modeInPlace, b.Errorf) })
+		h1 := handoffNs(1 << 12)
+		c.handoff = max(h0, h1)
+		if (h0 < nearHandoff) != (h1 < nearHandoff) {
+			c.handoff = -1 // the placement changed during the chunk
+		}
+		chunks = append(chunks, c)
+	}
+	b.StopTimer()
+	med := func(f func(chunk) float64, keep func(chunk) bool) (float64, int) {
+		var v []float64
+		for _, c := range chunks {
+			if keep(c) {
+				v = append(v, f(c))
+			}
+		}
+		return median(v), len(v)
+	}
+	all := func(chunk) bool { return true }
+	near := func(c chunk) bool { return c.handoff >= 0 && c.handoff < nearHandoff }
+	far := func(c chunk) bool { return c.handoff >= nearHandoff }
+	for _, m := range []struct {
+		unit string
+		f    func(chunk) float64
+	}{
+		{"chan-ns/entry", func(c chunk) float64 { return c.ch }},
+		{"ring-ns/entry", func(c chunk) float64 { return c.full }},
+		{"ratio", func(c chunk) float64 { return c.ch / c.full }},
+		{"ratio-dev", func(c chunk) float64 { return c.ch / c.dev }},
+		{"ratio-inplace", func(c chunk) float64 { return c.ch / c.inPlace }},
+	} {
+		v, _ := med(m.f, all)
+		b.ReportMetric(v, m.unit)
+	}
+	for _, s := range []struct {
+		name string
+		keep func(chunk) bool
+	}{{"near", near}, {"far", far}} {
+		v, n := med(func(c chunk) float64 { return c.ch / c.full }, s.keep)
+		b.ReportMetric(v, "ratio-"+s.name)
+		v, _ = med(func(c chunk) float64 { return c.ch / c.dev }, s.keep)
+		b.ReportMetric(v, "ratio-dev-"+s.name)
+		b.ReportMetric(float64(n), s.name+"-chunks")
+	}
+}
+
+// nearHandoff splits the two placements BenchmarkRingVsChannel sees.
+const nearHandoff = 100 // ns
+
+// median of v (0 for none); v is reordered.
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	slices.Sort(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
 
 // cmdDevice runs a device that completes every command in place with
 // StatusOK and Result = Tag+1, until stop is closed.
