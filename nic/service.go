@@ -67,22 +67,18 @@ func (d *Device) execute(ce rings.CommandEntry) (rings.Status, uint64) {
 // descriptor is released once the frame has left (the port copies), so the
 // host may reuse the buffer as soon as the consumer index passes it.
 func (d *Device) serviceTx() int {
-	n := 0
-	for ; n < d.cfg.Burst; n++ {
-		e, err := d.tx.Peek()
-		if err != nil {
-			// A wrong phase tag, or a producer index more than a ring
-			// ahead (then e is nil): counted, never trusted.
-			d.phaseError(ringTx, d.tx.Head())
-			break
-		}
-		if e == nil {
-			break
-		}
-		desc := rings.TxDesc(e)
-		d.transmit(desc)
-		d.tx.Pop()
+	n, err := d.tx.Burst(d.cfg.Burst)
+	if err != nil {
+		// A wrong phase tag, or a producer index more than a ring
+		// ahead: counted, never trusted.
+		d.phaseError(ringTx, d.tx.Head())
+		return 0
 	}
+	head := d.tx.Head()
+	for i := range n {
+		d.transmit(rings.TxDesc(d.tx.Entry(head + uint32(i))))
+	}
+	d.tx.PopN(n)
 	return n
 }
 

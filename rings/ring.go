@@ -280,6 +280,35 @@ func (p *Producer) Next() []byte {
 // Tail is the free-running index the next Commit will use.
 func (p *Producer) Tail() uint32 { return p.tail }
 
+// Reserve is Next for a batch: it returns how many slots, up to max, are
+// free from Tail() on. The caller fills the slots Entry(Tail()+i) for i
+// below that count, in any order, then calls CommitN. A producer that has
+// several entries to post saves the per-entry checks of Next and Commit.
+func (p *Producer) Reserve(max int) int {
+	free := p.layout.Count - (p.tail - p.headCache)
+	if uint32(max) > free && free < p.layout.Count {
+		p.headCache = p.ConsumerIndex()
+		free = p.layout.Count - (p.tail - p.headCache)
+		if free == 0 {
+			p.stats.Full++
+		}
+	}
+	return int(min(uint32(max), free))
+}
+
+// CommitN commits n slots filled after Reserve, stamping each with its
+// lap's phase (as Commit does, one byte each), and publishes every batch
+// entries on the way, as n calls of Commit would.
+func (p *Producer) CommitN(n int) {
+	for ; n > 0; n-- {
+		*(*byte)(p.slot(p.tail)) = byte(p.Phase(p.tail))
+		p.tail++
+		if p.tail-p.published >= p.batch || int32(p.tail-p.warmed) >= 0 {
+			p.commitSlow()
+		}
+	}
+}
+
 // Commit stamps the slot returned by Next with this lap's phase and makes it
 // part of the next publish; every batch entries it publishes.
 //
@@ -513,6 +542,40 @@ func (c *Consumer) phaseError(e []byte) ([]byte, error) {
 
 // Head is the free-running index of the entry Peek returns.
 func (c *Consumer) Head() uint32 { return c.head }
+
+// Burst is Peek for a batch: it returns how many entries, up to max, are
+// published from Head() on with the right phase tag. The caller reads
+// Entry(Head()+i) for i below that count and consumes them with PopN. If
+// the entry at the head itself is bad it returns 0 and the error Peek would
+// (a bad entry further on only ends the burst before it; the next Burst
+// reports it). A consumer draining a burst saves Peek's per-entry checks.
+func (c *Consumer) Burst(max int) (int, error) {
+	if c.head == c.tailCache || c.tailCache-c.head > c.layout.Count {
+		if _, err := c.peekSlow(); err != nil || c.head == c.tailCache {
+			return 0, err
+		}
+	}
+	n := min(uint32(max), c.tailCache-c.head)
+	for i := uint32(0); i < n; i++ {
+		if uint32(*(*byte)(c.slot(c.head + i)))&CtlPhase != c.Phase(c.head+i) {
+			if i == 0 {
+				_, err := c.peekSlow()
+				return 0, err
+			}
+			return int(i), nil
+		}
+	}
+	return int(n), nil
+}
+
+// PopN consumes n entries (n at most what Burst returned), releasing slots
+// every batch entries as Pop does.
+func (c *Consumer) PopN(n int) {
+	c.head += uint32(n)
+	if c.head-c.released >= c.batch {
+		c.Release()
+	}
+}
 
 // Complete marks the entry at the head done (status write-back in place): the
 // caller has written the command's status into the entry first.

@@ -53,6 +53,7 @@ type propConfig struct {
 	consSpin  int  // polls before the consumer parks; 0: park at once
 	waitSpace bool // producer parks with WaitSpace when full (else spins)
 	slowCons  int  // consumer yields with probability 1/slowCons per entry (0: never)
+	burst     bool // Reserve/CommitN and Burst/PopN with random sizes instead of one entry at a time
 }
 
 // TestRingProperty: a producer and a consumer in two goroutines never lose,
@@ -66,6 +67,8 @@ func TestRingProperty(t *testing.T) {
 		{name: "8x32/park", count: 8, entrySize: 32, total: scaled(1_000_000), consSpin: 0},
 		{name: "64x64/park+waitspace", count: 64, entrySize: 64, total: scaled(1_000_000), consSpin: 0, waitSpace: true, slowCons: 8},
 		{name: "8x16/waitspace", count: 8, entrySize: 16, total: scaled(2_000_000), consSpin: 200, waitSpace: true, slowCons: 4},
+		{name: "64x64/burst/spin", count: 64, entrySize: 64, total: scaled(4_000_000), consSpin: 1000, burst: true},
+		{name: "8x32/burst/park+waitspace", count: 8, entrySize: 32, total: scaled(1_000_000), consSpin: 0, waitSpace: true, slowCons: 4, burst: true},
 	}
 	for i, cfg := range configs {
 		t.Run(cfg.name, func(t *testing.T) {
@@ -84,25 +87,93 @@ func testRingProperty(t *testing.T, cfg propConfig, seed uint64) {
 	p, c := bp.p, bp.c
 	last := int(cfg.entrySize) - 1
 
+	put := func(e []byte, i int) {
+		le.PutUint64(e[8:], uint64(i))
+		e[4] = byte(i * 7)
+		if cfg.entrySize >= 32 {
+			le.PutUint64(e[16:], ^uint64(i))
+			e[last] = byte(i)
+		}
+	}
+	check := func(e []byte, i int) error {
+		if got := le.Uint64(e[8:]); got != uint64(i) {
+			return fmt.Errorf("entry %d carries sequence number %d (lost, duplicated or reordered)", i, got)
+		}
+		if e[4] != byte(i*7) || (cfg.entrySize >= 32 && (le.Uint64(e[16:]) != ^uint64(i) || e[last] != byte(i))) {
+			return fmt.Errorf("entry %d is torn: % x", i, e)
+		}
+		return nil
+	}
+	wait := func() {
+		if cfg.waitSpace {
+			p.WaitSpace(bp.pBell, 0)
+		} else {
+			p.Publish()
+			runtime.Gosched()
+		}
+	}
+	burstProducer := func() error {
+		r := rand.New(rand.NewPCG(seed, 2))
+		for i := 0; i < cfg.total; {
+			k := p.Reserve(min(1+r.IntN(int(cfg.count)), cfg.total-i))
+			if k == 0 {
+				wait()
+				continue
+			}
+			t := p.Tail()
+			for j := range k { // filled out of order: any order is allowed
+				put(p.Entry(t+uint32(k-1-j)), i+k-1-j)
+			}
+			p.CommitN(k)
+			i += k
+			if r.IntN(8) == 0 {
+				p.Publish()
+			}
+		}
+		p.Publish()
+		return nil
+	}
+	burstConsumer := func() error {
+		r := rand.New(rand.NewPCG(seed, 3))
+		for i := 0; i < cfg.total; {
+			k, err := c.Burst(1 + r.IntN(2*int(cfg.count)))
+			if err != nil {
+				return fmt.Errorf("entry %d: %v", i, err)
+			}
+			if k == 0 {
+				c.Park(bp.cBell, cfg.consSpin, 0)
+				continue
+			}
+			h := c.Head()
+			for j := range k {
+				if err := check(c.Entry(h+uint32(j)), i+j); err != nil {
+					return err
+				}
+			}
+			c.PopN(k)
+			i += k
+			if r.IntN(8) == 0 {
+				c.Release()
+			}
+			if cfg.slowCons > 0 && r.IntN(cfg.slowCons) == 0 {
+				runtime.Gosched()
+			}
+		}
+		c.Release()
+		if k, err := c.Burst(1); k != 0 || err != nil {
+			return fmt.Errorf("after %d entries Burst = %d, %v", cfg.total, k, err)
+		}
+		return nil
+	}
 	producer := func() error {
 		r := rand.New(rand.NewPCG(seed, 2))
 		for i := 0; i < cfg.total; {
 			e := p.Next()
 			if e == nil {
-				if cfg.waitSpace {
-					p.WaitSpace(bp.pBell, 0)
-				} else {
-					p.Publish()
-					runtime.Gosched()
-				}
+				wait()
 				continue
 			}
-			le.PutUint64(e[8:], uint64(i))
-			e[4] = byte(i * 7)
-			if cfg.entrySize >= 32 {
-				le.PutUint64(e[16:], ^uint64(i))
-				e[last] = byte(i)
-			}
+			put(e, i)
 			p.Commit()
 			i++
 			switch r.IntN(16) {
@@ -134,11 +205,8 @@ func testRingProperty(t *testing.T, cfg propConfig, seed uint64) {
 				if err != nil || e == nil {
 					return fmt.Errorf("entry %d: Available said %d more, Peek = %v, %v", i, n, e != nil, err)
 				}
-				if got := le.Uint64(e[8:]); got != uint64(i) {
-					return fmt.Errorf("entry %d carries sequence number %d (lost, duplicated or reordered)", i, got)
-				}
-				if e[4] != byte(i*7) || (cfg.entrySize >= 32 && (le.Uint64(e[16:]) != ^uint64(i) || e[last] != byte(i))) {
-					return fmt.Errorf("entry %d is torn: % x", i, e)
+				if err := check(e, i); err != nil {
+					return err
 				}
 				c.Pop()
 				i++
@@ -156,6 +224,9 @@ func testRingProperty(t *testing.T, cfg propConfig, seed uint64) {
 			return fmt.Errorf("after %d entries Peek = %v, %v", cfg.total, e != nil, err)
 		}
 		return nil
+	}
+	if cfg.burst {
+		producer, consumer = burstProducer, burstConsumer
 	}
 	runSides(t, 60*time.Second, producer, consumer)
 
@@ -739,5 +810,62 @@ func TestWarmKeepsFreeSlots(t *testing.T) {
 		if string(got) != string(want) {
 			t.Fatalf("slot %d changed by warming:\n% x\n% x", i%count, got, want)
 		}
+	}
+}
+
+// TestBurstPhase: Burst hands out only entries with the right phase tag. A
+// bad entry further on ends the burst before it; at the head it is
+// reported as Peek reports it, with the slot's index at Head.
+func TestBurstPhase(t *testing.T) {
+	const count = 8
+	bp := newBenchPair(t, count, 16, count, count)
+	p, c := bp.p, bp.c
+	if k := p.Reserve(100); k != count {
+		t.Fatalf("Reserve(100) on an empty ring of %d = %d", count, k)
+	}
+	for i := range 5 {
+		le.PutUint64(p.Entry(uint32(i))[8:], uint64(i))
+	}
+	p.CommitN(5)
+	p.Publish()
+	if k := p.Reserve(100); k != count-5 {
+		t.Fatalf("Reserve after 5 = %d, want %d", k, count-5)
+	}
+	c.Entry(3)[OffCtl] ^= CtlPhase // corrupt entry 3
+	if k, err := c.Burst(100); k != 3 || err != nil {
+		t.Fatalf("Burst = %d, %v; want the 3 good entries before the bad one", k, err)
+	}
+	if k, err := c.Burst(2); k != 2 || err != nil {
+		t.Fatalf("Burst(2) = %d, %v", k, err)
+	}
+	c.PopN(3)
+	if k, err := c.Burst(100); k != 0 || !errors.Is(err, ErrPhase) {
+		t.Fatalf("Burst at the bad entry = %d, %v; want 0, ErrPhase", k, err)
+	}
+	if got := c.Stats().PhaseErrs; got != 1 {
+		t.Fatalf("PhaseErrs = %d, want 1", got)
+	}
+	c.PopN(1) // skip it
+	if k, err := c.Burst(100); k != 1 || err != nil || le.Uint64(c.Entry(c.Head())[8:]) != 4 {
+		t.Fatalf("Burst after skipping = %d, %v", k, err)
+	}
+	c.PopN(1)
+	c.Release()
+	if s := c.Stats(); s.Entries != 5 {
+		t.Fatalf("consumer Entries = %d, want 5", s.Entries)
+	}
+	// An index more than a ring ahead: nothing handed out, ErrBadIndex.
+	store32(p.hdr(OffProducerIndex), c.Head()+count+1)
+	if k, err := c.Burst(100); k != 0 || !errors.Is(err, ErrBadIndex) {
+		t.Fatalf("hostile index: Burst = %d, %v", k, err)
+	}
+	// A full ring: Reserve returns 0 and counts it.
+	store32(p.hdr(OffProducerIndex), 5)
+	if k := p.Reserve(100); k != count {
+		t.Fatalf("Reserve with everything released = %d, want %d", k, count)
+	}
+	p.CommitN(count)
+	if k := p.Reserve(1); k != 0 || p.Stats().Full == 0 {
+		t.Fatalf("Reserve on a full ring = %d, Full = %d", k, p.Stats().Full)
 	}
 }

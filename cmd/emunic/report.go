@@ -210,7 +210,7 @@ func collectDrops(hosts []hostView) []dropRow {
 		for _, c := range []struct {
 			name string
 			v    uint64
-		}{{"tx_dropped", ds.TxDropped}, {"rx_errors", ds.RxErrors}} {
+		}{{"tx_dropped", ds.TxDropped}, {"rx_errors", ds.RxErrors}, {"ntf_ring_errors", ds.NtfRingErrors}} {
 			if c.v != 0 {
 				out = append(out, dropRow{h.name + " driver", c.name, c.v})
 			}

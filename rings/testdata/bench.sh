@@ -13,7 +13,7 @@ set -eu
 rounds=${1:-5}
 i=0
 while [ "$i" -lt "$rounds" ]; do
-	go test -run '^$' -bench 'CoreToCore|Channel64B|RingBatched' -count 1 ./rings/
+	go test -run '^$' -bench 'CoreToCore|Channel64B|RingBatched|RingBurst' -count 1 ./rings/
 	go test -run '^$' -bench 'RingVsChannel' -benchtime 62914560x -count 1 ./rings/
 	i=$((i + 1))
 done | grep '^Benchmark' | tee /dev/stderr |
@@ -27,7 +27,7 @@ function median(a, n,   i, j, t) {
 	for (f = 3; f < NF; f++) { k = name " " $(f + 1); v[k, n[k]++] = $f }
 }
 END {
-	split("BenchmarkCoreToCore ns/handoff|BenchmarkChannel64B ns/op|BenchmarkRingBatched ns/op|BenchmarkRingBatchedDevice ns/op|BenchmarkRingBatchedInPlace ns/op|BenchmarkRingVsChannel chan-ns/entry|BenchmarkRingVsChannel ring-ns/entry|BenchmarkRingVsChannel ratio|BenchmarkRingVsChannel ratio-dev|BenchmarkRingVsChannel ratio-inplace|BenchmarkRingVsChannel ratio-near|BenchmarkRingVsChannel ratio-far|BenchmarkRingVsChannel near-chunks|BenchmarkRingVsChannel far-chunks", keys, "|")
+	split("BenchmarkCoreToCore ns/handoff|BenchmarkChannel64B ns/op|BenchmarkRingBatched ns/op|BenchmarkRingBurst ns/op|BenchmarkRingBatchedInPlace ns/op|BenchmarkRingVsChannel chan-ns/entry|BenchmarkRingVsChannel ring-ns/entry|BenchmarkRingVsChannel ratio|BenchmarkRingVsChannel burst-ns/entry|BenchmarkRingVsChannel ratio-burst|BenchmarkRingVsChannel ratio-burst-near|BenchmarkRingVsChannel ratio-burst-far|BenchmarkRingVsChannel ratio-inplace|BenchmarkRingVsChannel ratio-near|BenchmarkRingVsChannel ratio-far|BenchmarkRingVsChannel near-chunks|BenchmarkRingVsChannel far-chunks", keys, "|")
 	for (i = 1; i in keys; i++) {
 		k = keys[i]
 		if (!(k in n)) continue
@@ -35,6 +35,7 @@ END {
 		m[k] = median(a, n[k])
 		printf "median %-45s %8.3f  (%d runs)\n", k, m[k], n[k]
 	}
-	c = "BenchmarkChannel64B ns/op"; r = "BenchmarkRingBatched ns/op"
+	c = "BenchmarkChannel64B ns/op"; r = "BenchmarkRingBatched ns/op"; rb = "BenchmarkRingBurst ns/op"
 	if ((c in m) && (r in m)) printf "separate benchmarks: channel / batched ring %.2fx\n", m[c] / m[r]
+	if ((c in m) && (rb in m)) printf "separate benchmarks: channel / batched ring, burst calls %.2fx\n", m[c] / m[rb]
 }'

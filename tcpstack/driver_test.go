@@ -1,0 +1,78 @@
+package tcpstack
+
+import (
+	"testing"
+	"time"
+
+	"github.com/emunic/emunic/nic"
+	"github.com/emunic/emunic/rings"
+)
+
+// ringDevice is a Device that only records where the driver put the rings
+// and which vectors to ring: the test plays the device on them.
+type ringDevice struct {
+	rc   nic.RingConfig
+	vec  nic.Vectors
+	bell *rings.Bell
+}
+
+func (d *ringDevice) MAC() [6]byte { return [6]byte{0x02, 0, 0, 0, 0, 1} }
+func (d *ringDevice) MTU() int     { return 1500 }
+func (d *ringDevice) Start(rc nic.RingConfig, vec nic.Vectors) error {
+	d.rc, d.vec = rc, vec
+	return nil
+}
+func (d *ringDevice) Doorbell() rings.Doorbell { return d.bell }
+func (d *ringDevice) Stop() error              { return nil }
+
+// TestDriverSkipsBadNotification: a notification the device published with
+// the wrong phase tag is counted and skipped, and the interrupt handler goes
+// on to the next one instead of spinning on it.
+func TestDriverSkipsBadNotification(t *testing.T) {
+	mem, err := rings.NewArena(4 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := &ringDevice{bell: rings.NewBell()}
+	d, err := NewDriver(mem, dev, DriverConfig{CommandEntries: 16, TxEntries: 16, RxEntries: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	// The device side of the notification ring; it publishes explicitly.
+	ntf, err := rings.NewProducer(mem, dev.rc.Notify, dev.rc.Notify.Count, dev.vec.Notify)
+	if err != nil {
+		t.Fatal(err)
+	}
+	post := func(conn uint32, corrupt bool) {
+		n := rings.Notification{Conn: conn}
+		e := ntf.Next()
+		n.Encode(rings.NotificationEntry(e))
+		ntf.Commit()
+		if corrupt {
+			e[rings.OffCtl] ^= rings.CtlPhase
+		}
+	}
+	post(7, true)  // a device bug: wrong phase
+	post(8, false) // a good notification behind it
+	ntf.Publish()
+
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		s := d.Stats()
+		if s.NtfRingErrors == 1 && s.Notifications == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("driver stats %+v: want 1 notification ring error and 1 notification", s)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// Both slots were given back to the device.
+	for time.Now().Before(deadline) && ntf.Outstanding() != 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if o := ntf.Outstanding(); o != 0 {
+		t.Fatalf("%d notification slots not released", o)
+	}
+}
