@@ -125,6 +125,30 @@ func openRing(dma DMA, l Layout) (Ring, error) {
 		pi: word(mem[OffProducerIndex:]), ci: word(mem[OffConsumerIndex:])}, nil
 }
 
+// openSide opens one side's view of the ring and clamps its batch to
+// [1, Count].
+func openSide(dma DMA, l Layout, batch uint32) (Ring, uint32, error) {
+	r, err := openRing(dma, l)
+	return r, min(max(batch, 1), l.Count), err
+}
+
+// signal makes this side's progress visible and wakes the peer if it sleeps:
+// it stores the side's index (at idxOff) as v, counts the entries since
+// last, and then, after the full barrier of that store, rings peer if the
+// other side's flags word (at flagsOff) says it is parked. Publish and
+// Release are the two uses.
+func (r *Ring) signal(st *RingStats, idxOff int, v, last uint32, flagsOff int, peer Doorbell) {
+	store32(r.hdr(idxOff), v)
+	st.Entries += uint64(v - last)
+	st.Publishes++
+	if load32(r.hdr(flagsOff))&FlagNeedWakeup != 0 && peer != nil {
+		st.Kicks++
+		peer.Kick()
+	} else {
+		st.Suppressed++
+	}
+}
+
 // Layout returns the ring's placement.
 func (r *Ring) Layout() Layout { return r.layout }
 
@@ -234,15 +258,9 @@ type Producer struct {
 // entries after which Commit publishes by itself (1 publishes every entry);
 // peer is rung when the consumer has said it is parked.
 func NewProducer(dma DMA, l Layout, batch uint32, peer Doorbell) (*Producer, error) {
-	r, err := openRing(dma, l)
+	r, batch, err := openSide(dma, l, batch)
 	if err != nil {
 		return nil, err
-	}
-	if batch == 0 {
-		batch = 1
-	}
-	if batch > l.Count {
-		batch = l.Count
 	}
 	p := &Producer{Ring: r, batch: batch, peer: peer}
 	p.tail = r.ProducerIndex()
@@ -385,16 +403,8 @@ func (p *Producer) Publish() {
 	if p.tail == p.published {
 		return
 	}
-	store32(p.hdr(OffProducerIndex), p.tail)
-	p.stats.Entries += uint64(p.tail - p.published)
+	p.signal(&p.stats, OffProducerIndex, p.tail, p.published, OffConsumerFlags, p.peer)
 	p.published = p.tail
-	p.stats.Publishes++
-	if load32(p.hdr(OffConsumerFlags))&FlagNeedWakeup != 0 && p.peer != nil {
-		p.stats.Kicks++
-		p.peer.Kick()
-	} else {
-		p.stats.Suppressed++
-	}
 }
 
 // Pending is the number of committed entries not yet published.
@@ -447,15 +457,9 @@ type Consumer struct {
 // NewConsumer opens the consuming side. Released entries are published back
 // to the producer every batch entries (or on Release).
 func NewConsumer(dma DMA, l Layout, batch uint32, peer Doorbell) (*Consumer, error) {
-	r, err := openRing(dma, l)
+	r, batch, err := openSide(dma, l, batch)
 	if err != nil {
 		return nil, err
-	}
-	if batch == 0 {
-		batch = 1
-	}
-	if batch > l.Count {
-		batch = l.Count
 	}
 	c := &Consumer{Ring: r, batch: batch, peer: peer, singleP: runtime.GOMAXPROCS(0) == 1}
 	c.head = r.ConsumerIndex()
@@ -602,16 +606,8 @@ func (c *Consumer) Release() {
 	if c.head == c.released {
 		return
 	}
-	store32(c.hdr(OffConsumerIndex), c.head)
-	c.stats.Entries += uint64(c.head - c.released)
+	c.signal(&c.stats, OffConsumerIndex, c.head, c.released, OffProducerFlags, c.peer)
 	c.released = c.head
-	c.stats.Publishes++
-	if load32(c.hdr(OffProducerFlags))&FlagNeedWakeup != 0 && c.peer != nil {
-		c.stats.Kicks++
-		c.peer.Kick()
-	} else {
-		c.stats.Suppressed++
-	}
 }
 
 // SetNeedWakeup announces (or withdraws) that this consumer is about to
