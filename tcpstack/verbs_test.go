@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/rings"
 	"gvisor.dev/gvisor/pkg/tcpip"
@@ -819,25 +820,6 @@ func (s *rdmaSide) recvData(wc rings.Completion) []byte {
 	return s.recv.Bytes()[slot*recvSize : slot*recvSize+int(wc.ByteLen)]
 }
 
-// waitWC polls cq until n completions arrived (or fails).
-func waitWC(t *testing.T, cq *CQ, n int) []rings.Completion {
-	t.Helper()
-	out := make([]rings.Completion, 0, n)
-	wc := make([]rings.Completion, 16)
-	deadline := time.Now().Add(10 * time.Second)
-	for len(out) < n {
-		k := cq.Poll(wc[:min(len(wc), n-len(out))])
-		out = append(out, wc[:k]...)
-		if k == 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d of %d completions after 10 s: %v", len(out), n, out)
-			}
-			time.Sleep(50 * time.Microsecond)
-		}
-	}
-	return out
-}
-
 // noWC checks that cq stays empty for a while.
 func noWC(t *testing.T, cq *CQ) {
 	t.Helper()
@@ -948,8 +930,8 @@ func TestVerbsEveryOpcode(t *testing.T) {
 	if err := a.qp.PostSend(&send); err != nil {
 		t.Fatal(err)
 	}
-	wantWC(t, waitWC(t, a.cq, 1)[0], rings.WCSend, 1)
-	rc := waitWC(t, b.cq, 1)[0]
+	wantWC(t, testutil.WaitCompletions(t, a.cq, 1)[0], rings.WCSend, 1)
+	rc := testutil.WaitCompletions(t, b.cq, 1)[0]
 	wantWC(t, rc, rings.WCRecv, 1000)
 	if rc.ByteLen != 100 || !bytes.Equal(b.recvData(rc), la[:100]) || rc.QPN != b.qp.QPN() {
 		t.Fatalf("Send: %v, data %x", &rc, b.recvData(rc)[:8])
@@ -967,8 +949,8 @@ func TestVerbsEveryOpcode(t *testing.T) {
 	if err := a.qp.PostSend(&send); err != nil {
 		t.Fatal(err)
 	}
-	wantWC(t, waitWC(t, a.cq, 1)[0], rings.WCSend, 2)
-	rc = waitWC(t, b.cq, 1)[0]
+	wantWC(t, testutil.WaitCompletions(t, a.cq, 1)[0], rings.WCSend, 2)
+	rc = testutil.WaitCompletions(t, b.cq, 1)[0]
 	wantWC(t, rc, rings.WCRecv, 1001)
 	time.Sleep(20 * time.Millisecond)
 	select {
@@ -984,12 +966,12 @@ func TestVerbsEveryOpcode(t *testing.T) {
 	if err := b.cq.Wait(ctx); err != nil {
 		t.Fatalf("no CQ event for a Send with SE: %v", err)
 	}
-	rc = waitWC(t, b.cq, 1)[0]
+	rc = testutil.WaitCompletions(t, b.cq, 1)[0]
 	wantWC(t, rc, rings.WCRecv, 1002)
 	if rc.Flags&rings.WCSolicitedF == 0 || !bytes.Equal(b.recvData(rc), la[100:300]) {
 		t.Fatalf("Send with SE: %v", &rc)
 	}
-	wantWC(t, waitWC(t, a.cq, 1)[0], rings.WCSend, 3)
+	wantWC(t, testutil.WaitCompletions(t, a.cq, 1)[0], rings.WCSend, 3)
 
 	// 3. RDMA Write A→B, then a Send: its receive completion means the
 	// Write was placed (messages are placed in order).
@@ -999,10 +981,10 @@ func TestVerbsEveryOpcode(t *testing.T) {
 	if n, err := a.qp.PostSendList([]rings.SendWR{wr, send}); n != 2 || err != nil {
 		t.Fatal(n, err)
 	}
-	c := waitWC(t, a.cq, 2)
+	c := testutil.WaitCompletions(t, a.cq, 2)
 	wantWC(t, c[0], rings.WCRDMAWrite, 4)
 	wantWC(t, c[1], rings.WCSend, 5)
-	wantWC(t, waitWC(t, b.cq, 1)[0], rings.WCRecv, 1003)
+	wantWC(t, testutil.WaitCompletions(t, b.cq, 1)[0], rings.WCRecv, 1003)
 	if !bytes.Equal(region, la[1000:1000+regionLen]) {
 		t.Fatal("RDMA Write data not in B's region")
 	}
@@ -1017,8 +999,8 @@ func TestVerbsEveryOpcode(t *testing.T) {
 	if err := a.qp.PostSend(&imm); err != nil {
 		t.Fatal(err)
 	}
-	wantWC(t, waitWC(t, a.cq, 1)[0], rings.WCRDMAWrite, 6)
-	rc = waitWC(t, b.cq, 1)[0]
+	wantWC(t, testutil.WaitCompletions(t, a.cq, 1)[0], rings.WCRDMAWrite, 6)
+	rc = testutil.WaitCompletions(t, b.cq, 1)[0]
 	wantWC(t, rc, rings.WCRecvRDMAWithImm, 1004)
 	if rc.Flags&rings.WCWithImm == 0 || rc.ImmData != 0x1122334455667788 || rc.ByteLen != 0 {
 		t.Fatalf("Write with Immediate: %v", &rc)
@@ -1034,7 +1016,7 @@ func TestVerbsEveryOpcode(t *testing.T) {
 	if err := a.qp.PostSend(&rd); err != nil {
 		t.Fatal(err)
 	}
-	c = waitWC(t, a.cq, 1)
+	c = testutil.WaitCompletions(t, a.cq, 1)
 	wantWC(t, c[0], rings.WCRDMARead, 7)
 	if c[0].ByteLen != 32<<10 || !bytes.Equal(la[128<<10:160<<10], region[512:512+32<<10]) {
 		t.Fatalf("RDMA Read: %v", &c[0])
@@ -1056,8 +1038,8 @@ func TestVerbsEveryOpcode(t *testing.T) {
 	if n, err := a.qp.PostSendList(list); n != 4 || err != nil {
 		t.Fatal(n, err)
 	}
-	wantWC(t, waitWC(t, a.cq, 1)[0], rings.WCSend, 23)
-	wantWC(t, waitWC(t, b.cq, 1)[0], rings.WCRecv, 1005)
+	wantWC(t, testutil.WaitCompletions(t, a.cq, 1)[0], rings.WCSend, 23)
+	wantWC(t, testutil.WaitCompletions(t, b.cq, 1)[0], rings.WCRecv, 1005)
 	noWC(t, a.cq)
 	if !bytes.Equal(region[:3072], la[:3072]) {
 		t.Fatal("unsignaled Writes not placed")
@@ -1069,8 +1051,8 @@ func TestVerbsEveryOpcode(t *testing.T) {
 	if err := a.qp.PostSend(&in); err != nil {
 		t.Fatal(err)
 	}
-	wantWC(t, waitWC(t, a.cq, 1)[0], rings.WCSend, 30)
-	rc = waitWC(t, b.cq, 1)[0]
+	wantWC(t, testutil.WaitCompletions(t, a.cq, 1)[0], rings.WCSend, 30)
+	rc = testutil.WaitCompletions(t, b.cq, 1)[0]
 	if string(b.recvData(rc)) != "inline data travels inside the SQ entry!" {
 		t.Fatalf("inline Send: %q", b.recvData(rc))
 	}
@@ -1083,10 +1065,10 @@ func TestVerbsEveryOpcode(t *testing.T) {
 	if n, err := a.qp.PostSendList(sends); n != 8 || err != nil {
 		t.Fatal(n, err)
 	}
-	for i, c := range waitWC(t, a.cq, 8) {
+	for i, c := range testutil.WaitCompletions(t, a.cq, 8) {
 		wantWC(t, c, rings.WCSend, uint64(40+i))
 	}
-	for i, c := range waitWC(t, b.cq, 8) {
+	for i, c := range testutil.WaitCompletions(t, b.cq, 8) {
 		if c.Status != rings.WCSuccess || !bytes.Equal(b.recvData(c), la[i*10:i*10+10]) {
 			t.Fatalf("batched Send %d: %v", i, &c)
 		}
@@ -1115,7 +1097,7 @@ func TestVerbsEveryOpcode(t *testing.T) {
 	if !bytes.Equal(a.recvData(wc[0]), bl[:300]) {
 		t.Fatal("B→A Send data")
 	}
-	wantWC(t, waitWC(t, b.cq, 1)[0], rings.WCSend, 50)
+	wantWC(t, testutil.WaitCompletions(t, b.cq, 1)[0], rings.WCSend, 50)
 	if st := a.cq.Stats(); st.Events == 0 {
 		t.Error("PollWait returned without a CQ event and without polling one")
 	}
@@ -1127,8 +1109,8 @@ func TestVerbsEveryOpcode(t *testing.T) {
 	if err := a.qp.PostSend(&inv); err != nil {
 		t.Fatal(err)
 	}
-	wantWC(t, waitWC(t, a.cq, 1)[0], rings.WCSend, 60)
-	rc = waitWC(t, b.cq, 1)[0]
+	wantWC(t, testutil.WaitCompletions(t, a.cq, 1)[0], rings.WCSend, 60)
+	rc = testutil.WaitCompletions(t, b.cq, 1)[0]
 	if rc.Status != rings.WCSuccess || rc.Flags&rings.WCWithInv == 0 || uint32(rc.ImmData) != rmr.RKey || rc.ByteLen != 16 {
 		t.Fatalf("Send with Invalidate: %v", &rc)
 	}
@@ -1193,13 +1175,13 @@ func TestVerbsRemoteAccessError(t *testing.T) {
 		}
 	}
 	// B's posted receives complete flushed; A's work does not all succeed.
-	rc := waitWC(t, b.cq, recvN)
+	rc := testutil.WaitCompletions(t, b.cq, recvN)
 	for _, c := range rc {
 		if c.Status != rings.WCWRFlushErr {
 			t.Fatalf("B receive %v, want flushed", &c)
 		}
 	}
-	ac := waitWC(t, a.cq, 1)
+	ac := testutil.WaitCompletions(t, a.cq, 1)
 	bad := false
 	for _, c := range append(ac, waitWCUntilQuiet(a.cq)...) {
 		bad = bad || c.Status != rings.WCSuccess
@@ -1212,7 +1194,7 @@ func TestVerbsRemoteAccessError(t *testing.T) {
 	if err := a.qp.PostSend(&s); err != nil {
 		t.Fatal(err)
 	}
-	if c := waitWC(t, a.cq, 1)[0]; c.WRID != 3 || c.Status != rings.WCWRFlushErr {
+	if c := testutil.WaitCompletions(t, a.cq, 1)[0]; c.WRID != 3 || c.Status != rings.WCWRFlushErr {
 		t.Fatalf("post to a QP in error: %v", &c)
 	}
 	for _, s := range []*rdmaSide{a, b} {

@@ -1,16 +1,15 @@
 package tests
 
 import (
-	"bytes"
 	"fmt"
 	"net/netip"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/tcpstack"
 )
@@ -64,26 +63,10 @@ const expertError = 0x00800000
 // checksum is an expert error.
 func runTshark(t *testing.T, tshark, file string) tsharkReport {
 	t.Helper()
-	cmd := exec.Command(tshark, "-r", file, "-n",
-		"-o", "ip.check_checksum:TRUE", "-o", "tcp.check_checksum:TRUE",
-		"-T", "fields", "-E", "separator=/t", "-E", "occurrence=a", "-E", "aggregator=|",
-		"-e", "frame.number", "-e", "frame.protocols", "-e", "tcp.len",
-		"-e", "_ws.expert.severity", "-e", "_ws.expert.message")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("tshark -r %s: %v\n%s", file, err, stderr.String())
-	}
 	var r tsharkReport
-	for _, line := range strings.Split(strings.TrimRight(string(out), "\n"), "\n") {
-		if line == "" {
-			continue
-		}
-		f := strings.Split(line, "\t")
-		for len(f) < 5 {
-			f = append(f, "")
-		}
+	checksums := []string{"-o", "ip.check_checksum:TRUE", "-o", "tcp.check_checksum:TRUE"}
+	for _, f := range testutil.Fields(t, tshark, file, checksums,
+		"frame.number", "frame.protocols", "tcp.len", "_ws.expert.severity", "_ws.expert.message") {
 		r.frames++
 		protos := ":" + f[1] + ":"
 		if strings.Contains(protos, ":tcp:") {
@@ -109,22 +92,13 @@ func runTshark(t *testing.T, tshark, file string) tsharkReport {
 	return r
 }
 
-func needTshark(t *testing.T) string {
-	t.Helper()
-	p, err := exec.LookPath("tshark")
-	if err != nil {
-		t.Skip("skipped: tshark is not installed (Debian: apt-get install tshark); .ci/run installs it")
-	}
-	return p
-}
-
 // TestPcapDemoTshark records the demo's transfer on host A's port and has
 // tshark decode the capture: TCP frames, none malformed, no expert errors,
 // IP and TCP checksums verified. Once on a clean wire and once with loss and
 // reordering (retransmissions and out-of-order segments are warnings and
 // notes, not errors).
 func TestPcapDemoTshark(t *testing.T) {
-	tshark := needTshark(t)
+	tshark := testutil.NeedTshark(t)
 	for _, c := range []struct {
 		name string
 		imp  port.Impairments
@@ -158,7 +132,7 @@ func TestPcapDemoTshark(t *testing.T) {
 // on the wire towards A, the capture at A's port holds frames with bad
 // checksums, and the same tshark check must report them as errors.
 func TestPcapTsharkSeesCorruption(t *testing.T) {
-	tshark := needTshark(t)
+	tshark := testutil.NeedTshark(t)
 	file := filepath.Join(t.TempDir(), "corrupt.pcap")
 	a, b, stop := recordedPair(t, port.WireConfig{Seed: 9, BToA: port.Impairments{CorruptPercent: 20}}, file)
 	// The corrupted frames are B's ACKs, as A receives (and records) them.

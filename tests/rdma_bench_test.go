@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/rings"
 	"github.com/emunic/emunic/tcpstack"
@@ -66,8 +67,8 @@ func rdmaBenchPair(b *testing.B) (a, z *rdmaNode) {
 	if err := a.qp.PostSend(&s); err != nil {
 		b.Fatal(err)
 	}
-	rdmaWaitWC(b, a.cq, 1)
-	c := rdmaWaitWC(b, z.cq, 1)[0]
+	testutil.WaitCompletions(b, a.cq, 1)
+	c := testutil.WaitCompletions(b, z.cq, 1)[0]
 	if err := z.postRecvs(z.qp, int(c.WRID)); err != nil {
 		b.Fatal(err)
 	}

@@ -3,38 +3,18 @@ package tests
 import (
 	"bytes"
 	"context"
-	"fmt"
-	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/emunic/emunic/delegation/iwarp"
+	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/rings"
 	"github.com/emunic/emunic/tcpstack"
 )
-
-// rdmaTsharkOpts are DESIGN.md's options for the iWARP dissectors: MPA
-// found heuristically on any port and tried first, and the RDMA upper
-// layers that would claim the Sends' payload off.
-var rdmaTsharkOpts = []string{"--enable-heuristic", "iwarp_mpa_tcp", "-o", "tcp.try_heuristic_first:TRUE",
-	"--disable-protocol", "rpcordma", "--disable-protocol", "smb_direct"}
-
-func rdmaTshark(t *testing.T, tshark, file string, args ...string) string {
-	t.Helper()
-	cmd := exec.Command(tshark, append(append([]string{"-r", file, "-n"}, rdmaTsharkOpts...), args...)...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("tshark %v: %v\n%s", args, err, stderr.String())
-	}
-	return string(out)
-}
 
 // TestRDMAPcapTshark records, at host A's port, an RDMA session between two
 // emulated hosts that uses every RDMAP message the engines send (RDMA
@@ -44,7 +24,7 @@ func rdmaTshark(t *testing.T, tshark, file string, args ...string) string {
 // request and reply, every opcode, every FPDU's CRC good, nothing
 // malformed, no expert warnings or errors.
 func TestRDMAPcapTshark(t *testing.T) {
-	tshark := needTshark(t)
+	tshark := testutil.NeedTshark(t)
 	file := filepath.Join(t.TempDir(), "rdma.pcap")
 	ha, hb, stop := recordedPair(t, port.WireConfig{}, file)
 	a, b := newRDMANode(t, ha, 0), newRDMANode(t, hb, 0)
@@ -86,12 +66,12 @@ func TestRDMAPcapTshark(t *testing.T) {
 	if n, err := a.qp.PostSendList(wrs); n != len(wrs) || err != nil {
 		t.Fatal(n, err)
 	}
-	for _, c := range rdmaWaitWC(t, a.cq, len(wrs)) {
+	for _, c := range testutil.WaitCompletions(t, a.cq, len(wrs)) {
 		if c.Status != rings.WCSuccess {
 			t.Fatalf("A completion %+v", c)
 		}
 	}
-	bc := rdmaWaitWC(t, b.cq, 6) // 4 Sends, 2 Immediate Data
+	bc := testutil.WaitCompletions(t, b.cq, 6) // 4 Sends, 2 Immediate Data
 	for _, c := range bc {
 		if c.Status != rings.WCSuccess {
 			t.Fatalf("B completion %+v", c)
@@ -106,8 +86,8 @@ func TestRDMAPcapTshark(t *testing.T) {
 	if err := b.qp.PostSend(&bs); err != nil {
 		t.Fatal(err)
 	}
-	rdmaWaitWC(t, b.cq, 1)
-	rdmaWaitWC(t, a.cq, 1)
+	testutil.WaitCompletions(t, b.cq, 1)
+	testutil.WaitCompletions(t, a.cq, 1)
 	stA := rdmaQPStats(a, func(s iwarp.QPStats) bool { return s.RxMessages >= 2 })
 	stB := rdmaQPStats(b, func(s iwarp.QPStats) bool { return s.RxMessages >= 8 })
 	sent := int(stA.TxFPDUs + stB.TxFPDUs)
@@ -116,81 +96,36 @@ func TestRDMAPcapTshark(t *testing.T) {
 	}
 	stop()
 
-	out := rdmaTshark(t, tshark, file, "-T", "fields", "-E", "separator=/t", "-E", "occurrence=a", "-E", "aggregator=|",
-		"-e", "frame.number", "-e", "frame.protocols", "-e", "iwarp_rdma.opcode", "-e", "iwarp_mpa.crc_check",
-		"-e", "_ws.expert.severity", "-e", "_ws.expert.message", "-e", "iwarp_mpa.req", "-e", "iwarp_mpa.rep")
-	opcodes := map[int]int{}
-	var malformed, bad []string
-	fpdus, req, rep, frames := 0, 0, 0, 0
-	for _, line := range strings.Split(strings.TrimRight(out, "\n"), "\n") {
-		f := strings.Split(line, "\t")
-		for len(f) < 8 {
-			f = append(f, "")
-		}
-		frames++
-		if strings.Contains(":"+f[1]+":", ":_ws.malformed:") {
-			malformed = append(malformed, line)
-		}
-		for _, op := range strings.Split(f[2], "|") {
-			if v, err := strconv.ParseUint(op, 0, 8); err == nil {
-				opcodes[int(v)]++
-			}
-		}
-		if f[3] != "" {
-			fpdus += len(strings.Split(f[3], "|"))
-		}
-		if f[6] != "" {
-			req++
-		}
-		if f[7] != "" {
-			rep++
-		}
-		sev, msg := strings.Split(f[4], "|"), strings.Split(f[5], "|")
-		for i, s := range sev {
-			// Warnings (0x006...) and errors (0x008...); chats and notes
-			// (the TCP handshake's) are fine.
-			if v, err := strconv.ParseUint(s, 0, 32); err == nil && v >= 0x00600000 {
-				m := ""
-				if i < len(msg) {
-					m = msg[i]
-				}
-				bad = append(bad, fmt.Sprintf("frame %s: %s", f[0], m))
-			}
-		}
+	d := testutil.DecodeIWARP(t, tshark, file)
+	if len(d.Malformed) > 0 {
+		t.Errorf("%d malformed frames, first: %s", len(d.Malformed), d.Malformed[0])
 	}
-	if len(malformed) > 0 {
-		t.Errorf("%d malformed frames, first: %s", len(malformed), malformed[0])
+	if len(d.Expert) > 0 {
+		t.Errorf("%d expert warnings/errors: %s", len(d.Expert), strings.Join(d.Expert[:min(5, len(d.Expert))], "; "))
 	}
-	if len(bad) > 0 {
-		t.Errorf("%d expert warnings/errors: %s", len(bad), strings.Join(bad[:min(5, len(bad))], "; "))
+	if d.MPARequests != 1 || d.MPAReplies != 1 {
+		t.Errorf("MPA request/reply frames decoded: %d/%d", d.MPARequests, d.MPAReplies)
 	}
-	if req != 1 || rep != 1 {
-		t.Errorf("MPA request/reply frames decoded: %d/%d", req, rep)
-	}
-	if fpdus < sent {
-		t.Errorf("tshark decoded %d FPDUs, the QPs sent %d", fpdus, sent)
+	if d.FPDUs < sent {
+		t.Errorf("tshark decoded %d FPDUs, the QPs sent %d", d.FPDUs, sent)
 	}
 	names := map[int]string{0: "RDMA Write", 1: "Read Request", 2: "Read Response", 3: "Send", 4: "Send with Invalidate",
 		5: "Send with SE", 6: "Send with SE and Invalidate", 8: "Immediate Data", 9: "Immediate Data with SE"}
 	var missing []string
 	for op, name := range names {
-		if opcodes[op] == 0 {
+		if d.Opcodes[op] == 0 {
 			missing = append(missing, name)
 		}
 	}
 	sort.Strings(missing)
 	if len(missing) > 0 {
-		t.Errorf("opcodes tshark did not decode: %v (decoded %v)", missing, opcodes)
+		t.Errorf("opcodes tshark did not decode: %v (decoded %v)", missing, d.Opcodes)
 	}
-	// Bad CRCs show in the CRC check's text, not in a field value.
-	v := rdmaTshark(t, tshark, file, "-V")
-	good, badCRC := strings.Count(v, "Good CRC32"), strings.Count(v, "Bad CRC32")
-	if good != fpdus || badCRC != 0 {
-		t.Errorf("tshark: %d good and %d bad CRCs in %d FPDUs", good, badCRC, fpdus)
+	if d.GoodCRCs != d.FPDUs || d.BadCRCs != 0 {
+		t.Errorf("tshark: %d good and %d bad CRCs in %d FPDUs", d.GoodCRCs, d.BadCRCs, d.FPDUs)
 	}
-	z := rdmaTshark(t, tshark, file, "-q", "-z", "expert,warn")
-	if strings.Contains(z, "Warns") || strings.Contains(z, "Errors") {
-		t.Errorf("tshark -z expert,warn:\n%s", z)
+	if d.ExpertTable != "" {
+		t.Errorf("tshark -z expert,warn:\n%s", d.ExpertTable)
 	}
-	t.Logf("%d frames, %d FPDUs (%d sent by the QPs), %d good CRCs; opcodes decoded %v", frames, fpdus, sent, good, opcodes)
+	t.Logf("%d frames, %d FPDUs (%d sent by the QPs), %d good CRCs; opcodes decoded %v", d.Frames, d.FPDUs, sent, d.GoodCRCs, d.Opcodes)
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/emunic/emunic/delegation/iwarp"
+	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/rings"
 	"github.com/emunic/emunic/tcpstack"
@@ -152,25 +153,6 @@ func rdmaHostsOn(t testing.TB, wc port.WireConfig, wrapA, wrapB func(*port.WireP
 	return a, b
 }
 
-// rdmaWaitWC polls cq until n completions arrived.
-func rdmaWaitWC(t testing.TB, cq *tcpstack.CQ, n int) []rings.Completion {
-	t.Helper()
-	out := make([]rings.Completion, 0, n)
-	wc := make([]rings.Completion, 64)
-	deadline := time.Now().Add(10 * time.Second)
-	for len(out) < n {
-		k := cq.Poll(wc[:min(len(wc), n-len(out))])
-		out = append(out, wc[:k]...)
-		if k == 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d of %d completions after 10 s: %v", len(out), n, out)
-			}
-			time.Sleep(50 * time.Microsecond)
-		}
-	}
-	return out
-}
-
 // rdmaQuiet returns what cq yields until it stays empty for 20 ms.
 func rdmaQuiet(cq *tcpstack.CQ) []rings.Completion {
 	var out []rings.Completion
@@ -306,10 +288,10 @@ func rdmaFirstMessage(t *testing.T, a, b *rdmaNode) {
 	if err := a.qp.PostSend(&s); err != nil {
 		t.Fatal(err)
 	}
-	if c := rdmaWaitWC(t, a.cq, 1)[0]; c.Status != rings.WCSuccess {
+	if c := testutil.WaitCompletions(t, a.cq, 1)[0]; c.Status != rings.WCSuccess {
 		t.Fatalf("first Send: %+v", c)
 	}
-	if c := rdmaWaitWC(t, b.cq, 1)[0]; c.Status != rings.WCSuccess || c.Opcode != rings.WCRecv {
+	if c := testutil.WaitCompletions(t, b.cq, 1)[0]; c.Status != rings.WCSuccess || c.Opcode != rings.WCRecv {
 		t.Fatalf("first Send at B: %+v", c)
 	}
 	if err := b.postRecvs(b.qp, 0); err != nil {
@@ -459,7 +441,7 @@ func TestRDMARemoteFaults(t *testing.T) {
 			// A: the faulty request (a Write may have completed when
 			// handed to TCP), the Read behind it REM_ACCESS_ERR, the
 			// Send WR_FLUSH_ERR.
-			ac := append(rdmaWaitWC(t, a.cq, 2), rdmaQuiet(a.cq)...)
+			ac := append(testutil.WaitCompletions(t, a.cq, 2), rdmaQuiet(a.cq)...)
 			st := map[uint64]rings.WCStatus{}
 			for _, x := range ac {
 				if x.Opcode != rings.WCRecv { // A's own receives flush too
@@ -478,7 +460,7 @@ func TestRDMARemoteFaults(t *testing.T) {
 				t.Errorf("A completions %v: want the Send WR_FLUSH_ERR", ac)
 			}
 			// B: every posted receive flushed.
-			bc := append(rdmaWaitWC(t, b.cq, rdmaTRecvN), rdmaQuiet(b.cq)...)
+			bc := append(testutil.WaitCompletions(t, b.cq, rdmaTRecvN), rdmaQuiet(b.cq)...)
 			for _, x := range bc {
 				if x.Status != rings.WCWRFlushErr || x.Opcode != rings.WCRecv {
 					t.Errorf("B completion %+v, want RECV WR_FLUSH_ERR", x)
@@ -572,13 +554,13 @@ func TestRDMACorruptFPDU(t *testing.T) {
 	if st := rdmaQPStats(b, func(s iwarp.QPStats) bool { return s.CRCErrors == 1 }); st.CRCErrors != 1 || st.TerminatesSent != 1 {
 		t.Errorf("B's QP stats: %+v, want 1 CRC error and 1 Terminate sent", st)
 	}
-	bc := append(rdmaWaitWC(t, b.cq, rdmaTRecvN), rdmaQuiet(b.cq)...)
+	bc := append(testutil.WaitCompletions(t, b.cq, rdmaTRecvN), rdmaQuiet(b.cq)...)
 	for _, x := range bc {
 		if x.Status != rings.WCWRFlushErr {
 			t.Errorf("B completion %+v, want WR_FLUSH_ERR", x)
 		}
 	}
-	ac := append(rdmaWaitWC(t, a.cq, 1), rdmaQuiet(a.cq)...)
+	ac := append(testutil.WaitCompletions(t, a.cq, 1), rdmaQuiet(a.cq)...)
 	var readSt rings.WCStatus = 255
 	for _, x := range ac {
 		if x.WRID == 2 && x.Opcode != rings.WCRecv {
@@ -620,7 +602,7 @@ func TestRDMAWireCorruptionCaughtByTCP(t *testing.T) {
 	if n, err := a.qp.PostSendList(wrs); n != len(wrs) || err != nil {
 		t.Fatal(n, err)
 	}
-	c := rdmaWaitWC(t, a.cq, 1)[0]
+	c := testutil.WaitCompletions(t, a.cq, 1)[0]
 	if c.Status != rings.WCSuccess || c.WRID != 16 {
 		t.Fatalf("Read behind the Writes: %+v (A %v %v, B %v %v)", c, a.qp.State(), a.qp.Err(), b.qp.State(), b.qp.Err())
 	}
@@ -688,7 +670,7 @@ func TestRDMAFaultDoesNotStallNeighbour(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-done
-	wcs := rdmaWaitWC(t, a2.cq, n)
+	wcs := testutil.WaitCompletions(t, a2.cq, n)
 	for i, c := range wcs {
 		if c.Status != rings.WCSuccess || c.WRID != uint64(i) {
 			t.Fatalf("neighbour QP completion %d: %v", i, &c)

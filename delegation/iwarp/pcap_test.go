@@ -1,11 +1,10 @@
 package iwarp
 
 import (
-	"fmt"
-	"sort"
-	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/emunic/emunic/internal/testutil"
 )
 
 // wireEvent is one Write into a pipe: who sent which bytes, in the order the
@@ -123,84 +122,35 @@ func sessionPcap(t *testing.T, evs []wireEvent) (pcap []byte, fpdus int) {
 // opcode decoded, every CRC good, nothing malformed, no expert warnings or
 // errors.
 func TestTsharkDecodesSession(t *testing.T) {
-	tshark := needTshark(t)
+	tshark := testutil.NeedTshark(t)
 	pcap, nfpdu := sessionPcap(t, recordSession(t))
-	out := runTshark(t, tshark, pcap, "-T", "fields", "-E", "separator=/t", "-E", "occurrence=a", "-E", "aggregator=|",
-		"-e", "frame.number", "-e", "frame.protocols", "-e", "iwarp_rdma.opcode", "-e", "iwarp_mpa.crc_check",
-		"-e", "_ws.expert.severity", "-e", "_ws.expert.message", "-e", "iwarp_mpa.req", "-e", "iwarp_mpa.rep")
-	opcodes := map[int]int{}
-	var malformed, bad []string
-	fpdus, req, rep := 0, 0, 0
-	for _, line := range strings.Split(strings.TrimRight(out, "\n"), "\n") {
-		f := strings.Split(line, "\t")
-		for len(f) < 8 {
-			f = append(f, "")
-		}
-		if strings.Contains(":"+f[1]+":", ":_ws.malformed:") {
-			malformed = append(malformed, line)
-		}
-		for _, op := range strings.Split(f[2], "|") {
-			if v, err := strconv.ParseUint(op, 0, 8); err == nil {
-				opcodes[int(v)]++
-			}
-		}
-		if f[3] != "" {
-			fpdus += len(strings.Split(f[3], "|"))
-		}
-		if f[6] != "" {
-			req++
-		}
-		if f[7] != "" {
-			rep++
-		}
-		sev, msg := strings.Split(f[4], "|"), strings.Split(f[5], "|")
-		for i, s := range sev {
-			v, err := strconv.ParseUint(s, 0, 32)
-			// Warnings (0x006...) and errors (0x008...) count; chats and
-			// notes (the TCP handshake's) do not.
-			if err == nil && v >= 0x00600000 {
-				m := ""
-				if i < len(msg) {
-					m = msg[i]
-				}
-				bad = append(bad, fmt.Sprintf("frame %s: %s", f[0], m))
-			}
-		}
+	d := testutil.DecodeIWARP(t, tshark, pcapFile(t, pcap))
+	if len(d.Malformed) > 0 {
+		t.Errorf("malformed frames:\n%s", strings.Join(d.Malformed, "\n"))
 	}
-	if len(malformed) > 0 {
-		t.Errorf("malformed frames:\n%s", strings.Join(malformed, "\n"))
+	if len(d.Expert) > 0 {
+		t.Errorf("expert warnings/errors:\n%s", strings.Join(d.Expert, "\n"))
 	}
-	if len(bad) > 0 {
-		t.Errorf("expert warnings/errors:\n%s", strings.Join(bad, "\n"))
+	if d.MPARequests != 1 || d.MPAReplies != 1 {
+		t.Errorf("MPA request/reply frames decoded: %d/%d", d.MPARequests, d.MPAReplies)
 	}
-	if req != 1 || rep != 1 {
-		t.Errorf("MPA request/reply frames decoded: %d/%d", req, rep)
-	}
-	if fpdus != nfpdu {
-		t.Errorf("tshark decoded %d FPDUs with a CRC check, the session has %d", fpdus, nfpdu)
+	if d.FPDUs != nfpdu {
+		t.Errorf("tshark decoded %d FPDUs with a CRC check, the session has %d", d.FPDUs, nfpdu)
 	}
 	var missing []string
 	for op := OpWrite; op <= OpAtomicResponse; op++ {
-		if opcodes[int(op)] == 0 {
+		if d.Opcodes[int(op)] == 0 {
 			missing = append(missing, op.String())
 		}
 	}
 	if len(missing) > 0 {
-		t.Errorf("opcodes tshark did not decode: %v (decoded %v)", missing, opcodes)
+		t.Errorf("opcodes tshark did not decode: %v (decoded %v)", missing, d.Opcodes)
 	}
-	// Bad CRCs show in the CRC check's text, not in a field value.
-	v := runTshark(t, tshark, pcap, "-V")
-	if c := strings.Count(v, "Good CRC32"); c != nfpdu || strings.Contains(v, "Bad CRC32") {
-		t.Errorf("tshark: %d good CRCs of %d FPDUs, bad CRC present: %v", c, nfpdu, strings.Contains(v, "Bad CRC32"))
+	if d.GoodCRCs != nfpdu || d.BadCRCs != 0 {
+		t.Errorf("tshark: %d good and %d bad CRCs in %d FPDUs", d.GoodCRCs, d.BadCRCs, nfpdu)
 	}
-	z := runTshark(t, tshark, pcap, "-q", "-z", "expert,warn")
-	if strings.Contains(z, "Warns") || strings.Contains(z, "Errors") {
-		t.Errorf("tshark -z expert,warn:\n%s", z)
+	if d.ExpertTable != "" {
+		t.Errorf("tshark -z expert,warn:\n%s", d.ExpertTable)
 	}
-	keys := make([]int, 0, len(opcodes))
-	for k := range opcodes {
-		keys = append(keys, k)
-	}
-	sort.Ints(keys)
-	t.Logf("%d FPDUs; opcodes decoded %v", nfpdu, opcodes)
+	t.Logf("%d FPDUs; opcodes decoded %v", nfpdu, d.Opcodes)
 }

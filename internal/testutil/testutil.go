@@ -1,0 +1,163 @@
+// Package testutil holds the helpers that tests in several packages share:
+// running Debian's tshark on a capture and reading what its iWARP
+// dissectors made of it, and waiting for RDMA completions. It is imported
+// by tests only; it imports nothing of the project above rings, so any
+// package's internal tests can use it without an import cycle.
+package testutil
+
+import (
+	"bytes"
+	"fmt"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/emunic/emunic/rings"
+)
+
+// NeedTshark returns tshark's path, or skips the test saying why.
+func NeedTshark(t testing.TB) string {
+	t.Helper()
+	p, err := exec.LookPath("tshark")
+	if err != nil {
+		t.Skip("skipped: tshark is not installed (Debian: apt-get install tshark); .ci/run installs it")
+	}
+	return p
+}
+
+// IWARPOptions are DESIGN.md's tshark options for iWARP captures: MPA found
+// heuristically on any port and tried first, the RDMA upper layers that
+// would claim the Sends' payload off, and IP and TCP checksums verified.
+var IWARPOptions = []string{"--enable-heuristic", "iwarp_mpa_tcp", "-o", "tcp.try_heuristic_first:TRUE",
+	"--disable-protocol", "rpcordma", "--disable-protocol", "smb_direct",
+	"-o", "ip.check_checksum:TRUE", "-o", "tcp.check_checksum:TRUE"}
+
+// Tshark runs tshark -r file -n with opts and then args, and returns its
+// standard output; a failure fails the test with tshark's standard error.
+func Tshark(t testing.TB, tshark, file string, opts []string, args ...string) string {
+	t.Helper()
+	all := append(append([]string{"-r", file, "-n"}, opts...), args...)
+	cmd := exec.Command(tshark, all...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("tshark %v: %v\n%s", all, err, stderr.String())
+	}
+	return string(out)
+}
+
+// Fields runs tshark with opts and -T fields for the given fields and
+// returns one row per frame: the fields' values in order, padded to
+// len(fields). A field with several occurrences in a frame has them joined
+// by "|".
+func Fields(t testing.TB, tshark, file string, opts []string, fields ...string) [][]string {
+	t.Helper()
+	args := []string{"-T", "fields", "-E", "separator=/t", "-E", "occurrence=a", "-E", "aggregator=|"}
+	for _, f := range fields {
+		args = append(args, "-e", f)
+	}
+	var rows [][]string
+	for _, line := range strings.Split(Tshark(t, tshark, file, opts, args...), "\n") {
+		if line == "" {
+			continue
+		}
+		f := strings.Split(line, "\t")
+		for len(f) < len(fields) {
+			f = append(f, "")
+		}
+		rows = append(rows, f)
+	}
+	return rows
+}
+
+// IWARPDecode is what tshark's iWARP dissectors made of a capture.
+type IWARPDecode struct {
+	Frames      int
+	FPDUs       int         // FPDUs with a CRC check (MPA markers and CRC in use)
+	MPARequests int         // frames with an MPA request
+	MPAReplies  int         // frames with an MPA reply
+	Opcodes     map[int]int // RDMAP opcode → FPDUs decoded with it
+	Malformed   []string    // tshark's field line of every malformed frame
+	Expert      []string    // "frame N: message" of every expert warning or error
+	GoodCRCs    int
+	BadCRCs     int
+	// ExpertTable is tshark -z expert,warn's report when it lists
+	// warnings or errors, else empty.
+	ExpertTable string
+}
+
+// DecodeIWARP has tshark decode file with IWARPOptions three ways (the
+// fields below, the full tree for the CRC verdicts, and the expert table)
+// and returns what it found. Expert chats and notes (a TCP handshake's, a
+// retransmission's) are not warnings and are left out.
+func DecodeIWARP(t testing.TB, tshark, file string) IWARPDecode {
+	t.Helper()
+	d := IWARPDecode{Opcodes: map[int]int{}}
+	for _, f := range Fields(t, tshark, file, IWARPOptions, "frame.number", "frame.protocols", "iwarp_rdma.opcode",
+		"iwarp_mpa.crc_check", "_ws.expert.severity", "_ws.expert.message", "iwarp_mpa.req", "iwarp_mpa.rep") {
+		d.Frames++
+		if strings.Contains(":"+f[1]+":", ":_ws.malformed:") {
+			d.Malformed = append(d.Malformed, strings.Join(f, "\t"))
+		}
+		for _, op := range strings.Split(f[2], "|") {
+			if v, err := strconv.ParseUint(op, 0, 8); err == nil {
+				d.Opcodes[int(v)]++
+			}
+		}
+		if f[3] != "" {
+			d.FPDUs += len(strings.Split(f[3], "|"))
+		}
+		if f[6] != "" {
+			d.MPARequests++
+		}
+		if f[7] != "" {
+			d.MPAReplies++
+		}
+		sev, msg := strings.Split(f[4], "|"), strings.Split(f[5], "|")
+		for i, s := range sev {
+			// Warnings are 0x006..., errors 0x008...; chats and notes less.
+			if v, err := strconv.ParseUint(s, 0, 32); err == nil && v >= 0x00600000 {
+				m := ""
+				if i < len(msg) {
+					m = msg[i]
+				}
+				d.Expert = append(d.Expert, fmt.Sprintf("frame %s: %s", f[0], m))
+			}
+		}
+	}
+	// Bad CRCs show in the CRC check's text, not in a field value.
+	v := Tshark(t, tshark, file, IWARPOptions, "-V")
+	d.GoodCRCs, d.BadCRCs = strings.Count(v, "Good CRC32"), strings.Count(v, "Bad CRC32")
+	if z := Tshark(t, tshark, file, IWARPOptions, "-q", "-z", "expert,warn"); strings.Contains(z, "Warns") || strings.Contains(z, "Errors") {
+		d.ExpertTable = z
+	}
+	return d
+}
+
+// Poller is a completion queue: tcpstack.CQ.
+type Poller interface {
+	Poll(wc []rings.Completion) int
+}
+
+// WaitCompletions busy-polls cq until n completions arrived and returns
+// them; after 10 s it fails the test with what did arrive.
+func WaitCompletions(t testing.TB, cq Poller, n int) []rings.Completion {
+	t.Helper()
+	out := make([]rings.Completion, 0, n)
+	wc := make([]rings.Completion, 64)
+	deadline := time.Now().Add(10 * time.Second)
+	for len(out) < n {
+		k := cq.Poll(wc[:min(len(wc), n-len(out))])
+		out = append(out, wc[:k]...)
+		if k == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d of %d completions after 10 s: %v", len(out), n, out)
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+	return out
+}
