@@ -303,6 +303,9 @@ func (p *Producer) Tail() uint32 { return p.tail }
 // below that count, in any order, then calls CommitN. A producer that has
 // several entries to post saves the per-entry checks of Next and Commit.
 func (p *Producer) Reserve(max int) int {
+	if max <= 0 {
+		return 0
+	}
 	free := p.layout.Count - (p.tail - p.headCache)
 	if uint32(max) > free && free < p.layout.Count {
 		p.headCache = p.ConsumerIndex()
@@ -554,6 +557,9 @@ func (c *Consumer) Head() uint32 { return c.head }
 // (a bad entry further on only ends the burst before it; the next Burst
 // reports it). A consumer draining a burst saves Peek's per-entry checks.
 func (c *Consumer) Burst(max int) (int, error) {
+	if max <= 0 {
+		return 0, nil
+	}
 	if c.head == c.tailCache || c.tailCache-c.head > c.layout.Count {
 		if _, err := c.peekSlow(); err != nil || c.head == c.tailCache {
 			return 0, err
@@ -572,7 +578,8 @@ func (c *Consumer) Burst(max int) (int, error) {
 	return int(n), nil
 }
 
-// PopN consumes n entries (n at most what Burst returned), releasing slots
+// PopN consumes n entries (n at most what Burst returned: more would hand
+// the producer slots nobody read), releasing slots
 // every batch entries as Pop does.
 func (c *Consumer) PopN(n int) {
 	c.head += uint32(n)

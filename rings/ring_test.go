@@ -823,6 +823,12 @@ func TestBurstPhase(t *testing.T) {
 	if k := p.Reserve(100); k != count {
 		t.Fatalf("Reserve(100) on an empty ring of %d = %d", count, k)
 	}
+	if k := p.Reserve(0); k != 0 {
+		t.Fatalf("Reserve(0) = %d", k)
+	}
+	if k := p.Reserve(-1); k != 0 {
+		t.Fatalf("Reserve(-1) = %d", k)
+	}
 	for i := range 5 {
 		le.PutUint64(p.Entry(uint32(i))[8:], uint64(i))
 	}
@@ -837,6 +843,9 @@ func TestBurstPhase(t *testing.T) {
 	}
 	if k, err := c.Burst(2); k != 2 || err != nil {
 		t.Fatalf("Burst(2) = %d, %v", k, err)
+	}
+	if k, err := c.Burst(-1); k != 0 || err != nil {
+		t.Fatalf("Burst(-1) = %d, %v", k, err)
 	}
 	c.PopN(3)
 	if k, err := c.Burst(100); k != 0 || !errors.Is(err, ErrPhase) {

@@ -266,6 +266,12 @@ func (d *Driver) interrupts() {
 			d.stats.ntfRingErrs.Add(1)
 			if errors.Is(err, rings.ErrPhase) {
 				d.ntf.PopN(1)
+			} else {
+				// A producer index more than a ring ahead: nothing
+				// can be read until the device fixes it; look again
+				// on its next interrupt or in a millisecond, without
+				// spinning a CPU on it.
+				d.irq.Wait(time.Millisecond)
 			}
 			continue
 		}

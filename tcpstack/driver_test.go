@@ -1,6 +1,7 @@
 package tcpstack
 
 import (
+	"encoding/binary"
 	"testing"
 	"time"
 
@@ -74,5 +75,52 @@ func TestDriverSkipsBadNotification(t *testing.T) {
 	}
 	if o := ntf.Outstanding(); o != 0 {
 		t.Fatalf("%d notification slots not released", o)
+	}
+}
+
+// TestDriverBadNotificationIndex: a producer index more than a ring ahead
+// is counted without the interrupt handler spinning a CPU on it, and once
+// the device publishes a sane index the handler carries on.
+func TestDriverBadNotificationIndex(t *testing.T) {
+	mem, err := rings.NewArena(4 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := &ringDevice{bell: rings.NewBell()}
+	d, err := NewDriver(mem, dev, DriverConfig{CommandEntries: 16, TxEntries: 16, RxEntries: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ntf, err := rings.NewProducer(mem, dev.rc.Notify, dev.rc.Notify.Count, dev.vec.Notify)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pi, err := mem.Map(dev.rc.Notify.Base+rings.OffProducerIndex, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	binary.LittleEndian.PutUint32(pi, dev.rc.Notify.Count+5) // hostile
+	dev.vec.Notify.Kick()
+	time.Sleep(50 * time.Millisecond)
+	errs := d.Stats().NtfRingErrors
+	if errs == 0 {
+		t.Fatal("a producer index more than a ring ahead was not counted")
+	}
+	// About one look per millisecond; a spinning handler counts millions.
+	if errs > 500 {
+		t.Fatalf("%d ring errors in 50 ms: the handler spins on the bad index", errs)
+	}
+	// The device comes to its senses: a real notification, a sane index.
+	n := rings.Notification{Conn: 3}
+	n.Encode(rings.NotificationEntry(ntf.Next()))
+	ntf.Commit()
+	ntf.Publish()
+	deadline := time.Now().Add(5 * time.Second)
+	for d.Stats().Notifications != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("driver stats %+v: the notification after the bad index was not handled", d.Stats())
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
