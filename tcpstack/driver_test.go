@@ -1,9 +1,10 @@
 package tcpstack
 
 import (
-	"encoding/binary"
+	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/emunic/emunic/nic"
 	"github.com/emunic/emunic/rings"
@@ -100,7 +101,8 @@ func TestDriverBadNotificationIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	binary.LittleEndian.PutUint32(pi, dev.rc.Notify.Count+5) // hostile
+	// hostile; stored as the device stores indices: one atomic word
+	atomic.StoreUint32((*uint32)(unsafe.Pointer(&pi[0])), dev.rc.Notify.Count+5)
 	dev.vec.Notify.Kick()
 	time.Sleep(50 * time.Millisecond)
 	errs := d.Stats().NtfRingErrors
