@@ -64,19 +64,27 @@ func TestScoreboard(t *testing.T) {
 	}
 }
 
+// bulkRig is an established rig that has sent n full segments of 1448
+// bytes from sequence 1000 into a 64 KiB window; at(i) is where segment i
+// starts, sent what went out.
+func bulkRig(t *testing.T, n int) (r *rig, at func(int) uint32, sent []outSeg) {
+	t.Helper()
+	r = newRig(t, defaultRigOpts())
+	r.in(pseg{seq: 5000, ack: 1000, flags: flACK, wnd: 0xFFFF})
+	const mss = 1448
+	r.h.sendTotal = int64(n * mss)
+	r.h.txSize = 16 << 10
+	r.h.start()
+	return r, func(i int) uint32 { return 1000 + uint32(i)*mss }, r.take()
+}
+
 // Three holes in one window: SACK-driven recovery retransmits each hole as
 // duplicate ACKs arrive, without waiting a round trip per hole.
 func TestSACKRecovery(t *testing.T) {
-	r := newRig(t, defaultRigOpts())
-	r.in(pseg{seq: 5000, ack: 1000, flags: flACK, wnd: 0xFFFF})
-	mss := uint32(1448)
-	r.h.sendTotal = int64(10 * mss)
-	r.h.txSize = 16 << 10
-	r.h.start()
-	if n := len(r.take()); n != 10 {
+	r, at, sent := bulkRig(t, 10)
+	if n := len(sent); n != 10 {
 		t.Fatalf("%d segments", n)
 	}
-	at := func(i int) uint32 { return 1000 + uint32(i)*mss }
 	blocks := func(k int) []sackBlock { // segments 1, 3 and 5 lost; 2, 4, 6.. arrive
 		b := []sackBlock{{seq(at(6)), seq(at(6 + k))}, {seq(at(4)), seq(at(5))}, {seq(at(2)), seq(at(3))}}
 		return b
@@ -110,14 +118,7 @@ func TestSACKRecovery(t *testing.T) {
 
 // After a timeout the engine goes back to SND.UNA but skips SACKed data.
 func TestRTOSkipsSACKed(t *testing.T) {
-	r := newRig(t, defaultRigOpts())
-	r.in(pseg{seq: 5000, ack: 1000, flags: flACK, wnd: 0xFFFF})
-	mss := uint32(1448)
-	r.h.sendTotal = int64(8 * mss)
-	r.h.txSize = 16 << 10
-	r.h.start()
-	r.take()
-	at := func(i int) uint32 { return 1000 + uint32(i)*mss }
+	r, at, _ := bulkRig(t, 8)
 	// Segments 0 and 4 lost; the peer holds 1-3 and 5-7 (two dup ACKs only).
 	r.in(pseg{seq: 5000, ack: at(0), flags: flACK, wnd: 0xFFFF, sack: []sackBlock{{seq(at(1)), seq(at(4))}}})
 	r.in(pseg{seq: 5000, ack: at(0), flags: flACK, wnd: 0xFFFF, sack: []sackBlock{{seq(at(5)), seq(at(8))}, {seq(at(1)), seq(at(4))}}})
@@ -143,14 +144,7 @@ func TestRTOSkipsSACKed(t *testing.T) {
 // A short hole between SACKed ranges after a timeout is resent at once, not
 // held back by silly-window avoidance.
 func TestRTOShortHole(t *testing.T) {
-	r := newRig(t, defaultRigOpts())
-	r.in(pseg{seq: 5000, ack: 1000, flags: flACK, wnd: 0xFFFF})
-	mss := uint32(1448)
-	r.h.sendTotal = int64(6 * mss)
-	r.h.txSize = 16 << 10
-	r.h.start()
-	r.take()
-	at := func(i int) uint32 { return 1000 + uint32(i)*mss }
+	r, at, _ := bulkRig(t, 6)
 	// Segment 0 lost, and 100 bytes in the middle of segment 3.
 	sack := []sackBlock{{seq(at(3) + 100), seq(at(6))}, {seq(at(1)), seq(at(3))}}
 	r.in(pseg{seq: 5000, ack: at(0), flags: flACK, wnd: 0xFFFF, sack: sack})
