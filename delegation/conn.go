@@ -267,20 +267,16 @@ func (c *conn) drainPending() bool {
 // toClosed moves c to CLOSED and tells the host with flags (which include
 // NtfClosed). Queues are emptied: every buffer the host gave is the host's
 // again. The index stays taken until RELEASE.
-func (c *conn) toClosed(flags rings.NotifyFlags) {
-	c.state = rings.StateClosed
-	c.rtoAt, c.delackAt, c.kaAt, c.twAt = 0, 0, 0, 0
-	c.persist = false
-	c.txHead, c.txCount = 0, 0
-	c.uqHead, c.uqCount = 0, 0
-	c.ooo.reset(&c.e.pool)
-	c.ulpDown()
-	c.notify(flags|rings.NtfClosed, c.sndNxt, 0, 0)
-}
+func (c *conn) toClosed(flags rings.NotifyFlags) { c.closeWith(flags, 0) }
 
 // fail gives the connection up: RST to the peer, then CLOSED with flags.
 func (c *conn) fail(now int64, flags rings.NotifyFlags, aux uint32) {
 	c.sendRst(now)
+	c.closeWith(flags, aux)
+}
+
+// closeWith is toClosed with aux in the notification.
+func (c *conn) closeWith(flags rings.NotifyFlags, aux uint32) {
 	c.state = rings.StateClosed
 	c.rtoAt, c.delackAt, c.kaAt, c.twAt = 0, 0, 0, 0
 	c.persist = false
