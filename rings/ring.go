@@ -306,15 +306,16 @@ func (p *Producer) Reserve(max int) int {
 	if max <= 0 {
 		return 0
 	}
+	want := uint32(min(max, int(p.layout.Count)))
 	free := p.layout.Count - (p.tail - p.headCache)
-	if uint32(max) > free && free < p.layout.Count {
+	if want > free {
 		p.headCache = p.ConsumerIndex()
 		free = p.layout.Count - (p.tail - p.headCache)
 		if free == 0 {
 			p.stats.Full++
 		}
 	}
-	return int(min(uint32(max), free))
+	return int(min(want, free))
 }
 
 // CommitN commits n slots filled after Reserve, stamping each with its
@@ -565,7 +566,7 @@ func (c *Consumer) Burst(max int) (int, error) {
 			return 0, err
 		}
 	}
-	n := min(uint32(max), c.tailCache-c.head)
+	n := min(uint32(min(max, int(c.layout.Count))), c.tailCache-c.head)
 	for i := uint32(0); i < n; i++ {
 		if uint32(*(*byte)(c.slot(c.head + i)))&CtlPhase != c.Phase(c.head+i) {
 			if i == 0 {
@@ -578,9 +579,9 @@ func (c *Consumer) Burst(max int) (int, error) {
 	return int(n), nil
 }
 
-// PopN consumes n entries (n at most what Burst returned: more would hand
-// the producer slots nobody read), releasing slots
-// every batch entries as Pop does.
+// PopN consumes n entries, releasing slots every batch entries as Pop
+// does. n must be at most what Burst returned: more would hand the producer
+// slots nobody read.
 func (c *Consumer) PopN(n int) {
 	c.head += uint32(n)
 	if c.head-c.released >= c.batch {

@@ -829,6 +829,9 @@ func TestBurstPhase(t *testing.T) {
 	if k := p.Reserve(-1); k != 0 {
 		t.Fatalf("Reserve(-1) = %d", k)
 	}
+	if k := p.Reserve(1 << 40); k != count {
+		t.Fatalf("Reserve(1<<40) = %d, want %d", k, count)
+	}
 	for i := range 5 {
 		le.PutUint64(p.Entry(uint32(i))[8:], uint64(i))
 	}
@@ -846,6 +849,9 @@ func TestBurstPhase(t *testing.T) {
 	}
 	if k, err := c.Burst(-1); k != 0 || err != nil {
 		t.Fatalf("Burst(-1) = %d, %v", k, err)
+	}
+	if k, err := c.Burst(1 << 40); k != 3 || err != nil {
+		t.Fatalf("Burst(1<<40) = %d, %v; want the 3 good entries", k, err)
 	}
 	c.PopN(3)
 	if k, err := c.Burst(100); k != 0 || !errors.Is(err, ErrPhase) {
