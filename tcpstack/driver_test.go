@@ -27,10 +27,11 @@ func (d *ringDevice) Start(rc nic.RingConfig, vec nic.Vectors) error {
 func (d *ringDevice) Doorbell() rings.Doorbell { return d.bell }
 func (d *ringDevice) Stop() error              { return nil }
 
-// TestDriverSkipsBadNotification: a notification the device published with
-// the wrong phase tag is counted and skipped, and the interrupt handler goes
-// on to the next one instead of spinning on it.
-func TestDriverSkipsBadNotification(t *testing.T) {
+// driverOnRingDevice starts a driver on a ringDevice (closed at the end of
+// the test) and opens the device's side of the notification ring, which
+// publishes only when told to.
+func driverOnRingDevice(t *testing.T) (*Driver, *ringDevice, *rings.Producer) {
+	t.Helper()
 	mem, err := rings.NewArena(4 << 20)
 	if err != nil {
 		t.Fatal(err)
@@ -40,12 +41,19 @@ func TestDriverSkipsBadNotification(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer d.Close()
-	// The device side of the notification ring; it publishes explicitly.
+	t.Cleanup(d.Close)
 	ntf, err := rings.NewProducer(mem, dev.rc.Notify, dev.rc.Notify.Count, dev.vec.Notify)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return d, dev, ntf
+}
+
+// TestDriverSkipsBadNotification: a notification the device published with
+// the wrong phase tag is counted and skipped, and the interrupt handler goes
+// on to the next one instead of spinning on it.
+func TestDriverSkipsBadNotification(t *testing.T) {
+	d, _, ntf := driverOnRingDevice(t)
 	post := func(conn uint32, corrupt bool) {
 		n := rings.Notification{Conn: conn}
 		e := ntf.Next()
@@ -83,20 +91,8 @@ func TestDriverSkipsBadNotification(t *testing.T) {
 // is counted without the interrupt handler spinning a CPU on it, and once
 // the device publishes a sane index the handler carries on.
 func TestDriverBadNotificationIndex(t *testing.T) {
-	mem, err := rings.NewArena(4 << 20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dev := &ringDevice{bell: rings.NewBell()}
-	d, err := NewDriver(mem, dev, DriverConfig{CommandEntries: 16, TxEntries: 16, RxEntries: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	ntf, err := rings.NewProducer(mem, dev.rc.Notify, dev.rc.Notify.Count, dev.vec.Notify)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, dev, ntf := driverOnRingDevice(t)
+	mem := d.Memory()
 	pi, err := mem.Map(dev.rc.Notify.Base+rings.OffProducerIndex, 4)
 	if err != nil {
 		t.Fatal(err)
