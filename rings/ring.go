@@ -508,12 +508,9 @@ func (c *Consumer) Available() int {
 // a bad entry counts it in RingStats.PhaseErrs. An index more than a ring
 // ahead returns nil and an error wrapping ErrBadIndex.
 func (c *Consumer) Peek() ([]byte, error) {
-	// Fast path, small enough to inline: 1 <= tailCache-head <= Count
-	// (the subtraction wraps for 0) and the phase tag matches. The tag is
-	// read with a plain load: the entry is below an index loaded
-	// atomically, which orders it after the producer's writes.
-	if c.tailCache-c.head-1 < c.layout.Count &&
-		uint32(*(*byte)(c.slot(c.head)))&CtlPhase == c.Phase(c.head) {
+	// Fast path: 1 <= tailCache-head <= Count (the subtraction wraps for
+	// 0) and the phase tag matches.
+	if c.tailCache-c.head-1 < c.layout.Count && c.stamped(c.head) {
 		return c.Entry(c.head), nil
 	}
 	return c.peekSlow()
@@ -537,10 +534,18 @@ func (c *Consumer) peekSlow() ([]byte, error) {
 		return nil, fmt.Errorf("%w: producer index %d, consumer index %d, %d entries", ErrBadIndex, t, c.head, c.layout.Count)
 	}
 	e := c.Entry(c.head)
-	if load32(e[OffCtl:])&CtlPhase != c.Phase(c.head) {
+	if !c.stamped(c.head) {
 		return c.phaseError(e)
 	}
 	return e, nil
+}
+
+// stamped reports whether the entry at free-running index i carries its
+// lap's phase tag. The tag is read with a plain load: a consumer looks only
+// below an index it loaded atomically, which orders the load after the
+// producer's writes of the entry.
+func (c *Consumer) stamped(i uint32) bool {
+	return uint32(*(*byte)(c.slot(i)))&CtlPhase == c.Phase(i)
 }
 
 func (c *Consumer) phaseError(e []byte) ([]byte, error) {
@@ -568,7 +573,7 @@ func (c *Consumer) Burst(max int) (int, error) {
 	}
 	n := min(uint32(min(max, int(c.layout.Count))), c.tailCache-c.head)
 	for i := uint32(0); i < n; i++ {
-		if uint32(*(*byte)(c.slot(c.head + i)))&CtlPhase != c.Phase(c.head+i) {
+		if !c.stamped(c.head + i) {
 			if i == 0 {
 				_, err := c.peekSlow()
 				return 0, err
