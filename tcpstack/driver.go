@@ -260,11 +260,10 @@ func (d *Driver) interrupts() {
 	for !d.closing.Load() {
 		got, err := d.ntf.Burst(256)
 		if err != nil {
-			// Skip a bad entry rather than spin on it (Park would
-			// find it available again at once); a bad index is
-			// forgotten by Burst and read again.
 			d.stats.ntfRingErrs.Add(1)
 			if errors.Is(err, rings.ErrPhase) {
+				// Skip the bad entry rather than spin on it
+				// (Park would find it available again at once).
 				d.ntf.PopN(1)
 			} else {
 				// A producer index more than a ring ahead: nothing
@@ -278,10 +277,10 @@ func (d *Driver) interrupts() {
 		head := d.ntf.Head()
 		for i := range got {
 			_ = n.Decode(rings.NotificationEntry(d.ntf.Entry(head + uint32(i))))
-			d.stats.ntfs.Add(1)
 			d.handle(&n)
 		}
 		d.ntf.PopN(got)
+		d.stats.ntfs.Add(uint64(got))
 		if got > 0 {
 			d.ntf.Release()
 			d.rx.Publish()
