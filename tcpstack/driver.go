@@ -71,6 +71,11 @@ type DriverStats struct {
 	// Read/Write through the send area and receive buffers). RDMA work
 	// requests add nothing: the device places and fetches their data.
 	HostCopyBytes uint64
+	// ZeroWindowAckRepairs counts header-only copies of received segments
+	// handed to netstack so that it takes their ACK while its receive
+	// window is zero (see ackRepair); ZeroWindowUntracked counts flows at
+	// a zero window the repair table had no room for.
+	ZeroWindowAckRepairs, ZeroWindowUntracked uint64
 }
 
 // Driver is the host's NIC driver: a gVisor stack.LinkEndpoint whose frames
@@ -123,6 +128,7 @@ type Driver struct {
 	offloadHook atomic.Pointer[offloadHook]
 
 	flows   flowTracker
+	ackFix  ackRepair
 	stats   driverCounters
 	closing atomic.Bool
 	wg      sync.WaitGroup
@@ -248,6 +254,7 @@ func (d *Driver) Stats() DriverStats {
 		RxErrors: s.rxErrors.Load(), Interrupts: s.interrupts.Load(), Notifications: s.ntfs.Load(),
 		NtfRingErrors: s.ntfRingErrs.Load(),
 		Commands:      s.commands.Load(), HostCopyBytes: s.copyBytes.Load(),
+		ZeroWindowAckRepairs: d.ackFix.repairs.Load(), ZeroWindowUntracked: d.ackFix.full.Load(),
 	}
 }
 
@@ -330,6 +337,17 @@ func (d *Driver) deliver(frame []byte) {
 	if d.flows.observe(frame, false) {
 		return
 	}
+	if fix := d.ackFix.inbound(frame); fix != nil {
+		// netstack would ignore this segment's ACK (see ackRepair):
+		// hand it an acceptable copy of the headers first.
+		d.deliverToStack(disp, fix)
+	}
+	d.deliverToStack(disp, frame)
+}
+
+// deliverToStack makes the one receive copy of a frame and hands it to
+// netstack.
+func (d *Driver) deliverToStack(disp stack.NetworkDispatcher, frame []byte) {
 	// The one receive copy: out of the DMA buffer (which goes straight
 	// back to the device) into netstack's own buffer.
 	d.stats.copyBytes.Add(uint64(len(frame)))
@@ -378,6 +396,7 @@ func (d *Driver) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
 			n++
 			continue
 		}
+		d.ackFix.outbound(buf[:w])
 		d.stats.copyBytes.Add(uint64(w))
 		t := rings.Tx{Conn: rings.NoConn, Addr: d.txBufBase + rings.Addr(off), Len: uint32(w)}
 		t.Encode(rings.TxDesc(e))
