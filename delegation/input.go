@@ -133,11 +133,21 @@ func (c *conn) input(now int64, s *segment) {
 			return
 		}
 		e.ctr.DropOutOfWindow++
-		// A zero window accepts no data, but its ACK still counts
-		// (RFC 9293: "special allowance ... valid ACKs").
-		if wnd == 0 && s.seq == c.rcvNxt && s.flags&flACK != 0 && s.flags&flSYN == 0 &&
+		// An unacceptable segment's data is dropped, but a valid ACK in it
+		// still counts (RFC 9293 §3.10.7.4: "special allowance should be
+		// made to accept valid ACKs"), whatever its SEG.SEQ. A peer whose
+		// bytes this end refused (no buffer posted, a window that closed)
+		// sends every later ACK at its SND.NXT, past RCV.NXT: ignoring
+		// those deadlocks an application that writes before it reads
+		// (its send side never hears the ACKs, so it never reads, so the
+		// window never opens). Seen with four full-duplex echoes between
+		// two engines; netstack has the same flaw (tcpstack's ackRepair).
+		// The ACK must still be in the RFC 5961 §5 range, and SND.WL1/WL2
+		// keep an old segment's window out; only the classic zero-window
+		// case (SEQ = RCV.NXT, no data) can count as a duplicate ACK.
+		if s.flags&flACK != 0 && s.flags&flSYN == 0 &&
 			s.ack.le(c.sndMax) && !s.ack.lt(c.sndUna-seq(c.maxSndWnd)) {
-			c.processAck(now, s, len(s.payload) == 0 && s.flags&flFIN == 0)
+			c.processAck(now, s, s.seq == c.rcvNxt && len(s.payload) == 0 && s.flags&flFIN == 0)
 			if c.state == rings.StateClosed || c.state == rings.StateTimeWait {
 				return
 			}

@@ -616,3 +616,42 @@ func TestThresholds(t *testing.T) {
 		t.Fatalf("sequence threshold: %d %+v", n, last)
 	}
 }
+
+// TestZeroWindowStillTakesACKs: this end's window has closed after it
+// refused bytes the peer sent, so the peer's ACKs arrive with SEG.SEQ past
+// RCV.NXT. Their ACK must still be taken (RFC 9293 §3.10.7.4), or an
+// application that writes before it reads never sees its data acknowledged
+// and the connection deadlocks (four full-duplex echoes between two engines
+// did, one round in a few).
+func TestZeroWindowStillTakesACKs(t *testing.T) {
+	o := defaultRigOpts()
+	o.host.legacyOnly = true
+	o.pair.initialWnd = 1024 // 4 KiB advertised
+	o.pair.rcvBufA = 8192
+	r := newRig(t, o)
+	r.h.noCredit = true // the application does not read
+	r.h.sendTotal = 6000
+	r.h.start()
+	r.take() // our data goes out; the peer does not acknowledge it yet
+	p := pattern(20000, 2)
+	for i := 0; i < 12; i++ {
+		at := r.info().RcvNxt - 5000
+		r.in(pseg{seq: 5000 + at, ack: 1000, flags: flACK | flPSH, wnd: 100, payload: p[at : at+1000]})
+		r.advance(1e6)
+	}
+	r.take()
+	ci := r.info()
+	if ci.RcvWnd != 0 || ci.SndMax == ci.SndUna {
+		t.Fatalf("setup: window %d, %d bytes in flight; want 0 and some", ci.RcvWnd, ci.SndMax-ci.SndUna)
+	}
+	// The peer sent 1000 bytes we refused; its pure ACK is at its SND.NXT.
+	r.in(pseg{seq: ci.RcvNxt + 1000, ack: ci.SndMax, flags: flACK, wnd: 100})
+	if got := r.info().SndUna; got != ci.SndMax {
+		t.Fatalf("SND.UNA %d after an ACK of %d carried past RCV.NXT: the ACK was ignored", got, ci.SndMax)
+	}
+	// An ACK outside the RFC 5961 range is still not taken.
+	r.in(pseg{seq: ci.RcvNxt + 1000, ack: ci.SndMax + 1e6, flags: flACK, wnd: 100})
+	if got := r.info().SndUna; got != ci.SndMax {
+		t.Fatalf("SND.UNA moved to %d on an ACK of unsent data", got)
+	}
+}
