@@ -269,7 +269,12 @@ func NewProducer(dma DMA, l Layout, batch uint32, peer Doorbell) (*Producer, err
 	return p, nil
 }
 
-// Free returns how many entries can be produced before the ring is full.
+// Free returns a lower bound on how many entries can be produced before the
+// ring is full: it answers from the consumer index it last read and reads
+// it again only when that one shows the ring full, so that a producer that
+// keeps pace costs no cache miss per entry. A caller that needs room for a
+// batch of k entries must not take Free() < k as "no room" (63 released
+// single commands on a 64-slot ring still read 1); Outstanding is exact.
 func (p *Producer) Free() int {
 	n := p.layout.Count - (p.tail - p.headCache)
 	if n == 0 {
@@ -594,11 +599,17 @@ func (c *Consumer) PopN(n int) {
 	}
 }
 
-// Complete marks the entry at the head done (status write-back in place): the
-// caller has written the command's status into the entry first.
+// Complete marks entry e done (status write-back in place): the caller has
+// written the command's status into the entry first. e is the head entry
+// or one a Burst returned beyond it; its DONE_PHASE is the phase of its own
+// index, not the head's (a burst can cross a lap; the model checker in
+// ringmodel found the head's phase wrong there, leaving IsDone false for
+// good).
 func (c *Consumer) Complete(e []byte) {
+	slot := uint32((uintptr(unsafe.Pointer(&e[0])) - uintptr(c.slots)) / c.esize)
+	i := c.head + (slot-c.head)&c.mask // the index in [head, head+Count) in that slot
 	ctl := load32(e[OffCtl:])&^(CtlDone|CtlDonePhase) | CtlDone
-	if c.Phase(c.head) != 0 {
+	if c.Phase(i) != 0 {
 		ctl |= CtlDonePhase
 	}
 	store32(e[OffCtl:], ctl)

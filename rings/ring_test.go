@@ -884,3 +884,50 @@ func TestBurstPhase(t *testing.T) {
 		t.Fatalf("Reserve on a full ring = %d, Full = %d", k, p.Stats().Full)
 	}
 }
+
+// TestCompleteAcrossLap: completing an entry a Burst returned past the end
+// of a lap writes that entry's DONE_PHASE, not the head's (found by the
+// model checker: a 2-slot ring, head 1, Burst(2), Complete(Entry(2)) left
+// IsDone(2) false).
+func TestCompleteAcrossLap(t *testing.T) {
+	a, err := NewArena(1 << 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := AllocRing(a, 2, CommandEntrySize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := NewProducer(a, l, 1, nil)
+	c, _ := NewConsumer(a, l, 1, nil)
+	for i := 0; i < 3; i++ {
+		if p.Next() == nil {
+			t.Fatalf("entry %d: ring full", i)
+		}
+		p.Commit()
+		p.Publish()
+		if i == 0 {
+			// Consume entry 0, so that entries 1 and 2 (slots 1 and
+			// 0: two laps) arrive in one burst.
+			e, err := c.Peek()
+			if e == nil || err != nil {
+				t.Fatalf("entry 0: %v", err)
+			}
+			c.Complete(e)
+			c.Pop()
+			c.Release()
+		}
+	}
+	p.Publish()
+	if n, err := c.Burst(2); n != 2 || err != nil {
+		t.Fatalf("Burst = %d, %v; want entries 1 and 2", n, err)
+	}
+	for i := uint32(1); i <= 2; i++ {
+		c.Complete(c.Entry(c.Head() + i - 1))
+	}
+	for i := uint32(1); i <= 2; i++ {
+		if !IsDone(&p.Ring, i) {
+			t.Fatalf("IsDone(%d) false after Complete", i)
+		}
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package ringmodel
+
+const raceEnabled = false
