@@ -3,6 +3,7 @@ package delegation
 import (
 	"testing"
 
+	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/rings"
 )
 
@@ -31,7 +32,7 @@ func TestAllocsReceiveInOrder(t *testing.T) {
 		be.PutUint32(tcp[4:], sq)
 		be.PutUint32(tcp[tcpHdrLen+4:], ts) // TSval (NOP NOP TS first)
 		tcp[16], tcp[17] = 0, 0
-		be.PutUint16(tcp[16:], tcpChecksum(ipB, ipA, tcp))
+		be.PutUint16(tcp[16:], hdr.TransportChecksum(hdr.ProtoTCP, ipB, ipA, tcp))
 		r.e.Input(0, ip, tcp)
 		r.h.drain()
 		sq += 1448
@@ -65,7 +66,7 @@ func TestAllocsReceiveOutOfOrder(t *testing.T) {
 		be.PutUint32(tcp[4:], s)
 		be.PutUint32(tcp[tcpHdrLen+4:], ts)
 		tcp[16], tcp[17] = 0, 0
-		be.PutUint16(tcp[16:], tcpChecksum(ipB, ipA, tcp))
+		be.PutUint16(tcp[16:], hdr.TransportChecksum(hdr.ProtoTCP, ipB, ipA, tcp))
 		r.e.Input(0, ip, tcp)
 		r.h.drain()
 		ts++
@@ -114,7 +115,7 @@ func TestAllocsSend(t *testing.T) {
 		be.PutUint32(tcp[8:], ack)
 		be.PutUint32(tcp[tcpHdrLen+4:], ts)
 		tcp[16], tcp[17] = 0, 0
-		be.PutUint16(tcp[16:], tcpChecksum(ipB, ipA, tcp))
+		be.PutUint16(tcp[16:], hdr.TransportChecksum(hdr.ProtoTCP, ipB, ipA, tcp))
 		before := r.e.Counters().TxSegments
 		r.e.Input(0, ip, tcp)
 		if r.e.Counters().TxSegments == before {

@@ -1,6 +1,7 @@
 package delegation
 
 import (
+	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/rings"
 )
 
@@ -397,11 +398,12 @@ func (e *Engine) Update(idx uint32, u *rings.ConnUpdate) rings.Status {
 		if c.ttl == 0 {
 			c.ttl = 64
 		}
-		c.tmpl[ethHdrLen+1] = c.tos
-		c.tmpl[ethHdrLen+8] = c.ttl
+		ip := hdr.IPv4(c.tmpl[ethHdrLen:])
+		ip.SetTOS(c.tos)
+		ip.SetTTL(c.ttl)
 	}
 	if u.Flags&rings.UpdNextHopMAC != 0 {
-		copy(c.tmpl[0:6], u.NextHopMAC[:])
+		hdr.Ethernet(c.tmpl[:]).SetDst(u.NextHopMAC)
 	}
 	live := c.state != rings.StateClosed && c.state != rings.StateTimeWait
 	if live {
@@ -487,7 +489,7 @@ func (e *Engine) Snapshot(idx uint32, st *rings.ConnState) rings.Status {
 	*st = rings.ConnState{
 		Version: rings.ConnStateVersion, Flags: flags, State: c.state, TTL: c.ttl, TOS: c.tos,
 		LocalIP: c.localIP, RemoteIP: c.remoteIP, LocalPort: c.localPort, RemotePort: c.remotePort,
-		LocalMAC: [6]byte(c.tmpl[6:12]), NextHopMAC: [6]byte(c.tmpl[0:6]),
+		LocalMAC: hdr.Ethernet(c.tmpl[:]).Src(), NextHopMAC: hdr.Ethernet(c.tmpl[:]).Dst(),
 		SndUna: uint32(c.sndUna), SndNxt: uint32(c.sndNxt), RcvNxt: uint32(c.rcvNxt),
 		SndWnd: uint16(min(c.sndWnd>>c.sndScale, 0xFFFF)), SndWndScale: c.sndScale, RcvWndScale: c.rcvScale,
 		MSS: uint16(c.mss), MaxTxBuffers: uint16(min(c.maxTx, 0xFFFF)),

@@ -1,6 +1,7 @@
 package delegation
 
 import (
+	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/rings"
 )
 
@@ -373,21 +374,13 @@ func (c *conn) setRTO() {
 // --- the header template --------------------------------------------------
 
 func (c *conn) buildTemplate(localMAC, nextHop [6]byte) {
+	// Fixed per connection; emit fills in lengths, IDs, sequence numbers,
+	// flags, window and checksums.
 	t := c.tmpl[:]
-	copy(t[0:6], nextHop[:])
-	copy(t[6:12], localMAC[:])
-	be.PutUint16(t[12:], etherIPv4)
-	ip := t[ethHdrLen:]
-	ip[0] = 0x45
-	ip[1] = c.tos
-	be.PutUint16(ip[6:], ipFlagDF)
-	ip[8] = c.ttl
-	ip[9] = ipProtoTCP
-	copy(ip[12:16], c.localIP[:])
-	copy(ip[16:20], c.remoteIP[:])
-	tcp := ip[ipHdrLen:]
-	be.PutUint16(tcp[0:], c.localPort)
-	be.PutUint16(tcp[2:], c.remotePort)
+	n := (&hdr.EthernetFields{Dst: nextHop, Src: localMAC, Type: etherIPv4}).Encode(t)
+	n += (&hdr.IPv4Fields{TOS: c.tos, FlagsFrag: ipFlagDF, TTL: c.ttl, Proto: ipProtoTCP,
+		Src: c.localIP, Dst: c.remoteIP}).Encode(t[n:])
+	(&hdr.TCPFields{SrcPort: c.localPort, DstPort: c.remotePort}).Encode(t[n:])
 }
 
 // --- send queue -----------------------------------------------------------

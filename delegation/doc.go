@@ -27,7 +27,11 @@
 //	if idx, ok := e.LookupSegment(ipHdr, ipPayload); ok { e.Input(idx, ipHdr, ipPayload) }
 //
 // (or e.Lookup(src, dst, sport, dport) with the parsed tuple). Frames that
-// do not match go to the legacy path. Input verifies the TCP checksum.
+// do not match go to the legacy path. Input verifies the TCP checksum; a
+// device whose receive parser already did (nic's classify does, for every
+// unfragmented TCP segment) calls e.InputFlags(idx, ipHdr, ipPayload,
+// RxTCPChecksumOK) instead, and the segment is summed once. The wire
+// formats and the checksum are package nic/hdr's.
 //
 // Commands (rings.Command → engine; write the Status, and the Result where
 // noted, back into the entry):

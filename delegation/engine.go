@@ -3,6 +3,7 @@ package delegation
 import (
 	"math"
 
+	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/rings"
 )
 
@@ -240,11 +241,11 @@ func (e *Engine) Lookup(src, dst [4]byte, sport, dport uint16) (uint32, bool) {
 // segment behind it). It returns false for anything too short to carry the
 // tuple.
 func (e *Engine) LookupSegment(ipHdr, tcpSeg []byte) (uint32, bool) {
-	if len(ipHdr) < ipHdrLen || len(tcpSeg) < 4 {
+	if len(ipHdr) < hdr.IPv4MinSize || len(tcpSeg) < hdr.TCPOffDstPort+2 {
 		return 0, false
 	}
-	return e.Lookup([4]byte(ipHdr[12:16]), [4]byte(ipHdr[16:20]),
-		be.Uint16(tcpSeg[0:]), be.Uint16(tcpSeg[2:]))
+	ip, tcp := hdr.IPv4(ipHdr), hdr.TCP(tcpSeg) // only the addresses and the ports are read
+	return e.Lookup(ip.Src(), ip.Dst(), tcp.SrcPort(), tcp.DstPort())
 }
 
 // get returns the delegated connection at idx, or nil.

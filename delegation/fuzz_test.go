@@ -3,6 +3,7 @@ package delegation
 import (
 	"testing"
 
+	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/rings"
 )
 
@@ -16,7 +17,7 @@ func TestMalformedSegments(t *testing.T) {
 	}
 	fix := func(tcp []byte) {
 		tcp[16], tcp[17] = 0, 0
-		be.PutUint16(tcp[16:], tcpChecksum(ipB, ipA, tcp))
+		be.PutUint16(tcp[16:], hdr.TransportChecksum(hdr.ProtoTCP, ipB, ipA, tcp))
 	}
 	withOpts := func(opts ...byte) ([]byte, []byte) {
 		return r.build(pseg{seq: 5000, ack: 1000, flags: flACK, wnd: 100, rawOpts: opts, payload: []byte("x")})
@@ -172,12 +173,12 @@ func FuzzInput(f *testing.F) {
 		}
 		if fixup && len(tcp) >= tcpHdrLen {
 			tcp[16], tcp[17] = 0, 0
-			be.PutUint16(tcp[16:], tcpChecksum(ipB, ipA, tcp))
+			be.PutUint16(tcp[16:], hdr.TransportChecksum(hdr.ProtoTCP, ipB, ipA, tcp))
 		}
 		ip, _ := r.build(pseg{})
 		be.PutUint16(ip[2:], uint16(ipHdrLen+len(tcp)))
 		ip[10], ip[11] = 0, 0
-		be.PutUint16(ip[10:], ipv4Checksum(ip))
+		be.PutUint16(ip[10:], ^hdr.Checksum(ip, 0))
 		r.e.Input(0, ip, tcp)
 		r.h.drain()
 		r.advance(2e9)

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/rings"
 )
 
@@ -125,7 +126,7 @@ func inputIP(e *Engine, p []byte) bool {
 		return false
 	}
 	ihl := int(p[0]&0xF) * 4
-	if ihl < ipHdrLen || len(p) < ihl || foldChecksum(checksumAcc(0, p[:ihl])) != 0xFFFF {
+	if ihl < ipHdrLen || len(p) < ihl || hdr.Checksum(p[:ihl], 0) != 0xFFFF {
 		return false
 	}
 	idx, ok := e.LookupSegment(p[:ihl], p[ihl:])

@@ -1,7 +1,21 @@
 package delegation
 
 import (
+	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/rings"
+)
+
+// RxFlags is what the device's receive parser already established about a
+// segment it hands to InputFlags, as the status bits of a NIC's receive
+// descriptor carry it.
+type RxFlags uint8
+
+const (
+	// RxTCPChecksumOK: the device verified the TCP checksum over the IPv4
+	// pseudo-header (from ipHdr) and the whole segment (tcpSeg up to the
+	// IPv4 total length), the bytes Input parses. Input does not sum the
+	// segment a second time.
+	RxTCPChecksumOK RxFlags = 1 << iota
 )
 
 // Input processes one received TCP segment of delegated connection idx.
@@ -10,6 +24,15 @@ import (
 // The segment is parsed in place and never retained; the TCP checksum is
 // verified here. Every rejection is counted.
 func (e *Engine) Input(idx uint32, ipHdr, tcpSeg []byte) {
+	e.InputFlags(idx, ipHdr, tcpSeg, 0)
+}
+
+// InputFlags is Input for a segment the device has already checked: with
+// RxTCPChecksumOK the TCP checksum is taken as verified (the device's
+// receive classifier sums every unfragmented TCP segment before it looks
+// the flow up, and summing it again here cost a second pass over every
+// payload byte). Everything else is checked as Input checks it.
+func (e *Engine) InputFlags(idx uint32, ipHdr, tcpSeg []byte, fl RxFlags) {
 	if len(e.pendList) > 0 {
 		e.flushNotify(e.env.NowNanos())
 	}
@@ -18,36 +41,32 @@ func (e *Engine) Input(idx uint32, ipHdr, tcpSeg []byte) {
 		e.ctr.DropNoConn++
 		return
 	}
-	if len(ipHdr) < ipHdrLen || ipHdr[0]>>4 != 4 || ipHdr[9] != ipProtoTCP {
+	ip, err := hdr.ParseIPv4Header(ipHdr)
+	if err != nil || ip.Proto() != hdr.ProtoTCP {
 		e.ctr.DropBadIP++
 		return
 	}
-	ihl := int(ipHdr[0]&0xF) * 4
-	total := int(be.Uint16(ipHdr[2:]))
-	if ihl < ipHdrLen || ihl > len(ipHdr) || total < ihl {
-		e.ctr.DropBadIP++
-		return
-	}
-	if be.Uint16(ipHdr[6:])&0x3FFF != 0 {
+	if ip.IsFragment() {
 		e.ctr.DropFragment++
 		return
 	}
-	if total-ihl > len(tcpSeg) {
+	l4 := int(ip.TotalLen()) - ip.HeaderLen()
+	if l4 > len(tcpSeg) {
 		e.ctr.DropShort++
 		return
 	}
-	tcpSeg = tcpSeg[:total-ihl]
-	if len(tcpSeg) < tcpHdrLen {
+	tcpSeg = tcpSeg[:l4]
+	if len(tcpSeg) < hdr.TCPMinSize {
 		e.ctr.DropShort++
 		return
 	}
-	src, dst := [4]byte(ipHdr[12:16]), [4]byte(ipHdr[16:20])
-	if src != c.remoteIP || dst != c.localIP ||
-		be.Uint16(tcpSeg[0:]) != c.remotePort || be.Uint16(tcpSeg[2:]) != c.localPort {
+	tcp := hdr.TCP(tcpSeg) // the fixed header is there; parseTCP checks the rest
+	src, dst := ip.Src(), ip.Dst()
+	if src != c.remoteIP || dst != c.localIP || tcp.SrcPort() != c.remotePort || tcp.DstPort() != c.localPort {
 		e.ctr.DropTupleMismatch++
 		return
 	}
-	if !tcpChecksumOK(src, dst, tcpSeg) {
+	if fl&RxTCPChecksumOK == 0 && !tcp.ChecksumOK(src, dst) {
 		e.ctr.DropBadChecksum++
 		return
 	}

@@ -1,6 +1,7 @@
 package delegation
 
 import (
+	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/rings"
 )
 
@@ -392,15 +393,13 @@ func (c *conn) emit(now int64, sq seq, n uint32, flags uint8, probe bool) bool {
 	e := c.e
 	f := e.frame
 	copy(f, c.tmpl[:])
-	ip := f[ethHdrLen:]
-	tcp := ip[ipHdrLen:]
+	ip := hdr.IPv4(f[ethHdrLen:])
+	tcp := hdr.TCP(ip[ipHdrLen:])
 	opt := tcp[tcpHdrLen:]
 	ol := 0
 	if c.tsOK {
-		opt[0], opt[1], opt[2], opt[3] = optNOP, optNOP, optTimestamp, 10
-		be.PutUint32(opt[4:], c.tsNow(now))
-		be.PutUint32(opt[8:], c.tsRecent)
-		ol = tsOptLen
+		opt[0], opt[1] = optNOP, optNOP
+		ol = 2 + hdr.PutTCPOptTimestamp(opt[2:], c.tsNow(now), c.tsRecent)
 	}
 	if c.sackOK && c.ooo.n > 0 && flags&flRST == 0 {
 		maxB := maxSACKBlocks
@@ -417,12 +416,11 @@ func (c *conn) emit(now int64, sq seq, n uint32, flags uint8, probe bool) bool {
 			var blocks [maxSACKBlocks]sackBlock
 			k := c.ooo.sackBlocks(&blocks, maxB)
 			o := opt[ol:]
-			o[0], o[1], o[2], o[3] = optNOP, optNOP, optSACK, byte(2+sackBlockLen*k)
+			o[0], o[1] = optNOP, optNOP
+			ol += 2 + hdr.PutTCPOptSACK(o[2:], k)
 			for i := 0; i < k; i++ {
-				be.PutUint32(o[4+8*i:], uint32(blocks[i].start))
-				be.PutUint32(o[8+8*i:], uint32(blocks[i].end))
+				hdr.PutTCPSACKBlock(o[2:], i, uint32(blocks[i].start), uint32(blocks[i].end))
 			}
-			ol += sackOptHdrLen + sackBlockLen*k
 		}
 	}
 	hl := tcpHdrLen + ol
@@ -443,21 +441,20 @@ func (c *conn) emit(now int64, sq seq, n uint32, flags uint8, probe bool) bool {
 			flags |= flPSH
 		}
 	}
-	be.PutUint32(tcp[4:], uint32(sq))
+	tcp.SetSeq(uint32(sq))
 	if flags&flACK != 0 {
-		be.PutUint32(tcp[8:], uint32(c.rcvNxt))
+		tcp.SetAck(uint32(c.rcvNxt))
 	}
-	tcp[12] = byte(hl/4) << 4
-	tcp[13] = flags
-	be.PutUint16(tcp[14:], c.windowField())
-	tcp[16], tcp[17], tcp[18], tcp[19] = 0, 0, 0, 0
+	tcp.SetHeaderLen(hl)
+	tcp.SetFlags(flags)
+	tcp.SetWindow(c.windowField())
+	tcp.SetUrgent(0)
 	segLen := hl + int(n)
-	be.PutUint16(ip[2:], uint16(ipHdrLen+segLen))
+	ip.SetTotalLen(uint16(ipHdrLen + segLen))
 	c.ipID++
-	be.PutUint16(ip[4:], c.ipID)
-	ip[10], ip[11] = 0, 0
-	be.PutUint16(ip[10:], ipv4Checksum(ip[:ipHdrLen]))
-	be.PutUint16(tcp[16:], tcpChecksum(c.localIP, c.remoteIP, tcp[:segLen]))
+	ip.SetID(c.ipID)
+	ip.UpdateChecksum()
+	tcp[:segLen].UpdateChecksum(c.localIP, c.remoteIP)
 
 	if (n > 0 || flags&flFIN != 0) && !probe {
 		if sq.lt(c.sndMax) {

@@ -3,6 +3,7 @@ package delegation
 import (
 	"testing"
 
+	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/rings"
 )
 
@@ -57,11 +58,11 @@ func newRig(t testing.TB, o rigOpts) *rig {
 			t.Fatalf("short frame %d", len(raw))
 		}
 		ip := raw[ethHdrLen:]
-		if foldChecksum(checksumAcc(0, ip[:ipHdrLen])) != 0xFFFF {
+		if hdr.Checksum(ip[:ipHdrLen], 0) != 0xFFFF {
 			t.Fatalf("engine sent a bad IPv4 checksum")
 		}
 		tcp := ip[ipHdrLen:int(be.Uint16(ip[2:]))]
-		if !tcpChecksumOK([4]byte(ip[12:16]), [4]byte(ip[16:20]), tcp) {
+		if !hdr.TCP(tcp).ChecksumOK(hdr.IPv4(ip).Src(), hdr.IPv4(ip).Dst()) {
 			t.Fatalf("engine sent a bad TCP checksum")
 		}
 		if parseTCP(tcp, &s.segment) != parseOK {
@@ -145,7 +146,7 @@ func (r *rig) build(p pseg) (ipHdr, tcpSeg []byte) {
 	be.PutUint16(tcp[14:], p.wnd)
 	copy(tcp[tcpHdrLen:], opts)
 	copy(tcp[hl:], p.payload)
-	be.PutUint16(tcp[16:], tcpChecksum(r.st.RemoteIP, r.st.LocalIP, tcp))
+	be.PutUint16(tcp[16:], hdr.TransportChecksum(hdr.ProtoTCP, r.st.RemoteIP, r.st.LocalIP, tcp))
 	ip := make([]byte, ipHdrLen)
 	ip[0] = 0x45
 	be.PutUint16(ip[2:], uint16(ipHdrLen+len(tcp)))
@@ -154,7 +155,7 @@ func (r *rig) build(p pseg) (ipHdr, tcpSeg []byte) {
 	ip[9] = ipProtoTCP
 	copy(ip[12:], r.st.RemoteIP[:])
 	copy(ip[16:], r.st.LocalIP[:])
-	be.PutUint16(ip[10:], ipv4Checksum(ip))
+	be.PutUint16(ip[10:], ^hdr.Checksum(ip, 0))
 	return ip, tcp
 }
 

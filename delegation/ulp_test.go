@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/rings"
 )
 
@@ -718,7 +719,7 @@ func TestAllocsULPReceive(t *testing.T) {
 		be.PutUint32(tcp[4:], sq)
 		be.PutUint32(tcp[tcpHdrLen+4:], ts)
 		tcp[16], tcp[17] = 0, 0
-		be.PutUint16(tcp[16:], tcpChecksum(ipB, ipA, tcp))
+		be.PutUint16(tcp[16:], hdr.TransportChecksum(hdr.ProtoTCP, ipB, ipA, tcp))
 		r.e.Input(0, ip, tcp)
 		sq += 1448
 		ts++
@@ -750,7 +751,7 @@ func TestAllocsULPSend(t *testing.T) {
 		be.PutUint32(tcp[8:], ack)
 		be.PutUint32(tcp[tcpHdrLen+4:], ts)
 		tcp[16], tcp[17] = 0, 0
-		be.PutUint16(tcp[16:], tcpChecksum(ipB, ipA, tcp))
+		be.PutUint16(tcp[16:], hdr.TransportChecksum(hdr.ProtoTCP, ipB, ipA, tcp))
 		before := r.e.Counters().TxSegments
 		r.e.Input(0, ip, tcp)
 		if r.e.Counters().TxSegments == before {
@@ -810,12 +811,12 @@ func FuzzInputULP(f *testing.F) {
 		}
 		if fixup && len(tcp) >= tcpHdrLen {
 			tcp[16], tcp[17] = 0, 0
-			be.PutUint16(tcp[16:], tcpChecksum(ipB, ipA, tcp))
+			be.PutUint16(tcp[16:], hdr.TransportChecksum(hdr.ProtoTCP, ipB, ipA, tcp))
 		}
 		ip, _ := r.build(pseg{})
 		be.PutUint16(ip[2:], uint16(ipHdrLen+len(tcp)))
 		ip[10], ip[11] = 0, 0
-		be.PutUint16(ip[10:], ipv4Checksum(ip))
+		be.PutUint16(ip[10:], ^hdr.Checksum(ip, 0))
 		r.e.Input(0, ip, tcp)
 		checkInvariants(t, r.e)
 		r.advance(2e9)

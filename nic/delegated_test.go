@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/emunic/emunic/delegation"
+	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/rings"
-	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 )
 
 // This file drives a delegated connection through the rings only: commands
@@ -71,6 +71,13 @@ func newRawPeer(t *testing.T, h *hostSide) *rawPeer {
 
 func (p *rawPeer) send(s seg) {
 	p.t.Helper()
+	if err := p.h.wire.WriteFrame(p.frame(s)); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// frame builds the peer's frame for s.
+func (p *rawPeer) frame(s seg) []byte {
 	f := make([]byte, EthHeaderLen+20+20+len(s.payload))
 	copy(f[0:], devMAC[:])
 	copy(f[6:], peerMAC[:])
@@ -81,7 +88,7 @@ func (p *rawPeer) send(s seg) {
 	ip[8], ip[9] = 64, ProtoTCP
 	copy(ip[12:], peerIP[:])
 	copy(ip[16:], devIP[:])
-	binary.BigEndian.PutUint16(ip[10:], ^ipChecksum(ip[:20]))
+	hdr.IPv4(ip).UpdateChecksum()
 	tcp := ip[20:]
 	binary.BigEndian.PutUint16(tcp[0:], p.pport)
 	binary.BigEndian.PutUint16(tcp[2:], p.lport)
@@ -91,10 +98,8 @@ func (p *rawPeer) send(s seg) {
 	tcp[13] = s.flags
 	binary.BigEndian.PutUint16(tcp[14:], s.wnd)
 	copy(tcp[20:], s.payload)
-	binary.BigEndian.PutUint16(tcp[16:], ^transportChecksum(ip[12:16], ip[16:20], ProtoTCP, tcp))
-	if err := p.h.wire.WriteFrame(f); err != nil {
-		p.t.Fatal(err)
-	}
+	hdr.TCP(tcp).UpdateChecksum(hdr.IPv4(ip).Src(), hdr.IPv4(ip).Dst())
+	return f
 }
 
 // data sends payload at the peer's sequence and advances it.
@@ -144,8 +149,6 @@ func (p *rawPeer) recvData(n int) []byte {
 	}
 	return out
 }
-
-func ipChecksum(b []byte) uint16 { return checksum.Checksum(b, 0) }
 
 // waitNotify reads notifications until one with all of want's flags
 // arrives, and returns it.
@@ -350,4 +353,63 @@ func TestDelegatedRingTimeout(t *testing.T) {
 		t.Errorf("timeout: %+v", n)
 	}
 	t.Logf("timeout after %v", time.Since(start))
+}
+
+// TestRxInject: RX_INJECT hands the unit a frame the host received before
+// the connection was delegated; it reaches that connection as if it had just
+// arrived, and anything else is refused, never uploaded again.
+func TestRxInject(t *testing.T) {
+	h := newHostSide(t, 8)
+	p := newRawPeer(t, h)
+	p.lport, p.pport, p.seq, p.ack = 1000, 2000, 5000, 1000
+	if st := h.offload(1, 1000, 5000); st != rings.StatusOK {
+		t.Fatalf("OFFLOAD: %v", st)
+	}
+	inject := func(conn uint32, f []byte) rings.Status {
+		a, _ := h.mem.Alloc(len(f), 64)
+		m, _ := h.mem.Map(a, len(f))
+		copy(m, f)
+		return h.command(rings.Command{Opcode: rings.OpRxInject, Conn: conn, Addr: a, Len: uint32(len(f))}).Status
+	}
+	good := p.frame(seg{seq: 5000, ack: 1000, flags: fACK | fPSH, wnd: 65535, payload: []byte("early bytes")})
+	other := p.frame(seg{seq: 5000, ack: 1000, flags: fACK, wnd: 65535, payload: []byte("x")})
+	binary.BigEndian.PutUint16(other[EthHeaderLen+20+2:], 1001) // another port: no connection
+	oip := hdr.IPv4(other[EthHeaderLen:])
+	hdr.TCP(oip.Payload()).UpdateChecksum(oip.Src(), oip.Dst())
+	corrupt := bytes.Clone(good)
+	corrupt[len(corrupt)-1] ^= 0xff
+	for name, c := range map[string]struct {
+		conn uint32
+		f    []byte
+		want rings.Status
+	}{
+		"another connection's index": {2, good, rings.StatusBadConn},
+		"a flow not delegated":       {1, other, rings.StatusBadConn},
+		"a bad checksum":             {1, corrupt, rings.StatusBadParam},
+		"too short":                  {1, good[:10], rings.StatusBadParam},
+	} {
+		if st := inject(c.conn, c.f); st != c.want {
+			t.Errorf("%s: %v, want %v", name, st, c.want)
+		}
+	}
+	if st := h.command(rings.Command{Opcode: rings.OpRxInject, Conn: 1, Addr: 8, Len: uint32(len(good))}).Status; st != rings.StatusBadAddress {
+		t.Errorf("bad address: %v", st)
+	}
+	if st := inject(1, good); st != rings.StatusOK {
+		t.Fatalf("RX_INJECT: %v", st)
+	}
+	n := h.waitNotify(rings.NtfLegacyUpload)
+	if n.Conn != 1 || n.Seq != 5000 || n.Len != uint32(len("early bytes")) {
+		t.Fatalf("upload %+v", n)
+	}
+	// The unit acknowledges the injected bytes to the peer.
+	for {
+		s, ok := p.recv()
+		if !ok {
+			t.Fatal("the injected bytes were never acknowledged")
+		}
+		if s.flags&fACK != 0 && s.ack == 5000+uint32(len("early bytes")) {
+			break
+		}
+	}
 }

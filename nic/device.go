@@ -129,10 +129,11 @@ type RingCounters struct {
 
 // Device is one emulated NIC.
 type Device struct {
-	cfg      Config
-	mem      rings.DMA
-	port     port.Port
-	maxFrame int
+	cfg       Config
+	mem       rings.DMA
+	port      port.Port
+	maxFrame  int
+	injectBuf []byte // RX_INJECT's copy of the host's frame (unit goroutine)
 
 	bell *rings.Bell // the device's doorbell: host kicks and MAC wake-ups
 	vec  Vectors
@@ -169,6 +170,7 @@ type Device struct {
 	ringSnap RingCounters
 	engSnap  delegation.Counters
 	qpSnap   map[uint32]iwarp.QPStats
+	snapGen  uint64 // snapshots taken
 
 	started  bool
 	stop     atomic.Bool
@@ -199,7 +201,21 @@ func (d *Device) MAC() [6]byte { return d.cfg.MAC }
 
 // Doorbell is the register the host writes after publishing to a ring the
 // device has said it sleeps on.
-func (d *Device) Doorbell() rings.Doorbell { return d.bell }
+func (d *Device) Doorbell() rings.Doorbell { return hostDoorbell{d} }
+
+// hostDoorbell is the doorbell register as the host sees it. The unit's
+// bell also wakes it for frames from the port (the MAC kicks the bell
+// directly); only the host's writes count as doorbells, each one that
+// finds the unit parked.
+type hostDoorbell struct{ d *Device }
+
+// Kick implements rings.Doorbell.
+func (h hostDoorbell) Kick() {
+	if h.d.parked.Load() {
+		h.d.count(rings.StatDoorbells)
+	}
+	h.d.bell.Kick()
+}
 
 // Start programs the ring registers and interrupt vectors and brings the
 // offload unit up.
@@ -398,6 +414,11 @@ func (d *Device) unit() {
 		idle = 0
 		d.park()
 	}
+	// Stopping: hand back what was consumed and publish what was
+	// posted, so the indices in host memory agree with the counters.
+	d.cmd.Release()
+	d.tx.Release()
+	d.rx.Release()
 	d.notify.Publish()
 	d.raiseInterrupt()
 	d.snapshot()
@@ -440,9 +461,9 @@ func (d *Device) park() {
 			// check against a channel length; never sleep unbounded on it.
 			wait = 5 * time.Millisecond
 		}
-		if d.sleep(wait) {
-			d.count(rings.StatDoorbells)
-		}
+		// Doorbells are counted by hostDoorbell: a wake-up here may be
+		// the MAC's, or a kick latched before the unit parked.
+		d.sleep(wait)
 	}
 	d.parked.Store(false)
 	d.cmd.SetNeedWakeup(false)
@@ -468,7 +489,23 @@ func (d *Device) snapshot() {
 			d.qpSnap[idx] = q.qp.Stats()
 		}
 	}
+	d.snapGen++
 	d.snapMu.Unlock()
+}
+
+// CountersSettled tells a reader of the published counters (RingCounters,
+// EngineCounters, QPStats) whether they cover everything the unit did
+// before the call: it is parked (it snapshots before it parks), or it has
+// published a snapshot since gen, a value this method returned earlier.
+// It returns the current snapshot generation for the next call. The unit
+// publishes at idle points only, so a reader that sees the copies stop
+// changing may be reading ones the unit has not refreshed yet (it can be
+// busy, or not scheduled, for milliseconds).
+func (d *Device) CountersSettled(gen uint64) (settled bool, now uint64) {
+	d.snapMu.Lock()
+	now = d.snapGen
+	d.snapMu.Unlock()
+	return d.parked.Load() || now > gen, now
 }
 
 // sleep parks the unit until a kick (true) or the timeout (a negative
@@ -560,6 +597,9 @@ func (d *Device) raiseInterrupt() {
 	if d.notify.PeerSleeping() && d.vec.Notify != nil {
 		d.count(rings.StatInterrupts)
 		d.stats[rings.StatInterruptsCoalesced].Add(uint64(d.intrPending - 1))
+		// The interrupt is the notification ring's doorbell: counted
+		// there too, so its kicks are the interrupts raised.
+		d.notify.Kicked()
 		d.vec.Notify.Kick()
 	}
 	d.intrPending = 0

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/rings"
-	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 )
 
 // hostSide is a minimal driver for tests: it owns the producer ends of the
@@ -39,7 +39,7 @@ func newHostSide(t *testing.T, rxBufs int) *hostSide {
 }
 
 func newHostSideConfig(t *testing.T, rxBufs int, cfg Config) *hostSide {
-	a, b := port.NewWire(port.WireConfig{})
+	a, b := port.MustNewWire(port.WireConfig{})
 	cfg.MAC = devMAC
 	return newHostSideOn(t, rxBufs, cfg, a, b)
 }
@@ -212,7 +212,7 @@ func frame(dst [6]byte, payload int) []byte {
 	ip[9] = ProtoUDP
 	copy(ip[12:], []byte{10, 0, 0, 2})
 	copy(ip[16:], []byte{10, 0, 0, 1})
-	binary.BigEndian.PutUint16(ip[10:], ^checksum.Checksum(ip[:20], 0))
+	hdr.IPv4(ip).UpdateChecksum()
 	udp := ip[20:]
 	binary.BigEndian.PutUint16(udp[0:], 1000)
 	binary.BigEndian.PutUint16(udp[2:], 2000)
@@ -220,7 +220,7 @@ func frame(dst [6]byte, payload int) []byte {
 	for i := range payload {
 		udp[8+i] = byte(i)
 	}
-	binary.BigEndian.PutUint16(udp[6:], ^transportChecksum(ip[12:16], ip[16:20], ProtoUDP, udp))
+	hdr.UDP(udp).UpdateChecksum(hdr.IPv4(ip).Src(), hdr.IPv4(ip).Dst())
 	return f
 }
 

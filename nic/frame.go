@@ -1,34 +1,22 @@
 package nic
 
 import (
-	"encoding/binary"
-
-	"gvisor.dev/gvisor/pkg/tcpip/checksum"
+	"github.com/emunic/emunic/delegation"
+	"github.com/emunic/emunic/nic/hdr"
 )
 
-// Link and network header geometry the classifier needs. The device parses
-// only what it must to validate a frame and find its flow; everything else is
-// the host stack's business.
+// Header geometry the device's callers use. The wire formats themselves
+// (offsets, parsers, checksums) are package hdr's, shared with the offload
+// engine and the host driver. The device parses only what it must to
+// validate a frame and find its flow; everything else is the host stack's
+// business.
 const (
-	EthHeaderLen   = 14
-	EthOffDst      = 0
-	EthOffSrc      = 6
-	EthOffType     = 12
-	EtherTypeIPv4  = 0x0800
-	EtherTypeARP   = 0x0806
-	IPv4MinHdrLen  = 20
-	IPv4OffVerIHL  = 0
-	IPv4OffTotLen  = 2
-	IPv4OffFlagFrg = 6
-	IPv4OffProto   = 9
-	IPv4OffCsum    = 10
-	IPv4OffSrc     = 12
-	IPv4OffDst     = 16
-	ProtoTCP       = 6
-	ProtoUDP       = 17
-	TCPMinHdrLen   = 20
-	UDPHdrLen      = 8
-	arpLen         = 28
+	EthHeaderLen  = hdr.EthernetSize
+	EtherTypeIPv4 = hdr.EtherTypeIPv4
+	EtherTypeARP  = hdr.EtherTypeARP
+	IPv4MinHdrLen = hdr.IPv4MinSize
+	ProtoTCP      = hdr.ProtoTCP
+	ProtoUDP      = hdr.ProtoUDP
 )
 
 // rxVerdict is the classifier's outcome for one received frame.
@@ -51,85 +39,89 @@ type parsedFrame struct {
 	l4Len     int // transport header + payload length (from the IPv4 total length)
 	proto     uint8
 	fragment  bool
+	l4CsumOK  bool // the TCP or UDP checksum was verified (not just absent)
+}
+
+// engineFlags is what classify established about a frame, for the offload
+// engine: a TCP segment whose checksum it verified is not summed again.
+func (pf *parsedFrame) engineFlags() delegation.RxFlags {
+	if pf.l4CsumOK && pf.proto == hdr.ProtoTCP {
+		return delegation.RxTCPChecksumOK
+	}
+	return 0
 }
 
 // classify validates a received frame the way a NIC's receive parser does:
 // length, destination MAC, EtherType, IPv4 header checksum and, for
 // unfragmented TCP and UDP, the transport checksum (receive checksum
-// offload: the host stack is told not to check again). Frames that fail are
-// dropped and counted by the caller.
+// offload: the host stack is told not to check again, and so is the offload
+// engine, by engineFlags). Frames that fail are dropped and counted by the
+// caller.
 func classify(f []byte, mac [6]byte, maxFrame int, pf *parsedFrame) rxVerdict {
-	if len(f) < EthHeaderLen {
+	pf.l4CsumOK = false
+	if len(f) < hdr.EthernetSize {
 		return rxDropShort
 	}
 	if len(f) > maxFrame {
 		return rxDropOversize
 	}
-	dst := f[EthOffDst : EthOffDst+6]
-	if dst[0]&1 == 0 && string(dst) != string(mac[:]) { // unicast, not ours
+	eth := hdr.Ethernet(f)
+	if !eth.DstGroup() && eth.Dst() != mac { // unicast, not ours
 		return rxDropNotForUs
 	}
-	pf.etherType = binary.BigEndian.Uint16(f[EthOffType:])
+	pf.etherType = eth.Type()
 	switch pf.etherType {
-	case EtherTypeARP:
-		if len(f) < EthHeaderLen+arpLen {
+	case hdr.EtherTypeARP:
+		if _, err := hdr.ParseARP(eth.Payload()); err != nil {
 			return rxDropShort
 		}
 		return rxLegacy
-	case EtherTypeIPv4:
+	case hdr.EtherTypeIPv4:
 	default:
 		return rxDropEtherType
 	}
-	ip := f[EthHeaderLen:]
-	if len(ip) < IPv4MinHdrLen || ip[IPv4OffVerIHL]>>4 != 4 {
+	// hdr tells a bad version, IHL and total length apart; the device
+	// counts them all as short frames (one counter).
+	ip, err := hdr.ParseIPv4(eth.Payload())
+	if err != nil {
 		return rxDropShort
 	}
-	ihl := int(ip[IPv4OffVerIHL]&0xf) * 4
-	tot := int(binary.BigEndian.Uint16(ip[IPv4OffTotLen:]))
-	if ihl < IPv4MinHdrLen || tot < ihl || tot > len(ip) {
-		return rxDropShort
-	}
-	if checksum.Checksum(ip[:ihl], 0) != 0xffff {
+	if !ip.ChecksumOK() {
 		return rxDropChecksum
 	}
-	pf.ipOff = EthHeaderLen
-	pf.l4Off = EthHeaderLen + ihl
-	pf.l4Len = tot - ihl
-	pf.proto = ip[IPv4OffProto]
-	frag := binary.BigEndian.Uint16(ip[IPv4OffFlagFrg:])
-	pf.fragment = frag&0x3fff != 0 // MF set or a non-zero offset
+	ihl := ip.HeaderLen()
+	pf.ipOff = hdr.EthernetSize
+	pf.l4Off = hdr.EthernetSize + ihl
+	pf.l4Len = len(ip) - ihl
+	pf.proto = ip.Proto()
+	pf.fragment = ip.IsFragment()
 	if pf.fragment {
 		return rxLegacy // reassembly is the host's job; it checks the checksum
 	}
-	l4 := f[pf.l4Off : pf.l4Off+pf.l4Len]
+	l4 := ip.Payload()
 	switch pf.proto {
-	case ProtoTCP:
-		if len(l4) < TCPMinHdrLen {
+	case hdr.ProtoTCP:
+		if len(l4) < hdr.TCPMinSize {
 			return rxDropShort
 		}
-		if transportChecksum(ip[IPv4OffSrc:IPv4OffSrc+4], ip[IPv4OffDst:IPv4OffDst+4], ProtoTCP, l4) != 0xffff {
+		if !hdr.TCP(l4).ChecksumOK(ip.Src(), ip.Dst()) {
 			return rxDropChecksum
 		}
-	case ProtoUDP:
-		if len(l4) < UDPHdrLen {
+		pf.l4CsumOK = true
+	case hdr.ProtoUDP:
+		// Only the header must be there: the UDP length field is the
+		// host's to check.
+		if len(l4) < hdr.UDPSize {
 			return rxDropShort
 		}
+		u := hdr.UDP(l4)
 		// A zero UDP checksum means "none" in IPv4.
-		if binary.BigEndian.Uint16(l4[6:]) != 0 &&
-			transportChecksum(ip[IPv4OffSrc:IPv4OffSrc+4], ip[IPv4OffDst:IPv4OffDst+4], ProtoUDP, l4) != 0xffff {
-			return rxDropChecksum
+		if u.Checksum() != 0 {
+			if !u.ChecksumOK(ip.Src(), ip.Dst()) {
+				return rxDropChecksum
+			}
+			pf.l4CsumOK = true
 		}
 	}
 	return rxLegacy
-}
-
-// transportChecksum folds the IPv4 pseudo-header and the segment; a valid
-// segment sums to 0xffff.
-func transportChecksum(src, dst []byte, proto uint8, seg []byte) uint16 {
-	var ph [12]byte
-	copy(ph[0:4], src)
-	copy(ph[4:8], dst)
-	ph[9] = proto
-	binary.BigEndian.PutUint16(ph[10:], uint16(len(seg)))
-	return checksum.Checksum(seg, checksum.Checksum(ph[:], 0))
 }

@@ -74,8 +74,17 @@ func (d *Device) executeOffload(ce rings.CommandEntry) (rings.Status, uint64) {
 	case rings.OpClose:
 		return d.eng.Close(idx), 0
 	case rings.OpAbort:
-		delete(d.rdma.qps, idx)
+		if q := d.rdma.qps[idx]; q != nil {
+			// The connection goes, and its QP with it: every work
+			// request, posted or under way, completes flushed (as
+			// DESTROY_QP does) before the QP is dropped.
+			q.qp.LLPClosed()
+			q.qp.Poll()
+			delete(d.rdma.qps, idx)
+		}
 		return d.eng.Abort(idx), 0
+	case rings.OpRxInject:
+		return d.rxInject(idx, ce.Addr(), ce.Len()), 0
 	case rings.OpRelease:
 		if q := d.rdma.qps[idx]; q != nil {
 			delete(d.rdma.qps, idx)
@@ -87,6 +96,36 @@ func (d *Device) executeOffload(ce rings.CommandEntry) (rings.Status, uint64) {
 	}
 	d.count(rings.StatCmdBadOpcode)
 	return rings.StatusBadOpcode, 0
+}
+
+// rxInject takes back a frame the unit uploaded to the host before the
+// connection of its 4-tuple was delegated (an RDMA listener's host holds
+// the peer's MPA request that way) and steers it to that connection as if
+// it had just arrived: checked as on receive, and only into connection
+// idx. Anything else is dropped (BAD_PARAM, BAD_CONN): never uploaded
+// again, so a host cannot loop a frame through the unit.
+func (d *Device) rxInject(idx uint32, addr rings.Addr, n uint32) rings.Status {
+	if int(n) < EthHeaderLen || int(n) > d.maxFrame {
+		return rings.StatusBadParam
+	}
+	src, err := d.mem.Map(addr, int(n))
+	if err != nil {
+		d.count(rings.StatDMAErrors)
+		return rings.StatusBadAddress
+	}
+	f := append(d.injectBuf[:0], src...) // the host may reuse its copy
+	d.injectBuf = f
+	var pf parsedFrame
+	if classify(f, d.cfg.MAC, d.maxFrame, &pf) != rxLegacy || pf.proto != ProtoTCP || pf.fragment ||
+		pf.etherType != EtherTypeIPv4 {
+		return rings.StatusBadParam
+	}
+	ip, seg := f[pf.ipOff:pf.l4Off], f[pf.l4Off:pf.l4Off+pf.l4Len]
+	if got, ok := d.eng.LookupSegment(ip, seg); !ok || got != idx {
+		return rings.StatusBadConn
+	}
+	d.eng.InputFlags(idx, ip, seg, pf.engineFlags())
+	return rings.StatusOK
 }
 
 // sendDelegated hands a transmit descriptor to its connection. A refused

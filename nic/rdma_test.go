@@ -12,7 +12,7 @@ import (
 // rdmaPair is two devices on one wire with one delegated connection
 // between them (installed by OFFLOAD on both sides with mirrored state).
 func rdmaPair(t *testing.T) (a, b *hostSide) {
-	pa, pb := port.NewWire(port.WireConfig{})
+	pa, pb := port.MustNewWire(port.WireConfig{})
 	a = newHostSideOn(t, 8, Config{MAC: devMAC}, pa, nil)
 	b = newHostSideOn(t, 8, Config{MAC: peerMAC}, pb, nil)
 	off := func(h *hostSide, lip, rip [4]byte, lmac, rmac [6]byte, lp, rp uint16, snd, rcv uint32) {
@@ -179,5 +179,36 @@ func TestRDMAThroughCommandRing(t *testing.T) {
 	}
 	if s := a.command(rings.Command{Opcode: rings.OpDestroyCQ, Conn: 1}).Status; s != rings.StatusBadState {
 		t.Errorf("DESTROY_CQ in use: %v", s)
+	}
+}
+
+// TestAbortFlushesQP: ABORT of an RDMA connection takes its QP down with
+// it, and every work request the host posted completes flushed, even those
+// the device had not been told about (no doorbell) on a QP already closing.
+func TestAbortFlushesQP(t *testing.T) {
+	a, _ := rdmaPair(t)
+	sq, rq, cq := a.qpSetup(true)
+	a.must(rings.Command{Opcode: rings.OpModifyQP, Conn: 3, Arg0: uint32(rings.QPClose)})
+	for i := range 3 {
+		r := rings.RecvWR{WRID: uint64(10 + i)}
+		r.Encode(rq.Next())
+		rq.Commit()
+	}
+	s := rings.SendWR{Opcode: rings.WRSend, Flags: rings.WRSignaled, WRID: 20}
+	s.Encode(sq.Next())
+	sq.Commit()
+	a.must(rings.Command{Opcode: rings.OpAbort, Conn: 3})
+	got := map[uint64]rings.WCStatus{}
+	for range 4 {
+		c := pollCQ(t, cq)
+		got[c.WRID] = c.Status
+	}
+	for _, id := range []uint64{10, 11, 12, 20} {
+		if st, ok := got[id]; !ok || st != rings.WCWRFlushErr {
+			t.Errorf("WR %d: %v (present %v), want a flush completion", id, st, ok)
+		}
+	}
+	if s := a.command(rings.Command{Opcode: rings.OpQPDoorbell, Conn: 3}).Status; s != rings.StatusBadConn {
+		t.Errorf("QP_DOORBELL after ABORT: %v, want BAD_CONN", s)
 	}
 }

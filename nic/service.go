@@ -125,7 +125,7 @@ func (d *Device) serviceRx() int {
 				ip, seg := f[pf.ipOff:pf.l4Off], f[pf.l4Off:pf.l4Off+pf.l4Len]
 				if idx, ok := d.eng.LookupSegment(ip, seg); ok {
 					// A delegated flow: the engine owns it.
-					d.eng.Input(idx, ip, seg)
+					d.eng.InputFlags(idx, ip, seg, pf.engineFlags())
 					break
 				}
 			}
@@ -173,14 +173,26 @@ func (d *Device) upload(f []byte) bool {
 	if desc == nil {
 		return d.stallRx(d.notify.Free() > 0)
 	}
+	if d.notify.Free() == 0 {
+		// peekRxBuffer's error reports took the last notification
+		// slot: the buffer below must not be used without one.
+		return d.stallRx(false)
+	}
 	d.rxStallSince = 0
+	id, addr := desc.BufID(), desc.Addr()
 	if int(desc.Len()) < len(f) {
-		// The host posted a buffer too small for this frame: drop the
-		// frame, keep the buffer for the next one.
+		// The host posted a buffer too small for this frame: the frame
+		// is dropped (rx_drop_oversize) and the buffer comes back
+		// unwritten with FRAME_TOO_LARGE, Aux = its BufID, Len = the
+		// frame's length, as a receive completion with a length error
+		// does on a hardware NIC. Keeping the buffer for the next frame
+		// instead would leave the host blind: it could not tell its
+		// buffers are too small, nor by how much.
 		d.count(rings.StatRxDropOversize)
+		d.rx.Pop()
+		d.post(&rings.Notification{Flags: rings.NtfFrameTooLarge, Conn: rings.NoConn, Len: uint32(len(f)), Aux: id})
 		return true
 	}
-	id, addr := desc.BufID(), desc.Addr()
 	_ = d.mem.WriteAt(f, addr) // inside host memory: peekRxBuffer checked
 	d.rx.Pop()
 	d.post(&rings.Notification{Flags: rings.NtfLegacyUpload, Conn: rings.NoConn, Len: uint32(len(f)), Aux: id})

@@ -36,6 +36,7 @@ const (
 	OpClose         Opcode = 0x14 // send FIN after queued data
 	OpAbort         Opcode = 0x15 // send RST, release the connection
 	OpRelease       Opcode = 0x16 // free a closed connection's index
+	OpRxInject      Opcode = 0x17 // Addr/Len: a received frame the host gives back for Conn
 
 	// RDMA.
 	OpRegMR     Opcode = 0x20
@@ -48,7 +49,7 @@ const (
 var opcodeNames = map[Opcode]string{
 	OpNop: "NOP", OpStats: "STATS",
 	OpOffload: "OFFLOAD", OpPostBuffers: "POST_BUFFERS", OpSetThresholds: "SET_THRESHOLDS",
-	OpUpdate: "UPDATE", OpClose: "CLOSE", OpAbort: "ABORT", OpRelease: "RELEASE",
+	OpUpdate: "UPDATE", OpClose: "CLOSE", OpAbort: "ABORT", OpRelease: "RELEASE", OpRxInject: "RX_INJECT",
 	OpRegMR: "REG_MR", OpDeregMR: "DEREG_MR", OpCreateQP: "CREATE_QP", OpModifyQP: "MODIFY_QP",
 	OpDestroyQP: "DESTROY_QP",
 }

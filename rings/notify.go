@@ -13,7 +13,7 @@ const (
 	NtfOffAck      = 0x10 // u32 acknowledgement number (SND.UNA)
 	NtfOffAckCount = 0x14 // u32 ACKs received on the connection (free-running)
 	NtfOffLen      = 0x18 // u32 bytes concerned (uploaded frame or data length)
-	NtfOffAux      = 0x1C // u32 buffer id for uploads, error code for errors
+	NtfOffAux      = 0x1C // u32 buffer id for uploads, USER_BUF_DONE and FRAME_TOO_LARGE, error code for errors
 )
 
 // NotifyFlags says what happened. Several may be set in one notification.
@@ -32,7 +32,7 @@ const (
 	NtfError         NotifyFlags = 1 << 8  // Aux carries an error code
 	NtfUserBufDone   NotifyFlags = 1 << 9  // a posted user buffer was filled (Aux = buffer id)
 	NtfClosed        NotifyFlags = 1 << 10 // connection fully closed; index may be released
-	NtfFrameTooLarge NotifyFlags = 1 << 11 // a legacy frame did not fit the posted buffer and was dropped
+	NtfFrameTooLarge NotifyFlags = 1 << 11 // a legacy frame did not fit the posted buffer and was dropped; Aux = the buffer (returned unwritten), Len = the frame's length
 )
 
 var notifyFlagNames = []string{"ACK_THRESHOLD", "DUP_ACK", "SEQ_THRESHOLD", "LEGACY_UPLOAD",

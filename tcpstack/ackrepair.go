@@ -1,13 +1,10 @@
 package tcpstack
 
 import (
-	"encoding/binary"
 	"sync"
 	"sync/atomic"
 
-	"gvisor.dev/gvisor/pkg/tcpip"
-	"gvisor.dev/gvisor/pkg/tcpip/checksum"
-	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"github.com/emunic/emunic/nic/hdr"
 )
 
 // ackRepair works around a netstack receiver that ignores the ACK field of a
@@ -44,7 +41,7 @@ type ackRepair struct {
 	zero    map[FlowKey]uint32 // flow -> netstack's ACK (RCV.NXT) when it advertised zero
 	repairs atomic.Uint64      // repair copies delivered
 	full    atomic.Uint64      // zero-window flows not tracked: table full
-	scratch [header.EthernetMinimumSize + header.IPv4MaximumHeaderSize + 60]byte
+	scratch [hdr.EthernetSize + hdr.IPv4MaxSize + hdr.TCPMaxSize]byte
 }
 
 // maxZeroWindowFlows bounds the table; a flow past it is not repaired
@@ -54,24 +51,20 @@ const maxZeroWindowFlows = 4096
 
 // tcpView locates the IPv4 and TCP headers of an Ethernet frame; ok is
 // false for anything but an unfragmented IPv4 TCP frame with sane lengths.
-func tcpView(frame []byte) (ip header.IPv4, tcp header.TCP, payload int, ok bool) {
-	if len(frame) < header.EthernetMinimumSize+header.IPv4MinimumSize+header.TCPMinimumSize ||
-		binary.BigEndian.Uint16(frame[12:]) != uint16(header.IPv4ProtocolNumber) {
+func tcpView(frame []byte) (ip hdr.IPv4, tcp hdr.TCP, payload int, ok bool) {
+	eth, err := hdr.ParseEthernet(frame)
+	if err != nil || eth.Type() != hdr.EtherTypeIPv4 {
 		return nil, nil, 0, false
 	}
-	ip = header.IPv4(frame[header.EthernetMinimumSize:])
-	ihl := int(ip.HeaderLength())
-	total := int(ip.TotalLength())
-	if ip.Protocol() != uint8(header.TCPProtocolNumber) || ihl < header.IPv4MinimumSize ||
-		total > len(ip) || total < ihl+header.TCPMinimumSize || ip.More() || ip.FragmentOffset() != 0 {
+	ip, err = hdr.ParseIPv4(eth.Payload())
+	if err != nil || ip.Proto() != hdr.ProtoTCP || ip.IsFragment() {
 		return nil, nil, 0, false
 	}
-	tcp = header.TCP(ip[ihl:total])
-	doff := int(tcp.DataOffset())
-	if doff < header.TCPMinimumSize || doff > len(tcp) {
+	tcp, err = hdr.ParseTCP(ip.Payload())
+	if err != nil {
 		return nil, nil, 0, false
 	}
-	return ip[:total], tcp, len(tcp) - doff, true
+	return ip, tcp, len(tcp.Payload()), true
 }
 
 // outbound notes netstack's advertisement on a frame it sends.
@@ -81,13 +74,11 @@ func (a *ackRepair) outbound(frame []byte) {
 		return
 	}
 	fl := tcp.Flags()
-	zero := tcp.WindowSize() == 0 && fl&header.TCPFlagAck != 0 && fl&(header.TCPFlagRst|header.TCPFlagSyn) == 0
+	zero := tcp.Window() == 0 && fl&tcpAck != 0 && fl&(tcpRst|tcpSyn) == 0
 	if !zero && a.n.Load() == 0 {
 		return // the fast path: nothing tracked, nothing to track
 	}
-	k := FlowKey{LocalPort: tcp.SourcePort(), RemotePort: tcp.DestinationPort()}
-	copy(k.LocalIP[:], ip[12:16])
-	copy(k.RemoteIP[:], ip[16:20])
+	k := FlowKey{LocalIP: ip.Src(), RemoteIP: ip.Dst(), LocalPort: tcp.SrcPort(), RemotePort: tcp.DstPort()}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if !zero {
@@ -107,7 +98,7 @@ func (a *ackRepair) outbound(frame []byte) {
 		}
 		a.n.Add(1)
 	}
-	a.zero[k] = tcp.AckNumber()
+	a.zero[k] = tcp.Ack()
 }
 
 // inbound returns the repair copy to deliver before frame, or nil. The
@@ -120,13 +111,11 @@ func (a *ackRepair) inbound(frame []byte) []byte {
 	if !ok {
 		return nil
 	}
-	k := FlowKey{LocalPort: tcp.DestinationPort(), RemotePort: tcp.SourcePort()}
-	copy(k.LocalIP[:], ip[16:20])
-	copy(k.RemoteIP[:], ip[12:16])
+	k := FlowKey{LocalIP: ip.Dst(), RemoteIP: ip.Src(), LocalPort: tcp.DstPort(), RemotePort: tcp.SrcPort()}
 	fl := tcp.Flags()
 	a.mu.Lock()
 	rcvNxt, tracked := a.zero[k]
-	if tracked && fl&(header.TCPFlagRst|header.TCPFlagSyn) != 0 {
+	if tracked && fl&(tcpRst|tcpSyn) != 0 {
 		// The connection is ending or being replaced: whatever netstack
 		// answers next decides, the table forgets the flow.
 		delete(a.zero, k)
@@ -134,30 +123,25 @@ func (a *ackRepair) inbound(frame []byte) []byte {
 		tracked = false
 	}
 	a.mu.Unlock()
-	if !tracked || fl&header.TCPFlagAck == 0 {
+	if !tracked || fl&tcpAck == 0 {
 		return nil
 	}
-	if payload == 0 && fl&header.TCPFlagFin == 0 && tcp.SequenceNumber() == rcvNxt {
+	if payload == 0 && fl&tcpFin == 0 && tcp.Seq() == rcvNxt {
 		return nil // acceptable as it is
 	}
 	// Headers only: Ethernet, IPv4 (options kept), TCP (options kept: the
 	// SACK blocks and the timestamp are what netstack needs).
-	ihl := int(ip.HeaderLength())
-	hl := header.EthernetMinimumSize + ihl + int(tcp.DataOffset())
+	ihl := ip.HeaderLen()
+	hl := hdr.EthernetSize + ihl + tcp.HeaderLen()
 	c := a.scratch[:hl]
 	copy(c, frame[:hl])
-	cip := header.IPv4(c[header.EthernetMinimumSize:])
-	cip.SetTotalLength(uint16(hl - header.EthernetMinimumSize))
-	cip.SetChecksum(0)
-	cip.SetChecksum(^cip.CalculateChecksum())
-	ctcp := header.TCP(cip[ihl:])
-	ctcp.SetSequenceNumber(rcvNxt)
-	ctcp.SetFlags(uint8(fl &^ (header.TCPFlagFin | header.TCPFlagPsh | header.TCPFlagUrg)))
-	ctcp.SetChecksum(0)
-	xsum := header.PseudoHeaderChecksum(header.TCPProtocolNumber,
-		tcpip.AddrFrom4Slice(cip.SourceAddressSlice()), tcpip.AddrFrom4Slice(cip.DestinationAddressSlice()),
-		uint16(len(ctcp)))
-	ctcp.SetChecksum(^checksum.Checksum(ctcp, xsum))
+	cip := hdr.IPv4(c[hdr.EthernetSize:])
+	cip.SetTotalLen(uint16(hl - hdr.EthernetSize))
+	cip.UpdateChecksum()
+	ctcp := hdr.TCP(cip[ihl:])
+	ctcp.SetSeq(rcvNxt)
+	ctcp.SetFlags(fl &^ (hdr.TCPFlagFIN | hdr.TCPFlagPSH | hdr.TCPFlagURG))
+	ctcp.UpdateChecksum(cip.Src(), cip.Dst())
 	a.repairs.Add(1)
 	return c
 }

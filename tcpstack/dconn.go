@@ -2,6 +2,7 @@ package tcpstack
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -30,6 +31,9 @@ type DelegatedConn struct {
 
 	mu   sync.Mutex
 	cond *sync.Cond // signalled on data, space, state change and deadlines
+	// wakeCh, when not nil, is closed with every cond broadcast (signal):
+	// a Write waiting for transmit ring space selects on it too.
+	wakeCh chan struct{}
 
 	// receive side
 	chunks    []rxChunk // data in stream order
@@ -39,6 +43,10 @@ type DelegatedConn struct {
 	creditDue int // bytes read from legacy uploads not yet credited back
 	peerFin   bool
 	rxErr     error
+	// cmdErr is the first failure of a command of this connection
+	// (POST_BUFFERS, UPDATE: a status other than OK, a lost command):
+	// the next Read and Write return it.
+	cmdErr error
 
 	// send side
 	sndBase   rings.Addr
@@ -57,6 +65,7 @@ type DelegatedConn struct {
 	writeDL   deadline
 	closeOnce sync.Once
 	aborted   atomic.Bool // the unit freed the index (ABORT, DESTROY_QP): no RELEASE
+	abandoned bool        // its delegation was abandoned: offloadLate frees it, not release
 }
 
 type rxChunk struct {
@@ -87,12 +96,12 @@ func (d *deadline) set(c *DelegatedConn, t time.Time) {
 		d.timer = time.AfterFunc(dur, func() {
 			c.mu.Lock()
 			if d.gen == gen {
-				c.cond.Broadcast()
+				c.signal()
 			}
 			c.mu.Unlock()
 		})
 	}
-	c.cond.Broadcast()
+	c.signal()
 }
 
 func (d *deadline) passed() bool { return !d.t.IsZero() && !time.Now().Before(d.t) }
@@ -108,6 +117,31 @@ func opErr(op string, c *DelegatedConn, err error) error {
 	return &net.OpError{Op: op, Net: "tcp", Source: c.local, Addr: c.peer, Err: err}
 }
 
+// signal wakes every waiter of the connection (mu held).
+func (c *DelegatedConn) signal() {
+	c.cond.Broadcast()
+	if c.wakeCh != nil {
+		close(c.wakeCh)
+		c.wakeCh = nil
+	}
+}
+
+// wakeChanLocked returns a channel closed at the next signal (mu held).
+func (c *DelegatedConn) wakeChanLocked() <-chan struct{} {
+	if c.wakeCh == nil {
+		c.wakeCh = make(chan struct{})
+	}
+	return c.wakeCh
+}
+
+// cmdFailLocked records a failed command of the connection (mu held).
+func (c *DelegatedConn) cmdFailLocked(err error) {
+	if c.cmdErr == nil {
+		c.cmdErr = err
+	}
+	c.signal()
+}
+
 // Read implements net.Conn.
 func (c *DelegatedConn) Read(p []byte) (int, error) {
 	c.mu.Lock()
@@ -115,6 +149,9 @@ func (c *DelegatedConn) Read(p []byte) (int, error) {
 	for {
 		if c.closed {
 			return 0, opErr("read", c, net.ErrClosed)
+		}
+		if c.cmdErr != nil {
+			return 0, opErr("read", c, c.cmdErr)
 		}
 		if len(c.chunks) > 0 {
 			break
@@ -149,7 +186,9 @@ func (c *DelegatedConn) Read(p []byte) (int, error) {
 }
 
 // retire gives a drained chunk's buffer back: a user buffer is reposted, a
-// legacy upload is credited to the receive window. Called with mu held.
+// legacy upload is credited to the receive window, both without waiting
+// for the device (a refusal comes back as the connection's error). Called
+// with mu held.
 func (c *DelegatedConn) retire(ch *rxChunk) {
 	if ch.userID >= 0 {
 		c.o.repost(c, ch.userID)
@@ -169,7 +208,8 @@ func (c *DelegatedConn) retire(ch *rxChunk) {
 
 // Write implements net.Conn: the bytes are copied into the send area and
 // queued to the unit as transmit descriptors; Write returns when all are
-// queued (not acknowledged), like a socket send.
+// queued (not acknowledged), like a socket send. While the send area or the
+// transmit ring is full it waits, until the write deadline or Close.
 func (c *DelegatedConn) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -180,6 +220,9 @@ func (c *DelegatedConn) Write(p []byte) (int, error) {
 		}
 		if c.wrClosed {
 			return n, opErr("write", c, errors.New("write after CloseWrite"))
+		}
+		if c.cmdErr != nil {
+			return n, opErr("write", c, c.cmdErr)
 		}
 		if c.stateErr != nil {
 			return n, opErr("write", c, c.stateErr)
@@ -197,10 +240,23 @@ func (c *DelegatedConn) Write(p []byte) (int, error) {
 		off := c.sndTail % size
 		k := min(uint64(len(p)-n), free, size-off, uint64(c.o.cfg.MaxTxDescBytes))
 		copy(c.sndMem[off:off+k], p[n:n+int(k)])
-		c.o.drv.stats.copyBytes.Add(k)
-		if err := c.o.send(c, c.sndBase+rings.Addr(off), uint32(k), 0); err != nil {
-			return n, opErr("write", c, err)
+		if ok, space := c.o.send(c, c.sndBase+rings.Addr(off), uint32(k), 0); !ok {
+			// The transmit ring is full: wait for the device to free a
+			// slot (or a deadline, Close, an error), not holding mu.
+			wake := c.wakeChanLocked()
+			c.mu.Unlock()
+			select {
+			case <-space:
+			case <-wake:
+			case <-c.o.drv.done:
+			}
+			c.mu.Lock()
+			if c.o.drv.closing.Load() {
+				return n, opErr("write", c, ErrDriverClosed)
+			}
+			continue
 		}
+		c.o.drv.stats.copyBytes.Add(k)
 		c.sndTail += k
 		c.txEnds = append(c.txEnds, c.sndTail)
 		n += int(k)
@@ -224,9 +280,12 @@ func (c *DelegatedConn) CloseWrite() error {
 
 // queueFin puts the FIN on the transmit ring behind the data, so the unit
 // sees it in stream order (a CLOSE command on the command ring could
-// overtake descriptors still in the transmit ring). Called with mu held.
+// overtake descriptors still in the transmit ring). It never waits: with
+// the ring full the FIN waits in the driver's backlog, still behind the
+// data. Called with mu held.
 func (c *DelegatedConn) queueFin() error {
-	return c.o.send(c, 0, 0, rings.TxFin)
+	c.o.drv.sendDelegatedAsync(rings.Tx{Conn: c.idx, Flags: rings.TxFin})
+	return nil
 }
 
 // Close sends FIN (if not sent) and releases the connection's host memory
@@ -242,7 +301,7 @@ func (c *DelegatedConn) Close() error {
 		}
 		c.readDL.set(c, time.Time{})
 		c.writeDL.set(c, time.Time{})
-		c.cond.Broadcast()
+		c.signal()
 		done := c.released || c.stateErr != nil
 		c.mu.Unlock()
 		if done {
@@ -252,16 +311,39 @@ func (c *DelegatedConn) Close() error {
 	return err
 }
 
-// Abort resets the connection (RST) and releases it.
+// Abort resets the connection (RST) and releases it. If the device does
+// not answer the ABORT in time, the connection's index and memory stay
+// reserved until it does.
 func (c *DelegatedConn) Abort() error {
 	c.mu.Lock()
 	c.closed = true
-	c.cond.Broadcast()
+	c.signal()
 	c.mu.Unlock()
-	err := c.o.command(c, rings.OpAbort, 0)
+	o := c.o
+	res, err := o.drv.command(rings.Command{Opcode: rings.OpAbort, Conn: c.idx}, o.cfg.CommandTimeout,
+		func(r rings.Command, err error) { c.aborted2(r, err) })
+	if err != nil {
+		o.quarantine(c.idx, fmt.Errorf("ABORT: %w", err))
+		return err
+	}
+	return c.aborted2(res, nil)
+}
+
+// aborted2 takes an ABORT's answer: the unit freed the index (or never had
+// it), so the host frees its side; anything else keeps it reserved.
+func (c *DelegatedConn) aborted2(r rings.Command, err error) error {
+	o := c.o
+	if err == nil && r.Status != rings.StatusOK && r.Status != rings.StatusBadConn {
+		err = fmt.Errorf("ABORT: %v", r.Status)
+	}
+	if err != nil {
+		o.quarantine(c.idx, err)
+		return err
+	}
 	c.aborted.Store(true)
-	c.o.release(c)
-	return err
+	o.release(c)
+	o.unquarantine(c.idx)
+	return nil
 }
 
 // LocalAddr implements net.Conn.
@@ -299,8 +381,17 @@ func (c *DelegatedConn) SetWriteDeadline(t time.Time) error {
 func (c *DelegatedConn) Index() uint32 { return c.idx }
 
 // notify handles one notification for this connection; it runs on the
-// driver's interrupt goroutine and never blocks on the application.
+// driver's interrupt goroutine and never blocks: not on the application,
+// not on the device (reposts and credits are submitted, not waited for).
 func (c *DelegatedConn) notify(n *rings.Notification) {
+	if c.notifyLocked(n) {
+		c.o.release(c)
+	}
+}
+
+// notifyLocked applies a notification; it reports whether the connection
+// is now to be released.
+func (c *DelegatedConn) notifyLocked(n *rings.Notification) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.lastNtf = n.Flags
@@ -348,12 +439,10 @@ func (c *DelegatedConn) notify(n *rings.Notification) {
 	release := false
 	if n.Flags&rings.NtfClosed != 0 {
 		c.released = true
-		release = c.closed
+		release = c.closed && !c.abandoned
 	}
-	c.cond.Broadcast()
-	if release {
-		go c.o.release(c)
-	}
+	c.signal()
+	return release
 }
 
 func (c *DelegatedConn) fail(err error) {

@@ -59,8 +59,23 @@ type DriverStats struct {
 	TxDropped         uint64 // frames dropped: ring stayed full, or frame too large
 	RxFrames, RxBytes uint64
 	RxErrors          uint64 // notifications reporting a bad buffer
-	Interrupts        uint64 // wake-ups by the notification vector
-	Notifications     uint64
+	// RxFrameTooLarge counts FRAME_TOO_LARGE notifications: legacy
+	// frames longer than the buffer posted for them (the device dropped
+	// the frame and returned the buffer, which the driver reposts).
+	RxFrameTooLarge uint64
+	// Interrupts counts the interrupts the device raised on the
+	// notification vector, as they arrive (an OS's per-vector count);
+	// TxSpaceInterrupts and CommandInterrupts count the transmit-space
+	// and command-completion vectors the same way. Kicks that arrive
+	// while the handler is awake coalesce into one wake-up, and the
+	// handler also finds work by polling, so wake-ups would count
+	// neither the device's interrupts nor anything else.
+	Interrupts                           uint64
+	TxSpaceInterrupts, CommandInterrupts uint64
+	Notifications                        uint64 // notification entries consumed
+	// DoorbellKicks counts the driver's writes of the device's doorbell
+	// (each made because the device said it sleeps on a ring).
+	DoorbellKicks uint64
 	// NtfRingErrors counts notification entries the device published
 	// with a wrong phase tag (or a producer index more than a ring
 	// ahead): a device bug. The entry is skipped, not interpreted.
@@ -68,14 +83,42 @@ type DriverStats struct {
 	Commands      uint64
 	// HostCopyBytes counts every payload byte the host CPU copied on the
 	// data path (legacy frames into and out of ring buffers, delegated
-	// Read/Write through the send area and receive buffers). RDMA work
-	// requests add nothing: the device places and fetches their data.
+	// Read/Write through the send area and receive buffers, and
+	// RDMACopyBytes). RDMA work requests on registered memory add
+	// nothing: the device places and fetches their data.
 	HostCopyBytes uint64
+	// RDMACopyBytes counts the bytes the verbs layer copies on the CPU for
+	// RDMA connections: inline sends into the send queue, MPA private
+	// data in and out of host memory, and bytes a peer sent to an RDMA
+	// listener before its QP existed (held, then handed to the device).
+	RDMACopyBytes uint64
+	// FrozenDropsOut counts frames netstack sent on a flow being or
+	// already delegated, which the driver kept off the wire (the abort's
+	// RST among them); FrozenDropsIn, received frames of such flows kept
+	// from netstack.
+	FrozenDropsOut, FrozenDropsIn uint64
+	// RxHeld and RxHeldBytes count the legacy frames (in RxFrames) held
+	// back from netstack for an RDMA listener: a peer's first bytes that
+	// came before its connection was delegated, handed to the device
+	// again (RX_INJECT) once the QP exists, where the engine counts them
+	// as received a second time.
+	RxHeld, RxHeldBytes uint64
 	// ZeroWindowAckRepairs counts header-only copies of received segments
 	// handed to netstack so that it takes their ACK while its receive
 	// window is zero (see ackRepair); ZeroWindowUntracked counts flows at
 	// a zero window the repair table had no room for.
 	ZeroWindowAckRepairs, ZeroWindowUntracked uint64
+	// The command path (cmdpath.go). CmdTimeouts counts waiters that gave
+	// up on a command (it stays in flight); CmdLate, timed-out commands the
+	// device completed later; CmdLost, commands whose slot the device
+	// released without a status; CmdFailed, statuses other than OK;
+	// CmdBadWriteBacks, DONEs with the phase of another lap and
+	// CmdStrayDone, DONEs in slots the host had not issued (both ignored).
+	// CmdInFlight is the commands in the ring or waiting for it now, and
+	// CmdQuarantined the resources (connection indices, QPs, CQs, MRs)
+	// held back because the device has not answered a command naming them.
+	CmdTimeouts, CmdLate, CmdLost, CmdFailed, CmdBadWriteBacks, CmdStrayDone uint64
+	CmdInFlight, CmdQuarantined                                              uint64
 }
 
 // Driver is the host's NIC driver: a gVisor stack.LinkEndpoint whose frames
@@ -108,9 +151,9 @@ type Driver struct {
 
 	ntf *rings.Consumer
 
-	cmdMu   sync.Mutex
-	cmd     *rings.Producer
-	cmdSeen uint32 // free-running index of the oldest command whose status is not yet read
+	cmd *rings.Producer // under cp.mu
+	cp  cmdPath         // the command path (cmdpath.go)
+	txw txWait          // transmit-space waiters and backlog, under txMu
 
 	mu         sync.RWMutex
 	dispatcher stack.NetworkDispatcher
@@ -119,27 +162,29 @@ type Driver struct {
 	// Delegated-connection notifications go here (set by the offload layer).
 	delegated atomic.Pointer[func(*rings.Notification)]
 	// rxHold, when set, sees every legacy frame before netstack and the
-	// flow tracker; frames it returns true for are dropped (the verbs layer
-	// holds back payload sent to an RDMA listener before the connection is
-	// delegated: the peer retransmits it to the QP).
+	// flow tracker; frames it returns true for are its own (the verbs
+	// layer takes payload sent to an RDMA listener before the connection
+	// is delegated, and hands it to the unit behind the QP's CREATE_QP).
 	rxHold atomic.Pointer[func([]byte) bool]
-	// offloadHook, when set, may add commands to an OFFLOAD (see
-	// setOffloadHook).
-	offloadHook atomic.Pointer[offloadHook]
 
 	flows   flowTracker
 	ackFix  ackRepair
 	stats   driverCounters
 	closing atomic.Bool
+	done    chan struct{} // closed by Close
 	wg      sync.WaitGroup
 	once    sync.Once
 }
 
 type driverCounters struct {
-	txFrames, txBytes, txRingFull, txDropped                   atomic.Uint64
-	rxFrames, rxBytes, rxErrors, interrupts, ntfs, ntfRingErrs atomic.Uint64
-	commands                                                   atomic.Uint64
-	copyBytes                                                  atomic.Uint64
+	txFrames, txBytes, txRingFull, txDropped       atomic.Uint64
+	rxFrames, rxBytes, rxErrors, ntfs, ntfRingErrs atomic.Uint64
+	rxTooLarge, rxHeld, rxHeldBytes                atomic.Uint64
+	commands                                       atomic.Uint64
+	copyBytes, rdmaCopyBytes                       atomic.Uint64
+	irqNotify, irqTxSpace, irqCommand              countedVector
+	doorbell                                       countedDoorbell
+	ntfKinds                                       ntfCounters
 }
 
 var _ stack.LinkEndpoint = (*Driver)(nil)
@@ -151,9 +196,12 @@ func NewDriver(mem *rings.Arena, dev Device, cfg DriverConfig) (*Driver, error) 
 	mac := dev.MAC()
 	d := &Driver{
 		cfg: cfg, mem: mem, dev: dev, mtu: uint32(dev.MTU()),
-		mac: tcpip.LinkAddress(mac[:]), door: dev.Doorbell(),
+		mac: tcpip.LinkAddress(mac[:]),
 		irq: rings.NewBell(), txSpace: rings.NewBell(), cmdDone: rings.NewBell(),
+		done: make(chan struct{}),
 	}
+	// Every ring the driver opens kicks the device through it: counted.
+	d.door = d.stats.doorbell.on(dev.Doorbell())
 	// Buffers hold a whole frame, rounded to a cache line.
 	d.bufSize = (dev.MTU() + header.EthernetMinimumSize + rings.CacheLine - 1) &^ (rings.CacheLine - 1)
 	var err error
@@ -194,6 +242,9 @@ func NewDriver(mem *rings.Arena, dev Device, cfg DriverConfig) (*Driver, error) 
 	if d.cmd, err = rings.NewProducer(mem, d.rc.Command, d.rc.Command.Count, d.door); err != nil {
 		return nil, err
 	}
+	if err := d.initCommands(); err != nil {
+		return nil, err
+	}
 	if d.ntf, err = rings.NewConsumer(mem, d.rc.Notify, 32, d.door); err != nil {
 		return nil, err
 	}
@@ -202,11 +253,14 @@ func NewDriver(mem *rings.Arena, dev Device, cfg DriverConfig) (*Driver, error) 
 		d.postRx(i)
 	}
 	d.rx.Publish()
-	if err := dev.Start(d.rc, nic.Vectors{Notify: d.irq, TxSpace: d.txSpace, Command: d.cmdDone}); err != nil {
+	vec := nic.Vectors{Notify: d.stats.irqNotify.on(d.irq), TxSpace: d.stats.irqTxSpace.on(d.txSpace),
+		Command: d.stats.irqCommand.on(d.cmdDone)}
+	if err := dev.Start(d.rc, vec); err != nil {
 		return nil, err
 	}
-	d.wg.Add(1)
+	d.wg.Add(2)
 	go d.interrupts()
+	go d.vectors()
 	return d, nil
 }
 
@@ -251,10 +305,17 @@ func (d *Driver) Stats() DriverStats {
 	return DriverStats{
 		TxFrames: s.txFrames.Load(), TxBytes: s.txBytes.Load(), TxRingFull: s.txRingFull.Load(),
 		TxDropped: s.txDropped.Load(), RxFrames: s.rxFrames.Load(), RxBytes: s.rxBytes.Load(),
-		RxErrors: s.rxErrors.Load(), Interrupts: s.interrupts.Load(), Notifications: s.ntfs.Load(),
-		NtfRingErrors: s.ntfRingErrs.Load(),
-		Commands:      s.commands.Load(), HostCopyBytes: s.copyBytes.Load(),
+		RxErrors: s.rxErrors.Load(), RxFrameTooLarge: s.rxTooLarge.Load(),
+		Interrupts: s.irqNotify.n.Load(), TxSpaceInterrupts: s.irqTxSpace.n.Load(), CommandInterrupts: s.irqCommand.n.Load(),
+		DoorbellKicks: s.doorbell.n.Load(),
+		Notifications: s.ntfs.Load(), NtfRingErrors: s.ntfRingErrs.Load(),
+		Commands: s.commands.Load(), HostCopyBytes: s.copyBytes.Load(), RDMACopyBytes: s.rdmaCopyBytes.Load(),
+		FrozenDropsOut: d.flows.droppedOut.Load(), FrozenDropsIn: d.flows.droppedIn.Load(),
+		RxHeld: s.rxHeld.Load(), RxHeldBytes: s.rxHeldBytes.Load(),
 		ZeroWindowAckRepairs: d.ackFix.repairs.Load(), ZeroWindowUntracked: d.ackFix.full.Load(),
+		CmdTimeouts: d.cp.timeouts.Load(), CmdLate: d.cp.late.Load(), CmdLost: d.cp.lost.Load(),
+		CmdFailed: d.cp.failed.Load(), CmdBadWriteBacks: d.cp.badDone2.Load(), CmdStrayDone: d.cp.strayDone.Load(),
+		CmdInFlight: d.cmdInFlight(), CmdQuarantined: uint64(max(d.cp.quarantined.Load(), 0)),
 	}
 }
 
@@ -284,6 +345,7 @@ func (d *Driver) interrupts() {
 		head := d.ntf.Head()
 		for i := range got {
 			_ = n.Decode(rings.NotificationEntry(d.ntf.Entry(head + uint32(i))))
+			d.stats.ntfKinds.count(&n)
 			d.handle(&n)
 		}
 		d.ntf.PopN(got)
@@ -293,9 +355,9 @@ func (d *Driver) interrupts() {
 			d.rx.Publish()
 			continue
 		}
-		if d.ntf.Park(d.irq, d.cfg.SpinPolls, 0) {
-			d.stats.interrupts.Add(1)
-		}
+		// Interrupts are counted as they arrive (countedVector), not
+		// here: Park also returns true for work found while spinning.
+		d.ntf.Park(d.irq, d.cfg.SpinPolls, 0)
 	}
 }
 
@@ -314,6 +376,16 @@ func (d *Driver) handle(n *rings.Notification) {
 		}
 		d.deliver(frame)
 		d.postRx(n.Aux)
+	case n.Flags&rings.NtfFrameTooLarge != 0:
+		// The device dropped a frame longer than the buffer and gave the
+		// buffer back unwritten: repost it. (Every buffer is bufSize,
+		// a whole MTU frame, so only a device bug gets here.)
+		d.stats.rxTooLarge.Add(1)
+		if n.Aux < d.cfg.RxEntries {
+			d.postRx(n.Aux)
+		} else {
+			d.stats.rxErrors.Add(1)
+		}
 	case n.Flags&rings.NtfError != 0:
 		d.stats.rxErrors.Add(1)
 		if n.Aux < d.cfg.RxEntries {
@@ -412,109 +484,48 @@ func (d *Driver) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
 	return n, nil
 }
 
+// legacyTxWait bounds how long a legacy frame waits for a transmit slot:
+// a device that stays stuck that long loses the frame (TCP retransmits it)
+// rather than netstack's goroutine.
+const legacyTxWait = 100 * time.Millisecond
+
 // waitTxSpace publishes what is queued (so the device has work) and waits
-// for the device to release slots. A device that stays stuck for 100 ms
-// loses the frame rather than the stack's goroutine.
+// for the device to release slots; called and returning with txMu held (it
+// lets go of it while it sleeps, so delegated senders and the vector that
+// reports the space are not held up). nil after legacyTxWait or on close.
 func (d *Driver) waitTxSpace() []byte {
 	d.stats.txRingFull.Add(1)
 	d.tx.Publish()
-	deadline := time.Now().Add(100 * time.Millisecond)
-	for i := 0; ; i++ {
+	for i := 0; i < 16; i++ {
 		if e := d.tx.Next(); e != nil {
 			return e
 		}
-		if d.closing.Load() || time.Now().After(deadline) {
+		runtime.Gosched()
+	}
+	timer := time.NewTimer(legacyTxWait)
+	defer timer.Stop()
+	for {
+		if e := d.tx.Next(); e != nil {
+			return e
+		}
+		if d.closing.Load() {
 			return nil
 		}
-		if i < 16 {
-			runtime.Gosched()
-			continue
+		ch := d.txSpaceChLocked()
+		d.txMu.Unlock()
+		expired := false
+		select {
+		case <-ch:
+		case <-d.done:
+		case <-timer.C:
+			expired = true
 		}
-		d.tx.WaitSpace(d.txSpace, time.Millisecond)
-	}
-}
-
-// ErrCommandTimeout is returned when the device does not complete a command.
-var ErrCommandTimeout = errors.New("driver: command timed out")
-
-// errCommandRingFull: nothing was submitted.
-var errCommandRingFull = errors.New("driver: command ring full")
-
-// Command submits one command on the command ring and waits for the device
-// to write its status back into the entry. It returns the entry as the
-// device left it.
-func (d *Driver) Command(c rings.Command, timeout time.Duration) (rings.Command, error) {
-	if c.Opcode == rings.OpOffload {
-		if h := d.offloadHook.Load(); h != nil {
-			if follow, done := (*h)(c); len(follow) > 0 {
-				cs := append([]rings.Command{c}, follow...)
-				err := d.commandBatch(cs, timeout)
-				done(cs[1:], err)
-				return cs[0], err
-			}
+		d.txMu.Lock()
+		if expired {
+			return d.tx.Next()
 		}
 	}
-	one := [1]rings.Command{c}
-	err := d.commandBatch(one[:], timeout)
-	return one[0], err
 }
-
-// commandBatch submits commands with one publish, so the unit executes
-// them back to back in one pass (it serves the command ring before it
-// receives), and waits for every write-back, which it stores into cs (on
-// error, the commands not completed are left as submitted).
-func (d *Driver) commandBatch(cs []rings.Command, timeout time.Duration) error {
-	d.cmdMu.Lock()
-	defer d.cmdMu.Unlock()
-	if d.cmd.Free() < len(cs) {
-		return errCommandRingFull
-	}
-	first := d.cmd.Tail()
-	for i := range cs {
-		c := cs[i]
-		c.Status, c.Result = 0, 0
-		c.Encode(rings.CommandEntry(d.cmd.Next()))
-		d.cmd.Commit()
-	}
-	d.cmd.Publish() // kicks a sleeping device
-	d.stats.commands.Add(uint64(len(cs)))
-	deadline := time.Now().Add(timeout)
-	for k := range cs {
-		idx := first + uint32(k)
-		for i := 0; !rings.IsDone(&d.cmd.Ring, idx); i++ {
-			if time.Now().After(deadline) {
-				return ErrCommandTimeout
-			}
-			if i < 64 {
-				runtime.Gosched()
-				continue
-			}
-			// Sleep until the device's completion vector fires; re-check
-			// after announcing so a completion in between is not missed.
-			d.cmd.SetNeedWakeup(true)
-			if !rings.IsDone(&d.cmd.Ring, idx) {
-				d.cmdDone.Wait(time.Millisecond)
-			}
-			d.cmd.SetNeedWakeup(false)
-		}
-		_ = cs[k].Decode(rings.CommandEntry(d.cmd.Entry(idx)))
-	}
-	return nil
-}
-
-// offloadHook sees every OFFLOAD before it is submitted and may return
-// commands to publish with it; done gets their write-backs (or, with an
-// error, the commands as submitted).
-type offloadHook func(offload rings.Command) (follow []rings.Command, done func(res []rings.Command, err error))
-
-// setOffloadHook installs the OFFLOAD hook. The verbs layer uses it to put
-// an RDMA connection's CREATE_QP in the same publish as its OFFLOAD: the
-// unit then attaches the QP before it receives another frame, so no byte of
-// the peer's (its MPA request) can reach the connection before the QP does.
-// The hook runs in Command, before the ring is locked, on the goroutine
-// that submits the OFFLOAD (offloader.delegate, with the offloader's lock
-// held): it must not call back into the offloader.
-func (d *Driver) setOffloadHook(h offloadHook) { d.offloadHook.Store(&h) }
 
 // SetDelegatedHandler installs the receiver of notifications that name a
 // delegated connection.
@@ -526,7 +537,18 @@ func (d *Driver) setRxHold(h func([]byte) bool) {
 		d.rxHold.Store(nil)
 		return
 	}
-	d.rxHold.Store(&h)
+	// Counted here, where the filter is installed, so that the receive
+	// path stays as it is: a held frame is in RxFrames but netstack never
+	// sees it.
+	counted := func(frame []byte) bool {
+		if !h(frame) {
+			return false
+		}
+		d.stats.rxHeld.Add(1)
+		d.stats.rxHeldBytes.Add(uint64(len(frame)))
+		return true
+	}
+	d.rxHold.Store(&counted)
 }
 
 // MTU implements stack.LinkEndpoint.
@@ -601,7 +623,9 @@ func (d *Driver) Close() {
 			f()
 		}
 		d.closing.Store(true)
+		close(d.done)
 		d.irq.Kick()
+		d.cp.wakeVector()
 		d.wg.Wait()
 		_ = d.dev.Stop()
 	})
@@ -620,23 +644,6 @@ func nextPow2(v uint32) uint32 {
 		n <<= 1
 	}
 	return n
-}
-
-// sendDelegated queues a transmit descriptor for a delegated connection on
-// the shared transmit ring.
-func (d *Driver) sendDelegated(t rings.Tx) error {
-	d.txMu.Lock()
-	defer d.txMu.Unlock()
-	e := d.tx.Next()
-	if e == nil {
-		if e = d.waitTxSpace(); e == nil {
-			return errors.New("driver: transmit ring stayed full")
-		}
-	}
-	t.Encode(rings.TxDesc(e))
-	d.tx.Commit()
-	d.tx.Publish()
-	return nil
 }
 
 // legacyData returns the first n bytes of legacy receive buffer id, which

@@ -1,10 +1,11 @@
 package tcpstack
 
 import (
-	"encoding/binary"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/emunic/emunic/nic/hdr"
 )
 
 // FlowKey names a TCP connection from the host's side.
@@ -44,6 +45,10 @@ type flowInfo struct {
 	droppedOut  uint64
 	inSegments  uint64
 	outSegments uint64
+	// acked, when not nil, is closed at the next ACK that advances
+	// SND.UNA (and when the flow is removed): delegation waits on it for
+	// the flow to go quiet.
+	acked chan struct{}
 }
 
 // flowTracker is the driver's table of tracked flows. It is consulted for
@@ -53,6 +58,11 @@ type flowTracker struct {
 	mu     sync.Mutex
 	flows  map[FlowKey]*flowInfo
 	listen map[listenKey]int // tracked listening sockets (refcounted)
+
+	// droppedOut and droppedIn count the frames of frozen flows dropped,
+	// of every flow (the per-flow counts go with the flow): DriverStats
+	// reports them.
+	droppedOut, droppedIn atomic.Uint64
 }
 
 type listenKey struct {
@@ -100,10 +110,32 @@ func (t *flowTracker) add(k FlowKey) {
 func (t *flowTracker) remove(k FlowKey) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if _, ok := t.flows[k]; ok {
+	if f, ok := t.flows[k]; ok {
+		if f.acked != nil {
+			close(f.acked)
+			f.acked = nil
+		}
 		delete(t.flows, k)
 		t.n.Add(-1)
 	}
+}
+
+// ackedChan returns a channel closed once SND.UNA advances on flow k (at
+// once when nothing is unacknowledged), and whether k is tracked.
+func (t *flowTracker) ackedChan(k FlowKey) (<-chan struct{}, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	f, ok := t.flows[k]
+	if !ok {
+		return nil, false
+	}
+	if f.sndUna == f.sndNxt {
+		return closedCh, true
+	}
+	if f.acked == nil {
+		f.acked = make(chan struct{})
+	}
+	return f.acked, true
 }
 
 // freeze makes the driver drop every frame of the flow from now on and
@@ -164,8 +196,10 @@ func (t *flowTracker) observe(frame []byte, outbound bool) (drop bool) {
 	if f.frozen {
 		if outbound {
 			f.droppedOut++
+			t.droppedOut.Add(1)
 		} else {
 			f.droppedIn++
+			t.droppedIn.Add(1)
 		}
 		return true
 	}
@@ -178,10 +212,10 @@ func (t *flowTracker) observe(frame []byte, outbound bool) (drop bool) {
 }
 
 const (
-	tcpFin = 0x01
-	tcpSyn = 0x02
-	tcpRst = 0x04
-	tcpAck = 0x10
+	tcpFin = hdr.TCPFlagFIN
+	tcpSyn = hdr.TCPFlagSYN
+	tcpRst = hdr.TCPFlagRST
+	tcpAck = hdr.TCPFlagACK
 )
 
 func seqAfter(a, b uint32) bool { return int32(a-b) > 0 }
@@ -246,6 +280,10 @@ func (f *flowInfo) learnIn(frame []byte, s *tcpSeg) {
 			f.rtt = monotime() - f.synAt
 		}
 		f.sndUna = s.ack
+		if f.acked != nil {
+			close(f.acked)
+			f.acked = nil
+		}
 	}
 	if s.flags&tcpRst == 0 {
 		f.peerWnd = s.window
@@ -283,62 +321,47 @@ type tcpSeg struct {
 }
 
 // parseTCPFrame parses an Ethernet/IPv4/TCP frame, length-checking every
-// field; anything else returns false.
+// field; anything else (ARP, fragments, truncated headers) returns false.
+// Options are read leniently, unlike the engine: a known option of the
+// wrong length is ignored, and a malformed one ends the list with what
+// came before it kept. The tracker only learns from what netstack and the
+// peer said; it is not the one to refuse a segment.
 func parseTCPFrame(b []byte, s *tcpSeg) bool {
-	if len(b) < 14+20+20 || binary.BigEndian.Uint16(b[12:]) != 0x0800 {
+	eth, err := hdr.ParseEthernet(b)
+	if err != nil || eth.Type() != hdr.EtherTypeIPv4 {
 		return false
 	}
-	ip := b[14:]
-	ihl := int(ip[0]&0xf) * 4
-	tot := int(binary.BigEndian.Uint16(ip[2:]))
-	if ip[0]>>4 != 4 || ihl < 20 || tot < ihl+20 || tot > len(ip) || ip[9] != 6 {
+	ip, err := hdr.ParseIPv4(eth.Payload())
+	if err != nil || ip.Proto() != hdr.ProtoTCP || ip.IsFragment() {
 		return false
 	}
-	if binary.BigEndian.Uint16(ip[6:])&0x3fff != 0 {
-		return false // fragment
-	}
-	copy(s.src[:], ip[12:16])
-	copy(s.dst[:], ip[16:20])
-	t := ip[ihl:tot]
-	off := int(t[12]>>4) * 4
-	if off < 20 || off > len(t) {
+	t, err := hdr.ParseTCP(ip.Payload())
+	if err != nil {
 		return false
 	}
-	s.sport = binary.BigEndian.Uint16(t[0:])
-	s.dport = binary.BigEndian.Uint16(t[2:])
-	s.seq = binary.BigEndian.Uint32(t[4:])
-	s.ack = binary.BigEndian.Uint32(t[8:])
-	s.flags = t[13]
-	s.window = binary.BigEndian.Uint16(t[14:])
-	s.payload = len(t) - off
+	s.src, s.dst = ip.Src(), ip.Dst()
+	s.sport, s.dport = t.SrcPort(), t.DstPort()
+	s.seq, s.ack = t.Seq(), t.Ack()
+	s.flags = t.Flags()
+	s.window = t.Window()
+	s.payload = len(t.Payload())
 	s.mss, s.ws, s.sackOK, s.hasTS = 0, -1, false, false
-	opts := t[20:off]
-	for len(opts) > 0 {
-		kind := opts[0]
-		if kind == 0 {
-			break
-		}
-		if kind == 1 {
-			opts = opts[1:]
+	it := t.OptionIter()
+	for o, ok := it.Next(); ok; o, ok = it.Next() {
+		if !o.WellFormed() {
 			continue
 		}
-		if len(opts) < 2 || int(opts[1]) < 2 || int(opts[1]) > len(opts) {
-			break
-		}
-		o := opts[:opts[1]]
-		switch {
-		case kind == 2 && len(o) == 4:
-			s.mss = binary.BigEndian.Uint16(o[2:])
-		case kind == 3 && len(o) == 3:
-			s.ws = int8(min(o[2], 14))
-		case kind == 4 && len(o) == 2:
+		switch o.Kind() {
+		case hdr.TCPOptMSS:
+			s.mss = o.MSS()
+		case hdr.TCPOptWS:
+			s.ws = int8(min(o.WindowShift(), hdr.TCPMaxWindowShift))
+		case hdr.TCPOptSACKPermitted:
 			s.sackOK = true
-		case kind == 8 && len(o) == 10:
+		case hdr.TCPOptTimestamp:
 			s.hasTS = true
-			s.tsVal = binary.BigEndian.Uint32(o[2:])
-			s.tsEcr = binary.BigEndian.Uint32(o[6:])
+			s.tsVal, s.tsEcr = o.TSVal(), o.TSEcr()
 		}
-		opts = opts[len(o):]
 	}
 	return true
 }

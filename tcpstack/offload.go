@@ -69,21 +69,24 @@ type offloader struct {
 	mu      sync.Mutex
 	conns   map[uint32]*DelegatedConn
 	freeIdx []uint32
-	scratch rings.Addr // state block / buffer descriptor scratch, under mu
+	// quarantined are connection indices held back because the device has
+	// not answered a command that names them (an OFFLOAD, ABORT or RELEASE
+	// timed out or was lost): the index, the connection's host memory and
+	// its frozen flow wait for the answer, never reused before.
+	quarantined map[uint32]error
 
 	rdma verbsState // RDMA verbs on delegated connections (verbs.go)
+
+	// beforeOffload, when set (tests), runs at the start of every
+	// delegation.
+	beforeOffload func(FlowKey)
 }
 
 func newOffloader(drv *Driver, cfg OffloadConfig) (*offloader, error) {
 	cfg.setDefaults()
-	o := &offloader{drv: drv, cfg: cfg, conns: make(map[uint32]*DelegatedConn)}
+	o := &offloader{drv: drv, cfg: cfg, conns: make(map[uint32]*DelegatedConn), quarantined: make(map[uint32]error)}
 	for i := cfg.MaxConns - 1; i >= 0; i-- {
 		o.freeIdx = append(o.freeIdx, uint32(i))
-	}
-	size := max(rings.ConnStateSize, cfg.RecvBuffers*rings.UserBufDescSize)
-	var err error
-	if o.scratch, err = drv.mem.Alloc(size, rings.CacheLine); err != nil {
-		return nil, fmt.Errorf("offload: %w", err)
 	}
 	drv.SetDelegatedHandler(o.dispatch)
 	return o, nil
@@ -113,14 +116,30 @@ func (o *offloader) dispatch(n *rings.Notification) {
 // stays on netstack.
 var ErrNotDelegated = errors.New("connection not delegated")
 
+// errRefused: the unit refused the OFFLOAD (a status other than OK).
+var errRefused = errors.New("refused by the unit")
+
+// ErrDelegationAbandoned is wrapped when the device did not answer a
+// connection's OFFLOAD: the connection is neither netstack's nor usable
+// delegated, and is lost to the caller. The host keeps its flow frozen and
+// its index and memory quarantined until the device answers, then resets
+// it (an ABORT if the device took it, netstack's RST otherwise).
+var ErrDelegationAbandoned = errors.New("delegation abandoned: the device did not answer OFFLOAD")
+
 // delegate moves an established netstack connection to the offload unit:
 // freeze the flow in the driver (netstack neither receives nor sends from
 // here on), wait until nothing is in flight, read the state the driver
-// tracked, give it to the unit with OFFLOAD, post receive buffers, and
-// abort the netstack endpoint (its RST is dropped by the frozen flow).
-func (o *offloader) delegate(ep tcpip.Endpoint, key FlowKey, alreadyRead uint64) (*DelegatedConn, error) {
+// tracked, give it to the unit with OFFLOAD (plus, in the same publish, its
+// receive buffers, or an RDMA connection's CREATE_QP), and abort the
+// netstack endpoint (its RST is dropped by the frozen flow). wq is the
+// endpoint's waiter queue: the drain waits on its readable events.
+func (o *offloader) delegate(ep tcpip.Endpoint, wq *waiter.Queue, key FlowKey, alreadyRead uint64) (*DelegatedConn, error) {
+	if h := o.beforeOffload; h != nil {
+		h(key)
+	}
 	t := &o.drv.flows
-	deadline := time.Now().Add(o.cfg.QuiesceTimeout)
+	timer := time.NewTimer(o.cfg.QuiesceTimeout)
+	defer timer.Stop()
 	var fi flowInfo
 	for {
 		var ok bool
@@ -135,11 +154,18 @@ func (o *offloader) delegate(ep tcpip.Endpoint, key FlowKey, alreadyRead uint64)
 		if fi.sndUna == fi.sndNxt {
 			break
 		}
+		// Data in flight: let netstack finish it and try again at the
+		// next ACK that moves SND.UNA.
 		t.freeze(key, false)
-		if time.Now().After(deadline) {
+		acked, ok := t.ackedChan(key)
+		if !ok {
+			return nil, fmt.Errorf("%w: flow %v not tracked", ErrNotDelegated, key)
+		}
+		select {
+		case <-acked:
+		case <-timer.C:
 			return nil, fmt.Errorf("%w: %d bytes still unacknowledged", ErrNotDelegated, fi.sndNxt-fi.sndUna)
 		}
-		time.Sleep(time.Millisecond)
 	}
 	unfreeze := func() { t.freeze(key, false) }
 
@@ -152,8 +178,12 @@ func (o *offloader) delegate(ep tcpip.Endpoint, key FlowKey, alreadyRead uint64)
 	if fi.peerFin {
 		want--
 	}
-	// Peek first: if the bytes never all arrive, nothing was consumed and
-	// the connection falls back to netstack intact.
+	// Peek only: the bytes stay netstack's until the unit has taken the
+	// connection (then netstack's endpoint goes), so a connection the unit
+	// refuses falls back to netstack intact. The endpoint's readable event
+	// says when more arrived.
+	we, readable := waiter.NewChannelEntry(waiter.ReadableEvents)
+	wq.EventRegister(&we)
 	var pre bytes.Buffer
 	for {
 		pre.Reset()
@@ -161,24 +191,21 @@ func (o *offloader) delegate(ep tcpip.Endpoint, key FlowKey, alreadyRead uint64)
 		if uint64(pre.Len()) >= want {
 			break
 		}
-		if time.Now().After(deadline) {
+		select {
+		case <-readable:
+		case <-timer.C:
+			wq.EventUnregister(&we)
 			unfreeze()
 			return nil, fmt.Errorf("%w: netstack holds %d of the %d bytes it received", ErrNotDelegated, pre.Len(), want)
 		}
-		time.Sleep(50 * time.Microsecond)
 	}
-	pre.Reset()
-	for uint64(pre.Len()) < want {
-		if _, err := ep.Read(&pre, tcpip.ReadOptions{}); err != nil {
-			break
-		}
-	}
+	wq.EventUnregister(&we)
 
 	o.mu.Lock()
 	if len(o.freeIdx) == 0 {
 		o.mu.Unlock()
 		unfreeze()
-		return nil, fmt.Errorf("%w: all %d connection slots in use", ErrNotDelegated, o.cfg.MaxConns)
+		return nil, fmt.Errorf("%w: all %d connection slots in use (%d quarantined)", ErrNotDelegated, o.cfg.MaxConns, o.quarantinedConns())
 	}
 	idx := o.freeIdx[len(o.freeIdx)-1]
 	o.freeIdx = o.freeIdx[:len(o.freeIdx)-1]
@@ -191,48 +218,182 @@ func (o *offloader) delegate(ep tcpip.Endpoint, key FlowKey, alreadyRead uint64)
 		return nil, err
 	}
 	c.peerFin = fi.peerFin // delegated in CLOSE_WAIT: EOF after the data netstack had
-	st := o.stateBlock(key, &fi)
-	o.mu.Lock()
-	o.conns[idx] = c
-	blk, _ := o.drv.mem.Map(o.scratch, rings.ConnStateSize)
-	st.Encode(rings.ConnStateBlock(blk))
-	res, err := o.drv.Command(rings.Command{Opcode: rings.OpOffload, Conn: idx, Addr: o.scratch, Len: rings.ConnStateSize}, o.cfg.CommandTimeout)
-	o.mu.Unlock()
-	if err == nil && res.Status != rings.StatusOK {
-		err = fmt.Errorf("OFFLOAD: %v", res.Status)
+	if pre.Len() > 0 {
+		// Ahead of anything the unit delivers: its buffers are posted
+		// in the OFFLOAD's publish, and data may come at once.
+		c.chunks = append(c.chunks, rxChunk{data: pre.Bytes(), userID: -1})
 	}
+	// An RDMA connection gets no user buffers: its QP takes the byte
+	// stream over inside the device (CREATE_QP refuses posted buffers),
+	// and its CREATE_QP goes in the OFFLOAD's publish.
+	prep, err := o.rdma.prepareQP(idx, key)
 	if err != nil {
-		o.mu.Lock()
-		delete(o.conns, idx)
-		o.mu.Unlock()
 		o.freeConn(c)
 		o.putIdx(idx)
 		unfreeze()
 		return nil, fmt.Errorf("%w: %v", ErrNotDelegated, err)
 	}
-	// From here the unit owns the flow; netstack's endpoint goes away and
+	var blk [rings.ConnStateSize]byte
+	st := o.stateBlock(key, &fi)
+	st.Encode(rings.ConnStateBlock(blk[:]))
+	reqs := []cmdReq{{c: rings.Command{Opcode: rings.OpOffload, Conn: idx}, param: blk[:]}}
+	if prep == nil && !c.peerFin {
+		reqs = append(reqs, o.postReq(c, 0, len(c.rxBufs)))
+	}
+	o.mu.Lock()
+	o.conns[idx] = c // its notifications may come as soon as the unit has it
+	o.mu.Unlock()
+	tk, err := o.rdma.submitOffload(prep, reqs, func(r []cmdReq) (*cmdTicket, error) { return o.drv.submit(r, true, nil) })
+	if err == nil {
+		res := make([]rings.Command, len(tk.reqs))
+		late := func(res []rings.Command, err error) { o.offloadLate(c, ep, prep, res, err) }
+		err = o.drv.wait(tk, o.cfg.CommandTimeout, late, res)
+		if err == nil && res[0].Status != rings.StatusOK {
+			err = fmt.Errorf("OFFLOAD: %v (%w)", res[0].Status, errRefused)
+		}
+		if err == nil {
+			return o.delegated(c, ep, prep, res), nil
+		}
+	}
+	if errors.Is(err, errNotSubmitted) || errors.Is(err, errRefused) {
+		// The unit does not have the connection: it stays on netstack.
+		o.dropConn(c, prep)
+		unfreeze()
+		return nil, fmt.Errorf("%w: %v", ErrNotDelegated, err)
+	}
+	// Timed out (still in flight), lost or closed: the outcome is unknown,
+	// so the index, the memory and the frozen flow stay as they are until
+	// the late answer (offloadLate); the caller has lost the connection.
+	c.mu.Lock()
+	c.closed, c.abandoned = true, true
+	c.cmdFailLocked(err) // and no command for it meanwhile
+	c.mu.Unlock()
+	o.quarantine(idx, err)
+	if !errors.Is(err, ErrCommandTimeout) {
+		// No late answer will come: netstack's endpoint goes now (its
+		// RST dropped by the frozen flow); the rest stays quarantined.
+		ep.Abort()
+		ep.Close()
+	}
+	return nil, fmt.Errorf("%w: %w", ErrDelegationAbandoned, err)
+}
+
+// delegated finishes a delegation the unit took.
+func (o *offloader) delegated(c *DelegatedConn, ep tcpip.Endpoint, prep *qpPrep, res []rings.Command) *DelegatedConn {
+	// From here the unit owns the flow; netstack's endpoint goes away
+	// (with the bytes it held: the connection's first chunk has them) and
 	// the frozen flow swallows its RST.
 	ep.Abort()
 	ep.Close()
-	if pre.Len() > 0 {
-		c.chunks = append(c.chunks, rxChunk{data: pre.Bytes(), userID: -1})
-	}
-	// An RDMA connection gets no user buffers: its QP takes the byte
-	// stream over inside the device (CREATE_QP refuses posted buffers).
-	if !o.rdma.rawStream(key) {
-		c.mu.Lock()
-		for i := range c.rxBufs {
-			o.repost(c, i)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case prep != nil:
+		prep.done(res[1])
+	case len(res) > 1:
+		if err := o.checkResult(res[1], nil); err != nil {
+			c.cmdFailLocked(err)
 		}
-		c.mu.Unlock()
 	}
-	return c, nil
+	return c
 }
+
+// offloadLate is the late answer to an OFFLOAD whose waiter gave up (on a
+// reaper goroutine: it must not block).
+func (o *offloader) offloadLate(c *DelegatedConn, ep tcpip.Endpoint, prep *qpPrep, res []rings.Command, err error) {
+	switch {
+	case err != nil:
+		// Lost, or the driver closed: the outcome stays unknown, and so
+		// the index and memory stay quarantined.
+		o.quarantine(c.idx, err)
+		go func() { ep.Abort(); ep.Close() }()
+	case res[0].Status == rings.StatusOK:
+		// The unit installed the connection after we gave up on it:
+		// take it down (ABORT resets the peer and frees the index in
+		// the unit; an RDMA connection's QP goes with it).
+		abort := []cmdReq{{c: rings.Command{Opcode: rings.OpAbort, Conn: c.idx}}}
+		if serr := o.drv.submitAsync(abort, func(r []rings.Command, err error) {
+			if err == nil && (r[0].Status == rings.StatusOK || r[0].Status == rings.StatusBadConn) {
+				go o.dropAbandoned(c, ep, prep, false)
+				return
+			}
+			if err == nil {
+				err = fmt.Errorf("ABORT: %v", r[0].Status)
+			}
+			o.quarantine(c.idx, fmt.Errorf("abandoned connection not taken down: %w", err))
+			go func() { ep.Abort(); ep.Close() }()
+		}); serr != nil {
+			o.quarantine(c.idx, serr)
+		}
+	default:
+		// Refused: the unit never had it.
+		go o.dropAbandoned(c, ep, prep, true)
+	}
+}
+
+// dropAbandoned frees a connection whose delegation was abandoned once the
+// unit no longer has it. With reset, netstack's endpoint resets the peer
+// (the flow is unfrozen first); without, the unit already did.
+func (o *offloader) dropAbandoned(c *DelegatedConn, ep tcpip.Endpoint, prep *qpPrep, reset bool) {
+	if reset {
+		o.drv.flows.remove(c.key)
+	}
+	ep.Abort()
+	ep.Close()
+	o.drv.flows.remove(c.key)
+	o.dropConn(c, prep)
+	o.unquarantine(c.idx)
+}
+
+// dropConn forgets a connection the unit does not have and frees its index
+// and memory.
+func (o *offloader) dropConn(c *DelegatedConn, prep *qpPrep) {
+	if prep != nil {
+		prep.discard()
+	}
+	o.mu.Lock()
+	if o.conns[c.idx] == c {
+		delete(o.conns, c.idx)
+	}
+	o.mu.Unlock()
+	o.rdma.forgetEarly(c.key)
+	o.freeConn(c)
+	o.putIdx(c.idx)
+}
+
+// quarantine records why connection index idx is held back.
+func (o *offloader) quarantine(idx uint32, why error) {
+	o.mu.Lock()
+	_, again := o.quarantined[idx]
+	o.quarantined[idx] = why
+	o.mu.Unlock()
+	if !again {
+		o.drv.quarantine(1)
+	}
+}
+
+func (o *offloader) unquarantine(idx uint32) {
+	o.mu.Lock()
+	_, ok := o.quarantined[idx]
+	delete(o.quarantined, idx)
+	o.mu.Unlock()
+	if ok {
+		o.drv.quarantine(-1)
+	}
+}
+
+// quarantinedConns counts the indices held back (o.mu held).
+func (o *offloader) quarantinedConns() int { return len(o.quarantined) }
 
 func (o *offloader) putIdx(idx uint32) {
 	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, f := range o.freeIdx {
+		if f == idx {
+			return // never twice: two connections would share it
+		}
+	}
 	o.freeIdx = append(o.freeIdx, idx)
-	o.mu.Unlock()
 }
 
 func (o *offloader) stateBlock(key FlowKey, fi *flowInfo) rings.ConnState {
@@ -299,11 +460,16 @@ func (o *offloader) newConn(idx uint32, key FlowKey, fi *flowInfo) (*DelegatedCo
 	return c, nil
 }
 
+// freeConn gives a connection's host memory back: only once the unit no
+// longer has the connection (it places into the receive buffers and reads
+// the send area).
 func (o *offloader) freeConn(c *DelegatedConn) {
 	mem := o.drv.mem
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.sndBase != 0 {
 		_ = mem.Free(c.sndBase)
-		c.sndBase = 0
+		c.sndBase, c.sndMem = 0, nil
 	}
 	for _, a := range c.rxBufs {
 		_ = mem.Free(a)
@@ -311,7 +477,9 @@ func (o *offloader) freeConn(c *DelegatedConn) {
 	c.rxBufs, c.rxBufMem = nil, nil
 }
 
-// release frees a closed connection's index and host memory.
+// release frees a closed connection's index and host memory, once the unit
+// has let go of it (RELEASE; ABORT and DESTROY_QP already freed the index
+// in the unit). It never waits: the answer comes on a reaper goroutine.
 func (o *offloader) release(c *DelegatedConn) {
 	o.mu.Lock()
 	if o.conns[c.idx] != c {
@@ -320,52 +488,105 @@ func (o *offloader) release(c *DelegatedConn) {
 	}
 	delete(o.conns, c.idx)
 	o.mu.Unlock()
-	if !c.aborted.Load() {
-		// ABORT and DESTROY_QP already freed the index in the unit.
-		_, _ = o.drv.Command(rings.Command{Opcode: rings.OpRelease, Conn: c.idx}, o.cfg.CommandTimeout)
+	if c.aborted.Load() {
+		o.released(c)
+		return
 	}
-	o.drv.flows.remove(c.key)
-	o.freeConn(c)
-	o.putIdx(c.idx)
+	rel := []cmdReq{{c: rings.Command{Opcode: rings.OpRelease, Conn: c.idx}}}
+	if err := o.drv.submitAsync(rel, func(r []rings.Command, err error) { o.releaseLate(c, r[0], err) }); err != nil {
+		o.quarantine(c.idx, err)
+	}
 }
 
-// repost gives user buffer id back to the unit. Called with c.mu held.
+func (o *offloader) releaseLate(c *DelegatedConn, r rings.Command, err error) {
+	switch {
+	case err != nil:
+		o.quarantine(c.idx, fmt.Errorf("RELEASE: %w", err))
+	case r.Status == rings.StatusOK || r.Status == rings.StatusBadConn:
+		o.released(c)
+	case r.Opcode == rings.OpRelease && r.Status == rings.StatusBadState:
+		// Not closed in the unit (the host gave up on it first): reset
+		// it, which frees the index too.
+		abort := []cmdReq{{c: rings.Command{Opcode: rings.OpAbort, Conn: c.idx}}}
+		if serr := o.drv.submitAsync(abort, func(r []rings.Command, err error) { o.releaseLate(c, r[0], err) }); serr != nil {
+			o.quarantine(c.idx, serr)
+		}
+	default:
+		o.quarantine(c.idx, fmt.Errorf("%v: %v", r.Opcode, r.Status))
+	}
+}
+
+// released frees what the host kept for a connection the unit no longer
+// has.
+func (o *offloader) released(c *DelegatedConn) {
+	o.drv.flows.remove(c.key)
+	o.rdma.forgetEarly(c.key)
+	o.freeConn(c)
+	o.putIdx(c.idx)
+	o.unquarantine(c.idx)
+}
+
+// postReq is the POST_BUFFERS of user buffers [from, to).
+func (o *offloader) postReq(c *DelegatedConn, from, to int) cmdReq {
+	p := make([]byte, (to-from)*rings.UserBufDescSize)
+	for i := from; i < to; i++ {
+		ub := rings.UserBuf{Addr: c.rxBufs[i], Len: uint32(len(c.rxBufMem[i])), ID: uint32(i)}
+		ub.Encode(rings.UserBufDesc(p[(i-from)*rings.UserBufDescSize:]))
+	}
+	return cmdReq{c: rings.Command{Opcode: rings.OpPostBuffers, Conn: c.idx, Arg0: uint32(to - from)}, param: p}
+}
+
+// repost gives user buffer id back to the unit, without waiting (it runs
+// on the interrupt goroutine and under the connection's lock); a refusal
+// surfaces on the connection. Called with c.mu held.
 func (o *offloader) repost(c *DelegatedConn, id int) {
-	if id >= len(c.rxBufs) || c.released || c.peerFin || c.rxErr != nil {
+	if id >= len(c.rxBufs) || c.released || c.peerFin || c.rxErr != nil || c.cmdErr != nil {
 		return // the unit takes no more receive buffers once the peer closed
 	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	d, _ := o.drv.mem.Map(o.scratch, rings.UserBufDescSize)
-	ub := rings.UserBuf{Addr: c.rxBufs[id], Len: uint32(len(c.rxBufMem[id])), ID: uint32(id)}
-	ub.Encode(rings.UserBufDesc(d))
-	_, _ = o.drv.Command(rings.Command{Opcode: rings.OpPostBuffers, Conn: c.idx, Addr: o.scratch,
-		Len: rings.UserBufDescSize, Arg0: 1}, o.cfg.CommandTimeout)
+	o.asyncLocked(c, o.postReq(c, id, id+1))
 }
 
 // credit returns receive window for legacy-uploaded bytes the application
-// consumed (UPDATE with Arg0 = bytes, like a TOE's RX_DATA_ACK).
+// consumed (UPDATE with Arg0 = bytes, like a TOE's RX_DATA_ACK), without
+// waiting. Called with c.mu held.
 func (o *offloader) credit(c *DelegatedConn, n uint32) {
-	if c.released {
+	if c.released || c.cmdErr != nil {
 		return
 	}
-	_, _ = o.drv.Command(rings.Command{Opcode: rings.OpUpdate, Conn: c.idx, Arg0: n}, o.cfg.CommandTimeout)
+	o.asyncLocked(c, cmdReq{c: rings.Command{Opcode: rings.OpUpdate, Conn: c.idx, Arg0: n}})
 }
 
-func (o *offloader) command(c *DelegatedConn, op rings.Opcode, arg uint32) error {
-	res, err := o.drv.Command(rings.Command{Opcode: op, Conn: c.idx, Arg0: arg}, o.cfg.CommandTimeout)
+// asyncLocked submits a command of connection c without waiting; a
+// failure (status, lost, not submitted) becomes the connection's error,
+// which its next Read or Write returns. Called with c.mu held.
+func (o *offloader) asyncLocked(c *DelegatedConn, r cmdReq) {
+	err := o.drv.submitAsync([]cmdReq{r}, func(res []rings.Command, err error) {
+		if err = o.checkResult(res[0], err); err != nil {
+			c.mu.Lock()
+			c.cmdFailLocked(err)
+			c.mu.Unlock()
+		}
+	})
 	if err != nil {
-		return err
+		c.cmdFailLocked(fmt.Errorf("%v: %w", r.c.Opcode, err))
 	}
-	if res.Status != rings.StatusOK {
-		return fmt.Errorf("%v: %v", op, res.Status)
+}
+
+// checkResult turns a write-back (or its absence) into an error.
+func (o *offloader) checkResult(r rings.Command, err error) error {
+	if err != nil {
+		return fmt.Errorf("%v: %w", r.Opcode, err)
+	}
+	if r.Status != rings.StatusOK {
+		return fmt.Errorf("%v: %v", r.Opcode, r.Status)
 	}
 	return nil
 }
 
-// send queues one transmit descriptor for the connection.
-func (o *offloader) send(c *DelegatedConn, a rings.Addr, n uint32, flags rings.TxFlags) error {
-	return o.drv.sendDelegated(rings.Tx{Conn: c.idx, Addr: a, Len: n, Flags: flags})
+// send queues one transmit descriptor for the connection if the ring has a
+// slot; otherwise it returns a channel closed when slots free.
+func (o *offloader) send(c *DelegatedConn, a rings.Addr, n uint32, flags rings.TxFlags) (bool, <-chan struct{}) {
+	return o.drv.trySendDelegated(rings.Tx{Conn: c.idx, Addr: a, Len: n, Flags: flags})
 }
 
 // Offload turns on connection delegation for this host.
@@ -401,7 +622,7 @@ func (h *Host) DialOffload(ctx context.Context, dst netip.AddrPort) (*DelegatedC
 	}
 	c, err := h.Delegate(nc)
 	if err != nil {
-		nc.Close()
+		nc.Close() // nothing if the delegation was abandoned: the host owns it
 		return nil, err
 	}
 	return c, nil
@@ -411,10 +632,12 @@ func (h *Host) DialOffload(ctx context.Context, dst netip.AddrPort) (*DelegatedC
 // can be delegated later with Delegate.
 type TrackedConn struct {
 	*gonet.TCPConn
-	ep   tcpip.Endpoint
-	key  FlowKey
-	drv  *Driver
-	read atomic.Uint64 // bytes the application read before delegation
+	ep    tcpip.Endpoint
+	wq    *waiter.Queue
+	key   FlowKey
+	drv   *Driver
+	read  atomic.Uint64 // bytes the application read before delegation
+	taken atomic.Bool   // an abandoned delegation owns the endpoint and the flow
 }
 
 // Read implements net.Conn, counting what the application consumed so a
@@ -425,8 +648,13 @@ func (t *TrackedConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Close closes the netstack connection and stops tracking it.
+// Close closes the netstack connection and stops tracking it. After a
+// delegation that was abandoned (ErrDelegationAbandoned) it does nothing:
+// the host resets the connection once the device has answered.
 func (t *TrackedConn) Close() error {
+	if t.taken.Load() {
+		return nil
+	}
 	err := t.TCPConn.Close()
 	t.drv.flows.remove(t.key)
 	return err
@@ -470,17 +698,26 @@ func (h *Host) DialTracked(ctx context.Context, dst netip.AddrPort) (*TrackedCon
 		h.Driver.flows.remove(key)
 		return nil, fmt.Errorf("tcpstack: dial %v: %s", dst, terr)
 	}
-	return &TrackedConn{TCPConn: gonet.NewTCPConn(&wq, ep), ep: ep, key: key, drv: h.Driver}, nil
+	return &TrackedConn{TCPConn: gonet.NewTCPConn(&wq, ep), ep: ep, wq: &wq, key: key, drv: h.Driver}, nil
 }
 
 // Delegate hands a tracked netstack connection to the offload unit. On
-// failure (wrapping ErrNotDelegated) the connection stays usable on netstack.
+// failure wrapping ErrNotDelegated the connection stays usable on netstack;
+// on ErrDelegationAbandoned (the device did not answer) it is lost, and
+// Close on it does nothing.
 func (h *Host) Delegate(t *TrackedConn) (*DelegatedConn, error) {
 	o, err := h.offloader()
 	if err != nil {
 		return nil, err
 	}
-	return o.delegate(t.ep, t.key, t.read.Load())
+	if t.taken.Load() {
+		return nil, fmt.Errorf("%w (earlier)", ErrDelegationAbandoned)
+	}
+	c, err := o.delegate(t.ep, t.wq, t.key, t.read.Load())
+	if errors.Is(err, ErrDelegationAbandoned) {
+		t.taken.Store(true)
+	}
+	return c, err
 }
 
 // OffloadListener accepts connections with netstack and delegates each one
@@ -493,10 +730,34 @@ type OffloadListener struct {
 	ip   [4]byte
 	port uint16
 	once sync.Once
-	// Fallbacks counts connections that stayed on netstack.
-	Fallbacks int
-	// FallbackErr says why the last connection stayed on netstack.
-	FallbackErr error
+
+	mu          sync.Mutex
+	fallbacks   int
+	lost        int
+	fallbackErr error
+}
+
+// Fallbacks counts the accepted connections that stayed on netstack.
+func (l *OffloadListener) Fallbacks() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.fallbacks
+}
+
+// Lost counts the accepted connections lost because the device did not
+// answer their OFFLOAD (ErrDelegationAbandoned); Accept skips them.
+func (l *OffloadListener) Lost() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lost
+}
+
+// FallbackErr says why the last connection that was not delegated stayed
+// on netstack (or was lost); nil if none.
+func (l *OffloadListener) FallbackErr() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.fallbackErr
 }
 
 // ListenOffload listens on port; every accepted connection is delegated.
@@ -539,10 +800,20 @@ func (l *OffloadListener) Accept() (net.Conn, error) {
 			return nil, &net.OpError{Op: "accept", Net: "tcp", Err: fmt.Errorf("%s", terr)}
 		}
 		key := FlowKey{LocalIP: l.ip, RemoteIP: peer.Addr.As4(), LocalPort: l.port, RemotePort: peer.Port}
-		c, err := l.h.off.delegate(n, key, 0)
+		c, err := l.h.off.delegate(n, wq, key, 0)
+		if errors.Is(err, ErrDelegationAbandoned) {
+			// The host owns it until the device answers: not ours.
+			l.mu.Lock()
+			l.lost, l.fallbackErr = l.lost+1, err
+			l.mu.Unlock()
+			continue
+		}
 		if err != nil {
-			l.Fallbacks, l.FallbackErr = l.Fallbacks+1, err
+			l.mu.Lock()
+			l.fallbacks, l.fallbackErr = l.fallbacks+1, err
+			l.mu.Unlock()
 			l.h.Driver.flows.remove(key)
+			l.h.off.rdma.forgetEarly(key)
 			return gonet.NewTCPConn(wq, n), nil
 		}
 		return c, nil

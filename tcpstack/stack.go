@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 
 	"github.com/emunic/emunic/nic"
 	"github.com/emunic/emunic/nic/port"
@@ -150,10 +151,15 @@ type Host struct {
 	Driver *Driver
 	offMu  sync.Mutex
 	off    *offloader
+	pdNext atomic.Uint32 // the last protection domain number handed out
 }
 
 // NewHost builds a host on port p. Close stops everything, including p.
-func NewHost(cfg HostConfig, p port.Port) (*Host, error) {
+func NewHost(cfg HostConfig, p port.Port) (*Host, error) { return newHost(cfg, p, nil) }
+
+// newHost is NewHost; wrap, if set (tests), puts something between the
+// driver and the device.
+func newHost(cfg HostConfig, p port.Port, wrap func(*nic.Device, *rings.Arena) Device) (*Host, error) {
 	if cfg.MTU == 0 {
 		cfg.MTU = 1500
 	}
@@ -180,7 +186,11 @@ func NewHost(cfg HostConfig, p port.Port) (*Host, error) {
 	if err != nil {
 		return nil, err
 	}
-	drv, err := NewDriver(mem, dev, cfg.Driver)
+	var d Device = dev
+	if wrap != nil {
+		d = wrap(dev, mem)
+	}
+	drv, err := NewDriver(mem, d, cfg.Driver)
 	if err != nil {
 		_ = p.Close()
 		return nil, err

@@ -20,17 +20,21 @@ package tcpstack
 // from CREATE_QP on, the device's iWARP engine owns the byte stream in both
 // directions. The QP number is the connection's delegated-connection index.
 // netstack makes the TCP connection; delegation then issues OFFLOAD and
-// CREATE_QP in one publish (the driver's OFFLOAD hook, afterOffload), so
-// the unit attaches the QP before it handles another received frame. Bytes
-// the peer sends to an RDMA listener before its end is delegated are
-// dropped by the driver (holdEarlyData) and retransmitted by the peer to
-// the QP: the MPA request must reach the QP, never netstack.
+// CREATE_QP in one publish (prepareQP, submitOffload), so the unit attaches
+// the QP before it handles another received frame. Bytes the peer sends to
+// an RDMA listener before its end is delegated (its MPA request, when the
+// initiator is quicker than our accept) are held by the driver
+// (holdEarlyData) and handed to the unit after the CREATE_QP, in the same
+// publish (RX_INJECT): the unit steers them to the new connection as if
+// they had just arrived, so the MPA request reaches the QP, never netstack,
+// and nothing waits for the peer to retransmit it.
 //
 // MPA revision 1 has the initiator speak first: a responder's QP is ready
 // (ACCEPTED) once it accepted, may post at once, but its sends go out when
 // the initiator's first message arrived (then it is in RTS).
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -59,15 +63,13 @@ const (
 	// an accepted connection, and Close's orderly disconnect.
 	DefaultConnectTimeout = 10 * time.Second
 	closeTimeout          = 2 * time.Second
-	// connectGrace is how long DialRDMA waits between CREATE_QP and the
-	// MPA request. The responder delegates its end (OFFLOAD + CREATE_QP)
-	// one handshake hop after we do; an MPA request that arrives before
-	// that is held back by the responder's driver (it must reach the QP,
-	// not netstack) and comes again only at our engine's retransmission
-	// timeout, 1 s without an RTT sample. Measured on two emulated hosts,
-	// the responder trails by at most ~0.3 ms; without the grace one
-	// connection in five took that second.
-	connectGrace = time.Millisecond
+	// maxEarlyFrames and maxEarlyBytes bound what the driver holds for
+	// one RDMA connection not yet delegated (an MPA request is one frame),
+	// maxEarlyFlows the connections it holds for; past them a frame is
+	// dropped (counted) and left to the peer's retransmission.
+	maxEarlyFrames = 8
+	maxEarlyBytes  = 16 << 10
+	maxEarlyFlows  = 1024
 )
 
 // Errors of the verbs layer. Command failures are *CommandError, which
@@ -90,7 +92,7 @@ var (
 	ErrQPError = errors.New("verbs: QP in error")
 	// ErrEarlyData: bytes of the RDMA connection reached the host instead
 	// of the QP. A safety net: OFFLOAD and CREATE_QP share a publish, and
-	// early bytes to a listener are dropped for the peer to retransmit.
+	// early bytes to a listener are held and injected after them.
 	ErrEarlyData = errors.New("verbs: peer data reached the host before the QP took the stream")
 	// ErrBufferRegistered: Buffer.Free found a live registration on the
 	// buffer (deregister it, or Put it back to its cache, first).
@@ -132,7 +134,9 @@ type verbsState struct {
 	active   atomic.Bool // objects exist: route looks at notifications
 	o        *offloader
 	mem      *rings.Arena
-	exec     func(rings.Command) (rings.Command, error)
+	// exec runs one command; late (may be nil) gets the outcome of a
+	// command exec gave up on (ErrCommandTimeout), when it comes.
+	exec func(c rings.Command, late func(rings.Command, error)) (rings.Command, error)
 
 	mu     sync.Mutex
 	cqs    [maxCQNum]*CQ
@@ -149,9 +153,27 @@ type verbsState struct {
 	// listenSnap is listen's keys as an immutable map for the receive
 	// filter.
 	listenSnap atomic.Pointer[map[listenKey]bool]
+	// early holds the bytes peers sent to RDMA listeners before their
+	// connection was delegated (holdEarlyData), by flow.
+	early map[FlowKey]*earlyFlow
+	// earlyHeld counts frames held, earlyInjected frames handed to the
+	// unit, earlyDropped frames dropped (table full); onEarlyHold (tests)
+	// runs after a frame is held.
+	earlyHeld, earlyInjected, earlyDropped atomic.Uint64
+	onEarlyHold                            func(FlowKey)
 }
 
-func (v *verbsState) init(o *offloader, mem *rings.Arena, exec func(rings.Command) (rings.Command, error)) {
+// earlyFlow is what the driver holds for one RDMA connection to a
+// listener until its delegation; forward means the OFFLOAD that took the
+// held frames was submitted, and later ones are injected at once.
+type earlyFlow struct {
+	frames  [][]byte
+	bytes   int
+	forward bool
+	idx     uint32 // the connection index, once forward
+}
+
+func (v *verbsState) init(o *offloader, mem *rings.Arena, exec func(rings.Command, func(rings.Command, error)) (rings.Command, error)) {
 	v.initOnce.Do(func() {
 		v.o, v.mem, v.exec = o, mem, exec
 		v.qps = make(map[uint32]*QP)
@@ -160,9 +182,7 @@ func (v *verbsState) init(o *offloader, mem *rings.Arena, exec func(rings.Comman
 		v.flows = make(map[FlowKey]*QPAttr)
 		v.listen = make(map[listenKey]*QPAttr)
 		v.prepErr = make(map[uint32]error)
-		if o != nil {
-			o.drv.setOffloadHook(v.afterOffload)
-		}
+		v.early = make(map[FlowKey]*earlyFlow)
 		v.active.Store(true)
 	})
 }
@@ -174,15 +194,21 @@ func (h *Host) verbs() (*verbsState, error) {
 		return nil, fmt.Errorf("verbs: %w", err)
 	}
 	v := &o.rdma
-	v.init(o, h.Mem, func(c rings.Command) (rings.Command, error) {
-		return o.drv.Command(c, o.cfg.CommandTimeout)
+	v.init(o, h.Mem, func(c rings.Command, late func(rings.Command, error)) (rings.Command, error) {
+		return o.drv.command(c, o.cfg.CommandTimeout, late)
 	})
 	return v, nil
 }
 
 // do runs one command; a status other than OK is a *CommandError.
-func (v *verbsState) do(c rings.Command) (rings.Command, error) {
-	res, err := v.exec(c)
+func (v *verbsState) do(c rings.Command) (rings.Command, error) { return v.doLate(c, nil) }
+
+// doLate is do for a command that names host resources: if it times out,
+// late gets its outcome when the device answers (until then the caller
+// keeps the resources reserved). late runs on the driver's command vector
+// goroutine and must not block.
+func (v *verbsState) doLate(c rings.Command, late func(rings.Command, error)) (rings.Command, error) {
+	res, err := v.exec(c, late)
 	if err != nil {
 		return res, fmt.Errorf("verbs: %v: %w", c.Opcode, err)
 	}
@@ -224,60 +250,105 @@ func (v *verbsState) markFlow(key FlowKey, attr *QPAttr) {
 	}
 }
 
-// afterOffload is the driver's OFFLOAD hook. For an RDMA connection it
-// prepares the QP (rings in host memory, registered under the connection
-// index so its events find it) and returns its CREATE_QP, which the driver
-// publishes with the OFFLOAD: the unit attaches the QP in the same pass, so
-// no byte the peer sends (its MPA request) can reach the connection first.
-// It runs inside Driver.Command with the offloader's lock held (delegate).
-func (v *verbsState) afterOffload(c rings.Command) ([]rings.Command, func([]rings.Command, error)) {
-	if !v.active.Load() || c.Len < rings.ConnStateSize {
+// qpPrep is the QP made for an RDMA connection being delegated, and its
+// CREATE_QP, which goes in the OFFLOAD's publish.
+type qpPrep struct {
+	v       *verbsState
+	qp      *QP
+	key     FlowKey
+	create  cmdReq
+	discard func() // idempotent: see forget
+}
+
+// prepareQP makes the QP of connection idx if key is an RDMA connection
+// being delegated (nil, nil if not): its rings and control block in host
+// memory, registered under the connection index so its events find it.
+// The CREATE_QP goes in the OFFLOAD's publish (submitOffload): the unit then
+// attaches the QP in the same pass, before it handles another received
+// frame, so no byte of the peer's (its MPA request) can reach the
+// connection first.
+func (v *verbsState) prepareQP(idx uint32, key FlowKey) (*qpPrep, error) {
+	if !v.active.Load() {
 		return nil, nil
 	}
-	blk, err := v.mem.Map(c.Addr, rings.ConnStateSize)
-	if err != nil {
-		return nil, nil
-	}
-	b := rings.ConnStateBlock(blk)
-	key := FlowKey{LocalIP: b.LocalIP(), RemoteIP: b.RemoteIP(), LocalPort: b.LocalPort(), RemotePort: b.RemotePort()}
 	attr, initiator := v.rdmaFlow(key)
 	if attr == nil {
 		return nil, nil
 	}
-	idx := c.Conn
 	v.mu.Lock()
 	delete(v.prepErr, idx)
 	v.mu.Unlock()
 	qp, err := v.newQP(attr, idx, initiator)
-	if err == nil {
-		qp.adoptable = true
-		if err = qp.register(); err != nil {
-			qp.freeMem()
-		}
-	}
 	if err != nil {
-		v.mu.Lock()
-		v.prepErr[idx] = err
-		v.mu.Unlock()
-		return nil, nil
+		return nil, err
 	}
-	create := rings.Command{Opcode: rings.OpCreateQP, Conn: idx, Addr: qp.cfgBase, Len: rings.QPConfigSize}
-	return []rings.Command{create}, func(res []rings.Command, err error) {
-		if err == nil && res[0].Status != rings.StatusOK {
-			err = &CommandError{Op: rings.OpCreateQP, Status: res[0].Status}
-		}
-		if err == nil {
-			return
-		}
-		qp.unregister()
-		var ce *CommandError
-		if errors.As(err, &ce) || errors.Is(err, errCommandRingFull) {
-			qp.freeMem() // refused or never submitted: the device never saw the rings
-		}
-		v.mu.Lock()
-		v.prepErr[idx] = err
-		v.mu.Unlock()
+	qp.adoptable = true
+	if err := qp.register(); err != nil {
+		qp.freeMem()
+		return nil, err
 	}
+	p := &qpPrep{v: v, qp: qp, key: key,
+		create: cmdReq{c: rings.Command{Opcode: rings.OpCreateQP, Conn: idx, Addr: qp.cfgBase, Len: rings.QPConfigSize}}}
+	p.discard = sync.OnceFunc(p.forget)
+	return p, nil
+}
+
+// submitOffload submits an OFFLOAD batch (reqs) with submit. For an RDMA
+// connection (p not nil) it adds the CREATE_QP and, behind it, the bytes
+// the peer sent before the delegation (RX_INJECT, one frame each): the unit
+// steers them to the connection, now with its QP, as if they had just
+// arrived. From this publish on, frames that still come the legacy way
+// (the unit uploaded them before it ran the OFFLOAD) are injected as they
+// come, behind it.
+func (v *verbsState) submitOffload(p *qpPrep, reqs []cmdReq, submit func([]cmdReq) (*cmdTicket, error)) (*cmdTicket, error) {
+	if p == nil {
+		return submit(reqs)
+	}
+	reqs = append(reqs, p.create)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	ef := v.early[p.key]
+	if ef == nil && !p.qp.initiator {
+		ef = &earlyFlow{}
+		v.early[p.key] = ef
+	}
+	if ef != nil {
+		for _, f := range ef.frames {
+			reqs = append(reqs, cmdReq{c: rings.Command{Opcode: rings.OpRxInject, Conn: p.create.c.Conn}, param: f})
+		}
+	}
+	t, err := submit(reqs)
+	if err != nil {
+		return nil, err
+	}
+	if ef != nil {
+		v.earlyInjected.Add(uint64(len(ef.frames)))
+		v.copied(ef.bytes) // the command path copies each into host memory
+		ef.frames, ef.bytes, ef.forward, ef.idx = nil, 0, true, p.create.c.Conn
+	}
+	return t, nil
+}
+
+// done takes the CREATE_QP write-back of an OFFLOAD the unit took: a
+// refusal is kept for adoptQP.
+func (p *qpPrep) done(res rings.Command) {
+	if res.Status == rings.StatusOK {
+		return
+	}
+	err := &CommandError{Op: rings.OpCreateQP, Status: res.Status}
+	p.discard()
+	v := p.v
+	v.mu.Lock()
+	v.prepErr[p.qp.qpn] = err
+	v.mu.Unlock()
+}
+
+// forget (through discard, once) forgets the QP and frees its memory: the
+// unit has none (its CREATE_QP was refused or never ran, or ABORT took it
+// down).
+func (p *qpPrep) forget() {
+	p.qp.unregister()
+	p.qp.freeMem()
 }
 
 // adoptQP takes the QP made with connection c's OFFLOAD and readies the
@@ -345,12 +416,14 @@ func (v *verbsState) route(n *rings.Notification) bool {
 }
 
 // holdEarlyData is the driver's legacy receive filter while RDMA listeners
-// exist: it drops TCP segments with payload addressed to an RDMA listener.
-// Such bytes can only belong to a connection netstack accepted and the
-// host has not delegated yet (afterwards the device steers the flow to its
-// engine), and they are the peer's MPA request, which must reach the QP,
-// not netstack: dropped here, they are retransmitted by the peer to the
-// delegated connection.
+// exist: it takes the TCP segments with payload addressed to an RDMA
+// listener. Such bytes can only belong to a connection netstack accepted
+// and the host has not delegated yet (afterwards the device steers the flow
+// to its engine), and they are the peer's MPA request, which must reach the
+// QP, not netstack: netstack never sees them (so RCV.NXT, and the state
+// block, stop before them), and the frames are held (hold) until the
+// connection's OFFLOAD and CREATE_QP, behind which they are injected.
+// Interrupt goroutine: it never blocks.
 func (v *verbsState) holdEarlyData(frame []byte) bool {
 	m := v.listenSnap.Load()
 	if m == nil || len(*m) == 0 || len(frame) < header.EthernetMinimumSize+header.IPv4MinimumSize+header.TCPMinimumSize {
@@ -371,8 +444,65 @@ func (v *verbsState) holdEarlyData(frame []byte) bool {
 	if int(tcp.DataOffset()) >= len(tcp) {
 		return false // no payload
 	}
-	_, ok := (*m)[listenKey{ip.DestinationAddress().As4(), tcp.DestinationPort()}]
-	return ok
+	local := ip.DestinationAddress().As4()
+	if _, ok := (*m)[listenKey{local, tcp.DestinationPort()}]; !ok {
+		return false
+	}
+	v.hold(FlowKey{LocalIP: local, RemoteIP: ip.SourceAddress().As4(), LocalPort: tcp.DestinationPort(), RemotePort: tcp.SourcePort()},
+		frame[:header.EthernetMinimumSize+tl])
+	return true
+}
+
+// hold keeps a copy of an early frame of flow key for its delegation, or,
+// once that was submitted, injects it at once (RX_INJECT, without waiting).
+func (v *verbsState) hold(key FlowKey, frame []byte) {
+	f := bytes.Clone(frame) // the legacy buffer goes back to the device
+	v.copied(len(f))
+	v.mu.Lock()
+	ef := v.early[key]
+	if ef == nil {
+		if len(v.early) >= maxEarlyFlows {
+			v.mu.Unlock()
+			v.earlyDropped.Add(1)
+			return
+		}
+		ef = &earlyFlow{}
+		v.early[key] = ef
+	}
+	if ef.forward {
+		inject := []cmdReq{{c: rings.Command{Opcode: rings.OpRxInject, Conn: ef.idx}, param: f}}
+		if v.o != nil && v.o.drv.submitAsync(inject, nil) == nil {
+			v.earlyInjected.Add(1)
+			v.copied(len(f)) // into host memory, by the command path
+		} else {
+			v.earlyDropped.Add(1)
+		}
+		v.mu.Unlock()
+		return
+	}
+	if len(ef.frames) >= maxEarlyFrames || ef.bytes+len(f) > maxEarlyBytes {
+		v.mu.Unlock()
+		v.earlyDropped.Add(1)
+		return
+	}
+	ef.frames = append(ef.frames, f)
+	ef.bytes += len(f)
+	hook := v.onEarlyHold
+	v.mu.Unlock()
+	v.earlyHeld.Add(1)
+	if hook != nil {
+		hook(key)
+	}
+}
+
+// forgetEarly drops what is held for flow key.
+func (v *verbsState) forgetEarly(key FlowKey) {
+	if !v.active.Load() {
+		return
+	}
+	v.mu.Lock()
+	delete(v.early, key)
+	v.mu.Unlock()
 }
 
 // listenOn declares (attr) or forgets (nil) an RDMA listener.
@@ -386,6 +516,11 @@ func (v *verbsState) listenOn(k listenKey, attr *QPAttr) error {
 		v.listen[k] = attr
 	} else {
 		delete(v.listen, k)
+		for f := range v.early {
+			if f.LocalIP == k.ip && f.LocalPort == k.port {
+				delete(v.early, f)
+			}
+		}
 	}
 	snap := make(map[listenKey]bool, len(v.listen))
 	for k := range v.listen {
@@ -408,11 +543,10 @@ func (v *verbsState) listenOn(k listenKey, attr *QPAttr) error {
 // QP of its own PD. The number is what REG_MR and CREATE_QP carry.
 type PD uint32
 
-var pdCounter atomic.Uint32
-
 // AllocPD returns a new protection domain (ibv_alloc_pd). PD numbers are
-// unique in the process; there is nothing to free.
-func (h *Host) AllocPD() PD { return PD(pdCounter.Add(1)) }
+// unique on the host (its device is what checks them); there is nothing to
+// free.
+func (h *Host) AllocPD() PD { return PD(h.pdNext.Add(1)) }
 
 // Buffer is host memory from the arena: the only memory the device can
 // reach, so the only memory that can be registered.
@@ -607,7 +741,14 @@ func (v *verbsState) regMR(pd PD, addr rings.Addr, length int, access int) (*MR,
 		return nil, err
 	}
 	c := regMRCommand(pd, addr, length, access)
-	res, err := v.do(c)
+	res, err := v.doLate(c, func(r rings.Command, err error) {
+		// Registered after we gave up: nobody knows the STag, so
+		// deregister it (the device must not keep a window on memory
+		// the host may reuse).
+		if err == nil && r.Status == rings.StatusOK {
+			v.submitLate(rings.Command{Opcode: rings.OpDeregMR, Arg0: uint32(r.Result)}, nil)
+		}
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -640,17 +781,39 @@ func (v *verbsState) deregMR(mr *MR) error {
 	if !live {
 		return fmt.Errorf("verbs: DEREG_MR: STag %#x is not registered", mr.LKey)
 	}
-	_, err := v.do(rings.Command{Opcode: rings.OpDeregMR, Arg0: mr.LKey})
-	var ce *CommandError
-	if err == nil || errors.As(err, &ce) {
-		// Refused or done, the device has no such region now.
+	forget := func() {
 		v.mu.Lock()
 		if v.mrs[mr.LKey] == mr {
 			delete(v.mrs, mr.LKey)
 		}
 		v.mu.Unlock()
 	}
+	_, err := v.doLate(rings.Command{Opcode: rings.OpDeregMR, Arg0: mr.LKey}, func(_ rings.Command, err error) {
+		if err == nil {
+			forget() // answered at last: the device has no such region now
+		}
+	})
+	var ce *CommandError
+	if err == nil || errors.As(err, &ce) {
+		// Refused or done, the device has no such region now. (Not
+		// answered: the region stays live, and its memory is not
+		// freed, until the device does.)
+		forget()
+	}
 	return err
+}
+
+// submitLate submits a clean-up command from a late function (it must not
+// wait); done (may be nil) gets the outcome.
+func (v *verbsState) submitLate(c rings.Command, done func(rings.Command, error)) {
+	if v.o == nil {
+		return
+	}
+	_ = v.o.drv.submitAsync([]cmdReq{{c: c}}, func(res []rings.Command, err error) {
+		if done != nil {
+			done(res[0], err)
+		}
+	})
 }
 
 // hostRegistrar registers through the device for a RegCache.
@@ -758,14 +921,48 @@ func (v *verbsState) createCQ(entries int) (*CQ, error) {
 	cq.num = uint32(num)
 	v.cqs[num] = cq
 	v.mu.Unlock()
-	if _, err := v.do(rings.Command{Opcode: rings.OpCreateCQ, Conn: cq.num, Addr: l.Base, Arg0: l.Count}); err != nil {
+	drop := func() {
 		v.mu.Lock()
 		v.cqs[num] = nil
 		v.mu.Unlock()
 		_ = v.mem.Free(l.Base)
+	}
+	late := func(r rings.Command, err error) {
+		switch {
+		case err != nil:
+			// Lost: the device may have the ring; it stays.
+		case r.Status == rings.StatusOK:
+			// Created after we gave up: destroy it, then free.
+			v.submitLate(rings.Command{Opcode: rings.OpDestroyCQ, Conn: cq.num}, func(r rings.Command, err error) {
+				if err == nil && (r.Status == rings.StatusOK || r.Status == rings.StatusBadParam) {
+					drop()
+					v.quarantined(-1)
+				}
+			})
+		default:
+			drop()
+			v.quarantined(-1)
+		}
+	}
+	if _, err := v.doLate(rings.Command{Opcode: rings.OpCreateCQ, Conn: cq.num, Addr: l.Base, Arg0: l.Count}, late); err != nil {
+		var ce *CommandError
+		if errors.As(err, &ce) || errors.Is(err, errNotSubmitted) {
+			drop()
+		} else {
+			// Not answered: the device may write completions into the
+			// ring, so its memory and number stay reserved until it does.
+			v.quarantined(1)
+		}
 		return nil, err
 	}
 	return cq, nil
+}
+
+// quarantined counts resources held back for an unanswered command.
+func (v *verbsState) quarantined(delta int64) {
+	if v.o != nil {
+		v.o.drv.quarantine(delta)
+	}
 }
 
 // newCQOn opens the host side of a CQ ring (no command).
@@ -913,20 +1110,40 @@ func (cq *CQ) Destroy() error {
 		return nil
 	}
 	v := cq.v
-	if _, err := v.do(rings.Command{Opcode: rings.OpDestroyCQ, Conn: cq.num}); err != nil {
+	finish := func() error {
+		v.mu.Lock()
+		if v.cqs[cq.num] == cq {
+			v.cqs[cq.num] = nil
+		}
+		v.mu.Unlock()
+		cq.mu.Lock()
+		cq.cons = nil
+		cq.mu.Unlock()
+		close(cq.done)
+		return v.mem.Free(cq.layout.Base)
+	}
+	_, err := v.doLate(rings.Command{Opcode: rings.OpDestroyCQ, Conn: cq.num}, func(r rings.Command, err error) {
+		// The answer to a DESTROY_CQ we gave up on: the ring was kept
+		// (the device may still write it) until now.
+		switch {
+		case err == nil && r.Status == rings.StatusOK:
+			_ = finish()
+			v.quarantined(-1)
+		case err == nil:
+			cq.dead.Store(false) // refused: the CQ lives on
+			v.quarantined(-1)
+		}
+	})
+	if err != nil {
+		var ce *CommandError
+		if !errors.As(err, &ce) && !errors.Is(err, errNotSubmitted) {
+			v.quarantined(1) // dead stays set: the late answer finishes it
+			return err
+		}
 		cq.dead.Store(false)
 		return err
 	}
-	v.mu.Lock()
-	if v.cqs[cq.num] == cq {
-		v.cqs[cq.num] = nil
-	}
-	v.mu.Unlock()
-	cq.mu.Lock()
-	cq.cons = nil
-	cq.mu.Unlock()
-	close(cq.done)
-	return v.mem.Free(cq.layout.Base)
+	return finish()
 }
 
 // ---- queue pairs ---------------------------------------------------------
@@ -1017,6 +1234,7 @@ type QP struct {
 	sqDead        bool // under sqMu
 	rqDead        bool // under rqMu
 	ctlMu         sync.Mutex
+	ctlBusy       atomic.Bool // a MODIFY_QP with private data is unanswered
 	destroyOnce   sync.Once
 	destroyErr    error
 	local, remote net.Addr
@@ -1081,6 +1299,7 @@ func (v *verbsState) newQP(attr *QPAttr, qpn uint32, initiator bool) (*QP, error
 	cfg := qp.config(len(attr.PrivateData), attr.IRD, attr.ORD)
 	cfg.Encode(blk)
 	copy(blk[qpPrivOff:], attr.PrivateData)
+	v.copied(len(attr.PrivateData))
 	return qp, nil
 }
 
@@ -1221,6 +1440,7 @@ func (qp *QP) onEvent(ev rings.QPEvent, privLen uint32) {
 	if privLen > 0 && privLen <= MaxPrivateData {
 		if b, err := qp.v.mem.Map(qp.cfgBase+qpPeerPrivOff, int(privLen)); err == nil {
 			qp.peerPriv = append(qp.peerPriv[:0], b...)
+			qp.v.copied(len(b))
 		}
 	}
 	switch ev {
@@ -1328,6 +1548,11 @@ func (qp *QP) modify(a rings.QPAction, priv []byte) error {
 	if qp.State() == QPStateDestroyed {
 		return ErrQPDestroyed
 	}
+	if qp.ctlBusy.Load() {
+		// A MODIFY_QP the device has not answered may still read the
+		// private data area: it is not rewritten before the answer.
+		return fmt.Errorf("verbs: MODIFY_QP: QP %d: an earlier MODIFY_QP is still unanswered", qp.qpn)
+	}
 	c := rings.Command{Opcode: rings.OpModifyQP, Conn: qp.qpn, Arg0: uint32(a)}
 	if len(priv) > 0 {
 		m, err := qp.v.mem.Map(qp.cfgBase+qpPrivOff, len(priv))
@@ -1335,9 +1560,14 @@ func (qp *QP) modify(a rings.QPAction, priv []byte) error {
 			return fmt.Errorf("verbs: MODIFY_QP: %w", err)
 		}
 		copy(m, priv)
+		qp.v.copied(len(priv))
 		c.Addr, c.Len = qp.cfgBase+qpPrivOff, uint32(len(priv))
 	}
-	if _, err := qp.v.do(c); err != nil {
+	if _, err := qp.v.doLate(c, func(rings.Command, error) { qp.ctlBusy.Store(false) }); err != nil {
+		var ce *CommandError
+		if c.Len > 0 && !errors.As(err, &ce) && !errors.Is(err, errNotSubmitted) {
+			qp.ctlBusy.Store(true)
+		}
 		return err
 	}
 	qp.mu.Lock()
@@ -1387,7 +1617,7 @@ func (qp *QP) PostSendList(wrs []rings.SendWR) (int, error) {
 		qp.sqMu.Unlock()
 		return 0, ErrQPDestroyed
 	}
-	n := 0
+	n, inline := 0, 0
 	var err error
 	for i := range wrs {
 		if err = checkSendWR(&wrs[i]); err != nil {
@@ -1399,6 +1629,9 @@ func (qp *QP) PostSendList(wrs []rings.SendWR) (int, error) {
 			break
 		}
 		wrs[i].Encode(rings.SQEntry(e))
+		if wrs[i].Flags&rings.WRInline != 0 {
+			inline += wrs[i].InlineLen // the CPU copied them into the SQ
+		}
 		qp.sq.Commit()
 		n++
 	}
@@ -1406,6 +1639,7 @@ func (qp *QP) PostSendList(wrs []rings.SendWR) (int, error) {
 		qp.sq.Publish()
 	}
 	qp.sqMu.Unlock()
+	qp.v.copied(inline)
 	if n > 0 {
 		if derr := qp.doorbell(); derr != nil && err == nil {
 			err = derr
@@ -1558,7 +1792,22 @@ func (qp *QP) destroy() error {
 	qp.rqDead = true
 	qp.rqMu.Unlock()
 	qp.ctlMu.Lock()
-	_, err := qp.v.do(rings.Command{Opcode: rings.OpDestroyQP, Conn: qp.qpn})
+	// gone frees what the device no longer uses: DESTROY_QP (or, as
+	// BAD_CONN says, an earlier ABORT) freed the connection in the unit
+	// and flushed the QP's work.
+	gone := func() {
+		if qp.conn != nil {
+			qp.conn.aborted.Store(true)
+			releaseConn(qp.conn)
+		}
+		qp.freeMem()
+	}
+	_, err := qp.v.doLate(rings.Command{Opcode: rings.OpDestroyQP, Conn: qp.qpn}, func(r rings.Command, err error) {
+		if err == nil && (r.Status == rings.StatusOK || r.Status == rings.StatusBadConn) {
+			gone()
+			qp.v.quarantined(-1)
+		}
+	})
 	qp.mu.Lock()
 	qp.state = QPStateDestroyed
 	qp.changedLocked()
@@ -1569,14 +1818,13 @@ func (qp *QP) destroy() error {
 	if err != nil && !(errors.As(err, &ce) && ce.Status == rings.StatusBadConn) {
 		// The device may still use the rings and the connection: keep
 		// their memory and index rather than let it write into reused
-		// ones.
+		// ones (until a late answer says it no longer does).
+		if !errors.As(err, &ce) && !errors.Is(err, errNotSubmitted) {
+			qp.v.quarantined(1)
+		}
 		return err
 	}
-	if qp.conn != nil {
-		qp.conn.aborted.Store(true) // DESTROY_QP freed the connection in the unit
-		releaseConn(qp.conn)
-	}
-	qp.freeMem()
+	gone()
 	return nil
 }
 
@@ -1633,7 +1881,8 @@ func (h *Host) DialRDMA(ctx context.Context, dst netip.AddrPort, attr QPAttr) (*
 			return fail(qp, err)
 		}
 	}
-	time.Sleep(connectGrace)
+	// No grace for the responder: an MPA request that reaches it before
+	// its delegation is held there and injected behind its CREATE_QP.
 	if err := qp.modify(rings.QPConnect, nil); err != nil {
 		return fail(qp, err)
 	}
@@ -1645,9 +1894,10 @@ func (h *Host) DialRDMA(ctx context.Context, dst netip.AddrPort, attr QPAttr) (*
 
 // RDMAListener accepts RDMA connections (rdma_listen). Every connection
 // netstack accepts is delegated without user buffers and given a responder
-// QP at once, in the background, so the QP owns the stream before the
-// peer's MPA request can arrive; once the request is there the connection
-// is offered to GetRequest (RDMA_CM_EVENT_CONNECT_REQUEST).
+// QP at once, in the background (a peer's MPA request that arrives before
+// is held and injected behind the QP's CREATE_QP); once the request is
+// there the connection is offered to GetRequest
+// (RDMA_CM_EVENT_CONNECT_REQUEST).
 type RDMAListener struct {
 	h    *Host
 	v    *verbsState
@@ -1680,6 +1930,7 @@ func (r *ConnRequest) PrivateData() []byte { return r.qp.PeerPrivateData() }
 func (qp *QP) PeerPrivateData() []byte {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
+	qp.v.copied(len(qp.peerPriv))
 	return append([]byte(nil), qp.peerPriv...)
 }
 
@@ -1743,7 +1994,7 @@ func (l *RDMAListener) acceptLoop() {
 		c, ok := nc.(*DelegatedConn)
 		if !ok {
 			// Delegation failed: the connection stayed on netstack.
-			l.fail(fmt.Errorf("verbs: accept: %v", l.ol.FallbackErr))
+			l.fail(fmt.Errorf("verbs: accept: %v", l.ol.FallbackErr()))
 			nc.Close()
 			continue
 		}

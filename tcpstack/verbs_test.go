@@ -29,7 +29,7 @@ type fakeDevice struct {
 	refuse map[rings.Opcode]rings.Status
 }
 
-func (d *fakeDevice) exec(c rings.Command) (rings.Command, error) {
+func (d *fakeDevice) exec(c rings.Command, _ func(rings.Command, error)) (rings.Command, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.cmds = append(d.cmds, c)
@@ -736,7 +736,7 @@ func TestVerbsHoldEarlyData(t *testing.T) {
 
 func rdmaHosts(t *testing.T) (a, b *Host) {
 	t.Helper()
-	pa, pb := port.NewWire(port.WireConfig{})
+	pa, pb := port.MustNewWire(port.WireConfig{})
 	var err error
 	a, err = NewHost(HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 1}, Addr: netip.MustParsePrefix("10.0.0.1/24")}, pa)
 	if err != nil {
@@ -1306,43 +1306,56 @@ func TestVerbsRegCacheOnHost(t *testing.T) {
 	}
 }
 
-// TestVerbsOffloadHookMakesQP: an OFFLOAD of an RDMA connection carries
-// its CREATE_QP (same publish); the QP is adopted after delegation.
-func TestVerbsOffloadHookMakesQP(t *testing.T) {
+// TestVerbsOffloadMakesQP: an OFFLOAD of an RDMA connection carries its
+// CREATE_QP (same publish) and, behind it, the frames held for the flow;
+// the QP is adopted after delegation.
+func TestVerbsOffloadMakesQP(t *testing.T) {
 	v, _ := fakeVerbs(t)
 	cq, _ := v.createCQ(8)
 	key := FlowKey{LocalIP: [4]byte{10, 0, 0, 2}, RemoteIP: [4]byte{10, 0, 0, 1}, LocalPort: 4791, RemotePort: 40000}
-	blkAddr, _ := v.mem.Alloc(rings.ConnStateSize, rings.CacheLine)
-	blk, _ := v.mem.Map(blkAddr, rings.ConnStateSize)
-	st := rings.ConnState{Version: rings.ConnStateVersion, State: rings.StateEstablished, LocalIP: key.LocalIP,
-		RemoteIP: key.RemoteIP, LocalPort: key.LocalPort, RemotePort: key.RemotePort, MSS: 1460}
-	st.Encode(rings.ConnStateBlock(blk))
-	off := rings.Command{Opcode: rings.OpOffload, Conn: 7, Addr: blkAddr, Len: rings.ConnStateSize}
 	newConn := func(idx uint32) *DelegatedConn {
 		c := &DelegatedConn{idx: idx}
 		c.cond = sync.NewCond(&c.mu)
 		return c
 	}
+	// offload does what delegate does for connection idx and returns the
+	// batch it would publish.
+	offload := func(idx uint32) (*qpPrep, []cmdReq) {
+		t.Helper()
+		p, err := v.prepareQP(idx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var batch []cmdReq
+		off := []cmdReq{{c: rings.Command{Opcode: rings.OpOffload, Conn: idx}, param: make([]byte, rings.ConnStateSize)}}
+		if _, err := v.submitOffload(p, off, func(r []cmdReq) (*cmdTicket, error) {
+			batch = append(batch, r...)
+			return nil, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return p, batch
+	}
 
 	// Not an RDMA flow: nothing added.
-	if f, _ := v.afterOffload(off); f != nil {
-		t.Fatalf("plain OFFLOAD got %v", f)
+	if p, batch := offload(7); p != nil || len(batch) != 1 {
+		t.Fatalf("plain OFFLOAD got %v %+v", p, batch)
 	}
 	// A listener's connection: a responder QP.
 	attr := QPAttr{PD: 3, SendCQ: cq, RecvCQ: cq, RQDepth: 8}
 	if err := v.listenOn(listenKey{key.LocalIP, key.LocalPort}, &attr); err != nil {
 		t.Fatal(err)
 	}
-	follow, done := v.afterOffload(off)
-	if len(follow) != 1 || follow[0].Opcode != rings.OpCreateQP || follow[0].Conn != 7 || follow[0].Len != rings.QPConfigSize {
-		t.Fatalf("follow %+v", follow)
+	p, batch := offload(7)
+	if len(batch) != 2 || batch[1].c.Opcode != rings.OpCreateQP || batch[1].c.Conn != 7 || batch[1].c.Len != rings.QPConfigSize {
+		t.Fatalf("batch %+v", batch)
 	}
-	cb, _ := v.mem.Map(follow[0].Addr, rings.QPConfigSize)
+	cb, _ := v.mem.Map(batch[1].c.Addr, rings.QPConfigSize)
 	var qc rings.QPConfig
 	if err := qc.Decode(cb); err != nil || qc.Flags != 0 || qc.PD != 3 || qc.RQCount != 8 || qc.SendCQ != cq.Num() {
 		t.Fatalf("config %+v %v", qc, err)
 	}
-	done([]rings.Command{{Opcode: rings.OpCreateQP, Status: rings.StatusOK}}, nil)
+	p.done(rings.Command{Opcode: rings.OpCreateQP, Status: rings.StatusOK})
 	qp, err := v.adoptQP(newConn(7))
 	if err != nil || qp.QPN() != 7 || qp.initiator {
 		t.Fatalf("adopt: %v %v", qp, err)
@@ -1351,9 +1364,9 @@ func TestVerbsOffloadHookMakesQP(t *testing.T) {
 		t.Fatal("a QP adopted twice")
 	}
 	// A refused CREATE_QP: nothing registered, the status reported.
-	off.Conn = 8
-	_, done = v.afterOffload(off)
-	done([]rings.Command{{Opcode: rings.OpCreateQP, Status: rings.StatusBadState}}, nil)
+	p, _ = offload(8)
+	p.done(rings.Command{Opcode: rings.OpCreateQP, Status: rings.StatusBadState})
+	p.discard() // and again, as a failed delegation would: once only
 	var ce *CommandError
 	if _, err := v.adoptQP(newConn(8)); !errors.As(err, &ce) || ce.Status != rings.StatusBadState {
 		t.Fatalf("refused CREATE_QP: %v", err)
@@ -1363,9 +1376,8 @@ func TestVerbsOffloadHookMakesQP(t *testing.T) {
 	}
 	// Bytes the host already holds: ErrEarlyData, and the stream memory
 	// of the connection goes back.
-	off.Conn = 9
-	_, done = v.afterOffload(off)
-	done([]rings.Command{{Status: rings.StatusOK}}, nil)
+	p, _ = offload(9)
+	p.done(rings.Command{Status: rings.StatusOK})
 	c := newConn(9)
 	c.chunks = []rxChunk{{data: []byte("MPA ID Req Frame"), userID: -1}}
 	c.rxBufs = []rings.Addr{must[rings.Addr](t)(v.mem.Alloc(4096, 64))}
@@ -1375,19 +1387,39 @@ func TestVerbsOffloadHookMakesQP(t *testing.T) {
 	if c.rxBufs != nil {
 		t.Fatal("receive buffers of an RDMA connection kept")
 	}
+	// Frames the peer sent before the delegation go in the batch, behind
+	// the CREATE_QP, in order.
+	key.RemotePort = 40001
+	f1 := verbsTCPFrame(key.LocalIP, key.LocalPort, header.TCPFlagAck|header.TCPFlagPsh, 100)
+	f2 := verbsTCPFrame(key.LocalIP, key.LocalPort, header.TCPFlagAck|header.TCPFlagPsh, 30)
+	for _, f := range [][]byte{f1, f2} {
+		header.TCP(f[header.EthernetMinimumSize+header.IPv4MinimumSize:]).SetSourcePort(key.RemotePort)
+		if !v.holdEarlyData(f) {
+			t.Fatal("early frame not held")
+		}
+	}
+	p, batch = offload(10)
+	if len(batch) != 4 || batch[2].c.Opcode != rings.OpRxInject || batch[2].c.Conn != 10 ||
+		!bytes.Equal(batch[2].param, f1) || !bytes.Equal(batch[3].param, f2) {
+		t.Fatalf("batch with early frames %+v", batch)
+	}
+	if v.earlyHeld.Load() != 2 || v.earlyInjected.Load() != 2 {
+		t.Fatalf("held %d injected %d", v.earlyHeld.Load(), v.earlyInjected.Load())
+	}
+	p.discard()
+	v.forgetEarly(key)
 	_ = v.listenOn(listenKey{key.LocalIP, key.LocalPort}, nil)
 	// A dialled flow: an initiator QP with the private data.
 	pd := []byte("hello")
 	v.markFlow(key, &QPAttr{PD: 4, SendCQ: cq, RecvCQ: cq, PrivateData: pd})
-	off.Conn = 10
-	follow, done = v.afterOffload(off)
-	done([]rings.Command{{Status: rings.StatusOK}}, nil)
-	cb, _ = v.mem.Map(follow[0].Addr, rings.QPConfigSize)
+	p, batch = offload(11)
+	p.done(rings.Command{Status: rings.StatusOK})
+	cb, _ = v.mem.Map(batch[1].c.Addr, rings.QPConfigSize)
 	_ = qc.Decode(cb)
 	if qc.Flags != rings.QPFlagInitiator || qc.PD != 4 || qc.PrivLen != 5 {
 		t.Fatalf("initiator config %+v", qc)
 	}
-	if qp, err := v.adoptQP(newConn(10)); err != nil || !qp.initiator {
+	if qp, err := v.adoptQP(newConn(11)); err != nil || !qp.initiator {
 		t.Fatal(err)
 	}
 }
@@ -1400,7 +1432,10 @@ func TestVerbsHotPathAllocs(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := &verbsState{}
-	v.init(nil, mem, func(c rings.Command) (rings.Command, error) { c.Status = rings.StatusOK; return c, nil })
+	v.init(nil, mem, func(c rings.Command, _ func(rings.Command, error)) (rings.Command, error) {
+		c.Status = rings.StatusOK
+		return c, nil
+	})
 	cq, err := v.createCQ(64)
 	if err != nil {
 		t.Fatal(err)

@@ -83,7 +83,7 @@ func benchStream(b *testing.B, conn net.Conn) {
 // with the same pair over gVisor's link/channel, in the same run.
 func BenchmarkTCPStream(b *testing.B) {
 	b.Run("nic-rings", func(b *testing.B) {
-		pa, pb := port.NewWire(port.WireConfig{})
+		pa, pb := port.MustNewWire(port.WireConfig{})
 		ha, err := tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 1}, Addr: netip.MustParsePrefix("10.0.0.1/24")}, pa)
 		if err != nil {
 			b.Fatal(err)

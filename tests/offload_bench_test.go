@@ -54,7 +54,7 @@ func BenchmarkOffload(b *testing.B) {
 }
 
 func benchHosts(b *testing.B) (ha, hb *tcpstack.Host) {
-	pa, pb := port.NewWire(port.WireConfig{})
+	pa, pb := port.MustNewWire(port.WireConfig{})
 	var err error
 	if ha, err = tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 1}, Addr: netip.MustParsePrefix("10.0.0.1/24")}, pa); err != nil {
 		b.Fatal(err)

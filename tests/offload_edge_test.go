@@ -43,7 +43,7 @@ func (s *spyPort) lastTCP() []byte {
 // a vanished peer is detected in seconds.
 func edgeHosts(t *testing.T) (a, b *tcpstack.Host, spy *spyPort, wa *port.WirePort) {
 	t.Helper()
-	pa, pb := port.NewWire(port.WireConfig{})
+	pa, pb := port.MustNewWire(port.WireConfig{})
 	spy = &spyPort{Port: pa}
 	cfg := func(mac byte, addr string) tcpstack.HostConfig {
 		c := tcpstack.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, mac}, Addr: netip.MustParsePrefix(addr)}

@@ -19,7 +19,7 @@ import (
 // both hosts, which completes the capture.
 func recordedPair(t *testing.T, wc port.WireConfig, file string) (a, b *tcpstack.Host, close func()) {
 	t.Helper()
-	pa, pb := port.NewWire(wc)
+	pa, pb := port.MustNewWire(wc)
 	rec, err := port.CreateRecorder(pa, file)
 	if err != nil {
 		t.Fatal(err)

@@ -133,7 +133,7 @@ func rdmaConnect(t testing.TB, a, b *rdmaNode, portNum uint16) {
 // through wrap (nil: as is).
 func rdmaHostsOn(t testing.TB, wc port.WireConfig, wrapA, wrapB func(*port.WirePort) port.Port) (a, b *tcpstack.Host) {
 	t.Helper()
-	pa, pb := port.NewWire(wc)
+	pa, pb := port.MustNewWire(wc)
 	var qa, qb port.Port = pa, pb
 	if wrapA != nil {
 		qa = wrapA(pa)
@@ -680,14 +680,15 @@ func TestRDMAFaultDoesNotStallNeighbour(t *testing.T) {
 	if !ro.untouched() {
 		t.Fatal("the read-only region was written")
 	}
-	// The neighbour's data all arrived (the last writes land after their
-	// completions on A, so wait for B's placement to catch up).
-	deadline := time.Now().Add(5 * time.Second)
-	for !bytes.Equal(dst.region(), a2.local.Bytes()[:1<<20]) {
-		if time.Now().After(deadline) {
-			t.Fatal("the neighbour QP's writes did not all land")
-		}
-		time.Sleep(time.Millisecond)
+	// The neighbour's data all arrived. The last writes land after their
+	// completions on A, so wait until B's unit reports every byte placed
+	// (its stats snapshot is published under a lock after the placement:
+	// reading the region before that would race with the device's DMA).
+	if st := rdmaQPStats(b2, func(s iwarp.QPStats) bool { return s.Placed >= n*16384 }); st.Placed < n*16384 {
+		t.Fatalf("the neighbour QP placed %d of %d bytes", st.Placed, n*16384)
+	}
+	if !bytes.Equal(dst.region(), a2.local.Bytes()[:1<<20]) {
+		t.Fatal("the neighbour QP's writes did not all land intact")
 	}
 	if a2.qp.State() >= tcpstack.QPStateError {
 		t.Fatalf("the neighbour QP is in %v", a2.qp.State())

@@ -281,7 +281,7 @@ func (l *tapOffloadLab) acceptDelegated(t *testing.T, lport uint16) (ours *tcpst
 	t.Cleanup(func() { a.c.Close() })
 	dc, ok := a.c.(*tcpstack.DelegatedConn)
 	if !ok {
-		t.Fatalf("the accepted connection stayed on netstack (%T; listener fallbacks %d)", a.c, ln.Fallbacks)
+		t.Fatalf("the accepted connection stayed on netstack (%T; listener fallbacks %d)", a.c, ln.Fallbacks())
 	}
 	return dc, theirs
 }
@@ -588,7 +588,7 @@ func TestTAPOffloadAcceptBurst(t *testing.T) {
 			break
 		}
 		if _, ok := c.(*tcpstack.DelegatedConn); !ok {
-			t.Errorf("connection %d stayed on netstack: %v", i, ln.FallbackErr)
+			t.Errorf("connection %d stayed on netstack: %v", i, ln.FallbackErr())
 		}
 		c.SetDeadline(time.Now().Add(10 * time.Second))
 		h := sha256.New()

@@ -16,7 +16,7 @@ import (
 
 func newPair(t testing.TB, wc port.WireConfig) (a, b *tcpstack.Host) {
 	t.Helper()
-	pa, pb := port.NewWire(wc)
+	pa, pb := port.MustNewWire(wc)
 	var err error
 	a, err = tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 1}, Addr: netip.MustParsePrefix("10.0.0.1/24")}, pa)
 	if err != nil {

@@ -36,24 +36,40 @@ func snapHost(h *tcpstack.Host) hostSnap {
 type labSnap struct {
 	a, b           hostSnap
 	wireAB, wireBA port.Stats
+	// at is when the counters were read: between the two reads that
+	// agreed, so a frame recorded before it (a capture's timestamp) was
+	// counted, and one recorded after it was not.
+	at time.Time
 }
 
 // snapshot reads the lab's counters once the offload units have caught up:
 // the ring and engine counters are copies each unit publishes when it goes
-// idle, so it waits (briefly, bounded) until two reads in a row agree.
+// idle, so it waits (bounded) until two reads in a row agree and each unit
+// has published its copies since the last change it saw (or is parked):
+// counters that merely stopped changing can be a copy the unit has not
+// refreshed yet.
 func (l *demoLab) snapshot() labSnap {
 	read := func() labSnap {
 		return labSnap{a: snapHost(l.a), b: snapHost(l.b), wireAB: l.pa.Stats(), wireBA: l.pb.Stats()}
 	}
-	prev := read()
-	for deadline := time.Now().Add(200 * time.Millisecond); time.Now().Before(deadline); {
+	prev, prevAt := read(), time.Now()
+	_, genA := l.a.Device.CountersSettled(0)
+	_, genB := l.b.Device.CountersSettled(0)
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); {
 		time.Sleep(2 * time.Millisecond)
 		cur := read()
-		if cur == prev {
+		okA, nowA := l.a.Device.CountersSettled(genA)
+		okB, nowB := l.b.Device.CountersSettled(genB)
+		if cur == prev && okA && okB {
 			break
 		}
-		prev = cur
+		if cur != prev {
+			// Something moved: only a snapshot after this read covers it.
+			genA, genB = nowA, nowB
+		}
+		prev, prevAt = cur, time.Now()
 	}
+	prev.at = prevAt.Add(time.Since(prevAt) / 2)
 	return prev
 }
 
@@ -67,7 +83,7 @@ type labDelta struct {
 	interrupts    uint64 // interrupts raised by the devices
 	nsSegments    uint64 // TCP segments netstack sent
 	engSegments   uint64 // frames the delegated engines sent
-	retransmitted uint64 // segments netstack or the engines sent again
+	retransmitted uint64 // data and FIN segments netstack or the engines sent again (netstack does not count its SYN retransmissions)
 }
 
 func (s labSnap) sub(o labSnap) labDelta {

@@ -86,6 +86,24 @@ type demoConfig struct {
 	// Idle is how long the transfer may make no progress before the demo
 	// gives up. Not a flag; tests shorten it.
 	Idle time.Duration
+
+	// hooks, when not nil, is for the test that checks the report
+	// against independent counts. Not a flag.
+	hooks *demoHooks
+}
+
+// demoHooks let a test look at the lab from another side than the
+// report's.
+type demoHooks struct {
+	// pcapB records host B's port too.
+	pcapB string
+	// observe runs at every boundary the per-path figures are taken at
+	// (stage 0 before the first path, stage i after path i), with the
+	// lab quiet.
+	observe func(lab *demoLab, stage int)
+	// rdmaExtra runs on the RDMA path between the opcode checks and the
+	// Write run, inside the part whose host copies are counted.
+	rdmaExtra func(a, b *rdmaEnd) error
 }
 
 func defaultDemoConfig() demoConfig {
@@ -145,24 +163,49 @@ func runDemoCommand(ctx context.Context, args []string, stdout, _ io.Writer) err
 // returns an error if any path failed to deliver the data intact; the
 // reports are printed either way, since the counters say what went wrong.
 func runDemo(ctx context.Context, cfg demoConfig, w io.Writer) error {
+	_, err := runDemoReport(ctx, cfg, w)
+	return err
+}
+
+// demoReport is every figure the demo prints, as data: runDemoReport reads
+// the counters into it once, and the print functions only format it.
+type demoReport struct {
+	results        []transferResult
+	wireAB, wireBA port.Stats   // the wire's counters, each direction (its sending port)
+	hosts          []hostReport // A, B: final counters, read after both stopped
+	drops          []dropRow
+	pcapFrames     uint64 // frames in the capture of host A's port, with --pcap
+}
+
+// runDemoReport runs the demo, prints its report to w and returns the
+// report's figures (nil if the lab could not be built).
+func runDemoReport(ctx context.Context, cfg demoConfig, w io.Writer) (*demoReport, error) {
 	lab, err := newDemoLab(cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer lab.Close()
 	printDemoHeader(w, cfg)
 
-	var results []transferResult
+	rep := &demoReport{}
 	var failed []string // one line in the end, whatever failed
-	for _, p := range demoPaths(cfg) {
-		before := lab.snapshot()
+	before := lab.snapshot()
+	if cfg.hooks != nil && cfg.hooks.observe != nil {
+		cfg.hooks.observe(lab, 0)
+	}
+	for i, p := range demoPaths(cfg) {
 		r, err := p.run(ctx, lab, cfg)
-		r.path, r.cost = p.name, lab.snapshot().sub(before)
+		after := lab.snapshot()
+		if cfg.hooks != nil && cfg.hooks.observe != nil {
+			cfg.hooks.observe(lab, i+1)
+		}
+		r.path, r.before, r.after, r.cost = p.name, before, after, after.sub(before)
+		before = after
 		if err != nil {
 			r.err = err
 			failed = append(failed, fmt.Sprintf("%s: %v", p.name, err))
 		}
-		results = append(results, r)
+		rep.results = append(rep.results, r)
 		if ctx.Err() != nil {
 			break
 		}
@@ -171,22 +214,31 @@ func runDemo(ctx context.Context, cfg demoConfig, w io.Writer) error {
 	// Stop both hosts before reading the counters, so they are final and
 	// the capture is complete.
 	capErr := lab.Close()
+	rep.hosts = lab.report()
+	rep.wireAB, rep.wireBA = lab.pa.Stats(), lab.pb.Stats()
+	rep.drops = collectDrops(rep.hosts)
+	if lab.rec != nil {
+		// The recorder's own count: the port's counters would include a
+		// frame it delivered while the recorder closed, which the file
+		// does not hold.
+		rep.pcapFrames = lab.rec.Frames()
+	}
 
 	fmt.Fprintln(w)
-	printThroughput(w, results)
+	printThroughput(w, rep.results)
 	fmt.Fprintln(w)
-	printPathCosts(w, results)
+	printPathCosts(w, rep.results)
 	fmt.Fprintln(w)
-	printWire(w, lab)
+	printWire(w, rep.wireAB, rep.wireBA)
 	fmt.Fprintln(w)
-	printRingStats(w, lab.hosts())
+	printRingStats(w, rep.hosts)
 	fmt.Fprintln(w)
-	printDeviceCounters(w, lab.hosts())
+	printDeviceCounters(w, rep.hosts)
 	fmt.Fprintln(w)
-	printEngineCounters(w, lab.hosts())
+	printEngineCounters(w, rep.hosts)
 	fmt.Fprintln(w)
-	printDrops(w, lab.hosts())
-	for _, r := range results {
+	printDrops(w, rep.drops)
+	for _, r := range rep.results {
 		if r.rdma != nil {
 			fmt.Fprintln(w)
 			printRDMAReport(w, r.rdma)
@@ -196,19 +248,18 @@ func runDemo(ctx context.Context, cfg demoConfig, w io.Writer) error {
 		if capErr != nil {
 			failed = append(failed, fmt.Sprintf("pcap %s: %v", cfg.Pcap, capErr))
 		} else {
-			st := lab.pa.Stats()
-			fmt.Fprintf(w, "\npcap: %d frames at host A's port written to %s\n", st.TxFrames+st.RxFrames, cfg.Pcap)
+			fmt.Fprintf(w, "\npcap: %d frames at host A's port written to %s\n", rep.pcapFrames, cfg.Pcap)
 		}
 	}
 	if len(failed) > 0 {
-		return errors.New(strings.Join(failed, "; "))
+		return rep, errors.New(strings.Join(failed, "; "))
 	}
-	if len(results) == 1 {
+	if len(rep.results) == 1 {
 		fmt.Fprintf(w, "\nok: %s arrived intact\n", services.Size(uint64(cfg.Bytes)))
 	} else {
-		fmt.Fprintf(w, "\nok: %s arrived intact on each of the %d paths\n", services.Size(uint64(cfg.Bytes)), len(results))
+		fmt.Fprintf(w, "\nok: %s arrived intact on each of the %d paths\n", services.Size(uint64(cfg.Bytes)), len(rep.results))
 	}
-	return nil
+	return rep, nil
 }
 
 // demoPath is one way of moving the demo's data from A to B. Each path runs
@@ -242,6 +293,7 @@ type demoLab struct {
 	a, b   *tcpstack.Host
 	pa, pb *port.WirePort
 	rec    *port.Recorder
+	recB   *port.Recorder // demoHooks.pcapB
 
 	once     sync.Once
 	closeErr error
@@ -258,12 +310,11 @@ func wireConfig(cfg demoConfig) port.WireConfig {
 }
 
 func newDemoLab(cfg demoConfig) (*demoLab, error) {
-	wc := wireConfig(cfg)
-	if err := wc.Validate(); err != nil {
+	lab := &demoLab{}
+	var err error
+	if lab.pa, lab.pb, err = port.NewWire(wireConfig(cfg)); err != nil {
 		return nil, err
 	}
-	lab := &demoLab{}
-	lab.pa, lab.pb = port.NewWire(wc)
 	var pa port.Port = lab.pa
 	if cfg.Pcap != "" {
 		rec, err := port.CreateRecorder(lab.pa, cfg.Pcap)
@@ -274,14 +325,22 @@ func newDemoLab(cfg demoConfig) (*demoLab, error) {
 		}
 		lab.rec, pa = rec, rec
 	}
-	var err error
 	lab.a, err = tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 1}, Addr: demoAddrA, MTU: cfg.MTU}, pa)
 	if err != nil {
 		pa.Close()
 		lab.pb.Close()
 		return nil, fmt.Errorf("host A: %w", err)
 	}
-	lab.b, err = tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 2}, Addr: demoAddrB, MTU: cfg.MTU}, lab.pb)
+	var pb port.Port = lab.pb
+	if cfg.hooks != nil && cfg.hooks.pcapB != "" {
+		if lab.recB, err = port.CreateRecorder(lab.pb, cfg.hooks.pcapB); err != nil {
+			lab.a.Close()
+			lab.pb.Close()
+			return nil, err
+		}
+		pb = lab.recB
+	}
+	lab.b, err = tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 2}, Addr: demoAddrB, MTU: cfg.MTU}, pb)
 	if err != nil {
 		lab.a.Close()
 		return nil, fmt.Errorf("host B: %w", err)
@@ -298,14 +357,18 @@ func (l *demoLab) Close() error {
 		if l.rec != nil {
 			l.closeErr = l.rec.Err()
 		}
+		if l.recB != nil && l.closeErr == nil {
+			l.closeErr = l.recB.Err()
+		}
 	})
 	return l.closeErr
 }
 
-func (l *demoLab) hosts() []hostView {
-	return []hostView{
-		{name: "A " + demoAddrA.Addr().String(), h: l.a, port: l.pa},
-		{name: "B " + demoAddrB.Addr().String(), h: l.b, port: l.pb},
+// report reads both hosts' counters for the report.
+func (l *demoLab) report() []hostReport {
+	return []hostReport{
+		reportHost("A "+demoAddrA.Addr().String(), l.a, l.pa),
+		reportHost("B "+demoAddrB.Addr().String(), l.b, l.pb),
 	}
 }
 
@@ -318,8 +381,12 @@ type transferResult struct {
 	sent     [32]byte      // SHA-256 of what A sent
 	received [32]byte      // SHA-256 of what B received
 	err      error
-	cost     labDelta    // what the path cost both hosts
-	rdma     *rdmaReport // the RDMA path's own report
+	// before and after are the lab's counters around the path (read
+	// with the lab quiet); cost is their difference, what the path cost
+	// both hosts.
+	before, after labSnap
+	cost          labDelta
+	rdma          *rdmaReport // the RDMA path's own report
 }
 
 // The TCP ports B listens on, one per path, so that a path never meets the
@@ -392,8 +459,8 @@ func offloadTransfer(ctx context.Context, lab *demoLab, cfg demoConfig) (res tra
 	defer a.c.Close()
 	if _, ok := a.c.(*tcpstack.DelegatedConn); !ok {
 		why := "the offload unit did not take it"
-		if l.FallbackErr != nil {
-			why = l.FallbackErr.Error()
+		if err := l.FallbackErr(); err != nil {
+			why = err.Error()
 		}
 		return res, fmt.Errorf("B: connection stayed on netstack: %s", why)
 	}
@@ -567,15 +634,16 @@ func printThroughput(w io.Writer, results []transferResult) {
 	t.write(w)
 }
 
-// printWire prints what the wire did in each direction.
-func printWire(w io.Writer, lab *demoLab) {
+// printWire prints what the wire did in each direction: the counters of
+// the sending port.
+func printWire(w io.Writer, ab, ba port.Stats) {
 	fmt.Fprintln(w, "wire")
 	t := &table{}
 	t.row("direction", "frames", "bytes", "lost", "reordered", "duplicated", "corrupted")
 	for _, d := range []struct {
 		name string
 		s    port.Stats
-	}{{"A -> B", lab.pa.Stats()}, {"B -> A", lab.pb.Stats()}} {
+	}{{"A -> B", ab}, {"B -> A", ba}} {
 		t.row(d.name, u64(d.s.TxFrames), u64(d.s.TxBytes), u64(d.s.TxDropLoss), u64(d.s.Reordered),
 			u64(d.s.Duplicated), u64(d.s.Corrupted))
 	}

@@ -45,8 +45,10 @@ const (
 // rdmaReport is what the RDMA path prints besides its throughput row.
 type rdmaReport struct {
 	ops        []rdmaOpResult
-	writes     int // RDMA Writes of the throughput run
-	region     int // bytes of the target region
+	writes     int    // RDMA Writes of the throughput run
+	region     int    // bytes of the target region
+	regionSTag uint32 // its STag and tagged offset (not printed: a capture's
+	regionTO   uint64 // RDMA Writes name the region by them)
 	copyA      uint64
 	copyB      uint64
 	qpA, qpB   iwarp.QPStats
@@ -191,6 +193,9 @@ func rdmaTransfer(ctx context.Context, lab *demoLab, cfg demoConfig) (res transf
 			break
 		}
 	}
+	if opErr == nil && cfg.hooks != nil && cfg.hooks.rdmaExtra != nil {
+		opErr = cfg.hooks.rdmaExtra(a, b)
+	}
 	if opErr == nil {
 		res, err = rdmaWriteRun(ctx, a, b, cfg, rep)
 		res.rdma = rep
@@ -206,18 +211,29 @@ func rdmaTransfer(ctx context.Context, lab *demoLab, cfg demoConfig) (res transf
 }
 
 // settledQPStats reads both QPs' device statistics once two reads agree
-// (the units publish them when they go idle).
+// and each unit has published them since the last change (the units
+// publish them when they go idle; see nic.Device.CountersSettled).
 func settledQPStats(lab *demoLab, qa, qb uint32) (sa, sb iwarp.QPStats, ok bool) {
 	prevA, okA := lab.a.Device.QPStats(qa)
 	prevB, okB := lab.b.Device.QPStats(qb)
-	for deadline := time.Now().Add(200 * time.Millisecond); time.Now().Before(deadline); {
+	_, genA := lab.a.Device.CountersSettled(0)
+	_, genB := lab.b.Device.CountersSettled(0)
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); {
 		time.Sleep(2 * time.Millisecond)
-		curA, _ := lab.a.Device.QPStats(qa)
-		curB, _ := lab.b.Device.QPStats(qb)
-		if curA == prevA && curB == prevB {
+		// ok is the latest read's: a unit that had not published the QP
+		// at the first read (it had not gone idle yet) has by now.
+		curA, curOKA := lab.a.Device.QPStats(qa)
+		curB, curOKB := lab.b.Device.QPStats(qb)
+		setA, nowA := lab.a.Device.CountersSettled(genA)
+		setB, nowB := lab.b.Device.CountersSettled(genB)
+		same := curA == prevA && curB == prevB && curOKA == okA && curOKB == okB
+		if same && setA && setB {
 			break
 		}
-		prevA, prevB = curA, curB
+		if !same {
+			genA, genB = nowA, nowB
+		}
+		prevA, prevB, okA, okB = curA, curB, curOKA, curOKB
 	}
 	return prevA, prevB, okA && okB
 }
@@ -466,7 +482,7 @@ func rdmaWriteRun(ctx context.Context, a, b *rdmaEnd, cfg demoConfig, rep *rdmaR
 	}
 	defer dmr.Dereg()
 	fillSeeded(src.Bytes(), cfg.Seed)
-	rep.region = size
+	rep.region, rep.regionSTag, rep.regionTO = size, dmr.RKey, dmr.TO(0)
 
 	// The Writes: WR i writes bytes [i*chunk, ...) of the stream, at
 	// offset (i*chunk) mod size of the region.

@@ -1,11 +1,16 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/emunic/emunic/rings"
 )
 
 // TestDemoRDMA runs 'emunic demo --rdma' in process with small sizes:
@@ -87,5 +92,42 @@ func TestDemoRDMABadPath(t *testing.T) {
 	code, _, errOut := runCLI(t, "demo", "--path", "none")
 	if code != exitUsage || !strings.Contains(errOut, `bad --path "none"`) {
 		t.Errorf("--path none without --rdma: exit %d, %q", code, errOut)
+	}
+}
+
+// TestDemoRDMACountsACopy: the RDMA path's host-copy check counts where a
+// copy happens. A 40-byte inline Send in the middle of the RDMA part (the
+// CPU copies its bytes into the send queue) makes the demo report 40 bytes
+// at A and fail; the registered-buffer RDMA around it adds nothing.
+func TestDemoRDMACountsACopy(t *testing.T) {
+	cfg := defaultDemoConfig()
+	cfg.Path, cfg.RDMA, cfg.Bytes, cfg.Idle = "none", true, 256<<10, 20*time.Second
+	cfg.hooks = &demoHooks{rdmaExtra: func(a, b *rdmaEnd) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		w := rings.SendWR{Opcode: rings.WRSend, Flags: rings.WRSignaled | rings.WRInline, WRID: 99, InlineLen: 40}
+		copy(w.InlineData[:], "forty bytes, copied by the CPU: counted!")
+		if err := a.qp.PostSend(&w); err != nil {
+			return err
+		}
+		if _, err := a.waitOne(ctx, rings.WCSend); err != nil {
+			return err
+		}
+		rc, err := b.waitOne(ctx, rings.WCRecv)
+		if err == nil && !bytes.Equal(b.recvData(rc), w.InlineData[:40]) {
+			t.Errorf("B received %q", b.recvData(rc))
+		}
+		return err
+	}}
+	var out bytes.Buffer
+	rep, err := runDemoReport(context.Background(), cfg, &out)
+	if err == nil || !strings.Contains(err.Error(), "the hosts copied 40 payload bytes on the RDMA path") {
+		t.Fatalf("demo error %v, want the 40 copied bytes reported:\n%s", err, out.String())
+	}
+	if rr := rep.results[0].rdma; rr.copyA != 40 || rr.copyB != 0 {
+		t.Errorf("host copies A %d B %d, want 40 and 0", rr.copyA, rr.copyB)
+	}
+	if !strings.Contains(out.String(), "A 40 B, B 0 B") {
+		t.Errorf("the report does not show the copy:\n%s", out.String())
 	}
 }

@@ -54,11 +54,23 @@ func (t *table) write(w io.Writer) {
 
 func u64(v uint64) string { return strconv.FormatUint(v, 10) }
 
-// hostView is what the reports read from one emulated host.
-type hostView struct {
+// hostReport is one host's counters as the reports print them, read once
+// (after the hosts stopped, so they are final) and then only formatted: the
+// tables show one moment, and tests compare the figures as data.
+type hostReport struct {
 	name string // column heading, e.g. "A 10.0.0.1"
-	h    *tcpstack.Host
-	port port.Port // the host's port (below any recorder)
+	hostSnap
+	port     port.Stats // the host's port (below any recorder)
+	havePort bool
+}
+
+// reportHost reads host h's counters and, if p is not nil, its port's.
+func reportHost(name string, h *tcpstack.Host, p port.Port) hostReport {
+	r := hostReport{name: name, hostSnap: snapHost(h)}
+	if p != nil {
+		r.port, r.havePort = p.Stats(), true
+	}
+	return r
 }
 
 // isDropOrError tells the counters that report a loss or a fault apart from
@@ -71,7 +83,7 @@ func isDropOrError(id rings.StatID) bool {
 // printDeviceCounters prints the device stat block's activity counters (the
 // drops and errors are printed by printDrops), one column per host. Counters
 // that are zero on every host are left out.
-func printDeviceCounters(w io.Writer, hosts []hostView) {
+func printDeviceCounters(w io.Writer, hosts []hostReport) {
 	fmt.Fprintln(w, "device counters (stat block)")
 	t := &table{}
 	head := []string{""}
@@ -86,7 +98,7 @@ func printDeviceCounters(w io.Writer, hosts []hostView) {
 		cells := []string{id.String()}
 		any := false
 		for _, h := range hosts {
-			v := h.h.Device.Stat(id)
+			v := h.stat[id]
 			any = any || v != 0
 			cells = append(cells, u64(v))
 		}
@@ -99,7 +111,7 @@ func printDeviceCounters(w io.Writer, hosts []hostView) {
 
 // printRingStats prints the mechanics of every ring: the device's side from
 // its ring counters, the driver's side from its statistics.
-func printRingStats(w io.Writer, hosts []hostView) {
+func printRingStats(w io.Writer, hosts []hostReport) {
 	fmt.Fprintln(w, "rings (device side)")
 	type ringRow struct {
 		host, ring string
@@ -108,7 +120,7 @@ func printRingStats(w io.Writer, hosts []hostView) {
 	var rows []ringRow
 	var sum rings.RingStats
 	for _, h := range hosts {
-		rc := h.h.Device.RingCounters()
+		rc := h.ring
 		for _, r := range []ringRow{
 			{h.name, "command", rc.Command}, {h.name, "notify", rc.Notify},
 			{h.name, "tx", rc.Tx}, {h.name, "rx", rc.Rx},
@@ -163,30 +175,50 @@ func printRingStats(w io.Writer, hosts []hostView) {
 		head = append(head, h.name)
 	}
 	t.row(head...)
-	stats := make([]tcpstack.DriverStats, len(hosts))
-	for i, h := range hosts {
-		stats[i] = h.h.Driver.Stats()
-	}
-	for _, f := range []struct {
-		name string
-		get  func(tcpstack.DriverStats) uint64
-	}{
-		{"tx_frames", func(s tcpstack.DriverStats) uint64 { return s.TxFrames }},
-		{"tx_bytes", func(s tcpstack.DriverStats) uint64 { return s.TxBytes }},
-		{"tx_ring_full_waits", func(s tcpstack.DriverStats) uint64 { return s.TxRingFull }},
-		{"rx_frames", func(s tcpstack.DriverStats) uint64 { return s.RxFrames }},
-		{"rx_bytes", func(s tcpstack.DriverStats) uint64 { return s.RxBytes }},
-		{"notifications", func(s tcpstack.DriverStats) uint64 { return s.Notifications }},
-		{"interrupts", func(s tcpstack.DriverStats) uint64 { return s.Interrupts }},
-		{"commands", func(s tcpstack.DriverStats) uint64 { return s.Commands }},
-	} {
+	for _, f := range driverRows {
 		cells := []string{f.name}
-		for _, s := range stats {
-			cells = append(cells, u64(f.get(s)))
+		any := false
+		for _, h := range hosts {
+			v := f.get(h.drv)
+			any = any || v != 0
+			cells = append(cells, u64(v))
 		}
-		t.row(cells...)
+		if any || !f.nonZero {
+			t.row(cells...)
+		}
 	}
 	t.write(w)
+}
+
+// driverRows are the driver table's rows; nonZero rows are left out when
+// they are zero on every host.
+var driverRows = []struct {
+	name    string
+	get     func(tcpstack.DriverStats) uint64
+	nonZero bool
+}{
+	{"tx_frames", func(s tcpstack.DriverStats) uint64 { return s.TxFrames }, false},
+	{"tx_bytes", func(s tcpstack.DriverStats) uint64 { return s.TxBytes }, false},
+	{"tx_ring_full_waits", func(s tcpstack.DriverStats) uint64 { return s.TxRingFull }, false},
+	{"rx_frames", func(s tcpstack.DriverStats) uint64 { return s.RxFrames }, false},
+	{"rx_bytes", func(s tcpstack.DriverStats) uint64 { return s.RxBytes }, false},
+	{"notifications", func(s tcpstack.DriverStats) uint64 { return s.Notifications }, false},
+	{"interrupts", func(s tcpstack.DriverStats) uint64 { return s.Interrupts }, false},
+	{"commands", func(s tcpstack.DriverStats) uint64 { return s.Commands }, false},
+	// netstack's frames of delegated flows that the driver kept off the
+	// wire (the abort's RST among them), and received frames of those
+	// flows it kept from netstack: why "segments sent by netstack" is
+	// more than netstack's frames on the wire.
+	{"frozen_drops_out", func(s tcpstack.DriverStats) uint64 { return s.FrozenDropsOut }, true},
+	{"frozen_drops_in", func(s tcpstack.DriverStats) uint64 { return s.FrozenDropsIn }, true},
+	// A peer's first bytes to an RDMA listener that came before its end
+	// was delegated: in rx_frames, held from netstack and handed to the
+	// device again for the QP.
+	{"rx_held_for_rdma", func(s tcpstack.DriverStats) uint64 { return s.RxHeld }, true},
+	// Bytes the CPU copied: legacy frames, delegated Read/Write, and the
+	// verbs layer's own copies (inline sends, private data, held frames).
+	{"host_copy_bytes", func(s tcpstack.DriverStats) uint64 { return s.HostCopyBytes }, true},
+	{"rdma_copy_bytes", func(s tcpstack.DriverStats) uint64 { return s.RDMACopyBytes }, true},
 }
 
 // dropRow is one non-zero drop or error counter.
@@ -198,30 +230,31 @@ type dropRow struct {
 // collectDrops gathers every non-zero drop and error counter of the hosts:
 // the device's stat block, the driver's, the delegated TCP engine's and the
 // port's.
-func collectDrops(hosts []hostView) []dropRow {
+func collectDrops(hosts []hostReport) []dropRow {
 	var out []dropRow
 	for _, h := range hosts {
 		for id := rings.StatID(0); id < rings.NumStats; id++ {
-			if v := h.h.Device.Stat(id); v != 0 && isDropOrError(id) {
+			if v := h.stat[id]; v != 0 && isDropOrError(id) {
 				out = append(out, dropRow{h.name + " device", id.String(), v})
 			}
 		}
-		ds := h.h.Driver.Stats()
+		ds := h.drv
 		for _, c := range []struct {
 			name string
 			v    uint64
-		}{{"tx_dropped", ds.TxDropped}, {"rx_errors", ds.RxErrors}, {"ntf_ring_errors", ds.NtfRingErrors}} {
+		}{{"tx_dropped", ds.TxDropped}, {"rx_errors", ds.RxErrors}, {"rx_frame_too_large", ds.RxFrameTooLarge},
+			{"ntf_ring_errors", ds.NtfRingErrors}} {
 			if c.v != 0 {
 				out = append(out, dropRow{h.name + " driver", c.name, c.v})
 			}
 		}
-		for _, c := range engineCounters(h.h.Device.EngineCounters()) {
+		for _, c := range engineCounters(h.eng) {
 			if c.drop && c.v != 0 {
 				out = append(out, dropRow{h.name + " engine", c.name, c.v})
 			}
 		}
-		if h.port != nil {
-			for _, c := range portDrops(h.port.Stats()) {
+		if h.havePort {
+			for _, c := range portDrops(h.port) {
 				out = append(out, dropRow{h.name + " port", c.name, c.v})
 			}
 		}
@@ -253,8 +286,7 @@ func portDrops(s port.Stats) []namedCount {
 
 // printDrops prints every non-zero drop and error counter, or says there
 // were none.
-func printDrops(w io.Writer, hosts []hostView) {
-	rows := collectDrops(hosts)
+func printDrops(w io.Writer, rows []dropRow) {
 	if len(rows) == 0 {
 		fmt.Fprintln(w, "drops and errors: none")
 		return
@@ -324,10 +356,10 @@ func snakeCase(s string) string {
 // that are not zero on some host, one column per host (the drops and
 // errors are printed by printDrops). With no delegated traffic at all it
 // says so in one line.
-func printEngineCounters(w io.Writer, hosts []hostView) {
+func printEngineCounters(w io.Writer, hosts []hostReport) {
 	cols := make([][]engineCounter, len(hosts))
 	for i, h := range hosts {
-		cols[i] = engineCounters(h.h.Device.EngineCounters())
+		cols[i] = engineCounters(h.eng)
 	}
 	t := &table{}
 	head := []string{""}

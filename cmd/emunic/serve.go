@@ -209,7 +209,7 @@ func runServe(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) er
 	host.Close()
 	hostClosed = true
 
-	hosts := []hostView{{name: name, h: host, port: tap}}
+	hosts := []hostReport{reportHost(name, host, tap)}
 	printServices(stdout, echo, discard)
 	if cfg.Offload {
 		fmt.Fprintln(stdout)
@@ -224,7 +224,7 @@ func runServe(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) er
 		printEngineCounters(stdout, hosts)
 	}
 	fmt.Fprintln(stdout)
-	printDrops(stdout, hosts)
+	printDrops(stdout, collectDrops(hosts))
 	if rec != nil {
 		if err := rec.Err(); err != nil {
 			if runErr == nil {
@@ -233,8 +233,7 @@ func runServe(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) er
 				runErr = fmt.Errorf("%w; pcap %s: %v", runErr, cfg.Pcap, err)
 			}
 		} else {
-			st := tap.Stats()
-			fmt.Fprintf(stdout, "\npcap: %d frames written to %s\n", st.TxFrames+st.RxFrames, cfg.Pcap)
+			fmt.Fprintf(stdout, "\npcap: %d frames written to %s\n", rec.Frames(), cfg.Pcap)
 		}
 	}
 	return runErr
@@ -276,8 +275,8 @@ func (l *offloadListener) Accept() (net.Conn, error) {
 	}
 	l.fallbacks.Add(1)
 	reason := "the offload unit did not take it"
-	if l.FallbackErr != nil {
-		reason = l.FallbackErr.Error()
+	if err := l.FallbackErr(); err != nil {
+		reason = err.Error()
 	}
 	l.logf("%s: %v fallback to netstack: %s", l.service, c.RemoteAddr(), reason)
 	return c, nil

@@ -377,11 +377,13 @@ func (qp *QP) rxReadRequest(u []byte) {
 	qp.irq[i] = readResp{rr: rr, msn: h.MSN()}
 	qp.irqN++
 	qp.stats.ReadRequestsRecv++
+	qp.stats.RxMessages++ // a Read Request is a whole inbound message too
 }
 
 // rxTerminate handles the peer's Terminate: the stream is dead.
 func (qp *QP) rxTerminate(u []byte) {
 	qp.stats.TerminatesRecv++
+	qp.stats.RxMessages++
 	var t Terminate
 	if _, err := t.Decode(u[DDPUntaggedHeaderLen:]); err == nil {
 		qp.peerTerm, qp.hasPeerTerm = t.TermError, true

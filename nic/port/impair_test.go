@@ -15,7 +15,7 @@ import (
 // for reordering are flushed by the hold timer, so this waits ReorderHoldMax when reordering).
 func runImpaired(t *testing.T, seed uint64, imp Impairments, n, size int) ([][]byte, Stats) {
 	t.Helper()
-	a, b := NewWire(WireConfig{Seed: seed, AToB: imp})
+	a, b := MustNewWire(WireConfig{Seed: seed, AToB: imp})
 	defer b.Close()
 	defer a.Close()
 	var got [][]byte
@@ -163,7 +163,7 @@ func TestImpairCorruptFlipsOneByteAfterHeader(t *testing.T) {
 		t.Errorf("only %d distinct payload positions corrupted", len(positions))
 	}
 	// A header-only frame has nothing to corrupt.
-	a, b := NewWire(WireConfig{AToB: Impairments{CorruptPercent: 100}})
+	a, b := MustNewWire(WireConfig{AToB: Impairments{CorruptPercent: 100}})
 	defer a.Close()
 	defer b.Close()
 	hdr := testFrame(0, EthHeaderLen)
@@ -218,7 +218,7 @@ func TestImpairReorder(t *testing.T) {
 	}
 	// The exact shape: hold frame 0 only (100% for one frame, then a rate so small that no
 	// further frame is picked; a non-zero rate keeps the held frame held), gap 2.
-	a, b := NewWire(WireConfig{AToB: Impairments{ReorderPercent: 100, ReorderGap: 2}})
+	a, b := MustNewWire(WireConfig{AToB: Impairments{ReorderPercent: 100, ReorderGap: 2}})
 	defer a.Close()
 	defer b.Close()
 	a.WriteFrame(testFrame(0, 64))
@@ -233,7 +233,7 @@ func TestImpairReorder(t *testing.T) {
 
 func TestImpairReorderHoldMax(t *testing.T) {
 	defer checkGoroutines(t)()
-	a, b := NewWire(WireConfig{AToB: Impairments{ReorderPercent: 100, ReorderHoldMax: 30 * time.Millisecond}})
+	a, b := MustNewWire(WireConfig{AToB: Impairments{ReorderPercent: 100, ReorderHoldMax: 30 * time.Millisecond}})
 	defer a.Close()
 	defer b.Close()
 	start := time.Now()
@@ -246,7 +246,7 @@ func TestImpairReorderHoldMax(t *testing.T) {
 
 func latencies(t *testing.T, imp Impairments, n int, size int, gapBetween time.Duration) []time.Duration {
 	t.Helper()
-	a, b := NewWire(WireConfig{AToB: imp})
+	a, b := MustNewWire(WireConfig{AToB: imp})
 	defer a.Close()
 	defer b.Close()
 	sentAt := make([]time.Time, n)
@@ -321,7 +321,7 @@ func TestImpairJitterKeepsOrder(t *testing.T) {
 	if lat[0] < time.Millisecond || lat[0] > 5*time.Millisecond || lat[n-1] < 6*time.Millisecond {
 		t.Errorf("latency spread %v..%v for 5ms ± 4ms", lat[0], lat[n-1])
 	}
-	a, b := NewWire(WireConfig{AToB: Impairments{Delay: time.Millisecond, Jitter: time.Millisecond}})
+	a, b := MustNewWire(WireConfig{AToB: Impairments{Delay: time.Millisecond, Jitter: time.Millisecond}})
 	defer a.Close()
 	for i := range uint32(n) {
 		a.WriteFrame(testFrame(i, 64))
@@ -335,7 +335,7 @@ func TestImpairJitterKeepsOrder(t *testing.T) {
 func TestImpairRate(t *testing.T) {
 	defer checkGoroutines(t)()
 	// 100 × 1514-byte frames at 10 Mbit/s: 100 × 1538 × 8 bits = 123.04 ms on the line.
-	a, b := NewWire(WireConfig{AToB: Impairments{RateBitsPerSec: 10e6}})
+	a, b := MustNewWire(WireConfig{AToB: Impairments{RateBitsPerSec: 10e6}})
 	defer a.Close()
 	defer b.Close()
 	start := time.Now()
@@ -353,7 +353,7 @@ func TestImpairRate(t *testing.T) {
 }
 
 func TestImpairRateBacklogDropsTail(t *testing.T) {
-	a, b := NewWire(WireConfig{QueueLen: 10, AToB: Impairments{RateBitsPerSec: 1e6}})
+	a, b := MustNewWire(WireConfig{QueueLen: 10, AToB: Impairments{RateBitsPerSec: 1e6}})
 	defer a.Close()
 	defer b.Close()
 	for i := range uint32(30) {
@@ -367,7 +367,7 @@ func TestImpairRateBacklogDropsTail(t *testing.T) {
 }
 
 func TestSetTxImpairmentsCutsAndRestoresLink(t *testing.T) {
-	a, b := NewWire(WireConfig{})
+	a, b := MustNewWire(WireConfig{})
 	defer a.Close()
 	defer b.Close()
 	a.WriteFrame(testFrame(0, 64))
@@ -391,7 +391,7 @@ func TestSetTxImpairmentsCutsAndRestoresLink(t *testing.T) {
 // closes are counted, and no goroutine outlives Close.
 func TestImpairedCloseDropsInFlight(t *testing.T) {
 	defer checkGoroutines(t)()
-	a, b := NewWire(WireConfig{
+	a, b := MustNewWire(WireConfig{
 		AToB: Impairments{Delay: time.Hour},
 		BToA: Impairments{ReorderPercent: 100, ReorderHoldMax: time.Hour},
 	})

@@ -36,6 +36,7 @@ type Recorder struct {
 	err     error     // first capture error
 	closer  io.Closer // the file CreateRecorder opened, closed by Close
 	closed  bool
+	frames  uint64 // records written
 }
 
 // NewRecorder returns a Recorder that passes frames to p and writes them to w, and writes the
@@ -110,7 +111,18 @@ func (r *Recorder) recordLocked(b []byte) {
 	}
 	// Taken under the lock so that timestamps never go backwards through the file.
 	ci := gopacket.CaptureInfo{Timestamp: time.Now(), Length: len(b), CaptureLength: min(len(b), r.snaplen)}
-	r.err = r.pw.WritePacket(ci, b[:ci.CaptureLength])
+	if r.err = r.pw.WritePacket(ci, b[:ci.CaptureLength]); r.err == nil {
+		r.frames++
+	}
+}
+
+// Frames returns how many frames the capture holds. It can be fewer than
+// the port's frame counters say: a frame the port delivers while the
+// recorder closes is not recorded (the capture has ended).
+func (r *Recorder) Frames() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.frames
 }
 
 // Flush writes buffered records to the underlying writer.

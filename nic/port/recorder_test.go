@@ -40,7 +40,7 @@ func readPcap(t *testing.T, r io.Reader) (*pcapgo.Reader, []pcapRecord) {
 
 func TestRecorderRecordsBothDirections(t *testing.T) {
 	defer checkGoroutines(t)()
-	a, b := NewWire(WireConfig{})
+	a, b := MustNewWire(WireConfig{})
 	var out bytes.Buffer
 	rec, err := NewRecorder(a, &out, 0)
 	if err != nil {
@@ -98,7 +98,7 @@ func TestRecorderRecordsBothDirections(t *testing.T) {
 }
 
 func TestRecorderSnaplen(t *testing.T) {
-	a, b := NewWire(WireConfig{})
+	a, b := MustNewWire(WireConfig{})
 	defer b.Close()
 	var out bytes.Buffer
 	rec, err := NewRecorder(a, &out, 64)
@@ -116,7 +116,7 @@ func TestRecorderSnaplen(t *testing.T) {
 
 func TestCreateRecorderFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "wire.pcap")
-	a, b := NewWire(WireConfig{})
+	a, b := MustNewWire(WireConfig{})
 	defer b.Close()
 	rec, err := CreateRecorder(a, path)
 	if err != nil {
@@ -155,7 +155,7 @@ func (w *failingWriter) Write(p []byte) (int, error) {
 
 // TestRecorderErrorDoesNotBreakWire: a capture that cannot be written never fails the frames.
 func TestRecorderErrorDoesNotBreakWire(t *testing.T) {
-	a, b := NewWire(WireConfig{})
+	a, b := MustNewWire(WireConfig{})
 	defer b.Close()
 	rec, err := NewRecorder(a, &failingWriter{n: 1}, 0) // header only
 	if err != nil {
@@ -176,7 +176,7 @@ func TestRecorderErrorDoesNotBreakWire(t *testing.T) {
 }
 
 func BenchmarkRecorderWriteRead1514(b *testing.B) {
-	pa, pb := NewWire(WireConfig{})
+	pa, pb := MustNewWire(WireConfig{})
 	defer pb.Close()
 	rec, err := NewRecorder(pa, io.Discard, 0)
 	if err != nil {

@@ -37,8 +37,7 @@ type WireConfig struct {
 	AToB, BToA Impairments
 }
 
-// Validate reports the first problem with c, or nil. NewWire panics on an invalid
-// configuration, so call Validate first when the configuration comes from a user.
+// Validate reports the first problem with c, or nil (NewWire returns it).
 func (c WireConfig) Validate() error {
 	if c.QueueLen < 0 {
 		return fmt.Errorf("wire: QueueLen %d is negative", c.QueueLen)
@@ -96,11 +95,27 @@ type WirePort struct {
 	peer *WirePort
 }
 
-// NewWire returns the two ends of a new in-memory wire. It panics if cfg.Validate fails.
-func NewWire(cfg WireConfig) (a, b *WirePort) {
+// NewWire returns the two ends of a new in-memory wire, or cfg.Validate's
+// error.
+func NewWire(cfg WireConfig) (a, b *WirePort, err error) {
 	if err := cfg.Validate(); err != nil {
-		panic("port.NewWire: " + err.Error())
+		return nil, nil, fmt.Errorf("port.NewWire: %w", err)
 	}
+	a, b = newWire(cfg)
+	return a, b, nil
+}
+
+// MustNewWire is NewWire for configurations known to be valid (tests,
+// literals): it panics if cfg.Validate fails.
+func MustNewWire(cfg WireConfig) (a, b *WirePort) {
+	a, b, err := NewWire(cfg)
+	if err != nil {
+		panic(err.Error())
+	}
+	return a, b
+}
+
+func newWire(cfg WireConfig) (a, b *WirePort) {
 	cfg = cfg.withDefaults()
 	a = newWirePort(cfg.Name+".a", cfg)
 	b = newWirePort(cfg.Name+".b", cfg)

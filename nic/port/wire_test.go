@@ -11,7 +11,7 @@ import (
 
 func TestWireCleanIntactAndInOrder(t *testing.T) {
 	defer checkGoroutines(t)()
-	a, b := NewWire(WireConfig{})
+	a, b := MustNewWire(WireConfig{})
 	defer a.Close()
 	defer b.Close()
 
@@ -56,7 +56,7 @@ func TestWireCleanIntactAndInOrder(t *testing.T) {
 }
 
 func TestWireCopySemantics(t *testing.T) {
-	a, b := NewWire(WireConfig{})
+	a, b := MustNewWire(WireConfig{})
 	defer a.Close()
 	defer b.Close()
 	f := testFrame(1, 100)
@@ -74,7 +74,7 @@ func TestWireCopySemantics(t *testing.T) {
 
 func TestWireConcurrentWriterReader(t *testing.T) {
 	defer checkGoroutines(t)()
-	a, b := NewWire(WireConfig{})
+	a, b := MustNewWire(WireConfig{})
 	defer a.Close()
 	const n = 50000
 	var wg sync.WaitGroup
@@ -111,7 +111,7 @@ func TestWireConcurrentWriterReader(t *testing.T) {
 }
 
 func TestWireQueueFullDropsTail(t *testing.T) {
-	a, b := NewWire(WireConfig{QueueLen: 8})
+	a, b := MustNewWire(WireConfig{QueueLen: 8})
 	defer a.Close()
 	defer b.Close()
 	for i := range uint32(20) {
@@ -137,7 +137,7 @@ func TestWireQueueFullDropsTail(t *testing.T) {
 }
 
 func TestWireQueueBytes(t *testing.T) {
-	a, b := NewWire(WireConfig{QueueLen: 100, QueueBytes: 10000, MaxFrameSize: 1514})
+	a, b := MustNewWire(WireConfig{QueueLen: 100, QueueBytes: 10000, MaxFrameSize: 1514})
 	defer a.Close()
 	defer b.Close()
 	for i := range uint32(10) {
@@ -160,7 +160,7 @@ func TestWireQueueBytes(t *testing.T) {
 }
 
 func TestWireWriteErrors(t *testing.T) {
-	a, b := NewWire(WireConfig{MaxFrameSize: 1514})
+	a, b := MustNewWire(WireConfig{MaxFrameSize: 1514})
 	defer b.Close()
 	if err := a.WriteFrame(make([]byte, 13)); !errors.Is(err, ErrRuntFrame) {
 		t.Errorf("13-byte frame: %v, want ErrRuntFrame", err)
@@ -182,7 +182,7 @@ func TestWireWriteErrors(t *testing.T) {
 }
 
 func TestWireReadBufferTooSmall(t *testing.T) {
-	a, b := NewWire(WireConfig{})
+	a, b := MustNewWire(WireConfig{})
 	defer a.Close()
 	defer b.Close()
 	a.WriteFrame(testFrame(1, 1514))
@@ -203,7 +203,7 @@ func TestWireReadBufferTooSmall(t *testing.T) {
 func TestWireCloseUnblocksReader(t *testing.T) {
 	defer checkGoroutines(t)()
 	for _, cfg := range []WireConfig{{}, {AToB: Impairments{Delay: time.Millisecond}, BToA: Impairments{Delay: time.Millisecond}}} {
-		a, b := NewWire(cfg)
+		a, b := MustNewWire(cfg)
 		errc := make(chan error, 2)
 		for _, p := range []*WirePort{a, b} {
 			go func() {
@@ -241,7 +241,7 @@ func TestWireCloseUnblocksReader(t *testing.T) {
 }
 
 func TestWireCloseCountsEveryFrame(t *testing.T) {
-	a, b := NewWire(WireConfig{})
+	a, b := MustNewWire(WireConfig{})
 	defer a.Close()
 	for i := range uint32(5) {
 		a.WriteFrame(testFrame(i, 60))
@@ -261,7 +261,7 @@ func TestWireCloseCountsEveryFrame(t *testing.T) {
 func TestWireCleanNeedsNoGoroutine(t *testing.T) {
 	defer checkGoroutines(t)()
 	before := settledGoroutines()
-	a, b := NewWire(WireConfig{AToB: Impairments{LossPercent: 1, CorruptPercent: 1, DuplicatePercent: 1}})
+	a, b := MustNewWire(WireConfig{AToB: Impairments{LossPercent: 1, CorruptPercent: 1, DuplicatePercent: 1}})
 	for i := range uint32(100) {
 		a.WriteFrame(testFrame(i, 100))
 	}
@@ -298,7 +298,7 @@ func settledGoroutines() int {
 }
 
 func TestWireNoAllocs(t *testing.T) {
-	a, b := NewWire(WireConfig{})
+	a, b := MustNewWire(WireConfig{})
 	defer a.Close()
 	defer b.Close()
 	f := testFrame(1, 1514)
@@ -325,19 +325,22 @@ func TestWireConfigValidate(t *testing.T) {
 		if c.Validate() == nil {
 			t.Errorf("%+v: Validate accepted it", c)
 		}
+		if a, b, err := NewWire(c); err == nil || a != nil || b != nil {
+			t.Errorf("%+v: NewWire accepted it", c)
+		}
 	}
 	defer func() {
 		if recover() == nil {
-			t.Error("NewWire accepted an invalid config")
+			t.Error("MustNewWire accepted an invalid config")
 		}
 	}()
-	NewWire(WireConfig{QueueLen: -1})
+	MustNewWire(WireConfig{QueueLen: -1})
 }
 
 // BenchmarkWireWriteRead is the clean wire's cost per 1514-byte frame: one WriteFrame and one
 // ReadFrame on the same goroutine (two copies, two FIFO operations, two free-list operations).
 func BenchmarkWireWriteRead1514(b *testing.B) {
-	pa, pb := NewWire(WireConfig{})
+	pa, pb := MustNewWire(WireConfig{})
 	defer pa.Close()
 	defer pb.Close()
 	f := testFrame(1, 1514)
@@ -357,7 +360,7 @@ func BenchmarkWireWriteRead1514(b *testing.B) {
 // BenchmarkWirePipelined1514 has a writer and a reader goroutine, as in a real run (netstack's
 // transmit path on one side, the device's receive loop on the other).
 func BenchmarkWirePipelined1514(b *testing.B) {
-	pa, pb := NewWire(WireConfig{})
+	pa, pb := MustNewWire(WireConfig{})
 	defer pa.Close()
 	f := testFrame(1, 1514)
 	b.SetBytes(1514)
@@ -392,7 +395,7 @@ func BenchmarkWirePipelined1514(b *testing.B) {
 
 // BenchmarkWireImpaired1514 is the impaired path without a delay line (1% loss).
 func BenchmarkWireImpaired1514(b *testing.B) {
-	pa, pb := NewWire(WireConfig{AToB: Impairments{LossPercent: 1}})
+	pa, pb := MustNewWire(WireConfig{AToB: Impairments{LossPercent: 1}})
 	defer pa.Close()
 	defer pb.Close()
 	f := testFrame(1, 1514)
