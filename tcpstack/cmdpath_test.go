@@ -523,12 +523,13 @@ func TestWriteWaitsForTransmitRing(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Close ends the wait too.
+	// Close ends the wait too. The count is read before the Write starts:
+	// read after, it could already include this Write's wait.
+	before := d.Stats().TxRingFull
 	go func() {
 		_, err := dc.Write(p)
 		res <- err
 	}()
-	before := d.Stats().TxRingFull
 	waitUntil(t, "the Write waiting again", func() bool { return d.Stats().TxRingFull > before })
 	if err := dc.Close(); err != nil {
 		t.Fatal(err)
