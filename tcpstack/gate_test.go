@@ -327,6 +327,28 @@ func recvConn(t *testing.T, ch <-chan net.Conn) net.Conn {
 	}
 }
 
+// listenAll listens with listen on port and accepts into a channel
+// (acceptAll).
+func listenAll[L net.Listener](t *testing.T, listen func(uint16) (L, error), port uint16) <-chan net.Conn {
+	t.Helper()
+	l, err := listen(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return acceptAll(t, l)
+}
+
+// dialAccepted dials b's port with dial and returns the connection and
+// the peer's end of it, accepted on acc.
+func dialAccepted[C any](t *testing.T, ctx context.Context, dial func(context.Context, netip.AddrPort) (C, error), b *Host, port uint16, acc <-chan net.Conn) (C, net.Conn) {
+	t.Helper()
+	c, err := dial(ctx, netip.AddrPortFrom(b.Addr(), port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, recvConn(t, acc)
+}
+
 // holdFirst is a gate rule holding the first command with opcode op.
 func holdFirst(op rings.Opcode) func(rings.Command) gateVerdict {
 	var once atomic.Bool
@@ -349,26 +371,42 @@ func heldCommand(t *testing.T, g *gateDevice) heldCmd {
 	}
 }
 
+// abandoned is a delegation the host gave up on: a's connection nc to
+// b's port 5001, whose OFFLOAD (h) the gate holds, and b's end of it.
+type abandoned struct {
+	a, b *Host
+	g    *gateDevice
+	acc  <-chan net.Conn // b's offload listener on port 5001
+	nc   *TrackedConn
+	h    heldCmd
+	peer net.Conn
+}
+
 // abandonedDelegation dials from a to b and delegates the connection while
 // the gate holds its OFFLOAD past the command timeout: the delegation is
 // abandoned, and the index, memory and frozen flow are quarantined.
-func abandonedDelegation(t *testing.T, a, b *Host, g *gateDevice, acc <-chan net.Conn) (*TrackedConn, heldCmd, net.Conn) {
+func abandonedDelegation(t *testing.T) *abandoned {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	nc, err := a.DialTracked(ctx, netip.AddrPortFrom(b.Addr(), 5001))
-	if err != nil {
+	x := &abandoned{}
+	x.a, x.b, x.g = gateHosts(t, holdFirst(rings.OpOffload), nil)
+	a := x.a
+	if err := a.Offload(OffloadConfig{CommandTimeout: 100 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
-	peer := recvConn(t, acc)
+	x.acc = listenAll(t, x.b.ListenOffload, 5001)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	nc, peer := dialAccepted(t, ctx, a.DialTracked, x.b, 5001, x.acc)
+	x.nc, x.peer = nc, peer
 	if _, ok := peer.(*DelegatedConn); !ok {
 		t.Fatalf("B did not delegate its end: %T", peer)
 	}
-	_, err = a.Delegate(nc)
+	_, err := a.Delegate(nc)
 	if !errors.Is(err, ErrDelegationAbandoned) || !errors.Is(err, ErrCommandTimeout) || errors.Is(err, ErrNotDelegated) {
 		t.Fatalf("Delegate: %v, want an abandoned delegation", err)
 	}
-	h := heldCommand(t, g)
+	h := heldCommand(t, x.g)
+	x.h = h
 	o := a.off
 	o.mu.Lock()
 	_, q := o.quarantined[h.cmd.Conn]
@@ -389,7 +427,19 @@ func abandonedDelegation(t *testing.T, a, b *Host, g *gateDevice, acc <-chan net
 	if _, ok := a.Driver.flows.snapshot(nc.key); !ok {
 		t.Fatal("Close of the lost connection untracked its flow")
 	}
-	return nc, h, peer
+	return x
+}
+
+// answer releases the held OFFLOAD with status, late: the host reaps it,
+// frees the quarantined index and flow, and b's end sees a reset.
+func (x *abandoned) answer(t *testing.T, status rings.Status) {
+	t.Helper()
+	x.g.release(x.h, status)
+	quarantineResolved(t, x.a, x.h.cmd.Conn, x.nc.key)
+	_ = x.peer.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := x.peer.Read(make([]byte, 1)); !errors.Is(err, ErrConnReset) {
+		t.Fatalf("B's end of the abandoned connection: %v, want a reset", err)
+	}
 }
 
 func slicesContains(s []uint32, v uint32) bool {
@@ -425,40 +475,22 @@ func quarantineResolved(t *testing.T, a *Host, idx uint32, key FlowKey) {
 // the connection, the host reaps the late answer, takes the connection
 // down with ABORT (the peer sees the reset) and frees everything.
 func TestOffloadTimeoutQuarantines(t *testing.T) {
-	a, b, g := gateHosts(t, holdFirst(rings.OpOffload), nil)
-	if err := a.Offload(OffloadConfig{CommandTimeout: 100 * time.Millisecond}); err != nil {
-		t.Fatal(err)
-	}
-	l, err := b.ListenOffload(5001)
-	if err != nil {
-		t.Fatal(err)
-	}
-	acc := acceptAll(t, l)
-	nc, h, peer := abandonedDelegation(t, a, b, g, acc)
+	x := abandonedDelegation(t)
 
 	// Another connection, meanwhile: delegated on another index, and
 	// moving data both ways.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c2, err := a.DialOffload(ctx, netip.AddrPortFrom(b.Addr(), 5001))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c2, p2 := dialAccepted(t, ctx, x.a.DialOffload, x.b, 5001, x.acc)
 	defer c2.Close()
-	if c2.Index() == h.cmd.Conn {
+	if c2.Index() == x.h.cmd.Conn {
 		t.Fatal("the quarantined index was reused")
 	}
-	p2 := recvConn(t, acc)
 	transfer(t, c2, p2, 1<<20)
 	transfer(t, p2, c2, 1<<20)
 
 	// The late answer: the device installs the abandoned connection.
-	g.release(h, rings.StatusOK)
-	quarantineResolved(t, a, h.cmd.Conn, nc.key)
-	_ = peer.SetReadDeadline(time.Now().Add(10 * time.Second))
-	if _, err := peer.Read(make([]byte, 1)); !errors.Is(err, ErrConnReset) {
-		t.Fatalf("B's end of the abandoned connection: %v, want a reset", err)
-	}
+	x.answer(t, rings.StatusOK)
 	// And the rest goes on.
 	transfer(t, c2, p2, 256<<10)
 }
@@ -467,22 +499,7 @@ func TestOffloadTimeoutQuarantines(t *testing.T) {
 // the connection, so netstack resets it (the flow unfrozen first) and the
 // host frees everything.
 func TestOffloadRefusedLate(t *testing.T) {
-	a, b, g := gateHosts(t, holdFirst(rings.OpOffload), nil)
-	if err := a.Offload(OffloadConfig{CommandTimeout: 100 * time.Millisecond}); err != nil {
-		t.Fatal(err)
-	}
-	l, err := b.ListenOffload(5001)
-	if err != nil {
-		t.Fatal(err)
-	}
-	acc := acceptAll(t, l)
-	nc, h, peer := abandonedDelegation(t, a, b, g, acc)
-	g.release(h, rings.StatusNoResources)
-	quarantineResolved(t, a, h.cmd.Conn, nc.key)
-	_ = peer.SetReadDeadline(time.Now().Add(10 * time.Second))
-	if _, err := peer.Read(make([]byte, 1)); !errors.Is(err, ErrConnReset) {
-		t.Fatalf("B's end of the abandoned connection: %v, want a reset", err)
-	}
+	abandonedDelegation(t).answer(t, rings.StatusNoResources)
 }
 
 // TestInterruptsNeverWaitForCommands: the device sits on a delegated
@@ -504,36 +521,18 @@ func TestInterruptsNeverWaitForCommands(t *testing.T) {
 	if err := a.Offload(OffloadConfig{CommandTimeout: time.Minute, RecvBuffers: 4, RecvBufSize: 16 << 10}); err != nil {
 		t.Fatal(err)
 	}
-	l, err := b.ListenOffload(5001)
-	if err != nil {
-		t.Fatal(err)
-	}
-	acc := acceptAll(t, l)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	dc, err := a.DialOffload(ctx, netip.AddrPortFrom(b.Addr(), 5001))
-	if err != nil {
-		t.Fatal(err)
-	}
+	dc, peer := dialAccepted(t, ctx, a.DialOffload, b, 5001, listenAll(t, b.ListenOffload, 5001))
 	defer dc.Close()
-	peer := recvConn(t, acc)
 	// Fill and drain user buffers: every drained one is a repost the
 	// device holds.
 	transfer(t, peer, dc, 48<<10)
 	held := heldCommand(t, g)
 
 	// netstack's own traffic meanwhile.
-	nl, err := b.Listen(5002)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nacc := acceptAll(t, nl)
-	nc, err := a.Dial(ctx, netip.AddrPortFrom(b.Addr(), 5002))
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, np := dialAccepted(t, ctx, a.Dial, b, 5002, listenAll(t, b.Listen, 5002))
 	defer nc.Close()
-	np := recvConn(t, nacc)
 	transfer(t, np, nc, 4<<20)
 	transfer(t, nc, np, 1<<20)
 
@@ -625,18 +624,9 @@ func TestDelegateWithDataArriving(t *testing.T) {
 	if err := a.Offload(OffloadConfig{}); err != nil {
 		t.Fatal(err)
 	}
-	l, err := b.Listen(5003)
-	if err != nil {
-		t.Fatal(err)
-	}
-	acc := acceptAll(t, l)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	nc, err := a.DialTracked(ctx, netip.AddrPortFrom(b.Addr(), 5003))
-	if err != nil {
-		t.Fatal(err)
-	}
-	peer := recvConn(t, acc)
+	nc, peer := dialAccepted(t, ctx, a.DialTracked, b, 5003, listenAll(t, b.Listen, 5003))
 	pattern := func(from, n int) []byte {
 		p := make([]byte, n)
 		for i := range p {

@@ -215,25 +215,7 @@ func inWindow(c []*capFrame, from, to time.Time) []*capFrame {
 // from the sender's frames: each byte once, from the SYN's ISN + 1 to the
 // FIN (or the highest byte sent). It reports an error for a hole.
 func stream(sent []*capFrame, sport, dport uint16) ([]byte, error) {
-	var isn uint32
-	haveSYN := false
-	type piece struct {
-		off  int64
-		data []byte
-	}
-	var ps []piece
-	for _, f := range sent {
-		if !f.tcp || f.sport != sport || f.dport != dport {
-			continue
-		}
-		if f.flags&tcpSYN != 0 {
-			isn, haveSYN = f.seq, true
-			continue
-		}
-		if haveSYN && len(f.payload) > 0 {
-			ps = append(ps, piece{int64(f.seq - isn - 1), f.payload})
-		}
-	}
+	ps, haveSYN := segments(sent, sport, dport)
 	if !haveSYN {
 		return nil, fmt.Errorf("no SYN from port %d to %d", sport, dport)
 	}
@@ -243,8 +225,8 @@ func stream(sent []*capFrame, sport, dport uint16) ([]byte, error) {
 		switch {
 		case p.off > int64(len(out)):
 			return out, fmt.Errorf("hole at stream offset %d (next segment at %d)", len(out), p.off)
-		case p.off+int64(len(p.data)) > int64(len(out)):
-			out = append(out, p.data[int64(len(out))-p.off:]...)
+		case p.off+int64(len(p.f.payload)) > int64(len(out)):
+			out = append(out, p.f.payload[int64(len(out))-p.off:]...)
 		}
 	}
 	return out, nil
@@ -254,8 +236,26 @@ func stream(sent []*capFrame, sport, dport uint16) ([]byte, error) {
 // connection (sport to dport): the timestamp of the first frame that
 // carried that byte.
 func firstSentAt(sent []*capFrame, sport, dport uint16, off int64) (time.Time, bool) {
+	ps, _ := segments(sent, sport, dport)
+	for _, p := range ps {
+		if p.off <= off && off < p.off+int64(len(p.f.payload)) {
+			return p.f.ts, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// segment is a frame that carried stream data, at its stream offset.
+type segment struct {
+	off int64 // from the SYN's ISN + 1
+	f   *capFrame
+}
+
+// segments returns, in the order sent, the frames of one direction of a
+// TCP connection (sport to dport) that carried data after its SYN, and
+// whether there was a SYN.
+func segments(sent []*capFrame, sport, dport uint16) (ps []segment, haveSYN bool) {
 	var isn uint32
-	haveSYN := false
 	for _, f := range sent {
 		if !f.tcp || f.sport != sport || f.dport != dport {
 			continue
@@ -264,11 +264,11 @@ func firstSentAt(sent []*capFrame, sport, dport uint16, off int64) (time.Time, b
 			isn, haveSYN = f.seq, true
 			continue
 		}
-		if o := int64(f.seq - isn - 1); haveSYN && o <= off && off < o+int64(len(f.payload)) {
-			return f.ts, true
+		if haveSYN && len(f.payload) > 0 {
+			ps = append(ps, segment{int64(f.seq - isn - 1), f})
 		}
 	}
-	return time.Time{}, false
+	return ps, haveSYN
 }
 
 // wireMatch pairs the frames one port sent with the frames the other port

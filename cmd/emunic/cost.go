@@ -103,6 +103,22 @@ func (s labSnap) sub(o labSnap) labDelta {
 	return d
 }
 
+// pathCostRows are the rows of the per-path table: a name and the figure.
+var pathCostRows = []struct {
+	name string
+	get  func(labDelta) uint64
+}{
+	{"frames on the wire", func(d labDelta) uint64 { return d.wireFrames }},
+	{"tx ring entries", func(d labDelta) uint64 { return d.txEntries }},
+	{"rx ring entries", func(d labDelta) uint64 { return d.rxEntries }},
+	{"notifications", func(d labDelta) uint64 { return d.notifications }},
+	{"commands", func(d labDelta) uint64 { return d.commands }},
+	{"interrupts", func(d labDelta) uint64 { return d.interrupts }},
+	{"segments sent by netstack", func(d labDelta) uint64 { return d.nsSegments }},
+	{"segments sent by the engines", func(d labDelta) uint64 { return d.engSegments }},
+	{"segments retransmitted", func(d labDelta) uint64 { return d.retransmitted }},
+}
+
 // printPathCosts prints, side by side, what each path cost both hosts
 // together: ring entries, interrupts, segments.
 func printPathCosts(w io.Writer, results []transferResult) {
@@ -113,20 +129,7 @@ func printPathCosts(w io.Writer, results []transferResult) {
 		head = append(head, r.path)
 	}
 	t.row(head...)
-	for _, f := range []struct {
-		name string
-		get  func(labDelta) uint64
-	}{
-		{"frames on the wire", func(d labDelta) uint64 { return d.wireFrames }},
-		{"tx ring entries", func(d labDelta) uint64 { return d.txEntries }},
-		{"rx ring entries", func(d labDelta) uint64 { return d.rxEntries }},
-		{"notifications", func(d labDelta) uint64 { return d.notifications }},
-		{"commands", func(d labDelta) uint64 { return d.commands }},
-		{"interrupts", func(d labDelta) uint64 { return d.interrupts }},
-		{"segments sent by netstack", func(d labDelta) uint64 { return d.nsSegments }},
-		{"segments sent by the engines", func(d labDelta) uint64 { return d.engSegments }},
-		{"segments retransmitted", func(d labDelta) uint64 { return d.retransmitted }},
-	} {
+	for _, f := range pathCostRows {
 		cells := []string{f.name}
 		for _, r := range results {
 			cells = append(cells, u64(f.get(r.cost)))

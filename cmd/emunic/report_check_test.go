@@ -278,22 +278,12 @@ func checkPaths(c *checker, rep *demoReport, stages []stageView, sent [2][]*capF
 }
 
 // checkPrintedPaths: the per-path table as printed holds the figures
-// checked as data.
+// checked as data. It takes the rows (names and fields) from the table's
+// own pathCostRows: what it checks is the printing, read back from the
+// text; the figures themselves are checked against independent counts in
+// checkPaths.
 func checkPrintedPaths(c *checker, rep *demoReport, text string) {
-	for _, row := range []struct {
-		name string
-		get  func(labDelta) uint64
-	}{
-		{"frames on the wire", func(d labDelta) uint64 { return d.wireFrames }},
-		{"tx ring entries", func(d labDelta) uint64 { return d.txEntries }},
-		{"rx ring entries", func(d labDelta) uint64 { return d.rxEntries }},
-		{"notifications", func(d labDelta) uint64 { return d.notifications }},
-		{"commands", func(d labDelta) uint64 { return d.commands }},
-		{"interrupts", func(d labDelta) uint64 { return d.interrupts }},
-		{"segments sent by netstack", func(d labDelta) uint64 { return d.nsSegments }},
-		{"segments sent by the engines", func(d labDelta) uint64 { return d.engSegments }},
-		{"segments retransmitted", func(d labDelta) uint64 { return d.retransmitted }},
-	} {
+	for _, row := range pathCostRows {
 		var want []string
 		for _, r := range rep.results {
 			want = append(want, u64(row.get(r.cost)))

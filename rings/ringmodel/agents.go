@@ -172,36 +172,10 @@ func Producer(name string, o ProducerOpts) *Program {
 			// PI is already out: load the flags after it, as a publish does.
 			commitNext(c, o, true, func(c *Ctx, next string) { c.Gosub("pub.load", next) })
 		}},
-		{Label: "pub.store", Do: func(c *Ctx) {
-			if o.Faults&FlagBeforeIndex != 0 {
-				c.R[pFlags] = c.LoadCFlags(ring)
-				c.Goto("pub.late")
-				return
-			}
-			c.R[pPub] = c.R[pTail]
-			c.StorePI(ring, c.R[pPub])
-			c.Goto("pub.load")
-		}},
-		{Label: "pub.load", Do: func(c *Ctx) {
-			if c.LoadCFlags(ring)&needWakeup != 0 && o.Kick >= 0 {
-				c.Goto("pub.kick")
-			} else {
-				c.Return()
-			}
-		}},
-		{Label: "pub.late", Do: func(c *Ctx) {
-			c.R[pPub] = c.R[pTail]
-			c.StorePI(ring, c.R[pPub])
-			if c.R[pFlags]&needWakeup != 0 && o.Kick >= 0 {
-				c.Goto("pub.kick")
-			} else {
-				c.Return()
-			}
-		}},
-		{Label: "pub.kick", Do: func(c *Ctx) {
-			c.Kick(o.Kick)
-			c.Return()
-		}},
+	}
+	steps = append(steps, signalSteps("pub", o.Faults, o.Kick, pPub, pTail, pFlags,
+		func(c *Ctx, v uint32) { c.StorePI(ring, v) }, func(c *Ctx) uint32 { return c.LoadCFlags(ring) })...)
+	steps = append(steps, []Step{
 		// A full ring (waitTxSpace): poll with Next, Spin+1 times.
 		{Label: "spin", Call: "Next", Do: func(c *Ctx) {
 			if free(c) == 0 {
@@ -285,7 +259,7 @@ func Producer(name string, o ProducerOpts) *Program {
 			c.R[pSpin] = uint32(o.Spin)
 			c.Goto("done.poll")
 		}},
-	}
+	}...)
 	p := NewProgram(name, pRegs, steps...)
 	p.Names = producerNames
 	p.opts = o
@@ -315,6 +289,47 @@ func Producer(name string, o ProducerOpts) *Program {
 		}
 	}
 	return p
+}
+
+// signalSteps are a producer's publish (prefix "pub": PI, then the
+// consumer flags) or a consumer's release ("rel": CI, then the producer
+// flags), as Producer.signal and Consumer.release do it, called with Gosub:
+// store register pos as the index (and in register idx), then load the
+// peer's flags and ring the peer's doorbell kick (unless it is -1) if they
+// say NEED_WAKEUP. FlagBeforeIndex loads the flags (into register flags)
+// before it stores the index.
+func signalSteps(prefix string, f Fault, kick, idx, pos, flags int, store func(c *Ctx, v uint32), load func(c *Ctx) uint32) []Step {
+	load2, late, kicks := prefix+".load", prefix+".late", prefix+".kick"
+	// signal kicks if the flags loaded say NEED_WAKEUP, else returns.
+	signal := func(c *Ctx, flags uint32) {
+		if flags&needWakeup != 0 && kick >= 0 {
+			c.Goto(kicks)
+		} else {
+			c.Return()
+		}
+	}
+	return []Step{
+		{Label: prefix + ".store", Do: func(c *Ctx) {
+			if f&FlagBeforeIndex != 0 {
+				c.R[flags] = load(c)
+				c.Goto(late)
+				return
+			}
+			c.R[idx] = c.R[pos]
+			store(c, c.R[idx])
+			c.Goto(load2)
+		}},
+		{Label: load2, Do: func(c *Ctx) { signal(c, load(c)) }},
+		{Label: late, Do: func(c *Ctx) {
+			c.R[idx] = c.R[pos]
+			store(c, c.R[idx])
+			signal(c, c.R[flags])
+		}},
+		{Label: kicks, Do: func(c *Ctx) {
+			c.Kick(kick)
+			c.Return()
+		}},
+	}
 }
 
 // write writes the entry at the producer's tail.
@@ -471,36 +486,10 @@ func Consumer(name string, o ConsumerOpts) *Program {
 				c.Goto("burst")
 			}
 		}},
-		{Label: "rel.store", Do: func(c *Ctx) {
-			if o.Faults&FlagBeforeIndex != 0 {
-				c.R[cFlags] = c.LoadPFlags(ring)
-				c.Goto("rel.late")
-				return
-			}
-			c.R[cRel] = c.R[cHead]
-			c.StoreCI(ring, c.R[cRel])
-			c.Goto("rel.load")
-		}},
-		{Label: "rel.load", Do: func(c *Ctx) {
-			if c.LoadPFlags(ring)&needWakeup != 0 && o.Kick >= 0 {
-				c.Goto("rel.kick")
-			} else {
-				c.Return()
-			}
-		}},
-		{Label: "rel.late", Do: func(c *Ctx) {
-			c.R[cRel] = c.R[cHead]
-			c.StoreCI(ring, c.R[cRel])
-			if c.R[cFlags]&needWakeup != 0 && o.Kick >= 0 {
-				c.Goto("rel.kick")
-			} else {
-				c.Return()
-			}
-		}},
-		{Label: "rel.kick", Do: func(c *Ctx) {
-			c.Kick(o.Kick)
-			c.Return()
-		}},
+	}
+	steps = append(steps, signalSteps("rel", o.Faults, o.Kick, cRel, cHead, cFlags,
+		func(c *Ctx, v uint32) { c.StoreCI(ring, v) }, func(c *Ctx) uint32 { return c.LoadPFlags(ring) })...)
+	steps = append(steps, []Step{
 		// Consumer.Park after its Release.
 		{Label: "park.spin", Call: "Available", Do: func(c *Ctx) {
 			if avail(c) > 0 {
@@ -531,7 +520,7 @@ func Consumer(name string, o ConsumerOpts) *Program {
 			c.StoreCFlags(ring, 0)
 			c.Goto("burst")
 		}},
-	}
+	}...)
 	p := NewProgram(name, cRegs, steps...)
 	p.Names = consumerNames
 	p.opts = o

@@ -413,33 +413,38 @@ func (c *Ctx) StoreCI(r int, v uint32) {
 }
 
 // LoadCFlags loads ring r's consumer flags.
-func (c *Ctx) LoadCFlags(r int) uint32 {
-	c.access()
-	v := c.ring(r).CFlags
-	c.Notef("load %s.cflags = %s", c.sys.Rings[r].Name, flagStr(v))
-	return v
-}
+func (c *Ctx) LoadCFlags(r int) uint32 { return c.loadFlags(r, true) }
 
 // StoreCFlags stores ring r's consumer flags.
-func (c *Ctx) StoreCFlags(r int, v uint32) {
-	c.access()
-	c.ring(r).CFlags = v
-	c.Notef("store %s.cflags = %s", c.sys.Rings[r].Name, flagStr(v))
-}
+func (c *Ctx) StoreCFlags(r int, v uint32) { c.storeFlags(r, true, v) }
 
 // LoadPFlags loads ring r's producer flags.
-func (c *Ctx) LoadPFlags(r int) uint32 {
+func (c *Ctx) LoadPFlags(r int) uint32 { return c.loadFlags(r, false) }
+
+// StorePFlags stores ring r's producer flags.
+func (c *Ctx) StorePFlags(r int, v uint32) { c.storeFlags(r, false, v) }
+
+// flags is ring r's consumer (cflags) or producer (pflags) flag word.
+func (c *Ctx) flags(r int, consumer bool) (*uint32, string) {
+	if consumer {
+		return &c.ring(r).CFlags, "cflags"
+	}
+	return &c.ring(r).PFlags, "pflags"
+}
+
+func (c *Ctx) loadFlags(r int, consumer bool) uint32 {
 	c.access()
-	v := c.ring(r).PFlags
-	c.Notef("load %s.pflags = %s", c.sys.Rings[r].Name, flagStr(v))
+	w, name := c.flags(r, consumer)
+	v := *w
+	c.Notef("load %s.%s = %s", c.sys.Rings[r].Name, name, flagStr(v))
 	return v
 }
 
-// StorePFlags stores ring r's producer flags.
-func (c *Ctx) StorePFlags(r int, v uint32) {
+func (c *Ctx) storeFlags(r int, consumer bool, v uint32) {
 	c.access()
-	c.ring(r).PFlags = v
-	c.Notef("store %s.pflags = %s", c.sys.Rings[r].Name, flagStr(v))
+	w, name := c.flags(r, consumer)
+	*w = v
+	c.Notef("store %s.%s = %s", c.sys.Rings[r].Name, name, flagStr(v))
 }
 
 // Write writes entry i of ring r: its body, then the control word's low
