@@ -5,7 +5,7 @@
 // vectored I/O, cancel, delta credits, and polling or interrupt completion.
 //
 // Nothing is implemented yet. The transport it needs is in place: RDMA
-// verbs in tcpstack (DialRDMA/ListenRDMA with MPA private data for the
+// verbs in tcpstack/verbs (DialRDMA/ListenRDMA with MPA private data for the
 // negotiate exchange, RegMR, CQs with solicited-event arming) over iWARP
 // queue pairs that the offload unit runs on delegated connections. The
 // package exists so the layout is the one the project card names and the

@@ -55,9 +55,10 @@ var (
 	ErrCommandLost = errors.New("driver: the device released a command without completing it")
 	// ErrDriverClosed: the driver was closed.
 	ErrDriverClosed = errors.New("driver: closed")
-	// errNotSubmitted is wrapped by errors for commands the device never
-	// saw (nothing they name can be in use by it).
-	errNotSubmitted = errors.New("the command never reached the device")
+	// ErrNotSubmitted is wrapped by errors for commands the device never
+	// saw (nothing they name can be in use by it, so the caller may free
+	// it at once: the RDMA provider's clean-up relies on this).
+	ErrNotSubmitted = errors.New("the command never reached the device")
 )
 
 // cmdReq is one command to submit. A non-nil param is the command's
@@ -179,7 +180,7 @@ func (d *Driver) command(c rings.Command, timeout time.Duration, late func(rings
 // exec submits reqs as one batch and waits up to timeout for all of them;
 // the write-backs go to out (len(reqs) long). On ErrCommandTimeout the batch
 // stays in flight and late (if not nil) gets its outcome when it finishes.
-// Errors that wrap errNotSubmitted mean the device never saw the batch.
+// Errors that wrap ErrNotSubmitted mean the device never saw the batch.
 func (d *Driver) exec(reqs []cmdReq, out []rings.Command, timeout time.Duration, late lateFunc) error {
 	t, err := d.submit(reqs, true, nil)
 	if err != nil {
@@ -227,7 +228,7 @@ func (d *Driver) freeParams(t *cmdTicket) {
 func (d *Driver) submit(reqs []cmdReq, waiter bool, late lateFunc) (*cmdTicket, error) {
 	n := len(reqs)
 	if n == 0 || n > int(d.rc.Command.Count) {
-		return nil, fmt.Errorf("driver: a batch of %d commands on a ring of %d (%w)", n, d.rc.Command.Count, errNotSubmitted)
+		return nil, fmt.Errorf("driver: a batch of %d commands on a ring of %d (%w)", n, d.rc.Command.Count, ErrNotSubmitted)
 	}
 	t := d.getTicket()
 	t.reqs = append(t.reqs, reqs...)
@@ -266,7 +267,7 @@ func (d *Driver) submit(reqs []cmdReq, waiter bool, late lateFunc) (*cmdTicket, 
 			if err != nil {
 				d.freeParams(t)
 				d.putTicket(t)
-				return nil, fmt.Errorf("driver: %v parameter block: %w (%w)", t.reqs[k].c.Opcode, err, errNotSubmitted)
+				return nil, fmt.Errorf("driver: %v parameter block: %w (%w)", t.reqs[k].c.Opcode, err, ErrNotSubmitted)
 			}
 		}
 	}
@@ -277,7 +278,7 @@ func (d *Driver) submit(reqs []cmdReq, waiter bool, late lateFunc) (*cmdTicket, 
 		cp.mu.Unlock()
 		d.freeParams(t)
 		d.putTicket(t)
-		return nil, fmt.Errorf("%w (%w)", ErrDriverClosed, errNotSubmitted)
+		return nil, fmt.Errorf("%w (%w)", ErrDriverClosed, ErrNotSubmitted)
 	}
 	if len(cp.queue) > 0 || !d.placeLocked(t) {
 		t.state = tkQueued
@@ -583,7 +584,7 @@ func (d *Driver) wait(t *cmdTicket, timeout time.Duration, late lateFunc, out []
 				cp.timeouts.Add(1)
 				d.freeParams(t)
 				d.putTicket(t)
-				return fmt.Errorf("%w after %v (%w: the ring stayed full)", ErrCommandTimeout, timeout, errNotSubmitted)
+				return fmt.Errorf("%w after %v (%w: the ring stayed full)", ErrCommandTimeout, timeout, ErrNotSubmitted)
 			default:
 				// In flight: the ticket is the reaper's now; its
 				// slots and blocks stay reserved until it finishes.
@@ -657,7 +658,7 @@ func (d *Driver) closeCommands() {
 	cp.closed = true
 	for _, t := range cp.queue {
 		t.state = tkQueued
-		d.finishLocked(t, fmt.Errorf("%w (%w)", ErrDriverClosed, errNotSubmitted))
+		d.finishLocked(t, fmt.Errorf("%w (%w)", ErrDriverClosed, ErrNotSubmitted))
 	}
 	cp.queue = nil
 	for s, t := range cp.slots {

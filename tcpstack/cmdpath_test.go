@@ -117,7 +117,7 @@ func TestCommandTimeoutKeepsSlot(t *testing.T) {
 		})
 		return out[0], err
 	}()
-	if !errors.Is(err, ErrCommandTimeout) || errors.Is(err, errNotSubmitted) {
+	if !errors.Is(err, ErrCommandTimeout) || errors.Is(err, ErrNotSubmitted) {
 		t.Fatalf("err %v, want a timeout in flight", err)
 	}
 	first := c.published(0)
@@ -554,13 +554,5 @@ func TestWriteWaitsForTransmitRing(t *testing.T) {
 		}
 		tx.Pop()
 		tx.Release()
-	}
-}
-
-// TestAllocPDPerHost: protection domain numbers are per host.
-func TestAllocPDPerHost(t *testing.T) {
-	a, b := &Host{}, &Host{}
-	if pa, pb := a.AllocPD(), b.AllocPD(); pa != 1 || pb != 1 || a.AllocPD() != 2 {
-		t.Fatalf("PDs %d %d", pa, pb)
 	}
 }

@@ -118,7 +118,7 @@ func (d *Driver) NotificationCounts() NotificationCounts {
 	return out
 }
 
-// rdmaCopied counts n bytes the verbs layer copied on the CPU for an RDMA
+// rdmaCopied counts n bytes the RDMA provider copied on the CPU for an RDMA
 // connection: in RDMACopyBytes and in the HostCopyBytes total.
 func (d *Driver) rdmaCopied(n int) {
 	if d == nil || n <= 0 {
@@ -126,13 +126,4 @@ func (d *Driver) rdmaCopied(n int) {
 	}
 	d.stats.rdmaCopyBytes.Add(uint64(n))
 	d.stats.copyBytes.Add(uint64(n))
-}
-
-// copied counts n bytes the verbs layer copied on the CPU (see
-// DriverStats.RDMACopyBytes); a verbs state without a driver (the tests'
-// fake device) counts nothing.
-func (v *verbsState) copied(n int) {
-	if n > 0 && v.o != nil {
-		v.o.drv.rdmaCopied(n)
-	}
 }

@@ -554,63 +554,6 @@ func TestInterruptsNeverWaitForCommands(t *testing.T) {
 	}
 }
 
-// TestRDMAEarlyRequestInjected: the initiator's MPA request reaches the
-// responder's host before the responder has delegated its end (the test
-// holds the responder's delegation until it has). The request is held and
-// injected behind the CREATE_QP, so the connection completes at once,
-// although the initiator's engine would not retransmit it for 30 s.
-func TestRDMAEarlyRequestInjected(t *testing.T) {
-	pa, pb := port.MustNewWire(port.WireConfig{})
-	ca := HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 1}, Addr: mustPrefix("10.0.0.1/24")}
-	ca.Device.Engine.MinRTO = 30e9
-	ha, err := NewHost(ca, pa)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hb, err := NewHost(HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 2}, Addr: mustPrefix("10.0.0.2/24")}, pb)
-	if err != nil {
-		ha.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ha.Close(); hb.Close() })
-	a, b := newSide(t, ha), newSide(t, hb)
-	held := make(chan struct{})
-	var once sync.Once
-	v := &hb.off.rdma
-	v.onEarlyHold = func(FlowKey) { once.Do(func() { close(held) }) }
-	hb.off.beforeOffload = func(FlowKey) {
-		select {
-		case <-held:
-		case <-time.After(10 * time.Second):
-			t.Error("no early MPA request held")
-		}
-	}
-	start := time.Now()
-	connect(t, a, b, 4795)
-	if d := time.Since(start); d > 5*time.Second {
-		t.Fatalf("connected in %v: the MPA request waited for a retransmission", d)
-	}
-	if v.earlyHeld.Load() != 1 || v.earlyInjected.Load() != 1 || v.earlyDropped.Load() != 0 {
-		t.Fatalf("early frames: held %d injected %d dropped %d", v.earlyHeld.Load(), v.earlyInjected.Load(), v.earlyDropped.Load())
-	}
-	// The QPs work.
-	wr := rings.SendWR{Opcode: rings.WRSend, Flags: rings.WRSignaled, WRID: 9, NumSGE: 1}
-	copy(a.local.Bytes(), "after an early request")
-	wr.SGL[0] = a.lmr.SGE(0, 22)
-	if err := a.qp.PostSend(&wr); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	wc := make([]rings.Completion, 1)
-	if _, err := b.cq.PollWait(ctx, wc, false); err != nil {
-		t.Fatal(err)
-	}
-	if wc[0].Status != rings.WCSuccess || string(b.recvData(wc[0])) != "after an early request" {
-		t.Fatalf("receive %v %q", &wc[0], b.recvData(wc[0]))
-	}
-}
-
 // TestDelegateWithDataArriving: netstack still holds unread bytes when the
 // connection is delegated, and the peer's next bytes reach the unit (into
 // a user buffer posted with the OFFLOAD) before the host has seen the

@@ -75,11 +75,7 @@ type offloader struct {
 	// its frozen flow wait for the answer, never reused before.
 	quarantined map[uint32]error
 
-	rdma verbsState // RDMA verbs on delegated connections (verbs.go)
-
-	// beforeOffload, when set (tests), runs at the start of every
-	// delegation.
-	beforeOffload func(FlowKey)
+	rdma rdmaSlot // the RDMA provider, once attached (rdmahost.go)
 }
 
 func newOffloader(drv *Driver, cfg OffloadConfig) (*offloader, error) {
@@ -95,7 +91,7 @@ func newOffloader(drv *Driver, cfg OffloadConfig) (*offloader, error) {
 func (o *offloader) dispatch(n *rings.Notification) {
 	// RDMA events first: an NtfCQEvent's Conn is a CQ number, not a
 	// connection index, so it must never reach the connection lookup.
-	if o.rdma.route(n) {
+	if hk := o.rdma.get(); hk != nil && hk.Route(n) {
 		return
 	}
 	o.mu.Lock()
@@ -134,9 +130,6 @@ var ErrDelegationAbandoned = errors.New("delegation abandoned: the device did no
 // netstack endpoint (its RST is dropped by the frozen flow). wq is the
 // endpoint's waiter queue: the drain waits on its readable events.
 func (o *offloader) delegate(ep tcpip.Endpoint, wq *waiter.Queue, key FlowKey, alreadyRead uint64) (*DelegatedConn, error) {
-	if h := o.beforeOffload; h != nil {
-		h(key)
-	}
 	t := &o.drv.flows
 	timer := time.NewTimer(o.cfg.QuiesceTimeout)
 	defer timer.Stop()
@@ -226,7 +219,10 @@ func (o *offloader) delegate(ep tcpip.Endpoint, wq *waiter.Queue, key FlowKey, a
 	// An RDMA connection gets no user buffers: its QP takes the byte
 	// stream over inside the device (CREATE_QP refuses posted buffers),
 	// and its CREATE_QP goes in the OFFLOAD's publish.
-	prep, err := o.rdma.prepareQP(idx, key)
+	var prep RDMADelegation
+	if hk := o.rdma.get(); hk != nil {
+		prep, err = hk.PrepareDelegation(idx, key)
+	}
 	if err != nil {
 		o.freeConn(c)
 		o.putIdx(idx)
@@ -243,7 +239,16 @@ func (o *offloader) delegate(ep tcpip.Endpoint, wq *waiter.Queue, key FlowKey, a
 	o.mu.Lock()
 	o.conns[idx] = c // its notifications may come as soon as the unit has it
 	o.mu.Unlock()
-	tk, err := o.rdma.submitOffload(prep, reqs, func(r []cmdReq) (*cmdTicket, error) { return o.drv.submit(r, true, nil) })
+	var tk *cmdTicket
+	if prep == nil {
+		tk, err = o.drv.submit(reqs, true, nil)
+	} else {
+		err = prep.Publish(func(follow []HostCommand) error {
+			var serr error
+			tk, serr = o.drv.submit(append(reqs, cmdReqs(follow)...), true, nil)
+			return serr
+		})
+	}
 	if err == nil {
 		res := make([]rings.Command, len(tk.reqs))
 		late := func(res []rings.Command, err error) { o.offloadLate(c, ep, prep, res, err) }
@@ -255,7 +260,7 @@ func (o *offloader) delegate(ep tcpip.Endpoint, wq *waiter.Queue, key FlowKey, a
 			return o.delegated(c, ep, prep, res), nil
 		}
 	}
-	if errors.Is(err, errNotSubmitted) || errors.Is(err, errRefused) {
+	if errors.Is(err, ErrNotSubmitted) || errors.Is(err, errRefused) {
 		// The unit does not have the connection: it stays on netstack.
 		o.dropConn(c, prep)
 		unfreeze()
@@ -279,7 +284,7 @@ func (o *offloader) delegate(ep tcpip.Endpoint, wq *waiter.Queue, key FlowKey, a
 }
 
 // delegated finishes a delegation the unit took.
-func (o *offloader) delegated(c *DelegatedConn, ep tcpip.Endpoint, prep *qpPrep, res []rings.Command) *DelegatedConn {
+func (o *offloader) delegated(c *DelegatedConn, ep tcpip.Endpoint, prep RDMADelegation, res []rings.Command) *DelegatedConn {
 	// From here the unit owns the flow; netstack's endpoint goes away
 	// (with the bytes it held: the connection's first chunk has them) and
 	// the frozen flow swallows its RST.
@@ -289,7 +294,7 @@ func (o *offloader) delegated(c *DelegatedConn, ep tcpip.Endpoint, prep *qpPrep,
 	defer c.mu.Unlock()
 	switch {
 	case prep != nil:
-		prep.done(res[1])
+		prep.Done(res[1])
 	case len(res) > 1:
 		if err := o.checkResult(res[1], nil); err != nil {
 			c.cmdFailLocked(err)
@@ -300,7 +305,7 @@ func (o *offloader) delegated(c *DelegatedConn, ep tcpip.Endpoint, prep *qpPrep,
 
 // offloadLate is the late answer to an OFFLOAD whose waiter gave up (on a
 // reaper goroutine: it must not block).
-func (o *offloader) offloadLate(c *DelegatedConn, ep tcpip.Endpoint, prep *qpPrep, res []rings.Command, err error) {
+func (o *offloader) offloadLate(c *DelegatedConn, ep tcpip.Endpoint, prep RDMADelegation, res []rings.Command, err error) {
 	switch {
 	case err != nil:
 		// Lost, or the driver closed: the outcome stays unknown, and so
@@ -334,7 +339,7 @@ func (o *offloader) offloadLate(c *DelegatedConn, ep tcpip.Endpoint, prep *qpPre
 // dropAbandoned frees a connection whose delegation was abandoned once the
 // unit no longer has it. With reset, netstack's endpoint resets the peer
 // (the flow is unfrozen first); without, the unit already did.
-func (o *offloader) dropAbandoned(c *DelegatedConn, ep tcpip.Endpoint, prep *qpPrep, reset bool) {
+func (o *offloader) dropAbandoned(c *DelegatedConn, ep tcpip.Endpoint, prep RDMADelegation, reset bool) {
 	if reset {
 		o.drv.flows.remove(c.key)
 	}
@@ -347,16 +352,16 @@ func (o *offloader) dropAbandoned(c *DelegatedConn, ep tcpip.Endpoint, prep *qpP
 
 // dropConn forgets a connection the unit does not have and frees its index
 // and memory.
-func (o *offloader) dropConn(c *DelegatedConn, prep *qpPrep) {
+func (o *offloader) dropConn(c *DelegatedConn, prep RDMADelegation) {
 	if prep != nil {
-		prep.discard()
+		prep.Discard()
 	}
 	o.mu.Lock()
 	if o.conns[c.idx] == c {
 		delete(o.conns, c.idx)
 	}
 	o.mu.Unlock()
-	o.rdma.forgetEarly(c.key)
+	o.forgetRDMA(c.key)
 	o.freeConn(c)
 	o.putIdx(c.idx)
 }
@@ -520,7 +525,7 @@ func (o *offloader) releaseLate(c *DelegatedConn, r rings.Command, err error) {
 // has.
 func (o *offloader) released(c *DelegatedConn) {
 	o.drv.flows.remove(c.key)
-	o.rdma.forgetEarly(c.key)
+	o.forgetRDMA(c.key)
 	o.freeConn(c)
 	o.putIdx(c.idx)
 	o.unquarantine(c.idx)
@@ -813,7 +818,7 @@ func (l *OffloadListener) Accept() (net.Conn, error) {
 			l.fallbacks, l.fallbackErr = l.fallbacks+1, err
 			l.mu.Unlock()
 			l.h.Driver.flows.remove(key)
-			l.h.off.rdma.forgetEarly(key)
+			l.h.off.forgetRDMA(key)
 			return gonet.NewTCPConn(wq, n), nil
 		}
 		return c, nil
@@ -833,3 +838,6 @@ func (l *OffloadListener) Close() error {
 func (l *OffloadListener) Addr() net.Addr {
 	return &net.TCPAddr{IP: net.IP(l.ip[:]), Port: int(l.port)}
 }
+
+// Key is the connection's flow, as the host names it.
+func (t *TrackedConn) Key() FlowKey { return t.key }

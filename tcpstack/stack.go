@@ -1,7 +1,3 @@
-// Package tcpstack is the host side: gVisor's netstack as the host TCP
-// stack, running on the emulated NIC through a driver whose frames cross the
-// device's rings in host memory, plus a small API that returns net.Listener
-// and net.Conn.
 package tcpstack
 
 import (
@@ -11,7 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"sync"
-	"sync/atomic"
 
 	"github.com/emunic/emunic/nic"
 	"github.com/emunic/emunic/nic/port"
@@ -151,7 +146,6 @@ type Host struct {
 	Driver *Driver
 	offMu  sync.Mutex
 	off    *offloader
-	pdNext atomic.Uint32 // the last protection domain number handed out
 }
 
 // NewHost builds a host on port p. Close stops everything, including p.

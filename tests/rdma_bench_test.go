@@ -13,6 +13,7 @@ import (
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/rings"
 	"github.com/emunic/emunic/tcpstack"
+	"github.com/emunic/emunic/tcpstack/verbs"
 )
 
 // BenchmarkRDMA measures RDMA between two emulated hosts over the
@@ -85,7 +86,7 @@ func rdmaCopies(hs ...*tcpstack.Host) uint64 {
 
 // rdmaPollSome returns at least one completion: it polls, yields a few
 // times, then arms the CQ and sleeps on its event.
-func rdmaPollSome(b *testing.B, cq *tcpstack.CQ, wc []rings.Completion) int {
+func rdmaPollSome(b *testing.B, cq *verbs.CQ, wc []rings.Completion) int {
 	for range 8 {
 		if n := cq.Poll(wc); n > 0 {
 			return n
@@ -103,8 +104,8 @@ func rdmaPollSome(b *testing.B, cq *tcpstack.CQ, wc []rings.Completion) int {
 
 func rdmaBenchStream(b *testing.B, op rings.WROpcode, size int) {
 	a, z := rdmaBenchPair(b)
-	buf := rdmaMust[*tcpstack.Buffer](b)(z.h.AllocBuffer(size))
-	mr := rdmaMust[*tcpstack.MR](b)(z.h.RegMR(z.pd, buf, tcpstack.AccessLocalWrite|tcpstack.AccessRemoteWrite|tcpstack.AccessRemoteRead))
+	buf := rdmaMust[*verbs.Buffer](b)(z.v.AllocBuffer(size))
+	mr := rdmaMust[*verbs.MR](b)(z.v.RegMR(z.pd, buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead))
 	wr := func(i int) rings.SendWR {
 		w := rings.SendWR{Opcode: op, WRID: uint64(i), RemoteAddr: mr.TO(0), RKey: mr.RKey, NumSGE: 1}
 		w.SGL[0] = a.lmr.SGE(0, size)

@@ -13,7 +13,7 @@ import (
 	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/rings"
-	"github.com/emunic/emunic/tcpstack"
+	"github.com/emunic/emunic/tcpstack/verbs"
 )
 
 // TestRDMAPcapTshark records, at host A's port, an RDMA session between two
@@ -33,10 +33,10 @@ func TestRDMAPcapTshark(t *testing.T) {
 	defer cancel()
 
 	const size = 64 << 10
-	dst := rdmaMust[*tcpstack.Buffer](t)(hb.AllocBuffer(size))
-	mr := rdmaMust[*tcpstack.MR](t)(hb.RegMR(b.pd, dst, tcpstack.AccessLocalWrite|tcpstack.AccessRemoteWrite|tcpstack.AccessRemoteRead))
-	inv1 := rdmaMust[*tcpstack.MR](t)(hb.RegMR(b.pd, dst, tcpstack.AccessLocalWrite|tcpstack.AccessRemoteWrite))
-	inv2 := rdmaMust[*tcpstack.MR](t)(hb.RegMR(b.pd, dst, tcpstack.AccessLocalWrite|tcpstack.AccessRemoteWrite))
+	dst := rdmaMust[*verbs.Buffer](t)(b.v.AllocBuffer(size))
+	mr := rdmaMust[*verbs.MR](t)(b.v.RegMR(b.pd, dst, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead))
+	inv1 := rdmaMust[*verbs.MR](t)(b.v.RegMR(b.pd, dst, verbs.AccessLocalWrite|verbs.AccessRemoteWrite))
+	inv2 := rdmaMust[*verbs.MR](t)(b.v.RegMR(b.pd, dst, verbs.AccessLocalWrite|verbs.AccessRemoteWrite))
 	src := a.local.Bytes()
 	rdmaFill(src[:size], 0x21)
 

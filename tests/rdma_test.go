@@ -16,6 +16,7 @@ import (
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/rings"
 	"github.com/emunic/emunic/tcpstack"
+	"github.com/emunic/emunic/tcpstack/verbs"
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 )
@@ -38,13 +39,14 @@ const (
 // rdmaNode is one host's verbs objects.
 type rdmaNode struct {
 	h     *tcpstack.Host
-	pd    tcpstack.PD
-	cq    *tcpstack.CQ
-	qp    *tcpstack.QP
-	recv  *tcpstack.Buffer
-	rmr   *tcpstack.MR
-	local *tcpstack.Buffer // 2 MiB for local SGEs
-	lmr   *tcpstack.MR
+	v     *verbs.Provider
+	pd    verbs.PD
+	cq    *verbs.CQ
+	qp    *verbs.QP
+	recv  *verbs.Buffer
+	rmr   *verbs.MR
+	local *verbs.Buffer // 2 MiB for local SGEs
+	lmr   *verbs.MR
 
 	qpAttrDepth int
 }
@@ -61,12 +63,13 @@ func rdmaMust[T any](t testing.TB) func(T, error) T {
 
 func newRDMANode(t testing.TB, h *tcpstack.Host, sqDepth int) *rdmaNode {
 	t.Helper()
-	n := &rdmaNode{h: h, pd: h.AllocPD()}
-	n.cq = rdmaMust[*tcpstack.CQ](t)(h.CreateCQ(4096))
-	n.recv = rdmaMust[*tcpstack.Buffer](t)(h.AllocBuffer(rdmaTRecvN * rdmaTRecvSize))
-	n.rmr = rdmaMust[*tcpstack.MR](t)(h.RegMR(n.pd, n.recv, tcpstack.AccessLocalWrite))
-	n.local = rdmaMust[*tcpstack.Buffer](t)(h.AllocBuffer(2 << 20))
-	n.lmr = rdmaMust[*tcpstack.MR](t)(h.RegMR(n.pd, n.local, tcpstack.AccessLocalWrite))
+	v := rdmaMust[*verbs.Provider](t)(verbs.Open(h))
+	n := &rdmaNode{h: h, v: v, pd: v.AllocPD()}
+	n.cq = rdmaMust[*verbs.CQ](t)(v.CreateCQ(4096))
+	n.recv = rdmaMust[*verbs.Buffer](t)(v.AllocBuffer(rdmaTRecvN * rdmaTRecvSize))
+	n.rmr = rdmaMust[*verbs.MR](t)(v.RegMR(n.pd, n.recv, verbs.AccessLocalWrite))
+	n.local = rdmaMust[*verbs.Buffer](t)(v.AllocBuffer(2 << 20))
+	n.lmr = rdmaMust[*verbs.MR](t)(v.RegMR(n.pd, n.local, verbs.AccessLocalWrite))
 	if sqDepth == 0 {
 		sqDepth = 64
 	}
@@ -74,7 +77,7 @@ func newRDMANode(t testing.TB, h *tcpstack.Host, sqDepth int) *rdmaNode {
 	return n
 }
 
-func (n *rdmaNode) postRecvs(qp *tcpstack.QP, slots ...int) error {
+func (n *rdmaNode) postRecvs(qp *verbs.QP, slots ...int) error {
 	wrs := make([]rings.RecvWR, len(slots))
 	for i, s := range slots {
 		wrs[i] = rings.RecvWR{WRID: uint64(s), NumSGE: 1}
@@ -84,9 +87,9 @@ func (n *rdmaNode) postRecvs(qp *tcpstack.QP, slots ...int) error {
 	return err
 }
 
-func (n *rdmaNode) attr() tcpstack.QPAttr {
-	return tcpstack.QPAttr{PD: n.pd, SendCQ: n.cq, RecvCQ: n.cq, SQDepth: n.qpAttrDepth, RQDepth: rdmaTRecvN,
-		Setup: func(qp *tcpstack.QP) error {
+func (n *rdmaNode) attr() verbs.QPAttr {
+	return verbs.QPAttr{PD: n.pd, SendCQ: n.cq, RecvCQ: n.cq, SQDepth: n.qpAttrDepth, RQDepth: rdmaTRecvN,
+		Setup: func(qp *verbs.QP) error {
 			all := make([]int, rdmaTRecvN)
 			for i := range all {
 				all[i] = i
@@ -103,12 +106,12 @@ func (n *rdmaNode) recvData(c rings.Completion) []byte {
 // rdmaConnect connects a (initiator) to b (listener on port).
 func rdmaConnect(t testing.TB, a, b *rdmaNode, portNum uint16) {
 	t.Helper()
-	l := rdmaMust[*tcpstack.RDMAListener](t)(b.h.ListenRDMA(portNum, b.attr()))
+	l := rdmaMust[*verbs.RDMAListener](t)(b.v.ListenRDMA(portNum, b.attr()))
 	t.Cleanup(func() { l.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	type res struct {
-		qp  *tcpstack.QP
+		qp  *verbs.QP
 		err error
 	}
 	acc := make(chan res, 1)
@@ -116,7 +119,7 @@ func rdmaConnect(t testing.TB, a, b *rdmaNode, portNum uint16) {
 		qp, err := l.Accept(ctx)
 		acc <- res{qp, err}
 	}()
-	qp, err := a.h.DialRDMA(ctx, netip.AddrPortFrom(b.h.Addr(), portNum), a.attr())
+	qp, err := a.v.DialRDMA(ctx, netip.AddrPortFrom(b.h.Addr(), portNum), a.attr())
 	if err != nil {
 		t.Fatalf("DialRDMA: %v (listener: %d failed, last %v)", err, l.Failed(), l.LastError())
 	}
@@ -154,7 +157,7 @@ func rdmaHostsOn(t testing.TB, wc port.WireConfig, wrapA, wrapB func(*port.WireP
 }
 
 // rdmaQuiet returns what cq yields until it stays empty for 20 ms.
-func rdmaQuiet(cq *tcpstack.CQ) []rings.Completion {
+func rdmaQuiet(cq *verbs.CQ) []rings.Completion {
 	var out []rings.Completion
 	wc := make([]rings.Completion, 64)
 	for quiet := 0; quiet < 20; {
@@ -168,7 +171,7 @@ func rdmaQuiet(cq *tcpstack.CQ) []rings.Completion {
 	return out
 }
 
-func rdmaWaitState(t testing.TB, qp *tcpstack.QP, who string, at tcpstack.QPState) {
+func rdmaWaitState(t testing.TB, qp *verbs.QP, who string, at verbs.QPState) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for qp.State() < at {
@@ -302,14 +305,14 @@ func rdmaFirstMessage(t *testing.T, a, b *rdmaNode) {
 // rdmaGuarded is a region of B's host memory with 256 guard bytes on each
 // side.
 type rdmaGuarded struct {
-	buf  *tcpstack.Buffer
+	buf  *verbs.Buffer
 	size int
 }
 
 const rdmaGuard = 256
 
-func newRDMAGuarded(t testing.TB, h *tcpstack.Host, size int) *rdmaGuarded {
-	g := &rdmaGuarded{buf: rdmaMust[*tcpstack.Buffer](t)(h.AllocBuffer(size + 2*rdmaGuard)), size: size}
+func newRDMAGuarded(t testing.TB, v *verbs.Provider, size int) *rdmaGuarded {
+	g := &rdmaGuarded{buf: rdmaMust[*verbs.Buffer](t)(v.AllocBuffer(size + 2*rdmaGuard)), size: size}
 	for i := range g.buf.Bytes() {
 		g.buf.Bytes()[i] = 0xEE
 	}
@@ -361,48 +364,48 @@ func TestRDMARemoteFaults(t *testing.T) {
 		want  rdmaTerminate
 	}{
 		{"write-deregistered-stag", false, func(t *testing.T, b *rdmaNode, g *rdmaGuarded) (uint64, uint32) {
-			mr := rdmaMust[*tcpstack.MR](t)(b.h.RegMRAddr(b.pd, g.addr(), size, tcpstack.AccessLocalWrite|tcpstack.AccessRemoteWrite))
+			mr := rdmaMust[*verbs.MR](t)(b.v.RegMRAddr(b.pd, g.addr(), size, verbs.AccessLocalWrite|verbs.AccessRemoteWrite))
 			if err := mr.Dereg(); err != nil {
 				t.Fatal(err)
 			}
 			return mr.TO(0), mr.RKey
 		}, rdmaTerminate{layer: 1, etype: 1, code: 0x00, flags: 0xC000}},
 		{"write-out-of-bounds", false, func(t *testing.T, b *rdmaNode, g *rdmaGuarded) (uint64, uint32) {
-			mr := rdmaMust[*tcpstack.MR](t)(b.h.RegMRAddr(b.pd, g.addr(), size, tcpstack.AccessLocalWrite|tcpstack.AccessRemoteWrite))
+			mr := rdmaMust[*verbs.MR](t)(b.v.RegMRAddr(b.pd, g.addr(), size, verbs.AccessLocalWrite|verbs.AccessRemoteWrite))
 			return mr.TO(size - 100), mr.RKey // 4096 bytes from 100 before the end
 		}, rdmaTerminate{layer: 1, etype: 1, code: 0x01, flags: 0xC000}},
 		{"write-other-pd", false, func(t *testing.T, b *rdmaNode, g *rdmaGuarded) (uint64, uint32) {
-			mr := rdmaMust[*tcpstack.MR](t)(b.h.RegMRAddr(b.h.AllocPD(), g.addr(), size, tcpstack.AccessLocalWrite|tcpstack.AccessRemoteWrite))
+			mr := rdmaMust[*verbs.MR](t)(b.v.RegMRAddr(b.v.AllocPD(), g.addr(), size, verbs.AccessLocalWrite|verbs.AccessRemoteWrite))
 			return mr.TO(0), mr.RKey
 		}, rdmaTerminate{layer: 1, etype: 1, code: 0x02, flags: 0xC000}},
 		{"write-no-remote-write", false, func(t *testing.T, b *rdmaNode, g *rdmaGuarded) (uint64, uint32) {
-			mr := rdmaMust[*tcpstack.MR](t)(b.h.RegMRAddr(b.pd, g.addr(), size, tcpstack.AccessLocalWrite|tcpstack.AccessRemoteRead))
+			mr := rdmaMust[*verbs.MR](t)(b.v.RegMRAddr(b.pd, g.addr(), size, verbs.AccessLocalWrite|verbs.AccessRemoteRead))
 			return mr.TO(0), mr.RKey
 		}, rdmaTerminate{layer: 0, etype: 1, code: 0x02, flags: 0xC000}},
 		{"read-deregistered-stag", true, func(t *testing.T, b *rdmaNode, g *rdmaGuarded) (uint64, uint32) {
-			mr := rdmaMust[*tcpstack.MR](t)(b.h.RegMRAddr(b.pd, g.addr(), size, tcpstack.AccessRemoteRead))
+			mr := rdmaMust[*verbs.MR](t)(b.v.RegMRAddr(b.pd, g.addr(), size, verbs.AccessRemoteRead))
 			if err := mr.Dereg(); err != nil {
 				t.Fatal(err)
 			}
 			return mr.TO(0), mr.RKey
 		}, rdmaTerminate{layer: 0, etype: 1, code: 0x00, flags: 0xE000}},
 		{"read-out-of-bounds", true, func(t *testing.T, b *rdmaNode, g *rdmaGuarded) (uint64, uint32) {
-			mr := rdmaMust[*tcpstack.MR](t)(b.h.RegMRAddr(b.pd, g.addr(), size, tcpstack.AccessRemoteRead))
+			mr := rdmaMust[*verbs.MR](t)(b.v.RegMRAddr(b.pd, g.addr(), size, verbs.AccessRemoteRead))
 			return mr.TO(size - 100), mr.RKey
 		}, rdmaTerminate{layer: 0, etype: 1, code: 0x01, flags: 0xE000}},
 		{"read-other-pd", true, func(t *testing.T, b *rdmaNode, g *rdmaGuarded) (uint64, uint32) {
-			mr := rdmaMust[*tcpstack.MR](t)(b.h.RegMRAddr(b.h.AllocPD(), g.addr(), size, tcpstack.AccessRemoteRead))
+			mr := rdmaMust[*verbs.MR](t)(b.v.RegMRAddr(b.v.AllocPD(), g.addr(), size, verbs.AccessRemoteRead))
 			return mr.TO(0), mr.RKey
 		}, rdmaTerminate{layer: 0, etype: 1, code: 0x03, flags: 0xE000}},
 		{"read-no-remote-read", true, func(t *testing.T, b *rdmaNode, g *rdmaGuarded) (uint64, uint32) {
-			mr := rdmaMust[*tcpstack.MR](t)(b.h.RegMRAddr(b.pd, g.addr(), size, tcpstack.AccessLocalWrite|tcpstack.AccessRemoteWrite))
+			mr := rdmaMust[*verbs.MR](t)(b.v.RegMRAddr(b.pd, g.addr(), size, verbs.AccessLocalWrite|verbs.AccessRemoteWrite))
 			return mr.TO(0), mr.RKey
 		}, rdmaTerminate{layer: 0, etype: 1, code: 0x02, flags: 0xE000}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			a, b, _, sb := rdmaSniffedPair(t, uint16(4900+i))
 			rdmaFirstMessage(t, a, b)
-			g := newRDMAGuarded(t, b.h, size)
+			g := newRDMAGuarded(t, b.v, size)
 			to, stag := c.setup(t, b, g)
 			// A's sink for the Reads, with its own guards.
 			sink := a.local.Bytes()[1<<20 : 1<<20+4096+2*rdmaGuard]
@@ -413,8 +416,8 @@ func TestRDMARemoteFaults(t *testing.T) {
 
 			// The faulty request, then a valid Read of another region of
 			// B's, then a Send.
-			ok := rdmaMust[*tcpstack.Buffer](t)(b.h.AllocBuffer(4096))
-			okMR := rdmaMust[*tcpstack.MR](t)(b.h.RegMR(b.pd, ok, tcpstack.AccessRemoteRead))
+			ok := rdmaMust[*verbs.Buffer](t)(b.v.AllocBuffer(4096))
+			okMR := rdmaMust[*verbs.MR](t)(b.v.RegMR(b.pd, ok, verbs.AccessRemoteRead))
 			var wrs []rings.SendWR
 			bad := rings.SendWR{Flags: rings.WRSignaled, WRID: 1, RemoteAddr: to, RKey: stag, NumSGE: 1}
 			if c.read {
@@ -432,9 +435,9 @@ func TestRDMARemoteFaults(t *testing.T) {
 			if n, err := a.qp.PostSendList(wrs); n != 3 || err != nil {
 				t.Fatal(n, err)
 			}
-			rdmaWaitState(t, a.qp, "A", tcpstack.QPStateError)
-			rdmaWaitState(t, b.qp, "B", tcpstack.QPStateError)
-			if !errors.Is(a.qp.Err(), tcpstack.ErrQPError) || !errors.Is(b.qp.Err(), tcpstack.ErrQPError) {
+			rdmaWaitState(t, a.qp, "A", verbs.QPStateError)
+			rdmaWaitState(t, b.qp, "B", verbs.QPStateError)
+			if !errors.Is(a.qp.Err(), verbs.ErrQPError) || !errors.Is(b.qp.Err(), verbs.ErrQPError) {
 				t.Errorf("QP errors: A %v, B %v", a.qp.Err(), b.qp.Err())
 			}
 
@@ -503,8 +506,8 @@ func TestRDMACorruptFPDU(t *testing.T) {
 	a, b, sa, sb := rdmaSniffedPair(t, 4920)
 	rdmaFirstMessage(t, a, b)
 	const size = 64 << 10
-	g := newRDMAGuarded(t, b.h, size)
-	mr := rdmaMust[*tcpstack.MR](t)(b.h.RegMRAddr(b.pd, g.addr(), size, tcpstack.AccessLocalWrite|tcpstack.AccessRemoteWrite))
+	g := newRDMAGuarded(t, b.v, size)
+	mr := rdmaMust[*verbs.MR](t)(b.v.RegMRAddr(b.pd, g.addr(), size, verbs.AccessLocalWrite|verbs.AccessRemoteWrite))
 	src := a.local.Bytes()[:size]
 	rdmaFill(src, 0x3C)
 	sa.mu.Lock()
@@ -513,15 +516,15 @@ func TestRDMACorruptFPDU(t *testing.T) {
 	w := rings.SendWR{Opcode: rings.WRRDMAWrite, Flags: rings.WRSignaled, WRID: 1, RemoteAddr: mr.TO(0), RKey: mr.RKey, NumSGE: 1}
 	w.SGL[0] = a.lmr.SGE(0, size)
 	// A Read behind the Write: unfinished when B's Terminate arrives.
-	ok := rdmaMust[*tcpstack.Buffer](t)(b.h.AllocBuffer(4096))
-	okMR := rdmaMust[*tcpstack.MR](t)(b.h.RegMR(b.pd, ok, tcpstack.AccessRemoteRead))
+	ok := rdmaMust[*verbs.Buffer](t)(b.v.AllocBuffer(4096))
+	okMR := rdmaMust[*verbs.MR](t)(b.v.RegMR(b.pd, ok, verbs.AccessRemoteRead))
 	rd := rings.SendWR{Opcode: rings.WRRDMARead, Flags: rings.WRSignaled, WRID: 2, RemoteAddr: okMR.TO(0), RKey: okMR.RKey, NumSGE: 1}
 	rd.SGL[0] = a.lmr.SGE(1<<20, 4096)
 	if n, err := a.qp.PostSendList([]rings.SendWR{w, rd}); n != 2 || err != nil {
 		t.Fatal(n, err)
 	}
-	rdmaWaitState(t, b.qp, "B", tcpstack.QPStateError)
-	rdmaWaitState(t, a.qp, "A", tcpstack.QPStateError)
+	rdmaWaitState(t, b.qp, "B", verbs.QPStateError)
+	rdmaWaitState(t, a.qp, "A", verbs.QPStateError)
 	sa.mu.Lock()
 	hit, to, n := sa.hit, sa.hitTO, sa.hitLen
 	sa.mu.Unlock()
@@ -586,8 +589,8 @@ func TestRDMAWireCorruptionCaughtByTCP(t *testing.T) {
 	rdmaConnect(t, a, b, 4921)
 	rdmaFirstMessage(t, a, b)
 	const size = 1 << 20
-	dst := rdmaMust[*tcpstack.Buffer](t)(hb.AllocBuffer(size))
-	mr := rdmaMust[*tcpstack.MR](t)(hb.RegMR(b.pd, dst, tcpstack.AccessLocalWrite|tcpstack.AccessRemoteWrite|tcpstack.AccessRemoteRead))
+	dst := rdmaMust[*verbs.Buffer](t)(b.v.AllocBuffer(size))
+	mr := rdmaMust[*verbs.MR](t)(b.v.RegMR(b.pd, dst, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead))
 	src := a.local.Bytes()[:size]
 	rdmaFill(src, 0x5A)
 	var wrs []rings.SendWR
@@ -636,10 +639,10 @@ func TestRDMAFaultDoesNotStallNeighbour(t *testing.T) {
 	rdmaConnect(t, a2, b2, 7302)
 
 	// b1 exposes a region for reads only; b2 one for writes.
-	ro := newRDMAGuarded(t, hb, 4096)
-	roMR := rdmaMust[*tcpstack.MR](t)(hb.RegMRAddr(b1.pd, ro.addr(), 4096, tcpstack.AccessRemoteRead))
-	dst := newRDMAGuarded(t, hb, 1<<20)
-	dstMR := rdmaMust[*tcpstack.MR](t)(hb.RegMRAddr(b2.pd, dst.addr(), 1<<20, tcpstack.AccessLocalWrite|tcpstack.AccessRemoteWrite))
+	ro := newRDMAGuarded(t, b1.v, 4096)
+	roMR := rdmaMust[*verbs.MR](t)(b1.v.RegMRAddr(b1.pd, ro.addr(), 4096, verbs.AccessRemoteRead))
+	dst := newRDMAGuarded(t, b2.v, 1<<20)
+	dstMR := rdmaMust[*verbs.MR](t)(b2.v.RegMRAddr(b2.pd, dst.addr(), 1<<20, verbs.AccessLocalWrite|verbs.AccessRemoteWrite))
 	rdmaFill(a2.local.Bytes()[:1<<20], 9)
 
 	const n = 64 // 64 writes of 16 KiB, every one signaled
@@ -653,7 +656,7 @@ func TestRDMAFaultDoesNotStallNeighbour(t *testing.T) {
 				if err == nil {
 					break
 				}
-				if !errors.Is(err, tcpstack.ErrQueueFull) {
+				if !errors.Is(err, verbs.ErrQueueFull) {
 					t.Error(err)
 					done <- nil
 					return
@@ -676,7 +679,7 @@ func TestRDMAFaultDoesNotStallNeighbour(t *testing.T) {
 			t.Fatalf("neighbour QP completion %d: %v", i, &c)
 		}
 	}
-	rdmaWaitState(t, b1.qp, "B1", tcpstack.QPStateError)
+	rdmaWaitState(t, b1.qp, "B1", verbs.QPStateError)
 	if !ro.untouched() {
 		t.Fatal("the read-only region was written")
 	}
@@ -690,7 +693,7 @@ func TestRDMAFaultDoesNotStallNeighbour(t *testing.T) {
 	if !bytes.Equal(dst.region(), a2.local.Bytes()[:1<<20]) {
 		t.Fatal("the neighbour QP's writes did not all land intact")
 	}
-	if a2.qp.State() >= tcpstack.QPStateError {
+	if a2.qp.State() >= verbs.QPStateError {
 		t.Fatalf("the neighbour QP is in %v", a2.qp.State())
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/emunic/emunic/rings"
 	"github.com/emunic/emunic/tcpstack"
 	"github.com/emunic/emunic/tcpstack/services"
+	"github.com/emunic/emunic/tcpstack/verbs"
 )
 
 // The RDMA path of the demo (--rdma): one iWARP-style QP pair on a
@@ -64,31 +65,35 @@ type rdmaOpResult struct {
 // rdmaEnd is one host's verbs objects.
 type rdmaEnd struct {
 	h    *tcpstack.Host
-	pd   tcpstack.PD
-	cq   *tcpstack.CQ
-	qp   *tcpstack.QP
-	recv *tcpstack.Buffer
-	rmr  *tcpstack.MR
+	v    *verbs.Provider
+	pd   verbs.PD
+	cq   *verbs.CQ
+	qp   *verbs.QP
+	recv *verbs.Buffer
+	rmr  *verbs.MR
 }
 
 func newRDMAEnd(h *tcpstack.Host) (*rdmaEnd, error) {
-	e := &rdmaEnd{h: h, pd: h.AllocPD()}
-	var err error
-	if e.cq, err = h.CreateCQ(1024); err != nil {
+	v, err := verbs.Open(h)
+	if err != nil {
 		return nil, err
 	}
-	if e.recv, err = h.AllocBuffer(rdmaRecvN * rdmaRecvSize); err != nil {
+	e := &rdmaEnd{h: h, v: v, pd: v.AllocPD()}
+	if e.cq, err = v.CreateCQ(1024); err != nil {
 		return nil, err
 	}
-	if e.rmr, err = h.RegMR(e.pd, e.recv, tcpstack.AccessLocalWrite); err != nil {
+	if e.recv, err = v.AllocBuffer(rdmaRecvN * rdmaRecvSize); err != nil {
+		return nil, err
+	}
+	if e.rmr, err = v.RegMR(e.pd, e.recv, verbs.AccessLocalWrite); err != nil {
 		return nil, err
 	}
 	return e, nil
 }
 
-func (e *rdmaEnd) attr() tcpstack.QPAttr {
-	return tcpstack.QPAttr{PD: e.pd, SendCQ: e.cq, RecvCQ: e.cq, SQDepth: 2 * rdmaWindow, RQDepth: rdmaRecvN,
-		Setup: func(qp *tcpstack.QP) error {
+func (e *rdmaEnd) attr() verbs.QPAttr {
+	return verbs.QPAttr{PD: e.pd, SendCQ: e.cq, RecvCQ: e.cq, SQDepth: 2 * rdmaWindow, RQDepth: rdmaRecvN,
+		Setup: func(qp *verbs.QP) error {
 			wrs := make([]rings.RecvWR, rdmaRecvN)
 			for i := range wrs {
 				wrs[i] = rings.RecvWR{WRID: uint64(i), NumSGE: 1}
@@ -123,12 +128,12 @@ func hostCopies(h *tcpstack.Host) uint64 { return h.Driver.Stats().HostCopyBytes
 
 // rdmaConnect makes the QP pair: B listens, A dials, B accepts.
 func rdmaConnect(ctx context.Context, a, b *rdmaEnd) (closeListener func(), err error) {
-	l, err := b.h.ListenRDMA(demoPortRDMA, b.attr())
+	l, err := b.v.ListenRDMA(demoPortRDMA, b.attr())
 	if err != nil {
 		return nil, fmt.Errorf("B: listen: %w", err)
 	}
 	type accepted struct {
-		qp  *tcpstack.QP
+		qp  *verbs.QP
 		err error
 	}
 	acc := make(chan accepted, 1)
@@ -136,7 +141,7 @@ func rdmaConnect(ctx context.Context, a, b *rdmaEnd) (closeListener func(), err 
 		qp, err := l.Accept(ctx)
 		acc <- accepted{qp, err}
 	}()
-	a.qp, err = a.h.DialRDMA(ctx, netip.AddrPortFrom(demoAddrB.Addr(), demoPortRDMA), a.attr())
+	a.qp, err = a.v.DialRDMA(ctx, netip.AddrPortFrom(demoAddrB.Addr(), demoPortRDMA), a.attr())
 	if err != nil {
 		l.Close()
 		return nil, fmt.Errorf("A: DialRDMA: %w (listener: %d failed, last %v)", err, l.Failed(), l.LastError())
@@ -253,34 +258,34 @@ func rdmaEveryOpcode(ctx context.Context, a, b *rdmaEnd, seed uint64) []rdmaOpRe
 	}
 	// A's source and sink, B's target region with 64 guard bytes on
 	// each side, and a small region at B for Send with Invalidate.
-	src, err := a.h.AllocBuffer(2 * rdmaOpRegion)
+	src, err := a.v.AllocBuffer(2 * rdmaOpRegion)
 	if err != nil {
 		return fail("setup", err)
 	}
 	defer src.Free()
-	smr, err := a.h.RegMR(a.pd, src, tcpstack.AccessLocalWrite)
+	smr, err := a.v.RegMR(a.pd, src, verbs.AccessLocalWrite)
 	if err != nil {
 		return fail("setup", err)
 	}
 	defer smr.Dereg()
 	const guard = 64
-	tb, err := b.h.AllocBuffer(rdmaOpRegion + 2*guard)
+	tb, err := b.v.AllocBuffer(rdmaOpRegion + 2*guard)
 	if err != nil {
 		return fail("setup", err)
 	}
 	defer tb.Free()
-	tmr, err := b.h.RegMRAddr(b.pd, tb.Addr+guard, rdmaOpRegion,
-		tcpstack.AccessLocalWrite|tcpstack.AccessRemoteWrite|tcpstack.AccessRemoteRead)
+	tmr, err := b.v.RegMRAddr(b.pd, tb.Addr+guard, rdmaOpRegion,
+		verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
 	if err != nil {
 		return fail("setup", err)
 	}
 	defer tmr.Dereg()
-	ib, err := b.h.AllocBuffer(4096)
+	ib, err := b.v.AllocBuffer(4096)
 	if err != nil {
 		return fail("setup", err)
 	}
 	defer ib.Free()
-	imr, err := b.h.RegMR(b.pd, ib, tcpstack.AccessLocalWrite|tcpstack.AccessRemoteWrite)
+	imr, err := b.v.RegMR(b.pd, ib, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 	if err != nil {
 		return fail("setup", err)
 	}
@@ -461,22 +466,22 @@ func fillSeeded(b []byte, seed uint64) {
 // rdmaChunk bytes, rdmaWindow outstanding, then checks the region.
 func rdmaWriteRun(ctx context.Context, a, b *rdmaEnd, cfg demoConfig, rep *rdmaReport) (res transferResult, err error) {
 	size := int(min(cfg.Bytes, rdmaRegionMax))
-	src, err := a.h.AllocBuffer(size)
+	src, err := a.v.AllocBuffer(size)
 	if err != nil {
 		return res, fmt.Errorf("A: %w", err)
 	}
 	defer src.Free()
-	smr, err := a.h.RegMR(a.pd, src, tcpstack.AccessLocalWrite)
+	smr, err := a.v.RegMR(a.pd, src, verbs.AccessLocalWrite)
 	if err != nil {
 		return res, fmt.Errorf("A: %w", err)
 	}
 	defer smr.Dereg()
-	dst, err := b.h.AllocBuffer(size)
+	dst, err := b.v.AllocBuffer(size)
 	if err != nil {
 		return res, fmt.Errorf("B: %w", err)
 	}
 	defer dst.Free()
-	dmr, err := b.h.RegMR(b.pd, dst, tcpstack.AccessLocalWrite|tcpstack.AccessRemoteWrite)
+	dmr, err := b.v.RegMR(b.pd, dst, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 	if err != nil {
 		return res, fmt.Errorf("B: %w", err)
 	}
@@ -521,7 +526,7 @@ func rdmaWriteRun(ctx context.Context, a, b *rdmaEnd, cfg demoConfig, rep *rdmaR
 		if len(wrs) > 0 {
 			n, err := a.qp.PostSendList(wrs)
 			posted += n
-			if err != nil && !errors.Is(err, tcpstack.ErrQueueFull) {
+			if err != nil && !errors.Is(err, verbs.ErrQueueFull) {
 				return res, fmt.Errorf("A: post: %w", err)
 			}
 		}

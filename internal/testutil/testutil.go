@@ -137,7 +137,7 @@ func DecodeIWARP(t testing.TB, tshark, file string) IWARPDecode {
 	return d
 }
 
-// Poller is a completion queue: tcpstack.CQ.
+// Poller is a completion queue: verbs.CQ (tcpstack/verbs).
 type Poller interface {
 	Poll(wc []rings.Completion) int
 }

@@ -1,4 +1,4 @@
-package tcpstack
+package verbs
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/rings"
+	"github.com/emunic/emunic/tcpstack"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 )
@@ -57,20 +58,46 @@ func (d *fakeDevice) commands(op rings.Opcode) []rings.Command {
 	return out
 }
 
-func fakeVerbs(t *testing.T) (*verbsState, *fakeDevice) {
+// fakeHost is the host side the provider needs, without a driver:
+// commands go to exec, nothing can be submitted without waiting (so late
+// clean-ups and injections are dropped), and the counters count nothing.
+type fakeHost struct {
+	mem  *rings.Arena
+	exec func(rings.Command, func(rings.Command, error)) (rings.Command, error)
+	// early is what TakeStream reports; taken the connections it took.
+	early bool
+	taken []*tcpstack.DelegatedConn
+}
+
+func (f *fakeHost) Mem() *rings.Arena { return f.mem }
+func (f *fakeHost) Command(c rings.Command, late func(rings.Command, error)) (rings.Command, error) {
+	return f.exec(c, late)
+}
+func (f *fakeHost) SubmitAsync([]tcpstack.HostCommand, func([]rings.Command, error)) error {
+	return errors.New("fake host: no asynchronous commands")
+}
+func (f *fakeHost) SetRxHold(func([]byte) bool) {}
+func (f *fakeHost) CountCopy(int)               {}
+func (f *fakeHost) Quarantine(int64)            {}
+func (f *fakeHost) TakeStream(c *tcpstack.DelegatedConn) bool {
+	f.taken = append(f.taken, c)
+	return f.early
+}
+func (f *fakeHost) Release(*tcpstack.DelegatedConn) {}
+
+func fakeVerbs(t *testing.T) (*Provider, *fakeDevice) {
 	t.Helper()
 	mem, err := rings.NewArena(8 << 20)
 	if err != nil {
 		t.Fatal(err)
 	}
 	d := &fakeDevice{refuse: map[rings.Opcode]rings.Status{}}
-	v := &verbsState{}
-	v.init(nil, mem, d.exec)
+	v := newProvider(nil, &fakeHost{mem: mem, exec: d.exec})
 	return v, d
 }
 
 // fakeQP makes a QP on v as createQP would, without a connection.
-func fakeQP(t *testing.T, v *verbsState, attr QPAttr, qpn uint32, initiator bool) *QP {
+func fakeQP(t *testing.T, v *Provider, attr QPAttr, qpn uint32, initiator bool) *QP {
 	t.Helper()
 	if err := attr.check(v); err != nil {
 		t.Fatal(err)
@@ -310,7 +337,7 @@ func TestVerbsRegMRCommand(t *testing.T) {
 }
 
 // TestVerbsBufferFreeInvalidatesCache wires a cache over the fake device
-// into Buffer.Free, as Host.NewRegCache does.
+// into Buffer.Free, as Provider.NewRegCache does.
 func TestVerbsBufferFreeInvalidatesCache(t *testing.T) {
 	v, d := fakeVerbs(t)
 	c := NewRegCache(hostRegistrar{v}, RegCacheConfig{})
@@ -438,7 +465,7 @@ func TestVerbsEventRouting(t *testing.T) {
 
 	// CQ events are routed by flag: Conn is the CQ number, which here
 	// equals no connection, and out-of-range numbers are harmless.
-	if !v.route(&rings.Notification{Flags: rings.NtfCQEvent, Conn: cq.Num()}) {
+	if !v.Route(&rings.Notification{Flags: rings.NtfCQEvent, Conn: cq.Num()}) {
 		t.Fatal("CQ event not consumed")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -456,14 +483,14 @@ func TestVerbsEventRouting(t *testing.T) {
 		{Flags: rings.NtfCQEvent, Conn: rings.NoConn},
 		{Flags: rings.NtfQPEvent, Conn: 999, Aux: 77},
 	} {
-		if !v.route(&n) {
+		if !v.Route(&n) {
 			t.Errorf("%v not consumed", n.Flags)
 		}
 	}
 	if qp.State() != QPStateIdle {
 		t.Fatalf("state %v after foreign events", qp.State())
 	}
-	if v.route(&rings.Notification{Flags: rings.NtfAckThreshold, Conn: 3}) {
+	if v.Route(&rings.Notification{Flags: rings.NtfAckThreshold, Conn: 3}) {
 		t.Error("a plain connection notification was consumed")
 	}
 
@@ -485,7 +512,7 @@ func TestVerbsEventRouting(t *testing.T) {
 		defer cancel()
 		got <- qp.WaitEstablished(ctx)
 	}()
-	v.route(&rings.Notification{Flags: rings.NtfQPEvent, Conn: 12, Aux: uint32(rings.QPEvConnectRequest)})
+	v.Route(&rings.Notification{Flags: rings.NtfQPEvent, Conn: 12, Aux: uint32(rings.QPEvConnectRequest)})
 	if qp.State() != QPStateConnectRequest {
 		t.Fatalf("state %v", qp.State())
 	}
@@ -502,12 +529,12 @@ func TestVerbsEventRouting(t *testing.T) {
 	if qp.State() != QPStateAccepted {
 		t.Fatalf("state %v after ACCEPT", qp.State())
 	}
-	v.route(&rings.Notification{Flags: rings.NtfQPEvent, Conn: 12, Aux: uint32(rings.QPEvEstablished)})
+	v.Route(&rings.Notification{Flags: rings.NtfQPEvent, Conn: 12, Aux: uint32(rings.QPEvEstablished)})
 	if err := <-got; err != nil {
 		t.Fatal(err)
 	}
 	// Peer FIN: the host closes its side (MODIFY_QP CLOSE) by itself.
-	if v.route(&rings.Notification{Flags: rings.NtfFin, Conn: 12}) {
+	if v.Route(&rings.Notification{Flags: rings.NtfFin, Conn: 12}) {
 		t.Error("FIN consumed: the connection must see it too")
 	}
 	deadline := time.Now().Add(2 * time.Second)
@@ -517,7 +544,7 @@ func TestVerbsEventRouting(t *testing.T) {
 	if mc := d.commands(rings.OpModifyQP); len(mc) != 2 || mc[1].Arg0 != uint32(rings.QPClose) {
 		t.Fatalf("no CLOSE after the peer's FIN: %+v", mc)
 	}
-	v.route(&rings.Notification{Flags: rings.NtfQPEvent, Conn: 12, Aux: uint32(rings.QPEvClosed)})
+	v.Route(&rings.Notification{Flags: rings.NtfQPEvent, Conn: 12, Aux: uint32(rings.QPEvClosed)})
 	ctx3, cancel3 := context.WithTimeout(context.Background(), time.Second)
 	defer cancel3()
 	if err := qp.Disconnect(ctx3); err != nil {
@@ -529,17 +556,17 @@ func TestVerbsEventRouting(t *testing.T) {
 
 	// Errors: reject and terminate are reported through Err and waits.
 	q2 := fakeQP(t, v, QPAttr{SendCQ: cq, RecvCQ: cq}, 13, true)
-	v.route(&rings.Notification{Flags: rings.NtfQPEvent, Conn: 13, Aux: uint32(rings.QPEvRejected)})
+	v.Route(&rings.Notification{Flags: rings.NtfQPEvent, Conn: 13, Aux: uint32(rings.QPEvRejected)})
 	if err := q2.WaitEstablished(context.Background()); !errors.Is(err, ErrRejected) {
 		t.Fatalf("rejected: %v", err)
 	}
 	q3 := fakeQP(t, v, QPAttr{SendCQ: cq, RecvCQ: cq}, 14, false)
-	v.route(&rings.Notification{Flags: rings.NtfLegacyUpload, Conn: 14, Len: 20, Aux: 3})
+	v.Route(&rings.Notification{Flags: rings.NtfLegacyUpload, Conn: 14, Len: 20, Aux: 3})
 	if err := q3.Err(); !errors.Is(err, ErrEarlyData) {
 		t.Fatalf("early data: %v", err)
 	}
 	q4 := fakeQP(t, v, QPAttr{SendCQ: cq, RecvCQ: cq}, 15, true)
-	v.route(&rings.Notification{Flags: rings.NtfQPEvent, Conn: 15, Aux: uint32(rings.QPEvTerminate)})
+	v.Route(&rings.Notification{Flags: rings.NtfQPEvent, Conn: 15, Aux: uint32(rings.QPEvTerminate)})
 	if q4.State() != QPStateError || !errors.Is(q4.Err(), ErrQPError) {
 		t.Fatalf("terminate: %v %v", q4.State(), q4.Err())
 	}
@@ -718,10 +745,10 @@ func TestVerbsHoldEarlyData(t *testing.T) {
 	if v.holdEarlyData(data) {
 		t.Fatal("held after the listener closed")
 	}
-	if v.rawStream(FlowKey{LocalIP: me, LocalPort: 4791}) {
+	if v.rawStream(tcpstack.FlowKey{LocalIP: me, LocalPort: 4791}) {
 		t.Fatal("raw stream after the listener closed")
 	}
-	k := FlowKey{LocalIP: me, LocalPort: 5000, RemotePort: 6000}
+	k := tcpstack.FlowKey{LocalIP: me, LocalPort: 5000, RemotePort: 6000}
 	v.markFlow(k, &QPAttr{})
 	if !v.rawStream(k) {
 		t.Fatal("dialled flow not a raw stream")
@@ -734,15 +761,15 @@ func TestVerbsHoldEarlyData(t *testing.T) {
 
 // ---- two emulated hosts ---------------------------------------------------
 
-func rdmaHosts(t *testing.T) (a, b *Host) {
+func rdmaHosts(t *testing.T) (a, b *tcpstack.Host) {
 	t.Helper()
 	pa, pb := port.MustNewWire(port.WireConfig{})
 	var err error
-	a, err = NewHost(HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 1}, Addr: netip.MustParsePrefix("10.0.0.1/24")}, pa)
+	a, err = tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 1}, Addr: netip.MustParsePrefix("10.0.0.1/24")}, pa)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err = NewHost(HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 2}, Addr: netip.MustParsePrefix("10.0.0.2/24")}, pb)
+	b, err = tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 2}, Addr: netip.MustParsePrefix("10.0.0.2/24")}, pb)
 	if err != nil {
 		a.Close()
 		t.Fatal(err)
@@ -773,7 +800,8 @@ func must[T any](t *testing.T) func(T, error) T {
 
 // rdmaSide is one host's verbs objects in the tests.
 type rdmaSide struct {
-	h     *Host
+	h     *tcpstack.Host
+	v     *Provider
 	pd    PD
 	cq    *CQ
 	qp    *QP
@@ -788,14 +816,15 @@ const (
 	recvSize = 2048
 )
 
-func newSide(t *testing.T, h *Host) *rdmaSide {
+func newSide(t *testing.T, h *tcpstack.Host) *rdmaSide {
 	t.Helper()
-	s := &rdmaSide{h: h, pd: h.AllocPD()}
-	s.cq = must[*CQ](t)(h.CreateCQ(512))
-	s.recv = must[*Buffer](t)(h.AllocBuffer(recvN * recvSize))
-	s.rmr = must[*MR](t)(h.RegMR(s.pd, s.recv, AccessLocalWrite))
-	s.local = must[*Buffer](t)(h.AllocBuffer(256 << 10))
-	s.lmr = must[*MR](t)(h.RegMR(s.pd, s.local, AccessLocalWrite))
+	v := must[*Provider](t)(Open(h))
+	s := &rdmaSide{h: h, v: v, pd: v.AllocPD()}
+	s.cq = must[*CQ](t)(v.CreateCQ(512))
+	s.recv = must[*Buffer](t)(v.AllocBuffer(recvN * recvSize))
+	s.rmr = must[*MR](t)(v.RegMR(s.pd, s.recv, AccessLocalWrite))
+	s.local = must[*Buffer](t)(v.AllocBuffer(256 << 10))
+	s.lmr = must[*MR](t)(v.RegMR(s.pd, s.local, AccessLocalWrite))
 	return s
 }
 
@@ -840,7 +869,7 @@ func wantWC(t *testing.T, c rings.Completion, op rings.WCOpcode, wrid uint64) {
 // connect makes a QP pair from a to b; b accepts with the request API.
 func connect(t *testing.T, a, b *rdmaSide, port uint16) {
 	t.Helper()
-	l, err := b.h.ListenRDMA(port, b.attr())
+	l, err := b.v.ListenRDMA(port, b.attr())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -865,7 +894,7 @@ func connect(t *testing.T, a, b *rdmaSide, port uint16) {
 		acc <- res{r.QP(), r.Accept([]byte("welcome"))}
 	}()
 	start := time.Now()
-	a.qp, err = a.h.DialRDMA(ctx, netip.AddrPortFrom(b.h.Addr(), port), a.attr())
+	a.qp, err = a.v.DialRDMA(ctx, netip.AddrPortFrom(b.h.Addr(), port), a.attr())
 	skipNoRDMA(t, err)
 	if err != nil {
 		t.Fatalf("DialRDMA: %v (listener: %d failed, last %v)", err, l.Failed(), l.LastError())
@@ -908,13 +937,13 @@ func TestVerbsEveryOpcode(t *testing.T) {
 
 	// B's target region, with guard bytes on both sides.
 	const regionLen = 64 << 10
-	guardBuf := must[*Buffer](t)(b.h.AllocBuffer(regionLen + 128))
+	guardBuf := must[*Buffer](t)(b.v.AllocBuffer(regionLen + 128))
 	g := guardBuf.Bytes()
 	for i := range g {
 		g[i] = 0xEE
 	}
 	region := g[64 : 64+regionLen]
-	rmr := must[*MR](t)(b.h.RegMRAddr(b.pd, guardBuf.Addr+64, regionLen, AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead))
+	rmr := must[*MR](t)(b.v.RegMRAddr(b.pd, guardBuf.Addr+64, regionLen, AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead))
 	checkGuards := func() {
 		t.Helper()
 		for i, x := range append(g[:64:64], g[64+regionLen:]...) {
@@ -1147,11 +1176,11 @@ func TestVerbsRemoteAccessError(t *testing.T) {
 	a, b := rdmaPair(t, 4792)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	buf := must[*Buffer](t)(b.h.AllocBuffer(4096))
+	buf := must[*Buffer](t)(b.v.AllocBuffer(4096))
 	for i := range buf.Bytes() {
 		buf.Bytes()[i] = 0xEE
 	}
-	mr := must[*MR](t)(b.h.RegMR(b.pd, buf, AccessLocalWrite|AccessRemoteRead))
+	mr := must[*MR](t)(b.v.RegMR(b.pd, buf, AccessLocalWrite|AccessRemoteRead))
 	fill(a.local.Bytes(), 3)
 	w := rings.SendWR{Opcode: rings.WRRDMAWrite, Flags: rings.WRSignaled, WRID: 1, RemoteAddr: mr.TO(0), RKey: mr.RKey, NumSGE: 1}
 	w.SGL[0] = a.lmr.SGE(0, 1024)
@@ -1223,7 +1252,7 @@ func waitWCUntilQuiet(cq *CQ) []rings.Completion {
 func TestVerbsReject(t *testing.T) {
 	ha, hb := rdmaHosts(t)
 	a, b := newSide(t, ha), newSide(t, hb)
-	l, err := hb.ListenRDMA(4793, b.attr())
+	l, err := b.v.ListenRDMA(4793, b.attr())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1239,7 +1268,7 @@ func TestVerbsReject(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	_, err = ha.DialRDMA(ctx, netip.AddrPortFrom(hb.Addr(), 4793), a.attr())
+	_, err = a.v.DialRDMA(ctx, netip.AddrPortFrom(hb.Addr(), 4793), a.attr())
 	skipNoRDMA(t, err)
 	if !errors.Is(err, ErrRejected) {
 		t.Fatalf("DialRDMA against a rejecting listener: %v", err)
@@ -1250,7 +1279,7 @@ func TestVerbsReject(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	qp, err := ha.DialRDMA(ctx, netip.AddrPortFrom(hb.Addr(), 4793), a.attr())
+	qp, err := a.v.DialRDMA(ctx, netip.AddrPortFrom(hb.Addr(), 4793), a.attr())
 	if err != nil {
 		t.Fatalf("second dial: %v", err)
 	}
@@ -1263,12 +1292,13 @@ func TestVerbsReject(t *testing.T) {
 // invalidated by Buffer.Free.
 func TestVerbsRegCacheOnHost(t *testing.T) {
 	h, _ := rdmaHosts(t)
-	pd := h.AllocPD()
-	c, err := h.NewRegCache(RegCacheConfig{})
+	v := must[*Provider](t)(Open(h))
+	pd := v.AllocPD()
+	c, err := v.NewRegCache(RegCacheConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	buf := must[*Buffer](t)(h.AllocBuffer(64 << 10))
+	buf := must[*Buffer](t)(v.AllocBuffer(64 << 10))
 	mr := must[*MR](t)(c.Get(pd, buf.Addr, 64<<10, AccessLocalWrite))
 	again := must[*MR](t)(c.Get(pd, buf.Addr+4096, 4096, AccessLocalWrite))
 	if again != mr || mr.LKey == 0 || mr.LKey>>8 == 0 {
@@ -1312,25 +1342,23 @@ func TestVerbsRegCacheOnHost(t *testing.T) {
 func TestVerbsOffloadMakesQP(t *testing.T) {
 	v, _ := fakeVerbs(t)
 	cq, _ := v.createCQ(8)
-	key := FlowKey{LocalIP: [4]byte{10, 0, 0, 2}, RemoteIP: [4]byte{10, 0, 0, 1}, LocalPort: 4791, RemotePort: 40000}
-	newConn := func(idx uint32) *DelegatedConn {
-		c := &DelegatedConn{idx: idx}
-		c.cond = sync.NewCond(&c.mu)
-		return c
-	}
+	key := tcpstack.FlowKey{LocalIP: [4]byte{10, 0, 0, 2}, RemoteIP: [4]byte{10, 0, 0, 1}, LocalPort: 4791, RemotePort: 40000}
+	fh := v.host.(*fakeHost)
 	// offload does what delegate does for connection idx and returns the
 	// batch it would publish.
-	offload := func(idx uint32) (*qpPrep, []cmdReq) {
+	offload := func(idx uint32) (*qpPrep, []tcpstack.HostCommand) {
 		t.Helper()
 		p, err := v.prepareQP(idx, key)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var batch []cmdReq
-		off := []cmdReq{{c: rings.Command{Opcode: rings.OpOffload, Conn: idx}, param: make([]byte, rings.ConnStateSize)}}
-		if _, err := v.submitOffload(p, off, func(r []cmdReq) (*cmdTicket, error) {
-			batch = append(batch, r...)
-			return nil, nil
+		batch := []tcpstack.HostCommand{{Cmd: rings.Command{Opcode: rings.OpOffload, Conn: idx}, Param: make([]byte, rings.ConnStateSize)}}
+		if p == nil {
+			return nil, batch
+		}
+		if err := p.Publish(func(follow []tcpstack.HostCommand) error {
+			batch = append(batch, follow...)
+			return nil
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -1347,28 +1375,28 @@ func TestVerbsOffloadMakesQP(t *testing.T) {
 		t.Fatal(err)
 	}
 	p, batch := offload(7)
-	if len(batch) != 2 || batch[1].c.Opcode != rings.OpCreateQP || batch[1].c.Conn != 7 || batch[1].c.Len != rings.QPConfigSize {
+	if len(batch) != 2 || batch[1].Cmd.Opcode != rings.OpCreateQP || batch[1].Cmd.Conn != 7 || batch[1].Cmd.Len != rings.QPConfigSize {
 		t.Fatalf("batch %+v", batch)
 	}
-	cb, _ := v.mem.Map(batch[1].c.Addr, rings.QPConfigSize)
+	cb, _ := v.mem.Map(batch[1].Cmd.Addr, rings.QPConfigSize)
 	var qc rings.QPConfig
 	if err := qc.Decode(cb); err != nil || qc.Flags != 0 || qc.PD != 3 || qc.RQCount != 8 || qc.SendCQ != cq.Num() {
 		t.Fatalf("config %+v %v", qc, err)
 	}
-	p.done(rings.Command{Opcode: rings.OpCreateQP, Status: rings.StatusOK})
-	qp, err := v.adoptQP(newConn(7))
+	p.Done(rings.Command{Opcode: rings.OpCreateQP, Status: rings.StatusOK})
+	qp, err := v.adopt(7, &tcpstack.DelegatedConn{})
 	if err != nil || qp.QPN() != 7 || qp.initiator {
 		t.Fatalf("adopt: %v %v", qp, err)
 	}
-	if _, err := v.adoptQP(newConn(7)); err == nil {
+	if _, err := v.adopt(7, &tcpstack.DelegatedConn{}); err == nil {
 		t.Fatal("a QP adopted twice")
 	}
 	// A refused CREATE_QP: nothing registered, the status reported.
 	p, _ = offload(8)
-	p.done(rings.Command{Opcode: rings.OpCreateQP, Status: rings.StatusBadState})
-	p.discard() // and again, as a failed delegation would: once only
+	p.Done(rings.Command{Opcode: rings.OpCreateQP, Status: rings.StatusBadState})
+	p.Discard() // and again, as a failed delegation would: once only
 	var ce *CommandError
-	if _, err := v.adoptQP(newConn(8)); !errors.As(err, &ce) || ce.Status != rings.StatusBadState {
+	if _, err := v.adopt(8, &tcpstack.DelegatedConn{}); !errors.As(err, &ce) || ce.Status != rings.StatusBadState {
 		t.Fatalf("refused CREATE_QP: %v", err)
 	}
 	if v.qps[8] != nil || cq.qpRefs.Load() != 2 { // QP 7, on both sides
@@ -1377,16 +1405,17 @@ func TestVerbsOffloadMakesQP(t *testing.T) {
 	// Bytes the host already holds: ErrEarlyData, and the stream memory
 	// of the connection goes back.
 	p, _ = offload(9)
-	p.done(rings.Command{Status: rings.StatusOK})
-	c := newConn(9)
-	c.chunks = []rxChunk{{data: []byte("MPA ID Req Frame"), userID: -1}}
-	c.rxBufs = []rings.Addr{must[rings.Addr](t)(v.mem.Alloc(4096, 64))}
-	if _, err := v.adoptQP(c); !errors.Is(err, ErrEarlyData) {
+	p.Done(rings.Command{Status: rings.StatusOK})
+	// (The host side of TakeStream is tcpstack's TestRDMATakeStream.)
+	fh.early = true
+	c := &tcpstack.DelegatedConn{}
+	if _, err := v.adopt(9, c); !errors.Is(err, ErrEarlyData) {
 		t.Fatalf("early data: %v", err)
 	}
-	if c.rxBufs != nil {
-		t.Fatal("receive buffers of an RDMA connection kept")
+	if len(fh.taken) == 0 || fh.taken[len(fh.taken)-1] != c {
+		t.Fatal("the byte stream of an RDMA connection not taken")
 	}
+	fh.early = false
 	// Frames the peer sent before the delegation go in the batch, behind
 	// the CREATE_QP, in order.
 	key.RemotePort = 40001
@@ -1399,27 +1428,27 @@ func TestVerbsOffloadMakesQP(t *testing.T) {
 		}
 	}
 	p, batch = offload(10)
-	if len(batch) != 4 || batch[2].c.Opcode != rings.OpRxInject || batch[2].c.Conn != 10 ||
-		!bytes.Equal(batch[2].param, f1) || !bytes.Equal(batch[3].param, f2) {
+	if len(batch) != 4 || batch[2].Cmd.Opcode != rings.OpRxInject || batch[2].Cmd.Conn != 10 ||
+		!bytes.Equal(batch[2].Param, f1) || !bytes.Equal(batch[3].Param, f2) {
 		t.Fatalf("batch with early frames %+v", batch)
 	}
 	if v.earlyHeld.Load() != 2 || v.earlyInjected.Load() != 2 {
 		t.Fatalf("held %d injected %d", v.earlyHeld.Load(), v.earlyInjected.Load())
 	}
-	p.discard()
+	p.Discard()
 	v.forgetEarly(key)
 	_ = v.listenOn(listenKey{key.LocalIP, key.LocalPort}, nil)
 	// A dialled flow: an initiator QP with the private data.
 	pd := []byte("hello")
 	v.markFlow(key, &QPAttr{PD: 4, SendCQ: cq, RecvCQ: cq, PrivateData: pd})
 	p, batch = offload(11)
-	p.done(rings.Command{Status: rings.StatusOK})
-	cb, _ = v.mem.Map(batch[1].c.Addr, rings.QPConfigSize)
+	p.Done(rings.Command{Status: rings.StatusOK})
+	cb, _ = v.mem.Map(batch[1].Cmd.Addr, rings.QPConfigSize)
 	_ = qc.Decode(cb)
 	if qc.Flags != rings.QPFlagInitiator || qc.PD != 4 || qc.PrivLen != 5 {
 		t.Fatalf("initiator config %+v", qc)
 	}
-	if qp, err := v.adoptQP(newConn(11)); err != nil || !qp.initiator {
+	if qp, err := v.adopt(11, &tcpstack.DelegatedConn{}); err != nil || !qp.initiator {
 		t.Fatal(err)
 	}
 }
@@ -1431,11 +1460,10 @@ func TestVerbsHotPathAllocs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := &verbsState{}
-	v.init(nil, mem, func(c rings.Command, _ func(rings.Command, error)) (rings.Command, error) {
+	v := newProvider(nil, &fakeHost{mem: mem, exec: func(c rings.Command, _ func(rings.Command, error)) (rings.Command, error) {
 		c.Status = rings.StatusOK
 		return c, nil
-	})
+	}})
 	cq, err := v.createCQ(64)
 	if err != nil {
 		t.Fatal(err)
@@ -1476,7 +1504,7 @@ func TestVerbsHotPathAllocs(t *testing.T) {
 func TestVerbsPrivateData(t *testing.T) {
 	ha, hb := rdmaHosts(t)
 	a, b := newSide(t, ha), newSide(t, hb)
-	l, err := hb.ListenRDMA(4794, b.attr())
+	l, err := b.v.ListenRDMA(4794, b.attr())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1498,7 +1526,7 @@ func TestVerbsPrivateData(t *testing.T) {
 	}()
 	attr := a.attr()
 	attr.PrivateData = []byte("lwio negotiate request")
-	qp, err := ha.DialRDMA(ctx, netip.AddrPortFrom(hb.Addr(), 4794), attr)
+	qp, err := a.v.DialRDMA(ctx, netip.AddrPortFrom(hb.Addr(), 4794), attr)
 	skipNoRDMA(t, err)
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package tcpstack
+package verbs
 
 import (
 	"errors"
@@ -10,7 +10,7 @@ import (
 )
 
 // Registrar registers and deregisters memory regions: the device (through
-// Host.NewRegCache), or a fake in tests.
+// Provider.NewRegCache), or a fake in tests.
 type Registrar interface {
 	RegMR(pd PD, addr rings.Addr, length int, access int) (*MR, error)
 	DeregMR(mr *MR) error
@@ -42,7 +42,7 @@ type RegCacheStats struct {
 // memory the peer may read or write), WSPDeregisterMemory and
 // WSPDeregisterRdmaMemory become Put, and WSPMemoryRegistrationCacheCallback
 // is Invalidate, which Buffer.Free calls for caches made by
-// Host.NewRegCache.
+// Provider.NewRegCache.
 //
 // Registrations are keyed by protection domain, access flags (exactly: a
 // region registered for remote access is never handed out for a local-only

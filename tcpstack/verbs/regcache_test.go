@@ -1,4 +1,4 @@
-package tcpstack
+package verbs
 
 import (
 	"errors"

@@ -1,0 +1,30 @@
+// Package tcpstack is the host side: gVisor's netstack as the host TCP
+// stack, running on the emulated NIC through a driver whose frames cross the
+// device's rings in host memory, plus a small API that returns net.Listener
+// and net.Conn, and the delegation of established connections to the NIC's
+// offload unit.
+//
+// Files:
+//
+//   - stack.go: the netstack instance (Stack) and the emulated machine
+//     (Host: host memory, the NIC device, its driver and a netstack).
+//   - driver.go: the NIC driver, netstack's link endpoint: the legacy
+//     transmit and receive rings, the interrupt vectors, the legacy
+//     receive filter.
+//   - cmdpath.go: the command path: command batches, their write-backs,
+//     timeouts and late answers, quarantine.
+//   - counters.go: the driver's counters (DriverStats, notification
+//     counts).
+//   - flowtrack.go: the flow tracker, which follows the TCP state of the
+//     connections that may be delegated.
+//   - ackrepair.go: the ACK repair of segments netstack would ignore.
+//   - offload.go: delegation: OFFLOAD and its outcomes, DialOffload,
+//     TrackedConn and Delegate, OffloadListener.
+//   - dconn.go: DelegatedConn, a net.Conn run by the offload unit.
+//   - rdmahost.go: the host's RDMA provider seam (RDMAHooks, RDMAHost,
+//     Host.AttachRDMA): all that tcpstack/verbs uses of delegation.
+//
+// RDMA verbs (protection domains, memory regions, CQs, QPs, connection
+// management) are in tcpstack/verbs, which imports this package; this
+// package never imports it.
+package tcpstack

@@ -1,0 +1,305 @@
+package verbs
+
+// Completion queues (ibv_cq): rings in host memory the device produces
+// completions into; CQ events arrive as notifications (Provider.Route).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+
+	"github.com/emunic/emunic/rings"
+	"github.com/emunic/emunic/tcpstack"
+)
+
+// CQ is a completion queue (ibv_cq): a ring in host memory the device
+// produces completions into and Poll consumes, with no command per
+// completion.
+type CQ struct {
+	v      *Provider
+	num    uint32
+	layout rings.Layout
+
+	mu     sync.Mutex // the consumer
+	cons   *rings.Consumer
+	ringEr uint64
+	lastEr error
+
+	ev     chan struct{} // one-deep latch of CQ events
+	done   chan struct{} // closed by Destroy
+	events atomic.Uint64
+	qpRefs atomic.Int32
+	dead   atomic.Bool
+}
+
+// CQStats count a CQ's host side.
+type CQStats struct {
+	Events     uint64 // NtfCQEvent notifications received
+	RingErrors uint64 // entries with a wrong phase tag or a bad index (skipped, never trusted)
+}
+
+// CreateCQ allocates a completion queue of at least entries entries
+// (rounded up to a power of two) and announces it with CREATE_CQ. Size it
+// for every completion that can be outstanding: a full CQ is an overrun
+// that moves its QPs to ERROR.
+func (v *Provider) CreateCQ(entries int) (*CQ, error) {
+	return v.createCQ(entries)
+}
+
+func queueCount(n int, what string) (uint32, error) {
+	if n <= 0 || n > MaxQueueDepth {
+		return 0, fmt.Errorf("verbs: %s of %d entries (1..%d)", what, n, MaxQueueDepth)
+	}
+	return 1 << bits.Len32(uint32(n)-1), nil // the power of two at or above n
+}
+
+func (v *Provider) createCQ(entries int) (*CQ, error) {
+	count, err := queueCount(entries, "CQ")
+	if err != nil {
+		return nil, err
+	}
+	l, err := rings.AllocCQ(v.mem, count)
+	if err != nil {
+		return nil, fmt.Errorf("verbs: CQ ring: %w", err)
+	}
+	cq, err := newCQOn(v, l)
+	if err != nil {
+		_ = v.mem.Free(l.Base)
+		return nil, err
+	}
+	v.mu.Lock()
+	num := -1
+	for i, c := range v.cqs {
+		if c == nil {
+			num = i
+			break
+		}
+	}
+	if num < 0 {
+		v.mu.Unlock()
+		_ = v.mem.Free(l.Base)
+		return nil, fmt.Errorf("verbs: all %d CQ numbers in use", maxCQNum)
+	}
+	cq.num = uint32(num)
+	v.cqs[num] = cq
+	v.mu.Unlock()
+	drop := func() {
+		v.mu.Lock()
+		v.cqs[num] = nil
+		v.mu.Unlock()
+		_ = v.mem.Free(l.Base)
+	}
+	late := func(r rings.Command, err error) {
+		switch {
+		case err != nil:
+			// Lost: the device may have the ring; it stays.
+		case r.Status == rings.StatusOK:
+			// Created after we gave up: destroy it, then free.
+			v.submitLate(rings.Command{Opcode: rings.OpDestroyCQ, Conn: cq.num}, func(r rings.Command, err error) {
+				if err == nil && (r.Status == rings.StatusOK || r.Status == rings.StatusBadParam) {
+					drop()
+					v.quarantined(-1)
+				}
+			})
+		default:
+			drop()
+			v.quarantined(-1)
+		}
+	}
+	if _, err := v.doLate(rings.Command{Opcode: rings.OpCreateCQ, Conn: cq.num, Addr: l.Base, Arg0: l.Count}, late); err != nil {
+		var ce *CommandError
+		if errors.As(err, &ce) || errors.Is(err, tcpstack.ErrNotSubmitted) {
+			drop()
+		} else {
+			// Not answered: the device may write completions into the
+			// ring, so its memory and number stay reserved until it does.
+			v.quarantined(1)
+		}
+		return nil, err
+	}
+	return cq, nil
+}
+
+// newCQOn opens the host side of a CQ ring (no command).
+func newCQOn(v *Provider, l rings.Layout) (*CQ, error) {
+	cons, err := rings.NewConsumer(v.mem, l, l.Count, nil)
+	if err != nil {
+		return nil, fmt.Errorf("verbs: CQ ring: %w", err)
+	}
+	return &CQ{v: v, layout: l, cons: cons, ev: make(chan struct{}, 1), done: make(chan struct{})}, nil
+}
+
+// Num is the CQ number the device knows it by.
+func (cq *CQ) Num() uint32 { return cq.num }
+
+// Entries is the ring's size.
+func (cq *CQ) Entries() int { return int(cq.layout.Count) }
+
+// Poll moves up to len(wc) completions into wc and returns how many
+// (ibv_poll_cq). It is a ring read: no command, no lock shared with the
+// device. Safe for concurrent use.
+func (cq *CQ) Poll(wc []rings.Completion) int {
+	if cq == nil || len(wc) == 0 {
+		return 0
+	}
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	if cq.cons == nil {
+		return 0
+	}
+	n := 0
+	for n < len(wc) {
+		e, err := cq.cons.Peek()
+		if err != nil {
+			cq.ringEr++
+			cq.lastEr = err
+			if e == nil {
+				break // a bad producer index: forgotten, re-read next time
+			}
+			cq.cons.Pop() // a wrong phase tag: counted and skipped
+			continue
+		}
+		if e == nil {
+			break
+		}
+		_ = wc[n].Decode(rings.CQEntry(e))
+		cq.cons.Pop()
+		n++
+	}
+	cq.cons.Release()
+	return n
+}
+
+// ReqNotify arms the CQ (ibv_req_notify_cq, ARM_CQ): the next completion,
+// or with solicitedOnly the next solicited or unsuccessful one, posts one
+// CQ event, which Wait returns. Poll again after arming: a completion that
+// arrived before the arm does not fire it.
+func (cq *CQ) ReqNotify(solicitedOnly bool) error {
+	if cq == nil {
+		return errors.New("verbs: ARM_CQ: nil CQ")
+	}
+	if cq.dead.Load() {
+		return ErrCQDestroyed
+	}
+	arg := uint32(0)
+	if solicitedOnly {
+		arg = 1
+	}
+	_, err := cq.v.do(rings.Command{Opcode: rings.OpArmCQ, Conn: cq.num, Arg0: arg})
+	return err
+}
+
+// Wait blocks until a CQ event (ibv_get_cq_event) or ctx ends. Events
+// are latched one deep: one that came before Wait is returned at once.
+func (cq *CQ) Wait(ctx context.Context) error {
+	if cq == nil {
+		return errors.New("verbs: wait on a nil CQ")
+	}
+	select {
+	case <-cq.ev:
+		return nil
+	default:
+	}
+	select {
+	case <-cq.ev:
+		return nil
+	case <-cq.done:
+		return ErrCQDestroyed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// C is the CQ's event channel, for select: it yields once per latched
+// event (the same events Wait consumes).
+func (cq *CQ) C() <-chan struct{} { return cq.ev }
+
+// PollWait returns at least one completion: it polls, and when the CQ is
+// empty arms it, polls again (a completion that came before the arm fires
+// nothing), and waits for the event.
+func (cq *CQ) PollWait(ctx context.Context, wc []rings.Completion, solicitedOnly bool) (int, error) {
+	if len(wc) == 0 {
+		return 0, errors.New("verbs: PollWait with no room for completions")
+	}
+	for {
+		if n := cq.Poll(wc); n > 0 {
+			return n, nil
+		}
+		if err := cq.ReqNotify(solicitedOnly); err != nil {
+			return 0, err
+		}
+		if n := cq.Poll(wc); n > 0 {
+			return n, nil
+		}
+		if err := cq.Wait(ctx); err != nil {
+			return 0, err
+		}
+	}
+}
+
+func (cq *CQ) signal() {
+	cq.events.Add(1)
+	select {
+	case cq.ev <- struct{}{}:
+	default:
+	}
+}
+
+// Stats returns the CQ's host-side counters.
+func (cq *CQ) Stats() CQStats {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	return CQStats{Events: cq.events.Load(), RingErrors: cq.ringEr}
+}
+
+// Destroy removes the CQ (ibv_destroy_cq, DESTROY_CQ) and frees its ring.
+// A CQ some QP still uses is not destroyed.
+func (cq *CQ) Destroy() error {
+	if cq == nil {
+		return errors.New("verbs: DESTROY_CQ: nil CQ")
+	}
+	if n := cq.qpRefs.Load(); n > 0 {
+		return fmt.Errorf("verbs: DESTROY_CQ: in use by %d QP(s)", n)
+	}
+	if !cq.dead.CompareAndSwap(false, true) {
+		return nil
+	}
+	v := cq.v
+	finish := func() error {
+		v.mu.Lock()
+		if v.cqs[cq.num] == cq {
+			v.cqs[cq.num] = nil
+		}
+		v.mu.Unlock()
+		cq.mu.Lock()
+		cq.cons = nil
+		cq.mu.Unlock()
+		close(cq.done)
+		return v.mem.Free(cq.layout.Base)
+	}
+	_, err := v.doLate(rings.Command{Opcode: rings.OpDestroyCQ, Conn: cq.num}, func(r rings.Command, err error) {
+		// The answer to a DESTROY_CQ we gave up on: the ring was kept
+		// (the device may still write it) until now.
+		switch {
+		case err == nil && r.Status == rings.StatusOK:
+			_ = finish()
+			v.quarantined(-1)
+		case err == nil:
+			cq.dead.Store(false) // refused: the CQ lives on
+			v.quarantined(-1)
+		}
+	})
+	if err != nil {
+		var ce *CommandError
+		if !errors.As(err, &ce) && !errors.Is(err, tcpstack.ErrNotSubmitted) {
+			v.quarantined(1) // dead stays set: the late answer finishes it
+			return err
+		}
+		cq.dead.Store(false)
+		return err
+	}
+	return finish()
+}

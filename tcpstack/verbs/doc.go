@@ -1,0 +1,62 @@
+// Package verbs is RDMA verbs on delegated connections: the host side of
+// the iWARP RNIC. A program that only wants RDMA (LWIO, sockets direct)
+// imports this package and tcpstack's Host; delegation's internals stay
+// in tcpstack, behind its RDMA provider seam (tcpstack.RDMAHooks and
+// tcpstack.RDMAHost).
+//
+// The API mirrors rdma-core's libibverbs and librdmacm: Open returns a
+// host's Provider (ibv_open_device), which allocates protection domains
+// (ibv_alloc_pd), registers memory regions (ibv_reg_mr / ibv_dereg_mr),
+// creates completion queues (ibv_create_cq, ibv_poll_cq,
+// ibv_req_notify_cq, ibv_get_cq_event) and connects queue pairs
+// (ibv_post_send / ibv_post_recv) with connection management
+// (rdma_connect, rdma_listen, connect requests answered with rdma_accept
+// or rdma_reject). Work requests and completions are rings.SendWR, RecvWR
+// and Completion, which carry rdma-core's opcode, flag and status values.
+//
+//	v, err := verbs.Open(host)
+//	pd := v.AllocPD()
+//	cq, err := v.CreateCQ(256)
+//	buf, err := v.AllocBuffer(1 << 20)
+//	mr, err := v.RegMR(pd, buf, verbs.AccessLocalWrite)
+//	qp, err := v.DialRDMA(ctx, dst, verbs.QPAttr{PD: pd, SendCQ: cq, RecvCQ: cq})
+//
+// Everything crosses the rings: memory registration, CQ and QP set-up and
+// the QP doorbell are commands; the send, receive and completion queues are
+// rings in host memory the host produces into (SQ, RQ) or consumes (CQ);
+// QP and CQ events arrive as notifications. The device places and fetches
+// payload by DMA: the verbs layer never copies data.
+//
+// A QP runs on a delegated TCP connection that has no user buffers posted:
+// from CREATE_QP on, the device's iWARP engine owns the byte stream in both
+// directions. The QP number is the connection's delegated-connection index.
+// netstack makes the TCP connection; delegation then issues OFFLOAD and
+// CREATE_QP in one publish (the provider's PrepareDelegation and Publish),
+// so the unit attaches the QP before it handles another received frame.
+// Bytes the peer sends to an RDMA listener before its end is delegated (its
+// MPA request, when the initiator is quicker than our accept) are held by
+// the driver's receive filter (holdEarlyData) and handed to the unit after
+// the CREATE_QP, in the same publish (RX_INJECT): the unit steers them to
+// the new connection as if they had just arrived, so the MPA request
+// reaches the QP, never netstack, and nothing waits for the peer to
+// retransmit it.
+//
+// MPA revision 1 has the initiator speak first: a responder's QP is ready
+// (ACCEPTED) once it accepted, may post at once, but its sends go out when
+// the initiator's first message arrived (then it is in RTS).
+//
+// Files:
+//
+//   - provider.go: Provider and Open, limits and errors, the command
+//     helpers, and Route (CQ and QP events out of the delegated path).
+//   - pd.go: protection domains, host memory buffers, memory regions
+//     (RegMR, RegMRAddr, Dereg) and the host side of registration caches.
+//   - regcache.go: the registration cache (RegCache).
+//   - cq.go: completion queues.
+//   - qp.go: queue pairs: attributes, state, posting, disconnect, destroy.
+//   - cm.go: connection management: DialRDMA, ListenRDMA and
+//     RDMAListener, connect requests, MPA private data.
+//   - delegation.go: the RDMA side of delegation: the QP made with its
+//     connection's OFFLOAD and adopted afterwards.
+//   - hold.go: early data held off netstack and injected behind CREATE_QP.
+package verbs

@@ -1,0 +1,152 @@
+package verbs
+
+// Early data: bytes a peer sends to an RDMA listener before the host has
+// delegated its end (its MPA request, when the initiator is quicker than
+// our accept) are held off netstack by the driver's legacy receive filter
+// and handed to the unit behind the connection's CREATE_QP (RX_INJECT), so
+// the MPA request reaches the QP, never netstack, and nothing waits for
+// the peer to retransmit it.
+
+import (
+	"bytes"
+	"fmt"
+
+	"github.com/emunic/emunic/rings"
+	"github.com/emunic/emunic/tcpstack"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+)
+
+// listenKey names an RDMA listener: its local address and port.
+type listenKey struct {
+	ip   [4]byte
+	port uint16
+}
+
+// earlyFlow is what the driver holds for one RDMA connection to a
+// listener until its delegation; forward means the OFFLOAD that took the
+// held frames was submitted, and later ones are injected at once.
+type earlyFlow struct {
+	frames  [][]byte
+	bytes   int
+	forward bool
+	idx     uint32 // the connection index, once forward
+}
+
+// holdEarlyData is the driver's legacy receive filter while RDMA listeners
+// exist: it takes the TCP segments with payload addressed to an RDMA
+// listener. Such bytes can only belong to a connection netstack accepted
+// and the host has not delegated yet (afterwards the device steers the flow
+// to its engine), and they are the peer's MPA request, which must reach the
+// QP, not netstack: netstack never sees them (so RCV.NXT, and the state
+// block, stop before them), and the frames are held (hold) until the
+// connection's OFFLOAD and CREATE_QP, behind which they are injected.
+// Interrupt goroutine: it never blocks.
+func (v *Provider) holdEarlyData(frame []byte) bool {
+	m := v.listenSnap.Load()
+	if m == nil || len(*m) == 0 || len(frame) < header.EthernetMinimumSize+header.IPv4MinimumSize+header.TCPMinimumSize {
+		return false
+	}
+	if header.Ethernet(frame).Type() != header.IPv4ProtocolNumber {
+		return false
+	}
+	ip := header.IPv4(frame[header.EthernetMinimumSize:])
+	if !ip.IsValid(len(ip)) || ip.TransportProtocol() != header.TCPProtocolNumber || ip.FragmentOffset() != 0 {
+		return false
+	}
+	hl, tl := int(ip.HeaderLength()), int(ip.TotalLength())
+	if tl > len(ip) || hl+header.TCPMinimumSize > tl {
+		return false
+	}
+	tcp := header.TCP(ip[hl:tl])
+	if int(tcp.DataOffset()) >= len(tcp) {
+		return false // no payload
+	}
+	local := ip.DestinationAddress().As4()
+	if _, ok := (*m)[listenKey{local, tcp.DestinationPort()}]; !ok {
+		return false
+	}
+	v.hold(tcpstack.FlowKey{LocalIP: local, RemoteIP: ip.SourceAddress().As4(), LocalPort: tcp.DestinationPort(), RemotePort: tcp.SourcePort()},
+		frame[:header.EthernetMinimumSize+tl])
+	return true
+}
+
+// hold keeps a copy of an early frame of flow key for its delegation, or,
+// once that was submitted, injects it at once (RX_INJECT, without waiting).
+func (v *Provider) hold(key tcpstack.FlowKey, frame []byte) {
+	f := bytes.Clone(frame) // the legacy buffer goes back to the device
+	v.copied(len(f))
+	v.mu.Lock()
+	ef := v.early[key]
+	if ef == nil {
+		if len(v.early) >= maxEarlyFlows {
+			v.mu.Unlock()
+			v.earlyDropped.Add(1)
+			return
+		}
+		ef = &earlyFlow{}
+		v.early[key] = ef
+	}
+	if ef.forward {
+		inject := []tcpstack.HostCommand{{Cmd: rings.Command{Opcode: rings.OpRxInject, Conn: ef.idx}, Param: f}}
+		if v.host.SubmitAsync(inject, nil) == nil {
+			v.earlyInjected.Add(1)
+			v.copied(len(f)) // into host memory, by the command path
+		} else {
+			v.earlyDropped.Add(1)
+		}
+		v.mu.Unlock()
+		return
+	}
+	if len(ef.frames) >= maxEarlyFrames || ef.bytes+len(f) > maxEarlyBytes {
+		v.mu.Unlock()
+		v.earlyDropped.Add(1)
+		return
+	}
+	ef.frames = append(ef.frames, f)
+	ef.bytes += len(f)
+	hook := v.onEarlyHold
+	v.mu.Unlock()
+	v.earlyHeld.Add(1)
+	if hook != nil {
+		hook(key)
+	}
+}
+
+// forgetEarly drops what is held for flow key.
+func (v *Provider) forgetEarly(key tcpstack.FlowKey) {
+	v.mu.Lock()
+	delete(v.early, key)
+	v.mu.Unlock()
+}
+
+// listenOn declares (attr) or forgets (nil) an RDMA listener.
+func (v *Provider) listenOn(k listenKey, attr *QPAttr) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if attr != nil {
+		if v.listen[k] != nil {
+			return fmt.Errorf("verbs: port %d already has an RDMA listener", k.port)
+		}
+		v.listen[k] = attr
+	} else {
+		delete(v.listen, k)
+		for f := range v.early {
+			if f.LocalIP == k.ip && f.LocalPort == k.port {
+				delete(v.early, f)
+			}
+		}
+	}
+	snap := make(map[listenKey]bool, len(v.listen))
+	for k := range v.listen {
+		snap[k] = true
+	}
+	v.listenSnap.Store(&snap)
+	if len(snap) > 0 {
+		v.host.SetRxHold(v.holdEarlyData)
+	} else {
+		v.host.SetRxHold(nil)
+	}
+	return nil
+}
+
+// ---- protection domains and host memory ----------------------------------
