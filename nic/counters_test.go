@@ -33,7 +33,7 @@ func TestFrameTooLargeReturnsBuffer(t *testing.T) {
 
 	big, small := frame(devMAC, 300-EthHeaderLen-28), frame(devMAC, 64)
 	for _, f := range [][]byte{big, small} {
-		if err := h.wire.WriteFrame(f); err != nil {
+		if err := h.wire.Inject(f); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -75,7 +75,7 @@ func TestDoorbellsCountHostKicksOnly(t *testing.T) {
 	}
 	waitParked()
 	for range 3 {
-		if err := h.wire.WriteFrame(frame(devMAC, 64)); err != nil {
+		if err := h.wire.Inject(frame(devMAC, 64)); err != nil {
 			t.Fatal(err)
 		}
 		if n, ok := h.notification(); !ok || n.Flags != rings.NtfLegacyUpload {
@@ -109,7 +109,7 @@ func TestCountersSettled(t *testing.T) {
 	if !ok {
 		t.Fatal("not settled while parked")
 	}
-	if err := h.wire.WriteFrame(frame(devMAC, 64)); err != nil {
+	if err := h.wire.Inject(frame(devMAC, 64)); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := h.notification(); !ok {

@@ -44,34 +44,17 @@ type rawPeer struct {
 	h        *hostSide
 	lport    uint16 // the device's port
 	pport    uint16
-	seq, ack uint32 // peer's next sequence number, and what it acknowledges
-	frames   chan []byte
-	stop     chan struct{}
+	seq, ack uint32        // peer's next sequence number, and what it acknowledges
+	frames   <-chan []byte // what the device transmitted
 }
 
 func newRawPeer(t *testing.T, h *hostSide) *rawPeer {
-	p := &rawPeer{t: t, h: h, frames: make(chan []byte, 4096), stop: make(chan struct{})}
-	go func() {
-		for {
-			b := make([]byte, 2048)
-			n, err := h.wire.ReadFrame(b)
-			if err != nil {
-				return
-			}
-			select {
-			case p.frames <- b[:n]:
-			case <-p.stop:
-				return
-			}
-		}
-	}()
-	t.Cleanup(func() { close(p.stop) })
-	return p
+	return &rawPeer{t: t, h: h, frames: h.wire.Written()}
 }
 
 func (p *rawPeer) send(s seg) {
 	p.t.Helper()
-	if err := p.h.wire.WriteFrame(p.frame(s)); err != nil {
+	if err := p.h.wire.Inject(p.frame(s)); err != nil {
 		p.t.Fatal(err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/nic/port"
+	"github.com/emunic/emunic/nic/port/porttest"
 	"github.com/emunic/emunic/rings"
 )
 
@@ -19,7 +20,7 @@ type hostSide struct {
 	t      *testing.T
 	mem    *rings.Arena
 	dev    *Device
-	wire   *port.WirePort // the far end of the device's cable
+	wire   *porttest.Port // the device's port, faked: Inject delivers, Written sniffs (nil on a real wire)
 	cmd    *rings.Producer
 	tx     *rings.Producer
 	rx     *rings.Producer
@@ -39,14 +40,14 @@ func newHostSide(t *testing.T, rxBufs int) *hostSide {
 }
 
 func newHostSideConfig(t *testing.T, rxBufs int, cfg Config) *hostSide {
-	a, b := port.MustNewWire(port.WireConfig{})
+	p := porttest.New(porttest.Config{})
 	cfg.MAC = devMAC
-	return newHostSideOn(t, rxBufs, cfg, a, b)
+	return newHostSideOn(t, rxBufs, cfg, p, p)
 }
 
-// newHostSideOn builds a device with cfg on port a; far is the other end of
-// its wire (closed at cleanup).
-func newHostSideOn(t *testing.T, rxBufs int, cfg Config, a port.Port, far *port.WirePort) *hostSide {
+// newHostSideOn builds a device with cfg on port a; far, if not nil, is the
+// fake port the test drives (closed at cleanup).
+func newHostSideOn(t *testing.T, rxBufs int, cfg Config, a port.Port, far *porttest.Port) *hostSide {
 	t.Helper()
 	b := far
 	mem, err := rings.NewArena(8 << 20)
@@ -249,12 +250,12 @@ func TestReceiveBadFramesCountedAndDropped(t *testing.T) {
 	}
 	for _, in := range inputs {
 		before := h.dev.Stat(in.id)
-		if err := h.wire.WriteFrame(in.f); err != nil {
+		if err := h.wire.Inject(in.f); err != nil {
 			t.Fatal(err)
 		}
 		h.waitStat(in.id, before+1)
 	}
-	if err := h.wire.WriteFrame(good); err != nil {
+	if err := h.wire.Inject(good); err != nil {
 		t.Fatal(err)
 	}
 	n, ok := h.notification()
@@ -269,14 +270,14 @@ func TestReceiveBadFramesCountedAndDropped(t *testing.T) {
 
 func TestReceiveWithoutBuffersDropsAfterWait(t *testing.T) {
 	h := newHostSide(t, 0)
-	if err := h.wire.WriteFrame(frame(devMAC, 64)); err != nil {
+	if err := h.wire.Inject(frame(devMAC, 64)); err != nil {
 		t.Fatal(err)
 	}
 	h.waitStat(rings.StatRxDropNoBuffer, 1)
 	// A buffer posted later serves the next frame.
 	h.postRx(0)
 	h.rx.Publish()
-	if err := h.wire.WriteFrame(frame(devMAC, 64)); err != nil {
+	if err := h.wire.Inject(frame(devMAC, 64)); err != nil {
 		t.Fatal(err)
 	}
 	if n, ok := h.notification(); !ok || n.Flags != rings.NtfLegacyUpload {
@@ -300,10 +301,8 @@ func TestTransmitBadDescriptors(t *testing.T) {
 	post(rings.Tx{Conn: rings.NoConn, Addr: h.mem.Base() + rings.Addr(h.mem.Size()-4), Len: 64}) // runs off the end
 	post(rings.Tx{Conn: 5, Addr: buf, Len: 100})                                                 // connection not delegated
 	post(rings.Tx{Conn: rings.NoConn, Addr: buf, Len: uint32(len(good))})
-	rbuf := make([]byte, 2048)
-	n, err := h.wire.ReadFrame(rbuf)
-	if err != nil || !bytes.Equal(rbuf[:n], good) {
-		t.Fatalf("good frame after bad descriptors: %v %d", err, n)
+	if f := h.wire.Next(t, 2*time.Second); !bytes.Equal(f, good) {
+		t.Fatalf("good frame after bad descriptors: % x", f)
 	}
 	h.waitStat(rings.StatTxDropBadDesc, 5)
 	if got := h.dev.Stat(rings.StatDMAErrors); got != 2 {
@@ -360,7 +359,7 @@ func TestReceiveBadBufferReturnedWithError(t *testing.T) {
 	h.postRx(0)
 	h.rx.Publish()
 	good := frame(devMAC, 64)
-	if err := h.wire.WriteFrame(good); err != nil {
+	if err := h.wire.Inject(good); err != nil {
 		t.Fatal(err)
 	}
 	n, ok := h.notification()

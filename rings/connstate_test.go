@@ -173,6 +173,12 @@ func FuzzConnStateDecode(f *testing.F) {
 			}
 			return
 		}
+		for n := 0; n < ConnStateSize; n++ { // every truncated prefix is rejected
+			var p ConnState
+			if p.Decode(in[:n]) == nil {
+				t.Fatalf("Decode accepted a %d-byte prefix", n)
+			}
+		}
 		out := make(ConnStateBlock, ConnStateSize)
 		st.Encode(out)
 		want := append([]byte(nil), in[:ConnStateSize]...)

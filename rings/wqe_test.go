@@ -78,6 +78,12 @@ func FuzzSendWR(f *testing.F) {
 		if w.Decode(b) != nil {
 			return
 		}
+		for n := 0; n < SQEntrySize; n++ { // every truncated prefix is rejected
+			var p SendWR
+			if p.Decode(b[:n]) == nil {
+				t.Fatalf("Decode accepted a %d-byte prefix", n)
+			}
+		}
 		out := make([]byte, SQEntrySize)
 		copy(out[:4], b[:4])
 		w.Encode(out)

@@ -66,6 +66,7 @@ func FuzzDDP(f *testing.F) {
 		if err != nil {
 			return
 		}
+		rejectsPrefixes(t, b, n, func(p []byte) (int, error) { var x DDP; return x.Decode(p) })
 		out := make([]byte, d.Len())
 		if d.Encode(out) != n || !bytes.Equal(out, b[:n]) {
 			t.Fatalf("re-encode differs: % x vs % x", out, b[:n])

@@ -144,6 +144,7 @@ func FuzzMPAFrame(f *testing.F) {
 		if err != nil {
 			return
 		}
+		rejectsPrefixes(t, b, n, func(p []byte) (int, error) { var x MPAFrameFields; return x.Decode(p) })
 		out := make([]byte, m.Len())
 		if m.Encode(out) != n || !bytes.Equal(out, b[:n]) {
 			t.Fatalf("re-encode differs: % x vs % x", out, b[:n])
@@ -164,6 +165,7 @@ func FuzzFPDU(f *testing.F) {
 		if err != nil {
 			return
 		}
+		rejectsPrefixes(t, b, n, func(q []byte) (int, error) { var x FPDUFields; return x.Decode(q) })
 		out := make([]byte, p.Len())
 		if p.Encode(out) != n || !bytes.Equal(out, b[:n]) {
 			t.Fatalf("re-encode differs")

@@ -134,6 +134,7 @@ func FuzzTerminate(f *testing.F) {
 		if err != nil {
 			return
 		}
+		rejectsPrefixes(t, b, n, func(p []byte) (int, error) { var x Terminate; return x.Decode(p) })
 		out := make([]byte, tm.Len())
 		if tm.Encode(out) != n || !bytes.Equal(out, b[:n]) {
 			t.Fatalf("re-encode differs: % x vs % x", out, b[:n])
@@ -151,6 +152,7 @@ func FuzzReadRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var r ReadRequest
 		if n, err := r.Decode(b); err == nil {
+			rejectsPrefixes(t, b, n, func(p []byte) (int, error) { var x ReadRequest; return x.Decode(p) })
 			out := make([]byte, n)
 			r.Encode(out)
 			if !bytes.Equal(out, b[:n]) {
