@@ -1,15 +1,12 @@
 package delegation
 
 import (
-	"flag"
-	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
-	"strconv"
 	"testing"
 
 	"github.com/emunic/emunic/nic/hdr"
+
+	"github.com/emunic/emunic/internal/fuzzcorpus"
 )
 
 // wireSeg is the parsed form of a segment as parseTCP sees it, for
@@ -147,37 +144,13 @@ func TestParseTCPRoundTrip(t *testing.T) {
 	}
 }
 
-// -update-corpus rewrites testdata/fuzz/FuzzXxx/ from the encoders.
-var updateCorpus = flag.Bool("update-corpus", false, "write the fuzz seed corpora in testdata/fuzz from the encoders")
-
-// writeCorpus writes each seed as a corpus file of fuzz: one []byte
-// argument, plus extra (the Go literals of further arguments).
-func writeCorpus(t *testing.T, fuzz string, seeds [][]byte, extra ...string) {
-	t.Helper()
-	dir := filepath.Join("testdata", "fuzz", fuzz)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for i, s := range seeds {
-		body := "go test fuzz v1\n[]byte(" + strconv.Quote(string(s)) + ")\n"
-		for _, e := range extra {
-			body += e + "\n"
-		}
-		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("seed-%02d", i)), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 // TestWriteFuzzCorpus writes the seed corpora of FuzzParseTCP and
 // FuzzInput from the encoders (with -update-corpus). FuzzInputULP's
 // checked-in corpus came from fuzzing and is left alone.
 func TestWriteFuzzCorpus(t *testing.T) {
-	if !*updateCorpus {
-		t.Skip("run with -update-corpus to rewrite the seed corpora")
-	}
+	fuzzcorpus.Updating(t)
 	seeds := parseTCPSeeds()
-	writeCorpus(t, "FuzzParseTCP", append(seeds, seeds[2][:tcpHdrLen+tsOptLen-1]))
+	fuzzcorpus.Write(t, "FuzzParseTCP", append(seeds, seeds[2][:tcpHdrLen+tsOptLen-1]))
 
 	r := newRig(t, defaultRigOpts())
 	var in [][]byte
@@ -190,5 +163,5 @@ func TestWriteFuzzCorpus(t *testing.T) {
 		_, tcp := r.build(p)
 		in = append(in, tcp)
 	}
-	writeCorpus(t, "FuzzInput", in, "bool(true)")
+	fuzzcorpus.Write(t, "FuzzInput", in, "bool(true)")
 }

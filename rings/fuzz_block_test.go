@@ -1,13 +1,10 @@
 package rings
 
 import (
-	"flag"
-	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
-	"strconv"
 	"testing"
+
+	"github.com/emunic/emunic/internal/fuzzcorpus"
 )
 
 // Fuzzers for the blocks and RDMA queue entries that the generic entry
@@ -230,25 +227,6 @@ func TestBlockCodecs(t *testing.T) {
 	}
 }
 
-// -update-corpus rewrites testdata/fuzz/FuzzXxx/ from the encoders.
-var updateCorpus = flag.Bool("update-corpus", false, "write the fuzz seed corpora in testdata/fuzz from the encoders")
-
-// writeCorpus writes each seed as a corpus file of the one-[]byte fuzz
-// target fuzz, in the format go test reads from testdata/fuzz.
-func writeCorpus(t *testing.T, fuzz string, seeds [][]byte) {
-	t.Helper()
-	dir := filepath.Join("testdata", "fuzz", fuzz)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for i, s := range seeds {
-		body := "go test fuzz v1\n[]byte(" + strconv.Quote(string(s)) + ")\n"
-		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("seed-%02d", i)), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 // entrySeeds is n encodings of random field values plus a truncated one,
 // as entryCodec.seed adds them.
 func entrySeeds[T comparable](c entryCodec[T], n int, random func(*rand.Rand) T) [][]byte {
@@ -267,13 +245,11 @@ func entrySeeds[T comparable](c entryCodec[T], n int, random func(*rand.Rand) T)
 // TestWriteFuzzCorpus writes the seed corpus of every fuzz target in the
 // package from the encoders (with -update-corpus).
 func TestWriteFuzzCorpus(t *testing.T) {
-	if !*updateCorpus {
-		t.Skip("run with -update-corpus to rewrite the seed corpora")
-	}
-	writeCorpus(t, "FuzzCommandDecode", entrySeeds(commandCodec, 6, randomCommand))
-	writeCorpus(t, "FuzzNotificationDecode", entrySeeds(notificationCodec, 6, randomNotification))
-	writeCorpus(t, "FuzzTxDecode", entrySeeds(txCodec, 4, randomTx))
-	writeCorpus(t, "FuzzRxDecode", entrySeeds(rxCodec, 4, randomRx))
+	fuzzcorpus.Updating(t)
+	fuzzcorpus.Write(t, "FuzzCommandDecode", entrySeeds(commandCodec, 6, randomCommand))
+	fuzzcorpus.Write(t, "FuzzNotificationDecode", entrySeeds(notificationCodec, 6, randomNotification))
+	fuzzcorpus.Write(t, "FuzzTxDecode", entrySeeds(txCodec, 4, randomTx))
+	fuzzcorpus.Write(t, "FuzzRxDecode", entrySeeds(rxCodec, 4, randomRx))
 
 	cs := sampleConnState()
 	blk := make(ConnStateBlock, ConnStateSize)
@@ -281,7 +257,7 @@ func TestWriteFuzzCorpus(t *testing.T) {
 	closed := ConnState{Version: ConnStateVersion, State: StateClosed}
 	blk2 := make(ConnStateBlock, ConnStateSize)
 	closed.Encode(blk2)
-	writeCorpus(t, "FuzzConnStateDecode", [][]byte{blk, blk2, blk[:ConnStateSize-1]})
+	fuzzcorpus.Write(t, "FuzzConnStateDecode", [][]byte{blk, blk2, blk[:ConnStateSize-1]})
 
 	var sq [][]byte
 	for _, w := range sendWRSamples() {
@@ -289,12 +265,12 @@ func TestWriteFuzzCorpus(t *testing.T) {
 		w.Encode(e)
 		sq = append(sq, e)
 	}
-	writeCorpus(t, "FuzzSendWR", append(sq, sq[0][:SQEntrySize-1]))
+	fuzzcorpus.Write(t, "FuzzSendWR", append(sq, sq[0][:SQEntrySize-1]))
 
-	writeCorpus(t, "FuzzRecvWR", append(recvWRSeeds(), recvWRSeeds()[1][:RQEntrySize-1]))
-	writeCorpus(t, "FuzzCompletion", append(completionSeeds(), completionSeeds()[1][:CQEntrySize-1]))
-	writeCorpus(t, "FuzzQPConfig", append(qpConfigSeeds(), qpConfigSeeds()[1][:QPConfigSize-1]))
-	writeCorpus(t, "FuzzUserBuf", append(userBufSeeds(), userBufSeeds()[1][:UserBufDescSize-1]))
+	fuzzcorpus.Write(t, "FuzzRecvWR", append(recvWRSeeds(), recvWRSeeds()[1][:RQEntrySize-1]))
+	fuzzcorpus.Write(t, "FuzzCompletion", append(completionSeeds(), completionSeeds()[1][:CQEntrySize-1]))
+	fuzzcorpus.Write(t, "FuzzQPConfig", append(qpConfigSeeds(), qpConfigSeeds()[1][:QPConfigSize-1]))
+	fuzzcorpus.Write(t, "FuzzUserBuf", append(userBufSeeds(), userBufSeeds()[1][:UserBufDescSize-1]))
 }
 
 // sendWRSamples is one send WR of each kind: SGL, inline, atomic.

@@ -2,12 +2,9 @@ package iwarp
 
 import (
 	"bytes"
-	"flag"
-	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
 	"testing"
+
+	"github.com/emunic/emunic/internal/fuzzcorpus"
 )
 
 // Seeds, shared checks and the checked-in corpora of the wire-format
@@ -153,28 +150,6 @@ func FuzzAtomicResponse(f *testing.F) {
 	})
 }
 
-// -update-corpus rewrites testdata/fuzz/FuzzXxx/ from the encoders.
-var updateCorpus = flag.Bool("update-corpus", false, "write the fuzz seed corpora in testdata/fuzz from the encoders")
-
-// writeCorpus writes each seed as a corpus file of fuzz: one []byte
-// argument, plus extra (the Go literals of further arguments).
-func writeCorpus(t *testing.T, fuzz string, seeds [][]byte, extra ...string) {
-	t.Helper()
-	dir := filepath.Join("testdata", "fuzz", fuzz)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for i, s := range seeds {
-		body := "go test fuzz v1\n[]byte(" + strconv.Quote(string(s)) + ")\n"
-		for _, e := range extra {
-			body += e + "\n"
-		}
-		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("seed-%02d", i)), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 // truncated appends a one-byte-short copy of the first seed.
 func truncated(seeds [][]byte) [][]byte {
 	return append(seeds, seeds[0][:len(seeds[0])-1])
@@ -183,18 +158,16 @@ func truncated(seeds [][]byte) [][]byte {
 // TestWriteFuzzCorpus writes the seed corpus of every fuzz target in the
 // package from the encoders (with -update-corpus).
 func TestWriteFuzzCorpus(t *testing.T) {
-	if !*updateCorpus {
-		t.Skip("run with -update-corpus to rewrite the seed corpora")
-	}
-	writeCorpus(t, "FuzzMPAFrame", truncated(mpaSeeds()))
-	writeCorpus(t, "FuzzFPDU", truncated(fpduSeeds()))
-	writeCorpus(t, "FuzzDDP", truncated(ddpSeeds()))
-	writeCorpus(t, "FuzzTerminate", truncated(terminateSeeds()))
-	writeCorpus(t, "FuzzReadRequest", truncated(append(readRequestSeeds(), atomicRequestSeeds()...)))
-	writeCorpus(t, "FuzzAtomicRequest", truncated(atomicRequestSeeds()))
-	writeCorpus(t, "FuzzAtomicResponse", truncated(atomicResponseSeeds()))
+	fuzzcorpus.Updating(t)
+	fuzzcorpus.Write(t, "FuzzMPAFrame", truncated(mpaSeeds()))
+	fuzzcorpus.Write(t, "FuzzFPDU", truncated(fpduSeeds()))
+	fuzzcorpus.Write(t, "FuzzDDP", truncated(ddpSeeds()))
+	fuzzcorpus.Write(t, "FuzzTerminate", truncated(terminateSeeds()))
+	fuzzcorpus.Write(t, "FuzzReadRequest", truncated(append(readRequestSeeds(), atomicRequestSeeds()...)))
+	fuzzcorpus.Write(t, "FuzzAtomicRequest", truncated(atomicRequestSeeds()))
+	fuzzcorpus.Write(t, "FuzzAtomicResponse", truncated(atomicResponseSeeds()))
 	ft := newFuzzTarget(t)
-	writeCorpus(t, "FuzzReceive", [][]byte{ft.validULPDUs()}, "uint64(1)")
+	fuzzcorpus.Write(t, "FuzzReceive", [][]byte{ft.validULPDUs()}, "uint64(1)")
 }
 
 // TestSeedsRoundTrip: every seed decodes, re-encodes to itself and has no

@@ -1,6 +1,10 @@
 package hdr
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/emunic/emunic/internal/fuzzcorpus"
+)
 
 func arpRequest() ARPFields {
 	return ARPFields{HType: ARPHTypeEthernet, PType: EtherTypeIPv4, HLen: 6, PLen: 4, Op: ARPOpRequest,
@@ -92,8 +96,9 @@ func FuzzARP(f *testing.F) {
 }
 
 func TestWriteCorpusARP(t *testing.T) {
+	fuzzcorpus.Updating(t)
 	b := make([]byte, ARPSize)
 	in := arpRequest()
 	in.Encode(b)
-	writeCorpus(t, "FuzzARP", [][]byte{b, b[:ARPSize-1]})
+	fuzzcorpus.Write(t, "FuzzARP", [][]byte{b, b[:ARPSize-1]})
 }

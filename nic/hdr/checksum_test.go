@@ -5,6 +5,8 @@ import (
 	"math/bits"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/emunic/emunic/internal/fuzzcorpus"
 )
 
 // RFC 1071 section 3: the sum of 00 01 f2 03 f4 f5 f6 f7 is 2ddf0, which
@@ -165,8 +167,9 @@ func FuzzChecksum(f *testing.F) {
 }
 
 func TestWriteCorpusChecksum(t *testing.T) {
+	fuzzcorpus.Updating(t)
 	fr, _, _ := tcpFrame(nil, synOptions(), 33, TCPFlagSYN)
-	writeCorpus(t, "FuzzChecksum", [][]byte{fr, fr[:EthernetSize+IPv4MinSize+1], {0xff, 0xff, 0xff}}, "uint16(4660)")
+	fuzzcorpus.Write(t, "FuzzChecksum", [][]byte{fr, fr[:EthernetSize+IPv4MinSize+1], {0xff, 0xff, 0xff}}, "uint16(4660)")
 }
 
 // checksumAccBaseline is delegation/wire.go's checksumAcc as it was before

@@ -1,6 +1,10 @@
 package hdr
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/emunic/emunic/internal/fuzzcorpus"
+)
 
 func TestEthernetRoundTrip(t *testing.T) {
 	in := EthernetFields{Dst: BroadcastMAC, Src: macA, Type: EtherTypeARP}
@@ -80,6 +84,7 @@ func FuzzEthernet(f *testing.F) {
 }
 
 func TestWriteCorpusEthernet(t *testing.T) {
+	fuzzcorpus.Updating(t)
 	fr, _, _ := tcpFrame(nil, nil, 0, TCPFlagACK)
-	writeCorpus(t, "FuzzEthernet", [][]byte{fr, fr[:EthernetSize], fr[:EthernetSize-1]})
+	fuzzcorpus.Write(t, "FuzzEthernet", [][]byte{fr, fr[:EthernetSize], fr[:EthernetSize-1]})
 }

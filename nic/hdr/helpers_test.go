@@ -1,14 +1,5 @@
 package hdr
 
-import (
-	"flag"
-	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
-	"testing"
-)
-
 // refChecksum is RFC 1071 the slow way: 16-bit words into a 32-bit sum,
 // folded until it fits. The reference every fast path is checked against.
 func refChecksum(b []byte, initial uint32) uint16 {
@@ -84,31 +75,4 @@ func sackOptions(n int) []byte {
 		PutTCPSACKBlock(o[14:], i, uint32(100*i+1), uint32(100*i+50))
 	}
 	return o
-}
-
-// -update-corpus rewrites testdata/fuzz/FuzzXxx/ from the encoders.
-var updateCorpus = flag.Bool("update-corpus", false, "write the fuzz seed corpora in testdata/fuzz from the encoders")
-
-// writeCorpus writes each seed as a corpus file of FuzzXxx, one []byte
-// argument (plus extra, the Go literals of the fuzz target's further
-// arguments).
-func writeCorpus(t *testing.T, fuzz string, seeds [][]byte, extra ...string) {
-	t.Helper()
-	if !*updateCorpus {
-		t.Skip("run with -update-corpus to rewrite the seed corpus")
-	}
-	dir := filepath.Join("testdata", "fuzz", fuzz)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for i, s := range seeds {
-		body := "go test fuzz v1\n[]byte(" + strconv.Quote(string(s)) + ")\n"
-		for _, e := range extra {
-			body += e + "\n"
-		}
-		name := filepath.Join(dir, fmt.Sprintf("seed-%02d", i))
-		if err := os.WriteFile(name, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
 }

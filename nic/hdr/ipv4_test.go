@@ -1,6 +1,10 @@
 package hdr
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/emunic/emunic/internal/fuzzcorpus"
+)
 
 func TestIPv4RoundTrip(t *testing.T) {
 	// The captured header of TestChecksumIPv4Vector, from fields.
@@ -186,7 +190,8 @@ func FuzzIPv4(f *testing.F) {
 }
 
 func TestWriteCorpusIPv4(t *testing.T) {
+	fuzzcorpus.Updating(t)
 	a, ipA, _ := tcpFrame(nil, sackOptions(2), 20, TCPFlagACK)
 	s, ipS, _ := tcpFrame([]byte{1, 1, 1, 0}, synOptions(), 0, TCPFlagSYN)
-	writeCorpus(t, "FuzzIPv4", [][]byte{a[ipA:], s[ipS:], s[ipS : ipS+23], a[ipA : len(a)-1]})
+	fuzzcorpus.Write(t, "FuzzIPv4", [][]byte{a[ipA:], s[ipS:], s[ipS : ipS+23], a[ipA : len(a)-1]})
 }

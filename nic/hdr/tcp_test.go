@@ -3,6 +3,8 @@ package hdr
 import (
 	"fmt"
 	"testing"
+
+	"github.com/emunic/emunic/internal/fuzzcorpus"
 )
 
 func TestTCPRoundTrip(t *testing.T) {
@@ -285,6 +287,7 @@ func FuzzTCP(f *testing.F) {
 }
 
 func TestWriteCorpusTCP(t *testing.T) {
+	fuzzcorpus.Updating(t)
 	var seeds [][]byte
 	for _, o := range [][]byte{nil, synOptions(), sackOptions(2), sackOptions(3)} {
 		fr, _, tcpOff := tcpFrame(nil, o, 9, TCPFlagACK)
@@ -292,7 +295,7 @@ func TestWriteCorpusTCP(t *testing.T) {
 	}
 	fr, _, tcpOff := tcpFrame(nil, synOptions(), 0, TCPFlagSYN)
 	seeds = append(seeds, fr[tcpOff:len(fr)-1])
-	writeCorpus(t, "FuzzTCP", seeds)
-	writeCorpus(t, "FuzzTCPOptions", [][]byte{synOptions(), sackOptions(3), {2, 4, 5, 0xb4, 8, 10, 0, 0},
+	fuzzcorpus.Write(t, "FuzzTCP", seeds)
+	fuzzcorpus.Write(t, "FuzzTCPOptions", [][]byte{synOptions(), sackOptions(3), {2, 4, 5, 0xb4, 8, 10, 0, 0},
 		{30, 4, 9, 9, 1, 1, 4, 2}, {5, 11, 0, 0, 0, 1, 0, 0, 0, 2, 9, 1}})
 }

@@ -1,6 +1,10 @@
 package hdr
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/emunic/emunic/internal/fuzzcorpus"
+)
 
 func udpDatagram(payload int) []byte {
 	b := make([]byte, UDPSize+payload)
@@ -119,6 +123,7 @@ func FuzzUDP(f *testing.F) {
 }
 
 func TestWriteCorpusUDP(t *testing.T) {
+	fuzzcorpus.Updating(t)
 	d := udpDatagram(13)
-	writeCorpus(t, "FuzzUDP", [][]byte{udpDatagram(0), d, d[:len(d)-1]})
+	fuzzcorpus.Write(t, "FuzzUDP", [][]byte{udpDatagram(0), d, d[:len(d)-1]})
 }
