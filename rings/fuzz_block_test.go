@@ -65,29 +65,7 @@ func (c blockCodec[T]) check(t *testing.T, data []byte) {
 			t.Fatalf("Decode accepted a %d-byte prefix of a %d-byte block", n, c.size)
 		}
 	}
-	buf := make([]byte, c.size+8)
-	for i := range buf {
-		buf[i] = 0xA5
-	}
-	c.encode(&v, buf[:c.size:c.size])
-	for i := range buf {
-		var want byte
-		switch {
-		case i < c.ctrl || i >= c.size:
-			want = 0xA5
-		case c.reserved != nil && c.reserved(i):
-			want = 0
-		default:
-			want = data[i]
-		}
-		if buf[i] != want {
-			t.Fatalf("re-encoded byte %#x is %#x, want %#x\nin  % x\nout % x", i, buf[i], want, data[:c.size], buf)
-		}
-	}
-	var back T
-	if err := c.decode(&back, buf[:c.size]); err != nil || back != v {
-		t.Fatalf("Decode(Encode(%+v)) = %+v, %v", v, back, err)
-	}
+	checkReencode(t, c.size, c.ctrl, c.encode, c.decode, c.reserved, data, v)
 }
 
 var recvWRCodec = blockCodec[RecvWR]{

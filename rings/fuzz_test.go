@@ -62,31 +62,38 @@ func (c entryCodec[T]) check(t *testing.T, data []byte) {
 			t.Fatalf("Decode accepted a %d-byte prefix of a %d-byte entry", n, c.size)
 		}
 	}
-	// Re-encode into a fresh entry with sentinel bytes after it: the same
-	// bytes (reserved ones zero), the control word untouched, nothing
-	// written past the entry.
-	buf := make([]byte, c.size+8)
+	checkReencode(t, c.size, 4, c.encode, c.decode, c.reserved, data, v)
+}
+
+// checkReencode encodes v, which data decoded to, into a fresh buffer with
+// sentinel bytes around the fields: the same bytes as data (reserved ones
+// zero), the first ctrl bytes (the ring's control word) untouched, nothing
+// written past size; and Decode of that gives v back. The entry and block
+// fuzzers share it.
+func checkReencode[T comparable](t *testing.T, size, ctrl int, encode func(*T, []byte), decode func(*T, []byte) error,
+	reserved func(i int) bool, data []byte, v T) {
+	t.Helper()
+	buf := make([]byte, size+8)
 	for i := range buf {
 		buf[i] = 0xA5
 	}
-	c.encode(&v, buf[:c.size:c.size])
-	for i := 0; i < len(buf); i++ {
+	encode(&v, buf[:size:size])
+	for i := range buf {
 		var want byte
 		switch {
-		case i < 4 || i >= c.size:
+		case i < ctrl || i >= size:
 			want = 0xA5
-		case c.reserved != nil && c.reserved(i):
+		case reserved != nil && reserved(i):
 			want = 0
 		default:
 			want = data[i]
 		}
 		if buf[i] != want {
-			t.Fatalf("re-encoded byte %#x is %#x, want %#x\nin  % x\nout % x", i, buf[i], want, data[:c.size], buf)
+			t.Fatalf("re-encoded byte %#x is %#x, want %#x\nin  % x\nout % x", i, buf[i], want, data[:size], buf)
 		}
 	}
-	// Encode then Decode is the identity on the fields.
 	var back T
-	if err := c.decode(&back, buf[:c.size]); err != nil || back != v {
+	if err := decode(&back, buf[:size]); err != nil || back != v {
 		t.Fatalf("Decode(Encode(%+v)) = %+v, %v", v, back, err)
 	}
 }
