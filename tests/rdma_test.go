@@ -12,12 +12,11 @@ import (
 	"github.com/emunic/emunic/delegation/iwarp"
 	"github.com/emunic/emunic/internal/hostrig"
 	"github.com/emunic/emunic/internal/testutil"
+	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/rings"
 	"github.com/emunic/emunic/tcpstack"
 	"github.com/emunic/emunic/tcpstack/verbs"
-	"gvisor.dev/gvisor/pkg/tcpip/checksum"
-	"gvisor.dev/gvisor/pkg/tcpip/header"
 )
 
 // End-to-end RDMA over two emulated hosts: what tcpstack/verbs_test.go
@@ -77,21 +76,12 @@ func rdmaFill(b []byte, seed byte) {
 }
 
 // rdmaTCPPayload returns a frame's TCP payload and its headers, or nil.
-func rdmaTCPPayload(f []byte) (ip header.IPv4, tcp header.TCP, payload []byte) {
-	if len(f) < header.EthernetMinimumSize+header.IPv4MinimumSize+header.TCPMinimumSize ||
-		header.Ethernet(f).Type() != header.IPv4ProtocolNumber {
+func rdmaTCPPayload(f []byte) (ip hdr.IPv4, tcp hdr.TCP, payload []byte) {
+	ip, tcp, err := hdr.ParseTCPFrame(f)
+	if err != nil {
 		return nil, nil, nil
 	}
-	ip = header.IPv4(f[header.EthernetMinimumSize:])
-	if !ip.IsValid(len(ip)) || ip.TransportProtocol() != header.TCPProtocolNumber {
-		return nil, nil, nil
-	}
-	hl, tl := int(ip.HeaderLength()), int(ip.TotalLength())
-	tcp = header.TCP(ip[hl:tl])
-	if int(tcp.DataOffset()) > len(tcp) {
-		return nil, nil, nil
-	}
-	return ip, tcp, tcp[tcp.DataOffset():]
+	return ip, tcp, tcp.Payload()
 }
 
 // rdmaTerminate is a Terminate seen on the wire.
@@ -142,9 +132,7 @@ func (s *rdmaSniffPort) WriteFrame(f []byte) error {
 					g := append([]byte(nil), f...)
 					ip, tcp, p = rdmaTCPPayload(g)
 					p[2+14+5] ^= 0x40 // a payload byte
-					tcp.SetChecksum(0)
-					xsum := header.PseudoHeaderChecksum(header.TCPProtocolNumber, ip.SourceAddress(), ip.DestinationAddress(), uint16(len(tcp)))
-					tcp.SetChecksum(^checksum.Checksum(tcp, xsum))
+					tcp.UpdateChecksum(ip.Src(), ip.Dst())
 					f = g
 				}
 			}

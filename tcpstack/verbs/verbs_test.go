@@ -9,10 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/rings"
 	"github.com/emunic/emunic/tcpstack"
-	"gvisor.dev/gvisor/pkg/tcpip"
-	"gvisor.dev/gvisor/pkg/tcpip/header"
 )
 
 // ---- a fake device: the host logic without the nic ------------------------
@@ -681,22 +680,17 @@ func TestVerbsPostQueues(t *testing.T) {
 	}
 }
 
-// tcpFrame builds an Ethernet/IPv4/TCP frame.
-func verbsTCPFrame(dst [4]byte, dport uint16, flags header.TCPFlags, payload int) []byte {
-	b := make([]byte, header.EthernetMinimumSize+header.IPv4MinimumSize+header.TCPMinimumSize+payload)
-	header.Ethernet(b).Encode(&header.EthernetFields{Type: header.IPv4ProtocolNumber})
-	ip := header.IPv4(b[header.EthernetMinimumSize:])
-	ip.Encode(&header.IPv4Fields{TotalLength: uint16(len(ip)), TTL: 64, Protocol: uint8(header.TCPProtocolNumber),
-		SrcAddr: tcpip.AddrFrom4([4]byte{10, 0, 0, 1}), DstAddr: tcpip.AddrFrom4(dst)})
-	header.TCP(ip[header.IPv4MinimumSize:]).Encode(&header.TCPFields{SrcPort: 40000, DstPort: dport,
-		DataOffset: header.TCPMinimumSize, Flags: flags, WindowSize: 1000})
-	return b
+// verbsTCPFrame builds an Ethernet/IPv4/TCP frame from 10.0.0.1:40000.
+func verbsTCPFrame(dst [4]byte, dport uint16, flags uint8, payload int) []byte {
+	f := hdr.TCPFrameFields{Src: hdr.IPv4Addr{10, 0, 0, 1}, Dst: dst,
+		TCP: hdr.TCPFields{SrcPort: 40000, DstPort: dport, Flags: flags, Window: 1000}, Payload: make([]byte, payload)}
+	return f.Append(nil)
 }
 
 func TestVerbsHoldEarlyData(t *testing.T) {
 	v, _ := fakeVerbs(t)
 	me := [4]byte{10, 0, 0, 2}
-	data := verbsTCPFrame(me, 4791, header.TCPFlagAck|header.TCPFlagPsh, 100)
+	data := verbsTCPFrame(me, 4791, hdr.TCPFlagACK|hdr.TCPFlagPSH, 100)
 	if v.holdEarlyData(data) {
 		t.Fatal("held with no RDMA listener")
 	}
@@ -711,11 +705,11 @@ func TestVerbsHoldEarlyData(t *testing.T) {
 		hold bool
 	}{
 		"payload to the listener":  {data, true},
-		"padded frame":             {append(verbsTCPFrame(me, 4791, header.TCPFlagAck, 1), 0, 0, 0, 0), true},
-		"SYN":                      {verbsTCPFrame(me, 4791, header.TCPFlagSyn, 0), false},
-		"pure ACK (padded to 60)":  {append(verbsTCPFrame(me, 4791, header.TCPFlagAck, 0), 0, 0, 0, 0, 0, 0), false},
-		"payload to another port":  {verbsTCPFrame(me, 4792, header.TCPFlagAck, 100), false},
-		"payload to another host":  {verbsTCPFrame([4]byte{10, 0, 0, 3}, 4791, header.TCPFlagAck, 100), false},
+		"padded frame":             {append(verbsTCPFrame(me, 4791, hdr.TCPFlagACK, 1), 0, 0, 0, 0), true},
+		"SYN":                      {verbsTCPFrame(me, 4791, hdr.TCPFlagSYN, 0), false},
+		"pure ACK (padded to 60)":  {append(verbsTCPFrame(me, 4791, hdr.TCPFlagACK, 0), 0, 0, 0, 0, 0, 0), false},
+		"payload to another port":  {verbsTCPFrame(me, 4792, hdr.TCPFlagACK, 100), false},
+		"payload to another host":  {verbsTCPFrame([4]byte{10, 0, 0, 3}, 4791, hdr.TCPFlagACK, 100), false},
 		"truncated":                {data[:40], false},
 		"not IPv4":                 {append([]byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x86, 0xdd}, data[14:]...), false},
 		"IP total length too big":  {func() []byte { f := bytes.Clone(data); f[16] = 0xff; return f }(), false},
@@ -879,10 +873,10 @@ func TestVerbsOffloadMakesQP(t *testing.T) {
 	// Frames the peer sent before the delegation go in the batch, behind
 	// the CREATE_QP, in order.
 	key.RemotePort = 40001
-	f1 := verbsTCPFrame(key.LocalIP, key.LocalPort, header.TCPFlagAck|header.TCPFlagPsh, 100)
-	f2 := verbsTCPFrame(key.LocalIP, key.LocalPort, header.TCPFlagAck|header.TCPFlagPsh, 30)
+	f1 := verbsTCPFrame(key.LocalIP, key.LocalPort, hdr.TCPFlagACK|hdr.TCPFlagPSH, 100)
+	f2 := verbsTCPFrame(key.LocalIP, key.LocalPort, hdr.TCPFlagACK|hdr.TCPFlagPSH, 30)
 	for _, f := range [][]byte{f1, f2} {
-		header.TCP(f[header.EthernetMinimumSize+header.IPv4MinimumSize:]).SetSourcePort(key.RemotePort)
+		hdr.TCP(f[hdr.EthernetSize+hdr.IPv4MinSize:]).SetSrcPort(key.RemotePort)
 		if !v.holdEarlyData(f) {
 			t.Fatal("early frame not held")
 		}
