@@ -2,7 +2,6 @@ package tests
 
 import (
 	"context"
-	"io"
 	"net"
 	"net/netip"
 	"testing"
@@ -52,14 +51,7 @@ func stream(b testing.TB, a, c *tcpstack.Stack) net.Conn {
 	if err != nil {
 		b.Fatal(err)
 	}
-	go func() {
-		s, err := l.Accept()
-		if err != nil {
-			return
-		}
-		io.Copy(io.Discard, s)
-		s.Close()
-	}()
+	sink(l)
 	conn, err := a.Dial(context.Background(), netip.AddrPortFrom(c.Addr(), 5201))
 	if err != nil {
 		b.Fatal(err)

@@ -3,7 +3,6 @@ package tests
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/netip"
 	"runtime"
 	"testing"
@@ -252,14 +251,7 @@ func rdmaBenchDelegatedTCP(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { l.Close() })
-	go func() {
-		s, err := l.Accept()
-		if err != nil {
-			return
-		}
-		io.Copy(io.Discard, s)
-		s.Close()
-	}()
+	sink(l)
 	c, err := ha.DialOffload(context.Background(), netip.AddrPortFrom(hb.Addr(), rdmaBenchPort+1))
 	if err != nil {
 		b.Fatal(err)
