@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"unicode"
 
 	"github.com/emunic/emunic/internal/abidoc"
 )
@@ -399,21 +398,9 @@ func (b *abiBlock) ownsConst(name string, c goConst) bool {
 	return strings.HasPrefix(name, b.prefix)
 }
 
-// slug is GitHub's anchor for a heading.
-func slug(heading string) string {
-	var sb strings.Builder
-	for _, r := range strings.ToLower(heading) {
-		switch {
-		case r == ' ':
-			sb.WriteRune('-')
-		case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
-			sb.WriteRune(r)
-		}
-	}
-	return sb.String()
-}
+var slug = abidoc.Slug
 
-var linkRE = regexp.MustCompile(`^\[[^\]]+\]\(([^)#]*)#([^)]+)\)$`)
+var linkRE = abidoc.SectionLinkRE
 
 // TestDocABIBlocks checks the index of ABI blocks in docs/rings.md against
 // abiBlocks and each block's layout table against the code.
