@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 
 	"github.com/emunic/emunic/nic"
 	"github.com/emunic/emunic/nic/port"
@@ -135,6 +136,12 @@ type HostConfig struct {
 	ArenaSize int
 	Device    nic.Config
 	Driver    DriverConfig
+	// Split, when set, runs the NIC in its own process (docs/split.md): host
+	// memory is a memfd both map and the doorbell and vectors are eventfds.
+	// Setting EMUNIC_SPLIT=1 in the environment does the same for every host
+	// without one. Host.Device is then nil: the device's counters reach the
+	// host by DMA (Host.DeviceCounters).
+	Split *SplitConfig
 }
 
 // Host is one emulated machine: host memory, the NIC device, its driver and
@@ -146,6 +153,26 @@ type Host struct {
 	Driver *Driver
 	offMu  sync.Mutex
 	off    *offloader
+	split  *splitDevice
+	gone   atomic.Pointer[error]
+}
+
+// DeviceErr is why the host's device is gone (a split device whose process
+// died), or nil while it works.
+func (h *Host) DeviceErr() error {
+	if e := h.gone.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
+
+// deviceGone fails the host when its device process dies: everything
+// waiting on the rings is woken and fails, and new I/O fails at once.
+func (h *Host) deviceGone(err error) {
+	if !h.gone.CompareAndSwap(nil, &err) {
+		return
+	}
+	go h.Close()
 }
 
 // NewHost builds a host on port p. Close stops everything, including p.
@@ -162,10 +189,6 @@ func newHost(cfg HostConfig, p port.Port, wrap func(*nic.Device, *rings.Arena) D
 		buf := cfg.MTU + header.EthernetMinimumSize + rings.CacheLine
 		cfg.ArenaSize = int(cfg.Driver.TxEntries+cfg.Driver.RxEntries)*buf + 1<<20 + 64<<20
 	}
-	mem, err := rings.NewArena(cfg.ArenaSize)
-	if err != nil {
-		return nil, err
-	}
 	dc := cfg.Device
 	dc.MAC, dc.MTU = cfg.MAC, cfg.MTU
 	if dc.Engine.MinRTO == 0 {
@@ -176,13 +199,38 @@ func newHost(cfg HostConfig, p port.Port, wrap func(*nic.Device, *rings.Arena) D
 		// 2%-loss transfer to the Linux kernel 7.5x faster.
 		dc.Engine.MinRTO = DefaultMinRTO
 	}
-	dev, err := nic.New(dc, mem, p)
-	if err != nil {
-		return nil, err
+	if cfg.Split == nil && wrap == nil && splitFromEnv() {
+		cfg.Split = &SplitConfig{}
 	}
-	var d Device = dev
-	if wrap != nil {
-		d = wrap(dev, mem)
+	var (
+		mem *rings.Arena
+		dev *nic.Device
+		d   Device
+		sd  *splitDevice
+		err error
+	)
+	if cfg.Split != nil {
+		if sd, mem, err = dialSplit(*cfg.Split, cfg.ArenaSize); err != nil {
+			_ = p.Close()
+			return nil, err
+		}
+		if err := sd.configure(dc, p); err != nil {
+			sd.Stop()
+			_ = p.Close()
+			return nil, err
+		}
+		d = sd
+	} else {
+		if mem, err = rings.NewArena(cfg.ArenaSize); err != nil {
+			return nil, err
+		}
+		if dev, err = nic.New(dc, mem, p); err != nil {
+			return nil, err
+		}
+		d = dev
+		if wrap != nil {
+			d = wrap(dev, mem)
+		}
 	}
 	drv, err := NewDriver(mem, d, cfg.Driver)
 	if err != nil {
@@ -196,7 +244,16 @@ func newHost(cfg HostConfig, p port.Port, wrap func(*nic.Device, *rings.Arena) D
 		drv.Close()
 		return nil, err
 	}
-	return &Host{Stack: st, Mem: mem, Device: dev, Driver: drv}, nil
+	h := &Host{Stack: st, Mem: mem, Device: dev, Driver: drv, split: sd}
+	if sd != nil {
+		sd.mu.Lock()
+		sd.onDead = h.deviceGone
+		sd.mu.Unlock()
+		if err := sd.Err(); err != nil {
+			go h.deviceGone(err)
+		}
+	}
+	return h, nil
 }
 
 // Close stops the stack, the driver and the device.
