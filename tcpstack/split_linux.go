@@ -221,7 +221,7 @@ func (d *splitDevice) reader() {
 			f.Close() // the device never sends descriptors
 		}
 		if err != nil {
-			if err == io.EOF {
+			if errors.Is(err, io.EOF) {
 				err = ErrDeviceGone
 			} else {
 				err = fmt.Errorf("%w: %v", ErrDeviceGone, err)

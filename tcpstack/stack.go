@@ -258,9 +258,40 @@ func newHost(cfg HostConfig, p port.Port, wrap func(*nic.Device, *rings.Arena) D
 
 // Close stops the stack, the driver and the device.
 func (h *Host) Close() error {
+	err := h.DeviceErr()
+	if err == nil {
+		err = errHostClosed
+	}
+	h.failDelegated(err)
 	h.Stack.Close()
 	h.Driver.Close()
 	return nil
+}
+
+var errHostClosed = errors.New("the host was closed")
+
+// failDelegated fails every delegated connection with err, waking its
+// blocked readers and writers: once the host stops (or its device is
+// gone) nothing will ever complete them.
+func (h *Host) failDelegated(err error) {
+	h.offMu.Lock()
+	o := h.off
+	h.offMu.Unlock()
+	if o == nil {
+		return
+	}
+	o.mu.Lock()
+	conns := make([]*DelegatedConn, 0, len(o.conns))
+	for _, c := range o.conns {
+		conns = append(conns, c)
+	}
+	o.mu.Unlock()
+	for _, c := range conns {
+		c.mu.Lock()
+		c.fail(err)
+		c.signal()
+		c.mu.Unlock()
+	}
 }
 
 // ErrNotIPv4 is returned for addresses that are not IPv4.
