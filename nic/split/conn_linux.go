@@ -49,7 +49,7 @@ func (c *Conn) Recv() (Header, []byte, []*os.File, error) {
 	var h Header
 	n, oobn, flags, _, err := c.c.ReadMsgUnix(c.buf, c.oob)
 	if err != nil {
-		if errors.Is(err, net.ErrClosed) {
+		if errors.Is(err, net.ErrClosed) || errors.Is(err, io.EOF) || errors.Is(err, unix.ECONNRESET) {
 			return h, nil, nil, io.EOF
 		}
 		return h, nil, nil, err

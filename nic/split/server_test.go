@@ -160,7 +160,9 @@ func TestServerBadInput(t *testing.T) {
 	pb.Close()
 
 	// RINGS outside the memory, bad geometry.
-	lay := func(base rings.Addr, n, es uint32) rings.Layout { return rings.Layout{Base: base, Count: n, EntrySize: es} }
+	lay := func(base rings.Addr, n, es uint32) rings.Layout {
+		return rings.Layout{Base: base, Count: n, EntrySize: es}
+	}
 	ok := [4]rings.Layout{lay(rings.ArenaBase, 16, rings.CommandEntrySize), lay(rings.ArenaBase+0x1000, 16, rings.NotificationEntrySize),
 		lay(rings.ArenaBase+0x2000, 16, rings.TxDescSize), lay(rings.ArenaBase+0x3000, 16, rings.RxDescSize)}
 	out := ok
@@ -206,7 +208,9 @@ func TestServerNextHostAfterDeath(t *testing.T) {
 		cfg, _ := json.Marshal(nic.Config{MAC: [6]byte{2, 0, 0, 0, 0, byte(i)}})
 		want(t, "CONFIG", h.req(MsgConfig, cfg, pb.File()), StatusOK)
 		pb.Close()
-		lay := func(base rings.Addr, es uint32) rings.Layout { return rings.Layout{Base: base, Count: 16, EntrySize: es} }
+		lay := func(base rings.Addr, es uint32) rings.Layout {
+			return rings.Layout{Base: base, Count: 16, EntrySize: es}
+		}
 		want(t, "RINGS", h.req(MsgRings, EncodeRings([4]rings.Layout{lay(rings.ArenaBase, rings.CommandEntrySize),
 			lay(rings.ArenaBase+0x1000, rings.NotificationEntrySize), lay(rings.ArenaBase+0x2000, rings.TxDescSize),
 			lay(rings.ArenaBase+0x3000, rings.RxDescSize)})), StatusOK)
