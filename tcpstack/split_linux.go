@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -193,7 +194,13 @@ func (d *splitDevice) connect(path string) error {
 	mine, theirs := os.NewFile(uintptr(fds[0]), "setup"), os.NewFile(uintptr(fds[1]), "setup-device")
 	defer theirs.Close()
 	cmd := exec.Command(exe, "-test.run=^$") // a test binary runs no tests; the child exits in init first anyway
-	cmd.Env = append(os.Environ(), splitChildEnv+"=3", SplitEnv+"=0")
+	// The host and its device process share the machine as the host and an
+	// in-process device share one Go scheduler: half the CPUs each. With
+	// both runtimes sized for every CPU, their spinning threads
+	// oversubscribe the cores and a command's round trip waits for OS time
+	// slices (153 µs against 2.8 µs on two cores).
+	procs := max(1, runtime.NumCPU()/2)
+	cmd.Env = append(os.Environ(), splitChildEnv+"=3", SplitEnv+"=0", "GOMAXPROCS="+strconv.Itoa(procs))
 	cmd.ExtraFiles = []*os.File{theirs}
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
