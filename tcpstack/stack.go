@@ -155,6 +155,10 @@ type Host struct {
 	off    *offloader
 	split  *splitDevice
 	gone   atomic.Pointer[error]
+
+	areaMu   sync.Mutex
+	area     []byte // the device's counter publication area, in host memory
+	areaCopy []byte
 }
 
 // DeviceErr is why the host's device is gone (a split device whose process
@@ -245,6 +249,12 @@ func newHost(cfg HostConfig, p port.Port, wrap func(*nic.Device, *rings.Arena) D
 		return nil, err
 	}
 	h := &Host{Stack: st, Mem: mem, Device: dev, Driver: drv, split: sd}
+	if wrap == nil { // a test's wrapped device sees exactly the commands it expects
+		if err := h.registerStatArea(); err != nil {
+			h.Close()
+			return nil, err
+		}
+	}
 	if sd != nil {
 		sd.mu.Lock()
 		sd.onDead = h.deviceGone

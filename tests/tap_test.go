@@ -281,7 +281,7 @@ func TestTAPKernelPeerEcho(t *testing.T) {
 		defer c.Close()
 		echoExchange(t, c, 16<<20)
 	})
-	if s := host.Device.Stat(rings.StatRxFrames); s == 0 {
+	if s := statOf(t, host, rings.StatRxFrames); s == 0 {
 		t.Error("the device counted no received frames")
 	}
 }

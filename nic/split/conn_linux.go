@@ -154,16 +154,20 @@ func (e *EventFD) Kick() {
 // Kicks is how many times Kick was called.
 func (e *EventFD) Kicks() uint64 { return e.kicks.Load() }
 
-// Forward reads the eventfd until it is closed and kicks to for each
-// read (several kicks between two reads are one: a doorbell is level, not
-// a count).
+// Forward reads the eventfd until it is closed and kicks to once for
+// every write the other side made since the last read (the eventfd's
+// counter): a doorbell or vector coalesces kicks itself, and whoever
+// counts them sees each one, as with an in-process device.
 func (e *EventFD) Forward(to interface{ Kick() }) {
 	var b [8]byte
 	for {
 		if _, err := e.f.Read(b[:]); err != nil {
 			return
 		}
-		if to != nil {
+		if to == nil {
+			continue
+		}
+		for n := le.Uint64(b[:]); n > 0; n-- {
 			to.Kick()
 		}
 	}
