@@ -31,6 +31,11 @@ type SplitConfig struct {
 	// vectors every PollInterval (default 50 µs).
 	Poll         bool
 	PollInterval time.Duration
+	// Link, when set, is the device's port: a SOCK_SEQPACKET socket whose
+	// other end is another device's link, so frames go from device process
+	// to device process without crossing this one (the port given to
+	// NewHost is then nil). The host closes its copy once the device has it.
+	Link *os.File
 }
 
 // SplitEnv is the environment variable that puts every host a program
@@ -298,10 +303,19 @@ func (d *splitDevice) request(t split.MsgType, body []byte, files ...*os.File) (
 
 // configure sends the device's configuration and its port: p, spliced to
 // a socket pair whose other end goes to the device.
-func (d *splitDevice) configure(cfg nic.Config, p port.Port) error {
+func (d *splitDevice) configure(cfg nic.Config, p port.Port, link *os.File) error {
 	body, err := json.Marshal(cfg)
 	if err != nil {
 		return err
+	}
+	if link != nil {
+		r, err := d.request(split.MsgConfig, body, link)
+		link.Close()
+		if err != nil {
+			return err
+		}
+		d.mac, d.mtu = cfg.MAC, int(r.Value)
+		return nil
 	}
 	mine, theirs, err := port.SocketPair()
 	if err != nil {

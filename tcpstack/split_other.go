@@ -4,6 +4,7 @@ package tcpstack
 
 import (
 	"errors"
+	"os"
 	"sync"
 	"time"
 
@@ -18,6 +19,7 @@ type SplitConfig struct {
 	Socket       string
 	Poll         bool
 	PollInterval time.Duration
+	Link         *os.File
 }
 
 // SplitEnv is the environment variable that puts every host in split mode.
@@ -40,7 +42,7 @@ func dialSplit(SplitConfig, int) (*splitDevice, *rings.Arena, error) {
 	return nil, nil, errors.New("split mode needs Linux")
 }
 
-func (d *splitDevice) configure(nic.Config, port.Port) error {
+func (d *splitDevice) configure(nic.Config, port.Port, *os.File) error {
 	return errors.New("split mode needs Linux")
 }
 func (d *splitDevice) Err() error               { return nil }

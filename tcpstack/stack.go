@@ -215,12 +215,23 @@ func newHost(cfg HostConfig, p port.Port, wrap func(*nic.Device, *rings.Arena) D
 	)
 	if cfg.Split != nil {
 		if sd, mem, err = dialSplit(*cfg.Split, cfg.ArenaSize); err != nil {
-			_ = p.Close()
+			if p != nil {
+				_ = p.Close()
+			}
 			return nil, err
 		}
-		if err := sd.configure(dc, p); err != nil {
+		if (p == nil) != (cfg.Split.Link != nil) {
 			sd.Stop()
-			_ = p.Close()
+			if p != nil {
+				_ = p.Close()
+			}
+			return nil, errors.New("tcpstack: a split host takes either a port or a device link (SplitConfig.Link), not both or neither")
+		}
+		if err := sd.configure(dc, p, cfg.Split.Link); err != nil {
+			sd.Stop()
+			if p != nil {
+				_ = p.Close()
+			}
 			return nil, err
 		}
 		d = sd
@@ -238,7 +249,12 @@ func newHost(cfg HostConfig, p port.Port, wrap func(*nic.Device, *rings.Arena) D
 	}
 	drv, err := NewDriver(mem, d, cfg.Driver)
 	if err != nil {
-		_ = p.Close()
+		if p != nil {
+			_ = p.Close()
+		}
+		if sd != nil {
+			sd.Stop()
+		}
 		return nil, err
 	}
 	sc := cfg.Stack

@@ -3,12 +3,14 @@ package tests
 import (
 	"context"
 	"net/netip"
+	"os"
 	"testing"
 	"time"
 
 	"github.com/emunic/emunic/internal/hostrig"
 	"github.com/emunic/emunic/rings"
 	"github.com/emunic/emunic/tcpstack"
+	"golang.org/x/sys/unix"
 )
 
 // BenchmarkSplit compares hosts whose NICs run in their own processes
@@ -20,12 +22,15 @@ import (
 //
 //	go test ./tests/ -run '^$' -bench Split -benchtime 2000x -count 5
 func BenchmarkSplit(b *testing.B) {
-	for _, mode := range []string{"inproc", "split"} {
+	for _, mode := range []string{"inproc", "split", "split-link"} {
 		hosts := func(b *testing.B) *hostrig.Rig {
 			cfg := hostrig.Config{}
-			if mode == "split" {
+			switch mode {
+			case "split":
 				s := func(c *tcpstack.HostConfig) { c.Split = &tcpstack.SplitConfig{} }
 				cfg.HostA, cfg.HostB = s, s
+			case "split-link":
+				return splitLinked(b)
 			}
 			return hostrig.New(b, cfg)
 		}
@@ -73,4 +78,28 @@ func BenchmarkSplit(b *testing.B) {
 			measureStream(b, c)
 		})
 	}
+}
+
+// splitLinked is two split hosts whose devices are joined directly by a
+// packet socket pair (SplitConfig.Link): frames go from device process to
+// device process without crossing the host's (no wire in between).
+func splitLinked(b testing.TB) *hostrig.Rig {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	la, lb := os.NewFile(uintptr(fds[0]), "link-a"), os.NewFile(uintptr(fds[1]), "link-b")
+	a, err := tcpstack.NewHost(tcpstack.HostConfig{MAC: hostrig.MACA, Addr: hostrig.PrefixA, Split: &tcpstack.SplitConfig{Link: la}}, nil)
+	if err != nil {
+		lb.Close()
+		b.Fatal(err)
+	}
+	bh, err := tcpstack.NewHost(tcpstack.HostConfig{MAC: hostrig.MACB, Addr: hostrig.PrefixB, Split: &tcpstack.SplitConfig{Link: lb}}, nil)
+	if err != nil {
+		a.Close()
+		b.Fatal(err)
+	}
+	r := &hostrig.Rig{A: a, B: bh}
+	b.Cleanup(func() { a.Close(); bh.Close() })
+	return r
 }

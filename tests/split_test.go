@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"io"
 	"testing"
 	"time"
 
@@ -61,4 +62,26 @@ func TestSplitOffload(t *testing.T) {
 		}
 	}
 	t.Logf("delegated over split devices: 16 MiB each way in %v", time.Since(start))
+}
+
+// TestSplitLinked: two split hosts whose devices are joined directly by a
+// packet socket (SplitConfig.Link), with no port in the host process.
+func TestSplitLinked(t *testing.T) {
+	r := splitLinked(t)
+	d := transfer(t, r.A, r.B, 4<<20)
+	ca, cb := delegatedPair(t, r.A, r.B, 6302)
+	go func() { io.Copy(cb, cb) }()
+	msg := []byte("device to device")
+	if _, err := ca.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(msg))
+	if _, err := io.ReadFull(ca, got); err != nil || string(got) != string(msg) {
+		t.Fatalf("echo %q %v", got, err)
+	}
+	t.Logf("netstack 4 MiB in %v; delegated echo ok", d)
+	// A port and a link at once is refused.
+	if _, err := tcpstack.NewHost(tcpstack.HostConfig{MAC: hostrig.MACA, Addr: hostrig.PrefixA, Split: &tcpstack.SplitConfig{}}, nil); err == nil {
+		t.Fatal("a split host with neither a port nor a link was made")
+	}
 }
