@@ -108,6 +108,7 @@ type conn struct {
 	tsBase     uint32
 	tsBaseNow  int64
 	lastTSval  uint32
+	lastWnd    uint16 // window field of the last segment sent (a TIME_WAIT record repeats it)
 
 	// Thresholds and notification state.
 	ackThresh    uint32
@@ -133,7 +134,6 @@ type conn struct {
 	persist  bool // rtoAt is the persist timer
 	delackAt int64
 	kaAt     int64
-	twAt     int64
 	oowAckAt int64
 
 	// An upper-layer protocol owning the byte stream (ulp.go).
@@ -142,7 +142,7 @@ type conn struct {
 
 func (c *conn) nextTimer() int64 {
 	d := int64(0)
-	for _, t := range [...]int64{c.rtoAt, c.delackAt, c.kaAt, c.twAt} {
+	for _, t := range [...]int64{c.rtoAt, c.delackAt, c.kaAt} {
 		if t != 0 && (d == 0 || t < d) {
 			d = t
 		}
@@ -153,12 +153,6 @@ func (c *conn) nextTimer() int64 {
 // runTimers runs the timers due at now. Each one it runs is either
 // cleared or re-armed in the future, so Tick terminates.
 func (c *conn) runTimers(now int64) {
-	if c.twAt != 0 && c.twAt <= now {
-		c.twAt = 0
-		c.e.ctr.TimeWaitExpired++
-		c.toClosed(rings.NtfClosed)
-		return
-	}
 	if c.delackAt != 0 && c.delackAt <= now {
 		c.delackAt = 0
 		if c.state != rings.StateClosed {
@@ -279,7 +273,7 @@ func (c *conn) fail(now int64, flags rings.NotifyFlags, aux uint32) {
 // closeWith is toClosed with aux in the notification.
 func (c *conn) closeWith(flags rings.NotifyFlags, aux uint32) {
 	c.state = rings.StateClosed
-	c.rtoAt, c.delackAt, c.kaAt, c.twAt = 0, 0, 0, 0
+	c.rtoAt, c.delackAt, c.kaAt = 0, 0, 0
 	c.persist = false
 	c.txHead, c.txCount = 0, 0
 	c.uqHead, c.uqCount = 0, 0

@@ -46,6 +46,7 @@ type Config struct {
 	MaxRetries     int    // consecutive RTO expirations before NtfTimeout (12)
 	DelayedAck     int64  // ns (40 ms)
 	TimeWait       int64  // ns spent in TIME_WAIT (1 s; the engine is a NIC, not a 2MSL purist)
+	MaxTimeWait    int    // TIME_WAIT records (timewait.go), the oldest going early when full (2 × MaxConns)
 	OOWAckInterval int64  // ns between ACKs for zero-length out-of-window segments (200 ms)
 	ChallengeAcks  int    // challenge ACKs per second, engine-wide (RFC 5961 §7) (1000)
 	NotifyRetry    int64  // ns between notification retries while the ring is full (1 ms)
@@ -94,6 +95,7 @@ func (c *Config) setDefaults() {
 	defi(&c.MaxRetries, 12)
 	def(&c.DelayedAck, 40e6)
 	def(&c.TimeWait, 1e9)
+	defi(&c.MaxTimeWait, 2*c.MaxConns)
 	def(&c.OOWAckInterval, 200e6)
 	defi(&c.ChallengeAcks, 1000)
 	def(&c.NotifyRetry, 1e6)
@@ -161,13 +163,16 @@ type Counters struct {
 	ZeroWindowsSent uint64 // ACKs advertising a zero window
 	RTTSamples      uint64 // RTT samples taken
 
-	LegacyUploads   uint64 // legacy buffers filled
-	UserBufsDone    uint64 // user buffers completed
-	NotifyFull      uint64 // Env.Notify returned false (notification queued for retry)
-	NotifyPosted    uint64 // notifications accepted by Env.Notify
-	NotifyCoalesced uint64 // notifications merged into a pending one
-	DMAErrors       uint64 // host memory accesses that faulted
-	TimeWaitExpired uint64 // connections that left TIME_WAIT
+	LegacyUploads    uint64 // legacy buffers filled
+	UserBufsDone     uint64 // user buffers completed
+	NotifyFull       uint64 // Env.Notify returned false (notification queued for retry)
+	NotifyPosted     uint64 // notifications accepted by Env.Notify
+	NotifyCoalesced  uint64 // notifications merged into a pending one
+	DMAErrors        uint64 // host memory accesses that faulted
+	TimeWaitEntered  uint64 // connections that entered TIME_WAIT (moved to a record, index released)
+	TimeWaitExpired  uint64 // TIME_WAIT records that ran out
+	TimeWaitOverflow uint64 // TIME_WAIT records dropped early because MaxTimeWait were in use
+	TimeWaitReopened uint64 // TIME_WAIT records ended by a newer SYN (RFC 6191), which went to the host
 
 	ULPPulled   uint64 // bytes ULPs wrote into their retransmission buffers (Transmit)
 	ULPHeld     uint64 // in-order bytes a ULP did not take at once, held and offered again
@@ -184,6 +189,7 @@ type Engine struct {
 	table tupleTable
 	heap  []*conn // timer heap, ordered by conn.deadline
 	pool  oooPool
+	tw    twTable
 	frame []byte
 	ntf   rings.Notification
 	ctr   Counters
@@ -211,6 +217,7 @@ func NewEngine(cfg Config, env Env) *Engine {
 		table: newTupleTable(cfg.MaxConns),
 		heap:  make([]*conn, 0, cfg.MaxConns),
 		pool:  newOOOPool(cfg.OOOPoolBytes),
+		tw:    newTWTable(cfg.MaxTimeWait),
 		frame: make([]byte, maxFrame),
 
 		pendList: make([]uint32, 0, cfg.MaxConns),
@@ -264,6 +271,9 @@ func (e *Engine) Tick(now int64) {
 	if len(e.pendList) > 0 {
 		e.flushNotify(now)
 	}
+	if e.tw.head >= 0 {
+		e.expireTimeWait(now)
+	}
 	for len(e.heap) > 0 && e.heap[0].deadline <= now {
 		c := e.heap[0]
 		c.runTimers(now)
@@ -277,6 +287,9 @@ func (e *Engine) NextDeadline() int64 {
 	d := int64(NoDeadline)
 	if len(e.heap) > 0 {
 		d = e.heap[0].deadline
+	}
+	if e.tw.head >= 0 && e.tw.recs[e.tw.head].expire < d {
+		d = e.tw.recs[e.tw.head].expire
 	}
 	if e.ntfRetry != 0 && e.ntfRetry < d {
 		d = e.ntfRetry

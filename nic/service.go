@@ -128,6 +128,10 @@ func (d *Device) serviceRx() int {
 					d.eng.InputFlags(idx, ip, seg, pf.engineFlags())
 					break
 				}
+				if d.eng.InputUnmatched(ip, seg, pf.engineFlags()) {
+					// A 4-tuple in TIME_WAIT: its record absorbed it.
+					break
+				}
 			}
 			if !d.upload(f) {
 				d.rx.Release()
