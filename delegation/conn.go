@@ -202,6 +202,9 @@ func (c *conn) notify(flags rings.NotifyFlags, sq seq, length, aux uint32) {
 			return
 		}
 	}
+	if c.pend == nil {
+		c.pend = make([]rings.Notification, e.cfg.PendingNotify)
+	}
 	if c.deferred != 0 || c.pendCount == len(c.pend) {
 		// No slot (only possible for control flags past the reserve):
 		// remember the flags; they go out, with fresh numbers, after
@@ -223,7 +226,7 @@ func (c *conn) notify(flags rings.NotifyFlags, sq seq, length, aux uint32) {
 
 // ntfRoom reports whether a data notification may be queued now.
 func (c *conn) ntfRoom() bool {
-	return c.deferred == 0 && c.pendCount < len(c.pend)-ntfReserve
+	return c.deferred == 0 && c.pendCount < c.e.cfg.PendingNotify-ntfReserve
 }
 
 // drainPending posts c's queued notifications; false if the ring filled.

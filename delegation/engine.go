@@ -33,7 +33,7 @@ type Env interface {
 
 // Config sizes the engine. Zero fields take the defaults in parentheses.
 type Config struct {
-	MaxConns       int    // connection table size; indices are 0..MaxConns-1 (64)
+	MaxConns       int    // connection table size; indices are 0..MaxConns-1 (10,000; 64k and more work: an unused index costs a pointer)
 	MaxTxBuffers   int    // upper bound of transmit buffers queued per connection (256)
 	MaxUserBufs    int    // user buffers posted per connection (64)
 	RcvBufSize     uint32 // receive buffer when the state block says 0 (256 KiB)
@@ -63,7 +63,7 @@ func (c *Config) setDefaults() {
 			*v = d
 		}
 	}
-	defi(&c.MaxConns, 64)
+	defi(&c.MaxConns, DefaultMaxConns)
 	defi(&c.MaxTxBuffers, 256)
 	defi(&c.MaxUserBufs, 64)
 	if c.RcvBufSize == 0 {
@@ -185,7 +185,7 @@ type Engine struct {
 	cfg   Config
 	env   Env
 	dma   rings.DMA
-	conns []conn
+	conns []*conn // nil until the index is first offloaded
 	table tupleTable
 	heap  []*conn // timer heap, ordered by conn.deadline
 	pool  oooPool
@@ -205,27 +205,24 @@ type Engine struct {
 
 // NewEngine makes an engine. It allocates everything the fast path needs:
 // the connection table, the tuple hash, the out-of-order slab and the frame
-// buffer; per-connection queues are allocated on a slot's first OFFLOAD and
-// reused after.
+// buffer; a connection's control block and queues are allocated on its
+// index's first OFFLOAD (the queues small, growing with use) and reused
+// after, so an engine sized for tens of thousands of connections costs a
+// pointer per index until they are used.
 func NewEngine(cfg Config, env Env) *Engine {
 	cfg.setDefaults()
 	e := &Engine{
 		cfg:   cfg,
 		env:   env,
 		dma:   env.DMA(),
-		conns: make([]conn, cfg.MaxConns),
+		conns: make([]*conn, cfg.MaxConns),
 		table: newTupleTable(cfg.MaxConns),
-		heap:  make([]*conn, 0, cfg.MaxConns),
+		heap:  make([]*conn, 0, min(cfg.MaxConns, 1024)),
 		pool:  newOOOPool(cfg.OOOPoolBytes),
 		tw:    newTWTable(cfg.MaxTimeWait),
 		frame: make([]byte, maxFrame),
 
-		pendList: make([]uint32, 0, cfg.MaxConns),
-	}
-	for i := range e.conns {
-		e.conns[i].e = e
-		e.conns[i].idx = uint32(i)
-		e.conns[i].heapIdx = -1
+		pendList: make([]uint32, 0, min(cfg.MaxConns, 1024)),
 	}
 	return e
 }
@@ -257,10 +254,10 @@ func (e *Engine) LookupSegment(ipHdr, tcpSeg []byte) (uint32, bool) {
 
 // get returns the delegated connection at idx, or nil.
 func (e *Engine) get(idx uint32) *conn {
-	if idx >= uint32(len(e.conns)) || !e.conns[idx].inUse {
+	if idx >= uint32(len(e.conns)) || e.conns[idx] == nil || !e.conns[idx].inUse {
 		return nil
 	}
-	return &e.conns[idx]
+	return e.conns[idx]
 }
 
 // --- timers ---------------------------------------------------------------
@@ -393,7 +390,7 @@ func (e *Engine) RetryNotifications() {
 func (e *Engine) PendingNotifications() int {
 	n := 0
 	for _, idx := range e.pendList {
-		c := &e.conns[idx]
+		c := e.conns[idx]
 		n += c.pendCount
 		if c.deferred != 0 {
 			n++
@@ -405,7 +402,7 @@ func (e *Engine) PendingNotifications() int {
 func (e *Engine) flushNotify(now int64) {
 	i := 0
 	for ; i < len(e.pendList); i++ {
-		c := &e.conns[e.pendList[i]]
+		c := e.conns[e.pendList[i]]
 		if !c.drainPending() {
 			break
 		}
@@ -433,3 +430,7 @@ func (e *Engine) challengeAllowed(now int64) bool {
 	e.chalCount++
 	return true
 }
+
+// DefaultMaxConns is the connection table size when Config.MaxConns is 0:
+// offload NICs in production hold tens of thousands of connections.
+const DefaultMaxConns = 10000
