@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/emunic/emunic/delegation"
 	"github.com/emunic/emunic/rings"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
@@ -19,12 +20,24 @@ import (
 	"gvisor.dev/gvisor/pkg/waiter"
 )
 
-// OffloadConfig sizes the host memory of each delegated connection.
+// OffloadConfig sizes delegation. Host memory follows data, not
+// connections: a delegated connection's send bytes and receive buffers come
+// from one pool shared by all of them (bufpool.go), taken while data is in
+// flight and given back after, so ten thousand mostly idle connections
+// cost next to nothing. The pool grows from the host's arena
+// (HostConfig.ArenaSize) up to PoolBytes.
 type OffloadConfig struct {
-	MaxConns       int // delegated connections at once; default 256
-	RecvBuffers    int // user buffers posted per connection; default 8
-	RecvBufSize    int // bytes per user buffer; default 64 KiB
-	SendBufSize    int // send area per connection; default 1 MiB
+	// MaxConns is delegated connections at once; default the device's
+	// connection table (delegation.DefaultMaxConns, 10,000).
+	MaxConns    int
+	RecvBuffers int // user buffers a streaming connection may have posted; default 8
+	RecvBufSize int // bytes per user buffer; default 64 KiB (at most 64 KiB, the pool's largest class)
+	SendBufSize int // unacknowledged send bytes per connection before Write waits; default 1 MiB
+	// PoolBytes bounds the host memory the pool takes from the arena;
+	// default 0: as much as the arena has. When the pool is exhausted a
+	// Write waits for memory another connection frees, and a connection
+	// receives through the shared legacy buffers instead of its own.
+	PoolBytes      int64
 	MaxTxDescBytes int // largest transmit descriptor; default 64 KiB
 	MaxTxBuffers   int // transmit descriptors queued per connection; default 256
 	// CommandTimeout bounds each command round trip; default 2 s.
@@ -36,13 +49,13 @@ type OffloadConfig struct {
 
 func (c *OffloadConfig) setDefaults() {
 	if c.MaxConns == 0 {
-		c.MaxConns = 256
+		c.MaxConns = delegation.DefaultMaxConns
 	}
 	if c.RecvBuffers == 0 {
 		c.RecvBuffers = 8
 	}
-	if c.RecvBufSize == 0 {
-		c.RecvBufSize = 64 << 10
+	if c.RecvBufSize == 0 || c.RecvBufSize > bufMaxClass {
+		c.RecvBufSize = bufMaxClass
 	}
 	if c.SendBufSize == 0 {
 		c.SendBufSize = 1 << 20
@@ -66,9 +79,12 @@ type offloader struct {
 	drv *Driver
 	cfg OffloadConfig
 
+	pool *bufPool
+
 	mu      sync.Mutex
 	conns   map[uint32]*DelegatedConn
 	freeIdx []uint32
+	isFree  []bool // isFree[i]: i is on freeIdx (putIdx never adds one twice)
 	// quarantined are connection indices held back because the device has
 	// not answered a command that names them (an OFFLOAD, ABORT or RELEASE
 	// timed out or was lost): the index, the connection's host memory and
@@ -80,9 +96,11 @@ type offloader struct {
 
 func newOffloader(drv *Driver, cfg OffloadConfig) (*offloader, error) {
 	cfg.setDefaults()
-	o := &offloader{drv: drv, cfg: cfg, conns: make(map[uint32]*DelegatedConn), quarantined: make(map[uint32]error)}
+	o := &offloader{drv: drv, cfg: cfg, conns: make(map[uint32]*DelegatedConn), quarantined: make(map[uint32]error),
+		pool: newBufPool(drv.mem, cfg.PoolBytes), isFree: make([]bool, cfg.MaxConns)}
 	for i := cfg.MaxConns - 1; i >= 0; i-- {
 		o.freeIdx = append(o.freeIdx, uint32(i))
+		o.isFree[i] = true
 	}
 	drv.SetDelegatedHandler(o.dispatch)
 	return o, nil
@@ -202,6 +220,7 @@ func (o *offloader) delegate(ep tcpip.Endpoint, wq *waiter.Queue, key FlowKey, a
 	}
 	idx := o.freeIdx[len(o.freeIdx)-1]
 	o.freeIdx = o.freeIdx[:len(o.freeIdx)-1]
+	o.isFree[idx] = false
 	o.mu.Unlock()
 
 	c, err := o.newConn(idx, key, &fi)
@@ -233,9 +252,9 @@ func (o *offloader) delegate(ep tcpip.Endpoint, wq *waiter.Queue, key FlowKey, a
 	st := o.stateBlock(key, &fi)
 	st.Encode(rings.ConnStateBlock(blk[:]))
 	reqs := []cmdReq{{c: rings.Command{Opcode: rings.OpOffload, Conn: idx}, param: blk[:]}}
-	if prep == nil && !c.peerFin {
-		reqs = append(reqs, o.postReq(c, 0, len(c.rxBufs)))
-	}
+	// No receive buffers yet: the connection's first bytes come through
+	// the shared legacy buffers, and it gets buffers of its own only if
+	// it keeps receiving (growRecv).
 	o.mu.Lock()
 	o.conns[idx] = c // its notifications may come as soon as the unit has it
 	o.mu.Unlock()
@@ -295,10 +314,6 @@ func (o *offloader) delegated(c *DelegatedConn, ep tcpip.Endpoint, prep RDMADele
 	switch {
 	case prep != nil:
 		prep.Done(res[1])
-	case len(res) > 1:
-		if err := o.checkResult(res[1], nil); err != nil {
-			c.cmdFailLocked(err)
-		}
 	}
 	return c
 }
@@ -393,11 +408,10 @@ func (o *offloader) quarantinedConns() int { return len(o.quarantined) }
 func (o *offloader) putIdx(idx uint32) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	for _, f := range o.freeIdx {
-		if f == idx {
-			return // never twice: two connections would share it
-		}
+	if o.isFree[idx] {
+		return // never twice: two connections would share it
 	}
+	o.isFree[idx] = true
 	o.freeIdx = append(o.freeIdx, idx)
 }
 
@@ -446,40 +460,16 @@ func (o *offloader) newConn(idx uint32, key FlowKey, fi *flowInfo) (*DelegatedCo
 	c.cond = sync.NewCond(&c.mu)
 	c.local = &net.TCPAddr{IP: net.IP(key.LocalIP[:]), Port: int(key.LocalPort)}
 	c.peer = &net.TCPAddr{IP: net.IP(key.RemoteIP[:]), Port: int(key.RemotePort)}
-	mem := o.drv.mem
-	var err error
-	if c.sndBase, err = mem.Alloc(o.cfg.SendBufSize, rings.CacheLine); err != nil {
-		return nil, fmt.Errorf("%w: send area: %v", ErrNotDelegated, err)
-	}
-	c.sndMem, _ = mem.Map(c.sndBase, o.cfg.SendBufSize)
-	for i := 0; i < o.cfg.RecvBuffers; i++ {
-		a, err := mem.Alloc(o.cfg.RecvBufSize, rings.CacheLine)
-		if err != nil {
-			o.freeConn(c)
-			return nil, fmt.Errorf("%w: receive buffers: %v", ErrNotDelegated, err)
-		}
-		m, _ := mem.Map(a, o.cfg.RecvBufSize)
-		c.rxBufs = append(c.rxBufs, a)
-		c.rxBufMem = append(c.rxBufMem, m)
-	}
 	return c, nil
 }
 
 // freeConn gives a connection's host memory back: only once the unit no
 // longer has the connection (it places into the receive buffers and reads
-// the send area).
+// the send chunks).
 func (o *offloader) freeConn(c *DelegatedConn) {
-	mem := o.drv.mem
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.sndBase != 0 {
-		_ = mem.Free(c.sndBase)
-		c.sndBase, c.sndMem = 0, nil
-	}
-	for _, a := range c.rxBufs {
-		_ = mem.Free(a)
-	}
-	c.rxBufs, c.rxBufMem = nil, nil
+	c.freeStreamLocked()
 }
 
 // release frees a closed connection's index and host memory, once the unit
@@ -531,24 +521,57 @@ func (o *offloader) released(c *DelegatedConn) {
 	o.unquarantine(c.idx)
 }
 
-// postReq is the POST_BUFFERS of user buffers [from, to).
-func (o *offloader) postReq(c *DelegatedConn, from, to int) cmdReq {
-	p := make([]byte, (to-from)*rings.UserBufDescSize)
-	for i := from; i < to; i++ {
-		ub := rings.UserBuf{Addr: c.rxBufs[i], Len: uint32(len(c.rxBufMem[i])), ID: uint32(i)}
-		ub.Encode(rings.UserBufDesc(p[(i-from)*rings.UserBufDescSize:]))
+// postReq is the POST_BUFFERS of user buffers ids.
+func (o *offloader) postReq(c *DelegatedConn, ids ...int) cmdReq {
+	p := make([]byte, len(ids)*rings.UserBufDescSize)
+	for i, id := range ids {
+		b := &c.rxBufs[id]
+		ub := rings.UserBuf{Addr: b.addr, Len: uint32(len(b.mem)), ID: uint32(id)}
+		ub.Encode(rings.UserBufDesc(p[i*rings.UserBufDescSize:]))
 	}
-	return cmdReq{c: rings.Command{Opcode: rings.OpPostBuffers, Conn: c.idx, Arg0: uint32(to - from)}, param: p}
+	return cmdReq{c: rings.Command{Opcode: rings.OpPostBuffers, Conn: c.idx, Arg0: uint32(len(ids))}, param: p}
+}
+
+// growRecv gives a connection that keeps receiving user buffers of its
+// own from the pool, up to RecvBuffers, posted without waiting. With the
+// pool exhausted it posts fewer or none: the connection goes on receiving
+// through the legacy buffers. Called with c.mu held.
+func (o *offloader) growRecv(c *DelegatedConn) {
+	if c.released || c.peerFin || c.closed || c.rxErr != nil || c.cmdErr != nil {
+		return
+	}
+	var ids []int
+	for id := 0; id < o.cfg.RecvBuffers; id++ {
+		if id < len(c.rxBufs) && c.rxBufs[id].addr != 0 {
+			continue
+		}
+		a, mem, ok := o.pool.get(o.cfg.RecvBufSize)
+		if !ok {
+			break
+		}
+		if id == len(c.rxBufs) {
+			c.rxBufs = append(c.rxBufs, rxBuf{})
+		}
+		c.rxBufs[id] = rxBuf{addr: a, mem: mem}
+		ids = append(ids, id)
+	}
+	if len(ids) > 0 {
+		o.asyncLocked(c, o.postReq(c, ids...))
+	}
 }
 
 // repost gives user buffer id back to the unit, without waiting (it runs
 // on the interrupt goroutine and under the connection's lock); a refusal
 // surfaces on the connection. Called with c.mu held.
 func (o *offloader) repost(c *DelegatedConn, id int) {
-	if id >= len(c.rxBufs) || c.released || c.peerFin || c.rxErr != nil || c.cmdErr != nil {
-		return // the unit takes no more receive buffers once the peer closed
+	if id >= len(c.rxBufs) || c.rxBufs[id].addr == 0 {
+		return
 	}
-	o.asyncLocked(c, o.postReq(c, id, id+1))
+	if c.released || c.peerFin || c.rxErr != nil || c.cmdErr != nil {
+		c.dropRxBuf(id) // the unit takes no more receive buffers once the peer closed
+		return
+	}
+	o.asyncLocked(c, o.postReq(c, id))
 }
 
 // credit returns receive window for legacy-uploaded bytes the application
@@ -602,6 +625,13 @@ func (h *Host) Offload(cfg OffloadConfig) error {
 	defer h.offMu.Unlock()
 	if h.off != nil {
 		return nil
+	}
+	if h.Device != nil {
+		// Never more indices than the device's table: an OFFLOAD past
+		// it would only be refused.
+		if n := h.Device.Engine().Config().MaxConns; cfg.MaxConns == 0 || cfg.MaxConns > n {
+			cfg.MaxConns = n
+		}
 	}
 	o, err := newOffloader(h.Driver, cfg)
 	if err != nil {
@@ -740,6 +770,18 @@ type OffloadListener struct {
 	fallbacks   int
 	lost        int
 	fallbackErr error
+}
+
+// PoolStats describes the host memory delegated connections hold from the
+// shared pool (zero before delegation is turned on).
+func (h *Host) PoolStats() PoolStats {
+	h.offMu.Lock()
+	o := h.off
+	h.offMu.Unlock()
+	if o == nil {
+		return PoolStats{}
+	}
+	return o.pool.stats()
 }
 
 // Fallbacks counts the accepted connections that stayed on netstack.
