@@ -61,28 +61,10 @@ func (p *rawPeer) send(s seg) {
 
 // frame builds the peer's frame for s.
 func (p *rawPeer) frame(s seg) []byte {
-	f := make([]byte, EthHeaderLen+20+20+len(s.payload))
-	copy(f[0:], devMAC[:])
-	copy(f[6:], peerMAC[:])
-	binary.BigEndian.PutUint16(f[12:], EtherTypeIPv4)
-	ip := f[EthHeaderLen:]
-	ip[0] = 0x45
-	binary.BigEndian.PutUint16(ip[2:], uint16(40+len(s.payload)))
-	ip[8], ip[9] = 64, ProtoTCP
-	copy(ip[12:], peerIP[:])
-	copy(ip[16:], devIP[:])
-	hdr.IPv4(ip).UpdateChecksum()
-	tcp := ip[20:]
-	binary.BigEndian.PutUint16(tcp[0:], p.pport)
-	binary.BigEndian.PutUint16(tcp[2:], p.lport)
-	binary.BigEndian.PutUint32(tcp[4:], s.seq)
-	binary.BigEndian.PutUint32(tcp[8:], s.ack)
-	tcp[12] = 5 << 4
-	tcp[13] = s.flags
-	binary.BigEndian.PutUint16(tcp[14:], s.wnd)
-	copy(tcp[20:], s.payload)
-	hdr.TCP(tcp).UpdateChecksum(hdr.IPv4(ip).Src(), hdr.IPv4(ip).Dst())
-	return f
+	f := hdr.TCPFrameFields{SrcMAC: peerMAC, DstMAC: devMAC, Src: peerIP, Dst: devIP,
+		TCP:     hdr.TCPFields{SrcPort: p.pport, DstPort: p.lport, Seq: s.seq, Ack: s.ack, Flags: s.flags, Window: s.wnd},
+		Payload: s.payload}
+	return f.Append(nil)
 }
 
 // data sends payload at the peer's sequence and advances it.

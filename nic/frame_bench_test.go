@@ -9,23 +9,17 @@ import (
 // tcpTestFrame is an Ethernet/IPv4/TCP frame from the peer to the device
 // with a timestamps option, payload bytes of data and every checksum right.
 func tcpTestFrame(payload int) []byte {
-	const thl = hdr.TCPMinSize + 12
-	f := make([]byte, hdr.EthernetSize+hdr.IPv4MinSize+thl+payload)
-	n := (&hdr.EthernetFields{Dst: devMAC, Src: peerMAC, Type: hdr.EtherTypeIPv4}).Encode(f)
-	ip := hdr.IPv4(f[n:])
-	(&hdr.IPv4Fields{TotalLen: uint16(len(f) - n), FlagsFrag: hdr.IPv4FlagDF, TTL: 64, Proto: hdr.ProtoTCP,
-		Src: hdr.IPv4Addr{10, 0, 0, 2}, Dst: hdr.IPv4Addr{10, 0, 0, 1}}).Encode(ip)
-	ip.UpdateChecksum()
-	tcp := hdr.TCP(ip[hdr.IPv4MinSize:])
-	(&hdr.TCPFields{SrcPort: 40000, DstPort: 80, Seq: 1, Ack: 2, HeaderLen: thl, Flags: hdr.TCPFlagACK,
-		Window: 1000}).Encode(tcp)
-	tcp[hdr.TCPMinSize], tcp[hdr.TCPMinSize+1] = hdr.TCPOptNOP, hdr.TCPOptNOP
-	hdr.PutTCPOptTimestamp(tcp[hdr.TCPMinSize+2:], 7, 8)
-	for i := range payload {
-		tcp[thl+i] = byte(i)
+	opts := make([]byte, 12)
+	opts[0], opts[1] = hdr.TCPOptNOP, hdr.TCPOptNOP
+	hdr.PutTCPOptTimestamp(opts[2:], 7, 8)
+	data := make([]byte, payload)
+	for i := range data {
+		data[i] = byte(i)
 	}
-	tcp.UpdateChecksum(ip.Src(), ip.Dst())
-	return f
+	f := hdr.TCPFrameFields{SrcMAC: peerMAC, DstMAC: devMAC, Src: hdr.IPv4Addr{10, 0, 0, 2}, Dst: hdr.IPv4Addr{10, 0, 0, 1},
+		DontFragment: true, TCP: hdr.TCPFields{SrcPort: 40000, DstPort: 80, Seq: 1, Ack: 2, Flags: hdr.TCPFlagACK, Window: 1000},
+		Options: opts, Payload: data}
+	return f.Append(nil)
 }
 
 func TestClassifyTCP(t *testing.T) {

@@ -1,12 +1,8 @@
 package rings
 
 import (
-	"bufio"
 	"fmt"
-	"go/ast"
 	"go/constant"
-	"go/parser"
-	"go/token"
 	"go/types"
 	"os"
 	"path/filepath"
@@ -16,7 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"unicode"
+
+	"github.com/emunic/emunic/internal/abidoc"
 )
 
 // The tables in docs/rings.md and docs/abi-blocks.md are the byte-level
@@ -58,58 +55,27 @@ func (c goConst) u64(t *testing.T) uint64 {
 	return v
 }
 
-// loadPackage type-checks the package's non-test files. Imports are not
-// resolved (errors are ignored): no wire constant depends on an import.
-func loadPackage(t *testing.T) (*token.FileSet, *types.Package) {
+// loadPackage type-checks the package's non-test files.
+func loadPackage(t *testing.T) *abidoc.Package {
 	t.Helper()
-	fset := token.NewFileSet()
-	var files []*ast.File
-	names, err := filepath.Glob("*.go")
+	p, err := abidoc.Load(".")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range names {
-		if strings.HasSuffix(name, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(fset, name, nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		files = append(files, f)
-	}
-	conf := types.Config{
-		Importer: emptyImporter{},
-		Error:    func(error) {},
-	}
-	pkg, _ := conf.Check("rings", fset, files, nil)
-	return fset, pkg
+	return p
 }
 
 // loadConsts returns the package's exported package-level constants with
 // values, marking those the docs must cover.
 func loadConsts(t *testing.T) map[string]goConst {
 	t.Helper()
-	fset, pkg := loadPackage(t)
 	own := map[string]bool{}
 	for _, name := range docFiles {
 		own[name] = true
 	}
 	out := map[string]goConst{}
-	for _, name := range pkg.Scope().Names() {
-		c, ok := pkg.Scope().Lookup(name).(*types.Const)
-		if !ok || !c.Exported() {
-			continue
-		}
-		gc := goConst{name: name, val: c.Val()}
-		if n, ok := c.Type().(*types.Named); ok {
-			gc.typ = n.Obj().Name()
-		}
-		gc.required = own[filepath.Base(fset.Position(c.Pos()).Filename)] || docTypes[gc.typ]
-		if gc.val.Kind() == constant.Unknown {
-			t.Fatalf("constant %s has no value (type-check failure?)", name)
-		}
-		out[name] = gc
+	for name, c := range loadPackage(t).Consts {
+		out[name] = goConst{name: name, typ: c.Type, val: c.Val, required: own[c.File] || docTypes[c.Type]}
 	}
 	req := 0
 	for _, c := range out {
@@ -123,134 +89,33 @@ func loadConsts(t *testing.T) map[string]goConst {
 	return out
 }
 
-// emptyImporter gives every import an empty package: the files' references
-// into other packages fail to type-check (ignored), constants do not need them.
-type emptyImporter struct{}
+type docTable = abidoc.Table
 
-func (emptyImporter) Import(path string) (*types.Package, error) {
-	name := path[strings.LastIndex(path, "/")+1:]
-	p := types.NewPackage(path, name)
-	p.MarkComplete()
-	return p, nil
-}
+type docRow = abidoc.Row
 
-type docTable struct {
-	path    string
-	heading string
-	line    int
-	cols    map[string]int
-	rows    []docRow
-}
-
-type docRow struct {
-	line  int
-	cells []string
-}
-
-func (t *docTable) cell(r docRow, col string) (string, bool) {
-	i, ok := t.cols[col]
-	if !ok {
-		return "", false
-	}
-	return r.cells[i], true
-}
-
-func (t *docTable) where(r docRow) string {
-	return fmt.Sprintf("%s:%d (%s)", t.path, r.line, t.heading)
-}
-
-// parseDoc returns every markdown table in the document (outside code
-// fences) and its headings.
-func parseDoc(t *testing.T, path string) (tables []*docTable, headings []string) {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var cur *docTable
-	heading := ""
-	fenced := false
-	sc := bufio.NewScanner(f)
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if strings.HasPrefix(line, "```") {
-			fenced = !fenced
-			cur = nil
-			continue
-		}
-		if fenced {
-			continue
-		}
-		if strings.HasPrefix(line, "#") {
-			heading = strings.TrimSpace(strings.TrimLeft(line, "#"))
-			headings = append(headings, heading)
-		}
-		if !strings.HasPrefix(line, "|") {
-			cur = nil
-			continue
-		}
-		if !strings.HasSuffix(line, "|") {
-			t.Errorf("%s:%d: table row does not end with |", path, n)
-			continue
-		}
-		cells := strings.Split(line[1:len(line)-1], "|")
-		for i := range cells {
-			cells[i] = strings.TrimSpace(cells[i])
-		}
-		if cur == nil {
-			cur = &docTable{path: path, heading: heading, line: n, cols: map[string]int{}}
-			for i, c := range cells {
-				cur.cols[strings.ToLower(c)] = i
-			}
-			tables = append(tables, cur)
-			continue
-		}
-		if len(cells) != len(cur.cols) {
-			t.Errorf("%s:%d: %d cells, the table header has %d (a | inside a cell?)", path, n, len(cells), len(cur.cols))
-			continue
-		}
-		if strings.Trim(strings.Join(cells, ""), "-: ") == "" {
-			continue // separator
-		}
-		cur.rows = append(cur.rows, docRow{line: n, cells: cells})
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return tables, headings
-}
-
-// parseDocs parses every document in docPaths.
+// parseDocs parses every document in docPaths; rows the parser could not
+// take fail the test.
 func parseDocs(t *testing.T) (tables []*docTable, headings map[string][]string) {
 	t.Helper()
 	headings = map[string][]string{}
 	for _, p := range docPaths {
-		tb, h := parseDoc(t, p)
-		tables = append(tables, tb...)
-		headings[p] = h
+		d, err := abidoc.ParseFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range d.Problems {
+			t.Error(e)
+		}
+		tables = append(tables, d.Tables...)
+		headings[p] = d.Headings
 	}
 	return tables, headings
 }
 
-// ident returns the Go identifier in a `backticked` cell, or "" for —.
-func ident(cell string) (string, error) {
-	if cell == "—" || cell == "-" || cell == "" {
-		return "", nil
-	}
-	if len(cell) < 3 || cell[0] != '`' || cell[len(cell)-1] != '`' {
-		return "", fmt.Errorf("cell %q is neither `Identifier` nor —", cell)
-	}
-	id := cell[1 : len(cell)-1]
-	if !token.IsIdentifier(id) {
-		return "", fmt.Errorf("cell %q is not an identifier", cell)
-	}
-	return id, nil
-}
-
-func parseNum(cell string) (uint64, error) {
-	return strconv.ParseUint(cell, 0, 64)
-}
+var (
+	ident    = abidoc.Ident
+	parseNum = abidoc.Num
+)
 
 // parseBitRange parses "3" or "0–7" into the lowest and highest bit.
 func parseBitRange(cell string) (lo, hi int, err error) {
@@ -303,18 +168,9 @@ func nameOf(c goConst, v uint64) (string, bool) {
 	return "", false
 }
 
-func hasCols(tb *docTable, cols ...string) bool {
-	for _, c := range cols {
-		if _, ok := tb.cols[c]; !ok {
-			return false
-		}
-	}
-	return true
-}
-
 // isLayout reports whether tb gives the byte layout of a block.
 func isLayout(tb *docTable) bool {
-	return hasCols(tb, "offset", "constant")
+	return tb.Has("offset", "constant")
 }
 
 func TestDocMatchesCode(t *testing.T) {
@@ -325,14 +181,14 @@ func TestDocMatchesCode(t *testing.T) {
 	typeTables := map[string]map[*docTable]bool{}
 
 	for _, tb := range tables {
-		ci, ok := tb.cols["constant"]
+		ci, ok := tb.Cols["constant"]
 		if !ok {
 			continue
 		}
 		enumType := ""
-		for _, r := range tb.rows {
-			where := tb.where(r)
-			name, err := ident(r.cells[ci])
+		for _, r := range tb.Rows {
+			where := tb.Where(r)
+			name, err := ident(r.Cells[ci])
 			if err != nil {
 				t.Errorf("%s: %v", where, err)
 				continue
@@ -361,19 +217,19 @@ func TestDocMatchesCode(t *testing.T) {
 				typeTables[c.typ][tb] = true
 			}
 			v := c.u64(t)
-			if s, ok := tb.cell(r, "value"); ok {
+			if s, ok := tb.Cell(r, "value"); ok {
 				if got, err := parseNum(s); err != nil {
 					t.Errorf("%s: %s: value %q: %v", where, name, s, err)
 				} else if got != v {
 					t.Errorf("%s: %s documented as %#x, code has %#x", where, name, got, v)
 				}
 			}
-			if s, ok := tb.cell(r, "index"); ok {
+			if s, ok := tb.Cell(r, "index"); ok {
 				if got, err := parseNum(s); err != nil || got != v {
 					t.Errorf("%s: %s documented at index %q, code has %d", where, name, s, v)
 				}
 			}
-			if s, ok := tb.cell(r, "offset"); ok {
+			if s, ok := tb.Cell(r, "offset"); ok {
 				want := v
 				if c.typ == "StatID" {
 					want = uint64(StatID(v).Offset())
@@ -385,14 +241,14 @@ func TestDocMatchesCode(t *testing.T) {
 					t.Errorf("%s: %s documented at offset %q, code has %#x", where, name, s, want)
 				}
 			}
-			if s, ok := tb.cell(r, "bit"); ok {
+			if s, ok := tb.Cell(r, "bit"); ok {
 				if mask, err := parseBits(s); err != nil {
 					t.Errorf("%s: %v", where, err)
 				} else if mask != v {
 					t.Errorf("%s: %s documented as bit(s) %s (mask %#x), code has %#x", where, name, s, mask, v)
 				}
 			}
-			if s, ok := tb.cell(r, "name"); ok {
+			if s, ok := tb.Cell(r, "name"); ok {
 				if want, ok := nameOf(c, v); !ok {
 					t.Errorf("%s: %s has a Name column but type %q has no String to check it against", where, name, c.typ)
 				} else if s != want {
@@ -425,7 +281,7 @@ func TestDocMatchesCode(t *testing.T) {
 		}
 		for tb, n := range in {
 			if n > 1 && !isLayout(tb) {
-				t.Errorf("%s:%d: %s is documented %d times", tb.path, tb.line, name, n)
+				t.Errorf("%s:%d: %s is documented %d times", tb.Path, tb.Line, name, n)
 			}
 		}
 	}
@@ -442,11 +298,11 @@ func TestDocMatchesCode(t *testing.T) {
 	// The stat block table lists every counter in order.
 	var stats []string
 	for _, tb := range tables {
-		if !hasCols(tb, "index", "name") {
+		if !tb.Has("index", "name") {
 			continue
 		}
-		for _, r := range tb.rows {
-			n, _ := tb.cell(r, "name")
+		for _, r := range tb.Rows {
+			n, _ := tb.Cell(r, "name")
 			stats = append(stats, n)
 		}
 	}
@@ -462,7 +318,7 @@ func TestDocMatchesCode(t *testing.T) {
 	// The UPDATE argument table.
 	n := 0
 	for _, tb := range tables {
-		if hasCols(tb, "field", "bits", "parameter") {
+		if tb.Has("field", "bits", "parameter") {
 			checkUpdateArgs(t, tb, consts)
 			n++
 		}
@@ -542,21 +398,9 @@ func (b *abiBlock) ownsConst(name string, c goConst) bool {
 	return strings.HasPrefix(name, b.prefix)
 }
 
-// slug is GitHub's anchor for a heading.
-func slug(heading string) string {
-	var sb strings.Builder
-	for _, r := range strings.ToLower(heading) {
-		switch {
-		case r == ' ':
-			sb.WriteRune('-')
-		case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
-			sb.WriteRune(r)
-		}
-	}
-	return sb.String()
-}
+var slug = abidoc.Slug
 
-var linkRE = regexp.MustCompile(`^\[[^\]]+\]\(([^)#]*)#([^)]+)\)$`)
+var linkRE = abidoc.SectionLinkRE
 
 // TestDocABIBlocks checks the index of ABI blocks in docs/rings.md against
 // abiBlocks and each block's layout table against the code.
@@ -566,7 +410,7 @@ func TestDocABIBlocks(t *testing.T) {
 
 	// The code side: every type with Encode and Decode and every exported
 	// …Size constant is a block.
-	_, pkg := loadPackage(t)
+	pkg := loadPackage(t).Types
 	byType, bySize := map[string]bool{}, map[string]bool{}
 	for _, b := range abiBlocks {
 		if b.typ != nil {
@@ -598,9 +442,9 @@ func TestDocABIBlocks(t *testing.T) {
 	// The index.
 	var index *docTable
 	for _, tb := range tables {
-		if hasCols(tb, "block", "size", "size constant", "fields", "section") {
+		if tb.Has("block", "size", "size constant", "fields", "section") {
 			if index != nil {
-				t.Fatalf("%s:%d: a second index of ABI blocks (the first at %s:%d)", tb.path, tb.line, index.path, index.line)
+				t.Fatalf("%s:%d: a second index of ABI blocks (the first at %s:%d)", tb.Path, tb.Line, index.Path, index.Line)
 			}
 			index = tb
 		}
@@ -609,10 +453,10 @@ func TestDocABIBlocks(t *testing.T) {
 		t.Fatalf("no index of ABI blocks (columns Block, Size, Size constant, Fields, Section) in %v", docPaths)
 	}
 	rows := map[string]docRow{}
-	for _, r := range index.rows {
-		name, _ := index.cell(r, "block")
+	for _, r := range index.Rows {
+		name, _ := index.Cell(r, "block")
 		if _, dup := rows[name]; dup {
-			t.Errorf("%s: block %q listed twice", index.where(r), name)
+			t.Errorf("%s: block %q listed twice", index.Where(r), name)
 		}
 		rows[name] = r
 	}
@@ -621,34 +465,34 @@ func TestDocABIBlocks(t *testing.T) {
 		b := &abiBlocks[i]
 		r, ok := rows[b.name]
 		if !ok {
-			t.Errorf("ABI block %q (%s) is not in the index of ABI blocks at %s:%d", b.name, b.size, index.path, index.line)
+			t.Errorf("ABI block %q (%s) is not in the index of ABI blocks at %s:%d", b.name, b.size, index.Path, index.Line)
 			continue
 		}
 		delete(rows, b.name)
-		where := index.where(r)
+		where := index.Where(r)
 		size := consts[b.size].u64(t)
-		if s, _ := index.cell(r, "size"); s != strconv.FormatUint(size, 10) {
+		if s, _ := index.Cell(r, "size"); s != strconv.FormatUint(size, 10) {
 			t.Errorf("%s: %s: size %q, %s is %d", where, b.name, s, b.size, size)
 		}
-		if s, _ := index.cell(r, "size constant"); s != "`"+b.size+"`" {
+		if s, _ := index.Cell(r, "size constant"); s != "`"+b.size+"`" {
 			t.Errorf("%s: %s: size constant %s, want `%s`", where, b.name, s, b.size)
 		}
 		wantFields := "—"
 		if b.typ != nil {
 			wantFields = "`" + b.typ.Name() + "`"
 		}
-		if s, _ := index.cell(r, "fields"); s != wantFields {
+		if s, _ := index.Cell(r, "fields"); s != wantFields {
 			t.Errorf("%s: %s: fields %s, want %s", where, b.name, s, wantFields)
 		}
-		sec, _ := index.cell(r, "section")
+		sec, _ := index.Cell(r, "section")
 		m := linkRE.FindStringSubmatch(sec)
 		if m == nil {
 			t.Errorf("%s: %s: section %q is not a [link](file.md#anchor)", where, b.name, sec)
 			continue
 		}
-		docPath := index.path
+		docPath := index.Path
 		if m[1] != "" {
-			docPath = filepath.ToSlash(filepath.Join(filepath.Dir(index.path), m[1]))
+			docPath = filepath.ToSlash(filepath.Join(filepath.Dir(index.Path), m[1]))
 		}
 		if _, ok := headings[docPath]; !ok {
 			t.Errorf("%s: %s: section in %s, which is not one of the parsed docs %v", where, b.name, docPath, docPaths)
@@ -666,7 +510,7 @@ func TestDocABIBlocks(t *testing.T) {
 		}
 		var layout []*docTable
 		for _, tb := range tables {
-			if tb.path == docPath && tb.heading == heading && isLayout(tb) {
+			if tb.Path == docPath && tb.Heading == heading && isLayout(tb) {
 				layout = append(layout, tb)
 			}
 		}
@@ -678,11 +522,11 @@ func TestDocABIBlocks(t *testing.T) {
 		checkLayout(t, layout[0], b, consts)
 	}
 	for name, r := range rows {
-		t.Errorf("%s: block %q is not an ABI block of abiBlocks", index.where(r), name)
+		t.Errorf("%s: block %q is not an ABI block of abiBlocks", index.Where(r), name)
 	}
 	for _, tb := range tables {
 		if isLayout(tb) && !claimed[tb] {
-			t.Errorf("%s:%d: layout table %q belongs to no ABI block of the index", tb.path, tb.line, tb.heading)
+			t.Errorf("%s:%d: layout table %q belongs to no ABI block of the index", tb.Path, tb.Line, tb.Heading)
 		}
 	}
 }
@@ -705,25 +549,25 @@ func checkLayout(t *testing.T, tb *docTable, b *abiBlock, consts map[string]goCo
 	t.Helper()
 	blockSize := consts[b.size].u64(t)
 	var rows []layoutRow
-	for _, r := range tb.rows {
-		where := tb.where(r)
-		cn, err := ident(r.cells[tb.cols["constant"]])
+	for _, r := range tb.Rows {
+		where := tb.Where(r)
+		cn, err := ident(r.Cells[tb.Cols["constant"]])
 		if err != nil {
 			continue // reported by TestDocMatchesCode
 		}
-		lr := layoutRow{line: r.line, constName: cn}
-		if s, ok := tb.cell(r, "field"); ok {
+		lr := layoutRow{line: r.Line, constName: cn}
+		if s, ok := tb.Cell(r, "field"); ok {
 			if lr.field, err = ident(s); err != nil {
 				t.Errorf("%s: %v", where, err)
 			}
 		}
-		off, err := parseNum(r.cells[tb.cols["offset"]])
+		off, err := parseNum(r.Cells[tb.Cols["offset"]])
 		if err != nil {
-			t.Errorf("%s: offset %q: %v", where, r.cells[tb.cols["offset"]], err)
+			t.Errorf("%s: offset %q: %v", where, r.Cells[tb.Cols["offset"]], err)
 			continue
 		}
 		lr.off, lr.size = off, 8
-		if s, ok := tb.cell(r, "size"); ok {
+		if s, ok := tb.Cell(r, "size"); ok {
 			if lr.size, err = parseNum(s); err != nil || lr.size == 0 {
 				t.Errorf("%s: size %q", where, s)
 				continue
@@ -732,7 +576,7 @@ func checkLayout(t *testing.T, tb *docTable, b *abiBlock, consts map[string]goCo
 			t.Errorf("%s: layout table without a Size column", where)
 			return
 		}
-		meaning, _ := tb.cell(r, "meaning")
+		meaning, _ := tb.Cell(r, "meaning")
 		switch {
 		case cn == "OffCtl":
 			if !b.ring || lr.off != 0 || lr.size != 4 || lr.field != "" {
@@ -755,7 +599,7 @@ func checkLayout(t *testing.T, tb *docTable, b *abiBlock, consts map[string]goCo
 		rows = append(rows, lr)
 	}
 	if b.ring && (len(rows) == 0 || rows[0].constName != "OffCtl") {
-		t.Errorf("%s:%d: the %s table must start with the control word `OffCtl`", tb.path, tb.line, b.name)
+		t.Errorf("%s:%d: the %s table must start with the control word `OffCtl`", tb.Path, tb.Line, b.name)
 	}
 
 	// Tiling: the rows cover [0, size) once each; rows with the same offset,
@@ -774,36 +618,36 @@ func checkLayout(t *testing.T, tb *docTable, b *abiBlock, consts map[string]goCo
 		}
 		if f.off != next {
 			if f.off > next {
-				t.Errorf("%s:%d: %s: bytes %#x..%#x are in no row (mark them reserved)", tb.path, f.line, b.name, next, f.off-1)
+				t.Errorf("%s:%d: %s: bytes %#x..%#x are in no row (mark them reserved)", tb.Path, f.line, b.name, next, f.off-1)
 			} else {
-				t.Errorf("%s:%d: %s at %#x overlaps the previous row, which ends at %#x", tb.path, f.line, f.constName, f.off, next)
+				t.Errorf("%s:%d: %s at %#x overlaps the previous row, which ends at %#x", tb.Path, f.line, f.constName, f.off, next)
 			}
 		}
 		if (f.size == 2 || f.size == 4 || f.size == 8) && f.off%f.size != 0 {
-			t.Errorf("%s:%d: %s at %#x is not aligned to its size %d", tb.path, f.line, f.constName, f.off, f.size)
+			t.Errorf("%s:%d: %s at %#x is not aligned to its size %d", tb.Path, f.line, f.constName, f.off, f.size)
 		}
 		next = max(next, f.off+f.size)
 		arms = append(arms, []layoutRow{f})
 	}
 	if next != blockSize {
-		t.Errorf("%s:%d: %s: the rows end at %#x, %s is %d", tb.path, tb.line, b.name, next, b.size, blockSize)
+		t.Errorf("%s:%d: %s: the rows end at %#x, %s is %d", tb.Path, tb.Line, b.name, next, b.size, blockSize)
 	}
 	var union []layoutRow
 	for _, a := range arms {
 		if len(a) > 1 {
 			if union != nil {
-				t.Errorf("%s:%d: %s: more than one set of alternatives", tb.path, a[0].line, b.name)
+				t.Errorf("%s:%d: %s: more than one set of alternatives", tb.Path, a[0].line, b.name)
 			}
 			union = a
 		}
 	}
 	if len(union) != len(b.union) {
-		t.Errorf("%s:%d: %s: %d alternatives for the same bytes, the code has %d", tb.path, tb.line, b.name, len(union), len(b.union))
+		t.Errorf("%s:%d: %s: %d alternatives for the same bytes, the code has %d", tb.Path, tb.Line, b.name, len(union), len(b.union))
 		return
 	}
 	for i := range union {
 		if union[i].field != b.union[i].field {
-			t.Errorf("%s:%d: alternative %d is %s, the code's is %s", tb.path, union[i].line, i, union[i].field, b.union[i].field)
+			t.Errorf("%s:%d: alternative %d is %s, the code's is %s", tb.Path, union[i].line, i, union[i].field, b.union[i].field)
 		}
 	}
 
@@ -814,7 +658,7 @@ func checkLayout(t *testing.T, tb *docTable, b *abiBlock, consts map[string]goCo
 	}
 	for name, c := range consts {
 		if b.ownsConst(name, c) && !inTable[name] {
-			t.Errorf("%s:%d: %s is missing from the %s table", tb.path, tb.line, name, b.name)
+			t.Errorf("%s:%d: %s is missing from the %s table", tb.Path, tb.Line, name, b.name)
 		}
 	}
 
@@ -822,13 +666,13 @@ func checkLayout(t *testing.T, tb *docTable, b *abiBlock, consts map[string]goCo
 	case kindHeader:
 		for _, f := range rows {
 			if !f.reserved && (f.size != 4 || f.off%CacheLine != 0) {
-				t.Errorf("%s:%d: header word %s at %#x size %d: want a 4-byte word at the start of its own cache line", tb.path, f.line, f.constName, f.off, f.size)
+				t.Errorf("%s:%d: header word %s at %#x size %d: want a 4-byte word at the start of its own cache line", tb.Path, f.line, f.constName, f.off, f.size)
 			}
 		}
 		return
 	case kindStats:
 		if uint64(len(rows))*8 != blockSize {
-			t.Errorf("%s:%d: %d counters of 8 bytes, %s is %d", tb.path, tb.line, len(rows), b.size, blockSize)
+			t.Errorf("%s:%d: %d counters of 8 bytes, %s is %d", tb.Path, tb.Line, len(rows), b.size, blockSize)
 		}
 		return
 	}
@@ -850,21 +694,21 @@ func checkEncoding(t *testing.T, tb *docTable, b *abiBlock, rows []layoutRow, bl
 		}
 		sf, ok := b.typ.FieldByName(f.field)
 		if !ok {
-			t.Errorf("%s:%d: %s has no field %s", tb.path, f.line, b.typ, f.field)
+			t.Errorf("%s:%d: %s has no field %s", tb.Path, f.line, b.typ, f.field)
 			return
 		}
 		if seen[f.field] {
-			t.Errorf("%s:%d: field %s documented twice", tb.path, f.line, f.field)
+			t.Errorf("%s:%d: field %s documented twice", tb.Path, f.line, f.field)
 		}
 		seen[f.field] = true
 		if err := wireCompatible(sf.Type, f.size); err != nil {
-			t.Errorf("%s:%d: %s.%s (%s): %v", tb.path, f.line, b.typ.Name(), f.field, sf.Type, err)
+			t.Errorf("%s:%d: %s.%s (%s): %v", tb.Path, f.line, b.typ.Name(), f.field, sf.Type, err)
 			return
 		}
 	}
 	for i := 0; i < b.typ.NumField(); i++ {
 		if n := b.typ.Field(i).Name; !seen[n] {
-			t.Errorf("%s:%d: field %s.%s is not documented", tb.path, tb.line, b.typ.Name(), n)
+			t.Errorf("%s:%d: field %s.%s is not documented", tb.Path, tb.Line, b.typ.Name(), n)
 		}
 	}
 	if t.Failed() {
@@ -1059,15 +903,15 @@ func checkUpdateArgs(t *testing.T, tb *docTable, consts map[string]goConst) {
 	used := map[string]uint64{} // command field → bits documented
 	seen := map[string]bool{}
 	k := uint64(0x21)
-	for _, r := range tb.rows {
-		where := tb.where(r)
-		s, _ := tb.cell(r, "field")
+	for _, r := range tb.Rows {
+		where := tb.Where(r)
+		s, _ := tb.Cell(r, "field")
 		field, err1 := ident(s)
-		s, _ = tb.cell(r, "parameter")
+		s, _ = tb.Cell(r, "parameter")
 		param, err2 := ident(s)
-		s, _ = tb.cell(r, "flag")
+		s, _ = tb.Cell(r, "flag")
 		flag, err3 := ident(s)
-		s, _ = tb.cell(r, "bits")
+		s, _ = tb.Cell(r, "bits")
 		lo, hi, err4 := parseBitRange(s)
 		if err1 != nil || err2 != nil || err3 != nil || err4 != nil || field == "" || param == "" {
 			t.Errorf("%s: want `Field`, bits, `Flag` or —, `Parameter`", where)
@@ -1111,11 +955,11 @@ func checkUpdateArgs(t *testing.T, tb *docTable, consts map[string]goConst) {
 		if err := setWire(uv.FieldByName(param), pat); err != nil {
 			t.Fatal(err)
 		}
-		args = append(args, arg{line: r.line, field: field, lo: lo, hi: hi, param: param, pat: leUint(pat)})
+		args = append(args, arg{line: r.Line, field: field, lo: lo, hi: hi, param: param, pat: leUint(pat)})
 	}
 	for i := 0; i < updType.NumField(); i++ {
 		if n := updType.Field(i).Name; !seen[n] {
-			t.Errorf("%s:%d: ConnUpdate.%s is not documented", tb.path, tb.line, n)
+			t.Errorf("%s:%d: ConnUpdate.%s is not documented", tb.Path, tb.Line, n)
 		}
 	}
 	var c Command
@@ -1127,7 +971,7 @@ func checkUpdateArgs(t *testing.T, tb *docTable, consts map[string]goConst) {
 	for _, a := range args {
 		got := (cv.FieldByName(a.field).Convert(reflect.TypeFor[uint64]()).Uint() >> a.lo) & (uint64(1)<<(a.hi-a.lo+1) - 1)
 		if got != a.pat {
-			t.Errorf("%s:%d: ToCommand puts %#x in bits %d–%d of %s, want %s = %#x", tb.path, a.line, got, a.lo, a.hi, a.field, a.param, a.pat)
+			t.Errorf("%s:%d: ToCommand puts %#x in bits %d–%d of %s, want %s = %#x", tb.Path, a.line, got, a.lo, a.hi, a.field, a.param, a.pat)
 		}
 	}
 	for i := 0; i < cmdType.NumField(); i++ {

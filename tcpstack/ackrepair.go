@@ -52,15 +52,7 @@ const maxZeroWindowFlows = 4096
 // tcpView locates the IPv4 and TCP headers of an Ethernet frame; ok is
 // false for anything but an unfragmented IPv4 TCP frame with sane lengths.
 func tcpView(frame []byte) (ip hdr.IPv4, tcp hdr.TCP, payload int, ok bool) {
-	eth, err := hdr.ParseEthernet(frame)
-	if err != nil || eth.Type() != hdr.EtherTypeIPv4 {
-		return nil, nil, 0, false
-	}
-	ip, err = hdr.ParseIPv4(eth.Payload())
-	if err != nil || ip.Proto() != hdr.ProtoTCP || ip.IsFragment() {
-		return nil, nil, 0, false
-	}
-	tcp, err = hdr.ParseTCP(ip.Payload())
+	ip, tcp, err := hdr.ParseTCPFrame(frame)
 	if err != nil {
 		return nil, nil, 0, false
 	}

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/nic/port"
-	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 )
@@ -39,7 +39,7 @@ func newZWPeer(t *testing.T, w *port.WirePort, hostMAC [6]byte) *zwPeer {
 				return
 			}
 			f := append([]byte(nil), buf[:n]...)
-			if binary.BigEndian.Uint16(f[12:]) == uint16(header.ARPProtocolNumber) {
+			if hdr.Ethernet(f).Type() == hdr.EtherTypeARP {
 				p.answerARP(f)
 				continue
 			}
@@ -50,49 +50,27 @@ func newZWPeer(t *testing.T, w *port.WirePort, hostMAC [6]byte) *zwPeer {
 }
 
 func (p *zwPeer) answerARP(f []byte) {
-	req := header.ARP(f[header.EthernetMinimumSize:])
-	if !req.IsValid() || req.Op() != header.ARPRequest {
+	var req hdr.ARPFields
+	if _, err := req.Decode(f[hdr.EthernetSize:]); err != nil || req.Op != hdr.ARPOpRequest {
 		return
 	}
-	r := make([]byte, header.EthernetMinimumSize+header.ARPSize)
-	copy(r[0:6], f[6:12])
-	copy(r[6:12], p.mac[:])
-	binary.BigEndian.PutUint16(r[12:], uint16(header.ARPProtocolNumber))
-	a := header.ARP(r[header.EthernetMinimumSize:])
-	a.SetIPv4OverEthernet()
-	a.SetOp(header.ARPReply)
-	copy(a.HardwareAddressSender(), p.mac[:])
-	copy(a.ProtocolAddressSender(), req.ProtocolAddressTarget())
-	copy(a.HardwareAddressTarget(), req.HardwareAddressSender())
-	copy(a.ProtocolAddressTarget(), req.ProtocolAddressSender())
+	r := make([]byte, hdr.EthernetSize+hdr.ARPSize)
+	n := (&hdr.EthernetFields{Dst: req.SHA, Src: p.mac, Type: hdr.EtherTypeARP}).Encode(r)
+	rep := req
+	rep.Op, rep.SHA, rep.SPA, rep.THA, rep.TPA = hdr.ARPOpReply, p.mac, req.TPA, req.SHA, req.SPA
+	rep.Encode(r[n:])
 	_ = p.w.WriteFrame(r)
 }
 
 // send writes one TCP segment from the peer (port 5000) to the host's port 7.
-func (p *zwPeer) send(seq, ack uint32, flags header.TCPFlags, wnd uint16, opts []byte, payload int) {
-	hl := header.TCPMinimumSize + len(opts)
-	f := make([]byte, header.EthernetMinimumSize+header.IPv4MinimumSize+hl+payload)
-	copy(f[0:6], p.hostMA[:])
-	copy(f[6:12], p.mac[:])
-	binary.BigEndian.PutUint16(f[12:], uint16(header.IPv4ProtocolNumber))
-	ip := header.IPv4(f[header.EthernetMinimumSize:])
-	ip.Encode(&header.IPv4Fields{
-		TotalLength: uint16(len(ip)), TTL: 64, Protocol: uint8(header.TCPProtocolNumber),
-		SrcAddr: tcpip.AddrFrom4(zwPeer4), DstAddr: tcpip.AddrFrom4(zwHost),
-	})
-	ip.SetChecksum(^ip.CalculateChecksum())
-	tcp := header.TCP(ip[header.IPv4MinimumSize:])
-	tcp.Encode(&header.TCPFields{
-		SrcPort: 5000, DstPort: 7, SeqNum: seq, AckNum: ack,
-		DataOffset: uint8(hl), Flags: flags, WindowSize: wnd,
-	})
-	copy(tcp[header.TCPMinimumSize:], opts)
-	for i := range payload {
-		tcp[hl+i] = byte(seq) + byte(i)
+func (p *zwPeer) send(seq, ack uint32, flags uint8, wnd uint16, opts []byte, payload int) {
+	f := hdr.TCPFrameFields{SrcMAC: p.mac, DstMAC: p.hostMA, Src: zwPeer4, Dst: zwHost,
+		TCP:     hdr.TCPFields{SrcPort: 5000, DstPort: 7, Seq: seq, Ack: ack, Flags: flags, Window: wnd},
+		Options: opts, Payload: make([]byte, payload)}
+	for i := range f.Payload {
+		f.Payload[i] = byte(seq) + byte(i)
 	}
-	xsum := header.PseudoHeaderChecksum(header.TCPProtocolNumber, tcpip.AddrFrom4(zwPeer4), tcpip.AddrFrom4(zwHost), uint16(len(tcp)))
-	tcp.SetChecksum(^checksum.Checksum(tcp, xsum))
-	if err := p.w.WriteFrame(f); err != nil {
+	if err := p.w.WriteFrame(f.Append(nil)); err != nil {
 		p.t.Fatalf("peer write: %v", err)
 	}
 }
@@ -149,7 +127,7 @@ func TestZeroWindowAckRepair(t *testing.T) {
 
 	// Handshake: MSS 1460, window scale 7, no SACK, no timestamps.
 	const iss = 1000
-	p.send(iss, 0, header.TCPFlagSyn, 65535, []byte{2, 4, 0x05, 0xb4, 1, 3, 3, 7}, 0)
+	p.send(iss, 0, hdr.TCPFlagSYN, 65535, []byte{2, 4, 0x05, 0xb4, 1, 3, 3, 7}, 0)
 	synack, _, ok := p.recv(5 * time.Second)
 	if !ok || synack.Flags() != header.TCPFlagSyn|header.TCPFlagAck {
 		t.Fatalf("no SYN-ACK")
@@ -163,7 +141,7 @@ func TestZeroWindowAckRepair(t *testing.T) {
 	seq := uint32(iss + 1)
 	// The peer never acknowledges the host's data in this phase, so the
 	// host's send side stops after its initial window.
-	p.send(seq, hostSeq, header.TCPFlagAck, 65535, nil, 0)
+	p.send(seq, hostSeq, hdr.TCPFlagACK, 65535, nil, 0)
 
 	// Let the host's first flight out (its initial congestion window:
 	// with no ACK from the peer it then waits).
@@ -187,7 +165,7 @@ func TestZeroWindowAckRepair(t *testing.T) {
 		}
 		edge := rcvAck + rcvWnd<<hostWS
 		if n := min(int32(edge-seq), 1460); n > 0 && seq == rcvAck {
-			p.send(seq, hostSeq, header.TCPFlagAck, 65535, nil, int(n))
+			p.send(seq, hostSeq, hdr.TCPFlagACK, 65535, nil, int(n))
 			seq += uint32(n)
 		}
 		s, n, ok := p.recv(time.Second)
@@ -203,9 +181,9 @@ func TestZeroWindowAckRepair(t *testing.T) {
 	}
 	// Now, as Linux did: bytes past the closed window (refused), then a
 	// pure ACK at SEQ = SND.NXT acknowledging everything the host sent.
-	p.send(seq, hostSeq, header.TCPFlagAck|header.TCPFlagPsh, 65535, nil, 32)
+	p.send(seq, hostSeq, hdr.TCPFlagACK|hdr.TCPFlagPSH, 65535, nil, 32)
 	seq += 32
-	p.send(seq, hostNxt, header.TCPFlagAck, 65535, nil, 0)
+	p.send(seq, hostNxt, hdr.TCPFlagACK, 65535, nil, 0)
 
 	// The host must send new data (beyond hostNxt): it took the ACK.
 	deadline = time.Now().Add(3 * time.Second)

@@ -327,15 +327,7 @@ type tcpSeg struct {
 // came before it kept. The tracker only learns from what netstack and the
 // peer said; it is not the one to refuse a segment.
 func parseTCPFrame(b []byte, s *tcpSeg) bool {
-	eth, err := hdr.ParseEthernet(b)
-	if err != nil || eth.Type() != hdr.EtherTypeIPv4 {
-		return false
-	}
-	ip, err := hdr.ParseIPv4(eth.Payload())
-	if err != nil || ip.Proto() != hdr.ProtoTCP || ip.IsFragment() {
-		return false
-	}
-	t, err := hdr.ParseTCP(ip.Payload())
+	ip, t, err := hdr.ParseTCPFrame(b)
 	if err != nil {
 		return false
 	}

@@ -3,6 +3,8 @@ package tcpstack
 import (
 	"encoding/binary"
 	"testing"
+
+	"github.com/emunic/emunic/nic/hdr"
 )
 
 var (
@@ -10,38 +12,18 @@ var (
 	peerIP = [4]byte{10, 0, 0, 2}
 )
 
-// tcpFrame builds an Ethernet/IPv4/TCP frame (checksums are not the
-// tracker's business) with the given options bytes.
+// tcpFrame builds an Ethernet/IPv4/TCP frame between the host
+// (hostIP:40000, MAC :01) and the peer (peerIP:80, MAC :02) with the given
+// options bytes.
 func tcpFrame(outbound bool, seq, ack uint32, flags byte, wnd uint16, opts []byte, payload int) []byte {
-	f := make([]byte, 14+20+20+len(opts)+payload)
-	binary.BigEndian.PutUint16(f[12:], 0x0800)
-	if outbound {
-		copy(f[0:6], []byte{2, 0, 0, 0, 0, 2})
-		copy(f[6:12], []byte{2, 0, 0, 0, 0, 1})
-	} else {
-		copy(f[0:6], []byte{2, 0, 0, 0, 0, 1})
-		copy(f[6:12], []byte{2, 0, 0, 0, 0, 2})
-	}
-	ip := f[14:]
-	ip[0] = 0x45
-	binary.BigEndian.PutUint16(ip[2:], uint16(len(f)-14))
-	ip[9] = 6
-	src, dst, sp, dp := hostIP, peerIP, uint16(40000), uint16(80)
+	f := hdr.TCPFrameFields{SrcMAC: hdr.MAC{2, 0, 0, 0, 0, 1}, DstMAC: hdr.MAC{2, 0, 0, 0, 0, 2}, Src: hostIP, Dst: peerIP,
+		TCP:     hdr.TCPFields{SrcPort: 40000, DstPort: 80, Seq: seq, Ack: ack, Flags: flags, Window: wnd},
+		Options: opts, Payload: make([]byte, payload)}
 	if !outbound {
-		src, dst, sp, dp = peerIP, hostIP, 80, 40000
+		f.SrcMAC, f.DstMAC, f.Src, f.Dst = f.DstMAC, f.SrcMAC, f.Dst, f.Src
+		f.TCP.SrcPort, f.TCP.DstPort = f.TCP.DstPort, f.TCP.SrcPort
 	}
-	copy(ip[12:], src[:])
-	copy(ip[16:], dst[:])
-	t := ip[20:]
-	binary.BigEndian.PutUint16(t[0:], sp)
-	binary.BigEndian.PutUint16(t[2:], dp)
-	binary.BigEndian.PutUint32(t[4:], seq)
-	binary.BigEndian.PutUint32(t[8:], ack)
-	t[12] = byte((20+len(opts))/4) << 4
-	t[13] = flags
-	binary.BigEndian.PutUint16(t[14:], wnd)
-	copy(t[20:], opts)
-	return f
+	return f.Append(nil)
 }
 
 var synOpts = []byte{

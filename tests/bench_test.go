@@ -2,12 +2,11 @@ package tests
 
 import (
 	"context"
-	"io"
 	"net"
 	"net/netip"
 	"testing"
 
-	"github.com/emunic/emunic/nic/port"
+	"github.com/emunic/emunic/internal/hostrig"
 	"github.com/emunic/emunic/tcpstack"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/link/channel"
@@ -52,14 +51,7 @@ func stream(b testing.TB, a, c *tcpstack.Stack) net.Conn {
 	if err != nil {
 		b.Fatal(err)
 	}
-	go func() {
-		s, err := l.Accept()
-		if err != nil {
-			return
-		}
-		io.Copy(io.Discard, s)
-		s.Close()
-	}()
+	sink(l)
 	conn, err := a.Dial(context.Background(), netip.AddrPortFrom(c.Addr(), 5201))
 	if err != nil {
 		b.Fatal(err)
@@ -83,16 +75,7 @@ func benchStream(b *testing.B, conn net.Conn) {
 // with the same pair over gVisor's link/channel, in the same run.
 func BenchmarkTCPStream(b *testing.B) {
 	b.Run("nic-rings", func(b *testing.B) {
-		pa, pb := port.MustNewWire(port.WireConfig{})
-		ha, err := tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 1}, Addr: netip.MustParsePrefix("10.0.0.1/24")}, pa)
-		if err != nil {
-			b.Fatal(err)
-		}
-		hb, err := tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 2}, Addr: netip.MustParsePrefix("10.0.0.2/24")}, pb)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { ha.Close(); hb.Close() })
+		ha, hb := hostrig.Pair(b)
 		benchStream(b, stream(b, ha.Stack, hb.Stack))
 	})
 	b.Run("link-channel", func(b *testing.B) {

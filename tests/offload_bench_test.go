@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/emunic/emunic/internal/cpusplit"
-	"github.com/emunic/emunic/nic/port"
+	"github.com/emunic/emunic/internal/hostrig"
 	"github.com/emunic/emunic/tcpstack"
 )
 
@@ -54,16 +54,7 @@ func BenchmarkOffload(b *testing.B) {
 }
 
 func benchHosts(b *testing.B) (ha, hb *tcpstack.Host) {
-	pa, pb := port.MustNewWire(port.WireConfig{})
-	var err error
-	if ha, err = tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 1}, Addr: netip.MustParsePrefix("10.0.0.1/24")}, pa); err != nil {
-		b.Fatal(err)
-	}
-	if hb, err = tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 2}, Addr: netip.MustParsePrefix("10.0.0.2/24")}, pb); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { ha.Close(); hb.Close() })
-	return ha, hb
+	return hostrig.Pair(b)
 }
 
 // sink accepts one connection and discards what it reads.

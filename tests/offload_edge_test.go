@@ -5,12 +5,12 @@ import (
 	"errors"
 	"io"
 	"net"
-	"net/netip"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/emunic/emunic/delegation"
+	"github.com/emunic/emunic/internal/hostrig"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/tcpstack"
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
@@ -43,22 +43,12 @@ func (s *spyPort) lastTCP() []byte {
 // a vanished peer is detected in seconds.
 func edgeHosts(t *testing.T) (a, b *tcpstack.Host, spy *spyPort, wa *port.WirePort) {
 	t.Helper()
-	pa, pb := port.MustNewWire(port.WireConfig{})
-	spy = &spyPort{Port: pa}
-	cfg := func(mac byte, addr string) tcpstack.HostConfig {
-		c := tcpstack.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, mac}, Addr: netip.MustParsePrefix(addr)}
+	timers := func(c *tcpstack.HostConfig) {
 		c.Device.Engine = delegation.Config{MinRTO: 50e6, InitialRTO: 200e6, MaxRetries: 5}
-		return c
 	}
-	var err error
-	if a, err = tcpstack.NewHost(cfg(1, "10.0.0.1/24"), spy); err != nil {
-		t.Fatal(err)
-	}
-	if b, err = tcpstack.NewHost(cfg(2, "10.0.0.2/24"), pb); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close(); b.Close() })
-	return a, b, spy, pa
+	r := hostrig.New(t, hostrig.Config{HostA: timers, HostB: timers,
+		WrapA: func(p *port.WirePort) (port.Port, error) { spy = &spyPort{Port: p}; return spy, nil }})
+	return r.A, r.B, spy, r.PortA
 }
 
 func readAllTimeout(t *testing.T, c net.Conn, d time.Duration) ([]byte, error) {

@@ -2,13 +2,13 @@ package tests
 
 import (
 	"fmt"
-	"net/netip"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/emunic/emunic/internal/hostrig"
 	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/tcpstack"
@@ -19,34 +19,23 @@ import (
 // both hosts, which completes the capture.
 func recordedPair(t *testing.T, wc port.WireConfig, file string) (a, b *tcpstack.Host, close func()) {
 	t.Helper()
-	pa, pb := port.MustNewWire(wc)
-	rec, err := port.CreateRecorder(pa, file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err = tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 1}, Addr: netip.MustParsePrefix("10.0.0.1/24")}, rec)
-	if err != nil {
-		rec.Close()
-		pb.Close()
-		t.Fatal(err)
-	}
-	b, err = tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 2}, Addr: netip.MustParsePrefix("10.0.0.2/24")}, pb)
-	if err != nil {
-		a.Close()
-		t.Fatal(err)
-	}
+	var rec *port.Recorder
+	r := hostrig.New(t, hostrig.Config{Wire: wc, WrapA: func(p *port.WirePort) (port.Port, error) {
+		var err error
+		rec, err = port.CreateRecorder(p, file)
+		return rec, err
+	}})
 	var once sync.Once
 	close = func() {
 		once.Do(func() {
-			a.Close()
-			b.Close()
+			r.Close()
 			if err := rec.Err(); err != nil {
 				t.Errorf("capture: %v", err)
 			}
 		})
 	}
 	t.Cleanup(close)
-	return a, b, close
+	return r.A, r.B, close
 }
 
 // tsharkReport is what tshark says about a capture.

@@ -3,12 +3,12 @@ package tests
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/netip"
 	"runtime"
 	"testing"
 	"time"
 
+	"github.com/emunic/emunic/internal/hostrig"
 	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/rings"
@@ -61,16 +61,16 @@ func rdmaSizeName(n int) string {
 func rdmaBenchPair(b *testing.B) (a, z *rdmaNode) {
 	ha, hb := rdmaHostsOn(b, port.WireConfig{}, nil, nil)
 	a, z = newRDMANode(b, ha, 2*rdmaBenchWindow), newRDMANode(b, hb, 2*rdmaBenchWindow)
-	rdmaConnect(b, a, z, rdmaBenchPort)
+	hostrig.Connect(b, a, z, rdmaBenchPort)
 	// A's first message puts B in RTS.
 	s := rings.SendWR{Opcode: rings.WRSend, Flags: rings.WRSignaled, WRID: 1 << 40, NumSGE: 1}
-	s.SGL[0] = a.lmr.SGE(0, 8)
-	if err := a.qp.PostSend(&s); err != nil {
+	s.SGL[0] = a.LocalMR.SGE(0, 8)
+	if err := a.QP.PostSend(&s); err != nil {
 		b.Fatal(err)
 	}
-	testutil.WaitCompletions(b, a.cq, 1)
-	c := testutil.WaitCompletions(b, z.cq, 1)[0]
-	if err := z.postRecvs(z.qp, int(c.WRID)); err != nil {
+	testutil.WaitCompletions(b, a.CQ, 1)
+	c := testutil.WaitCompletions(b, z.CQ, 1)[0]
+	if err := z.PostRecvs(z.QP, z.Slot(c)); err != nil {
 		b.Fatal(err)
 	}
 	return a, z
@@ -104,11 +104,11 @@ func rdmaPollSome(b *testing.B, cq *verbs.CQ, wc []rings.Completion) int {
 
 func rdmaBenchStream(b *testing.B, op rings.WROpcode, size int) {
 	a, z := rdmaBenchPair(b)
-	buf := rdmaMust[*verbs.Buffer](b)(z.v.AllocBuffer(size))
-	mr := rdmaMust[*verbs.MR](b)(z.v.RegMR(z.pd, buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead))
+	buf := hostrig.Must[*verbs.Buffer](b)(z.V.AllocBuffer(size))
+	mr := hostrig.Must[*verbs.MR](b)(z.V.RegMR(z.PD, buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead))
 	wr := func(i int) rings.SendWR {
 		w := rings.SendWR{Opcode: op, WRID: uint64(i), RemoteAddr: mr.TO(0), RKey: mr.RKey, NumSGE: 1}
-		w.SGL[0] = a.lmr.SGE(0, size)
+		w.SGL[0] = a.LocalMR.SGE(0, size)
 		return w
 	}
 	wrs := make([]rings.SendWR, 0, rdmaBenchWindow)
@@ -126,16 +126,16 @@ func rdmaBenchStream(b *testing.B, op rings.WROpcode, size int) {
 				wrs = append(wrs, w)
 			}
 			if len(wrs) > 0 {
-				k, err := a.qp.PostSendList(wrs)
+				k, err := a.QP.PostSendList(wrs)
 				posted += k
 				if err != nil {
 					b.Fatal(err)
 				}
 			}
-			k := rdmaPollSome(b, a.cq, wc)
+			k := rdmaPollSome(b, a.CQ, wc)
 			for _, c := range wc[:k] {
 				if c.Status != rings.WCSuccess {
-					b.Fatalf("completion %+v (QP %v %v)", c, a.qp.State(), a.qp.Err())
+					b.Fatalf("completion %+v (QP %v %v)", c, a.QP.State(), a.QP.Err())
 				}
 				done = int(c.WRID) + 1
 			}
@@ -143,11 +143,11 @@ func rdmaBenchStream(b *testing.B, op rings.WROpcode, size int) {
 	}
 	run(2 * rdmaBenchWindow) // warm up
 	b.SetBytes(int64(size))
-	c0 := rdmaCopies(a.h, z.h)
+	c0 := rdmaCopies(a.H, z.H)
 	b.ResetTimer()
 	run(b.N)
 	b.StopTimer()
-	b.ReportMetric(float64(rdmaCopies(a.h, z.h)-c0)/float64(b.N), "host-copy-B/op")
+	b.ReportMetric(float64(rdmaCopies(a.H, z.H)-c0)/float64(b.N), "host-copy-B/op")
 }
 
 func rdmaBenchSendRTT(b *testing.B) {
@@ -155,7 +155,7 @@ func rdmaBenchSendRTT(b *testing.B) {
 	const n = 64
 	ping := func(node *rdmaNode, i int) rings.SendWR {
 		w := rings.SendWR{Opcode: rings.WRSend, WRID: uint64(i), NumSGE: 1}
-		w.SGL[0] = node.lmr.SGE(0, n)
+		w.SGL[0] = node.LocalMR.SGE(0, n)
 		if i%16 == 15 {
 			w.Flags = rings.WRSignaled // frees the SQ without a completion each time
 		}
@@ -171,7 +171,7 @@ func rdmaBenchSendRTT(b *testing.B) {
 					return false
 				}
 				if c.Opcode == rings.WCRecv {
-					if err := node.postRecvs(node.qp, int(c.WRID)); err != nil {
+					if err := node.PostRecvs(node.QP, node.Slot(c)); err != nil {
 						return false
 					}
 					return true
@@ -179,7 +179,7 @@ func rdmaBenchSendRTT(b *testing.B) {
 			}
 			k := 0
 			for range 8 {
-				if k = node.cq.Poll(wc); k > 0 {
+				if k = node.CQ.Poll(wc); k > 0 {
 					break
 				}
 				runtime.Gosched()
@@ -187,7 +187,7 @@ func rdmaBenchSendRTT(b *testing.B) {
 			if k == 0 {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				var err error
-				k, err = node.cq.PollWait(ctx, wc, false)
+				k, err = node.CQ.PollWait(ctx, wc, false)
 				cancel()
 				if err != nil {
 					return false
@@ -212,7 +212,7 @@ func rdmaBenchSendRTT(b *testing.B) {
 			default:
 			}
 			w := ping(z, i)
-			if err := z.qp.PostSend(&w); err != nil {
+			if err := z.QP.PostSend(&w); err != nil {
 				return
 			}
 		}
@@ -221,26 +221,26 @@ func rdmaBenchSendRTT(b *testing.B) {
 	var pending []rings.Completion
 	round := func(i int) {
 		w := ping(a, i)
-		if err := a.qp.PostSend(&w); err != nil {
+		if err := a.QP.PostSend(&w); err != nil {
 			b.Fatal(err)
 		}
 		if !waitRecv(a, wc, &pending) {
-			b.Fatalf("round trip %d failed (QP %v %v)", i, a.qp.State(), a.qp.Err())
+			b.Fatalf("round trip %d failed (QP %v %v)", i, a.QP.State(), a.QP.Err())
 		}
 	}
 	for i := range 100 {
 		round(i)
 	}
-	c0 := rdmaCopies(a.h, z.h)
+	c0 := rdmaCopies(a.H, z.H)
 	b.ResetTimer()
 	for i := range b.N {
 		round(100 + i)
 	}
 	b.StopTimer()
-	b.ReportMetric(float64(rdmaCopies(a.h, z.h)-c0)/float64(b.N), "host-copy-B/op")
+	b.ReportMetric(float64(rdmaCopies(a.H, z.H)-c0)/float64(b.N), "host-copy-B/op")
 	close(stop)
-	a.qp.Destroy()
-	z.qp.Destroy()
+	a.QP.Destroy()
+	z.QP.Destroy()
 	<-echoDone
 }
 
@@ -251,14 +251,7 @@ func rdmaBenchDelegatedTCP(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { l.Close() })
-	go func() {
-		s, err := l.Accept()
-		if err != nil {
-			return
-		}
-		io.Copy(io.Discard, s)
-		s.Close()
-	}()
+	sink(l)
 	c, err := ha.DialOffload(context.Background(), netip.AddrPortFrom(hb.Addr(), rdmaBenchPort+1))
 	if err != nil {
 		b.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/emunic/emunic/delegation/iwarp"
+	"github.com/emunic/emunic/internal/hostrig"
 	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/rings"
@@ -28,27 +29,27 @@ func TestRDMAPcapTshark(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "rdma.pcap")
 	ha, hb, stop := recordedPair(t, port.WireConfig{}, file)
 	a, b := newRDMANode(t, ha, 0), newRDMANode(t, hb, 0)
-	rdmaConnect(t, a, b, 4930)
+	hostrig.Connect(t, a, b, 4930)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
 	const size = 64 << 10
-	dst := rdmaMust[*verbs.Buffer](t)(b.v.AllocBuffer(size))
-	mr := rdmaMust[*verbs.MR](t)(b.v.RegMR(b.pd, dst, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead))
-	inv1 := rdmaMust[*verbs.MR](t)(b.v.RegMR(b.pd, dst, verbs.AccessLocalWrite|verbs.AccessRemoteWrite))
-	inv2 := rdmaMust[*verbs.MR](t)(b.v.RegMR(b.pd, dst, verbs.AccessLocalWrite|verbs.AccessRemoteWrite))
-	src := a.local.Bytes()
+	dst := hostrig.Must[*verbs.Buffer](t)(b.V.AllocBuffer(size))
+	mr := hostrig.Must[*verbs.MR](t)(b.V.RegMR(b.PD, dst, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead))
+	inv1 := hostrig.Must[*verbs.MR](t)(b.V.RegMR(b.PD, dst, verbs.AccessLocalWrite|verbs.AccessRemoteWrite))
+	inv2 := hostrig.Must[*verbs.MR](t)(b.V.RegMR(b.PD, dst, verbs.AccessLocalWrite|verbs.AccessRemoteWrite))
+	src := a.Local.Bytes()
 	rdmaFill(src[:size], 0x21)
 
 	send := func(id uint64, op rings.WROpcode, flags rings.WRFlags, n int) rings.SendWR {
 		w := rings.SendWR{Opcode: op, Flags: rings.WRSignaled | flags, WRID: id, NumSGE: 1}
-		w.SGL[0] = a.lmr.SGE(0, n)
+		w.SGL[0] = a.LocalMR.SGE(0, n)
 		return w
 	}
 	write := func(id uint64, op rings.WROpcode, flags rings.WRFlags, off, n int) rings.SendWR {
 		w := rings.SendWR{Opcode: op, Flags: rings.WRSignaled | flags, WRID: id, RemoteAddr: mr.TO(off), RKey: mr.RKey,
 			ImmData: 0xABCDEF0123456789, NumSGE: 1}
-		w.SGL[0] = a.lmr.SGE(off, n)
+		w.SGL[0] = a.LocalMR.SGE(off, n)
 		return w
 	}
 	s1 := send(1, rings.WRSend, 0, 2000) // two FPDUs
@@ -61,17 +62,17 @@ func TestRDMAPcapTshark(t *testing.T) {
 	w6 := write(6, rings.WRRDMAWriteImm, 0, 32<<10, 16<<10)
 	w7 := write(7, rings.WRRDMAWriteImm, rings.WRSolicited, 48<<10, 16<<10)
 	rd := rings.SendWR{Opcode: rings.WRRDMARead, Flags: rings.WRSignaled, WRID: 8, RemoteAddr: mr.TO(0), RKey: mr.RKey, NumSGE: 1}
-	rd.SGL[0] = a.lmr.SGE(1<<20, size)
+	rd.SGL[0] = a.LocalMR.SGE(1<<20, size)
 	wrs := []rings.SendWR{s1, s2, s3, s4, w5, w6, w7, rd}
-	if n, err := a.qp.PostSendList(wrs); n != len(wrs) || err != nil {
+	if n, err := a.QP.PostSendList(wrs); n != len(wrs) || err != nil {
 		t.Fatal(n, err)
 	}
-	for _, c := range testutil.WaitCompletions(t, a.cq, len(wrs)) {
+	for _, c := range testutil.WaitCompletions(t, a.CQ, len(wrs)) {
 		if c.Status != rings.WCSuccess {
 			t.Fatalf("A completion %+v", c)
 		}
 	}
-	bc := testutil.WaitCompletions(t, b.cq, 6) // 4 Sends, 2 Immediate Data
+	bc := testutil.WaitCompletions(t, b.CQ, 6) // 4 Sends, 2 Immediate Data
 	for _, c := range bc {
 		if c.Status != rings.WCSuccess {
 			t.Fatalf("B completion %+v", c)
@@ -82,16 +83,16 @@ func TestRDMAPcapTshark(t *testing.T) {
 	}
 	// One message the other way, so both directions carry FPDUs.
 	bs := rings.SendWR{Opcode: rings.WRSend, Flags: rings.WRSignaled, WRID: 9, NumSGE: 1}
-	bs.SGL[0] = b.lmr.SGE(0, 500)
-	if err := b.qp.PostSend(&bs); err != nil {
+	bs.SGL[0] = b.LocalMR.SGE(0, 500)
+	if err := b.QP.PostSend(&bs); err != nil {
 		t.Fatal(err)
 	}
-	testutil.WaitCompletions(t, b.cq, 1)
-	testutil.WaitCompletions(t, a.cq, 1)
+	testutil.WaitCompletions(t, b.CQ, 1)
+	testutil.WaitCompletions(t, a.CQ, 1)
 	stA := rdmaQPStats(a, func(s iwarp.QPStats) bool { return s.RxMessages >= 2 })
 	stB := rdmaQPStats(b, func(s iwarp.QPStats) bool { return s.RxMessages >= 8 })
 	sent := int(stA.TxFPDUs + stB.TxFPDUs)
-	if err := a.qp.Disconnect(ctx); err != nil {
+	if err := a.QP.Disconnect(ctx); err != nil {
 		t.Fatal(err)
 	}
 	stop()

@@ -2,23 +2,21 @@ package tests
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"net/netip"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/emunic/emunic/delegation/iwarp"
+	"github.com/emunic/emunic/internal/hostrig"
 	"github.com/emunic/emunic/internal/testutil"
+	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/rings"
 	"github.com/emunic/emunic/tcpstack"
 	"github.com/emunic/emunic/tcpstack/verbs"
-	"gvisor.dev/gvisor/pkg/tcpip/checksum"
-	"gvisor.dev/gvisor/pkg/tcpip/header"
 )
 
 // End-to-end RDMA over two emulated hosts: what tcpstack/verbs_test.go
@@ -31,144 +29,33 @@ import (
 
 // ---- helpers (names start with rdma, to stay clear of the other tests) ----
 
-const (
-	rdmaTRecvN    = 32
-	rdmaTRecvSize = 2048
-)
+// rdmaNode is one host's verbs objects: the shared rig's node, sized for
+// these tests (a deep CQ and a 2 MiB local buffer; 32 receive slots of
+// 2 KiB).
+type rdmaNode = hostrig.Node
 
-// rdmaNode is one host's verbs objects.
-type rdmaNode struct {
-	h     *tcpstack.Host
-	v     *verbs.Provider
-	pd    verbs.PD
-	cq    *verbs.CQ
-	qp    *verbs.QP
-	recv  *verbs.Buffer
-	rmr   *verbs.MR
-	local *verbs.Buffer // 2 MiB for local SGEs
-	lmr   *verbs.MR
-
-	qpAttrDepth int
-}
-
-func rdmaMust[T any](t testing.TB) func(T, error) T {
-	return func(v T, err error) T {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v
-	}
-}
+const rdmaTRecvN = 32
 
 func newRDMANode(t testing.TB, h *tcpstack.Host, sqDepth int) *rdmaNode {
 	t.Helper()
-	v := rdmaMust[*verbs.Provider](t)(verbs.Open(h))
-	n := &rdmaNode{h: h, v: v, pd: v.AllocPD()}
-	n.cq = rdmaMust[*verbs.CQ](t)(v.CreateCQ(4096))
-	n.recv = rdmaMust[*verbs.Buffer](t)(v.AllocBuffer(rdmaTRecvN * rdmaTRecvSize))
-	n.rmr = rdmaMust[*verbs.MR](t)(v.RegMR(n.pd, n.recv, verbs.AccessLocalWrite))
-	n.local = rdmaMust[*verbs.Buffer](t)(v.AllocBuffer(2 << 20))
-	n.lmr = rdmaMust[*verbs.MR](t)(v.RegMR(n.pd, n.local, verbs.AccessLocalWrite))
 	if sqDepth == 0 {
 		sqDepth = 64
 	}
-	n.qpAttrDepth = sqDepth
-	return n
-}
-
-func (n *rdmaNode) postRecvs(qp *verbs.QP, slots ...int) error {
-	wrs := make([]rings.RecvWR, len(slots))
-	for i, s := range slots {
-		wrs[i] = rings.RecvWR{WRID: uint64(s), NumSGE: 1}
-		wrs[i].SGL[0] = n.rmr.SGE(s*rdmaTRecvSize, rdmaTRecvSize)
-	}
-	_, err := qp.PostRecvList(wrs)
-	return err
-}
-
-func (n *rdmaNode) attr() verbs.QPAttr {
-	return verbs.QPAttr{PD: n.pd, SendCQ: n.cq, RecvCQ: n.cq, SQDepth: n.qpAttrDepth, RQDepth: rdmaTRecvN,
-		Setup: func(qp *verbs.QP) error {
-			all := make([]int, rdmaTRecvN)
-			for i := range all {
-				all[i] = i
-			}
-			return n.postRecvs(qp, all...)
-		}}
-}
-
-func (n *rdmaNode) recvData(c rings.Completion) []byte {
-	off := int(c.WRID) * rdmaTRecvSize
-	return n.recv.Bytes()[off : off+int(min(c.ByteLen, rdmaTRecvSize))]
-}
-
-// rdmaConnect connects a (initiator) to b (listener on port).
-func rdmaConnect(t testing.TB, a, b *rdmaNode, portNum uint16) {
-	t.Helper()
-	l := rdmaMust[*verbs.RDMAListener](t)(b.v.ListenRDMA(portNum, b.attr()))
-	t.Cleanup(func() { l.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	type res struct {
-		qp  *verbs.QP
-		err error
-	}
-	acc := make(chan res, 1)
-	go func() {
-		qp, err := l.Accept(ctx)
-		acc <- res{qp, err}
-	}()
-	qp, err := a.v.DialRDMA(ctx, netip.AddrPortFrom(b.h.Addr(), portNum), a.attr())
-	if err != nil {
-		t.Fatalf("DialRDMA: %v (listener: %d failed, last %v)", err, l.Failed(), l.LastError())
-	}
-	a.qp = qp
-	r := <-acc
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	b.qp = r.qp
-	t.Cleanup(func() { a.qp.Destroy(); b.qp.Destroy() })
+	return hostrig.NewNode(t, h, hostrig.NodeConfig{CQEntries: 4096, SQDepth: sqDepth, RecvN: rdmaTRecvN, LocalSize: 2 << 20})
 }
 
 // rdmaHostsOn makes two hosts on the ends of a wire, each port passed
 // through wrap (nil: as is).
 func rdmaHostsOn(t testing.TB, wc port.WireConfig, wrapA, wrapB func(*port.WirePort) port.Port) (a, b *tcpstack.Host) {
 	t.Helper()
-	pa, pb := port.MustNewWire(wc)
-	var qa, qb port.Port = pa, pb
-	if wrapA != nil {
-		qa = wrapA(pa)
-	}
-	if wrapB != nil {
-		qb = wrapB(pb)
-	}
-	var err error
-	if a, err = tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 1}, Addr: netip.MustParsePrefix("10.0.0.1/24")}, qa); err != nil {
-		t.Fatal(err)
-	}
-	if b, err = tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 2}, Addr: netip.MustParsePrefix("10.0.0.2/24")}, qb); err != nil {
-		a.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close(); b.Close() })
-	return a, b
-}
-
-// rdmaQuiet returns what cq yields until it stays empty for 20 ms.
-func rdmaQuiet(cq *verbs.CQ) []rings.Completion {
-	var out []rings.Completion
-	wc := make([]rings.Completion, 64)
-	for quiet := 0; quiet < 20; {
-		n := cq.Poll(wc)
-		out = append(out, wc[:n]...)
-		if n == 0 {
-			quiet++
-			time.Sleep(time.Millisecond)
+	lift := func(w func(*port.WirePort) port.Port) func(*port.WirePort) (port.Port, error) {
+		if w == nil {
+			return nil
 		}
+		return func(p *port.WirePort) (port.Port, error) { return w(p), nil }
 	}
-	return out
+	r := hostrig.New(t, hostrig.Config{Wire: wc, WrapA: lift(wrapA), WrapB: lift(wrapB)})
+	return r.A, r.B
 }
 
 func rdmaWaitState(t testing.TB, qp *verbs.QP, who string, at verbs.QPState) {
@@ -189,21 +76,12 @@ func rdmaFill(b []byte, seed byte) {
 }
 
 // rdmaTCPPayload returns a frame's TCP payload and its headers, or nil.
-func rdmaTCPPayload(f []byte) (ip header.IPv4, tcp header.TCP, payload []byte) {
-	if len(f) < header.EthernetMinimumSize+header.IPv4MinimumSize+header.TCPMinimumSize ||
-		header.Ethernet(f).Type() != header.IPv4ProtocolNumber {
+func rdmaTCPPayload(f []byte) (ip hdr.IPv4, tcp hdr.TCP, payload []byte) {
+	ip, tcp, err := hdr.ParseTCPFrame(f)
+	if err != nil {
 		return nil, nil, nil
 	}
-	ip = header.IPv4(f[header.EthernetMinimumSize:])
-	if !ip.IsValid(len(ip)) || ip.TransportProtocol() != header.TCPProtocolNumber {
-		return nil, nil, nil
-	}
-	hl, tl := int(ip.HeaderLength()), int(ip.TotalLength())
-	tcp = header.TCP(ip[hl:tl])
-	if int(tcp.DataOffset()) > len(tcp) {
-		return nil, nil, nil
-	}
-	return ip, tcp, tcp[tcp.DataOffset():]
+	return ip, tcp, tcp.Payload()
 }
 
 // rdmaTerminate is a Terminate seen on the wire.
@@ -254,9 +132,7 @@ func (s *rdmaSniffPort) WriteFrame(f []byte) error {
 					g := append([]byte(nil), f...)
 					ip, tcp, p = rdmaTCPPayload(g)
 					p[2+14+5] ^= 0x40 // a payload byte
-					tcp.SetChecksum(0)
-					xsum := header.PseudoHeaderChecksum(header.TCPProtocolNumber, ip.SourceAddress(), ip.DestinationAddress(), uint16(len(tcp)))
-					tcp.SetChecksum(^checksum.Checksum(tcp, xsum))
+					tcp.UpdateChecksum(ip.Src(), ip.Dst())
 					f = g
 				}
 			}
@@ -279,7 +155,7 @@ func rdmaSniffedPair(t *testing.T, portNum uint16) (a, b *rdmaNode, sa, sb *rdma
 		func(p *port.WirePort) port.Port { sa.WirePort = p; return sa },
 		func(p *port.WirePort) port.Port { sb.WirePort = p; return sb })
 	a, b = newRDMANode(t, ha, 0), newRDMANode(t, hb, 0)
-	rdmaConnect(t, a, b, portNum)
+	hostrig.Connect(t, a, b, portNum)
 	return a, b, sa, sb
 }
 
@@ -287,17 +163,17 @@ func rdmaSniffedPair(t *testing.T, portNum uint16) (a, b *rdmaNode, sa, sb *rdma
 func rdmaFirstMessage(t *testing.T, a, b *rdmaNode) {
 	t.Helper()
 	s := rings.SendWR{Opcode: rings.WRSend, Flags: rings.WRSignaled, WRID: 100, NumSGE: 1}
-	s.SGL[0] = a.lmr.SGE(0, 64)
-	if err := a.qp.PostSend(&s); err != nil {
+	s.SGL[0] = a.LocalMR.SGE(0, 64)
+	if err := a.QP.PostSend(&s); err != nil {
 		t.Fatal(err)
 	}
-	if c := testutil.WaitCompletions(t, a.cq, 1)[0]; c.Status != rings.WCSuccess {
+	if c := testutil.WaitCompletions(t, a.CQ, 1)[0]; c.Status != rings.WCSuccess {
 		t.Fatalf("first Send: %+v", c)
 	}
-	if c := testutil.WaitCompletions(t, b.cq, 1)[0]; c.Status != rings.WCSuccess || c.Opcode != rings.WCRecv {
+	if c := testutil.WaitCompletions(t, b.CQ, 1)[0]; c.Status != rings.WCSuccess || c.Opcode != rings.WCRecv {
 		t.Fatalf("first Send at B: %+v", c)
 	}
-	if err := b.postRecvs(b.qp, 0); err != nil {
+	if err := b.PostRecvs(b.QP, 0); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -312,7 +188,7 @@ type rdmaGuarded struct {
 const rdmaGuard = 256
 
 func newRDMAGuarded(t testing.TB, v *verbs.Provider, size int) *rdmaGuarded {
-	g := &rdmaGuarded{buf: rdmaMust[*verbs.Buffer](t)(v.AllocBuffer(size + 2*rdmaGuard)), size: size}
+	g := &rdmaGuarded{buf: hostrig.Must[*verbs.Buffer](t)(v.AllocBuffer(size + 2*rdmaGuard)), size: size}
 	for i := range g.buf.Bytes() {
 		g.buf.Bytes()[i] = 0xEE
 	}
@@ -337,7 +213,7 @@ func (g *rdmaGuarded) untouched() bool {
 func rdmaQPStats(n *rdmaNode, ok func(iwarp.QPStats) bool) iwarp.QPStats {
 	var st iwarp.QPStats
 	for deadline := time.Now().Add(time.Second); ; {
-		st, _ = n.h.Device.QPStats(n.qp.QPN())
+		st, _ = n.H.Device.QPStats(n.QP.QPN())
 		if ok(st) || time.Now().After(deadline) {
 			return st
 		}
@@ -364,87 +240,87 @@ func TestRDMARemoteFaults(t *testing.T) {
 		want  rdmaTerminate
 	}{
 		{"write-deregistered-stag", false, func(t *testing.T, b *rdmaNode, g *rdmaGuarded) (uint64, uint32) {
-			mr := rdmaMust[*verbs.MR](t)(b.v.RegMRAddr(b.pd, g.addr(), size, verbs.AccessLocalWrite|verbs.AccessRemoteWrite))
+			mr := hostrig.Must[*verbs.MR](t)(b.V.RegMRAddr(b.PD, g.addr(), size, verbs.AccessLocalWrite|verbs.AccessRemoteWrite))
 			if err := mr.Dereg(); err != nil {
 				t.Fatal(err)
 			}
 			return mr.TO(0), mr.RKey
 		}, rdmaTerminate{layer: 1, etype: 1, code: 0x00, flags: 0xC000}},
 		{"write-out-of-bounds", false, func(t *testing.T, b *rdmaNode, g *rdmaGuarded) (uint64, uint32) {
-			mr := rdmaMust[*verbs.MR](t)(b.v.RegMRAddr(b.pd, g.addr(), size, verbs.AccessLocalWrite|verbs.AccessRemoteWrite))
+			mr := hostrig.Must[*verbs.MR](t)(b.V.RegMRAddr(b.PD, g.addr(), size, verbs.AccessLocalWrite|verbs.AccessRemoteWrite))
 			return mr.TO(size - 100), mr.RKey // 4096 bytes from 100 before the end
 		}, rdmaTerminate{layer: 1, etype: 1, code: 0x01, flags: 0xC000}},
 		{"write-other-pd", false, func(t *testing.T, b *rdmaNode, g *rdmaGuarded) (uint64, uint32) {
-			mr := rdmaMust[*verbs.MR](t)(b.v.RegMRAddr(b.v.AllocPD(), g.addr(), size, verbs.AccessLocalWrite|verbs.AccessRemoteWrite))
+			mr := hostrig.Must[*verbs.MR](t)(b.V.RegMRAddr(b.V.AllocPD(), g.addr(), size, verbs.AccessLocalWrite|verbs.AccessRemoteWrite))
 			return mr.TO(0), mr.RKey
 		}, rdmaTerminate{layer: 1, etype: 1, code: 0x02, flags: 0xC000}},
 		{"write-no-remote-write", false, func(t *testing.T, b *rdmaNode, g *rdmaGuarded) (uint64, uint32) {
-			mr := rdmaMust[*verbs.MR](t)(b.v.RegMRAddr(b.pd, g.addr(), size, verbs.AccessLocalWrite|verbs.AccessRemoteRead))
+			mr := hostrig.Must[*verbs.MR](t)(b.V.RegMRAddr(b.PD, g.addr(), size, verbs.AccessLocalWrite|verbs.AccessRemoteRead))
 			return mr.TO(0), mr.RKey
 		}, rdmaTerminate{layer: 0, etype: 1, code: 0x02, flags: 0xC000}},
 		{"read-deregistered-stag", true, func(t *testing.T, b *rdmaNode, g *rdmaGuarded) (uint64, uint32) {
-			mr := rdmaMust[*verbs.MR](t)(b.v.RegMRAddr(b.pd, g.addr(), size, verbs.AccessRemoteRead))
+			mr := hostrig.Must[*verbs.MR](t)(b.V.RegMRAddr(b.PD, g.addr(), size, verbs.AccessRemoteRead))
 			if err := mr.Dereg(); err != nil {
 				t.Fatal(err)
 			}
 			return mr.TO(0), mr.RKey
 		}, rdmaTerminate{layer: 0, etype: 1, code: 0x00, flags: 0xE000}},
 		{"read-out-of-bounds", true, func(t *testing.T, b *rdmaNode, g *rdmaGuarded) (uint64, uint32) {
-			mr := rdmaMust[*verbs.MR](t)(b.v.RegMRAddr(b.pd, g.addr(), size, verbs.AccessRemoteRead))
+			mr := hostrig.Must[*verbs.MR](t)(b.V.RegMRAddr(b.PD, g.addr(), size, verbs.AccessRemoteRead))
 			return mr.TO(size - 100), mr.RKey
 		}, rdmaTerminate{layer: 0, etype: 1, code: 0x01, flags: 0xE000}},
 		{"read-other-pd", true, func(t *testing.T, b *rdmaNode, g *rdmaGuarded) (uint64, uint32) {
-			mr := rdmaMust[*verbs.MR](t)(b.v.RegMRAddr(b.v.AllocPD(), g.addr(), size, verbs.AccessRemoteRead))
+			mr := hostrig.Must[*verbs.MR](t)(b.V.RegMRAddr(b.V.AllocPD(), g.addr(), size, verbs.AccessRemoteRead))
 			return mr.TO(0), mr.RKey
 		}, rdmaTerminate{layer: 0, etype: 1, code: 0x03, flags: 0xE000}},
 		{"read-no-remote-read", true, func(t *testing.T, b *rdmaNode, g *rdmaGuarded) (uint64, uint32) {
-			mr := rdmaMust[*verbs.MR](t)(b.v.RegMRAddr(b.pd, g.addr(), size, verbs.AccessLocalWrite|verbs.AccessRemoteWrite))
+			mr := hostrig.Must[*verbs.MR](t)(b.V.RegMRAddr(b.PD, g.addr(), size, verbs.AccessLocalWrite|verbs.AccessRemoteWrite))
 			return mr.TO(0), mr.RKey
 		}, rdmaTerminate{layer: 0, etype: 1, code: 0x02, flags: 0xE000}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			a, b, _, sb := rdmaSniffedPair(t, uint16(4900+i))
 			rdmaFirstMessage(t, a, b)
-			g := newRDMAGuarded(t, b.v, size)
+			g := newRDMAGuarded(t, b.V, size)
 			to, stag := c.setup(t, b, g)
 			// A's sink for the Reads, with its own guards.
-			sink := a.local.Bytes()[1<<20 : 1<<20+4096+2*rdmaGuard]
+			sink := a.Local.Bytes()[1<<20 : 1<<20+4096+2*rdmaGuard]
 			for i := range sink {
 				sink[i] = 0xEE
 			}
-			rdmaFill(a.local.Bytes()[:4096], 0x11)
+			rdmaFill(a.Local.Bytes()[:4096], 0x11)
 
 			// The faulty request, then a valid Read of another region of
 			// B's, then a Send.
-			ok := rdmaMust[*verbs.Buffer](t)(b.v.AllocBuffer(4096))
-			okMR := rdmaMust[*verbs.MR](t)(b.v.RegMR(b.pd, ok, verbs.AccessRemoteRead))
+			ok := hostrig.Must[*verbs.Buffer](t)(b.V.AllocBuffer(4096))
+			okMR := hostrig.Must[*verbs.MR](t)(b.V.RegMR(b.PD, ok, verbs.AccessRemoteRead))
 			var wrs []rings.SendWR
 			bad := rings.SendWR{Flags: rings.WRSignaled, WRID: 1, RemoteAddr: to, RKey: stag, NumSGE: 1}
 			if c.read {
 				bad.Opcode = rings.WRRDMARead
-				bad.SGL[0] = a.lmr.SGE(1<<20+rdmaGuard, 4096)
+				bad.SGL[0] = a.LocalMR.SGE(1<<20+rdmaGuard, 4096)
 			} else {
 				bad.Opcode = rings.WRRDMAWrite
-				bad.SGL[0] = a.lmr.SGE(0, 4096)
+				bad.SGL[0] = a.LocalMR.SGE(0, 4096)
 			}
 			rd := rings.SendWR{Opcode: rings.WRRDMARead, Flags: rings.WRSignaled, WRID: 2, RemoteAddr: okMR.TO(0), RKey: okMR.RKey, NumSGE: 1}
-			rd.SGL[0] = a.lmr.SGE(1<<19, 4096)
+			rd.SGL[0] = a.LocalMR.SGE(1<<19, 4096)
 			send := rings.SendWR{Opcode: rings.WRSend, Flags: rings.WRSignaled, WRID: 3, NumSGE: 1}
-			send.SGL[0] = a.lmr.SGE(0, 32)
+			send.SGL[0] = a.LocalMR.SGE(0, 32)
 			wrs = append(wrs, bad, rd, send)
-			if n, err := a.qp.PostSendList(wrs); n != 3 || err != nil {
+			if n, err := a.QP.PostSendList(wrs); n != 3 || err != nil {
 				t.Fatal(n, err)
 			}
-			rdmaWaitState(t, a.qp, "A", verbs.QPStateError)
-			rdmaWaitState(t, b.qp, "B", verbs.QPStateError)
-			if !errors.Is(a.qp.Err(), verbs.ErrQPError) || !errors.Is(b.qp.Err(), verbs.ErrQPError) {
-				t.Errorf("QP errors: A %v, B %v", a.qp.Err(), b.qp.Err())
+			rdmaWaitState(t, a.QP, "A", verbs.QPStateError)
+			rdmaWaitState(t, b.QP, "B", verbs.QPStateError)
+			if !errors.Is(a.QP.Err(), verbs.ErrQPError) || !errors.Is(b.QP.Err(), verbs.ErrQPError) {
+				t.Errorf("QP errors: A %v, B %v", a.QP.Err(), b.QP.Err())
 			}
 
 			// A: the faulty request (a Write may have completed when
 			// handed to TCP), the Read behind it REM_ACCESS_ERR, the
 			// Send WR_FLUSH_ERR.
-			ac := append(testutil.WaitCompletions(t, a.cq, 2), rdmaQuiet(a.cq)...)
+			ac := append(testutil.WaitCompletions(t, a.CQ, 2), hostrig.Quiet(a.CQ)...)
 			st := map[uint64]rings.WCStatus{}
 			for _, x := range ac {
 				if x.Opcode != rings.WCRecv { // A's own receives flush too
@@ -463,7 +339,7 @@ func TestRDMARemoteFaults(t *testing.T) {
 				t.Errorf("A completions %v: want the Send WR_FLUSH_ERR", ac)
 			}
 			// B: every posted receive flushed.
-			bc := append(testutil.WaitCompletions(t, b.cq, rdmaTRecvN), rdmaQuiet(b.cq)...)
+			bc := append(testutil.WaitCompletions(t, b.CQ, rdmaTRecvN), hostrig.Quiet(b.CQ)...)
 			for _, x := range bc {
 				if x.Status != rings.WCWRFlushErr || x.Opcode != rings.WCRecv {
 					t.Errorf("B completion %+v, want RECV WR_FLUSH_ERR", x)
@@ -506,25 +382,25 @@ func TestRDMACorruptFPDU(t *testing.T) {
 	a, b, sa, sb := rdmaSniffedPair(t, 4920)
 	rdmaFirstMessage(t, a, b)
 	const size = 64 << 10
-	g := newRDMAGuarded(t, b.v, size)
-	mr := rdmaMust[*verbs.MR](t)(b.v.RegMRAddr(b.pd, g.addr(), size, verbs.AccessLocalWrite|verbs.AccessRemoteWrite))
-	src := a.local.Bytes()[:size]
+	g := newRDMAGuarded(t, b.V, size)
+	mr := hostrig.Must[*verbs.MR](t)(b.V.RegMRAddr(b.PD, g.addr(), size, verbs.AccessLocalWrite|verbs.AccessRemoteWrite))
+	src := a.Local.Bytes()[:size]
 	rdmaFill(src, 0x3C)
 	sa.mu.Lock()
 	sa.corruptNth = 10
 	sa.mu.Unlock()
 	w := rings.SendWR{Opcode: rings.WRRDMAWrite, Flags: rings.WRSignaled, WRID: 1, RemoteAddr: mr.TO(0), RKey: mr.RKey, NumSGE: 1}
-	w.SGL[0] = a.lmr.SGE(0, size)
+	w.SGL[0] = a.LocalMR.SGE(0, size)
 	// A Read behind the Write: unfinished when B's Terminate arrives.
-	ok := rdmaMust[*verbs.Buffer](t)(b.v.AllocBuffer(4096))
-	okMR := rdmaMust[*verbs.MR](t)(b.v.RegMR(b.pd, ok, verbs.AccessRemoteRead))
+	ok := hostrig.Must[*verbs.Buffer](t)(b.V.AllocBuffer(4096))
+	okMR := hostrig.Must[*verbs.MR](t)(b.V.RegMR(b.PD, ok, verbs.AccessRemoteRead))
 	rd := rings.SendWR{Opcode: rings.WRRDMARead, Flags: rings.WRSignaled, WRID: 2, RemoteAddr: okMR.TO(0), RKey: okMR.RKey, NumSGE: 1}
-	rd.SGL[0] = a.lmr.SGE(1<<20, 4096)
-	if n, err := a.qp.PostSendList([]rings.SendWR{w, rd}); n != 2 || err != nil {
+	rd.SGL[0] = a.LocalMR.SGE(1<<20, 4096)
+	if n, err := a.QP.PostSendList([]rings.SendWR{w, rd}); n != 2 || err != nil {
 		t.Fatal(n, err)
 	}
-	rdmaWaitState(t, b.qp, "B", verbs.QPStateError)
-	rdmaWaitState(t, a.qp, "A", verbs.QPStateError)
+	rdmaWaitState(t, b.QP, "B", verbs.QPStateError)
+	rdmaWaitState(t, a.QP, "A", verbs.QPStateError)
 	sa.mu.Lock()
 	hit, to, n := sa.hit, sa.hitTO, sa.hitLen
 	sa.mu.Unlock()
@@ -557,13 +433,13 @@ func TestRDMACorruptFPDU(t *testing.T) {
 	if st := rdmaQPStats(b, func(s iwarp.QPStats) bool { return s.CRCErrors == 1 }); st.CRCErrors != 1 || st.TerminatesSent != 1 {
 		t.Errorf("B's QP stats: %+v, want 1 CRC error and 1 Terminate sent", st)
 	}
-	bc := append(testutil.WaitCompletions(t, b.cq, rdmaTRecvN), rdmaQuiet(b.cq)...)
+	bc := append(testutil.WaitCompletions(t, b.CQ, rdmaTRecvN), hostrig.Quiet(b.CQ)...)
 	for _, x := range bc {
 		if x.Status != rings.WCWRFlushErr {
 			t.Errorf("B completion %+v, want WR_FLUSH_ERR", x)
 		}
 	}
-	ac := append(testutil.WaitCompletions(t, a.cq, 1), rdmaQuiet(a.cq)...)
+	ac := append(testutil.WaitCompletions(t, a.CQ, 1), hostrig.Quiet(a.CQ)...)
 	var readSt rings.WCStatus = 255
 	for _, x := range ac {
 		if x.WRID == 2 && x.Opcode != rings.WCRecv {
@@ -586,37 +462,37 @@ func TestRDMAWireCorruptionCaughtByTCP(t *testing.T) {
 	imp := port.Impairments{CorruptPercent: 2}
 	ha, hb := rdmaHostsOn(t, port.WireConfig{Seed: 3, AToB: imp, BToA: imp}, nil, nil)
 	a, b := newRDMANode(t, ha, 0), newRDMANode(t, hb, 0)
-	rdmaConnect(t, a, b, 4921)
+	hostrig.Connect(t, a, b, 4921)
 	rdmaFirstMessage(t, a, b)
 	const size = 1 << 20
-	dst := rdmaMust[*verbs.Buffer](t)(b.v.AllocBuffer(size))
-	mr := rdmaMust[*verbs.MR](t)(b.v.RegMR(b.pd, dst, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead))
-	src := a.local.Bytes()[:size]
+	dst := hostrig.Must[*verbs.Buffer](t)(b.V.AllocBuffer(size))
+	mr := hostrig.Must[*verbs.MR](t)(b.V.RegMR(b.PD, dst, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead))
+	src := a.Local.Bytes()[:size]
 	rdmaFill(src, 0x5A)
 	var wrs []rings.SendWR
 	for i := range 16 {
 		w := rings.SendWR{Opcode: rings.WRRDMAWrite, WRID: uint64(i), RemoteAddr: mr.TO(i * 65536), RKey: mr.RKey, NumSGE: 1}
-		w.SGL[0] = a.lmr.SGE(i*65536, 65536)
+		w.SGL[0] = a.LocalMR.SGE(i*65536, 65536)
 		wrs = append(wrs, w)
 	}
 	rd := rings.SendWR{Opcode: rings.WRRDMARead, Flags: rings.WRSignaled, WRID: 16, RemoteAddr: mr.TO(0), RKey: mr.RKey, NumSGE: 1}
-	rd.SGL[0] = a.lmr.SGE(size, size)
+	rd.SGL[0] = a.LocalMR.SGE(size, size)
 	wrs = append(wrs, rd)
-	if n, err := a.qp.PostSendList(wrs); n != len(wrs) || err != nil {
+	if n, err := a.QP.PostSendList(wrs); n != len(wrs) || err != nil {
 		t.Fatal(n, err)
 	}
-	c := testutil.WaitCompletions(t, a.cq, 1)[0]
+	c := testutil.WaitCompletions(t, a.CQ, 1)[0]
 	if c.Status != rings.WCSuccess || c.WRID != 16 {
-		t.Fatalf("Read behind the Writes: %+v (A %v %v, B %v %v)", c, a.qp.State(), a.qp.Err(), b.qp.State(), b.qp.Err())
+		t.Fatalf("Read behind the Writes: %+v (A %v %v, B %v %v)", c, a.QP.State(), a.QP.Err(), b.QP.State(), b.QP.Err())
 	}
 	// The Read follows the Writes on the same stream: what it read back is
 	// what B's region holds.
-	if !bytes.Equal(dst.Bytes(), src) || !bytes.Equal(a.local.Bytes()[size:2*size], src) {
+	if !bytes.Equal(dst.Bytes(), src) || !bytes.Equal(a.Local.Bytes()[size:2*size], src) {
 		t.Fatal("data differs after a corrupting wire")
 	}
 	time.Sleep(20 * time.Millisecond)
-	stA, _ := ha.Device.QPStats(a.qp.QPN())
-	stB, _ := hb.Device.QPStats(b.qp.QPN())
+	stA, _ := ha.Device.QPStats(a.QP.QPN())
+	stB, _ := hb.Device.QPStats(b.QP.QPN())
 	if stA.CRCErrors+stB.CRCErrors+stA.TerminatesSent+stB.TerminatesSent != 0 {
 		t.Errorf("QP stats A %+v B %+v", stA, stB)
 	}
@@ -635,24 +511,24 @@ func TestRDMAFaultDoesNotStallNeighbour(t *testing.T) {
 	ha, hb := rdmaHostsOn(t, port.WireConfig{}, nil, nil)
 	a1, b1 := newRDMANode(t, ha, 0), newRDMANode(t, hb, 0)
 	a2, b2 := newRDMANode(t, ha, 0), newRDMANode(t, hb, 0)
-	rdmaConnect(t, a1, b1, 7301)
-	rdmaConnect(t, a2, b2, 7302)
+	hostrig.Connect(t, a1, b1, 7301)
+	hostrig.Connect(t, a2, b2, 7302)
 
 	// b1 exposes a region for reads only; b2 one for writes.
-	ro := newRDMAGuarded(t, b1.v, 4096)
-	roMR := rdmaMust[*verbs.MR](t)(b1.v.RegMRAddr(b1.pd, ro.addr(), 4096, verbs.AccessRemoteRead))
-	dst := newRDMAGuarded(t, b2.v, 1<<20)
-	dstMR := rdmaMust[*verbs.MR](t)(b2.v.RegMRAddr(b2.pd, dst.addr(), 1<<20, verbs.AccessLocalWrite|verbs.AccessRemoteWrite))
-	rdmaFill(a2.local.Bytes()[:1<<20], 9)
+	ro := newRDMAGuarded(t, b1.V, 4096)
+	roMR := hostrig.Must[*verbs.MR](t)(b1.V.RegMRAddr(b1.PD, ro.addr(), 4096, verbs.AccessRemoteRead))
+	dst := newRDMAGuarded(t, b2.V, 1<<20)
+	dstMR := hostrig.Must[*verbs.MR](t)(b2.V.RegMRAddr(b2.PD, dst.addr(), 1<<20, verbs.AccessLocalWrite|verbs.AccessRemoteWrite))
+	rdmaFill(a2.Local.Bytes()[:1<<20], 9)
 
 	const n = 64 // 64 writes of 16 KiB, every one signaled
 	done := make(chan []rings.Completion, 1)
 	go func() {
 		for i := 0; i < n; i++ {
 			w := rings.SendWR{Opcode: rings.WRRDMAWrite, Flags: rings.WRSignaled, WRID: uint64(i), RemoteAddr: dstMR.TO(i * 16384), RKey: dstMR.RKey, NumSGE: 1}
-			w.SGL[0] = a2.lmr.SGE(i*16384, 16384)
+			w.SGL[0] = a2.LocalMR.SGE(i*16384, 16384)
 			for {
-				err := a2.qp.PostSend(&w)
+				err := a2.QP.PostSend(&w)
 				if err == nil {
 					break
 				}
@@ -668,18 +544,18 @@ func TestRDMAFaultDoesNotStallNeighbour(t *testing.T) {
 	}()
 	// Meanwhile the faulty write on the other QP.
 	bad := rings.SendWR{Opcode: rings.WRRDMAWrite, Flags: rings.WRSignaled, WRID: 99, RemoteAddr: roMR.TO(0), RKey: roMR.RKey, NumSGE: 1}
-	bad.SGL[0] = a1.lmr.SGE(0, 512)
-	if err := a1.qp.PostSend(&bad); err != nil {
+	bad.SGL[0] = a1.LocalMR.SGE(0, 512)
+	if err := a1.QP.PostSend(&bad); err != nil {
 		t.Fatal(err)
 	}
 	<-done
-	wcs := testutil.WaitCompletions(t, a2.cq, n)
+	wcs := testutil.WaitCompletions(t, a2.CQ, n)
 	for i, c := range wcs {
 		if c.Status != rings.WCSuccess || c.WRID != uint64(i) {
 			t.Fatalf("neighbour QP completion %d: %v", i, &c)
 		}
 	}
-	rdmaWaitState(t, b1.qp, "B1", verbs.QPStateError)
+	rdmaWaitState(t, b1.QP, "B1", verbs.QPStateError)
 	if !ro.untouched() {
 		t.Fatal("the read-only region was written")
 	}
@@ -690,10 +566,10 @@ func TestRDMAFaultDoesNotStallNeighbour(t *testing.T) {
 	if st := rdmaQPStats(b2, func(s iwarp.QPStats) bool { return s.Placed >= n*16384 }); st.Placed < n*16384 {
 		t.Fatalf("the neighbour QP placed %d of %d bytes", st.Placed, n*16384)
 	}
-	if !bytes.Equal(dst.region(), a2.local.Bytes()[:1<<20]) {
+	if !bytes.Equal(dst.region(), a2.Local.Bytes()[:1<<20]) {
 		t.Fatal("the neighbour QP's writes did not all land intact")
 	}
-	if a2.qp.State() >= verbs.QPStateError {
-		t.Fatalf("the neighbour QP is in %v", a2.qp.State())
+	if a2.QP.State() >= verbs.QPStateError {
+		t.Fatalf("the neighbour QP is in %v", a2.QP.State())
 	}
 }

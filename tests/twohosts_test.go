@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/emunic/emunic/internal/hostrig"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/rings"
 	"github.com/emunic/emunic/tcpstack"
@@ -16,18 +17,8 @@ import (
 
 func newPair(t testing.TB, wc port.WireConfig) (a, b *tcpstack.Host) {
 	t.Helper()
-	pa, pb := port.MustNewWire(wc)
-	var err error
-	a, err = tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 1}, Addr: netip.MustParsePrefix("10.0.0.1/24")}, pa)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err = tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 2}, Addr: netip.MustParsePrefix("10.0.0.2/24")}, pb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close(); b.Close() })
-	return a, b
+	r := hostrig.New(t, hostrig.Config{Wire: wc})
+	return r.A, r.B
 }
 
 // transfer sends n pseudo-random bytes from a to b over TCP and checks the

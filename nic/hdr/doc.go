@@ -40,6 +40,9 @@ const (
 	// ErrOption: a TCP option whose length byte is missing, below 2, or
 	// runs past the end of the options.
 	ErrOption
+	// ErrNotTCP: a frame that parsed but is not an unfragmented IPv4 TCP
+	// segment (another EtherType, another protocol, or a fragment).
+	ErrNotTCP
 )
 
 func (e Error) Error() string {
@@ -54,6 +57,8 @@ func (e Error) Error() string {
 		return "hdr: length field shorter than the header"
 	case ErrOption:
 		return "hdr: malformed TCP option"
+	case ErrNotTCP:
+		return "hdr: not an unfragmented IPv4 TCP segment"
 	}
 	return "hdr: error"
 }

@@ -11,9 +11,9 @@ import (
 	"bytes"
 	"fmt"
 
+	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/rings"
 	"github.com/emunic/emunic/tcpstack"
-	"gvisor.dev/gvisor/pkg/tcpip/header"
 )
 
 // listenKey names an RDMA listener: its local address and port.
@@ -43,30 +43,19 @@ type earlyFlow struct {
 // Interrupt goroutine: it never blocks.
 func (v *Provider) holdEarlyData(frame []byte) bool {
 	m := v.listenSnap.Load()
-	if m == nil || len(*m) == 0 || len(frame) < header.EthernetMinimumSize+header.IPv4MinimumSize+header.TCPMinimumSize {
+	if m == nil || len(*m) == 0 {
 		return false
 	}
-	if header.Ethernet(frame).Type() != header.IPv4ProtocolNumber {
+	ip, tcp, err := hdr.ParseTCPFrame(frame)
+	if err != nil || len(tcp.Payload()) == 0 {
 		return false
 	}
-	ip := header.IPv4(frame[header.EthernetMinimumSize:])
-	if !ip.IsValid(len(ip)) || ip.TransportProtocol() != header.TCPProtocolNumber || ip.FragmentOffset() != 0 {
+	local := ip.Dst()
+	if _, ok := (*m)[listenKey{local, tcp.DstPort()}]; !ok {
 		return false
 	}
-	hl, tl := int(ip.HeaderLength()), int(ip.TotalLength())
-	if tl > len(ip) || hl+header.TCPMinimumSize > tl {
-		return false
-	}
-	tcp := header.TCP(ip[hl:tl])
-	if int(tcp.DataOffset()) >= len(tcp) {
-		return false // no payload
-	}
-	local := ip.DestinationAddress().As4()
-	if _, ok := (*m)[listenKey{local, tcp.DestinationPort()}]; !ok {
-		return false
-	}
-	v.hold(tcpstack.FlowKey{LocalIP: local, RemoteIP: ip.SourceAddress().As4(), LocalPort: tcp.DestinationPort(), RemotePort: tcp.SourcePort()},
-		frame[:header.EthernetMinimumSize+tl])
+	v.hold(tcpstack.FlowKey{LocalIP: local, RemoteIP: ip.Src(), LocalPort: tcp.DstPort(), RemotePort: tcp.SrcPort()},
+		frame[:hdr.EthernetSize+len(ip)])
 	return true
 }
 

@@ -1,0 +1,29 @@
+package verbs
+
+import (
+	"context"
+
+	"github.com/emunic/emunic/tcpstack"
+)
+
+// Hooks into the provider's internals for the external tests in this
+// directory (package verbs_test), which use the shared two-host rig and so
+// cannot be internal tests: the rig imports this package.
+
+// WaitQP waits until cond holds of qp's state and whether its TCP
+// connection (the lower layer) has closed.
+func WaitQP(ctx context.Context, qp *QP, cond func(s QPState, llpClosed bool) bool) error {
+	return qp.wait(ctx, func() (bool, error) { return cond(qp.state, qp.llpClosed), nil })
+}
+
+// SetEarlyHooks sets the callbacks the provider runs when it holds a
+// peer's early MPA request and before it prepares a delegation's QP.
+func SetEarlyHooks(v *Provider, onHold, beforePrepare func(tcpstack.FlowKey)) {
+	v.onEarlyHold, v.beforePrepare = onHold, beforePrepare
+}
+
+// EarlyCounts is the provider's early-data counters: requests held,
+// injected behind their QP's CREATE_QP, dropped.
+func EarlyCounts(v *Provider) (held, injected, dropped uint64) {
+	return v.earlyHeld.Load(), v.earlyInjected.Load(), v.earlyDropped.Load()
+}
