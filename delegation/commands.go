@@ -62,6 +62,7 @@ func (e *Engine) Offload(idx uint32, st *rings.ConnState) rings.Status {
 	if c == nil {
 		c = &conn{e: e, idx: idx, heapIdx: -1}
 		e.conns[idx] = c
+		e.nBlocks++
 	}
 	if c.inUse {
 		return rings.StatusBadState
@@ -82,6 +83,12 @@ func (e *Engine) Offload(idx uint32, st *rings.ConnState) rings.Status {
 	ips, ports := tupleKey(st.RemoteIP, st.LocalIP, st.RemotePort, st.LocalPort)
 	if _, dup := e.table.get(ips, ports); dup {
 		return rings.StatusBadState
+	}
+	if i, ok := e.tw.table.get(ips, ports); ok {
+		// The host opened a new connection on a 4-tuple in TIME_WAIT
+		// (its stack accepted the SYN): the record has no say any more.
+		e.ctr.TimeWaitReopened++
+		e.tw.remove(int32(i))
 	}
 
 	now := e.env.NowNanos()
@@ -165,6 +172,7 @@ func (e *Engine) Offload(idx uint32, st *rings.ConnState) rings.Status {
 	c.setKeepalive(now, st.KeepaliveIdleMs, st.KeepaliveIntervalMs, st.KeepaliveCount)
 
 	e.table.put(ips, ports, idx)
+	e.nConns++
 	c.checkSeqThreshold()
 	e.schedule(c)
 	return rings.StatusOK

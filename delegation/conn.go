@@ -288,8 +288,13 @@ func (c *conn) closeWith(flags rings.NotifyFlags, aux uint32) {
 // free returns c's slot to the table (after RELEASE or ABORT).
 func (c *conn) free() {
 	e := c.e
+	e.nConns--
 	ips, ports := tupleKey(c.remoteIP, c.localIP, c.remotePort, c.localPort)
-	e.table.del(ips, ports)
+	if got, ok := e.table.get(ips, ports); ok && got == c.idx {
+		// Only its own entry: a connection that went through TIME_WAIT
+		// gave its tuple up already, and a new connection may have it.
+		e.table.del(ips, ports)
+	}
 	if c.heapIdx >= 0 {
 		e.heapRemove(c.heapIdx)
 	}

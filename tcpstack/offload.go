@@ -772,16 +772,31 @@ type OffloadListener struct {
 	fallbackErr error
 }
 
-// PoolStats describes the host memory delegated connections hold from the
-// shared pool (zero before delegation is turned on).
-func (h *Host) PoolStats() PoolStats {
+// OffloadUsage is what the host holds for delegation now: for tests and
+// diagnostics that check every way of ending gives everything back.
+type OffloadUsage struct {
+	Conns       int // delegated connections the host has (not yet released)
+	FreeIdx     int // connection indices free
+	Quarantined int // indices held back for a command the device has not answered
+	Flows       int // flows (and listeners) the driver tracks
+	Pool        PoolStats
+}
+
+// OffloadUsage returns the host's delegation usage (zero before delegation
+// is turned on, but for Flows).
+func (h *Host) OffloadUsage() OffloadUsage {
+	u := OffloadUsage{Flows: int(h.Driver.flows.n.Load())}
 	h.offMu.Lock()
 	o := h.off
 	h.offMu.Unlock()
 	if o == nil {
-		return PoolStats{}
+		return u
 	}
-	return o.pool.stats()
+	o.mu.Lock()
+	u.Conns, u.FreeIdx, u.Quarantined = len(o.conns), len(o.freeIdx), len(o.quarantined)
+	o.mu.Unlock()
+	u.Pool = o.pool.stats()
+	return u
 }
 
 // Fallbacks counts the accepted connections that stayed on netstack.
