@@ -239,6 +239,36 @@ func (e *Engine) InputUnmatched(ipHdr, tcpSeg []byte, fl RxFlags) bool {
 	return true
 }
 
+// OutboundSYN looks at a frame the host transmits on the legacy path: a SYN
+// (without ACK) opening a connection on a 4-tuple in TIME_WAIT ends the
+// record, so the peer's SYN-ACK reaches the host stack. The host's stack
+// does not know the device holds the tuple (its own end was delegated and
+// is gone) and may pick the same local port again; Linux allows the same
+// reuse of its own TIME_WAIT tuples (tcp_tw_reuse) when timestamps make it
+// safe, and the engine's records protect only against the old peer's stray
+// segments, which the new connection's sequence numbers also reject. Cheap
+// when nothing is in TIME_WAIT (the caller checks TimeWaitConns first).
+func (e *Engine) OutboundSYN(frame []byte) {
+	if e.tw.n == 0 || len(frame) < ethHdrLen+hdr.IPv4MinSize+hdr.TCPMinSize ||
+		hdr.Ethernet(frame).Type() != etherIPv4 {
+		return
+	}
+	ip := hdr.IPv4(frame[ethHdrLen:])
+	if ip.Proto() != hdr.ProtoTCP || ip.HeaderLen() < hdr.IPv4MinSize || len(ip) < ip.HeaderLen()+hdr.TCPMinSize {
+		return
+	}
+	tcp := hdr.TCP(ip[ip.HeaderLen():])
+	if tcp.Flags()&(flSYN|flACK) != flSYN {
+		return
+	}
+	// Our SYN: we are the source, the record's key is (remote, local).
+	ips, ports := tupleKey(ip.Dst(), ip.Src(), tcp.DstPort(), tcp.SrcPort())
+	if i, ok := e.tw.table.get(ips, ports); ok {
+		e.ctr.TimeWaitReopened++
+		e.tw.remove(int32(i))
+	}
+}
+
 // twAck sends the ACK of a TIME_WAIT record: SEQ = our FIN + 1, ACK = the
 // peer's FIN + 1, the window last advertised.
 func (e *Engine) twAck(r *twRecord, now int64) {

@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/rings"
 )
 
@@ -258,5 +259,34 @@ func TestTimeWaitTupleReused(t *testing.T) {
 	}
 	if o := r.e.Occupancy(); o.Conns != 1 || o.TimeWait != 0 {
 		t.Fatalf("occupancy %+v", o)
+	}
+}
+
+// The host opening a new connection from a 4-tuple the unit holds in
+// TIME_WAIT (its stack picked the same local port again) ends the record,
+// so the peer's SYN-ACK is not absorbed; any other outbound frame does not.
+func TestTimeWaitOutboundSYN(t *testing.T) {
+	r := newRig(t, defaultRigOpts())
+	enterTW(t, r)
+	frame := func(flags uint8) []byte {
+		f := make([]byte, hdrsLen)
+		n := (&hdr.EthernetFields{Type: etherIPv4}).Encode(f)
+		n += (&hdr.IPv4Fields{TotalLen: ipHdrLen + tcpHdrLen, TTL: 64, Proto: ipProtoTCP,
+			Src: r.st.LocalIP, Dst: r.st.RemoteIP}).Encode(f[n:])
+		(&hdr.TCPFields{SrcPort: r.st.LocalPort, DstPort: r.st.RemotePort, Seq: 1, Flags: flags}).Encode(f[n:])
+		return f
+	}
+	r.e.OutboundSYN(frame(flACK))
+	r.e.OutboundSYN(frame(flSYN | flACK))
+	if r.e.TimeWaitConns() != 1 {
+		t.Fatal("a frame other than our SYN ended TIME_WAIT")
+	}
+	r.e.OutboundSYN(frame(flSYN)[:hdrsLen-1])
+	if r.e.TimeWaitConns() != 1 {
+		t.Fatal("a truncated frame ended TIME_WAIT")
+	}
+	r.e.OutboundSYN(frame(flSYN))
+	if r.e.TimeWaitConns() != 0 || r.e.Counters().TimeWaitReopened != 1 {
+		t.Fatal("our SYN did not end TIME_WAIT")
 	}
 }

@@ -99,6 +99,11 @@ func (d *Device) transmit(desc rings.TxDesc) {
 		d.count(rings.StatTxDropBadDesc)
 		return
 	}
+	if d.eng.TimeWaitConns() > 0 {
+		// The host opening a connection on a 4-tuple the unit holds in
+		// TIME_WAIT ends the record (timewait.go).
+		d.eng.OutboundSYN(frame)
+	}
 	if err := d.port.WriteFrame(frame); err != nil {
 		d.count(rings.StatTxDropPortError)
 		return

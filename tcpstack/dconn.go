@@ -26,6 +26,7 @@ type DelegatedConn struct {
 	o     *offloader
 	idx   uint32
 	key   FlowKey
+	flow  *flowInfo // the driver's entry for the flow (removed only if still this one)
 	local net.Addr
 	peer  net.Addr
 
@@ -371,8 +372,13 @@ func (c *DelegatedConn) Close() error {
 // not answer the ABORT in time, the connection's index and memory stay
 // reserved until it does.
 func (c *DelegatedConn) Abort() error {
+	// A Close after the Abort must not queue a FIN: by then the index
+	// may be another connection's.
+	c.closeOnce.Do(func() {})
 	c.mu.Lock()
-	c.closed = true
+	c.closed, c.wrClosed = true, true
+	c.readDL.set(c, time.Time{})
+	c.writeDL.set(c, time.Time{})
 	c.signal()
 	c.mu.Unlock()
 	o := c.o

@@ -95,16 +95,20 @@ func (t *flowTracker) listenOn(ip [4]byte, port uint16, on bool) {
 	}
 }
 
-func (t *flowTracker) add(k FlowKey) {
+// addNew tracks flow k and reports whether it is new (false: k is
+// tracked already, for another connection on the same 4-tuple).
+func (t *flowTracker) addNew(k FlowKey) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.flows == nil {
 		t.flows = make(map[FlowKey]*flowInfo)
 	}
-	if _, ok := t.flows[k]; !ok {
-		t.flows[k] = &flowInfo{ourWS: -1, peerWS: -1}
-		t.n.Add(1)
+	if _, ok := t.flows[k]; ok {
+		return false
 	}
+	t.flows[k] = &flowInfo{ourWS: -1, peerWS: -1}
+	t.n.Add(1)
+	return true
 }
 
 func (t *flowTracker) remove(k FlowKey) {
@@ -136,6 +140,27 @@ func (t *flowTracker) ackedChan(k FlowKey) (<-chan struct{}, bool) {
 		f.acked = make(chan struct{})
 	}
 	return f.acked, true
+}
+
+// entry returns flow k's entry (nil if untracked): its identity, for
+// removeEntry.
+func (t *flowTracker) entry(k FlowKey) *flowInfo {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.flows[k]
+}
+
+// removeEntry stops tracking flow k if f is still its entry. A delegated
+// connection's flow is removed when its index is released, asynchronously;
+// by then the host stack may have opened a new connection on the same
+// 4-tuple (its end of the old one is long gone), whose entry must stay.
+func (t *flowTracker) removeEntry(k FlowKey, f *flowInfo) {
+	t.mu.Lock()
+	cur := t.flows[k]
+	t.mu.Unlock()
+	if cur == f && f != nil {
+		t.remove(k)
+	}
 }
 
 // freeze makes the driver drop every frame of the flow from now on and

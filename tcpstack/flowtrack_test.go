@@ -44,7 +44,7 @@ func tsOpt(val, ecr uint32) []byte {
 func TestFlowTrackerLearnsHandshakeAndData(t *testing.T) {
 	var tr flowTracker
 	k := FlowKey{LocalIP: hostIP, RemoteIP: peerIP, LocalPort: 40000, RemotePort: 80}
-	tr.add(k)
+	tr.addNew(k)
 	steps := []struct {
 		out   bool
 		frame []byte

@@ -179,6 +179,7 @@ func (o *offloader) delegate(ep tcpip.Endpoint, wq *waiter.Queue, key FlowKey, a
 		}
 	}
 	unfreeze := func() { t.freeze(key, false) }
+	flow := t.entry(key)
 
 	// Whatever netstack already received becomes the first bytes the
 	// application reads. The driver counted every in-order byte it handed
@@ -229,6 +230,7 @@ func (o *offloader) delegate(ep tcpip.Endpoint, wq *waiter.Queue, key FlowKey, a
 		unfreeze()
 		return nil, err
 	}
+	c.flow = flow
 	c.peerFin = fi.peerFin // delegated in CLOSE_WAIT: EOF after the data netstack had
 	if pre.Len() > 0 {
 		// Ahead of anything the unit delivers: its buffers are posted
@@ -356,11 +358,11 @@ func (o *offloader) offloadLate(c *DelegatedConn, ep tcpip.Endpoint, prep RDMADe
 // (the flow is unfrozen first); without, the unit already did.
 func (o *offloader) dropAbandoned(c *DelegatedConn, ep tcpip.Endpoint, prep RDMADelegation, reset bool) {
 	if reset {
-		o.drv.flows.remove(c.key)
+		o.drv.flows.removeEntry(c.key, c.flow)
 	}
 	ep.Abort()
 	ep.Close()
-	o.drv.flows.remove(c.key)
+	o.drv.flows.removeEntry(c.key, c.flow)
 	o.dropConn(c, prep)
 	o.unquarantine(c.idx)
 }
@@ -514,7 +516,7 @@ func (o *offloader) releaseLate(c *DelegatedConn, r rings.Command, err error) {
 // released frees what the host kept for a connection the unit no longer
 // has.
 func (o *offloader) released(c *DelegatedConn) {
-	o.drv.flows.remove(c.key)
+	o.drv.flows.removeEntry(c.key, c.flow)
 	o.forgetRDMA(c.key)
 	o.freeConn(c)
 	o.putIdx(c.idx)
@@ -702,22 +704,44 @@ func (h *Host) DialTracked(ctx context.Context, dst netip.AddrPort) (*TrackedCon
 		return nil, ErrNotIPv4
 	}
 	var wq waiter.Queue
-	ep, terr := h.S.NewEndpoint(tcp.ProtocolNumber, ipv4.ProtocolNumber, &wq)
-	if terr != nil {
-		return nil, fmt.Errorf("tcpstack: endpoint: %s", terr)
-	}
 	local := h.Addr().As4()
-	if terr := ep.Bind(tcpip.FullAddress{NIC: nicID, Addr: tcpip.AddrFrom4(local)}); terr != nil {
-		ep.Close()
-		return nil, fmt.Errorf("tcpstack: bind: %s", terr)
+	var ep tcpip.Endpoint
+	var key FlowKey
+	// netstack's end of a delegated connection is gone, so netstack may
+	// hand out its local port again while the NIC still runs (or is
+	// releasing) the connection: a port whose 4-tuple the driver still
+	// tracks is kept bound, so the next pick differs, and let go after.
+	var busy []tcpip.Endpoint
+	defer func() {
+		for _, b := range busy {
+			b.Close()
+		}
+	}()
+	for {
+		var terr tcpip.Error
+		ep, terr = h.S.NewEndpoint(tcp.ProtocolNumber, ipv4.ProtocolNumber, &wq)
+		if terr != nil {
+			return nil, fmt.Errorf("tcpstack: endpoint: %s", terr)
+		}
+		if terr := ep.Bind(tcpip.FullAddress{NIC: nicID, Addr: tcpip.AddrFrom4(local)}); terr != nil {
+			ep.Close()
+			return nil, fmt.Errorf("tcpstack: bind: %s", terr)
+		}
+		la, _ := ep.GetLocalAddress()
+		key = FlowKey{LocalIP: local, RemoteIP: dst.Addr().As4(), LocalPort: la.Port, RemotePort: dst.Port()}
+		if h.Driver.flows.addNew(key) {
+			break
+		}
+		if len(busy) >= 64 {
+			ep.Close()
+			return nil, fmt.Errorf("tcpstack: dial %v: no local port whose 4-tuple is free (%d tried)", dst, len(busy)+1)
+		}
+		busy = append(busy, ep)
 	}
-	la, _ := ep.GetLocalAddress()
-	key := FlowKey{LocalIP: local, RemoteIP: dst.Addr().As4(), LocalPort: la.Port, RemotePort: dst.Port()}
-	h.Driver.flows.add(key)
 	we, ch := waiter.NewChannelEntry(waiter.WritableEvents)
 	wq.EventRegister(&we)
 	defer wq.EventUnregister(&we)
-	terr = ep.Connect(tcpip.FullAddress{NIC: nicID, Addr: tcpip.AddrFrom4(dst.Addr().As4()), Port: dst.Port()})
+	terr := ep.Connect(tcpip.FullAddress{NIC: nicID, Addr: tcpip.AddrFrom4(dst.Addr().As4()), Port: dst.Port()})
 	if _, ok := terr.(*tcpip.ErrConnectStarted); ok {
 		select {
 		case <-ch:
