@@ -221,3 +221,68 @@ func TestListenerFallbackLosesNothing(t *testing.T) {
 	}
 	transfer(t, c, peer, 32<<10)
 }
+
+// TestDelegateHeldFramesGoToUnit: the peer's bytes that arrive while the
+// OFFLOAD is in flight (the flow frozen) are held by the driver, not
+// dropped, and go to the unit behind the OFFLOAD (RX_INJECT): the
+// delegated connection reads them in order without the peer retransmitting.
+func TestDelegateHeldFramesGoToUnit(t *testing.T) {
+	var injects atomic.Int32
+	var held atomic.Bool
+	rule := func(c rings.Command) gateVerdict {
+		if c.Opcode == rings.OpRxInject {
+			injects.Add(1)
+		}
+		if c.Opcode == rings.OpOffload && held.CompareAndSwap(false, true) {
+			return gateVerdict{hold: true}
+		}
+		return gateVerdict{}
+	}
+	a, b, g := gateHosts(t, rule, nil)
+	if err := a.Offload(OffloadConfig{CommandTimeout: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	nc, peer := dialAccepted(t, ctx, a.DialTracked, b, 6003, listenAll(t, b.Listen, 6003))
+	if _, err := peer.Write(fallbackPattern(0, 1000)); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "netstack holding the bytes", func() bool {
+		fi, _ := a.Driver.flows.snapshot(nc.key)
+		return fi.rcvNxt-fi.irs-1 == 1000
+	})
+	res := make(chan *DelegatedConn, 1)
+	go func() {
+		c, err := a.Delegate(nc)
+		if err != nil {
+			t.Error(err)
+		}
+		res <- c
+	}()
+	h := heldCommand(t, g)
+	before := a.Driver.flows.heldIn.Load()
+	if _, err := peer.Write(fallbackPattern(1000, 3000)); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the driver holding the peer's frames", func() bool { return a.Driver.flows.heldIn.Load() > before })
+	g.release(h, rings.StatusOK)
+	c := <-res
+	if c == nil {
+		t.FailNow()
+	}
+	defer c.Close()
+	got := make([]byte, 4000)
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(c, got); err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(fallbackPattern(0, 4000)) {
+		t.Fatal("bytes differ")
+	}
+	if injects.Load() == 0 {
+		t.Fatal("no RX_INJECT: the held frames did not go to the unit")
+	}
+	transfer(t, peer, c, 64<<10)
+	transfer(t, c, peer, 64<<10)
+}

@@ -149,6 +149,13 @@ var ErrDelegationAbandoned = errors.New("delegation abandoned: the device did no
 // endpoint's waiter queue: the drain waits on its readable events.
 func (o *offloader) delegate(ep tcpip.Endpoint, wq *waiter.Queue, key FlowKey, alreadyRead uint64) (*DelegatedConn, error) {
 	t := &o.drv.flows
+	// thaw unfreezes the flow: netstack has it again, and gets the
+	// peer's frames the driver held meanwhile.
+	thaw := func() {
+		if fi, ok := t.freeze(key, false); ok {
+			o.drv.redeliver(fi.held)
+		}
+	}
 	timer := time.NewTimer(o.cfg.QuiesceTimeout)
 	defer timer.Stop()
 	var fi flowInfo
@@ -159,7 +166,7 @@ func (o *offloader) delegate(ep tcpip.Endpoint, wq *waiter.Queue, key FlowKey, a
 			return nil, fmt.Errorf("%w: flow %v not tracked", ErrNotDelegated, key)
 		}
 		if !fi.sawOurSyn || !fi.sawPeerSyn {
-			t.freeze(key, false)
+			thaw()
 			return nil, fmt.Errorf("%w: handshake not seen by the NIC", ErrNotDelegated)
 		}
 		if fi.sndUna == fi.sndNxt {
@@ -167,7 +174,7 @@ func (o *offloader) delegate(ep tcpip.Endpoint, wq *waiter.Queue, key FlowKey, a
 		}
 		// Data in flight: let netstack finish it and try again at the
 		// next ACK that moves SND.UNA.
-		t.freeze(key, false)
+		thaw()
 		acked, ok := t.ackedChan(key)
 		if !ok {
 			return nil, fmt.Errorf("%w: flow %v not tracked", ErrNotDelegated, key)
@@ -178,7 +185,7 @@ func (o *offloader) delegate(ep tcpip.Endpoint, wq *waiter.Queue, key FlowKey, a
 			return nil, fmt.Errorf("%w: %d bytes still unacknowledged", ErrNotDelegated, fi.sndNxt-fi.sndUna)
 		}
 	}
-	unfreeze := func() { t.freeze(key, false) }
+	unfreeze := thaw
 	flow := t.entry(key)
 
 	// Whatever netstack already received becomes the first bytes the
@@ -278,7 +285,18 @@ func (o *offloader) delegate(ep tcpip.Endpoint, wq *waiter.Queue, key FlowKey, a
 			err = fmt.Errorf("OFFLOAD: %v (%w)", res[0].Status, errRefused)
 		}
 		if err == nil {
-			return o.delegated(c, ep, prep, res), nil
+			c = o.delegated(c, ep, prep, res)
+			// The peer's frames that arrived while the flow was frozen
+			// go to the unit now, as if just received (RX_INJECT; TCP
+			// sorts out their order with anything newer).
+			if held := t.takeHeld(key); len(held) > 0 {
+				reqs := make([]cmdReq, len(held))
+				for i, f := range held {
+					reqs[i] = cmdReq{c: rings.Command{Opcode: rings.OpRxInject, Conn: idx}, param: f}
+				}
+				_ = o.drv.submitAsync(reqs, func([]rings.Command, error) {}) // a refused one is a loss TCP repairs
+			}
+			return c, nil
 		}
 	}
 	if errors.Is(err, ErrNotSubmitted) || errors.Is(err, errRefused) {

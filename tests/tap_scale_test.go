@@ -257,7 +257,7 @@ func TestTAPScaleQOTD(t *testing.T) {
 
 // waitUntil polls cond (published counters and usage: no event to wait
 // on) until it holds, failing the test after within.
-func waitUntil(t *testing.T, what string, within time.Duration, cond func() bool) {
+func waitUntil(t testing.TB, what string, within time.Duration, cond func() bool) {
 	t.Helper()
 	for deadline := time.Now().Add(within); !cond(); {
 		if time.Now().After(deadline) {
