@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -121,53 +120,18 @@ func newScaleBench(b *testing.B, subnet byte) *scaleBench {
 // serverFirst: qotd (read the quotation and EOF, then close); otherwise
 // one byte each way, then the client closes first.
 func (s *scaleBench) connRate(b *testing.B, dst netip.AddrPort, n, conc int, serverFirst bool) {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	var bad atomic.Value
-	for range conc {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			err := s.lab.ns.do(func() error {
-				d := net.Dialer{Timeout: 20 * time.Second}
-				buf := make([]byte, 1024)
-				for {
-					i := next.Add(1) - 1
-					if i >= int64(n) {
-						return nil
-					}
-					c, err := d.Dial("tcp4", dst.String())
-					if err != nil {
-						return fmt.Errorf("connection %d: %w", i, err)
-					}
-					_ = c.SetDeadline(time.Now().Add(20 * time.Second))
-					if serverFirst {
-						m, err := io.ReadFull(c, buf)
-						if err != io.ErrUnexpectedEOF || !services.IsQuote(buf[:m]) {
-							c.Close()
-							return fmt.Errorf("connection %d: %q (%v), want one quotation", i, buf[:m], err)
-						}
-					} else {
-						if _, err := c.Write(buf[:1]); err != nil {
-							c.Close()
-							return fmt.Errorf("connection %d: %w", i, err)
-						}
-						if _, err := io.ReadFull(c, buf[:1]); err != nil {
-							c.Close()
-							return fmt.Errorf("connection %d: %w", i, err)
-						}
-					}
-					c.Close()
-				}
-			})
-			if err != nil {
-				bad.CompareAndSwap(nil, err)
+	per := readQuote
+	if !serverFirst {
+		per = func(_ int64, c net.Conn, buf []byte) error {
+			if _, err := c.Write(buf[:1]); err != nil {
+				return err
 			}
-		}()
+			_, err := io.ReadFull(c, buf[:1])
+			return err
+		}
 	}
-	wg.Wait()
-	if e := bad.Load(); e != nil {
-		b.Fatal(e)
+	if err := kernelConns(s.lab.ns, dst, n, conc, per); err != nil {
+		b.Fatal(err)
 	}
 }
 

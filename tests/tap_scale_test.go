@@ -148,25 +148,23 @@ func TestTAPScaleEchoHeld(t *testing.T) {
 	}
 }
 
-// qotdRun has the kernel make total connections to dst, conc at a time,
-// each reading one whole quotation and then EOF; it returns the elapsed
-// time.
-func qotdRun(t *testing.T, ns *netns, dst netip.AddrPort, total, conc int) time.Duration {
-	t.Helper()
+// kernelConns has the kernel in ns make n connections to dst, conc at a
+// time (each worker a thread in the namespace), running per on each with a
+// 1 KiB scratch buffer and closing it after; the first error ends the run.
+func kernelConns(ns *netns, dst netip.AddrPort, n, conc int, per func(i int64, c net.Conn, buf []byte) error) error {
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	errs := make(chan error, conc)
-	start := time.Now()
+	var bad atomic.Value
 	for range conc {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- ns.do(func() error {
+			err := ns.do(func() error {
 				d := net.Dialer{Timeout: 20 * time.Second}
 				buf := make([]byte, 1024)
-				for {
+				for bad.Load() == nil {
 					i := next.Add(1) - 1
-					if i >= int64(total) {
+					if i >= int64(n) {
 						return nil
 					}
 					c, err := d.Dial("tcp4", dst.String())
@@ -174,32 +172,42 @@ func qotdRun(t *testing.T, ns *netns, dst netip.AddrPort, total, conc int) time.
 						return fmt.Errorf("connection %d: %w", i, err)
 					}
 					_ = c.SetDeadline(time.Now().Add(20 * time.Second))
-					got := buf[:0]
-					for {
-						k, err := c.Read(buf[len(got):])
-						got = buf[:len(got)+k]
-						if err == io.EOF {
-							break
-						}
-						if err != nil {
-							c.Close()
-							return fmt.Errorf("connection %d: after %d bytes: %w", i, len(got), err)
-						}
-					}
+					err = per(i, c, buf)
 					c.Close()
-					if !services.IsQuote(got) {
-						return fmt.Errorf("connection %d: %q is not a whole quotation", i, got)
+					if err != nil {
+						return fmt.Errorf("connection %d: %w", i, err)
 					}
 				}
+				return nil
 			})
+			if err != nil {
+				bad.CompareAndSwap(nil, err)
+			}
 		}()
 	}
 	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
+	if e := bad.Load(); e != nil {
+		return e.(error)
+	}
+	return nil
+}
+
+// readQuote reads one whole quotation and EOF from c.
+func readQuote(_ int64, c net.Conn, buf []byte) error {
+	m, err := io.ReadFull(c, buf)
+	if err != io.ErrUnexpectedEOF || !services.IsQuote(buf[:m]) {
+		return fmt.Errorf("%q (%v), want one whole quotation and EOF", buf[:m], err)
+	}
+	return nil
+}
+
+// qotdRun has the kernel make total qotd connections to dst, conc at a
+// time, and returns the elapsed time.
+func qotdRun(t *testing.T, ns *netns, dst netip.AddrPort, total, conc int) time.Duration {
+	t.Helper()
+	start := time.Now()
+	if err := kernelConns(ns, dst, total, conc, readQuote); err != nil {
+		t.Fatal(err)
 	}
 	return time.Since(start)
 }
