@@ -5,6 +5,22 @@ import (
 	"github.com/emunic/emunic/rings"
 )
 
+// initialQueue is the size a connection's transmit and user-buffer queues
+// start at; they double as the host queues more, up to Config.MaxTxBuffers
+// and Config.MaxUserBufs.
+const initialQueue = 8
+
+// growRing doubles ring q (count entries from head) up to limit entries,
+// keeping the order, and returns it with its new head (0).
+func growRing[T any](q []T, head, count, limit int) ([]T, int) {
+	n := min(max(2*len(q), initialQueue), limit)
+	nq := make([]T, n)
+	for i := 0; i < count; i++ {
+		nq[i] = q[(head+i)%len(q)]
+	}
+	return nq, 0
+}
+
 // maxSendQueue bounds the bytes queued on a connection (sent and unsent), so
 // sequence comparisons over the send queue stay unambiguous.
 const maxSendQueue = 1 << 30
@@ -42,7 +58,12 @@ func (e *Engine) Offload(idx uint32, st *rings.ConnState) rings.Status {
 	if idx >= uint32(len(e.conns)) {
 		return rings.StatusBadConn
 	}
-	c := &e.conns[idx]
+	c := e.conns[idx]
+	if c == nil {
+		c = &conn{e: e, idx: idx, heapIdx: -1}
+		e.conns[idx] = c
+		e.nBlocks++
+	}
 	if c.inUse {
 		return rings.StatusBadState
 	}
@@ -63,18 +84,25 @@ func (e *Engine) Offload(idx uint32, st *rings.ConnState) rings.Status {
 	if _, dup := e.table.get(ips, ports); dup {
 		return rings.StatusBadState
 	}
+	if i, ok := e.tw.table.get(ips, ports); ok {
+		// The host opened a new connection on a 4-tuple in TIME_WAIT
+		// (its stack accepted the SYN): the record has no say any more.
+		e.ctr.TimeWaitReopened++
+		e.tw.remove(int32(i))
+	}
 
 	now := e.env.NowNanos()
 	cfg := &e.cfg
-	// Queues: allocated on the slot's first use, reused after.
-	if len(c.txq) != cfg.MaxTxBuffers {
-		c.txq = make([]txBuf, cfg.MaxTxBuffers)
+	// Queues start small and grow with use (growRing) up to their
+	// configured bounds, so a table of mostly idle connections costs
+	// little device memory; a slot keeps what it grew for its next life.
+	// The pending-notification queue is allocated only when the ring is
+	// first found full.
+	if len(c.txq) == 0 {
+		c.txq = make([]txBuf, min(initialQueue, cfg.MaxTxBuffers))
 	}
-	if len(c.userq) != cfg.MaxUserBufs {
-		c.userq = make([]userBuf, cfg.MaxUserBufs)
-	}
-	if len(c.pend) != cfg.PendingNotify {
-		c.pend = make([]rings.Notification, cfg.PendingNotify)
+	if len(c.userq) == 0 {
+		c.userq = make([]userBuf, min(initialQueue, cfg.MaxUserBufs))
 	}
 	c.ooo.init(cfg.OOOLimit)
 
@@ -144,6 +172,7 @@ func (e *Engine) Offload(idx uint32, st *rings.ConnState) rings.Status {
 	c.setKeepalive(now, st.KeepaliveIdleMs, st.KeepaliveIntervalMs, st.KeepaliveCount)
 
 	e.table.put(ips, ports, idx)
+	e.nConns++
 	c.checkSeqThreshold()
 	e.schedule(c)
 	return rings.StatusOK
@@ -193,6 +222,9 @@ func (e *Engine) Send(idx uint32, tx *rings.Tx) rings.Status {
 		}
 		if c.txCount >= c.maxTx || c.sndEnd.sub(c.sndUna)+tx.Len > maxSendQueue {
 			return rings.StatusNoResources
+		}
+		if c.txCount == len(c.txq) {
+			c.txq, c.txHead = growRing(c.txq, c.txHead, c.txCount, e.cfg.MaxTxBuffers)
 		}
 		*c.txAt(c.txCount) = txBuf{addr: tx.Addr, len: tx.Len, start: c.sndEnd, push: tx.Flags&rings.TxPush != 0}
 		c.txCount++
@@ -303,8 +335,8 @@ func (e *Engine) PostBuffers(idx uint32, addr rings.Addr, count uint32) (uint32,
 	if count == 0 {
 		return 0, rings.StatusOK
 	}
-	if count > uint32(len(c.userq)) {
-		count = uint32(len(c.userq)) + 1 // reading more cannot be accepted anyway
+	if count > uint32(e.cfg.MaxUserBufs) {
+		count = uint32(e.cfg.MaxUserBufs) + 1 // reading more cannot be accepted anyway
 	}
 	descs, err := e.dma.Map(addr, int(count)*rings.UserBufDescSize)
 	if err != nil {
@@ -316,8 +348,11 @@ func (e *Engine) PostBuffers(idx uint32, addr rings.Addr, count uint32) (uint32,
 	for i := uint32(0); i < count; i++ {
 		d := rings.UserBufDesc(descs[i*rings.UserBufDescSize:])
 		if c.uqCount == len(c.userq) {
-			status = rings.StatusNoResources
-			break
+			if c.uqCount >= e.cfg.MaxUserBufs {
+				status = rings.StatusNoResources
+				break
+			}
+			c.userq, c.uqHead = growRing(c.userq, c.uqHead, c.uqCount, e.cfg.MaxUserBufs)
 		}
 		l := d.Len()
 		if l == 0 || l > maxSendQueue {

@@ -108,6 +108,7 @@ type conn struct {
 	tsBase     uint32
 	tsBaseNow  int64
 	lastTSval  uint32
+	lastWnd    uint16 // window field of the last segment sent (a TIME_WAIT record repeats it)
 
 	// Thresholds and notification state.
 	ackThresh    uint32
@@ -133,7 +134,6 @@ type conn struct {
 	persist  bool // rtoAt is the persist timer
 	delackAt int64
 	kaAt     int64
-	twAt     int64
 	oowAckAt int64
 
 	// An upper-layer protocol owning the byte stream (ulp.go).
@@ -142,7 +142,7 @@ type conn struct {
 
 func (c *conn) nextTimer() int64 {
 	d := int64(0)
-	for _, t := range [...]int64{c.rtoAt, c.delackAt, c.kaAt, c.twAt} {
+	for _, t := range [...]int64{c.rtoAt, c.delackAt, c.kaAt} {
 		if t != 0 && (d == 0 || t < d) {
 			d = t
 		}
@@ -153,12 +153,6 @@ func (c *conn) nextTimer() int64 {
 // runTimers runs the timers due at now. Each one it runs is either
 // cleared or re-armed in the future, so Tick terminates.
 func (c *conn) runTimers(now int64) {
-	if c.twAt != 0 && c.twAt <= now {
-		c.twAt = 0
-		c.e.ctr.TimeWaitExpired++
-		c.toClosed(rings.NtfClosed)
-		return
-	}
 	if c.delackAt != 0 && c.delackAt <= now {
 		c.delackAt = 0
 		if c.state != rings.StateClosed {
@@ -208,6 +202,9 @@ func (c *conn) notify(flags rings.NotifyFlags, sq seq, length, aux uint32) {
 			return
 		}
 	}
+	if c.pend == nil {
+		c.pend = make([]rings.Notification, e.cfg.PendingNotify)
+	}
 	if c.deferred != 0 || c.pendCount == len(c.pend) {
 		// No slot (only possible for control flags past the reserve):
 		// remember the flags; they go out, with fresh numbers, after
@@ -229,7 +226,7 @@ func (c *conn) notify(flags rings.NotifyFlags, sq seq, length, aux uint32) {
 
 // ntfRoom reports whether a data notification may be queued now.
 func (c *conn) ntfRoom() bool {
-	return c.deferred == 0 && c.pendCount < len(c.pend)-ntfReserve
+	return c.deferred == 0 && c.pendCount < c.e.cfg.PendingNotify-ntfReserve
 }
 
 // drainPending posts c's queued notifications; false if the ring filled.
@@ -279,7 +276,7 @@ func (c *conn) fail(now int64, flags rings.NotifyFlags, aux uint32) {
 // closeWith is toClosed with aux in the notification.
 func (c *conn) closeWith(flags rings.NotifyFlags, aux uint32) {
 	c.state = rings.StateClosed
-	c.rtoAt, c.delackAt, c.kaAt, c.twAt = 0, 0, 0, 0
+	c.rtoAt, c.delackAt, c.kaAt = 0, 0, 0
 	c.persist = false
 	c.txHead, c.txCount = 0, 0
 	c.uqHead, c.uqCount = 0, 0
@@ -291,8 +288,13 @@ func (c *conn) closeWith(flags rings.NotifyFlags, aux uint32) {
 // free returns c's slot to the table (after RELEASE or ABORT).
 func (c *conn) free() {
 	e := c.e
+	e.nConns--
 	ips, ports := tupleKey(c.remoteIP, c.localIP, c.remotePort, c.localPort)
-	e.table.del(ips, ports)
+	if got, ok := e.table.get(ips, ports); ok && got == c.idx {
+		// Only its own entry: a connection that went through TIME_WAIT
+		// gave its tuple up already, and a new connection may have it.
+		e.table.del(ips, ports)
+	}
 	if c.heapIdx >= 0 {
 		e.heapRemove(c.heapIdx)
 	}

@@ -33,7 +33,7 @@ type Env interface {
 
 // Config sizes the engine. Zero fields take the defaults in parentheses.
 type Config struct {
-	MaxConns       int    // connection table size; indices are 0..MaxConns-1 (64)
+	MaxConns       int    // connection table size; indices are 0..MaxConns-1 (10,000; 64k and more work: an unused index costs a pointer)
 	MaxTxBuffers   int    // upper bound of transmit buffers queued per connection (256)
 	MaxUserBufs    int    // user buffers posted per connection (64)
 	RcvBufSize     uint32 // receive buffer when the state block says 0 (256 KiB)
@@ -46,6 +46,7 @@ type Config struct {
 	MaxRetries     int    // consecutive RTO expirations before NtfTimeout (12)
 	DelayedAck     int64  // ns (40 ms)
 	TimeWait       int64  // ns spent in TIME_WAIT (1 s; the engine is a NIC, not a 2MSL purist)
+	MaxTimeWait    int    // TIME_WAIT records (timewait.go), the oldest going early when full (2 × MaxConns)
 	OOWAckInterval int64  // ns between ACKs for zero-length out-of-window segments (200 ms)
 	ChallengeAcks  int    // challenge ACKs per second, engine-wide (RFC 5961 §7) (1000)
 	NotifyRetry    int64  // ns between notification retries while the ring is full (1 ms)
@@ -62,7 +63,7 @@ func (c *Config) setDefaults() {
 			*v = d
 		}
 	}
-	defi(&c.MaxConns, 64)
+	defi(&c.MaxConns, DefaultMaxConns)
 	defi(&c.MaxTxBuffers, 256)
 	defi(&c.MaxUserBufs, 64)
 	if c.RcvBufSize == 0 {
@@ -94,6 +95,7 @@ func (c *Config) setDefaults() {
 	defi(&c.MaxRetries, 12)
 	def(&c.DelayedAck, 40e6)
 	def(&c.TimeWait, 1e9)
+	defi(&c.MaxTimeWait, 2*c.MaxConns)
 	def(&c.OOWAckInterval, 200e6)
 	defi(&c.ChallengeAcks, 1000)
 	def(&c.NotifyRetry, 1e6)
@@ -161,13 +163,16 @@ type Counters struct {
 	ZeroWindowsSent uint64 // ACKs advertising a zero window
 	RTTSamples      uint64 // RTT samples taken
 
-	LegacyUploads   uint64 // legacy buffers filled
-	UserBufsDone    uint64 // user buffers completed
-	NotifyFull      uint64 // Env.Notify returned false (notification queued for retry)
-	NotifyPosted    uint64 // notifications accepted by Env.Notify
-	NotifyCoalesced uint64 // notifications merged into a pending one
-	DMAErrors       uint64 // host memory accesses that faulted
-	TimeWaitExpired uint64 // connections that left TIME_WAIT
+	LegacyUploads    uint64 // legacy buffers filled
+	UserBufsDone     uint64 // user buffers completed
+	NotifyFull       uint64 // Env.Notify returned false (notification queued for retry)
+	NotifyPosted     uint64 // notifications accepted by Env.Notify
+	NotifyCoalesced  uint64 // notifications merged into a pending one
+	DMAErrors        uint64 // host memory accesses that faulted
+	TimeWaitEntered  uint64 // connections that entered TIME_WAIT (moved to a record, index released)
+	TimeWaitExpired  uint64 // TIME_WAIT records that ran out
+	TimeWaitOverflow uint64 // TIME_WAIT records dropped early because MaxTimeWait were in use
+	TimeWaitReopened uint64 // TIME_WAIT records ended by a newer SYN (RFC 6191), which went to the host
 
 	ULPPulled   uint64 // bytes ULPs wrote into their retransmission buffers (Transmit)
 	ULPHeld     uint64 // in-order bytes a ULP did not take at once, held and offered again
@@ -180,14 +185,17 @@ type Engine struct {
 	cfg   Config
 	env   Env
 	dma   rings.DMA
-	conns []conn
+	conns []*conn // nil until the index is first offloaded
 	table tupleTable
 	heap  []*conn // timer heap, ordered by conn.deadline
 	pool  oooPool
+	tw    twTable
 	frame []byte
 	ntf   rings.Notification
 	ctr   Counters
 
+	nConns    int      // connections delegated (index taken)
+	nBlocks   int      // control blocks allocated
 	pendList  []uint32 // connections with queued notifications
 	ntfRetry  int64    // when to retry them (0: not waiting)
 	chalStart int64    // challenge ACK rate-limit window start
@@ -199,28 +207,45 @@ type Engine struct {
 
 // NewEngine makes an engine. It allocates everything the fast path needs:
 // the connection table, the tuple hash, the out-of-order slab and the frame
-// buffer; per-connection queues are allocated on a slot's first OFFLOAD and
-// reused after.
+// buffer; a connection's control block and queues are allocated on its
+// index's first OFFLOAD (the queues small, growing with use) and reused
+// after, so an engine sized for tens of thousands of connections costs a
+// pointer per index until they are used.
 func NewEngine(cfg Config, env Env) *Engine {
 	cfg.setDefaults()
 	e := &Engine{
 		cfg:   cfg,
 		env:   env,
 		dma:   env.DMA(),
-		conns: make([]conn, cfg.MaxConns),
+		conns: make([]*conn, cfg.MaxConns),
 		table: newTupleTable(cfg.MaxConns),
-		heap:  make([]*conn, 0, cfg.MaxConns),
+		heap:  make([]*conn, 0, min(cfg.MaxConns, 1024)),
 		pool:  newOOOPool(cfg.OOOPoolBytes),
+		tw:    newTWTable(cfg.MaxTimeWait),
 		frame: make([]byte, maxFrame),
 
-		pendList: make([]uint32, 0, cfg.MaxConns),
-	}
-	for i := range e.conns {
-		e.conns[i].e = e
-		e.conns[i].idx = uint32(i)
-		e.conns[i].heapIdx = -1
+		pendList: make([]uint32, 0, min(cfg.MaxConns, 1024)),
 	}
 	return e
+}
+
+// Occupancy is what the engine holds now: how much of its tables is in use
+// and how much memory it has grown to, for tests and diagnostics that
+// check resources are returned.
+type Occupancy struct {
+	Conns        int // indices taken (delegated, closed but not yet released)
+	ControlSlabs int // indices that have a control block allocated (grown to, reused)
+	TimeWait     int // 4-tuples in TIME_WAIT
+	TimeWaitSlab int // TIME_WAIT records allocated (grown to, reused)
+	Timers       int // connections with a timer armed
+	Pending      int // connections with notifications waiting for ring space
+	OOOPagesUsed int // out-of-order slab pages held
+}
+
+// Occupancy returns the engine's occupancy (O(1)).
+func (e *Engine) Occupancy() Occupancy {
+	return Occupancy{Conns: e.nConns, ControlSlabs: e.nBlocks, TimeWait: e.tw.n, TimeWaitSlab: len(e.tw.recs),
+		Timers: len(e.heap), Pending: len(e.pendList), OOOPagesUsed: len(e.pool.mem)/oooPageSize - e.pool.freePages()}
 }
 
 // Config returns the engine's configuration with defaults filled in.
@@ -250,10 +275,10 @@ func (e *Engine) LookupSegment(ipHdr, tcpSeg []byte) (uint32, bool) {
 
 // get returns the delegated connection at idx, or nil.
 func (e *Engine) get(idx uint32) *conn {
-	if idx >= uint32(len(e.conns)) || !e.conns[idx].inUse {
+	if idx >= uint32(len(e.conns)) || e.conns[idx] == nil || !e.conns[idx].inUse {
 		return nil
 	}
-	return &e.conns[idx]
+	return e.conns[idx]
 }
 
 // --- timers ---------------------------------------------------------------
@@ -263,6 +288,9 @@ func (e *Engine) get(idx uint32) *conn {
 func (e *Engine) Tick(now int64) {
 	if len(e.pendList) > 0 {
 		e.flushNotify(now)
+	}
+	if e.tw.head >= 0 {
+		e.expireTimeWait(now)
 	}
 	for len(e.heap) > 0 && e.heap[0].deadline <= now {
 		c := e.heap[0]
@@ -277,6 +305,9 @@ func (e *Engine) NextDeadline() int64 {
 	d := int64(NoDeadline)
 	if len(e.heap) > 0 {
 		d = e.heap[0].deadline
+	}
+	if e.tw.head >= 0 && e.tw.recs[e.tw.head].expire < d {
+		d = e.tw.recs[e.tw.head].expire
 	}
 	if e.ntfRetry != 0 && e.ntfRetry < d {
 		d = e.ntfRetry
@@ -380,7 +411,7 @@ func (e *Engine) RetryNotifications() {
 func (e *Engine) PendingNotifications() int {
 	n := 0
 	for _, idx := range e.pendList {
-		c := &e.conns[idx]
+		c := e.conns[idx]
 		n += c.pendCount
 		if c.deferred != 0 {
 			n++
@@ -392,7 +423,7 @@ func (e *Engine) PendingNotifications() int {
 func (e *Engine) flushNotify(now int64) {
 	i := 0
 	for ; i < len(e.pendList); i++ {
-		c := &e.conns[e.pendList[i]]
+		c := e.conns[e.pendList[i]]
 		if !c.drainPending() {
 			break
 		}
@@ -420,3 +451,7 @@ func (e *Engine) challengeAllowed(now int64) bool {
 	e.chalCount++
 	return true
 }
+
+// DefaultMaxConns is the connection table size when Config.MaxConns is 0:
+// offload NICs in production hold tens of thousands of connections.
+const DefaultMaxConns = 10000

@@ -192,8 +192,8 @@ func checkInvariants(t testing.TB, e *Engine) {
 	t.Helper()
 	used := 0
 	for i := range e.conns {
-		c := &e.conns[i]
-		if !c.inUse {
+		c := e.conns[i]
+		if c == nil || !c.inUse {
 			continue
 		}
 		used += c.ooo.pages

@@ -571,7 +571,7 @@ func testGVisorPeer(t *testing.T, lossy bool) {
 	if g.droppedA.Load() == 0 {
 		t.Fatal("A's RST was not seen (and dropped)")
 	}
-	if ctr.TimeWaitExpired != 1 {
+	if ctr.TimeWaitEntered != 1 {
 		t.Fatal("no TIME_WAIT")
 	}
 	t.Logf("%d MiB each way with netstack in %v (%.2f Gbit/s each way); retrans %d, fast rtx %d, RTO %d, OOO %d, dupacks %d, PAWS %d, oow %d",
@@ -613,7 +613,7 @@ func TestGVisorPeerClosesFirst(t *testing.T) {
 		t.Fatal("SHA-256 differs")
 	}
 	g.waitFor(t, "close", 10*time.Second, func() bool { return d.h.closed })
-	if c := g.counters(); c.TimeWaitExpired != 0 || d.h.rst || d.h.timeout {
+	if c := g.counters(); c.TimeWaitEntered != 0 || d.h.rst || d.h.timeout {
 		t.Fatalf("passive close went wrong: %+v", c)
 	}
 }

@@ -37,9 +37,16 @@ func (e *Engine) InputFlags(idx uint32, ipHdr, tcpSeg []byte, fl RxFlags) {
 		e.flushNotify(e.env.NowNanos())
 	}
 	c := e.get(idx)
-	if c == nil {
-		e.ctr.DropNoConn++
-		return
+	if c == nil || c.state == rings.StateClosed {
+		// The index's connection is gone or closing; a segment of a
+		// 4-tuple in TIME_WAIT is the record's (timewait.go).
+		if e.InputUnmatched(ipHdr, tcpSeg, fl) {
+			return
+		}
+		if c == nil {
+			e.ctr.DropNoConn++
+			return
+		}
 	}
 	ip, err := hdr.ParseIPv4Header(ipHdr)
 	if err != nil || ip.Proto() != hdr.ProtoTCP {
@@ -95,9 +102,6 @@ func (c *conn) input(now int64, s *segment) {
 	switch c.state {
 	case rings.StateClosed:
 		e.ctr.DropClosed++
-		return
-	case rings.StateTimeWait:
-		c.inputTimeWait(now, s)
 		return
 	}
 	if c.ulp.held > 0 {
@@ -234,23 +238,6 @@ func (c *conn) input(now int64, s *segment) {
 		c.sendAck(now)
 	} else if c.segsUnacked > 0 && c.delackAt == 0 {
 		c.delackAt = now + e.cfg.DelayedAck
-	}
-}
-
-// inputTimeWait absorbs segments in TIME_WAIT: a retransmitted FIN is ACKed
-// again and restarts the timer; RSTs are ignored (RFC 1337).
-func (c *conn) inputTimeWait(now int64, s *segment) {
-	c.e.ctr.DropTimeWait++
-	if s.flags&flRST != 0 {
-		return
-	}
-	if s.flags&flFIN != 0 {
-		c.twAt = now + c.e.cfg.TimeWait
-		c.sendAck(now)
-		return
-	}
-	if len(s.payload) > 0 || s.flags&flSYN != 0 {
-		c.sendOOWAck(now, true)
 	}
 }
 
@@ -457,15 +444,6 @@ func (c *conn) dupAck(now int64) {
 		c.cwnd = c.ssthresh + 3*mss
 		c.notify(rings.NtfDupAck, c.sndNxt, 0, 0)
 	}
-}
-
-// enterTimeWait: both FINs are done and we closed first.
-func (c *conn) enterTimeWait(now int64) {
-	c.state = rings.StateTimeWait
-	c.rtoAt, c.delackAt, c.kaAt = 0, 0, 0
-	c.persist = false
-	c.twAt = now + c.e.cfg.TimeWait
-	c.ulpDown() // both FINs are through: the LLP is closed
 }
 
 // processData places the segment's payload and FIN (the segment is

@@ -447,7 +447,8 @@ func (c *conn) emit(now int64, sq seq, n uint32, flags uint8, probe bool) bool {
 	}
 	tcp.SetHeaderLen(hl)
 	tcp.SetFlags(flags)
-	tcp.SetWindow(c.windowField())
+	c.lastWnd = c.windowField()
+	tcp.SetWindow(c.lastWnd)
 	tcp.SetUrgent(0)
 	segLen := hl + int(n)
 	ip.SetTotalLen(uint16(ipHdrLen + segLen))

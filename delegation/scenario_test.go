@@ -85,7 +85,7 @@ func TestHalfCloseBulk(t *testing.T) {
 			if s.host[first].recvd != want {
 				t.Fatalf("the closer received %d of %d bytes after its FIN", s.host[first].recvd, want)
 			}
-			if s.eng[first].Counters().TimeWaitExpired != 1 || s.eng[1-first].Counters().TimeWaitExpired != 0 {
+			if s.eng[first].Counters().TimeWaitEntered != 1 || s.eng[1-first].Counters().TimeWaitEntered != 0 {
 				t.Fatal("the wrong side went through TIME_WAIT")
 			}
 		})

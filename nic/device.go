@@ -170,6 +170,7 @@ type Device struct {
 	snapMu   sync.Mutex
 	ringSnap RingCounters
 	engSnap  delegation.Counters
+	engOcc   delegation.Occupancy
 	qpSnap   map[uint32]iwarp.QPStats
 	snapGen  uint64 // snapshots taken
 
@@ -486,6 +487,7 @@ func (d *Device) snapshot() {
 	d.snapMu.Lock()
 	d.ringSnap = RingCounters{Command: d.cmd.Stats(), Notify: d.notify.Stats(), Tx: d.tx.Stats(), Rx: d.rx.Stats()}
 	d.engSnap = d.eng.Counters()
+	d.engOcc = d.eng.Occupancy()
 	if len(d.rdma.qps) > 0 || len(d.qpSnap) > 0 {
 		d.qpSnap = make(map[uint32]iwarp.QPStats, len(d.rdma.qps))
 		for idx, q := range d.rdma.qps {

@@ -46,6 +46,15 @@ func (d *Device) memContains(a rings.Addr, n int) bool {
 // only the unit goroutine may call its other methods).
 func (d *Device) Engine() *delegation.Engine { return d.eng }
 
+// EngineOccupancy returns a snapshot of the engine's occupancy (indices
+// taken, TIME_WAIT records, timers), taken by the unit at its last idle
+// point.
+func (d *Device) EngineOccupancy() delegation.Occupancy {
+	d.snapMu.Lock()
+	defer d.snapMu.Unlock()
+	return d.engOcc
+}
+
 // EngineCounters returns a snapshot of the engine's counters, taken by the
 // unit at its last idle point.
 func (d *Device) EngineCounters() delegation.Counters {

@@ -105,6 +105,11 @@ func (d *Device) transmit(desc rings.TxDesc) {
 		d.count(rings.StatTxDropBadDesc)
 		return
 	}
+	if d.eng.TimeWaitConns() > 0 {
+		// The host opening a connection on a 4-tuple the unit holds in
+		// TIME_WAIT ends the record (timewait.go).
+		d.eng.OutboundSYN(frame)
+	}
 	if err := d.port.WriteFrame(frame); err != nil {
 		d.count(rings.StatTxDropPortError)
 		return
@@ -132,6 +137,10 @@ func (d *Device) serviceRx() int {
 				if idx, ok := d.eng.LookupSegment(ip, seg); ok {
 					// A delegated flow: the engine owns it.
 					d.eng.InputFlags(idx, ip, seg, pf.engineFlags())
+					break
+				}
+				if d.eng.InputUnmatched(ip, seg, pf.engineFlags()) {
+					// A 4-tuple in TIME_WAIT: its record absorbed it.
 					break
 				}
 			}

@@ -380,6 +380,9 @@ func (p *Producer) commitSlow() {
 // of a free slot could see (a command ring host may still read the previous
 // lap's DONE bits, status and result there), and it needs no load first.
 func (p *Producer) warm() {
+	if !warmEnabled {
+		return
+	}
 	w := p.batch * 2
 	if w > warmMax {
 		w = warmMax

@@ -365,10 +365,13 @@ func TestNotifyNeverWaitsForCommands(t *testing.T) {
 		return id
 	}
 
-	// An empty user buffer: notify gives it straight back (POST_BUFFERS),
-	// and the device does not answer.
-	post(rings.Notification{Flags: rings.NtfUserBufDone, Conn: 1, Aux: 0, Len: 0})
-	if cmd := c.published(0); cmd.Opcode != rings.OpPostBuffers || cmd.Conn != 1 || cmd.Arg0 != 1 {
+	// Connection 1 gets its receive buffers from the pool (as one that
+	// keeps receiving does: growRecv), and the device does not answer
+	// the POST_BUFFERS.
+	c1.mu.Lock()
+	o.growRecv(c1)
+	c1.mu.Unlock()
+	if cmd := c.published(0); cmd.Opcode != rings.OpPostBuffers || cmd.Conn != 1 || cmd.Arg0 != 2 {
 		t.Fatalf("command %+v", cmd)
 	}
 	readErr := make(chan error, 1)

@@ -26,6 +26,7 @@ type DelegatedConn struct {
 	o     *offloader
 	idx   uint32
 	key   FlowKey
+	flow  *flowInfo // the driver's entry for the flow (removed only if still this one)
 	local net.Addr
 	peer  net.Addr
 
@@ -36,9 +37,12 @@ type DelegatedConn struct {
 	wakeCh chan struct{}
 
 	// receive side
-	chunks    []rxChunk // data in stream order
-	rxBufs    []rings.Addr
-	rxBufMem  [][]byte
+	chunks []rxChunk // data in stream order
+	// rxBufs are the connection's user receive buffers, by ID, taken from
+	// the host's pool as the connection streams (growRecv) and given back
+	// when it goes quiet; an empty slot (addr 0) is one given back.
+	rxBufs    []rxBuf
+	legacyRun int // legacy bytes received since receive buffers were last added
 	legacyOut int // bytes uploaded to legacy buffers not yet read
 	creditDue int // bytes read from legacy uploads not yet credited back
 	peerFin   bool
@@ -48,9 +52,10 @@ type DelegatedConn struct {
 	// the next Read and Write return it.
 	cmdErr error
 
-	// send side
-	sndBase   rings.Addr
-	sndMem    []byte
+	// send side: the unacknowledged bytes, in chunks of host memory from
+	// the pool taken as Write needs them and given back as they are
+	// acknowledged (at most SendBufSize bytes at once)
+	snd       []sndChunk
 	sndHead   uint64   // stream offset of the oldest unacknowledged byte
 	sndTail   uint64   // stream offset of the next byte to queue
 	sndISS    uint32   // sequence number of stream offset 0
@@ -71,7 +76,22 @@ type DelegatedConn struct {
 type rxChunk struct {
 	data   []byte // unread bytes
 	userID int    // posted user buffer to repost when drained, or -1
+	full   bool   // the user buffer came back full (the peer is streaming)
 	legacy int    // legacy bytes to credit when drained
+}
+
+// rxBuf is a user receive buffer from the pool.
+type rxBuf struct {
+	addr rings.Addr
+	mem  []byte
+}
+
+// sndChunk is a piece of host memory holding send stream bytes from
+// stream offset start.
+type sndChunk struct {
+	addr  rings.Addr
+	mem   []byte
+	start uint64
 }
 
 // deadline is a settable deadline that wakes waiters on cond when it passes.
@@ -191,7 +211,16 @@ func (c *DelegatedConn) Read(p []byte) (int, error) {
 // with mu held.
 func (c *DelegatedConn) retire(ch *rxChunk) {
 	if ch.userID >= 0 {
-		c.o.repost(c, ch.userID)
+		// A buffer that came back full, or with more data queued
+		// behind it, goes straight back to the unit (the peer is
+		// streaming); one the peer did not fill goes back to the pool,
+		// so a connection that falls quiet holds no more than it posted
+		// and did not get back.
+		if ch.full || len(c.chunks) > 1 {
+			c.o.repost(c, ch.userID)
+		} else {
+			c.dropRxBuf(ch.userID)
+		}
 	}
 	if ch.legacy > 0 {
 		c.legacyOut -= ch.legacy
@@ -230,29 +259,39 @@ func (c *DelegatedConn) Write(p []byte) (int, error) {
 		if c.writeDL.passed() {
 			return n, opErr("write", c, os.ErrDeadlineExceeded)
 		}
-		size := uint64(len(c.sndMem))
-		free := size - (c.sndTail - c.sndHead)
-		if free == 0 || len(c.txEnds) >= c.o.cfg.MaxTxBuffers {
+		limit := uint64(c.o.cfg.SendBufSize)
+		if c.sndTail-c.sndHead >= limit || len(c.txEnds) >= c.o.cfg.MaxTxBuffers {
 			c.cond.Wait()
 			continue
 		}
-		// One descriptor per contiguous piece of the circular send area.
-		off := c.sndTail % size
-		k := min(uint64(len(p)-n), free, size-off, uint64(c.o.cfg.MaxTxDescBytes))
-		copy(c.sndMem[off:off+k], p[n:n+int(k)])
-		if ok, space := c.o.send(c, c.sndBase+rings.Addr(off), uint32(k), 0); !ok {
-			// The transmit ring is full: wait for the device to free a
-			// slot (or a deadline, Close, an error), not holding mu.
-			wake := c.wakeChanLocked()
-			c.mu.Unlock()
-			select {
-			case <-space:
-			case <-wake:
-			case <-c.o.drv.done:
+		ch := c.sndRoom()
+		if ch == nil {
+			// A new chunk from the pool, sized for what is left to
+			// write; with the pool empty, wait for any connection to
+			// give one back (back-pressure, like a socket whose
+			// memory is under pressure), or a deadline, Close, an error.
+			a, mem, ok := c.o.pool.get(min(len(p)-n, int(limit)))
+			if !ok {
+				pw := c.o.pool.waitChan()
+				if a, mem, ok = c.o.pool.get(min(len(p)-n, int(limit))); !ok {
+					if err := c.waitLocked(pw); err != nil {
+						return n, err
+					}
+					continue
+				}
 			}
-			c.mu.Lock()
-			if c.o.drv.closing.Load() {
-				return n, opErr("write", c, ErrDriverClosed)
+			c.snd = append(c.snd, sndChunk{addr: a, mem: mem, start: c.sndTail})
+			ch = &c.snd[len(c.snd)-1]
+		}
+		// One descriptor per piece of a chunk.
+		off := c.sndTail - ch.start
+		k := min(uint64(len(p)-n), uint64(len(ch.mem))-off, limit-(c.sndTail-c.sndHead), uint64(c.o.cfg.MaxTxDescBytes))
+		copy(ch.mem[off:off+k], p[n:n+int(k)])
+		if ok, space := c.o.send(c, ch.addr+rings.Addr(off), uint32(k), 0); !ok {
+			// The transmit ring is full: wait for the device to free a
+			// slot (or a deadline, Close, an error).
+			if err := c.waitLocked(space); err != nil {
+				return n, err
 			}
 			continue
 		}
@@ -262,6 +301,24 @@ func (c *DelegatedConn) Write(p []byte) (int, error) {
 		n += int(k)
 	}
 	return n, nil
+}
+
+// waitLocked waits, not holding mu, for ch, the connection's next signal
+// (a deadline, Close, an error) or the driver's end; it returns an error
+// only for the last. Called with mu held.
+func (c *DelegatedConn) waitLocked(ch <-chan struct{}) error {
+	wake := c.wakeChanLocked()
+	c.mu.Unlock()
+	select {
+	case <-ch:
+	case <-wake:
+	case <-c.o.drv.done:
+	}
+	c.mu.Lock()
+	if c.o.drv.closing.Load() {
+		return opErr("write", c, ErrDriverClosed)
+	}
+	return nil
 }
 
 // CloseWrite sends FIN after the queued data (half-close); reads go on.
@@ -315,8 +372,13 @@ func (c *DelegatedConn) Close() error {
 // not answer the ABORT in time, the connection's index and memory stay
 // reserved until it does.
 func (c *DelegatedConn) Abort() error {
+	// A Close after the Abort must not queue a FIN: by then the index
+	// may be another connection's.
+	c.closeOnce.Do(func() {})
 	c.mu.Lock()
-	c.closed = true
+	c.closed, c.wrClosed = true, true
+	c.readDL.set(c, time.Time{})
+	c.writeDL.set(c, time.Time{})
 	c.signal()
 	c.mu.Unlock()
 	o := c.o
@@ -398,11 +460,12 @@ func (c *DelegatedConn) notifyLocked(n *rings.Notification) bool {
 	c.ackCount = n.AckCount
 	if n.Flags&rings.NtfUserBufDone != 0 {
 		id := int(n.Aux)
-		if id < len(c.rxBufMem) && int(n.Len) <= len(c.rxBufMem[id]) {
+		if id < len(c.rxBufs) && c.rxBufs[id].addr != 0 && int(n.Len) <= len(c.rxBufs[id].mem) {
 			if n.Len == 0 || c.closed {
-				c.o.repost(c, id)
+				c.dropRxBuf(id) // the unit gave it back unused
 			} else {
-				c.chunks = append(c.chunks, rxChunk{data: c.rxBufMem[id][:n.Len], userID: id})
+				b := c.rxBufs[id].mem
+				c.chunks = append(c.chunks, rxChunk{data: b[:n.Len], userID: id, full: int(n.Len) == len(b)})
 			}
 		}
 	}
@@ -417,6 +480,14 @@ func (c *DelegatedConn) notifyLocked(n *rings.Notification) bool {
 				c.legacyOut += int(n.Len)
 				c.chunks = append(c.chunks, rxChunk{data: append([]byte(nil), data...), userID: -1, legacy: int(n.Len)})
 				c.o.drv.stats.copyBytes.Add(uint64(n.Len))
+				// A connection that keeps receiving gets receive
+				// buffers of its own from the pool (autotuning): the
+				// unit then places its data with one notification
+				// per buffer instead of one per segment.
+				if c.legacyRun += int(n.Len); c.legacyRun >= c.o.cfg.RecvBufSize {
+					c.legacyRun = 0
+					c.o.growRecv(c)
+				}
 			}
 			c.o.drv.repostLegacy(n.Aux)
 		}
@@ -477,4 +548,53 @@ func (c *DelegatedConn) acked(ack uint32) {
 		k++
 	}
 	c.txEnds = c.txEnds[k:]
+	// Chunks wholly acknowledged go back to the pool: a full one, or
+	// the last one once everything is acknowledged.
+	k = 0
+	for k < len(c.snd) {
+		ch := &c.snd[k]
+		if ch.start+uint64(len(ch.mem)) > full && !(k == len(c.snd)-1 && full == c.sndTail) {
+			break
+		}
+		c.o.pool.put(ch.addr, len(ch.mem))
+		k++
+	}
+	if k > 0 {
+		c.snd = append(c.snd[:0], c.snd[k:]...)
+	}
+}
+
+// sndRoom returns the chunk the next byte of the send stream goes to, or
+// nil if a new one is needed (mu held).
+func (c *DelegatedConn) sndRoom() *sndChunk {
+	if len(c.snd) == 0 {
+		return nil
+	}
+	ch := &c.snd[len(c.snd)-1]
+	if c.sndTail-ch.start >= uint64(len(ch.mem)) {
+		return nil
+	}
+	return ch
+}
+
+// dropRxBuf gives user buffer id back to the pool; the unit must not have
+// it (mu held).
+func (c *DelegatedConn) dropRxBuf(id int) {
+	if b := &c.rxBufs[id]; b.addr != 0 {
+		c.o.pool.put(b.addr, len(b.mem))
+		*b = rxBuf{}
+	}
+}
+
+// freeStreamLocked gives all of the connection's byte-stream memory back
+// to the pool; the unit must no longer use any of it (mu held).
+func (c *DelegatedConn) freeStreamLocked() {
+	for id := range c.rxBufs {
+		c.dropRxBuf(id)
+	}
+	c.rxBufs = nil
+	for _, ch := range c.snd {
+		c.o.pool.put(ch.addr, len(ch.mem))
+	}
+	c.snd = nil
 }

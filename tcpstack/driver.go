@@ -397,6 +397,18 @@ func (d *Driver) handle(n *rings.Notification) {
 func (d *Driver) deliver(frame []byte) {
 	d.stats.rxFrames.Add(1)
 	d.stats.rxBytes.Add(uint64(len(frame)))
+	d.deliverFrame(frame)
+}
+
+// redeliver hands netstack frames the driver held back while their flow
+// was frozen (counted when they first arrived).
+func (d *Driver) redeliver(frames [][]byte) {
+	for _, f := range frames {
+		d.deliverFrame(f)
+	}
+}
+
+func (d *Driver) deliverFrame(frame []byte) {
 	d.mu.RLock()
 	disp := d.dispatcher
 	d.mu.RUnlock()

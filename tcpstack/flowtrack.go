@@ -27,22 +27,31 @@ type flowInfo struct {
 	ourSACK, peerSACK     bool
 	ourTS, peerTS         bool
 
-	irs         uint32 // peer's initial sequence number
-	sndNxt      uint32 // highest sequence we sent + 1 (SYN and FIN count)
-	sndUna      uint32 // highest ACK the peer sent
-	rcvNxt      uint32 // next in-order byte from the peer
-	peerWnd     uint16 // the peer's last window field, unscaled
-	ourWnd      uint16 // our last window field, unscaled
-	ourLastTS   uint32 // TSval of our last segment
-	peerLastTS  uint32 // TSval of the peer's last segment (TS.Recent)
-	peerFin     bool
-	ourFin      bool
-	localMAC    [6]byte
-	nextHopMAC  [6]byte
-	synAt       int64 // when our SYN (or SYN-ACK) left, for the handshake RTT
-	rtt         int64 // handshake round trip in ns (0: not measured)
-	droppedIn   uint64
-	droppedOut  uint64
+	irs        uint32 // peer's initial sequence number
+	sndNxt     uint32 // highest sequence we sent + 1 (SYN and FIN count)
+	sndUna     uint32 // highest ACK the peer sent
+	rcvNxt     uint32 // next in-order byte from the peer
+	peerWnd    uint16 // the peer's last window field, unscaled
+	ourWnd     uint16 // our last window field, unscaled
+	ourLastTS  uint32 // TSval of our last segment
+	peerLastTS uint32 // TSval of the peer's last segment (TS.Recent)
+	peerFin    bool
+	ourFin     bool
+	localMAC   [6]byte
+	nextHopMAC [6]byte
+	synAt      int64 // when our SYN (or SYN-ACK) left, for the handshake RTT
+	rtt        int64 // handshake round trip in ns (0: not measured)
+	droppedIn  uint64
+	droppedOut uint64
+	// held are the peer's frames that arrived while the flow was frozen
+	// for a delegation in progress: not dropped (the peer would have to
+	// retransmit them, 10-200 ms for a request sent right after the
+	// handshake) but kept, to go to the unit (RX_INJECT) if the delegation
+	// succeeds or back to netstack if it falls back. held is closed to new
+	// frames (holdOff) once the delegation is decided.
+	held        [][]byte
+	heldBytes   int
+	holdOff     bool
 	inSegments  uint64
 	outSegments uint64
 	// acked, when not nil, is closed at the next ACK that advances
@@ -63,6 +72,9 @@ type flowTracker struct {
 	// of every flow (the per-flow counts go with the flow): DriverStats
 	// reports them.
 	droppedOut, droppedIn atomic.Uint64
+	// heldIn counts the frames of frozen flows held (not dropped) while
+	// their delegation was in progress.
+	heldIn atomic.Uint64
 }
 
 type listenKey struct {
@@ -95,16 +107,20 @@ func (t *flowTracker) listenOn(ip [4]byte, port uint16, on bool) {
 	}
 }
 
-func (t *flowTracker) add(k FlowKey) {
+// addNew tracks flow k and reports whether it is new (false: k is
+// tracked already, for another connection on the same 4-tuple).
+func (t *flowTracker) addNew(k FlowKey) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.flows == nil {
 		t.flows = make(map[FlowKey]*flowInfo)
 	}
-	if _, ok := t.flows[k]; !ok {
-		t.flows[k] = &flowInfo{ourWS: -1, peerWS: -1}
-		t.n.Add(1)
+	if _, ok := t.flows[k]; ok {
+		return false
 	}
+	t.flows[k] = &flowInfo{ourWS: -1, peerWS: -1}
+	t.n.Add(1)
+	return true
 }
 
 func (t *flowTracker) remove(k FlowKey) {
@@ -138,6 +154,27 @@ func (t *flowTracker) ackedChan(k FlowKey) (<-chan struct{}, bool) {
 	return f.acked, true
 }
 
+// entry returns flow k's entry (nil if untracked): its identity, for
+// removeEntry.
+func (t *flowTracker) entry(k FlowKey) *flowInfo {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.flows[k]
+}
+
+// removeEntry stops tracking flow k if f is still its entry. A delegated
+// connection's flow is removed when its index is released, asynchronously;
+// by then the host stack may have opened a new connection on the same
+// 4-tuple (its end of the old one is long gone), whose entry must stay.
+func (t *flowTracker) removeEntry(k FlowKey, f *flowInfo) {
+	t.mu.Lock()
+	cur := t.flows[k]
+	t.mu.Unlock()
+	if cur == f && f != nil {
+		t.remove(k)
+	}
+}
+
 // freeze makes the driver drop every frame of the flow from now on and
 // returns a snapshot of what it learned.
 func (t *flowTracker) freeze(k FlowKey, on bool) (flowInfo, bool) {
@@ -148,8 +185,35 @@ func (t *flowTracker) freeze(k FlowKey, on bool) (flowInfo, bool) {
 		return flowInfo{}, false
 	}
 	f.frozen = on
-	return *f, true
+	out := *f
+	if !on {
+		// Thawed: what was held goes back to the caller (for netstack).
+		f.held, f.heldBytes = nil, 0
+	}
+	return out, true
 }
+
+// takeHeld ends holding on flow k (frozen from here on for good: it is
+// delegated) and returns the frames held so far.
+func (t *flowTracker) takeHeld(k FlowKey) [][]byte {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	f, ok := t.flows[k]
+	if !ok {
+		return nil
+	}
+	h := f.held
+	f.held, f.heldBytes, f.holdOff = nil, 0, true
+	return h
+}
+
+// Bounds of what a frozen flow holds: a delegation takes a few
+// milliseconds, in which a peer sends at most a window; frames past these
+// are dropped (and retransmitted by the peer).
+const (
+	maxHeldFrames = 64
+	maxHeldBytes  = 256 << 10
+)
 
 func (t *flowTracker) snapshot(k FlowKey) (flowInfo, bool) {
 	t.mu.Lock()
@@ -197,6 +261,10 @@ func (t *flowTracker) observe(frame []byte, outbound bool) (drop bool) {
 		if outbound {
 			f.droppedOut++
 			t.droppedOut.Add(1)
+		} else if !f.holdOff && len(f.held) < maxHeldFrames && f.heldBytes+len(frame) <= maxHeldBytes {
+			f.held = append(f.held, append([]byte(nil), frame...))
+			f.heldBytes += len(frame)
+			t.heldIn.Add(1)
 		} else {
 			f.droppedIn++
 			t.droppedIn.Add(1)

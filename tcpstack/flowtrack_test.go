@@ -2,6 +2,7 @@ package tcpstack
 
 import (
 	"encoding/binary"
+	"reflect"
 	"testing"
 
 	"github.com/emunic/emunic/nic/hdr"
@@ -44,7 +45,7 @@ func tsOpt(val, ecr uint32) []byte {
 func TestFlowTrackerLearnsHandshakeAndData(t *testing.T) {
 	var tr flowTracker
 	k := FlowKey{LocalIP: hostIP, RemoteIP: peerIP, LocalPort: 40000, RemotePort: 80}
-	tr.add(k)
+	tr.addNew(k)
 	steps := []struct {
 		out   bool
 		frame []byte
@@ -73,21 +74,37 @@ func TestFlowTrackerLearnsHandshakeAndData(t *testing.T) {
 		t.Errorf("no handshake RTT measured")
 	}
 	got.localMAC, got.nextHopMAC, got.inSegments, got.outSegments, got.synAt, got.rtt = [6]byte{}, [6]byte{}, 0, 0, 0, 0
-	if got != want {
+	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("learned\n%+v\nwant\n%+v", got, want)
 	}
 	if fi.nextHopMAC != [6]byte{2, 0, 0, 0, 0, 2} || fi.localMAC != [6]byte{2, 0, 0, 0, 0, 1} {
 		t.Errorf("MACs %x %x", fi.localMAC, fi.nextHopMAC)
 	}
 
-	// Frozen: every frame of the flow is dropped, both ways, and counted.
+	// Frozen: no frame of the flow gets through, either way. The peer's
+	// are held while the delegation is in progress (given back on
+	// thawing), dropped and counted once it is decided; ours are dropped.
 	tr.freeze(k, true)
 	if !tr.observe(steps[4].frame, false) || !tr.observe(steps[3].frame, true) {
 		t.Fatal("frozen flow let a frame through")
 	}
-	if fi, _ := tr.snapshot(k); fi.droppedIn != 1 || fi.droppedOut != 1 {
-		t.Errorf("drops in %d out %d", fi.droppedIn, fi.droppedOut)
+	if fi, _ := tr.snapshot(k); len(fi.held) != 1 || fi.droppedIn != 0 || fi.droppedOut != 1 {
+		t.Errorf("held %d, drops in %d out %d", len(fi.held), fi.droppedIn, fi.droppedOut)
 	}
+	if fi, _ := tr.freeze(k, false); len(fi.held) != 1 || string(fi.held[0]) != string(steps[4].frame) {
+		t.Fatal("thawing did not give back the held frame")
+	}
+	tr.freeze(k, true)
+	if tr.observe(steps[4].frame, false); len(tr.takeHeld(k)) != 1 {
+		t.Fatal("takeHeld did not return the held frame")
+	}
+	if !tr.observe(steps[4].frame, false) {
+		t.Fatal("frozen flow let a frame through")
+	}
+	if fi, _ := tr.snapshot(k); len(fi.held) != 0 || fi.droppedIn != 1 {
+		t.Errorf("after the delegation was decided: held %d, drops in %d", len(fi.held), fi.droppedIn)
+	}
+
 	// Other flows are untouched.
 	other := tcpFrame(true, 1, 0, tcpSyn, 100, nil, 0)
 	binary.BigEndian.PutUint16(other[14+20:], 40001)

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/emunic/emunic/delegation"
 	"github.com/emunic/emunic/rings"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
@@ -19,12 +20,24 @@ import (
 	"gvisor.dev/gvisor/pkg/waiter"
 )
 
-// OffloadConfig sizes the host memory of each delegated connection.
+// OffloadConfig sizes delegation. Host memory follows data, not
+// connections: a delegated connection's send bytes and receive buffers come
+// from one pool shared by all of them (bufpool.go), taken while data is in
+// flight and given back after, so ten thousand mostly idle connections
+// cost next to nothing. The pool grows from the host's arena
+// (HostConfig.ArenaSize) up to PoolBytes.
 type OffloadConfig struct {
-	MaxConns       int // delegated connections at once; default 256
-	RecvBuffers    int // user buffers posted per connection; default 8
-	RecvBufSize    int // bytes per user buffer; default 64 KiB
-	SendBufSize    int // send area per connection; default 1 MiB
+	// MaxConns is delegated connections at once; default the device's
+	// connection table (delegation.DefaultMaxConns, 10,000).
+	MaxConns    int
+	RecvBuffers int // user buffers a streaming connection may have posted; default 8
+	RecvBufSize int // bytes per user buffer; default 64 KiB (at most 64 KiB, the pool's largest class)
+	SendBufSize int // unacknowledged send bytes per connection before Write waits; default 1 MiB
+	// PoolBytes bounds the host memory the pool takes from the arena;
+	// default 0: as much as the arena has. When the pool is exhausted a
+	// Write waits for memory another connection frees, and a connection
+	// receives through the shared legacy buffers instead of its own.
+	PoolBytes      int64
 	MaxTxDescBytes int // largest transmit descriptor; default 64 KiB
 	MaxTxBuffers   int // transmit descriptors queued per connection; default 256
 	// CommandTimeout bounds each command round trip; default 2 s.
@@ -36,13 +49,13 @@ type OffloadConfig struct {
 
 func (c *OffloadConfig) setDefaults() {
 	if c.MaxConns == 0 {
-		c.MaxConns = 256
+		c.MaxConns = delegation.DefaultMaxConns
 	}
 	if c.RecvBuffers == 0 {
 		c.RecvBuffers = 8
 	}
-	if c.RecvBufSize == 0 {
-		c.RecvBufSize = 64 << 10
+	if c.RecvBufSize == 0 || c.RecvBufSize > bufMaxClass {
+		c.RecvBufSize = bufMaxClass
 	}
 	if c.SendBufSize == 0 {
 		c.SendBufSize = 1 << 20
@@ -66,9 +79,12 @@ type offloader struct {
 	drv *Driver
 	cfg OffloadConfig
 
+	pool *bufPool
+
 	mu      sync.Mutex
 	conns   map[uint32]*DelegatedConn
 	freeIdx []uint32
+	isFree  []bool // isFree[i]: i is on freeIdx (putIdx never adds one twice)
 	// quarantined are connection indices held back because the device has
 	// not answered a command that names them (an OFFLOAD, ABORT or RELEASE
 	// timed out or was lost): the index, the connection's host memory and
@@ -80,9 +96,11 @@ type offloader struct {
 
 func newOffloader(drv *Driver, cfg OffloadConfig) (*offloader, error) {
 	cfg.setDefaults()
-	o := &offloader{drv: drv, cfg: cfg, conns: make(map[uint32]*DelegatedConn), quarantined: make(map[uint32]error)}
+	o := &offloader{drv: drv, cfg: cfg, conns: make(map[uint32]*DelegatedConn), quarantined: make(map[uint32]error),
+		pool: newBufPool(drv.mem, cfg.PoolBytes), isFree: make([]bool, cfg.MaxConns)}
 	for i := cfg.MaxConns - 1; i >= 0; i-- {
 		o.freeIdx = append(o.freeIdx, uint32(i))
+		o.isFree[i] = true
 	}
 	drv.SetDelegatedHandler(o.dispatch)
 	return o, nil
@@ -131,6 +149,13 @@ var ErrDelegationAbandoned = errors.New("delegation abandoned: the device did no
 // endpoint's waiter queue: the drain waits on its readable events.
 func (o *offloader) delegate(ep tcpip.Endpoint, wq *waiter.Queue, key FlowKey, alreadyRead uint64) (*DelegatedConn, error) {
 	t := &o.drv.flows
+	// thaw unfreezes the flow: netstack has it again, and gets the
+	// peer's frames the driver held meanwhile.
+	thaw := func() {
+		if fi, ok := t.freeze(key, false); ok {
+			o.drv.redeliver(fi.held)
+		}
+	}
 	timer := time.NewTimer(o.cfg.QuiesceTimeout)
 	defer timer.Stop()
 	var fi flowInfo
@@ -141,7 +166,7 @@ func (o *offloader) delegate(ep tcpip.Endpoint, wq *waiter.Queue, key FlowKey, a
 			return nil, fmt.Errorf("%w: flow %v not tracked", ErrNotDelegated, key)
 		}
 		if !fi.sawOurSyn || !fi.sawPeerSyn {
-			t.freeze(key, false)
+			thaw()
 			return nil, fmt.Errorf("%w: handshake not seen by the NIC", ErrNotDelegated)
 		}
 		if fi.sndUna == fi.sndNxt {
@@ -149,7 +174,7 @@ func (o *offloader) delegate(ep tcpip.Endpoint, wq *waiter.Queue, key FlowKey, a
 		}
 		// Data in flight: let netstack finish it and try again at the
 		// next ACK that moves SND.UNA.
-		t.freeze(key, false)
+		thaw()
 		acked, ok := t.ackedChan(key)
 		if !ok {
 			return nil, fmt.Errorf("%w: flow %v not tracked", ErrNotDelegated, key)
@@ -160,7 +185,8 @@ func (o *offloader) delegate(ep tcpip.Endpoint, wq *waiter.Queue, key FlowKey, a
 			return nil, fmt.Errorf("%w: %d bytes still unacknowledged", ErrNotDelegated, fi.sndNxt-fi.sndUna)
 		}
 	}
-	unfreeze := func() { t.freeze(key, false) }
+	unfreeze := thaw
+	flow := t.entry(key)
 
 	// Whatever netstack already received becomes the first bytes the
 	// application reads. The driver counted every in-order byte it handed
@@ -202,6 +228,7 @@ func (o *offloader) delegate(ep tcpip.Endpoint, wq *waiter.Queue, key FlowKey, a
 	}
 	idx := o.freeIdx[len(o.freeIdx)-1]
 	o.freeIdx = o.freeIdx[:len(o.freeIdx)-1]
+	o.isFree[idx] = false
 	o.mu.Unlock()
 
 	c, err := o.newConn(idx, key, &fi)
@@ -210,6 +237,7 @@ func (o *offloader) delegate(ep tcpip.Endpoint, wq *waiter.Queue, key FlowKey, a
 		unfreeze()
 		return nil, err
 	}
+	c.flow = flow
 	c.peerFin = fi.peerFin // delegated in CLOSE_WAIT: EOF after the data netstack had
 	if pre.Len() > 0 {
 		// Ahead of anything the unit delivers: its buffers are posted
@@ -233,9 +261,9 @@ func (o *offloader) delegate(ep tcpip.Endpoint, wq *waiter.Queue, key FlowKey, a
 	st := o.stateBlock(key, &fi)
 	st.Encode(rings.ConnStateBlock(blk[:]))
 	reqs := []cmdReq{{c: rings.Command{Opcode: rings.OpOffload, Conn: idx}, param: blk[:]}}
-	if prep == nil && !c.peerFin {
-		reqs = append(reqs, o.postReq(c, 0, len(c.rxBufs)))
-	}
+	// No receive buffers yet: the connection's first bytes come through
+	// the shared legacy buffers, and it gets buffers of its own only if
+	// it keeps receiving (growRecv).
 	o.mu.Lock()
 	o.conns[idx] = c // its notifications may come as soon as the unit has it
 	o.mu.Unlock()
@@ -257,7 +285,18 @@ func (o *offloader) delegate(ep tcpip.Endpoint, wq *waiter.Queue, key FlowKey, a
 			err = fmt.Errorf("OFFLOAD: %v (%w)", res[0].Status, errRefused)
 		}
 		if err == nil {
-			return o.delegated(c, ep, prep, res), nil
+			c = o.delegated(c, ep, prep, res)
+			// The peer's frames that arrived while the flow was frozen
+			// go to the unit now, as if just received (RX_INJECT; TCP
+			// sorts out their order with anything newer).
+			if held := t.takeHeld(key); len(held) > 0 {
+				reqs := make([]cmdReq, len(held))
+				for i, f := range held {
+					reqs[i] = cmdReq{c: rings.Command{Opcode: rings.OpRxInject, Conn: idx}, param: f}
+				}
+				_ = o.drv.submitAsync(reqs, func([]rings.Command, error) {}) // a refused one is a loss TCP repairs
+			}
+			return c, nil
 		}
 	}
 	if errors.Is(err, ErrNotSubmitted) || errors.Is(err, errRefused) {
@@ -295,10 +334,6 @@ func (o *offloader) delegated(c *DelegatedConn, ep tcpip.Endpoint, prep RDMADele
 	switch {
 	case prep != nil:
 		prep.Done(res[1])
-	case len(res) > 1:
-		if err := o.checkResult(res[1], nil); err != nil {
-			c.cmdFailLocked(err)
-		}
 	}
 	return c
 }
@@ -341,11 +376,11 @@ func (o *offloader) offloadLate(c *DelegatedConn, ep tcpip.Endpoint, prep RDMADe
 // (the flow is unfrozen first); without, the unit already did.
 func (o *offloader) dropAbandoned(c *DelegatedConn, ep tcpip.Endpoint, prep RDMADelegation, reset bool) {
 	if reset {
-		o.drv.flows.remove(c.key)
+		o.drv.flows.removeEntry(c.key, c.flow)
 	}
 	ep.Abort()
 	ep.Close()
-	o.drv.flows.remove(c.key)
+	o.drv.flows.removeEntry(c.key, c.flow)
 	o.dropConn(c, prep)
 	o.unquarantine(c.idx)
 }
@@ -393,11 +428,10 @@ func (o *offloader) quarantinedConns() int { return len(o.quarantined) }
 func (o *offloader) putIdx(idx uint32) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	for _, f := range o.freeIdx {
-		if f == idx {
-			return // never twice: two connections would share it
-		}
+	if o.isFree[idx] {
+		return // never twice: two connections would share it
 	}
+	o.isFree[idx] = true
 	o.freeIdx = append(o.freeIdx, idx)
 }
 
@@ -446,40 +480,16 @@ func (o *offloader) newConn(idx uint32, key FlowKey, fi *flowInfo) (*DelegatedCo
 	c.cond = sync.NewCond(&c.mu)
 	c.local = &net.TCPAddr{IP: net.IP(key.LocalIP[:]), Port: int(key.LocalPort)}
 	c.peer = &net.TCPAddr{IP: net.IP(key.RemoteIP[:]), Port: int(key.RemotePort)}
-	mem := o.drv.mem
-	var err error
-	if c.sndBase, err = mem.Alloc(o.cfg.SendBufSize, rings.CacheLine); err != nil {
-		return nil, fmt.Errorf("%w: send area: %v", ErrNotDelegated, err)
-	}
-	c.sndMem, _ = mem.Map(c.sndBase, o.cfg.SendBufSize)
-	for i := 0; i < o.cfg.RecvBuffers; i++ {
-		a, err := mem.Alloc(o.cfg.RecvBufSize, rings.CacheLine)
-		if err != nil {
-			o.freeConn(c)
-			return nil, fmt.Errorf("%w: receive buffers: %v", ErrNotDelegated, err)
-		}
-		m, _ := mem.Map(a, o.cfg.RecvBufSize)
-		c.rxBufs = append(c.rxBufs, a)
-		c.rxBufMem = append(c.rxBufMem, m)
-	}
 	return c, nil
 }
 
 // freeConn gives a connection's host memory back: only once the unit no
 // longer has the connection (it places into the receive buffers and reads
-// the send area).
+// the send chunks).
 func (o *offloader) freeConn(c *DelegatedConn) {
-	mem := o.drv.mem
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.sndBase != 0 {
-		_ = mem.Free(c.sndBase)
-		c.sndBase, c.sndMem = 0, nil
-	}
-	for _, a := range c.rxBufs {
-		_ = mem.Free(a)
-	}
-	c.rxBufs, c.rxBufMem = nil, nil
+	c.freeStreamLocked()
 }
 
 // release frees a closed connection's index and host memory, once the unit
@@ -524,31 +534,64 @@ func (o *offloader) releaseLate(c *DelegatedConn, r rings.Command, err error) {
 // released frees what the host kept for a connection the unit no longer
 // has.
 func (o *offloader) released(c *DelegatedConn) {
-	o.drv.flows.remove(c.key)
+	o.drv.flows.removeEntry(c.key, c.flow)
 	o.forgetRDMA(c.key)
 	o.freeConn(c)
 	o.putIdx(c.idx)
 	o.unquarantine(c.idx)
 }
 
-// postReq is the POST_BUFFERS of user buffers [from, to).
-func (o *offloader) postReq(c *DelegatedConn, from, to int) cmdReq {
-	p := make([]byte, (to-from)*rings.UserBufDescSize)
-	for i := from; i < to; i++ {
-		ub := rings.UserBuf{Addr: c.rxBufs[i], Len: uint32(len(c.rxBufMem[i])), ID: uint32(i)}
-		ub.Encode(rings.UserBufDesc(p[(i-from)*rings.UserBufDescSize:]))
+// postReq is the POST_BUFFERS of user buffers ids.
+func (o *offloader) postReq(c *DelegatedConn, ids ...int) cmdReq {
+	p := make([]byte, len(ids)*rings.UserBufDescSize)
+	for i, id := range ids {
+		b := &c.rxBufs[id]
+		ub := rings.UserBuf{Addr: b.addr, Len: uint32(len(b.mem)), ID: uint32(id)}
+		ub.Encode(rings.UserBufDesc(p[i*rings.UserBufDescSize:]))
 	}
-	return cmdReq{c: rings.Command{Opcode: rings.OpPostBuffers, Conn: c.idx, Arg0: uint32(to - from)}, param: p}
+	return cmdReq{c: rings.Command{Opcode: rings.OpPostBuffers, Conn: c.idx, Arg0: uint32(len(ids))}, param: p}
+}
+
+// growRecv gives a connection that keeps receiving user buffers of its
+// own from the pool, up to RecvBuffers, posted without waiting. With the
+// pool exhausted it posts fewer or none: the connection goes on receiving
+// through the legacy buffers. Called with c.mu held.
+func (o *offloader) growRecv(c *DelegatedConn) {
+	if c.released || c.peerFin || c.closed || c.rxErr != nil || c.cmdErr != nil {
+		return
+	}
+	var ids []int
+	for id := 0; id < o.cfg.RecvBuffers; id++ {
+		if id < len(c.rxBufs) && c.rxBufs[id].addr != 0 {
+			continue
+		}
+		a, mem, ok := o.pool.get(o.cfg.RecvBufSize)
+		if !ok {
+			break
+		}
+		if id == len(c.rxBufs) {
+			c.rxBufs = append(c.rxBufs, rxBuf{})
+		}
+		c.rxBufs[id] = rxBuf{addr: a, mem: mem}
+		ids = append(ids, id)
+	}
+	if len(ids) > 0 {
+		o.asyncLocked(c, o.postReq(c, ids...))
+	}
 }
 
 // repost gives user buffer id back to the unit, without waiting (it runs
 // on the interrupt goroutine and under the connection's lock); a refusal
 // surfaces on the connection. Called with c.mu held.
 func (o *offloader) repost(c *DelegatedConn, id int) {
-	if id >= len(c.rxBufs) || c.released || c.peerFin || c.rxErr != nil || c.cmdErr != nil {
-		return // the unit takes no more receive buffers once the peer closed
+	if id >= len(c.rxBufs) || c.rxBufs[id].addr == 0 {
+		return
 	}
-	o.asyncLocked(c, o.postReq(c, id, id+1))
+	if c.released || c.peerFin || c.rxErr != nil || c.cmdErr != nil {
+		c.dropRxBuf(id) // the unit takes no more receive buffers once the peer closed
+		return
+	}
+	o.asyncLocked(c, o.postReq(c, id))
 }
 
 // credit returns receive window for legacy-uploaded bytes the application
@@ -602,6 +645,13 @@ func (h *Host) Offload(cfg OffloadConfig) error {
 	defer h.offMu.Unlock()
 	if h.off != nil {
 		return nil
+	}
+	if h.Device != nil {
+		// Never more indices than the device's table: an OFFLOAD past
+		// it would only be refused.
+		if n := h.Device.Engine().Config().MaxConns; cfg.MaxConns == 0 || cfg.MaxConns > n {
+			cfg.MaxConns = n
+		}
 	}
 	o, err := newOffloader(h.Driver, cfg)
 	if err != nil {
@@ -672,22 +722,44 @@ func (h *Host) DialTracked(ctx context.Context, dst netip.AddrPort) (*TrackedCon
 		return nil, ErrNotIPv4
 	}
 	var wq waiter.Queue
-	ep, terr := h.S.NewEndpoint(tcp.ProtocolNumber, ipv4.ProtocolNumber, &wq)
-	if terr != nil {
-		return nil, fmt.Errorf("tcpstack: endpoint: %s", terr)
-	}
 	local := h.Addr().As4()
-	if terr := ep.Bind(tcpip.FullAddress{NIC: nicID, Addr: tcpip.AddrFrom4(local)}); terr != nil {
-		ep.Close()
-		return nil, fmt.Errorf("tcpstack: bind: %s", terr)
+	var ep tcpip.Endpoint
+	var key FlowKey
+	// netstack's end of a delegated connection is gone, so netstack may
+	// hand out its local port again while the NIC still runs (or is
+	// releasing) the connection: a port whose 4-tuple the driver still
+	// tracks is kept bound, so the next pick differs, and let go after.
+	var busy []tcpip.Endpoint
+	defer func() {
+		for _, b := range busy {
+			b.Close()
+		}
+	}()
+	for {
+		var terr tcpip.Error
+		ep, terr = h.S.NewEndpoint(tcp.ProtocolNumber, ipv4.ProtocolNumber, &wq)
+		if terr != nil {
+			return nil, fmt.Errorf("tcpstack: endpoint: %s", terr)
+		}
+		if terr := ep.Bind(tcpip.FullAddress{NIC: nicID, Addr: tcpip.AddrFrom4(local)}); terr != nil {
+			ep.Close()
+			return nil, fmt.Errorf("tcpstack: bind: %s", terr)
+		}
+		la, _ := ep.GetLocalAddress()
+		key = FlowKey{LocalIP: local, RemoteIP: dst.Addr().As4(), LocalPort: la.Port, RemotePort: dst.Port()}
+		if h.Driver.flows.addNew(key) {
+			break
+		}
+		if len(busy) >= 64 {
+			ep.Close()
+			return nil, fmt.Errorf("tcpstack: dial %v: no local port whose 4-tuple is free (%d tried)", dst, len(busy)+1)
+		}
+		busy = append(busy, ep)
 	}
-	la, _ := ep.GetLocalAddress()
-	key := FlowKey{LocalIP: local, RemoteIP: dst.Addr().As4(), LocalPort: la.Port, RemotePort: dst.Port()}
-	h.Driver.flows.add(key)
 	we, ch := waiter.NewChannelEntry(waiter.WritableEvents)
 	wq.EventRegister(&we)
 	defer wq.EventUnregister(&we)
-	terr = ep.Connect(tcpip.FullAddress{NIC: nicID, Addr: tcpip.AddrFrom4(dst.Addr().As4()), Port: dst.Port()})
+	terr := ep.Connect(tcpip.FullAddress{NIC: nicID, Addr: tcpip.AddrFrom4(dst.Addr().As4()), Port: dst.Port()})
 	if _, ok := terr.(*tcpip.ErrConnectStarted); ok {
 		select {
 		case <-ch:
@@ -740,6 +812,33 @@ type OffloadListener struct {
 	fallbacks   int
 	lost        int
 	fallbackErr error
+}
+
+// OffloadUsage is what the host holds for delegation now: for tests and
+// diagnostics that check every way of ending gives everything back.
+type OffloadUsage struct {
+	Conns       int // delegated connections the host has (not yet released)
+	FreeIdx     int // connection indices free
+	Quarantined int // indices held back for a command the device has not answered
+	Flows       int // flows (and listeners) the driver tracks
+	Pool        PoolStats
+}
+
+// OffloadUsage returns the host's delegation usage (zero before delegation
+// is turned on, but for Flows).
+func (h *Host) OffloadUsage() OffloadUsage {
+	u := OffloadUsage{Flows: int(h.Driver.flows.n.Load())}
+	h.offMu.Lock()
+	o := h.off
+	h.offMu.Unlock()
+	if o == nil {
+		return u
+	}
+	o.mu.Lock()
+	u.Conns, u.FreeIdx, u.Quarantined = len(o.conns), len(o.freeIdx), len(o.quarantined)
+	o.mu.Unlock()
+	u.Pool = o.pool.stats()
+	return u
 }
 
 // Fallbacks counts the accepted connections that stayed on netstack.

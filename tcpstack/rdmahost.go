@@ -159,14 +159,7 @@ func (r rdmaHost) Quarantine(delta int64) { r.o.drv.quarantine(delta) }
 func (r rdmaHost) TakeStream(c *DelegatedConn) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, a := range c.rxBufs {
-		_ = r.mem.Free(a)
-	}
-	c.rxBufs, c.rxBufMem = nil, nil
-	if c.sndBase != 0 {
-		_ = r.mem.Free(c.sndBase)
-		c.sndBase, c.sndMem = 0, nil
-	}
+	c.freeStreamLocked()
 	return len(c.chunks) > 0 || c.legacyOut > 0
 }
 

@@ -11,31 +11,34 @@ import (
 // memory of a connection a QP takes over, and reports bytes the host
 // already holds (they did not go to the QP).
 func TestRDMATakeStream(t *testing.T) {
-	mem, err := rings.NewArena(1 << 20)
+	mem, err := rings.NewArena(2 << 20)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := rdmaHost{mem: mem}
+	pool := newBufPool(mem, 0)
 	conn := func() *DelegatedConn {
-		c := &DelegatedConn{}
+		c := &DelegatedConn{o: &offloader{pool: pool}}
 		c.cond = sync.NewCond(&c.mu)
 		for range 2 {
-			a, err := mem.Alloc(4096, rings.CacheLine)
-			if err != nil {
-				t.Fatal(err)
+			a, b, ok := pool.get(4096)
+			if !ok {
+				t.Fatal("pool empty")
 			}
-			c.rxBufs = append(c.rxBufs, a)
+			c.rxBufs = append(c.rxBufs, rxBuf{addr: a, mem: b})
 		}
-		if c.sndBase, err = mem.Alloc(8192, rings.CacheLine); err != nil {
-			t.Fatal(err)
+		a, b, ok := pool.get(8192)
+		if !ok {
+			t.Fatal("pool empty")
 		}
+		c.snd = []sndChunk{{addr: a, mem: b}}
 		return c
 	}
 	c := conn()
 	if r.TakeStream(c) {
 		t.Fatal("early bytes reported for a connection with none")
 	}
-	if c.rxBufs != nil || c.rxBufMem != nil || c.sndBase != 0 || c.sndMem != nil {
+	if c.rxBufs != nil || c.snd != nil || pool.stats().InUse != 0 {
 		t.Fatal("the byte-stream memory of an RDMA connection kept")
 	}
 	c = conn()

@@ -42,7 +42,7 @@ type tapOffloadLab struct {
 // newTAPOffloadLab makes the namespace, the TAP (kernel side 10.N.0.1, the
 // emulated host 10.N.0.2) and the host, with connection delegation on. All
 // of it is removed when the test ends.
-func newTAPOffloadLab(t *testing.T, subnet byte) *tapOffloadLab {
+func newTAPOffloadLab(t testing.TB, subnet byte) *tapOffloadLab {
 	t.Helper()
 	requireTAP(t)
 	lab := &tapOffloadLab{ns: newNetns(t)}

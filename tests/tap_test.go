@@ -36,7 +36,7 @@ import (
 
 // requireTAP skips the test, saying why, when it cannot make TAP devices
 // and network namespaces.
-func requireTAP(t *testing.T) {
+func requireTAP(t testing.TB) {
 	t.Helper()
 	if uid := os.Geteuid(); uid != 0 {
 		t.Skipf("skipped: needs root to create a TAP device and a network namespace (running as uid %d)", uid)
@@ -57,7 +57,7 @@ func uniqueName(prefix string, n int) string {
 }
 
 // ipCmd runs ip with args and fails the test with its output if it fails.
-func ipCmd(t *testing.T, args ...string) {
+func ipCmd(t testing.TB, args ...string) {
 	t.Helper()
 	out, err := exec.Command("ip", args...).CombinedOutput()
 	if err != nil {
@@ -73,7 +73,7 @@ type netns struct {
 
 // newNetns makes a network namespace with lo up. It is deleted when the test
 // ends, whether it passed or not.
-func newNetns(t *testing.T) *netns {
+func newNetns(t testing.TB) *netns {
 	t.Helper()
 	ns := &netns{name: uniqueName("emunic-test-", 20)}
 	ns.path = filepath.Join("/var/run/netns", ns.name)
@@ -89,7 +89,7 @@ func newNetns(t *testing.T) *netns {
 
 // moveTAP moves the interface into the namespace and configures the kernel's
 // side there: address kernelAddr, up.
-func (ns *netns) moveTAP(t *testing.T, name string, kernelAddr netip.Prefix) {
+func (ns *netns) moveTAP(t testing.TB, name string, kernelAddr netip.Prefix) {
 	t.Helper()
 	ipCmd(t, "link", "set", name, "netns", ns.name)
 	ipCmd(t, "-n", ns.name, "addr", "add", kernelAddr.String(), "dev", name)

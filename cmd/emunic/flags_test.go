@@ -126,8 +126,12 @@ func TestCLIServeFlags(t *testing.T) {
 		t.Errorf("defaults: %+v, %v", cfg, err)
 	}
 	cfg, err = parseServeFlags([]string{"--tap", "emu0", "--addr", "10.9.0.2/24", "--offload"}, io.Discard)
-	if err != nil || !cfg.Offload {
+	if err != nil || !cfg.Offload || cfg.MaxConns != 10000 || cfg.Arena != 0 {
 		t.Errorf("--offload: %+v, %v", cfg, err)
+	}
+	cfg, err = parseServeFlags([]string{"--tap", "emu0", "--addr", "10.9.0.2/24", "--offload", "--max-conns", "65536", "--arena", "512MiB"}, io.Discard)
+	if err != nil || cfg.MaxConns != 65536 || cfg.Arena != 512<<20 {
+		t.Errorf("--max-conns, --arena: %+v, %v", cfg, err)
 	}
 	for _, c := range []struct {
 		args []string
@@ -144,6 +148,11 @@ func TestCLIServeFlags(t *testing.T) {
 		{[]string{"--tap", "emu0", "--addr", "10.9.0.2/24", "--gateway", "10.9.0.2"}, "host's own address"},
 		{[]string{"--tap", "emu0", "--addr", "10.9.0.2/24", "--gateway", "x"}, `bad --gateway "x"`},
 		{[]string{"--tap", "emu0", "--addr", "10.9.0.2/24", "--offload=maybe"}, `bad --offload "maybe"`},
+		{[]string{"--tap", "emu0", "--addr", "10.9.0.2/24", "--max-conns", "0"}, "bad --max-conns 0"},
+		{[]string{"--tap", "emu0", "--addr", "10.9.0.2/24", "--max-conns", "-5"}, `bad --max-conns "-5"`},
+		{[]string{"--tap", "emu0", "--addr", "10.9.0.2/24", "--max-conns", "99999999999"}, "bad --max-conns"},
+		{[]string{"--tap", "emu0", "--addr", "10.9.0.2/24", "--arena", "1MiB"}, "bad --arena 1MiB: want 16MiB to 64GiB"},
+		{[]string{"--tap", "emu0", "--addr", "10.9.0.2/24", "--arena", "lots"}, `bad --arena "lots"`},
 	} {
 		_, err := parseServeFlags(c.args, io.Discard)
 		var ue *usageError
@@ -162,7 +171,7 @@ func TestCLIHelpListsEveryFlag(t *testing.T) {
 		{"demo", func(a []string, w io.Writer) error { _, err := parseDemoFlags(a, w); return err },
 			[]string{"--bytes SIZE", "--path PATH", "--loss PCT", "--reorder PCT", "--seed N", "--pcap FILE", "--mtu N", "--rdma", "--help"}},
 		{"serve", func(a []string, w io.Writer) error { _, err := parseServeFlags(a, w); return err },
-			[]string{"--tap NAME", "--addr CIDR", "--offload", "--mtu N", "--gateway IP", "--pcap FILE", "--help"}},
+			[]string{"--tap NAME", "--addr CIDR", "--offload", "--max-conns N", "--arena SIZE", "--mtu N", "--gateway IP", "--pcap FILE", "--help"}},
 	} {
 		for _, h := range []string{"-h", "--help", "-help"} {
 			var b strings.Builder

@@ -654,7 +654,8 @@ func checkHosts(c *checker, rep *demoReport, lab *demoLab, stages []stageView, f
 		// as such (a capture shows an RTO's retransmission, not the timer).
 		internal := map[string]bool{"rto_expired": true, "rtt_samples": true, "delayed_acks": true, "dup_acks_rx": true,
 			"fast_retransmits": true, "partial_acks": true, "ooo_segments": true, "ooo_bytes_restored": true,
-			"notify_coalesced": true, "notify_full": true, "time_wait_expired": true, "ulp_held": true,
+			"notify_coalesced": true, "notify_full": true, "time_wait_expired": true, "time_wait_entered": true,
+			"time_wait_reopened": true, "ulp_held": true,
 			"challenge_acks": true, "persist_probes": true, "keepalive_probes": true, "rst_accepted": true, "syn_received": true}
 		for _, ec := range engineCounters(eng) {
 			if ec.v != 0 && !ec.drop && !engChecked[ec.name] && !internal[ec.name] {

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/emunic/emunic/delegation"
+	"github.com/emunic/emunic/nic"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/tcpstack"
 	"github.com/emunic/emunic/tcpstack/services"
@@ -18,15 +20,17 @@ import (
 
 var serveCmd = &command{
 	name:     "serve",
-	summary:  "one emulated host on a Linux TAP device, running TCP echo (7) and discard (9)",
-	synopsis: "--tap NAME --addr CIDR [--offload] [--mtu N] [--gateway IP] [--pcap FILE]",
+	summary:  "one emulated host on a Linux TAP device, running TCP echo (7), discard (9) and qotd (17)",
+	synopsis: "--tap NAME --addr CIDR [--offload] [--max-conns N] [--arena SIZE] [--mtu N] [--gateway IP] [--pcap FILE]",
 	about: `
 Attaches an emulated host (host memory, the emulated NIC and gVisor netstack)
-to the Linux TAP device NAME, with the address CIDR, and runs two TCP services
-on it until SIGINT (Ctrl-C) or SIGTERM:
+to the Linux TAP device NAME, with the address CIDR, and runs three TCP
+services on it until SIGINT (Ctrl-C) or SIGTERM:
 
   echo     port 7   sends back everything it receives (RFC 862)
   discard  port 9   reads and drops everything (RFC 863)
+  qotd     port 17  sends a short quotation and closes (RFC 865; the server
+                    closes first, so its end goes through TIME_WAIT)
 
 It also answers ARP and ping. Each connection is served in its own goroutine
 and logged to stderr. On exit it prints the services', the rings' and the
@@ -39,6 +43,17 @@ reads notifications. Each accepted connection is logged as "delegated as conn
 N" (N is its index on the NIC), or "fallback to netstack" with the reason when
 the unit did not take it (it is then served by netstack as usual). The exit
 report adds the engine's counters.
+
+The NIC holds --max-conns delegated connections at once (default 10000; 65536
+and more work: an unused index costs a few bytes). Their host memory follows
+data, not connections: send bytes and receive buffers come from one pool
+carved out of host memory (--arena, default 64 MiB for applications plus the
+rings), taken while data is in flight and given back after, so ten thousand
+idle connections fit in the default. When the pool is exhausted a connection
+that needs more waits (back-pressure) or receives through the shared legacy
+buffers; it is never refused delegation for memory. A connection ending in
+TIME_WAIT leaves only a small record on the NIC (the index and memory are
+released at once).
 
 The kernel is the other end of the TAP: give its side of the TAP an address in
 the same subnet (or move the TAP into a network namespace and do it there),
@@ -56,6 +71,7 @@ CAP_NET_ADMIN (or a TAP made for this user with 'ip tuntap add ... user').`,
   nc 10.9.0.2 7
   ping -c 3 10.9.0.2
 
+  emunic serve --tap emu0 --addr 10.9.0.2/24 --offload --max-conns 65536 --arena 512MiB
   emunic serve --tap emu0 --addr 10.9.0.2/24 --pcap serve.pcap
   emunic serve --tap emu0 --addr 10.9.0.2/24 --gateway 10.9.0.1 --mtu 9000`,
 }
@@ -68,6 +84,11 @@ type serveConfig struct {
 	Gateway netip.Addr // default route's next hop; invalid for none
 	Pcap    string
 	Offload bool // delegate every accepted connection to the offload unit
+	// MaxConns is the NIC's delegated-connection table (0: the default,
+	// delegation.DefaultMaxConns).
+	MaxConns int
+	// Arena is host memory in bytes (0: rings and buffers plus 64 MiB).
+	Arena int64
 }
 
 func parseServeFlags(args []string, stdout io.Writer) (serveConfig, error) {
@@ -82,11 +103,20 @@ func parseServeFlags(args []string, stdout io.Writer) (serveConfig, error) {
 	fs.Var(&gw, "gateway", "default route via `IP`, inside --addr's subnet")
 	fs.StringVar(&cfg.Pcap, "pcap", "", "record every frame at the TAP port in the pcap file `FILE`")
 	fs.BoolVar(&cfg.Offload, "offload", false, "delegate every accepted connection to the NIC's offload unit after the handshake")
+	maxConns := uintValue(delegation.DefaultMaxConns)
+	fs.Var(&maxConns, "max-conns", "delegated connections the NIC holds at once, `N` (1-1048576)")
+	arena := sizeValue(0)
+	fs.Var(&arena, "arena", "host memory, `SIZE` such as 256MiB (default: the rings and buffers plus 64 MiB)")
 	if err := parse(serveCmd, fs, args, stdout); err != nil {
 		return cfg, err
 	}
 	cfg.Addr, cfg.Gateway, cfg.MTU = addr.p, gw.a, int(mtu)
+	cfg.MaxConns, cfg.Arena = int(maxConns), int64(arena)
 	switch {
+	case cfg.MaxConns < 1 || cfg.MaxConns > 1<<20:
+		return cfg, usagef("bad --max-conns %d: want 1 to 1048576", cfg.MaxConns)
+	case cfg.Arena != 0 && (cfg.Arena < 16<<20 || cfg.Arena > 64<<30):
+		return cfg, usagef("bad --arena %s: want 16MiB to 64GiB", formatSize(cfg.Arena))
 	case cfg.Tap == "":
 		return cfg, usagef("--tap NAME is required (see 'emunic serve --help')")
 	case !cfg.Addr.IsValid():
@@ -142,8 +172,9 @@ func runServe(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) er
 	}
 	mac := macFor(cfg.Addr.Addr())
 	host, err := tcpstack.NewHost(tcpstack.HostConfig{
-		MAC: mac, Addr: cfg.Addr, MTU: cfg.MTU,
-		Stack: tcpstack.StackConfig{Gateway: cfg.Gateway},
+		MAC: mac, Addr: cfg.Addr, MTU: cfg.MTU, ArenaSize: int(cfg.Arena),
+		Stack:  tcpstack.StackConfig{Gateway: cfg.Gateway},
+		Device: nic.Config{Engine: delegation.Config{MaxConns: cfg.MaxConns}},
 	}, p)
 	if err != nil {
 		p.Close()
@@ -157,7 +188,7 @@ func runServe(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) er
 	}()
 
 	logf := func(format string, args ...any) { logger.Printf(format, args...) }
-	echo, discard := services.NewEcho(logf), services.NewDiscard(logf)
+	echo, discard, qotd := services.NewEcho(logf), services.NewDiscard(logf), services.NewQOTD(logf)
 	type served struct {
 		srv *services.Server
 		l   net.Listener
@@ -167,7 +198,7 @@ func runServe(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) er
 	for _, s := range []struct {
 		srv  *services.Server
 		port uint16
-	}{{echo, services.EchoPort}, {discard, services.DiscardPort}} {
+	}{{echo, services.EchoPort}, {discard, services.DiscardPort}, {qotd, services.QOTDPort}} {
 		var l net.Listener
 		if cfg.Offload {
 			ol, err := host.ListenOffload(s.port)
@@ -194,8 +225,8 @@ func runServe(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) er
 	if cfg.Offload {
 		mode = "delegated to the offload unit"
 	}
-	logger.Printf("%v on tap %s (MAC %s, MTU %d): echo on port %d, discard on port %d, connections %s; Ctrl-C to stop",
-		cfg.Addr, name, net.HardwareAddr(mac[:]), cfg.MTU, services.EchoPort, services.DiscardPort, mode)
+	logger.Printf("%v on tap %s (MAC %s, MTU %d): echo on port %d, discard on port %d, qotd on port %d, connections %s; Ctrl-C to stop",
+		cfg.Addr, name, net.HardwareAddr(mac[:]), cfg.MTU, services.EchoPort, services.DiscardPort, services.QOTDPort, mode)
 
 	var runErr error
 	start := time.Now()
@@ -206,14 +237,18 @@ func runServe(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) er
 	}
 	echo.Close()
 	discard.Close()
+	qotd.Close()
 	host.Close()
 	hostClosed = true
 
 	hosts := []hostReport{reportHost(name, host, tap)}
-	printServices(stdout, echo, discard)
+	printServices(stdout, echo, discard, qotd)
 	if cfg.Offload {
 		fmt.Fprintln(stdout)
 		printOffloadListeners(stdout, offl)
+		ps := host.OffloadUsage().Pool
+		fmt.Fprintf(stdout, "delegated connections' host memory: pool %s reserved (its high-water mark), %s in use at exit, %d times found empty\n",
+			formatSize(ps.Reserved), formatSize(ps.InUse), ps.Misses)
 	}
 	fmt.Fprintln(stdout)
 	printRingStats(stdout, hosts)

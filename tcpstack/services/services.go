@@ -1,6 +1,6 @@
 // Package services holds the small TCP services an emulated host runs so that
-// other machines have something to talk to: echo (RFC 862, port 7) and
-// discard (RFC 863, port 9).
+// other machines have something to talk to: echo (RFC 862, port 7), discard
+// (RFC 863, port 9) and Quote of the Day (RFC 865, port 17; qotd.go).
 //
 // They work on any net.Listener (a tcpstack host's, or the kernel's), serve
 // each connection in its own goroutine, and count what they moved. Close
@@ -69,7 +69,7 @@ func newServer(name string, h func(net.Conn, *atomic.Uint64, *atomic.Uint64) err
 	}
 }
 
-// Name returns "echo" or "discard".
+// Name returns "echo", "discard" or "qotd".
 func (s *Server) Name() string { return s.name }
 
 // ErrServerClosed is returned by Serve after Close.

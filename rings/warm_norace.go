@@ -1,0 +1,6 @@
+//go:build !race
+
+package rings
+
+// warmEnabled: see warm_race.go.
+const warmEnabled = true

@@ -1,0 +1,288 @@
+package tcpstack
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/netip"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/emunic/emunic/rings"
+)
+
+// fallbackPattern is byte i of the stream the peer sends in the fallback
+// tests: every byte names its position, so a lost, repeated or reordered
+// byte shows.
+func fallbackPattern(from, n int) []byte {
+	p := make([]byte, n)
+	for i := range p {
+		p[i] = byte((from + i) * 7 / 3)
+	}
+	return p
+}
+
+// fallbackCase is one way a delegation can fail, at one step of it.
+type fallbackCase struct {
+	name string
+	// rule is the command gate's (nil: none).
+	rule func(rings.Command) gateVerdict
+	// cfg is host A's offload configuration.
+	cfg OffloadConfig
+	// setup runs before the connection under test is delegated (to fill
+	// the table, for one).
+	setup func(t *testing.T, a, b *Host)
+	// held: the rule holds the OFFLOAD; the test sends data while it is
+	// held, then answers it with status.
+	held   bool
+	status rings.Status
+	// abandoned: the delegation times out (ErrDelegationAbandoned) rather
+	// than falling back.
+	abandoned bool
+}
+
+func fallbackCases() []fallbackCase {
+	answer := func(st rings.Status) func(rings.Command) gateVerdict {
+		return func(c rings.Command) gateVerdict {
+			if c.Opcode == rings.OpOffload {
+				return gateVerdict{status: st}
+			}
+			return gateVerdict{}
+		}
+	}
+	return []fallbackCase{
+		// Step: the free-index check. Another delegated connection has
+		// the only index.
+		{name: "table full", cfg: OffloadConfig{MaxConns: 1}, setup: func(t *testing.T, a, b *Host) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			c, _ := dialAccepted(t, ctx, a.DialOffload, b, 6100, listenAll(t, b.Listen, 6100))
+			t.Cleanup(func() { c.Close() })
+		}},
+		// Step: the OFFLOAD's answer, at once: the device refuses for
+		// lack of resources, for a state it does not take, for an index
+		// or tuple it already has.
+		{name: "refused NO_RESOURCES", rule: answer(rings.StatusNoResources)},
+		{name: "refused BAD_PARAM", rule: answer(rings.StatusBadParam)},
+		{name: "refused BAD_STATE", rule: answer(rings.StatusBadState)},
+		{name: "refused BAD_CONN", rule: answer(rings.StatusBadConn)},
+		// Step: the OFFLOAD's answer after a while, the flow frozen
+		// meanwhile (the peer's bytes sent then are dropped by the
+		// driver and must be retransmitted to netstack after).
+		{name: "refused late", rule: holdFirst(rings.OpOffload), held: true, status: rings.StatusNoResources},
+	}
+}
+
+// TestFallbackLosesNothing forces each way a delegation can fail, at each
+// step of delegation, with the peer's data arriving before the delegation
+// (netstack holds it unread), while the OFFLOAD is in flight, and after the
+// fallback; every byte must be readable from the connection that stays on
+// netstack, in order, and the connection must still carry data both ways.
+func TestFallbackLosesNothing(t *testing.T) {
+	for _, fc := range fallbackCases() {
+		t.Run(fc.name, func(t *testing.T) {
+			a, b, g := gateHosts(t, fc.rule, nil)
+			if fc.cfg.CommandTimeout == 0 {
+				fc.cfg.CommandTimeout = time.Minute
+			}
+			if err := a.Offload(fc.cfg); err != nil {
+				t.Fatal(err)
+			}
+			if fc.setup != nil {
+				fc.setup(t, a, b)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			nc, peer := dialAccepted(t, ctx, a.DialTracked, b, 6001, listenAll(t, b.Listen, 6001))
+			defer nc.Close()
+			sent := 0
+			send := func(n int) {
+				t.Helper()
+				if _, err := peer.Write(fallbackPattern(sent, n)); err != nil {
+					t.Fatal(err)
+				}
+				sent += n
+			}
+			// Before: bytes netstack receives and nobody reads (some
+			// read, some not: the delegation must account for both).
+			send(3000)
+			got := make([]byte, 0, 1<<20)
+			buf := make([]byte, 1000)
+			_ = nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+			k, err := io.ReadFull(nc, buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, buf[:k]...)
+			waitUntil(t, "netstack holding the bytes", func() bool {
+				fi, _ := a.Driver.flows.snapshot(nc.key)
+				return int(fi.rcvNxt-fi.irs-1) == sent
+			})
+			res := make(chan error, 1)
+			go func() {
+				c, err := a.Delegate(nc)
+				if c != nil {
+					c.Close()
+					err = errors.New("delegated: the test wanted a fallback")
+				}
+				res <- err
+			}()
+			if fc.held {
+				h := heldCommand(t, g)
+				// During: the flow is frozen; these bytes reach
+				// netstack only as the peer's retransmission.
+				send(5000)
+				g.release(h, fc.status)
+			}
+			err = <-res
+			if !errors.Is(err, ErrNotDelegated) {
+				t.Fatalf("Delegate: %v, want a fallback (ErrNotDelegated)", err)
+			}
+			t.Logf("fallback: %v", err)
+			// After.
+			send(20000)
+			_ = nc.SetReadDeadline(time.Now().Add(15 * time.Second))
+			for len(got) < sent {
+				k, err := nc.Read(buf)
+				got = append(got, buf[:k]...)
+				if err != nil {
+					t.Fatalf("after %d of %d bytes: %v", len(got), sent, err)
+				}
+			}
+			want := fallbackPattern(0, sent)
+			for i := range got {
+				if got[i] != want[i] {
+					t.Fatalf("byte %d of %d is %#x, want %#x", i, sent, got[i], want[i])
+				}
+			}
+			if len(got) != sent {
+				t.Fatalf("%d bytes read, %d sent", len(got), sent)
+			}
+			// The connection still works both ways, on netstack.
+			transfer(t, nc, peer, 64<<10)
+			transfer(t, peer, nc, 64<<10)
+			if fi, ok := a.Driver.flows.snapshot(nc.key); !ok || fi.frozen {
+				t.Fatalf("flow after the fallback: tracked %v frozen %v", ok, fi.frozen)
+			}
+			if u := a.OffloadUsage(); u.Quarantined != 0 || u.Pool.InUse != 0 {
+				t.Fatalf("usage after the fallback: %+v", u)
+			}
+		})
+	}
+}
+
+// TestListenerFallbackLosesNothing: the same through an OffloadListener,
+// whose accepted connection falls back to netstack: the bytes the client
+// sent before the accept (netstack holds them) come first.
+func TestListenerFallbackLosesNothing(t *testing.T) {
+	var refused atomic.Int32
+	rule := func(c rings.Command) gateVerdict {
+		if c.Opcode == rings.OpOffload {
+			refused.Add(1)
+			return gateVerdict{status: rings.StatusNoResources}
+		}
+		return gateVerdict{}
+	}
+	a, b, _ := gateHosts(t, rule, nil)
+	l, err := a.ListenOffload(6002)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	peer, err := b.Dial(ctx, netip.AddrPortFrom(a.Addr(), 6002))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	if _, err := peer.Write(fallbackPattern(0, 7000)); err != nil {
+		t.Fatal(err)
+	}
+	c, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, ok := c.(*DelegatedConn); ok || refused.Load() != 1 || l.Fallbacks() != 1 {
+		t.Fatalf("accepted %T, %d OFFLOADs refused, %d fallbacks", c, refused.Load(), l.Fallbacks())
+	}
+	if _, err := peer.Write(fallbackPattern(7000, 9000)); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 16000)
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(c, got); err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(fallbackPattern(0, 16000)) {
+		t.Fatal("the fallback connection's bytes differ from what the client sent")
+	}
+	transfer(t, c, peer, 32<<10)
+}
+
+// TestDelegateHeldFramesGoToUnit: the peer's bytes that arrive while the
+// OFFLOAD is in flight (the flow frozen) are held by the driver, not
+// dropped, and go to the unit behind the OFFLOAD (RX_INJECT): the
+// delegated connection reads them in order without the peer retransmitting.
+func TestDelegateHeldFramesGoToUnit(t *testing.T) {
+	var injects atomic.Int32
+	var held atomic.Bool
+	rule := func(c rings.Command) gateVerdict {
+		if c.Opcode == rings.OpRxInject {
+			injects.Add(1)
+		}
+		if c.Opcode == rings.OpOffload && held.CompareAndSwap(false, true) {
+			return gateVerdict{hold: true}
+		}
+		return gateVerdict{}
+	}
+	a, b, g := gateHosts(t, rule, nil)
+	if err := a.Offload(OffloadConfig{CommandTimeout: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	nc, peer := dialAccepted(t, ctx, a.DialTracked, b, 6003, listenAll(t, b.Listen, 6003))
+	if _, err := peer.Write(fallbackPattern(0, 1000)); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "netstack holding the bytes", func() bool {
+		fi, _ := a.Driver.flows.snapshot(nc.key)
+		return fi.rcvNxt-fi.irs-1 == 1000
+	})
+	res := make(chan *DelegatedConn, 1)
+	go func() {
+		c, err := a.Delegate(nc)
+		if err != nil {
+			t.Error(err)
+		}
+		res <- c
+	}()
+	h := heldCommand(t, g)
+	before := a.Driver.flows.heldIn.Load()
+	if _, err := peer.Write(fallbackPattern(1000, 3000)); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the driver holding the peer's frames", func() bool { return a.Driver.flows.heldIn.Load() > before })
+	g.release(h, rings.StatusOK)
+	c := <-res
+	if c == nil {
+		t.FailNow()
+	}
+	defer c.Close()
+	got := make([]byte, 4000)
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(c, got); err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(fallbackPattern(0, 4000)) {
+		t.Fatal("bytes differ")
+	}
+	if injects.Load() == 0 {
+		t.Fatal("no RX_INJECT: the held frames did not go to the unit")
+	}
+	transfer(t, peer, c, 64<<10)
+	transfer(t, c, peer, 64<<10)
+}
