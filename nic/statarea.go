@@ -37,7 +37,22 @@ func init() {
 
 // StatAreaLayout is this device's area layout.
 func StatAreaLayout() rings.StatAreaLayout {
-	return rings.StatAreaLayout{EngineN: engineCounterN, QPN: qpCounterN}
+	return rings.StatAreaLayout{EngineN: engineCounterN, OccN: OccupancyWords, QPN: qpCounterN}
+}
+
+// OccupancyWords is how many words the engine's occupancy takes in the
+// area: delegation.Occupancy's fields, in order.
+const OccupancyWords = 7
+
+// PutOccupancy and GetOccupancy are the occupancy's words.
+func PutOccupancy(o delegation.Occupancy) [OccupancyWords]uint64 {
+	return [OccupancyWords]uint64{uint64(o.Conns), uint64(o.ControlSlabs), uint64(o.TimeWait), uint64(o.TimeWaitSlab),
+		uint64(o.Timers), uint64(o.Pending), uint64(o.OOOPagesUsed)}
+}
+
+func GetOccupancy(w [OccupancyWords]uint64) delegation.Occupancy {
+	return delegation.Occupancy{Conns: int(w[0]), ControlSlabs: int(w[1]), TimeWait: int(w[2]), TimeWaitSlab: int(w[3]),
+		Timers: int(w[4]), Pending: int(w[5]), OOOPagesUsed: int(w[6])}
 }
 
 type statArea struct {
@@ -99,7 +114,8 @@ func (d *Device) publishStats(parking bool) {
 	rings.AtomicStore64(b, rings.SaOffFlags, flags|uint64(nqp)<<32)
 	rings.AtomicStore64(b, rings.SaOffEngineN, uint64(lay.EngineN)|uint64(a.qpCap)<<32)
 	rings.AtomicStore64(b, rings.SaOffRingN, uint64(rings.RingCounterCount)|uint64(lay.QPN)<<32)
-	for off := rings.SaOffReserved; off < rings.StatAreaHeaderSize; off += 8 {
+	rings.AtomicStore64(b, rings.SaOffOccN, uint64(lay.OccN)) // with the first reserved word
+	for off := rings.SaOffOccN + 8; off < rings.StatAreaHeaderSize; off += 8 {
 		rings.AtomicStore64(b, off, 0)
 	}
 	for i := range d.stats {
@@ -115,6 +131,10 @@ func (d *Device) publishStats(parking bool) {
 	}
 	ec := d.eng.Counters()
 	for _, v := range rings.U64s(&ec) {
+		rings.AtomicStore64(b, off, v)
+		off += 8
+	}
+	for _, v := range PutOccupancy(d.eng.Occupancy()) {
 		rings.AtomicStore64(b, off, v)
 		off += 8
 	}

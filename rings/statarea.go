@@ -27,7 +27,8 @@ const (
 	SaOffQPCap         = 0x14 // u32 QP records the area has room for
 	SaOffRingN         = 0x18 // u32 counters per ring (RingCounterCount)
 	SaOffQPN           = 0x1C // u32 counters per QP record after its index word
-	SaOffReserved      = 0x20 // 32 bytes reserved, zero
+	SaOffOccN          = 0x20 // u32 engine occupancy words after the engine counters
+	SaOffReserved      = 0x24 // 28 bytes reserved, zero
 	StatAreaStatsOff   = StatAreaHeaderSize
 
 	RingCounterCount = 7 // RingStats' fields, in order
@@ -45,6 +46,7 @@ type StatAreaHeader struct {
 	QPCap   uint32
 	RingN   uint32
 	QPN     uint32
+	OccN    uint32
 }
 
 // Encode writes the header at the start of b (not atomically: for tests
@@ -59,6 +61,7 @@ func (h *StatAreaHeader) Encode(b []byte) {
 	le.PutUint32(b[SaOffQPCap:], h.QPCap)
 	le.PutUint32(b[SaOffRingN:], h.RingN)
 	le.PutUint32(b[SaOffQPN:], h.QPN)
+	le.PutUint32(b[SaOffOccN:], h.OccN)
 }
 
 // Decode reads the header at the start of b.
@@ -68,13 +71,13 @@ func (h *StatAreaHeader) Decode(b []byte) error {
 	}
 	*h = StatAreaHeader{Gen: le.Uint64(b[SaOffGen:]), Flags: le.Uint32(b[SaOffFlags:]), NumQPs: le.Uint32(b[SaOffNumQPs:]),
 		EngineN: le.Uint32(b[SaOffEngineN:]), QPCap: le.Uint32(b[SaOffQPCap:]), RingN: le.Uint32(b[SaOffRingN:]),
-		QPN: le.Uint32(b[SaOffQPN:])}
+		QPN: le.Uint32(b[SaOffQPN:]), OccN: le.Uint32(b[SaOffOccN:])}
 	return nil
 }
 
-// StatAreaLayout is where things sit in an area for a device with engineN
-// engine counters and qpN counters per QP.
-type StatAreaLayout struct{ EngineN, QPN int }
+// StatAreaLayout is where things sit in an area for a device with EngineN
+// engine counters, OccN occupancy words and QPN counters per QP.
+type StatAreaLayout struct{ EngineN, OccN, QPN int }
 
 // RingsOff is the offset of the ring counters (after the stat block).
 func (l StatAreaLayout) RingsOff() int { return StatAreaStatsOff + StatBlockSize }
@@ -82,8 +85,11 @@ func (l StatAreaLayout) RingsOff() int { return StatAreaStatsOff + StatBlockSize
 // EngineOff is the offset of the engine counters.
 func (l StatAreaLayout) EngineOff() int { return l.RingsOff() + StatAreaRings*RingCounterCount*8 }
 
+// OccOff is the offset of the engine's occupancy words.
+func (l StatAreaLayout) OccOff() int { return l.EngineOff() + l.EngineN*8 }
+
 // QPOff is the offset of QP record i.
-func (l StatAreaLayout) QPOff(i int) int { return l.EngineOff() + l.EngineN*8 + i*l.QPRecordSize() }
+func (l StatAreaLayout) QPOff(i int) int { return l.OccOff() + l.OccN*8 + i*l.QPRecordSize() }
 
 // QPRecordSize is one QP record's size.
 func (l StatAreaLayout) QPRecordSize() int { return QPRecordHeader + l.QPN*8 }

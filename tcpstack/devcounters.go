@@ -22,6 +22,8 @@ type DeviceCounters struct {
 	Stats  [rings.NumStats]uint64 // the stat block, by StatID
 	Rings  nic.RingCounters
 	Engine delegation.Counters
+	// Occupancy is the engine's: indices taken, TIME_WAIT records, timers.
+	Occupancy delegation.Occupancy
 	// QPs are the QPs' counters by QP index (the area holds up to
 	// QPCap of them; QPsTruncated says when there were more).
 	QPs          map[uint32]iwarp.QPStats
@@ -75,9 +77,9 @@ func (h *Host) Counters() (DeviceCounters, error) {
 		return c, err
 	}
 	lay := nic.StatAreaLayout()
-	if int(hdr.EngineN) != lay.EngineN || int(hdr.QPN) != lay.QPN || hdr.RingN != rings.RingCounterCount {
-		return c, fmt.Errorf("tcpstack: the device publishes %d engine, %d QP and %d ring counters; this host knows %d, %d and %d",
-			hdr.EngineN, hdr.QPN, hdr.RingN, lay.EngineN, lay.QPN, rings.RingCounterCount)
+	if int(hdr.EngineN) != lay.EngineN || int(hdr.QPN) != lay.QPN || hdr.RingN != rings.RingCounterCount || int(hdr.OccN) != lay.OccN {
+		return c, fmt.Errorf("tcpstack: the device publishes %d engine, %d occupancy, %d QP and %d ring counters; this host knows %d, %d, %d and %d",
+			hdr.EngineN, hdr.OccN, hdr.QPN, hdr.RingN, lay.EngineN, lay.OccN, lay.QPN, rings.RingCounterCount)
 	}
 	b := h.areaCopy
 	c.Gen, c.Parked = hdr.Gen, hdr.Flags&rings.StatAreaParked != 0
@@ -96,6 +98,12 @@ func (h *Host) Counters() (DeviceCounters, error) {
 		rings.U64s(&c.Engine)[i] = get(off)
 		off += 8
 	}
+	var occ [nic.OccupancyWords]uint64
+	for i := range occ {
+		occ[i] = get(off)
+		off += 8
+	}
+	c.Occupancy = nic.GetOccupancy(occ)
 	nqp := min(int(hdr.NumQPs), lay.QPCap(len(b)))
 	c.QPsTruncated = nqp >= statAreaQPs
 	if nqp > 0 {

@@ -315,7 +315,8 @@
 #define EMUNIC_SA_OFF_QP_CAP 0x14                /* u32 QP records the area has room for */
 #define EMUNIC_SA_OFF_RING_N 0x18                /* u32 counters per ring (RingCounterCount) */
 #define EMUNIC_SA_OFF_QPN 0x1C                   /* u32 counters per QP record after its index word */
-#define EMUNIC_SA_OFF_RESERVED 0x20              /* 32 bytes reserved, zero */
+#define EMUNIC_SA_OFF_OCC_N 0x20                 /* u32 engine occupancy words after the engine counters */
+#define EMUNIC_SA_OFF_RESERVED 0x24              /* 28 bytes reserved, zero */
 #define EMUNIC_STAT_AREA_STATS_OFF 0x40
 #define EMUNIC_RING_COUNTER_COUNT 7              /* RingStats' fields, in order */
 #define EMUNIC_STAT_AREA_RINGS 4                 /* command, notification, transmit, receive */
@@ -666,7 +667,8 @@ struct emunic_counter_area_header {
 	uint32_t qp_cap; /* 0x14 SaOffQPCap: QP records the area has room for */
 	uint32_t ring_n; /* 0x18 SaOffRingN: counters per ring, RingCounterCount */
 	uint32_t qpn; /* 0x1c SaOffQPN: counters per QP record */
-	uint8_t reserved[32]; /* 0x20 SaOffReserved: reserved, zero */
+	uint32_t occ_n; /* 0x20 SaOffOccN: engine occupancy words */
+	uint8_t reserved[28]; /* 0x24 SaOffReserved: reserved, zero */
 } __attribute__((packed));
 _Static_assert(sizeof(struct emunic_counter_area_header) == EMUNIC_STAT_AREA_HEADER_SIZE, "counter area header size");
 _Static_assert(offsetof(struct emunic_counter_area_header, gen) == EMUNIC_SA_OFF_GEN, "SaOffGen");
@@ -676,6 +678,7 @@ _Static_assert(offsetof(struct emunic_counter_area_header, engine_n) == EMUNIC_S
 _Static_assert(offsetof(struct emunic_counter_area_header, qp_cap) == EMUNIC_SA_OFF_QP_CAP, "SaOffQPCap");
 _Static_assert(offsetof(struct emunic_counter_area_header, ring_n) == EMUNIC_SA_OFF_RING_N, "SaOffRingN");
 _Static_assert(offsetof(struct emunic_counter_area_header, qpn) == EMUNIC_SA_OFF_QPN, "SaOffQPN");
+_Static_assert(offsetof(struct emunic_counter_area_header, occ_n) == EMUNIC_SA_OFF_OCC_N, "SaOffOccN");
 _Static_assert(offsetof(struct emunic_counter_area_header, reserved) == EMUNIC_SA_OFF_RESERVED, "SaOffReserved");
 
 #endif /* EMUNIC_ABI_H */
