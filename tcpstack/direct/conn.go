@@ -364,6 +364,9 @@ func (c *Conn) writeOnceLocked(b []byte) (int, error) {
 		if err := c.sendErrLocked(); err != nil {
 			return 0, err
 		}
+		if c.wdl.passed() {
+			return 0, os.ErrDeadlineExceeded
+		}
 		if c.txMode != TransferInline && len(b) >= c.cfg.Threshold {
 			n, done, err := c.writeRDMALocked(b)
 			if done || err != nil {
@@ -487,6 +490,9 @@ func (c *Conn) Read(p []byte) (int, error) {
 	for {
 		if c.closed {
 			return 0, c.opErr("read", net.ErrClosed)
+		}
+		if c.rdl.passed() {
+			return 0, c.opErr("read", os.ErrDeadlineExceeded)
 		}
 		if len(c.rq) > 0 && c.rq[0].ready {
 			if len(p) == 0 {

@@ -27,10 +27,10 @@ import (
 type modelFault uint8
 
 const (
-	faultDataUsesReserve modelFault = 1 << iota // rule 1 dropped: data may take the last credit
-	faultNoStarveUpdate                         // rule 3's second half dropped: updates only at the threshold
-	faultNoSlotLimit                            // credit-only messages sent without a free slot at the peer
-	faultUpdateWithoutOwe                       // credit-only messages sent with nothing to grant
+	faultDataUsesReserve  modelFault = 1 << iota // rule 1 dropped: data may take the last credit
+	faultNoStarveUpdate                          // rule 3's second half dropped: updates only at the threshold
+	faultNoSlotLimit                             // credit-only messages sent without a free slot at the peer
+	faultUpdateWithoutOwe                        // credit-only messages sent with nothing to grant
 )
 
 type modelMsg struct {

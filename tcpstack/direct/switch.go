@@ -104,9 +104,9 @@ type Stats struct {
 type counter = atomic.Uint64
 
 type switchStats struct {
-	dialed, accepted, closed, fallbacks                          counter
-	badMessages, creditViolations, remoteAccess, peerFailures    counter
-	noBuffers, inlineBytes, rdmaBytes                            counter
+	dialed, accepted, closed, fallbacks                       counter
+	badMessages, creditViolations, remoteAccess, peerFailures counter
+	noBuffers, inlineBytes, rdmaBytes                         counter
 }
 
 // hostSwitch is one host's sockets-direct switch: the verbs objects every
