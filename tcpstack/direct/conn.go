@@ -119,6 +119,7 @@ type Conn struct {
 	sinkAdv        []Msg // the peer's advertised regions (Write mode), in order
 	reposts        []rings.RecvWR
 	readsOut       int
+	flushed        bool // a flushed completion was seen
 }
 
 // PathInfo says which path a connection took and why.
@@ -608,6 +609,16 @@ func (c *Conn) handleLocked(wc *rings.Completion) {
 		if c.closed {
 			return
 		}
+		if wc.WRID&wrKind == wrRead {
+			c.readsOut--
+		}
+		if wc.Status == rings.WCWRFlushErr {
+			// The QP is in ERROR. The device may flush the receives
+			// before it completes the work that failed, so the reason
+			// waits for every outstanding RDMA Read (afterBatchLocked).
+			c.flushed = true
+			return
+		}
 		if wc.Status == rings.WCRemAccessErr || wc.Status == rings.WCLocProtErr || wc.Status == rings.WCRemInvRdReqErr || wc.Status == rings.WCLocAccessErr {
 			c.failLocked(fmt.Errorf("%w: %v on %v (an advertised region is not there)", ErrPeerFailed, wc.Status, wc.Opcode), &c.sw.stats.remoteAccess)
 			return
@@ -739,6 +750,9 @@ func (c *Conn) sinkByIDLocked(id uint32) int {
 // afterBatchLocked re-posts the receive buffers a batch consumed, then
 // sends what waits: credits are granted only for buffers posted again.
 func (c *Conn) afterBatchLocked() {
+	if c.flushed && c.err == nil && c.readsOut <= 0 {
+		c.failLocked(fmt.Errorf("%w: the QP was flushed (the peer closed or reset the connection)", ErrPeerFailed), &c.sw.stats.peerFailures)
+	}
 	if len(c.reposts) > 0 && c.err == nil && !c.closed {
 		_, err := c.qp.PostRecvList(c.reposts)
 		c.reposts = c.reposts[:0]
