@@ -44,7 +44,7 @@ type Config struct {
 	// the credits data may not take (default 2).
 	Pool, Slots, Reserve int
 	// ChunkSize is the most bytes one RDMA transfer carries (default 256
-	// KiB), Chunks the staging chunks per direction (default 4).
+	// KiB), Chunks the staging chunks per direction (default 8).
 	ChunkSize, Chunks int
 	// SwitchPort is the peer's (and, listening, our) switch port
 	// (default DefaultSwitchPort).
@@ -68,7 +68,7 @@ func (c Config) withDefaults() Config {
 	def(&c.Slots, 2)
 	def(&c.Reserve, 2)
 	def(&c.ChunkSize, 256<<10)
-	def(&c.Chunks, 4)
+	def(&c.Chunks, 8)
 	c.Slots = max(2, min(c.Slots, maxSlots))
 	c.Pool = max(2, min(c.Pool, maxPool))
 	c.MaxInline = min(c.MaxInline, maxInlineCap)
