@@ -36,6 +36,63 @@ type SplitConfig struct {
 	// to device process without crossing this one (the port given to
 	// NewHost is then nil). The host closes its copy once the device has it.
 	Link *os.File
+	// ShmLink, when set, is the device's port: one side of a shared-memory
+	// link to another device (NewShmLink), so frames go from device to
+	// device without a system call while they flow. The port given to
+	// NewHost is then nil.
+	ShmLink *ShmLinkEnd
+}
+
+// ShmLinkEnd is one side of a shared-memory link between two devices.
+type ShmLinkEnd struct {
+	Side       int
+	Entry      uint32
+	Size       int
+	Mem        *os.File
+	Wake, Peer *os.File // this side's eventfd, the other side's
+}
+
+// NewShmLink makes a shared-memory link for frames of an MTU of mtu
+// (docs/split.md, LINK): its two ends, for two split hosts' devices.
+func NewShmLink(mtu int) (a, b *ShmLinkEnd, err error) {
+	entry, size, err := port.ShmLinkGeometry(mtu + port.EthHeaderLen)
+	if err != nil {
+		return nil, nil, err
+	}
+	mem, err := port.NewShmLinkMemory(size)
+	if err != nil {
+		return nil, nil, err
+	}
+	var fds [2]int
+	for i := range fds {
+		if fds[i], err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
+			mem.Close()
+			return nil, nil, fmt.Errorf("shared-memory link: eventfd: %w", err)
+		}
+	}
+	dup := func(f *os.File) *os.File {
+		fd, err := unix.Dup(int(f.Fd()))
+		if err != nil {
+			return nil
+		}
+		unix.CloseOnExec(fd)
+		return os.NewFile(uintptr(fd), f.Name())
+	}
+	wa, wb := os.NewFile(uintptr(fds[0]), "link-wake-0"), os.NewFile(uintptr(fds[1]), "link-wake-1")
+	a = &ShmLinkEnd{Side: 0, Entry: entry, Size: size, Mem: dup(mem), Wake: dup(wa), Peer: dup(wb)}
+	b = &ShmLinkEnd{Side: 1, Entry: entry, Size: size, Mem: mem, Wake: wb, Peer: wa}
+	if a.Mem == nil || a.Wake == nil || a.Peer == nil {
+		return nil, nil, errors.New("shared-memory link: dup failed")
+	}
+	return a, b, nil
+}
+
+func (e *ShmLinkEnd) close() {
+	for _, f := range []*os.File{e.Mem, e.Wake, e.Peer} {
+		if f != nil {
+			f.Close()
+		}
+	}
 }
 
 // SplitEnv is the environment variable that puts every host a program
@@ -139,9 +196,13 @@ func dialSplit(sc SplitConfig, size int) (*splitDevice, *rings.Arena, error) {
 		return nil, nil, err
 	}
 	go d.reader()
-	want := split.FeatureEventFD | split.FeaturePortFD
+	portFeature := split.FeaturePortFD
+	if sc.ShmLink != nil {
+		portFeature = split.FeatureShmLink
+	}
+	want := split.FeatureEventFD | portFeature
 	if sc.Poll {
-		want = split.FeaturePoll | split.FeaturePortFD
+		want = split.FeaturePoll | portFeature
 	}
 	r, err := d.request(split.MsgHello, split.EncodeU64(want))
 	if err != nil {
@@ -303,10 +364,23 @@ func (d *splitDevice) request(t split.MsgType, body []byte, files ...*os.File) (
 
 // configure sends the device's configuration and its port: p, spliced to
 // a socket pair whose other end goes to the device.
-func (d *splitDevice) configure(cfg nic.Config, p port.Port, link *os.File) error {
+func (d *splitDevice) configure(cfg nic.Config, p port.Port, link *os.File, shm *ShmLinkEnd) error {
 	body, err := json.Marshal(cfg)
 	if err != nil {
 		return err
+	}
+	if shm != nil {
+		_, err := d.request(split.MsgLink, split.EncodeLink(shm.Side, shm.Entry, uint64(shm.Size)), shm.Mem, shm.Wake, shm.Peer)
+		shm.close()
+		if err != nil {
+			return err
+		}
+		r, err := d.request(split.MsgConfig, body)
+		if err != nil {
+			return err
+		}
+		d.mac, d.mtu = cfg.MAC, int(r.Value)
+		return nil
 	}
 	if link != nil {
 		r, err := d.request(split.MsgConfig, body, link)

@@ -20,6 +20,15 @@ type SplitConfig struct {
 	Poll         bool
 	PollInterval time.Duration
 	Link         *os.File
+	ShmLink      *ShmLinkEnd
+}
+
+// ShmLinkEnd is one side of a shared-memory link (Linux only).
+type ShmLinkEnd struct{}
+
+// NewShmLink fails: shared-memory links need Linux.
+func NewShmLink(int) (a, b *ShmLinkEnd, err error) {
+	return nil, nil, errors.New("split mode needs Linux")
 }
 
 // SplitEnv is the environment variable that puts every host in split mode.
@@ -42,7 +51,7 @@ func dialSplit(SplitConfig, int) (*splitDevice, *rings.Arena, error) {
 	return nil, nil, errors.New("split mode needs Linux")
 }
 
-func (d *splitDevice) configure(nic.Config, port.Port, *os.File) error {
+func (d *splitDevice) configure(nic.Config, port.Port, *os.File, *ShmLinkEnd) error {
 	return errors.New("split mode needs Linux")
 }
 func (d *splitDevice) Err() error               { return nil }

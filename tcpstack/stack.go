@@ -220,14 +220,14 @@ func newHost(cfg HostConfig, p port.Port, wrap func(*nic.Device, *rings.Arena) D
 			}
 			return nil, err
 		}
-		if (p == nil) != (cfg.Split.Link != nil) {
+		if (p == nil) != (cfg.Split.Link != nil || cfg.Split.ShmLink != nil) || cfg.Split.Link != nil && cfg.Split.ShmLink != nil {
 			sd.Stop()
 			if p != nil {
 				_ = p.Close()
 			}
-			return nil, errors.New("tcpstack: a split host takes either a port or a device link (SplitConfig.Link), not both or neither")
+			return nil, errors.New("tcpstack: a split host takes one of a port, a device link (SplitConfig.Link) or a shared-memory link (SplitConfig.ShmLink)")
 		}
-		if err := sd.configure(dc, p, cfg.Split.Link); err != nil {
+		if err := sd.configure(dc, p, cfg.Split.Link, cfg.Split.ShmLink); err != nil {
 			sd.Stop()
 			if p != nil {
 				_ = p.Close()

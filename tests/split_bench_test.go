@@ -22,7 +22,7 @@ import (
 //
 //	go test ./tests/ -run '^$' -bench Split -benchtime 2000x -count 5
 func BenchmarkSplit(b *testing.B) {
-	for _, mode := range []string{"inproc", "split", "split-link"} {
+	for _, mode := range []string{"inproc", "split", "split-link", "split-shm"} {
 		hosts := func(b *testing.B) *hostrig.Rig {
 			cfg := hostrig.Config{}
 			switch mode {
@@ -31,6 +31,8 @@ func BenchmarkSplit(b *testing.B) {
 				cfg.HostA, cfg.HostB = s, s
 			case "split-link":
 				return splitLinked(b)
+			case "split-shm":
+				return splitShm(b)
 			}
 			return hostrig.New(b, cfg)
 		}
@@ -102,4 +104,24 @@ func splitLinked(b testing.TB) *hostrig.Rig {
 	r := &hostrig.Rig{A: a, B: bh}
 	b.Cleanup(func() { a.Close(); bh.Close() })
 	return r
+}
+
+// splitShm is two split hosts whose devices are cabled by a shared-memory
+// link (SplitConfig.ShmLink): no system call per frame while frames flow.
+func splitShm(b testing.TB) *hostrig.Rig {
+	ea, eb, err := tcpstack.NewShmLink(1500)
+	if err != nil {
+		b.Fatal(err)
+	}
+	a, err := tcpstack.NewHost(tcpstack.HostConfig{MAC: hostrig.MACA, Addr: hostrig.PrefixA, Split: &tcpstack.SplitConfig{ShmLink: ea}}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	bh, err := tcpstack.NewHost(tcpstack.HostConfig{MAC: hostrig.MACB, Addr: hostrig.PrefixB, Split: &tcpstack.SplitConfig{ShmLink: eb}}, nil)
+	if err != nil {
+		a.Close()
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { a.Close(); bh.Close() })
+	return &hostrig.Rig{A: a, B: bh}
 }

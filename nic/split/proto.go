@@ -40,12 +40,13 @@ const (
 	MsgVectors MsgType = 0x05 // body: u32 VectorMode, u32 poll interval in µs; fds: doorbell, notify, txspace, command
 	MsgStart   MsgType = 0x06 // body: empty
 	MsgReset   MsgType = 0x07 // body: empty; the device stops and forgets the memory
+	MsgLink    MsgType = 0x08 // body: LINK body; fds: the link's memfd, this side's eventfd, the peer's (FeatureShmLink)
 
 	MsgReplyBit MsgType = 0x8000
 )
 
 var msgNames = map[MsgType]string{MsgHello: "HELLO", MsgMemory: "MEMORY", MsgConfig: "CONFIG", MsgRings: "RINGS",
-	MsgVectors: "VECTORS", MsgStart: "START", MsgReset: "RESET"}
+	MsgVectors: "VECTORS", MsgStart: "START", MsgReset: "RESET", MsgLink: "LINK"}
 
 func (t MsgType) String() string {
 	if t&MsgReplyBit != 0 {
@@ -62,7 +63,8 @@ const (
 	FeatureEventFD uint64 = 1 << 0 // doorbell and interrupt vectors as eventfds
 	FeaturePoll    uint64 = 1 << 1 // no fds: both sides poll the rings
 	FeaturePortFD  uint64 = 1 << 2 // the host supplies the device's port with CONFIG
-	FeaturesAll           = FeatureEventFD | FeaturePoll | FeaturePortFD
+	FeatureShmLink uint64 = 1 << 3 // the device's port is a shared-memory link to another device (LINK)
+	FeaturesAll           = FeatureEventFD | FeaturePoll | FeaturePortFD | FeatureShmLink
 )
 
 // Reply body.
@@ -110,6 +112,31 @@ const (
 	RingIdxTransmit = 2
 	RingIdxReceive  = 3
 )
+
+// LINK body: one side of a shared-memory link (nic/port's ShmPort).
+const (
+	LinkBodySize = 16
+	LinkOffSide  = 0x00 // u32 this device's side, 0 or 1 (ring i carries side i's frames)
+	LinkOffEntry = 0x04 // u32 bytes per ring entry (as port.ShmLinkGeometry gives for the frame size)
+	LinkOffSize  = 0x08 // u64 bytes of link memory
+)
+
+// EncodeLink returns the LINK body.
+func EncodeLink(side int, entry uint32, size uint64) []byte {
+	b := make([]byte, LinkBodySize)
+	le.PutUint32(b[LinkOffSide:], uint32(side))
+	le.PutUint32(b[LinkOffEntry:], entry)
+	le.PutUint64(b[LinkOffSize:], size)
+	return b
+}
+
+// DecodeLink reads a LINK body.
+func DecodeLink(b []byte) (side int, entry uint32, size uint64, err error) {
+	if len(b) != LinkBodySize {
+		return 0, 0, 0, fmt.Errorf("LINK body of %d bytes, want %d", len(b), LinkBodySize)
+	}
+	return int(le.Uint32(b[LinkOffSide:])), le.Uint32(b[LinkOffEntry:]), le.Uint64(b[LinkOffSize:]), nil
+}
 
 // VECTORS body.
 const (

@@ -113,6 +113,7 @@ type session struct {
 	poll     time.Duration
 	efds     []*EventFD // doorbell, notify, txspace, command
 	dev      *nic.Device
+	link     port.Port // LINK's port, for CONFIG
 	stopPoll chan struct{}
 	wg       sync.WaitGroup
 }
@@ -180,6 +181,8 @@ func wantFDs(t MsgType, features uint64, body []byte) (min, max int) {
 		if mode, _, err := DecodeVectors(body); err == nil && mode == VectorEventFD {
 			return 4, 4
 		}
+	case MsgLink:
+		return 3, 3
 	}
 	return 0, 0
 }
@@ -200,6 +203,13 @@ func (ss *session) handle(h Header, body []byte, files []*os.File) Reply {
 		ss.teardown()
 		ss.st = stHello
 		return Reply{}
+	}
+	if h.Type == MsgLink {
+		if ss.st != stMemory {
+			closeAll(files)
+			return ss.refuse(StatusOutOfOrder, "LINK in state %d (after %v): it goes between MEMORY and CONFIG", ss.st, stateAfter(ss.st))
+		}
+		return ss.linkPort(body, files)
 	}
 	want, ok := next[h.Type]
 	if !ok {
@@ -245,8 +255,8 @@ func (ss *session) hello(body []byte) Reply {
 		return ss.refuse(StatusBadMessage, "HELLO: %v", err)
 	}
 	ss.features = want & FeaturesAll
-	if ss.s.cfg.OpenPort == nil && ss.features&FeaturePortFD == 0 {
-		return ss.refuse(StatusUnsupported, "this device has no port of its own: the host must supply one (FeaturePortFD)")
+	if ss.s.cfg.OpenPort == nil && ss.features&(FeaturePortFD|FeatureShmLink) == 0 {
+		return ss.refuse(StatusUnsupported, "this device has no port of its own: the host must supply one (FeaturePortFD or FeatureShmLink)")
 	}
 	return Reply{Value: ss.features}
 }
@@ -286,7 +296,13 @@ func (ss *session) config(body []byte, pf *os.File) Reply {
 		return ss.refuse(StatusBadConfig, "configuration: %v", err)
 	}
 	var p port.Port
-	if pf != nil {
+	if ss.link != nil {
+		if pf != nil {
+			pf.Close()
+			return ss.refuse(StatusBadConfig, "a port with CONFIG after LINK: one or the other")
+		}
+		p, ss.link = ss.link, nil
+	} else if pf != nil {
 		fd, err := unix.Dup(int(pf.Fd()))
 		pf.Close()
 		if err != nil {
@@ -315,6 +331,30 @@ func (ss *session) config(body []byte, pf *os.File) Reply {
 	}
 	ss.cfg, ss.port, ss.dev = cfg, p, dev
 	return Reply{Value: uint64(dev.MTU())}
+}
+
+// linkPort opens this device's side of a shared-memory link as its port.
+func (ss *session) linkPort(body []byte, files []*os.File) Reply {
+	if ss.features&FeatureShmLink == 0 {
+		closeAll(files)
+		return ss.refuse(StatusUnsupported, "LINK: the shared-memory link was not negotiated in HELLO")
+	}
+	side, entry, size, err := DecodeLink(body)
+	if err != nil {
+		closeAll(files)
+		return ss.refuse(StatusBadMessage, "%v", err)
+	}
+	if ss.link != nil {
+		ss.link.Close()
+		ss.link = nil
+	}
+	p, err := port.OpenShmPort(files[0], int(size), entry, side, files[1], files[2])
+	if err != nil {
+		closeAll(files)
+		return ss.refuse(StatusBadConfig, "%v", err)
+	}
+	ss.link = p
+	return Reply{}
 }
 
 func (ss *session) rings(body []byte) Reply {
@@ -425,6 +465,10 @@ func (ss *session) teardown() {
 		ss.port.Close()
 	}
 	ss.port = nil
+	if ss.link != nil {
+		ss.link.Close()
+		ss.link = nil
+	}
 	if ss.stopPoll != nil {
 		close(ss.stopPoll)
 		ss.stopPoll = nil
