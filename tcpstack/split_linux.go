@@ -214,7 +214,7 @@ func dialSplit(sc SplitConfig, size int) (*splitDevice, *rings.Arena, error) {
 		return nil, nil, fmt.Errorf("split device: features %#x, the host needs %#x", r.Value, want)
 	}
 	size = (size + rings.CacheLine - 1) &^ (rings.CacheLine - 1)
-	fd, err := unix.MemfdCreate("emunic-host-memory", unix.MFD_CLOEXEC)
+	fd, err := unix.MemfdCreate("emunic-host-memory", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		d.close()
 		return nil, nil, fmt.Errorf("host memory: memfd: %w", err)
@@ -223,6 +223,12 @@ func dialSplit(sc SplitConfig, size int) (*splitDevice, *rings.Arena, error) {
 	if err := unix.Ftruncate(fd, int64(size)); err != nil {
 		d.close()
 		return nil, nil, fmt.Errorf("host memory: %d bytes: %w", size, err)
+	}
+	// Sealed against shrinking: the device refuses memory it could lose
+	// pages of (a SIGBUS in the device process).
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK); err != nil {
+		d.close()
+		return nil, nil, fmt.Errorf("host memory: seal: %w", err)
 	}
 	if d.mem, err = unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err != nil {
 		d.close()

@@ -51,13 +51,17 @@ func shmLayouts(entry uint32) [2]rings.Layout {
 
 // NewShmLinkMemory makes the link's memory: a zeroed memfd of size bytes.
 func NewShmLinkMemory(size int) (*os.File, error) {
-	fd, err := unix.MemfdCreate("emunic-link", unix.MFD_CLOEXEC)
+	fd, err := unix.MemfdCreate("emunic-link", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return nil, fmt.Errorf("shared-memory link: memfd: %w", err)
 	}
 	if err := unix.Ftruncate(fd, int64(size)); err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("shared-memory link: %w", err)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("shared-memory link: seal: %w", err)
 	}
 	return os.NewFile(uintptr(fd), "emunic-link"), nil
 }
@@ -99,6 +103,9 @@ func OpenShmPort(mem *os.File, size int, entry uint32, side int, wake, peer *os.
 	var st unix.Stat_t
 	if err := unix.Fstat(int(mem.Fd()), &st); err != nil || st.Size < int64(size) {
 		return nil, fmt.Errorf("shared-memory link: the memory file is smaller than %d bytes", size)
+	}
+	if seals, err := unix.FcntlInt(mem.Fd(), unix.F_GET_SEALS, 0); err != nil || seals&unix.F_SEAL_SHRINK == 0 {
+		return nil, fmt.Errorf("shared-memory link: the memory file is not sealed against shrinking")
 	}
 	b, err := unix.Mmap(int(mem.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {

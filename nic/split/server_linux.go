@@ -274,6 +274,12 @@ func (ss *session) memory(body []byte, f *os.File) Reply {
 	if size == 0 || size%rings.CacheLine != 0 || size > 1<<40 || uint64(st.Size) < size {
 		return ss.refuse(StatusBadMemory, "size %d (the file has %d bytes): want a positive multiple of %d no larger than the file", size, st.Size, rings.CacheLine)
 	}
+	// A host that shrank the file under the mapping would make the
+	// device's next access to it a SIGBUS: the memory must be sealed
+	// against shrinking (as vhost-user asks of its memory regions).
+	if seals, err := unix.FcntlInt(f.Fd(), unix.F_GET_SEALS, 0); err != nil || seals&unix.F_SEAL_SHRINK == 0 {
+		return ss.refuse(StatusBadMemory, "the memory file is not sealed against shrinking (memfd_create with MFD_ALLOW_SEALING, then F_ADD_SEALS F_SEAL_SHRINK)")
+	}
 	mem, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		return ss.refuse(StatusBadMemory, "mmap %d bytes: %v", size, err)

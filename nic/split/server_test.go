@@ -73,14 +73,23 @@ func (h *rawHost) reply(ty MsgType) Reply {
 }
 
 func memfd(t *testing.T, size int) (*os.File, []byte) {
+	return memfdSealed(t, size, true)
+}
+
+func memfdSealed(t *testing.T, size int, seal bool) (*os.File, []byte) {
 	t.Helper()
-	fd, err := unix.MemfdCreate("test", unix.MFD_CLOEXEC)
+	fd, err := unix.MemfdCreate("test", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		t.Fatal(err)
 	}
 	f := os.NewFile(uintptr(fd), "memfd")
 	if err := unix.Ftruncate(fd, int64(size)); err != nil {
 		t.Fatal(err)
+	}
+	if seal {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK); err != nil {
+			t.Fatal(err)
+		}
 	}
 	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
@@ -140,6 +149,8 @@ func TestServerBadInput(t *testing.T) {
 	// MEMORY: no fd, a memfd smaller than announced, not a multiple of a
 	// cache line.
 	want(t, "MEMORY without fd", h.req(MsgMemory, EncodeU64(1<<20)), StatusBadMessage)
+	uf, _ := memfdSealed(t, 1<<20, false)
+	want(t, "MEMORY not sealed", h.req(MsgMemory, EncodeU64(1<<20), uf), StatusBadMemory)
 	f, _ := memfd(t, 1<<20)
 	want(t, "MEMORY too small", h.req(MsgMemory, EncodeU64(2<<20), f), StatusBadMemory)
 	want(t, "MEMORY odd size", h.req(MsgMemory, EncodeU64(1000), f), StatusBadMemory)

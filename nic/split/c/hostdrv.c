@@ -18,6 +18,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -225,8 +226,10 @@ int main(int argc, char **argv) {
 	uint64_t want = FEATURE_EVENTFD | FEATURE_PORTFD;
 	if (request(MSG_HELLO, &want, 8, NULL, 0) != want) die("features not granted");
 
-	int mfd = memfd_create("hostdrv-memory", MFD_CLOEXEC);
+	int mfd = memfd_create("hostdrv-memory", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (mfd < 0 || ftruncate(mfd, MEM_SIZE) < 0) die("memfd: %s", strerror(errno));
+	/* The device refuses memory it could lose pages of: seal it. */
+	if (fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK) < 0) die("seal: %s", strerror(errno));
 	mem = mmap(NULL, MEM_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
 	if (mem == MAP_FAILED) die("mmap: %s", strerror(errno));
 	uint64_t size = MEM_SIZE;
