@@ -184,7 +184,7 @@ type splitReply struct {
 
 // dialSplit connects to (or starts) the device process, gives it host
 // memory of size bytes and returns the device and that memory as an arena.
-func dialSplit(sc SplitConfig, size int) (*splitDevice, *rings.Arena, error) {
+func dialSplit(sc SplitConfig, size int, withPort bool) (*splitDevice, *rings.Arena, error) {
 	d := &splitDevice{replies: make(chan splitReply, 1), dead: make(chan struct{})}
 	if sc.Poll {
 		d.poll = sc.PollInterval
@@ -197,8 +197,11 @@ func dialSplit(sc SplitConfig, size int) (*splitDevice, *rings.Arena, error) {
 	}
 	go d.reader()
 	portFeature := split.FeaturePortFD
-	if sc.ShmLink != nil {
+	switch {
+	case sc.ShmLink != nil:
 		portFeature = split.FeatureShmLink
+	case !withPort:
+		portFeature = 0 // the device's own port
 	}
 	want := split.FeatureEventFD | portFeature
 	if sc.Poll {
@@ -391,6 +394,14 @@ func (d *splitDevice) configure(cfg nic.Config, p port.Port, link *os.File, shm 
 	if link != nil {
 		r, err := d.request(split.MsgConfig, body, link)
 		link.Close()
+		if err != nil {
+			return err
+		}
+		d.mac, d.mtu = cfg.MAC, int(r.Value)
+		return nil
+	}
+	if p == nil { // the device's own port
+		r, err := d.request(split.MsgConfig, body)
 		if err != nil {
 			return err
 		}

@@ -47,7 +47,7 @@ type splitDevice struct {
 
 func splitFromEnv() bool { return false }
 
-func dialSplit(SplitConfig, int) (*splitDevice, *rings.Arena, error) {
+func dialSplit(SplitConfig, int, bool) (*splitDevice, *rings.Arena, error) {
 	return nil, nil, errors.New("split mode needs Linux")
 }
 

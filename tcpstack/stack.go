@@ -214,18 +214,26 @@ func newHost(cfg HostConfig, p port.Port, wrap func(*nic.Device, *rings.Arena) D
 		err error
 	)
 	if cfg.Split != nil {
-		if sd, mem, err = dialSplit(*cfg.Split, cfg.ArenaSize); err != nil {
+		if sd, mem, err = dialSplit(*cfg.Split, cfg.ArenaSize, p != nil || cfg.Split.Link != nil); err != nil {
 			if p != nil {
 				_ = p.Close()
 			}
 			return nil, err
 		}
-		if (p == nil) != (cfg.Split.Link != nil || cfg.Split.ShmLink != nil) || cfg.Split.Link != nil && cfg.Split.ShmLink != nil {
+		links := 0
+		for _, set := range []bool{p != nil, cfg.Split.Link != nil, cfg.Split.ShmLink != nil} {
+			if set {
+				links++
+			}
+		}
+		// No port at all: the device has one of its own ('emunic device
+		// --tap'), which only a device at a socket path can.
+		if links > 1 || links == 0 && cfg.Split.Socket == "" {
 			sd.Stop()
 			if p != nil {
 				_ = p.Close()
 			}
-			return nil, errors.New("tcpstack: a split host takes one of a port, a device link (SplitConfig.Link) or a shared-memory link (SplitConfig.ShmLink)")
+			return nil, errors.New("tcpstack: a split host takes at most one of a port, a device link (SplitConfig.Link) or a shared-memory link (SplitConfig.ShmLink), and none only for a device at a socket path with a port of its own")
 		}
 		if err := sd.configure(dc, p, cfg.Split.Link, cfg.Split.ShmLink); err != nil {
 			sd.Stop()

@@ -319,7 +319,14 @@ type serveProc struct {
 
 func startServe(t *testing.T, exe string, args ...string) *serveProc {
 	t.Helper()
-	p := &serveProc{t: t, cmd: exec.Command(exe, append([]string{"serve"}, args...)...), exited: make(chan error, 1)}
+	return startCommand(t, exe, "serve", args...)
+}
+
+// startCommand starts 'emunic NAME args...' as a process; it is killed at
+// the end of the test unless it was stopped, and its output logged.
+func startCommand(t *testing.T, exe, name string, args ...string) *serveProc {
+	t.Helper()
+	p := &serveProc{t: t, cmd: exec.Command(exe, append([]string{name}, args...)...), exited: make(chan error, 1)}
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -330,7 +337,7 @@ func startServe(t *testing.T, exe string, args ...string) *serveProc {
 			p.cmd.Process.Kill()
 			<-p.exited
 		}
-		t.Logf("emunic serve %s stderr:\n%s\nstdout:\n%s", strings.Join(args, " "), p.stderr.String(), p.stdout.String())
+		t.Logf("emunic %s %s stderr:\n%s\nstdout:\n%s", name, strings.Join(args, " "), p.stderr.String(), p.stdout.String())
 	})
 	return p
 }
