@@ -15,7 +15,8 @@ import (
 //	0x06 u8  Pref: this side's preferred transfer for its large sends (Transfer)
 //	0x07 u8  reserved, zero
 //	0x08 u16 Port: request: the listener's TCP port; reply: zero
-//	0x0A u16 Slots: credit-only receive buffers this side posted (at least 2)
+//	0x0A u16 Slots: credit-only receive buffers this side posted (2..1025); the
+//	         peer's pool is at most Slots-1
 //	0x0C u32 Pool: receive buffers this side's credits cover: the peer's initial credits
 //	0x10 u32 MaxInline: most payload bytes one DATA message to this side may carry
 //	0x14 u32 reserved, zero
@@ -49,7 +50,7 @@ const (
 	// Limits a hello may state: bigger pools or messages than these are
 	// refused (they would make the other side allocate without bound).
 	maxPool      = 1024
-	maxSlots     = 64
+	maxSlots     = maxPool + 1
 	maxInlineCap = 1 << 20
 )
 

@@ -3,6 +3,7 @@ package direct
 import (
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -184,7 +185,7 @@ func TestCreditsExhaustedBothSides(t *testing.T) {
 						t.Fatalf("send %v, receive %v, sums %x %x", s.err, r.err, s.sum[:4], r.sum[:4])
 					}
 				case <-time.After(30 * time.Second):
-					t.Fatal("deadlock: the streams did not finish")
+					t.Fatalf("deadlock: the streams did not finish\nA: %s\nB: %s", ca.(*Conn).debugState(), cb.(*Conn).debugState())
 				}
 			}
 		})
@@ -233,4 +234,25 @@ type res2 struct {
 	n   int
 	sum [32]byte
 	err error
+}
+
+// debugState describes a conn's protocol state (for failure messages).
+func (c *Conn) debugState() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := fmt.Sprintf("cs %+v free %d ctlQ %d rq %d finQ %v finSent %v finRecv %v writing %v err %v readsOut %d sinkAdv %d",
+		c.cs, len(c.free), len(c.ctlQ), len(c.rq), c.finQ, c.finSent, c.finRecv, c.writing, c.err, c.readsOut, len(c.sinkAdv))
+	if c.src != nil {
+		s += fmt.Sprintf(" srcFree %d", len(c.src.free))
+	}
+	if c.sink != nil {
+		s += fmt.Sprintf(" sinkFree %d", len(c.sink.free))
+	}
+	for i, r := range c.rq {
+		if i > 4 {
+			break
+		}
+		s += fmt.Sprintf(" [n %d off %d ready %v sink %d]", r.n, r.off, r.ready, r.sink)
+	}
+	return s
 }
