@@ -437,42 +437,22 @@ func offloadTransfer(ctx context.Context, lab *demoLab, cfg demoConfig) (res tra
 		return res, err
 	}
 	defer l.Close()
-	type accepted struct {
-		c   net.Conn
-		err error
-	}
-	acc := make(chan accepted, 1)
-	go func() {
-		c, err := l.Accept()
-		acc <- accepted{c, err}
-	}()
-	dst := netip.AddrPortFrom(demoAddrB.Addr(), demoPortOffload)
-	dctx, cancel := context.WithTimeout(ctx, cfg.Idle)
-	defer cancel()
-	c, err := lab.a.DialOffload(dctx, dst)
+	c, s, err := dialAccept(ctx, l, cfg, func(ctx context.Context) (net.Conn, error) {
+		return lab.a.DialOffload(ctx, netip.AddrPortFrom(demoAddrB.Addr(), demoPortOffload))
+	})
 	if err != nil {
-		l.Close() // ends the Accept
-		return res, fmt.Errorf("A: %w", err)
+		return res, err
 	}
 	defer c.Close()
-	var a accepted
-	select {
-	case a = <-acc:
-	case <-dctx.Done():
-		return res, fmt.Errorf("B accepted no connection: %w", dctx.Err())
-	}
-	if a.err != nil {
-		return res, fmt.Errorf("B: %w", a.err)
-	}
-	defer a.c.Close()
-	if _, ok := a.c.(*tcpstack.DelegatedConn); !ok {
+	defer s.Close()
+	if _, ok := s.(*tcpstack.DelegatedConn); !ok {
 		why := "the offload unit did not take it"
 		if err := l.FallbackErr(); err != nil {
 			why = err.Error()
 		}
 		return res, fmt.Errorf("B: connection stayed on netstack: %s", why)
 	}
-	return moveData(ctx, c, a.c, cfg)
+	return moveData(ctx, c, s, cfg)
 }
 
 // moveData sends cfg.Bytes of seeded data from c (A's end) to s (B's end),

@@ -24,6 +24,23 @@ func directTransfer(ctx context.Context, lab *demoLab, cfg demoConfig) (res tran
 		return res, fmt.Errorf("B: %w", err)
 	}
 	defer l.Close()
+	c, s, err := dialAccept(ctx, l, cfg, func(ctx context.Context) (net.Conn, error) {
+		return direct.Dial(ctx, lab.a, netip.AddrPortFrom(demoAddrB.Addr(), demoPortDirect), direct.Config{})
+	})
+	if err != nil {
+		return res, err
+	}
+	defer c.Close()
+	defer s.Close()
+	if p := direct.PathOf(c); p.Path != direct.PathRDMA {
+		return res, fmt.Errorf("the connection took the %v", p)
+	}
+	return moveData(ctx, c, s, cfg)
+}
+
+// dialAccept connects A (dial) to B's listener l within cfg.Idle and
+// returns both ends.
+func dialAccept(ctx context.Context, l net.Listener, cfg demoConfig, dial func(context.Context) (net.Conn, error)) (c, s net.Conn, err error) {
 	type accepted struct {
 		c   net.Conn
 		err error
@@ -35,24 +52,21 @@ func directTransfer(ctx context.Context, lab *demoLab, cfg demoConfig) (res tran
 	}()
 	dctx, cancel := context.WithTimeout(ctx, cfg.Idle)
 	defer cancel()
-	c, err := direct.Dial(dctx, lab.a, netip.AddrPortFrom(demoAddrB.Addr(), demoPortDirect), direct.Config{})
+	c, err = dial(dctx)
 	if err != nil {
-		l.Close()
-		return res, fmt.Errorf("A: %w", err)
+		l.Close() // ends the Accept
+		return nil, nil, fmt.Errorf("A: %w", err)
 	}
-	defer c.Close()
 	var a accepted
 	select {
 	case a = <-acc:
 	case <-dctx.Done():
-		return res, fmt.Errorf("B accepted no connection: %w", dctx.Err())
+		c.Close()
+		return nil, nil, fmt.Errorf("B accepted no connection: %w", dctx.Err())
 	}
 	if a.err != nil {
-		return res, fmt.Errorf("B: %w", a.err)
+		c.Close()
+		return nil, nil, fmt.Errorf("B: %w", a.err)
 	}
-	defer a.c.Close()
-	if p := direct.PathOf(c); p.Path != direct.PathRDMA {
-		return res, fmt.Errorf("the connection took the %v", p)
-	}
-	return moveData(ctx, c, a.c, cfg)
+	return c, a.c, nil
 }
