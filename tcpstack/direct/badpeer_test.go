@@ -29,7 +29,7 @@ type liar struct {
 func newLiar(t *testing.T, a, b *tcpstack.Host, port uint16, pref Transfer) *liar {
 	t.Helper()
 	n := hostrig.NewNode(t, a, hostrig.NodeConfig{})
-	h := Hello{Pref: pref, Port: port, Slots: 33, Pool: 32, MaxInline: uint32(n.Cfg.RecvSize - HeaderSize)}
+	h := Hello{Pref: pref, Port: port, Slots: 33, Pool: 32, MaxInline: uint32(n.Cfg.RecvSize - HeaderSize), MaxTransfer: 1 << 20}
 	hb := make([]byte, HelloSize)
 	h.Encode(hb)
 	attr := n.Attr()

@@ -230,10 +230,11 @@ func (c *Conn) start(mine, peer *Hello) {
 	peerPool := min(int(peer.Pool), int(mine.Slots)-1)
 	c.cs = newCreditState(myPool, max(1, min(c.cfg.Reserve, peerPool-1)), max(1, myPool/2))
 	c.cs.cred, c.cs.peerPool = peerPool, peerPool
-	c.peerIn = int(peer.MaxInline)
+	// Our send buffers are as large as our receive buffers.
+	c.peerIn = min(int(peer.MaxInline), c.maxIn)
 	c.txMode = transferMode(c.cfg.Transfer, peer.Caps)
 	c.rxMode = transferMode(peer.Pref, mine.Caps)
-	c.peerXfer = c.cfg.ChunkSize
+	c.peerXfer = int(peer.MaxTransfer)
 	c.info = PathInfo{Path: PathRDMA, Send: c.txMode, Recv: c.rxMode}
 	if c.rxMode == TransferWrite && c.sink != nil {
 		for i := range c.sink.chunks {

@@ -67,6 +67,7 @@ func (c Config) withDefaults() Config {
 	def(&c.Pool, 32)
 	def(&c.Reserve, 2)
 	def(&c.ChunkSize, 256<<10)
+	c.ChunkSize = min(c.ChunkSize, maxTransfer)
 	def(&c.Chunks, 8)
 	c.Pool = max(2, min(c.Pool, maxPool))
 	def(&c.Slots, c.Pool+1)
@@ -86,7 +87,7 @@ func (c Config) withDefaults() Config {
 
 func (c *Config) hello(reply bool, port uint16, caps uint8) Hello {
 	return Hello{Reply: reply, Caps: caps, Pref: c.Transfer, Port: port, Slots: uint16(c.Slots),
-		Pool: uint32(c.Pool), MaxInline: uint32(c.MaxInline)}
+		Pool: uint32(c.Pool), MaxInline: uint32(c.MaxInline), MaxTransfer: uint32(c.ChunkSize)}
 }
 
 // Stats count a host's sockets-direct connections and what went wrong.
