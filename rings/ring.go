@@ -399,7 +399,7 @@ func (p *Producer) warm() {
 		return
 	}
 	for i := start; i != end; i++ {
-		*(*byte)(unsafe.Add(p.slot(i), 3)) = 0
+		warmStore(p.slot(i))
 	}
 	p.warmed = end
 }
