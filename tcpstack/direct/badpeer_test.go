@@ -167,6 +167,12 @@ func TestBadPeer(t *testing.T) {
 			c := <-accepted
 			defer c.Close()
 			tc.act(lr)
+			// Wait for the failure without reading: a reader would give
+			// credits back, and a grant in flight makes the liar's
+			// overrun legal as far as the victim can tell.
+			if err := waitFailed(c.(*Conn), 10*time.Second); err == nil {
+				t.Fatalf("%s: the conn did not fail (%s)", tc.name, c.(*Conn).debugState())
+			}
 			err := readErr(c)
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("read error %v, want %v", err, tc.want)
@@ -178,4 +184,21 @@ func TestBadPeer(t *testing.T) {
 			roundTrip(t, good, "still there after "+tc.name)
 		})
 	}
+}
+
+// waitFailed waits until c has an error, or d passed.
+func waitFailed(c *Conn, d time.Duration) error {
+	t := time.AfterFunc(d, func() {
+		c.mu.Lock()
+		c.cond.Broadcast()
+		c.mu.Unlock()
+	})
+	defer t.Stop()
+	limit := time.Now().Add(d)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for c.err == nil && time.Now().Before(limit) {
+		c.cond.Wait()
+	}
+	return c.err
 }
