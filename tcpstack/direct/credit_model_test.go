@@ -329,7 +329,7 @@ func modelConfigs(short bool) []modelCfg {
 // sides exhaust their credits at once in many of these states.
 func TestCreditModel(t *testing.T) {
 	total := 0
-	for _, c := range modelConfigs(testing.Short()) {
+	for _, c := range modelConfigs(testing.Short() || raceEnabled) {
 		res, err := c.check()
 		if err != nil {
 			t.Fatalf("%+v: %v", c, err)

@@ -112,11 +112,11 @@ func exchange(t *testing.T, ca, cb net.Conn, total int) time.Duration {
 // of mixed sizes, SHA-256 checked: 256 MiB each way with the default
 // configuration (inline below 64 KiB, RDMA Read above: the two interleave
 // in one stream), and 64 MiB each way in RDMA Write and inline modes.
-// -short: 32 and 8 MiB.
+// -short and -race: 32 and 8 MiB.
 func TestLargeMixed(t *testing.T) {
 	a, b := rig(t)
 	big, small := 256<<20, 64<<20
-	if testing.Short() {
+	if testing.Short() || raceEnabled {
 		big, small = 32<<20, 8<<20
 	}
 	for _, c := range []struct {
