@@ -207,6 +207,9 @@ func newConn(sw *hostSwitch, cfg Config, qp *verbs.QP) (*Conn, error) {
 		return nil, err
 	}
 	c.reposts = make([]rings.RecvWR, 0, c.nRecv)
+	// Every post would otherwise wait for a command round trip to the
+	// device, under the conn's lock.
+	qp.SetAsyncDoorbell(true)
 	return c, nil
 }
 
