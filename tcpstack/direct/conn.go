@@ -118,6 +118,7 @@ type Conn struct {
 	finQ    bool // FIN queued
 	err     error
 	closed  bool
+	closing bool // Close has begun: writes fail, FIN goes when the last Write returned
 	rdl     deadline
 	wdl     deadline
 	writing bool // a Write holds the send side (Writes are serialized)
@@ -474,7 +475,7 @@ func (c *Conn) releaseSrcLocked(ci int) {
 
 func (c *Conn) sendErrLocked() error {
 	switch {
-	case c.closed:
+	case c.closed || c.closing:
 		return net.ErrClosed
 	case c.err != nil:
 		return c.err
@@ -854,7 +855,7 @@ func (c *Conn) waitLocked(d *deadline, write bool) error {
 	if d.passed() {
 		return os.ErrDeadlineExceeded
 	}
-	if c.closed {
+	if c.closed || write && c.closing {
 		return net.ErrClosed
 	}
 	if write && c.err != nil {
@@ -911,9 +912,16 @@ func (c *Conn) RemoteAddr() net.Addr { return c.remote }
 // disconnects the QP and frees the memory.
 func (c *Conn) Close() error {
 	c.mu.Lock()
-	if c.closed {
+	if c.closed || c.closing {
 		c.mu.Unlock()
 		return c.opErr("close", net.ErrClosed)
+	}
+	// A Write blocked in another goroutine gives up (net.ErrClosed), so
+	// the FIN can go behind what was written.
+	c.closing = true
+	c.cond.Broadcast()
+	for c.writing {
+		c.cond.Wait()
 	}
 	c.finQ = true
 	c.flushLocked()

@@ -256,3 +256,40 @@ func (c *Conn) debugState() string {
 	}
 	return s
 }
+
+// TestCloseUnblocksWrite: Close while a Write waits for credits (the peer
+// does not read): the Write returns net.ErrClosed and Close does not wait
+// for it to drain.
+func TestCloseUnblocksWrite(t *testing.T) {
+	a, b := rig(t)
+	cfg := Config{Pool: 4, Linger: 5 * time.Second}
+	ca, cb := pair(t, a, b, cfg, cfg)
+	defer cb.Close()
+	werr := make(chan error, 1)
+	go func() {
+		_, err := ca.Write(make([]byte, 64<<20))
+		werr <- err
+	}()
+	c := ca.(*Conn)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c.mu.Lock()
+		stuck := c.writing && !c.cs.canSend(classData)
+		c.mu.Unlock()
+		if stuck {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the write never blocked")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	start := time.Now()
+	if err := ca.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-werr; !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("blocked Write: %v", err)
+	}
+	t.Logf("Close took %v", time.Since(start))
+}
