@@ -380,9 +380,6 @@ func (p *Producer) commitSlow() {
 // of a free slot could see (a command ring host may still read the previous
 // lap's DONE bits, status and result there), and it needs no load first.
 func (p *Producer) warm() {
-	if !warmEnabled {
-		return
-	}
 	w := p.batch * 2
 	if w > warmMax {
 		w = warmMax
@@ -402,7 +399,7 @@ func (p *Producer) warm() {
 		return
 	}
 	for i := start; i != end; i++ {
-		*(*byte)(unsafe.Add(p.slot(i), 3)) = 0
+		warmStore(p.slot(i))
 	}
 	p.warmed = end
 }

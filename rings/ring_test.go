@@ -777,9 +777,6 @@ func TestLayoutValidate(t *testing.T) {
 // host may read a completed command's DONE bits, status and result after the
 // device released the slot and before the host reuses it.
 func TestWarmKeepsFreeSlots(t *testing.T) {
-	if !warmEnabled {
-		t.Skip("warm-up is off under the race detector (warm_race.go)")
-	}
 	const count = 16
 	bp := newBenchPair(t, count, CommandEntrySize, 4, 4)
 	p, c := bp.p, bp.c

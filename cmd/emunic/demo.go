@@ -23,7 +23,7 @@ import (
 var demoCmd = &command{
 	name:     "demo",
 	summary:  "two emulated hosts over an in-memory wire: netstack and delegated TCP side by side",
-	synopsis: "[--bytes SIZE] [--path netstack|offload|both] [--rdma] [--split] [--loss PCT] [--reorder PCT] [--seed N] [--pcap FILE] [--mtu N]",
+	synopsis: "[--bytes SIZE] [--path netstack|offload|both|direct|all] [--rdma] [--split] [--loss PCT] [--reorder PCT] [--seed N] [--pcap FILE] [--mtu N]",
 	about: `
 Builds two emulated hosts in this process, A (10.0.0.1) and B (10.0.0.2), each
 with host memory, an emulated NIC and gVisor netstack, joined by an in-memory
@@ -38,6 +38,10 @@ what A sent. The data paths (--path, default both):
             to its NIC (the OFFLOAD command): the NICs' delegated TCP engines
             segment, acknowledge and place the data; the hosts only queue
             transmit buffers, post receive buffers and read notifications
+  direct    sockets direct (tcpstack/direct): a net.Conn over an RDMA QP
+            with the Windows Sockets Direct session protocol: writes of at
+            least 64 KiB go by RDMA Read, smaller ones inline (both = netstack
+            and offload; all = the three)
 
 Prints one row per path (bytes, time, throughput, the process's CPU time),
 what each path cost in ring entries, interrupts and segments, then the ring,
@@ -73,6 +77,7 @@ Wireshark or tshark.`,
 	examples: `  emunic demo
   emunic demo --split --bytes 16MiB
   emunic demo --bytes 1GiB --path offload
+  emunic demo --path all
   emunic demo --bytes 16MiB --loss 5 --reorder 5 --seed 7
   emunic demo --bytes 4MiB --pcap demo.pcap && tshark -r demo.pcap | head
   emunic demo --mtu 9000
@@ -126,7 +131,7 @@ func parseDemoFlags(args []string, stdout io.Writer) (demoConfig, error) {
 	bytes, loss, reorder := sizeValue(cfg.Bytes), percentValue(0), percentValue(0)
 	seed, mtu := uintValue(cfg.Seed), mtuValue(cfg.MTU)
 	fs.Var(&bytes, "bytes", "amount of data A sends to B, a `SIZE` such as 1000000, 64MiB or 1GiB")
-	fs.StringVar(&cfg.Path, "path", cfg.Path, "data `PATH`: netstack, offload (delegated connections) or both")
+	fs.StringVar(&cfg.Path, "path", cfg.Path, "data `PATH`: netstack, offload (delegated connections), both, direct (sockets direct) or all")
 	fs.Var(&loss, "loss", "percentage `PCT` of frames the wire loses, each direction (0-100)")
 	fs.Var(&reorder, "reorder", "percentage `PCT` of frames the wire delivers out of order, each direction (0-100)")
 	fs.Var(&seed, "seed", "`N` seeds the wire's impairments and the data, so that runs repeat")
@@ -145,13 +150,13 @@ func parseDemoFlags(args []string, stdout io.Writer) (demoConfig, error) {
 		}
 	}
 	switch cfg.Path {
-	case "netstack", "offload", "both":
+	case "netstack", "offload", "both", "direct", "all":
 	case "none":
 		if !cfg.RDMA {
-			return cfg, usagef("bad --path %q: want netstack, offload or both (see 'emunic demo --help')", cfg.Path)
+			return cfg, usagef("bad --path %q: want netstack, offload, both, direct or all (see 'emunic demo --help')", cfg.Path)
 		}
 	default:
-		return cfg, usagef("bad --path %q: want netstack, offload or both (see 'emunic demo --help')", cfg.Path)
+		return cfg, usagef("bad --path %q: want netstack, offload, both, direct or all (see 'emunic demo --help')", cfg.Path)
 	}
 	if bytes <= 0 {
 		return cfg, usagef("bad --bytes %s: must be at least 1 byte (see 'emunic demo --help')", formatSize(int64(bytes)))
@@ -285,11 +290,14 @@ type demoPath struct {
 // choose.
 func demoPaths(cfg demoConfig) []demoPath {
 	var paths []demoPath
-	if cfg.Path == "netstack" || cfg.Path == "both" {
+	if cfg.Path == "netstack" || cfg.Path == "both" || cfg.Path == "all" {
 		paths = append(paths, demoPath{name: "netstack, legacy rings", run: netstackTransfer})
 	}
-	if cfg.Path == "offload" || cfg.Path == "both" {
+	if cfg.Path == "offload" || cfg.Path == "both" || cfg.Path == "all" {
 		paths = append(paths, demoPath{name: "delegated, offload engine", run: offloadTransfer})
+	}
+	if cfg.Path == "direct" || cfg.Path == "all" {
+		paths = append(paths, demoPath{name: "sockets direct, RDMA", run: directTransfer})
 	}
 	if cfg.RDMA {
 		paths = append(paths, demoPath{name: "RDMA Write, iWARP QP", run: rdmaTransfer})
@@ -443,42 +451,22 @@ func offloadTransfer(ctx context.Context, lab *demoLab, cfg demoConfig) (res tra
 		return res, err
 	}
 	defer l.Close()
-	type accepted struct {
-		c   net.Conn
-		err error
-	}
-	acc := make(chan accepted, 1)
-	go func() {
-		c, err := l.Accept()
-		acc <- accepted{c, err}
-	}()
-	dst := netip.AddrPortFrom(demoAddrB.Addr(), demoPortOffload)
-	dctx, cancel := context.WithTimeout(ctx, cfg.Idle)
-	defer cancel()
-	c, err := lab.a.DialOffload(dctx, dst)
+	c, s, err := dialAccept(ctx, l, cfg, func(ctx context.Context) (net.Conn, error) {
+		return lab.a.DialOffload(ctx, netip.AddrPortFrom(demoAddrB.Addr(), demoPortOffload))
+	})
 	if err != nil {
-		l.Close() // ends the Accept
-		return res, fmt.Errorf("A: %w", err)
+		return res, err
 	}
 	defer c.Close()
-	var a accepted
-	select {
-	case a = <-acc:
-	case <-dctx.Done():
-		return res, fmt.Errorf("B accepted no connection: %w", dctx.Err())
-	}
-	if a.err != nil {
-		return res, fmt.Errorf("B: %w", a.err)
-	}
-	defer a.c.Close()
-	if _, ok := a.c.(*tcpstack.DelegatedConn); !ok {
+	defer s.Close()
+	if _, ok := s.(*tcpstack.DelegatedConn); !ok {
 		why := "the offload unit did not take it"
 		if err := l.FallbackErr(); err != nil {
 			why = err.Error()
 		}
 		return res, fmt.Errorf("B: connection stayed on netstack: %s", why)
 	}
-	return moveData(ctx, c, a.c, cfg)
+	return moveData(ctx, c, s, cfg)
 }
 
 // moveData sends cfg.Bytes of seeded data from c (A's end) to s (B's end),

@@ -95,7 +95,7 @@ func TestCLIDemoFlags(t *testing.T) {
 		{[]string{"--seed", "-1"}, `bad --seed "-1": not an unsigned integer`},
 		{[]string{"--frobnicate"}, "unknown flag -frobnicate"},
 		{[]string{"now"}, `unexpected argument "now"`},
-		{[]string{"--path", "rdma"}, `bad --path "rdma": want netstack, offload or both`},
+		{[]string{"--path", "rdma"}, `bad --path "rdma": want netstack, offload, both, direct or all`},
 		{[]string{"--path"}, "--path needs a value"},
 	} {
 		_, err := parseDemoFlags(c.args, io.Discard)

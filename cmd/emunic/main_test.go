@@ -49,7 +49,7 @@ func TestCLIExitCodes(t *testing.T) {
 		{[]string{"--bytes", "1"}, exitUsage, "", "unknown flag --bytes: flags go after the command"},
 		{[]string{"demo", "--bytes", "lots"}, exitUsage, "", `emunic demo: bad --bytes "lots"`},
 		{[]string{"demo", "--loss", "200"}, exitUsage, "", `emunic demo: bad --loss "200"`},
-		{[]string{"demo", "--path", "fast"}, exitUsage, "", `emunic demo: bad --path "fast": want netstack, offload or both`},
+		{[]string{"demo", "--path", "fast"}, exitUsage, "", `emunic demo: bad --path "fast": want netstack, offload, both, direct or all`},
 		{[]string{"serve"}, exitUsage, "", "emunic serve: --tap NAME is required"},
 		{[]string{"serve", "--tap", "x", "--addr", "1.2.3"}, exitUsage, "", `emunic serve: bad --addr "1.2.3"`},
 		{[]string{"version", "extra"}, exitUsage, "", "unexpected argument"},

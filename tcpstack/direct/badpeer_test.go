@@ -29,7 +29,7 @@ type liar struct {
 func newLiar(t *testing.T, a, b *tcpstack.Host, port uint16, pref Transfer) *liar {
 	t.Helper()
 	n := hostrig.NewNode(t, a, hostrig.NodeConfig{})
-	h := Hello{Pref: pref, Port: port, Slots: 2, Pool: 32, MaxInline: uint32(n.Cfg.RecvSize - HeaderSize)}
+	h := Hello{Pref: pref, Port: port, Slots: 33, Pool: 32, MaxInline: uint32(n.Cfg.RecvSize - HeaderSize), MaxTransfer: 1 << 20}
 	hb := make([]byte, HelloSize)
 	h.Encode(hb)
 	attr := n.Attr()
@@ -44,7 +44,8 @@ func newLiar(t *testing.T, a, b *tcpstack.Host, port uint16, pref Transfer) *lia
 	return &liar{t: t, n: n, qp: qp}
 }
 
-// send sends raw bytes as one message and waits for its completion.
+// send sends raw bytes as one message and waits for its completion (which
+// is flushed once the victim tore the connection down).
 func (l *liar) send(b []byte) {
 	l.t.Helper()
 	off := (l.sent % 64) * 2048
@@ -55,8 +56,14 @@ func (l *liar) send(b []byte) {
 	if err := l.qp.PostSend(&w); err != nil {
 		l.t.Fatal(err)
 	}
-	if c := testutil.WaitCompletions(l.t, l.n.CQ, 1)[0]; c.Status != rings.WCSuccess {
-		l.t.Fatalf("liar's send: %v", &c)
+	for {
+		c := testutil.WaitCompletions(l.t, l.n.CQ, 1)[0]
+		if c.WRID == w.WRID {
+			if c.Status != rings.WCSuccess && c.Status != rings.WCWRFlushErr {
+				l.t.Fatalf("liar's send: %v", &c)
+			}
+			return
+		}
 	}
 }
 
@@ -160,6 +167,12 @@ func TestBadPeer(t *testing.T) {
 			c := <-accepted
 			defer c.Close()
 			tc.act(lr)
+			// Wait for the failure without reading: a reader would give
+			// credits back, and a grant in flight makes the liar's
+			// overrun legal as far as the victim can tell.
+			if err := waitFailed(c.(*Conn), 10*time.Second); err == nil {
+				t.Fatalf("%s: the conn did not fail (%s)", tc.name, c.(*Conn).debugState())
+			}
 			err := readErr(c)
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("read error %v, want %v", err, tc.want)
@@ -171,4 +184,21 @@ func TestBadPeer(t *testing.T) {
 			roundTrip(t, good, "still there after "+tc.name)
 		})
 	}
+}
+
+// waitFailed waits until c has an error, or d passed.
+func waitFailed(c *Conn, d time.Duration) error {
+	t := time.AfterFunc(d, func() {
+		c.mu.Lock()
+		c.cond.Broadcast()
+		c.mu.Unlock()
+	})
+	defer t.Stop()
+	limit := time.Now().Add(d)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for c.err == nil && time.Now().Before(limit) {
+		c.cond.Wait()
+	}
+	return c.err
 }

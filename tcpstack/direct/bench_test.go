@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"sort"
 	"testing"
 	"time"
 
@@ -16,15 +17,18 @@ import (
 // BenchmarkDirect compares sockets direct with delegated TCP
 // (Host.DialOffload/ListenOffload) and netstack TCP between the same two
 // emulated hosts, in the same run: one-way throughput with writes of 64 B,
-// 4 KiB, 64 KiB and 1 MiB (a discarding reader on the other host), and a
-// 1-byte ping-pong (ns/op is one round trip). CPU is split with pprof
+// 4 KiB, 64 KiB and 1 MiB (a discarding reader on the other host; one op
+// is 64 KiB of small writes, or one large write), and a
+// 1-byte ping-pong (ns/op is one round trip). direct is the default
+// configuration (RDMA Read for writes of 64 KiB and more, inline below),
+// direct-write prefers RDMA Write. CPU is split with pprof
 // labels (internal/cpusplit): host-cpu-s/GiB is everything but the
 // emulated devices (applications, netstack, driver, verbs, the switch's
 // poller, the runtime). Run with:
 //
-//	go test ./tcpstack/direct -run '^$' -bench Direct -benchtime 2s -count 5
+//	go test ./tcpstack/direct -run '^$' -bench Direct -benchtime 1000x -count 3
 func BenchmarkDirect(b *testing.B) {
-	paths := []string{"direct", "delegated", "netstack"}
+	paths := []string{"direct", "direct-write", "delegated", "netstack"}
 	for _, size := range []int{64, 4 << 10, 64 << 10, 1 << 20} {
 		for _, p := range paths {
 			b.Run(fmt.Sprintf("stream/%s/%s", sizeName(size), p), func(b *testing.B) { benchStream(b, p, size) })
@@ -62,9 +66,13 @@ func benchPair(b *testing.B, path string, serve func(net.Conn)) net.Conn {
 	port := benchPort
 	var l net.Listener
 	var err error
+	cfg := benchCfg
+	if path == "direct-write" {
+		path, cfg.Transfer = "direct", TransferWrite
+	}
 	switch path {
 	case "direct":
-		l, err = Listen(h, port, benchCfg)
+		l, err = Listen(h, port, cfg)
 	case "delegated":
 		l, err = h.ListenOffload(port)
 	default:
@@ -88,7 +96,7 @@ func benchPair(b *testing.B, path string, serve func(net.Conn)) net.Conn {
 	var c net.Conn
 	switch path {
 	case "direct":
-		c, err = Dial(ctx, a, dst, benchCfg)
+		c, err = Dial(ctx, a, dst, cfg)
 		if err == nil && PathOf(c).Path != PathRDMA {
 			err = fmt.Errorf("direct took %v", PathOf(c))
 		}
@@ -113,7 +121,10 @@ func benchStream(b *testing.B, path string, size int) {
 			b.Fatal(err)
 		}
 	}
-	b.SetBytes(int64(size))
+	// One op is at least 64 KiB: small writes go in batches, so that
+	// every size moves enough bytes for the CPU profile to mean something.
+	batch := max(1, (64<<10)/size)
+	b.SetBytes(int64(size * batch))
 	b.ResetTimer()
 	var werr error
 	measure := cpusplit.Measure
@@ -121,7 +132,7 @@ func benchStream(b *testing.B, path string, size int) {
 		measure = func(f func()) (cpusplit.Split, error) { f(); return cpusplit.Split{Wall: 1}, nil }
 	}
 	split, err := measure(func() {
-		for range b.N {
+		for range b.N * batch {
 			if _, werr = c.Write(buf); werr != nil {
 				return
 			}
@@ -134,8 +145,9 @@ func benchStream(b *testing.B, path string, size int) {
 	if err != nil {
 		b.Skip(err)
 	}
-	gib := float64(b.N) * float64(size) / (1 << 30)
-	b.ReportMetric(float64(b.N)*float64(size)*8/split.Wall.Seconds()/1e9, "Gbit/s")
+	n := float64(b.N * batch)
+	gib := n * float64(size) / (1 << 30)
+	b.ReportMetric(split.Wall.Seconds()*1e9/n, "ns/write")
 	b.ReportMetric(split.Host.Seconds()/gib, "host-cpu-s/GiB")
 	b.ReportMetric(split.Device.Seconds()/gib, "dev-cpu-s/GiB")
 }
@@ -162,4 +174,136 @@ func benchPingPong(b *testing.B, path string) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkDirectVsDelegated measures the bar's ratio the way the rings'
+// RingVsChannel does: a sockets-direct and a delegated TCP connection
+// between the same two hosts, both open, written in alternating chunks of
+// 32 MiB (each timed until the reader on B has received the whole chunk),
+// so both see the same machine from one moment to the next; it reports
+// the median per-round ratio of direct's throughput to delegated's and
+// both medians. b.N is the number of rounds. Run with:
+//
+//	go test ./tcpstack/direct -run '^$' -bench DirectVsDelegated -benchtime 9x
+func BenchmarkDirectVsDelegated(b *testing.B) {
+	for _, size := range []int{64 << 10, 1 << 20} {
+		for _, tr := range []Transfer{TransferRead, TransferWrite} {
+			b.Run(fmt.Sprintf("%s/%v", sizeName(size), tr), func(b *testing.B) { benchVs(b, size, tr) })
+		}
+	}
+}
+
+// countingSink reads c and reports every byte count it reached on got.
+type countingSink struct {
+	got chan int64
+}
+
+func newCountingSink(c net.Conn) *countingSink {
+	s := &countingSink{got: make(chan int64, 1024)}
+	go func() {
+		buf := make([]byte, 256<<10)
+		var n int64
+		for {
+			k, err := c.Read(buf)
+			n += int64(k)
+			if k > 0 {
+				select {
+				case s.got <- n:
+				default:
+				}
+			}
+			if err != nil {
+				close(s.got)
+				return
+			}
+		}
+	}()
+	return s
+}
+
+// until waits until the sink has counted want bytes.
+func (s *countingSink) until(want int64) bool {
+	for n := range s.got {
+		if n >= want {
+			return true
+		}
+	}
+	return false
+}
+
+func benchVs(b *testing.B, size int, tr Transfer) {
+	a, h := rig(b)
+	benchPort++
+	port := benchPort
+	dl, err := Listen(h, port, Config{Transfer: tr})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer dl.Close()
+	ol, err := h.ListenOffload(port + 1000)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ol.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	dc, err := Dial(ctx, a, netip.AddrPortFrom(h.Addr(), port), Config{Transfer: tr})
+	if err != nil || PathOf(dc).Path != PathRDMA {
+		b.Fatalf("direct: %v %v", err, PathOf(dc))
+	}
+	defer dc.Close()
+	ds, err := dl.Accept()
+	if err != nil {
+		b.Fatal(err)
+	}
+	oc, err := a.DialOffload(ctx, netip.AddrPortFrom(h.Addr(), port+1000))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer oc.Close()
+	os, err := ol.Accept()
+	if err != nil {
+		b.Fatal(err)
+	}
+	sinks := []*countingSink{newCountingSink(ds), newCountingSink(os)}
+	conns := []net.Conn{dc, oc}
+	sent := []int64{0, 0}
+	buf := make([]byte, size)
+	const chunk = 32 << 20
+	round := func(i int) time.Duration {
+		start := time.Now()
+		for k := 0; k < chunk/size; k++ {
+			if _, err := conns[i].Write(buf); err != nil {
+				b.Fatal(err)
+			}
+		}
+		sent[i] += chunk
+		if !sinks[i].until(sent[i]) {
+			b.Fatal("the reader stopped")
+		}
+		return time.Since(start)
+	}
+	round(0) // warm up both
+	round(1)
+	var ratios, direct, deleg []float64
+	b.ResetTimer()
+	for range b.N {
+		td, to := round(0), round(1)
+		ratios = append(ratios, to.Seconds()/td.Seconds())
+		direct = append(direct, chunk/td.Seconds()/1e6)
+		deleg = append(deleg, chunk/to.Seconds()/1e6)
+	}
+	b.StopTimer()
+	b.ReportMetric(median(ratios), "direct/delegated")
+	b.ReportMetric(median(direct), "direct-MB/s")
+	b.ReportMetric(median(deleg), "delegated-MB/s")
+}
+
+func median(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/emunic/emunic/rings"
@@ -28,14 +29,23 @@ var (
 	ErrPeerFailed = errors.New("direct: connection lost")
 )
 
-// work request IDs: kind in the top byte, an index below.
+// Work request IDs: the kind in the top byte, the conn's generation in the
+// next three, an index in the low four. QP numbers are connection indexes,
+// reused as soon as a QP is destroyed, and the completions of a destroyed
+// QP (its flushed work) may still be in the shared CQ when a new conn has
+// its number: the generation tells them apart.
 const (
-	wrRecv  = 1 << 56
-	wrSend  = 2 << 56
-	wrRead  = 3 << 56
-	wrWrite = 4 << 56
-	wrKind  = 0xFF << 56
+	wrRecv   = 1 << 56
+	wrSend   = 2 << 56
+	wrRead   = 3 << 56
+	wrWrite  = 4 << 56
+	wrKind   = 0xFF << 56
+	wrGenSh  = 32
+	wrGenMsk = 0xFFFFFF << wrGenSh
+	wrIdxMsk = 0xFFFFFFFF
 )
+
+var connGen atomic.Uint32
 
 // chunk is one staging region of a transfer: a slice of the conn's source
 // or sink area.
@@ -108,6 +118,7 @@ type Conn struct {
 	finQ    bool // FIN queued
 	err     error
 	closed  bool
+	closing bool // Close has begun: writes fail, FIN goes when the last Write returned
 	rdl     deadline
 	wdl     deadline
 	writing bool // a Write holds the send side (Writes are serialized)
@@ -119,7 +130,9 @@ type Conn struct {
 	sinkAdv        []Msg // the peer's advertised regions (Write mode), in order
 	reposts        []rings.RecvWR
 	readsOut       int
-	flushed        bool // a flushed completion was seen
+	flushed        bool   // a flushed completion was seen
+	bareSeen       bool   // the peer's one CREDIT without credits was seen
+	gen            uint64 // the conn's generation, in place in its WRIDs
 }
 
 // PathInfo says which path a connection took and why.
@@ -165,7 +178,7 @@ func (c *Conn) PathInfo() PathInfo { return c.info }
 // newConn allocates a conn's control pool and posts its receives (from
 // the QP's Setup, before the connection is established).
 func newConn(sw *hostSwitch, cfg Config, qp *verbs.QP) (*Conn, error) {
-	c := &Conn{sw: sw, qp: qp, cfg: cfg, maxIn: cfg.MaxInline}
+	c := &Conn{sw: sw, qp: qp, cfg: cfg, maxIn: cfg.MaxInline, gen: uint64(connGen.Add(1)&0xFFFFFF) << wrGenSh}
 	c.cond = sync.NewCond(&c.mu)
 	c.bufSize = HeaderSize + cfg.MaxInline
 	c.nRecv = cfg.Pool + cfg.Slots
@@ -195,11 +208,14 @@ func newConn(sw *hostSwitch, cfg Config, qp *verbs.QP) (*Conn, error) {
 		return nil, err
 	}
 	c.reposts = make([]rings.RecvWR, 0, c.nRecv)
+	// Every post would otherwise wait for a command round trip to the
+	// device, under the conn's lock.
+	qp.SetAsyncDoorbell(true)
 	return c, nil
 }
 
 func (c *Conn) recvWR(i int) rings.RecvWR {
-	w := rings.RecvWR{WRID: wrRecv | uint64(i), NumSGE: 1}
+	w := rings.RecvWR{WRID: wrRecv | c.gen | uint64(i), NumSGE: 1}
 	w.SGL[0] = c.ctrlMR.SGE(i*c.bufSize, c.bufSize)
 	return w
 }
@@ -212,14 +228,17 @@ func (c *Conn) sendBuf(slot int) []byte {
 // start applies the peer's hello: credits, limits and transfer modes;
 // sink memory was set up by prepareSink.
 func (c *Conn) start(mine, peer *Hello) {
-	c.cs = newCreditState(int(mine.Pool), max(1, min(c.cfg.Reserve, int(peer.Pool)-1)), max(1, int(mine.Pool)/2), int(peer.Slots))
-	c.cs.cred = int(peer.Pool)
-	c.cs.peerPool = int(peer.Pool)
-	c.cs.mySlots = int(mine.Slots)
-	c.peerIn = int(peer.MaxInline)
+	// A side's pool is at most the peer's credit-only slots minus one
+	// (credit.go): both sides compute both.
+	myPool := min(int(mine.Pool), int(peer.Slots)-1)
+	peerPool := min(int(peer.Pool), int(mine.Slots)-1)
+	c.cs = newCreditState(myPool, max(1, min(c.cfg.Reserve, peerPool-1)), max(1, myPool/2))
+	c.cs.cred, c.cs.peerPool = peerPool, peerPool
+	// Our send buffers are as large as our receive buffers.
+	c.peerIn = min(int(peer.MaxInline), c.maxIn)
 	c.txMode = transferMode(c.cfg.Transfer, peer.Caps)
 	c.rxMode = transferMode(peer.Pref, mine.Caps)
-	c.peerXfer = c.cfg.ChunkSize
+	c.peerXfer = int(peer.MaxTransfer)
 	c.info = PathInfo{Path: PathRDMA, Send: c.txMode, Recv: c.rxMode}
 	if c.rxMode == TransferWrite && c.sink != nil {
 		for i := range c.sink.chunks {
@@ -284,13 +303,12 @@ func (c *Conn) newArea(access int) (*area, error) {
 func (c *Conn) postLocked(m Msg, payload []byte, src int, extra *rings.SendWR) error {
 	slot := c.free[len(c.free)-1]
 	c.free = c.free[:len(c.free)-1]
-	g, u := c.cs.send(m.Type.class())
-	m.Credits, m.UAcks = g, uint16(u)
+	m.Credits = c.cs.send(m.Type.class())
 	b := c.sendBuf(slot)
 	m.Encode(b)
 	copy(b[HeaderSize:], payload)
 	c.sends[slot].src = src
-	w := rings.SendWR{Opcode: rings.WRSend, Flags: rings.WRSignaled, WRID: wrSend | uint64(slot), NumSGE: 1}
+	w := rings.SendWR{Opcode: rings.WRSend, Flags: rings.WRSignaled, WRID: wrSend | c.gen | uint64(slot), NumSGE: 1}
 	w.SGL[0] = c.ctrlMR.SGE((c.nRecv+slot)*c.bufSize, HeaderSize+len(payload))
 	var err error
 	if extra != nil {
@@ -434,7 +452,7 @@ func (c *Conn) writeRDMALocked(b []byte) (int, bool, error) {
 	}
 	adv := c.sinkAdv[0]
 	c.sinkAdv = c.sinkAdv[1:]
-	w := rings.SendWR{Opcode: rings.WRRDMAWrite, WRID: wrWrite | uint64(ci), RemoteAddr: adv.TO, RKey: adv.STag, NumSGE: 1}
+	w := rings.SendWR{Opcode: rings.WRRDMAWrite, WRID: wrWrite | c.gen | uint64(ci), RemoteAddr: adv.TO, RKey: adv.STag, NumSGE: 1}
 	w.SGL[0] = rings.SGE{Addr: to, Length: uint32(n), LKey: mr.LKey}
 	err = c.postLocked(Msg{Type: TypeWrDone, Len: uint32(n), ID: adv.ID}, nil, ci, &w)
 	return n, true, err
@@ -457,7 +475,7 @@ func (c *Conn) releaseSrcLocked(ci int) {
 
 func (c *Conn) sendErrLocked() error {
 	switch {
-	case c.closed:
+	case c.closed || c.closing:
 		return net.ErrClosed
 	case c.err != nil:
 		return c.err
@@ -589,7 +607,7 @@ func (c *Conn) startReadsLocked() {
 		ch := &c.sink.chunks[ci]
 		ch.busy, ch.n, ch.id = true, s.n, s.srcID
 		s.sink = ci
-		w := rings.SendWR{Opcode: rings.WRRDMARead, Flags: rings.WRSignaled, WRID: wrRead | uint64(ci),
+		w := rings.SendWR{Opcode: rings.WRRDMARead, Flags: rings.WRSignaled, WRID: wrRead | c.gen | uint64(ci),
 			RemoteAddr: s.srcTO, RKey: s.stag, NumSGE: 1}
 		w.SGL[0] = rings.SGE{Addr: ch.mr.TO(int(c.sink.buf.Addr) + ch.off - int(ch.mr.Addr)), Length: uint32(s.n), LKey: ch.mr.LKey}
 		c.readsOut++
@@ -604,7 +622,10 @@ func (c *Conn) startReadsLocked() {
 
 // handleLocked takes one completion of the conn's QP.
 func (c *Conn) handleLocked(wc *rings.Completion) {
-	idx := int(wc.WRID &^ wrKind)
+	if wc.WRID&wrGenMsk != c.gen {
+		return // a completion of an earlier QP with this number
+	}
+	idx := int(wc.WRID & wrIdxMsk)
 	if wc.Status != rings.WCSuccess {
 		if c.closed {
 			return
@@ -671,8 +692,17 @@ func (c *Conn) recvLocked(i, n int) {
 		c.failLocked(fmt.Errorf("%w: %v", ErrProtocol, err), &c.sw.stats.badMessages)
 		return
 	}
-	if !c.cs.granted(m.Credits, uint32(m.UAcks)) || !c.cs.received(m.Type.class()) {
-		c.failLocked(fmt.Errorf("%w: %v beyond its credits (grant %d, acks %d)", ErrProtocol, m.Type, m.Credits, m.UAcks), &c.sw.stats.creditViolations)
+	if m.Type == TypeCredit && m.Credits == 0 {
+		// Only the dialler's first message may grant nothing: the
+		// credit-only slots are sized for messages that grant.
+		if c.bareSeen {
+			c.failLocked(fmt.Errorf("%w: a second CREDIT with no credits", ErrProtocol), &c.sw.stats.creditViolations)
+			return
+		}
+		c.bareSeen = true
+	}
+	if !c.cs.granted(m.Credits) || !c.cs.received(m.Type.class()) {
+		c.failLocked(fmt.Errorf("%w: %v beyond its credits (grant %d)", ErrProtocol, m.Type, m.Credits), &c.sw.stats.creditViolations)
 		return
 	}
 	if c.finRecv && m.Type.class() == classData {
@@ -703,7 +733,7 @@ func (c *Conn) recvLocked(i, n int) {
 			return
 		}
 	case TypeSinkAvail:
-		if c.txMode != TransferWrite || m.STag == 0 || len(c.sinkAdv) >= c.cfg.Pool+maxSlots {
+		if c.txMode != TransferWrite || m.STag == 0 || len(c.sinkAdv) >= maxPool {
 			c.failLocked(fmt.Errorf("%w: SINK_AVAIL in %v mode", ErrProtocol, c.txMode), &c.sw.stats.badMessages)
 			return
 		}
@@ -825,7 +855,7 @@ func (c *Conn) waitLocked(d *deadline, write bool) error {
 	if d.passed() {
 		return os.ErrDeadlineExceeded
 	}
-	if c.closed {
+	if c.closed || write && c.closing {
 		return net.ErrClosed
 	}
 	if write && c.err != nil {
@@ -882,9 +912,16 @@ func (c *Conn) RemoteAddr() net.Addr { return c.remote }
 // disconnects the QP and frees the memory.
 func (c *Conn) Close() error {
 	c.mu.Lock()
-	if c.closed {
+	if c.closed || c.closing {
 		c.mu.Unlock()
 		return c.opErr("close", net.ErrClosed)
+	}
+	// A Write blocked in another goroutine gives up (net.ErrClosed), so
+	// the FIN can go behind what was written.
+	c.closing = true
+	c.cond.Broadcast()
+	for c.writing {
+		c.cond.Wait()
 	}
 	c.finQ = true
 	c.flushLocked()

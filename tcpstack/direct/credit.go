@@ -17,14 +17,21 @@ package direct
 //
 // Credit-only messages do not take a credit, or they would need credits
 // returned for them in turn: with a pool full of unread data on both
-// sides, the two would answer each other for ever, and rules that stop
-// the ping-pong leave a side at zero credits owed nothing (an exhaustive
-// search of such rules found none without one or the other). Instead each
-// side posts CreditSlots receive buffers beyond its pool for them, and
-// may have at most that many credit-only messages the peer has not yet
-// acknowledged; every message carries, in UAcks, how many credit-only
-// messages its sender consumed (and re-posted the buffer of) since its
-// previous message.
+// sides, the two would answer each other for ever, and an exhaustive
+// search of rules that stop the ping-pong found none that does not leave a
+// side at zero credits owed nothing. Nor are they acknowledged: every
+// acknowledgement scheme needs a message to carry it, which needs an
+// acknowledgement (the model found both the deadlock and the livelock).
+// Instead they are bounded by what they carry: a credit-only message is
+// sent only with at least one credit to grant, and every credit granted
+// and not yet applied by the peer is one of the granting side's pool, so
+// at most Pool credit-only messages can be in flight or not yet re-posted
+// (the conn applies a batch's grants and re-posts its buffers under one
+// lock, so a grant cannot be used before the buffer that carried it is
+// posted again). Each side posts Slots receive buffers beyond its pool for
+// them, and a side's pool is at most the peer's Slots minus one (the one:
+// the dialler's first message, a credit-only message with nothing to
+// grant, which MPA needs to let the listener speak).
 //
 // The rules, checked exhaustively by TestCreditModel
 // (credit_model_test.go) for small pools, with applications that never
@@ -36,14 +43,10 @@ package direct
 //     the reserve, two writers that each wait for the other's read
 //     completion deadlock).
 //  2. A control message needs one credit.
-//  3. A credit-only message is sent when credits are owed, a credit-only
-//     slot of the peer is free (fewer than CreditSlots unacknowledged;
-//     the last one only for a message that acknowledges some of the
-//     peer's, so acknowledgements always have a message to ride on), and
-//     either many are owed (the threshold, batching) or the peer may
-//     be starved: the buffers still available to it (posted and granted,
-//     counting grants in flight) are at most Reserve, so it cannot send
-//     data.
+//  3. A credit-only message is sent when credits are owed and either many
+//     are owed (the threshold, batching) or the peer may be starved: the
+//     buffers still available to it (posted and granted, counting grants
+//     in flight) are at most Reserve, so it cannot send data.
 
 // creditState is one side's accounting. Not safe for concurrent use: the
 // conn guards it with its lock.
@@ -52,14 +55,10 @@ type creditState struct {
 	peerPool  int // the peer's (our initial credits)
 	reserve   int // credits data may not take (K)
 	threshold int // owed credits worth a credit-only message by themselves
-	slots     int // credit-only messages the peer may have unacknowledged (its slots, at least 2)
-	mySlots   int // our credit-only slots
 
-	cred  int // messages this side may send now
-	owe   int // own buffers re-posted, not yet granted back
-	held  int // own buffers whose data the application has not read
-	uOut  int // credit-only messages sent, not yet acknowledged
-	uDone int // credit-only messages received and re-posted, not yet acknowledged
+	cred int // messages this side may send now
+	owe  int // own buffers re-posted, not yet granted back
+	held int // own buffers whose data the application has not read
 }
 
 // msgClass sorts control messages for the credit rules.
@@ -68,11 +67,11 @@ type msgClass uint8
 const (
 	classData   msgClass = iota // carries stream bytes: needs > reserve, held until read
 	classCtl                    // must go (RDMA done, sink advert, FIN): may use the reserve
-	classCredit                 // credit-only: no credit, a credit-only slot
+	classCredit                 // credit-only: no credit, grants at least one
 )
 
-func newCreditState(pool, reserve, threshold, slots int) creditState {
-	return creditState{pool: pool, peerPool: pool, reserve: reserve, threshold: threshold, slots: slots, mySlots: slots, cred: pool}
+func newCreditState(pool, reserve, threshold int) creditState {
+	return creditState{pool: pool, peerPool: pool, reserve: reserve, threshold: threshold, cred: pool}
 }
 
 // canSend says whether a message of class c may be sent now.
@@ -82,74 +81,52 @@ func (s *creditState) canSend(c msgClass) bool {
 		return s.cred > s.reserve
 	case classCtl:
 		return s.cred >= 1
-	default:
-		return s.wantUpdate()
 	}
+	return s.wantUpdate()
 }
 
 // wantUpdate says whether a credit-only message should go now (rule 3).
 func (s *creditState) wantUpdate() bool {
-	switch {
-	case s.owe < 1 || s.uOut >= s.slots:
-		return false
-	case s.uOut == s.slots-1 && s.uDone == 0:
-		// The last slot carries acknowledgements only: with every slot
-		// used on both sides, acknowledgements owed both ways would have
-		// no message to ride on (the model finds it).
-		return false
-	}
-	return s.owe >= s.threshold || s.peerAvail() <= s.reserve
+	return s.owe >= 1 && (s.owe >= s.threshold || s.peerAvail() <= s.reserve)
 }
 
 // peerAvail is the buffers available to the peer: granted (or granted in
 // flight) and not yet used.
 func (s *creditState) peerAvail() int { return s.pool - s.owe - s.held }
 
-// send accounts for a message of class c going out and returns what it
-// carries: the grant (every owed credit) and the acknowledgement of
-// credit-only messages.
-func (s *creditState) send(c msgClass) (grant, uAcks uint32) {
-	if c == classCredit {
-		s.uOut++
-	} else {
+// send accounts for a message of class c going out and returns the grant
+// it carries: every owed credit.
+func (s *creditState) send(c msgClass) uint32 {
+	if c != classCredit {
 		s.cred--
 	}
-	grant, uAcks = uint32(s.owe), uint32(s.uDone)
-	s.owe, s.uDone = 0, 0
-	return grant, uAcks
+	g := s.owe
+	s.owe = 0
+	return uint32(g)
 }
 
-// granted applies what a message carried. It fails if the peer grants
-// more than it could owe (more than the pool), or acknowledges more
-// credit-only messages than were sent.
-func (s *creditState) granted(g, uAcks uint32) bool {
-	if uint64(g) > uint64(s.peerPool-s.cred) || uint64(uAcks) > uint64(s.uOut) {
+// granted applies a grant. It fails if the peer grants more than it could
+// owe (more than its pool).
+func (s *creditState) granted(g uint32) bool {
+	if uint64(g) > uint64(s.peerPool-s.cred) {
 		return false
 	}
 	s.cred += int(g)
-	s.uOut -= int(uAcks)
 	return true
 }
 
 // received accounts for a message the peer sent into one of our buffers.
-// It fails if the peer had no credit (or credit-only slot) for it.
+// It fails if the peer had no credit for it.
 func (s *creditState) received(c msgClass) bool {
-	switch c {
-	case classCredit:
-		if s.uDone >= s.mySlots {
-			return false
-		}
-		s.uDone++
+	if c == classCredit {
 		return true
-	case classData:
-		if s.owe+s.held >= s.pool {
-			return false
-		}
+	}
+	if s.owe+s.held >= s.pool {
+		return false
+	}
+	if c == classData {
 		s.held++
-	default:
-		if s.owe+s.held >= s.pool {
-			return false
-		}
+	} else {
 		s.owe++
 	}
 	return true

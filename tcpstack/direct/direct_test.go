@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -104,3 +105,46 @@ func TestDialListenRDMA(t *testing.T) {
 func hashOf(b []byte) [32]byte { return sha256.Sum256(b) }
 
 var _ = rand.IntN
+
+// TestAsymmetricConfigs: the two ends choose different pools, inline
+// limits and chunk sizes; each sends within what the other stated.
+func TestAsymmetricConfigs(t *testing.T) {
+	a, b := rig(t)
+	for _, tr := range []Transfer{TransferRead, TransferWrite} {
+		t.Run(tr.String(), func(t *testing.T) {
+			ca, cb := pair(t, a, b,
+				Config{Transfer: tr, ChunkSize: 1 << 20, Chunks: 2, Pool: 8, MaxInline: 1024, Threshold: 4096},
+				Config{Transfer: tr, ChunkSize: 64 << 10, Pool: 48, MaxInline: 16 << 10})
+			defer ca.Close()
+			defer cb.Close()
+			exchange(t, ca, cb, 16<<20)
+		})
+	}
+}
+
+// TestNoBuffers: staging memory that cannot be allocated fails the Write
+// with ErrNoBuffers (WSAENOBUFS), counted; the conn stays usable.
+func TestNoBuffers(t *testing.T) {
+	a, b := rig(t)
+	// A's chunks are far larger than its host memory; it offers no sink
+	// (so it needs no memory to connect) and sends by RDMA Read.
+	ca, cb := pair(t, a, b, Config{Transfer: TransferRead, NoRDMARead: true, NoRDMAWrite: true, ChunkSize: 256 << 20}, Config{})
+	defer ca.Close()
+	defer cb.Close()
+	before := HostStats(a).NoBuffers
+	n, err := ca.Write(make([]byte, 1<<20))
+	if n != 0 || !errors.Is(err, ErrNoBuffers) {
+		t.Fatalf("Write = %d, %v; want 0, ErrNoBuffers", n, err)
+	}
+	if got := HostStats(a).NoBuffers; got != before+1 {
+		t.Errorf("NoBuffers %d -> %d", before, got)
+	}
+	// Inline writes still go.
+	if _, err := ca.Write([]byte("small")); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 5)
+	if _, err := io.ReadFull(cb, got); err != nil || string(got) != "small" {
+		t.Fatalf("%q %v", got, err)
+	}
+}

@@ -15,10 +15,11 @@ import (
 //	0x06 u8  Pref: this side's preferred transfer for its large sends (Transfer)
 //	0x07 u8  reserved, zero
 //	0x08 u16 Port: request: the listener's TCP port; reply: zero
-//	0x0A u16 Slots: credit-only receive buffers this side posted (at least 2)
+//	0x0A u16 Slots: credit-only receive buffers this side posted (2..1025); the
+//	         peer's pool is at most Slots-1
 //	0x0C u32 Pool: receive buffers this side's credits cover: the peer's initial credits
 //	0x10 u32 MaxInline: most payload bytes one DATA message to this side may carry
-//	0x14 u32 reserved, zero
+//	0x14 u32 MaxTransfer: most bytes one SRC_AVAIL to this side may announce (its sink chunk)
 const (
 	HelloSize = 24
 
@@ -31,7 +32,7 @@ const (
 	helloOffSlots     = 0x0A
 	helloOffPool      = 0x0C
 	helloOffMaxInline = 0x10
-	helloOffRsvd32    = 0x14
+	helloOffMaxXfer   = 0x14
 
 	helloMagic = "SDv1"
 
@@ -49,8 +50,9 @@ const (
 	// Limits a hello may state: bigger pools or messages than these are
 	// refused (they would make the other side allocate without bound).
 	maxPool      = 1024
-	maxSlots     = 64
+	maxSlots     = maxPool + 1
 	maxInlineCap = 1 << 20
+	maxTransfer  = 1 << 30
 )
 
 // ErrBadHello is wrapped by every parse error of a hello.
@@ -65,6 +67,9 @@ type Hello struct {
 	Slots     uint16
 	Pool      uint32
 	MaxInline uint32
+	// MaxTransfer is the most bytes one SRC_AVAIL to this side may
+	// announce: its sink chunk size.
+	MaxTransfer uint32
 }
 
 // Encode writes the hello into b (at least HelloSize bytes).
@@ -82,7 +87,7 @@ func (h *Hello) Encode(b []byte) {
 	binary.LittleEndian.PutUint16(b[helloOffSlots:], h.Slots)
 	binary.LittleEndian.PutUint32(b[helloOffPool:], h.Pool)
 	binary.LittleEndian.PutUint32(b[helloOffMaxInline:], h.MaxInline)
-	binary.LittleEndian.PutUint32(b[helloOffRsvd32:], 0)
+	binary.LittleEndian.PutUint32(b[helloOffMaxXfer:], h.MaxTransfer)
 }
 
 // Decode parses a hello; it must be exactly HelloSize bytes (the private
@@ -98,13 +103,14 @@ func (h *Hello) Decode(b []byte) error {
 	if kind != helloRequest && kind != helloReply {
 		return fmt.Errorf("%w: kind %d", ErrBadHello, kind)
 	}
-	if b[helloOffRsvd8] != 0 || binary.LittleEndian.Uint32(b[helloOffRsvd32:]) != 0 || b[helloOffCaps]&^capsAll != 0 {
+	if b[helloOffRsvd8] != 0 || b[helloOffCaps]&^capsAll != 0 {
 		return fmt.Errorf("%w: reserved bits set", ErrBadHello)
 	}
 	*h = Hello{Reply: kind == helloReply, Caps: b[helloOffCaps], Pref: Transfer(b[helloOffPref]),
 		Port:  binary.LittleEndian.Uint16(b[helloOffPort:]),
 		Slots: binary.LittleEndian.Uint16(b[helloOffSlots:]), Pool: binary.LittleEndian.Uint32(b[helloOffPool:]),
-		MaxInline: binary.LittleEndian.Uint32(b[helloOffMaxInline:])}
+		MaxInline:   binary.LittleEndian.Uint32(b[helloOffMaxInline:]),
+		MaxTransfer: binary.LittleEndian.Uint32(b[helloOffMaxXfer:])}
 	switch {
 	case h.Pref > TransferWrite:
 		return fmt.Errorf("%w: transfer preference %d", ErrBadHello, uint8(h.Pref))
@@ -118,6 +124,8 @@ func (h *Hello) Decode(b []byte) error {
 		return fmt.Errorf("%w: pool of %d (2..%d)", ErrBadHello, h.Pool, maxPool)
 	case h.MaxInline < 1 || h.MaxInline > maxInlineCap:
 		return fmt.Errorf("%w: max inline %d (1..%d)", ErrBadHello, h.MaxInline, maxInlineCap)
+	case h.MaxTransfer < 1 || h.MaxTransfer > maxTransfer:
+		return fmt.Errorf("%w: max transfer %d (1..%d)", ErrBadHello, h.MaxTransfer, maxTransfer)
 	}
 	return nil
 }

@@ -9,9 +9,9 @@ import (
 func validHellos() [][]byte {
 	var out [][]byte
 	for _, h := range []Hello{
-		{Caps: CapRead | CapWrite, Pref: TransferAuto, Port: 80, Slots: 2, Pool: 32, MaxInline: 8192},
-		{Reply: true, Caps: CapWrite, Pref: TransferWrite, Slots: 4, Pool: 2, MaxInline: 1},
-		{Caps: 0, Pref: TransferInline, Port: 65535, Slots: maxSlots, Pool: maxPool, MaxInline: maxInlineCap},
+		{Caps: CapRead | CapWrite, Pref: TransferAuto, Port: 80, Slots: 33, Pool: 32, MaxInline: 8192, MaxTransfer: 256 << 10},
+		{Reply: true, Caps: CapWrite, Pref: TransferWrite, Slots: 4, Pool: 2, MaxInline: 1, MaxTransfer: 1},
+		{Caps: 0, Pref: TransferInline, Port: 65535, Slots: maxSlots, Pool: maxPool, MaxInline: maxInlineCap, MaxTransfer: maxTransfer},
 	} {
 		b := make([]byte, HelloSize)
 		h.Encode(b)
@@ -21,11 +21,12 @@ func validHellos() [][]byte {
 }
 
 func TestHelloLayout(t *testing.T) {
-	h := Hello{Caps: CapRead, Pref: TransferRead, Port: 0x0201, Slots: 0x0003, Pool: 0x00000104, MaxInline: 0x00010000}
+	h := Hello{Caps: CapRead, Pref: TransferRead, Port: 0x0201, Slots: 0x0003, Pool: 0x00000104, MaxInline: 0x00010000,
+		MaxTransfer: 0x04030201}
 	b := make([]byte, HelloSize)
 	h.Encode(b)
 	want := []byte{'S', 'D', 'v', '1', helloRequest, CapRead, byte(TransferRead), 0, 0x01, 0x02, 0x03, 0x00,
-		0x04, 0x01, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0}
+		0x04, 0x01, 0, 0, 0, 0, 1, 0, 1, 2, 3, 4}
 	if !bytes.Equal(b, want) {
 		t.Fatalf("encoded\n% x\nwant\n% x", b, want)
 	}
@@ -45,7 +46,9 @@ func TestHelloRejects(t *testing.T) {
 		"kind":        mut(func(b []byte) { b[helloOffKind] = 3 }),
 		"caps":        mut(func(b []byte) { b[helloOffCaps] = 4 }),
 		"pref":        mut(func(b []byte) { b[helloOffPref] = 4 }),
-		"reserved":    mut(func(b []byte) { b[helloOffRsvd32] = 1 }),
+		"reserved":    mut(func(b []byte) { b[helloOffRsvd8] = 1 }),
+		"no transfer": mut(func(b []byte) { copy(b[helloOffMaxXfer:], []byte{0, 0, 0, 0}) }),
+		"huge xfer":   mut(func(b []byte) { b[helloOffMaxXfer+3] = 0x80 }),
 		"port zero":   mut(func(b []byte) { b[helloOffPort], b[helloOffPort+1] = 0, 0 }),
 		"reply port":  mut(func(b []byte) { b[helloOffKind] = helloReply }),
 		"one slot":    mut(func(b []byte) { b[helloOffSlots] = 1 }),

@@ -16,8 +16,7 @@ import (
 //	0x01 u8  Type
 //	0x02 u16 Flags (none defined: must be zero)
 //	0x04 u32 Credits: receive buffers the sender re-posted since its last message (a grant)
-//	0x08 u16 UAcks: credit-only messages the sender consumed since its last message
-//	0x0A u16 reserved, zero
+//	0x08 u32 reserved, zero
 //	0x0C u32 Len: Data: payload bytes after the header; SrcAvail, SinkAvail: the region's
 //	         length; RdDone, WrDone: bytes transferred
 //	0x10 u32 ID: the transfer (SrcAvail and its RdDone; SinkAvail and its WrDone)
@@ -31,8 +30,7 @@ const (
 	msgOffType    = 0x01
 	msgOffFlags   = 0x02
 	msgOffCredits = 0x04
-	msgOffUAcks   = 0x08
-	msgOffRsvd    = 0x0A
+	msgOffRsvd    = 0x08
 	msgOffLen     = 0x0C
 	msgOffID      = 0x10
 	msgOffSTag    = 0x14
@@ -61,8 +59,9 @@ const (
 	// start of the sink region ID (the Write precedes this Send on the
 	// QP, so the bytes are placed when it arrives).
 	TypeWrDone MsgType = 5
-	// TypeCredit carries credits and acknowledgements only. It takes a
-	// credit-only slot, not a credit.
+	// TypeCredit carries credits only. It takes no credit but one of the
+	// receiver's credit-only buffers, and grants at least one credit
+	// (except the dialler's first message).
 	TypeCredit MsgType = 6
 	// TypeFin: the sender will send no more stream bytes (half-close).
 	TypeFin MsgType = 7
@@ -98,7 +97,6 @@ func (h Header) Version() uint8  { return h[msgOffVersion] }
 func (h Header) Type() MsgType   { return MsgType(h[msgOffType]) }
 func (h Header) Flags() uint16   { return binary.LittleEndian.Uint16(h[msgOffFlags:]) }
 func (h Header) Credits() uint32 { return binary.LittleEndian.Uint32(h[msgOffCredits:]) }
-func (h Header) UAcks() uint16   { return binary.LittleEndian.Uint16(h[msgOffUAcks:]) }
 func (h Header) Len() uint32     { return binary.LittleEndian.Uint32(h[msgOffLen:]) }
 func (h Header) ID() uint32      { return binary.LittleEndian.Uint32(h[msgOffID:]) }
 func (h Header) STag() uint32    { return binary.LittleEndian.Uint32(h[msgOffSTag:]) }
@@ -108,7 +106,6 @@ func (h Header) TO() uint64      { return binary.LittleEndian.Uint64(h[msgOffTO:
 type Msg struct {
 	Type    MsgType
 	Credits uint32
-	UAcks   uint16
 	Len     uint32
 	ID      uint32
 	STag    uint32
@@ -123,8 +120,7 @@ func (m *Msg) Encode(b []byte) {
 	h[msgOffType] = byte(m.Type)
 	binary.LittleEndian.PutUint16(h[msgOffFlags:], 0)
 	binary.LittleEndian.PutUint32(h[msgOffCredits:], m.Credits)
-	binary.LittleEndian.PutUint16(h[msgOffUAcks:], m.UAcks)
-	binary.LittleEndian.PutUint16(h[msgOffRsvd:], 0)
+	binary.LittleEndian.PutUint32(h[msgOffRsvd:], 0)
 	binary.LittleEndian.PutUint32(h[msgOffLen:], m.Len)
 	binary.LittleEndian.PutUint32(h[msgOffID:], m.ID)
 	binary.LittleEndian.PutUint32(h[msgOffSTag:], m.STag)
@@ -144,10 +140,10 @@ func (m *Msg) Decode(b []byte, maxInline int) ([]byte, error) {
 	if v := h.Version(); v != MsgVersion {
 		return nil, fmt.Errorf("%w: version %d", ErrBadMessage, v)
 	}
-	if h.Flags() != 0 || binary.LittleEndian.Uint16(h[msgOffRsvd:]) != 0 {
+	if h.Flags() != 0 || binary.LittleEndian.Uint32(h[msgOffRsvd:]) != 0 {
 		return nil, fmt.Errorf("%w: reserved bits set", ErrBadMessage)
 	}
-	*m = Msg{Type: h.Type(), Credits: h.Credits(), UAcks: h.UAcks(), Len: h.Len(), ID: h.ID(), STag: h.STag(), TO: h.TO()}
+	*m = Msg{Type: h.Type(), Credits: h.Credits(), Len: h.Len(), ID: h.ID(), STag: h.STag(), TO: h.TO()}
 	payload := b[HeaderSize:]
 	switch m.Type {
 	case TypeData:

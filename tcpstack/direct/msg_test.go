@@ -19,31 +19,31 @@ func validMsgs() [][]byte {
 		copy(b[HeaderSize:], payload)
 		out = append(out, b)
 	}
-	add(Msg{Type: TypeData, Credits: 3, UAcks: 1, Len: 5}, []byte("hello"))
+	add(Msg{Type: TypeData, Credits: 3, Len: 5}, []byte("hello"))
 	add(Msg{Type: TypeData, Len: testMaxInline}, bytes.Repeat([]byte{0xAB}, testMaxInline))
 	add(Msg{Type: TypeSrcAvail, Credits: 1, Len: 1 << 18, ID: 7, STag: 0x123456_42, TO: 0x1000_0000}, nil)
 	add(Msg{Type: TypeRdDone, Len: 1 << 18, ID: 7}, nil)
 	add(Msg{Type: TypeSinkAvail, Len: 1 << 18, ID: 9, STag: 0xABCDEF_01, TO: 0x2000}, nil)
 	add(Msg{Type: TypeWrDone, Credits: 30, Len: 100, ID: 9}, nil)
-	add(Msg{Type: TypeCredit, Credits: 16, UAcks: 2}, nil)
+	add(Msg{Type: TypeCredit, Credits: 16}, nil)
 	add(Msg{Type: TypeFin}, nil)
 	return out
 }
 
 // TestMsgLayout pins every offset of the header (docs/direct.md).
 func TestMsgLayout(t *testing.T) {
-	m := Msg{Type: TypeSrcAvail, Credits: 0x04030201, UAcks: 0x0605, Len: 0x0C0B0A09, ID: 0x100F0E0D,
+	m := Msg{Type: TypeSrcAvail, Credits: 0x04030201, Len: 0x0C0B0A09, ID: 0x100F0E0D,
 		STag: 0x14131211, TO: 0x1C1B1A1918171615}
 	b := make([]byte, HeaderSize)
 	m.Encode(b)
-	want := []byte{MsgVersion, byte(TypeSrcAvail), 0, 0, 1, 2, 3, 4, 5, 6, 0, 0, 9, 0xA, 0xB, 0xC,
+	want := []byte{MsgVersion, byte(TypeSrcAvail), 0, 0, 1, 2, 3, 4, 0, 0, 0, 0, 9, 0xA, 0xB, 0xC,
 		0xD, 0xE, 0xF, 0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18, 0x19, 0x1A, 0x1B, 0x1C}
 	if !bytes.Equal(b, want) {
 		t.Fatalf("encoded\n% x\nwant\n% x", b, want)
 	}
 	h := Header(b)
 	if h.Version() != MsgVersion || h.Type() != TypeSrcAvail || h.Flags() != 0 || h.Credits() != m.Credits ||
-		h.UAcks() != m.UAcks || h.Len() != m.Len || h.ID() != m.ID || h.STag() != m.STag || h.TO() != m.TO {
+		h.Len() != m.Len || h.ID() != m.ID || h.STag() != m.STag || h.TO() != m.TO {
 		t.Fatal("accessors disagree with the encoding")
 	}
 	var back Msg
@@ -64,7 +64,7 @@ func TestMsgRejects(t *testing.T) {
 		"short":               make([]byte, HeaderSize-1),
 		"version":             func() []byte { b := enc(Msg{Type: TypeFin}, nil); b[0] = 2; return b }(),
 		"flags":               func() []byte { b := enc(Msg{Type: TypeFin}, nil); b[msgOffFlags] = 1; return b }(),
-		"reserved":            func() []byte { b := enc(Msg{Type: TypeFin}, nil); b[msgOffRsvd+1] = 1; return b }(),
+		"reserved":            func() []byte { b := enc(Msg{Type: TypeFin}, nil); b[msgOffRsvd+3] = 1; return b }(),
 		"unknown type":        enc(Msg{Type: 99}, nil),
 		"type zero":           enc(Msg{}, nil),
 		"empty data":          enc(Msg{Type: TypeData}, nil),

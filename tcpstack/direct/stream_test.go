@@ -3,6 +3,7 @@ package direct
 import (
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -111,11 +112,11 @@ func exchange(t *testing.T, ca, cb net.Conn, total int) time.Duration {
 // of mixed sizes, SHA-256 checked: 256 MiB each way with the default
 // configuration (inline below 64 KiB, RDMA Read above: the two interleave
 // in one stream), and 64 MiB each way in RDMA Write and inline modes.
-// -short: 32 and 8 MiB.
+// -short and -race: 32 and 8 MiB.
 func TestLargeMixed(t *testing.T) {
 	a, b := rig(t)
 	big, small := 256<<20, 64<<20
-	if testing.Short() {
+	if testing.Short() || raceEnabled {
 		big, small = 32<<20, 8<<20
 	}
 	for _, c := range []struct {
@@ -184,7 +185,7 @@ func TestCreditsExhaustedBothSides(t *testing.T) {
 						t.Fatalf("send %v, receive %v, sums %x %x", s.err, r.err, s.sum[:4], r.sum[:4])
 					}
 				case <-time.After(30 * time.Second):
-					t.Fatal("deadlock: the streams did not finish")
+					t.Fatalf("deadlock: the streams did not finish\nA: %s\nB: %s", ca.(*Conn).debugState(), cb.(*Conn).debugState())
 				}
 			}
 		})
@@ -233,4 +234,62 @@ type res2 struct {
 	n   int
 	sum [32]byte
 	err error
+}
+
+// debugState describes a conn's protocol state (for failure messages).
+func (c *Conn) debugState() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := fmt.Sprintf("cs %+v free %d ctlQ %d rq %d finQ %v finSent %v finRecv %v writing %v err %v readsOut %d sinkAdv %d",
+		c.cs, len(c.free), len(c.ctlQ), len(c.rq), c.finQ, c.finSent, c.finRecv, c.writing, c.err, c.readsOut, len(c.sinkAdv))
+	if c.src != nil {
+		s += fmt.Sprintf(" srcFree %d", len(c.src.free))
+	}
+	if c.sink != nil {
+		s += fmt.Sprintf(" sinkFree %d", len(c.sink.free))
+	}
+	for i, r := range c.rq {
+		if i > 4 {
+			break
+		}
+		s += fmt.Sprintf(" [n %d off %d ready %v sink %d]", r.n, r.off, r.ready, r.sink)
+	}
+	return s
+}
+
+// TestCloseUnblocksWrite: Close while a Write waits for credits (the peer
+// does not read): the Write returns net.ErrClosed and Close does not wait
+// for it to drain.
+func TestCloseUnblocksWrite(t *testing.T) {
+	a, b := rig(t)
+	cfg := Config{Pool: 4, Linger: 5 * time.Second}
+	ca, cb := pair(t, a, b, cfg, cfg)
+	defer cb.Close()
+	werr := make(chan error, 1)
+	go func() {
+		_, err := ca.Write(make([]byte, 64<<20))
+		werr <- err
+	}()
+	c := ca.(*Conn)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c.mu.Lock()
+		stuck := c.writing && !c.cs.canSend(classData)
+		c.mu.Unlock()
+		if stuck {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the write never blocked")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	start := time.Now()
+	if err := ca.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-werr; !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("blocked Write: %v", err)
+	}
+	t.Logf("Close took %v", time.Since(start))
 }

@@ -40,8 +40,8 @@ type Config struct {
 	// (default 8 KiB); the control buffers are this plus the header.
 	MaxInline int
 	// Pool is the receive buffers credits cover (default 32), Slots the
-	// credit-only buffers beyond them (default 2, at least 2), Reserve
-	// the credits data may not take (default 2).
+	// credit-only buffers beyond them (default Pool+1; the peer's pool is
+	// at most Slots-1), Reserve the credits data may not take (default 2).
 	Pool, Slots, Reserve int
 	// ChunkSize is the most bytes one RDMA transfer carries (default 256
 	// KiB), Chunks the staging chunks per direction (default 8).
@@ -65,12 +65,13 @@ func (c Config) withDefaults() Config {
 	def(&c.Threshold, 64<<10)
 	def(&c.MaxInline, 8<<10)
 	def(&c.Pool, 32)
-	def(&c.Slots, 2)
 	def(&c.Reserve, 2)
 	def(&c.ChunkSize, 256<<10)
+	c.ChunkSize = min(c.ChunkSize, maxTransfer)
 	def(&c.Chunks, 8)
-	c.Slots = max(2, min(c.Slots, maxSlots))
 	c.Pool = max(2, min(c.Pool, maxPool))
+	def(&c.Slots, c.Pool+1)
+	c.Slots = max(2, min(c.Slots, maxSlots))
 	c.MaxInline = min(c.MaxInline, maxInlineCap)
 	if c.SwitchPort == 0 {
 		c.SwitchPort = DefaultSwitchPort
@@ -86,7 +87,7 @@ func (c Config) withDefaults() Config {
 
 func (c *Config) hello(reply bool, port uint16, caps uint8) Hello {
 	return Hello{Reply: reply, Caps: caps, Pref: c.Transfer, Port: port, Slots: uint16(c.Slots),
-		Pool: uint32(c.Pool), MaxInline: uint32(c.MaxInline)}
+		Pool: uint32(c.Pool), MaxInline: uint32(c.MaxInline), MaxTransfer: uint32(c.ChunkSize)}
 }
 
 // Stats count a host's sockets-direct connections and what went wrong.

@@ -655,3 +655,36 @@ func TestRDMAEarlyRequestInjected(t *testing.T) {
 		t.Fatalf("receive %v %q", &wc[0], b.RecvData(wc[0]))
 	}
 }
+
+// TestVerbsAsyncDoorbell: with SetAsyncDoorbell, posts return without
+// waiting for QP_DOORBELL's answer and every Send still arrives, in order.
+func TestVerbsAsyncDoorbell(t *testing.T) {
+	_, a, b := hostrig.QPPair(t, hostrig.Config{}, hostrig.NodeConfig{}, 4799)
+	a.QP.SetAsyncDoorbell(true)
+	b.QP.SetAsyncDoorbell(true)
+	la := a.Local.Bytes()
+	const n = 200
+	for i := range n {
+		la[i] = byte(i)
+		w := rings.SendWR{Opcode: rings.WRSend, Flags: rings.WRSignaled, WRID: uint64(i), NumSGE: 1}
+		w.SGL[0] = a.LocalMR.SGE(i, 1)
+		if err := a.QP.PostSend(&w); err != nil {
+			t.Fatal(err)
+		}
+		c := testutil.WaitCompletions(t, b.CQ, 1)[0]
+		if c.Status != rings.WCSuccess || b.RecvData(c)[0] != byte(i) {
+			t.Fatalf("send %d: %v", i, &c)
+		}
+		if err := b.PostRecvs(b.QP, b.Slot(c)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, c := range testutil.WaitCompletions(t, a.CQ, n) {
+		if c.Status != rings.WCSuccess || c.WRID != uint64(i) {
+			t.Fatalf("completion %d: %v", i, &c)
+		}
+	}
+	if err := a.QP.Err(); err != nil {
+		t.Fatal(err)
+	}
+}
