@@ -242,3 +242,76 @@ func (emptyImporter) Import(path string) (*types.Package, error) {
 	p.MarkComplete()
 	return p, nil
 }
+
+// CompareDoc holds a protocol document's tables to a package's constants
+// in both directions and returns what disagrees: every row of an offset
+// table (columns Offset and Constant) or a value table (Value and
+// Constant) that names a constant must give its value ("—" in an offset
+// cell stands for a variable-length field and is not compared), and every
+// constant owned (by the caller's rule) must have a row.
+func CompareDoc(pkg *Package, doc *Doc, owned func(Const) bool) []string {
+	out := append([]string(nil), doc.Problems...)
+	seen := map[string]bool{}
+	for _, tb := range doc.Tables {
+		col := ""
+		switch {
+		case tb.Has("offset", "constant"):
+			col = "offset"
+		case tb.Has("value", "constant"):
+			col = "value"
+		default:
+			continue
+		}
+		for _, r := range tb.Rows {
+			cc, _ := tb.Cell(r, "constant")
+			name, err := Ident(cc)
+			if err != nil {
+				out = append(out, fmt.Sprintf("%s: %v", tb.Where(r), err))
+				continue
+			}
+			if name == "" {
+				continue
+			}
+			c, ok := pkg.Consts[name]
+			if !ok {
+				out = append(out, fmt.Sprintf("%s: no constant %s in the package", tb.Where(r), name))
+				continue
+			}
+			seen[name] = true
+			cell, _ := tb.Cell(r, col)
+			if cell == "—" {
+				continue
+			}
+			v, err := Num(cell)
+			got, _ := c.Uint64()
+			if err != nil || v != got {
+				out = append(out, fmt.Sprintf("%s: %s is %s in the doc, %d in the code", tb.Where(r), name, cell, got))
+			}
+		}
+	}
+	names := make([]string, 0, len(pkg.Consts))
+	for name := range pkg.Consts {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if c := pkg.Consts[name]; owned(c) && !seen[name] {
+			out = append(out, fmt.Sprintf("constant %s (%s:%d) is not in the doc", name, c.File, c.Line))
+		}
+	}
+	return out
+}
+
+// CheckDoc loads the package in dir and the document at docPath and
+// compares them (CompareDoc); an error is one of reading them.
+func CheckDoc(dir, docPath string, owned func(Const) bool) ([]string, error) {
+	pkg, err := Load(dir)
+	if err != nil {
+		return nil, err
+	}
+	d, err := ParseFile(docPath)
+	if err != nil {
+		return nil, err
+	}
+	return CompareDoc(pkg, d, owned), nil
+}

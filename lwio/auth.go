@@ -1,0 +1,178 @@
+package lwio
+
+import (
+	"crypto/md5"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+)
+
+// Authentication parameters (LWIO_AUTH_PARAMS): the client sends them after
+// the common header of AUTH; the server RDMA-writes its own to the client's
+// DataVa/DataMh, then completes the AUTH with a status response.
+const (
+	AuthFixedSize       = 30
+	AuthOffMagic        = 0x00 // 4 bytes 'LWIO'
+	AuthOffRevID        = 0x04 // u16 RevID
+	AuthOffEndian       = 0x06 // u16 sizeof(ULONG_PTR): 8
+	AuthOffPageSize     = 0x08 // u16
+	AuthOffBaseSequence = 0x0A // u16 client 0; server the client's + 1
+	AuthOffMaxRdmaWin   = 0x0C // u32 most bytes the sender accepts in one RDMA transfer
+	AuthOffMaxSend      = 0x10 // u32 most bytes the sender sends in one message
+	AuthOffMaxRecv      = 0x14 // u32 bytes of each receive buffer the sender posted
+	AuthOffHeaderSize   = 0x18 // u16 HeaderSize
+	AuthOffCredits      = 0x1A // u16 client: credits wanted; server: credits granted
+	AuthOffRdmaRead     = 0x1C // u16 1 if the sender supports RDMA Read
+	AuthOffOptions      = 0x1E // options: code u8, length u8, data; END is the code alone
+
+	OptEnd       = 0
+	OptKey       = 1
+	OptSessionID = 2
+	OptSignature = 3
+
+	OptKeyLen       = 16
+	OptSessionIDLen = 8
+	OptSignatureLen = 16
+	EndianPtr64     = 8
+	// MaxAuthSize bounds an encoded AUTH_PARAMS: the fixed part, the three
+	// options with their codes and lengths, and END.
+	MaxAuthSize = AuthFixedSize + 2 + OptKeyLen + 2 + OptSessionIDLen + 2 + OptSignatureLen + 1
+)
+
+// Errors of authentication.
+var (
+	ErrOption    = errors.New("lwio: malformed authentication option")
+	ErrSignature = errors.New("lwio: authentication signature does not match")
+)
+
+// AuthParams is the fields of an AUTH_PARAMS with its options. The
+// signature is not a field: Append computes it, Decode checks it.
+type AuthParams struct {
+	RevID             uint16
+	Endian            uint16
+	PageSize          uint16
+	BaseSequence      uint16
+	MaxRdmaWindowSize uint32
+	MaxSendBufferSize uint32
+	MaxRecvBufferSize uint32
+	HeaderSize        uint16
+	Credits           uint16
+	RdmaReadSupported uint16
+	Key               [OptKeyLen]byte // the GUID key, in the GUID layout
+	HasSessionID      bool            // the server's parameters carry one
+	SessionID         int64
+}
+
+// Append appends the encoded parameters: the fixed part, KEY, SESSION_ID
+// (when set), SIGNATURE, END. The signature is the MD5 of the encoding
+// without the SIGNATURE option (docs/lwio.md).
+func (a *AuthParams) Append(b []byte) []byte {
+	start := len(b)
+	b = append(b, make([]byte, AuthFixedSize)...)
+	m := b[start:]
+	copy(m[AuthOffMagic:], ProtocolID[:])
+	le.PutUint16(m[AuthOffRevID:], a.RevID)
+	le.PutUint16(m[AuthOffEndian:], a.Endian)
+	le.PutUint16(m[AuthOffPageSize:], a.PageSize)
+	le.PutUint16(m[AuthOffBaseSequence:], a.BaseSequence)
+	le.PutUint32(m[AuthOffMaxRdmaWin:], a.MaxRdmaWindowSize)
+	le.PutUint32(m[AuthOffMaxSend:], a.MaxSendBufferSize)
+	le.PutUint32(m[AuthOffMaxRecv:], a.MaxRecvBufferSize)
+	le.PutUint16(m[AuthOffHeaderSize:], a.HeaderSize)
+	le.PutUint16(m[AuthOffCredits:], a.Credits)
+	le.PutUint16(m[AuthOffRdmaRead:], a.RdmaReadSupported)
+	b = append(append(b, OptKey, OptKeyLen), a.Key[:]...)
+	if a.HasSessionID {
+		var sid [OptSessionIDLen]byte
+		le.PutUint64(sid[:], uint64(a.SessionID))
+		b = append(append(b, OptSessionID, OptSessionIDLen), sid[:]...)
+	}
+	sig := signature(b[start:])
+	b = append(append(b, OptSignature, OptSignatureLen), sig[:]...)
+	return append(b, OptEnd)
+}
+
+// signature is the MD5 of the parameters without the SIGNATURE option: the
+// bytes before it and the END that follows it.
+func signature(before []byte) [md5.Size]byte {
+	h := md5.New()
+	h.Write(before)
+	h.Write([]byte{OptEnd})
+	var s [md5.Size]byte
+	copy(s[:], h.Sum(nil))
+	return s
+}
+
+// Decode reads parameters from the start of b (extra bytes after END are
+// ignored: they arrive in a larger buffer) and checks the signature. Each
+// option may appear once; KEY and SIGNATURE are required.
+func (a *AuthParams) Decode(b []byte) error {
+	if len(b) < AuthFixedSize {
+		return ErrShort
+	}
+	if [4]byte(b[AuthOffMagic:]) != ProtocolID {
+		return ErrMagic
+	}
+	*a = AuthParams{RevID: le.Uint16(b[AuthOffRevID:]), Endian: le.Uint16(b[AuthOffEndian:]),
+		PageSize: le.Uint16(b[AuthOffPageSize:]), BaseSequence: le.Uint16(b[AuthOffBaseSequence:]),
+		MaxRdmaWindowSize: le.Uint32(b[AuthOffMaxRdmaWin:]), MaxSendBufferSize: le.Uint32(b[AuthOffMaxSend:]),
+		MaxRecvBufferSize: le.Uint32(b[AuthOffMaxRecv:]), HeaderSize: le.Uint16(b[AuthOffHeaderSize:]),
+		Credits: le.Uint16(b[AuthOffCredits:]), RdmaReadSupported: le.Uint16(b[AuthOffRdmaRead:])}
+	if a.RevID != RevID {
+		return ErrVersion
+	}
+	var haveKey, haveSig bool
+	var sig []byte
+	sigAt := -1
+	off := AuthOffOptions
+	for {
+		if off >= len(b) {
+			return ErrShort
+		}
+		code := b[off]
+		if code == OptEnd {
+			break
+		}
+		if off+2 > len(b) {
+			return ErrShort
+		}
+		n := int(b[off+1])
+		if off+2+n > len(b) {
+			return ErrShort
+		}
+		data := b[off+2 : off+2+n]
+		switch code {
+		case OptKey:
+			if haveKey || n != OptKeyLen {
+				return ErrOption
+			}
+			copy(a.Key[:], data)
+			haveKey = true
+		case OptSessionID:
+			if a.HasSessionID || n != OptSessionIDLen {
+				return ErrOption
+			}
+			a.SessionID, a.HasSessionID = int64(le.Uint64(data)), true
+		case OptSignature:
+			if haveSig || n != OptSignatureLen {
+				return ErrOption
+			}
+			sig, sigAt, haveSig = data, off, true
+		default:
+			return fmt.Errorf("%w: unknown option code %d", ErrOption, code)
+		}
+		off += 2 + n
+	}
+	if !haveKey || !haveSig {
+		return fmt.Errorf("%w: KEY and SIGNATURE are required", ErrOption)
+	}
+	// The signature covers everything but itself: what precedes it and
+	// what follows it up to END (nothing, in this encoder's order).
+	h := md5.New()
+	h.Write(b[:sigAt])
+	h.Write(b[sigAt+2+OptSignatureLen : off+1])
+	if subtle.ConstantTimeCompare(h.Sum(nil), sig) != 1 {
+		return ErrSignature
+	}
+	return nil
+}

@@ -1,0 +1,20 @@
+package lwio
+
+import (
+	"testing"
+
+	"github.com/emunic/emunic/internal/abidoc"
+)
+
+// TestDocMatchesCode holds docs/lwio.md to this package both ways: every
+// row that names a constant has its value, and every exported constant has
+// a row.
+func TestDocMatchesCode(t *testing.T) {
+	problems, err := abidoc.CheckDoc(".", "../docs/lwio.md", func(abidoc.Const) bool { return true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Error(p)
+	}
+}
