@@ -3,7 +3,9 @@ package rings
 import (
 	"errors"
 	"reflect"
+	"runtime"
 	"sync/atomic"
+	"time"
 	"unsafe"
 )
 
@@ -142,22 +144,45 @@ var ErrStatAreaBusy = errors.New("rings: the counters area changed under every r
 
 // ReadStatArea copies a consistent publication out of area (atomic loads
 // under the sequence lock) into dst, which must be as long as area, and
-// returns its header. A publication in progress is waited out (bounded).
+// returns its header. Only the part in use is copied (the header says how
+// many QP records follow), so a reader keeps up with a device that
+// republishes at every idle point; a publication in progress is waited out
+// (yielding, for up to a second) and ErrStatAreaBusy returned only if the
+// device never held still that long.
 func ReadStatArea(area, dst []byte) (StatAreaHeader, error) {
 	var h StatAreaHeader
-	for try := 0; try < 1000; try++ {
+	deadline := time.Now().Add(time.Second)
+	for try := 0; ; try++ {
+		if try > 0 {
+			if try%64 == 0 && time.Now().After(deadline) {
+				return h, ErrStatAreaBusy
+			}
+			if try < 16 {
+				runtime.Gosched()
+			} else {
+				time.Sleep(time.Duration(min(try, 200)) * time.Microsecond)
+			}
+		}
 		g1 := AtomicLoad64(area, SaOffGen)
 		if g1&1 != 0 {
 			continue
 		}
-		for off := 8; off+8 <= len(area); off += 8 {
+		for off := 8; off < StatAreaHeaderSize; off += 8 {
+			le.PutUint64(dst[off:], AtomicLoad64(area, off))
+		}
+		le.PutUint64(dst[SaOffGen:], g1)
+		if err := h.Decode(dst); err != nil {
+			return h, err
+		}
+		used := StatAreaLayout{EngineN: int(h.EngineN), OccN: int(h.OccN), QPN: int(h.QPN)}.QPOff(int(h.NumQPs))
+		if used > len(area) || used < StatAreaHeaderSize {
+			used = len(area) &^ 7
+		}
+		for off := StatAreaHeaderSize; off+8 <= used; off += 8 {
 			le.PutUint64(dst[off:], AtomicLoad64(area, off))
 		}
 		if AtomicLoad64(area, SaOffGen) == g1 {
-			le.PutUint64(dst[SaOffGen:], g1)
-			err := h.Decode(dst)
-			return h, err
+			return h, nil
 		}
 	}
-	return h, ErrStatAreaBusy
 }
