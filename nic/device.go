@@ -145,6 +145,7 @@ type Device struct {
 	fifo   *rxFIFO
 	eng    *delegation.Engine
 	rdma   rdmaState
+	area   *statArea // the host's counter publication area, or nil
 	timer  *time.Timer
 
 	stats  [rings.NumStats]atomic.Uint64
@@ -423,6 +424,7 @@ func (d *Device) unit() {
 	d.notify.Publish()
 	d.raiseInterrupt()
 	d.snapshot()
+	d.publishStats(true)
 }
 
 func (d *Device) park() {
@@ -430,6 +432,7 @@ func (d *Device) park() {
 	d.tx.Release()
 	d.rx.Release()
 	d.snapshot()
+	d.publishStats(true)
 	d.parked.Store(true)
 	d.cmd.SetNeedWakeup(true)
 	d.tx.SetNeedWakeup(true)

@@ -45,6 +45,12 @@ func (d *Device) execute(ce rings.CommandEntry) (rings.Status, uint64) {
 	case rings.OpNop:
 		return rings.StatusOK, 0
 	case rings.OpStats:
+		if ce.Flags()&^rings.StatsFlagPublish != 0 {
+			return rings.StatusBadParam, 0
+		}
+		if ce.Flags()&rings.StatsFlagPublish != 0 {
+			return d.setStatArea(ce)
+		}
 		n := min(int(ce.Len()), rings.StatBlockSize)
 		if n <= 0 {
 			return rings.StatusBadParam, 0

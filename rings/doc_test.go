@@ -31,7 +31,7 @@ var docPaths = []string{"../docs/rings.md", "../docs/abi-blocks.md"}
 
 // docFiles are the files whose exported constants the docs must all cover.
 var docFiles = []string{"ring.go", "mem.go", "command.go", "notify.go", "desc.go", "stats.go", "le.go",
-	"connstate.go", "rdma.go", "wqe.go"}
+	"connstate.go", "rdma.go", "wqe.go", "statarea.go"}
 
 // docTypes are the value types of entry fields: any constant of one of them,
 // wherever it is declared, must be documented, and all of a type's values in
@@ -375,6 +375,7 @@ var abiBlocks = []abiBlock{
 		}},
 	{name: "receive queue entry", size: "RQEntrySize", prefix: "RQOff", typ: reflect.TypeFor[RecvWR](), ring: true},
 	{name: "completion queue entry", size: "CQEntrySize", prefix: "CQOff", typ: reflect.TypeFor[Completion](), ring: true},
+	{name: "counter area header", size: "StatAreaHeaderSize", prefix: "SaOff", typ: reflect.TypeFor[StatAreaHeader]()},
 }
 
 func ringEntryBlocks() int {

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 
 	"github.com/emunic/emunic/nic"
 	"github.com/emunic/emunic/nic/port"
@@ -135,6 +136,12 @@ type HostConfig struct {
 	ArenaSize int
 	Device    nic.Config
 	Driver    DriverConfig
+	// Split, when set, runs the NIC in its own process (docs/split.md): host
+	// memory is a memfd both map and the doorbell and vectors are eventfds.
+	// Setting EMUNIC_SPLIT=1 in the environment does the same for every host
+	// without one. Host.Device is then nil: the device's counters reach the
+	// host by DMA (Host.DeviceCounters).
+	Split *SplitConfig
 }
 
 // Host is one emulated machine: host memory, the NIC device, its driver and
@@ -146,6 +153,30 @@ type Host struct {
 	Driver *Driver
 	offMu  sync.Mutex
 	off    *offloader
+	split  *splitDevice
+	gone   atomic.Pointer[error]
+
+	areaMu   sync.Mutex
+	area     []byte // the device's counter publication area, in host memory
+	areaCopy []byte
+}
+
+// DeviceErr is why the host's device is gone (a split device whose process
+// died), or nil while it works.
+func (h *Host) DeviceErr() error {
+	if e := h.gone.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
+
+// deviceGone fails the host when its device process dies: everything
+// waiting on the rings is woken and fails, and new I/O fails at once.
+func (h *Host) deviceGone(err error) {
+	if !h.gone.CompareAndSwap(nil, &err) {
+		return
+	}
+	go h.Close()
 }
 
 // NewHost builds a host on port p. Close stops everything, including p.
@@ -162,10 +193,6 @@ func newHost(cfg HostConfig, p port.Port, wrap func(*nic.Device, *rings.Arena) D
 		buf := cfg.MTU + header.EthernetMinimumSize + rings.CacheLine
 		cfg.ArenaSize = int(cfg.Driver.TxEntries+cfg.Driver.RxEntries)*buf + 1<<20 + 64<<20
 	}
-	mem, err := rings.NewArena(cfg.ArenaSize)
-	if err != nil {
-		return nil, err
-	}
 	dc := cfg.Device
 	dc.MAC, dc.MTU = cfg.MAC, cfg.MTU
 	if dc.Engine.MinRTO == 0 {
@@ -176,17 +203,66 @@ func newHost(cfg HostConfig, p port.Port, wrap func(*nic.Device, *rings.Arena) D
 		// 2%-loss transfer to the Linux kernel 7.5x faster.
 		dc.Engine.MinRTO = DefaultMinRTO
 	}
-	dev, err := nic.New(dc, mem, p)
-	if err != nil {
-		return nil, err
+	if cfg.Split == nil && wrap == nil && splitFromEnv() {
+		cfg.Split = &SplitConfig{}
 	}
-	var d Device = dev
-	if wrap != nil {
-		d = wrap(dev, mem)
+	var (
+		mem *rings.Arena
+		dev *nic.Device
+		d   Device
+		sd  *splitDevice
+		err error
+	)
+	if cfg.Split != nil {
+		if sd, mem, err = dialSplit(*cfg.Split, cfg.ArenaSize, p != nil || cfg.Split.Link != nil); err != nil {
+			if p != nil {
+				_ = p.Close()
+			}
+			return nil, err
+		}
+		links := 0
+		for _, set := range []bool{p != nil, cfg.Split.Link != nil, cfg.Split.ShmLink != nil} {
+			if set {
+				links++
+			}
+		}
+		// No port at all: the device has one of its own ('emunic device
+		// --tap'), which only a device at a socket path can.
+		if links > 1 || links == 0 && cfg.Split.Socket == "" {
+			sd.Stop()
+			if p != nil {
+				_ = p.Close()
+			}
+			return nil, errors.New("tcpstack: a split host takes at most one of a port, a device link (SplitConfig.Link) or a shared-memory link (SplitConfig.ShmLink), and none only for a device at a socket path with a port of its own")
+		}
+		if err := sd.configure(dc, p, cfg.Split.Link, cfg.Split.ShmLink); err != nil {
+			sd.Stop()
+			if p != nil {
+				_ = p.Close()
+			}
+			return nil, err
+		}
+		d = sd
+	} else {
+		if mem, err = rings.NewArena(cfg.ArenaSize); err != nil {
+			return nil, err
+		}
+		if dev, err = nic.New(dc, mem, p); err != nil {
+			return nil, err
+		}
+		d = dev
+		if wrap != nil {
+			d = wrap(dev, mem)
+		}
 	}
 	drv, err := NewDriver(mem, d, cfg.Driver)
 	if err != nil {
-		_ = p.Close()
+		if p != nil {
+			_ = p.Close()
+		}
+		if sd != nil {
+			sd.Stop()
+		}
 		return nil, err
 	}
 	sc := cfg.Stack
@@ -196,14 +272,60 @@ func newHost(cfg HostConfig, p port.Port, wrap func(*nic.Device, *rings.Arena) D
 		drv.Close()
 		return nil, err
 	}
-	return &Host{Stack: st, Mem: mem, Device: dev, Driver: drv}, nil
+	h := &Host{Stack: st, Mem: mem, Device: dev, Driver: drv, split: sd}
+	if wrap == nil { // a test's wrapped device sees exactly the commands it expects
+		if err := h.registerStatArea(); err != nil {
+			h.Close()
+			return nil, err
+		}
+	}
+	if sd != nil {
+		sd.mu.Lock()
+		sd.onDead = h.deviceGone
+		sd.mu.Unlock()
+		if err := sd.Err(); err != nil {
+			go h.deviceGone(err)
+		}
+	}
+	return h, nil
 }
 
 // Close stops the stack, the driver and the device.
 func (h *Host) Close() error {
+	err := h.DeviceErr()
+	if err == nil {
+		err = errHostClosed
+	}
+	h.failDelegated(err)
 	h.Stack.Close()
 	h.Driver.Close()
 	return nil
+}
+
+var errHostClosed = errors.New("the host was closed")
+
+// failDelegated fails every delegated connection with err, waking its
+// blocked readers and writers: once the host stops (or its device is
+// gone) nothing will ever complete them.
+func (h *Host) failDelegated(err error) {
+	h.offMu.Lock()
+	o := h.off
+	h.offMu.Unlock()
+	if o == nil {
+		return
+	}
+	o.mu.Lock()
+	conns := make([]*DelegatedConn, 0, len(o.conns))
+	for _, c := range o.conns {
+		conns = append(conns, c)
+	}
+	o.mu.Unlock()
+	for _, c := range conns {
+		c.mu.Lock()
+		c.fail(err)
+		c.signal()
+		c.mu.Unlock()
+	}
 }
 
 // ErrNotIPv4 is returned for addresses that are not IPv4.

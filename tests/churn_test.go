@@ -198,7 +198,7 @@ func TestChurnEveryEnding(t *testing.T) {
 		deadline := time.Now().Add(20 * time.Second)
 		for {
 			ua, ub := a.OffloadUsage(), b.OffloadUsage()
-			oa, ob := a.Device.EngineOccupancy(), b.Device.EngineOccupancy()
+			oa, ob := counters(t, a).Occupancy, counters(t, b).Occupancy
 			if ua.Conns == 0 && ub.Conns == 0 && oa.Conns == 0 && ob.Conns == 0 && oa.TimeWait == 0 && ob.TimeWait == 0 &&
 				ua.Pool.InUse == 0 && ub.Pool.InUse == 0 && ua.Flows == 0 && ub.Flows == 1 && oa.Timers == 0 && ob.Timers == 0 {
 				return
@@ -233,7 +233,7 @@ func TestChurnEveryEnding(t *testing.T) {
 	}
 	endHeap := heap()
 	ua, ub := a.OffloadUsage(), b.OffloadUsage()
-	oa, ob := a.Device.EngineOccupancy(), b.Device.EngineOccupancy()
+	oa, ob := counters(t, a).Occupancy, counters(t, b).Occupancy
 	t.Logf("%d connections in %v (%.0f/s, %d at a time); heap %d → %d KiB; pool A %+v B %+v; arena A %d → %d KiB, B %d → %d KiB; engine A %+v B %+v",
 		n, elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds(), workers, baseHeap>>10, endHeap>>10,
 		ua.Pool, ub.Pool, arenaA0>>10, a.Mem.InUse()>>10, arenaB0>>10, b.Mem.InUse()>>10, oa, ob)

@@ -151,10 +151,10 @@ func TestDelegatedPeerVanishes(t *testing.T) {
 		t.Fatalf("timeout took %v", el)
 	}
 	// Counters are the unit's snapshot at its next idle point.
-	c := a.Device.EngineCounters()
+	c := engineOf(t, a)
 	for i := 0; i < 100 && c.Timeouts == 0; i++ {
 		time.Sleep(10 * time.Millisecond)
-		c = a.Device.EngineCounters()
+		c = engineOf(t, a)
 	}
 	if c.Timeouts == 0 || c.RTOExpired == 0 {
 		t.Fatalf("engine counters %+v", c)
@@ -205,7 +205,7 @@ func TestDelegatedIgnoresBlindAttacks(t *testing.T) {
 	time.Sleep(50 * time.Millisecond) // let ACKs settle so the spied frame is current
 	last := spy.lastTCP()
 	const tcpRST, tcpACK, tcpPSH = 0x04, 0x10, 0x08
-	before := b.Device.EngineCounters()
+	before := engineOf(t, b)
 	for _, f := range [][]byte{
 		forge(last, 1000, tcpRST, nil),
 		forge(last, 1<<30, tcpRST, nil),
@@ -218,7 +218,7 @@ func TestDelegatedIgnoresBlindAttacks(t *testing.T) {
 	}
 	deadline := time.Now().Add(2 * time.Second)
 	for {
-		c := b.Device.EngineCounters()
+		c := engineOf(t, b)
 		if c.ChallengeAcks > before.ChallengeAcks && c.RstOutOfWindow > before.RstOutOfWindow &&
 			c.DropOutOfWindow >= before.DropOutOfWindow+2 {
 			break
@@ -228,7 +228,7 @@ func TestDelegatedIgnoresBlindAttacks(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if c := b.Device.EngineCounters(); c.RstAccepted != before.RstAccepted {
+	if c := engineOf(t, b); c.RstAccepted != before.RstAccepted {
 		t.Fatal("a forged RST was accepted")
 	}
 	// The connection is alive and the stream has no forged bytes.

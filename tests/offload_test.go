@@ -94,7 +94,7 @@ func TestDelegatedTransfer(t *testing.T) {
 	select {
 	case <-done:
 	case <-time.After(60 * time.Second):
-		t.Fatalf("receiver stuck; A %v B %v; engA %+v engB %+v", stats(a), stats(b), a.Device.EngineCounters(), b.Device.EngineCounters())
+		t.Fatalf("receiver stuck; A %v B %v; engA %+v engB %+v", stats(a), stats(b), engineOf(t, a), engineOf(t, b))
 	}
 	el := time.Since(start)
 	if rerr != nil || m != n || got != want {
@@ -137,11 +137,11 @@ func bothWays(t *testing.T, wc port.WireConfig, n int64) {
 				t.Fatalf("%s: %d bytes (%v), hash match %v", r.name, got.n, got.err, got.sum == r.want)
 			}
 		case <-time.After(5 * time.Minute):
-			t.Fatalf("%s stuck; engine A %+v B %+v", r.name, a.Device.EngineCounters(), b.Device.EngineCounters())
+			t.Fatalf("%s stuck; engine A %+v B %+v", r.name, engineOf(t, a), engineOf(t, b))
 		}
 	}
 	el := time.Since(start)
-	ea, eb := a.Device.EngineCounters(), b.Device.EngineCounters()
+	ea, eb := engineOf(t, a), engineOf(t, b)
 	t.Logf("%d MiB each way in %v (%.2f Gbit/s total); retransmitted segs A %d B %d, fast retransmits A %d B %d, OOO segs A %d B %d",
 		n>>20, el, float64(2*n)*8/el.Seconds()/1e9, ea.TxRetransSegs, eb.TxRetransSegs,
 		ea.FastRetransmits, eb.FastRetransmits, ea.OOOSegments, eb.OOOSegments)

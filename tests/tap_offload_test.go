@@ -78,8 +78,11 @@ func (l *tapOffloadLab) close() {
 }
 
 // engine returns the delegated engine's counters; close the lab first for
-// final ones (the unit snapshots them when it parks and when it stops).
-func (l *tapOffloadLab) engine() delegation.Counters { return l.host.Device.EngineCounters() }
+// final ones (the unit publishes them when it parks and when it stops).
+func (l *tapOffloadLab) engine() delegation.Counters {
+	c, _ := l.host.Counters()
+	return c.Engine
+}
 
 // injectLoss installs nftables rules in the namespace that drop pct percent
 // of TCP packets at random, on input and on output, so the kernel's side

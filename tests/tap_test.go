@@ -16,11 +16,11 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/rings"
 	"github.com/emunic/emunic/tcpstack"
@@ -281,7 +281,7 @@ func TestTAPKernelPeerEcho(t *testing.T) {
 		defer c.Close()
 		echoExchange(t, c, 16<<20)
 	})
-	if s := host.Device.Stat(rings.StatRxFrames); s == 0 {
+	if s := statOf(t, host, rings.StatRxFrames); s == 0 {
 		t.Error("the device counted no received frames")
 	}
 }
@@ -305,22 +305,7 @@ func buildEmunic(t *testing.T) string {
 }
 
 // syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = testutil.SyncBuffer
 
 // serveProc is an 'emunic serve' process under test. Its output is kept and
 // logged at cleanup, where it is killed unless interrupt stopped it.
@@ -334,7 +319,14 @@ type serveProc struct {
 
 func startServe(t *testing.T, exe string, args ...string) *serveProc {
 	t.Helper()
-	p := &serveProc{t: t, cmd: exec.Command(exe, append([]string{"serve"}, args...)...), exited: make(chan error, 1)}
+	return startCommand(t, exe, "serve", args...)
+}
+
+// startCommand starts 'emunic NAME args...' as a process; it is killed at
+// the end of the test unless it was stopped, and its output logged.
+func startCommand(t *testing.T, exe, name string, args ...string) *serveProc {
+	t.Helper()
+	p := &serveProc{t: t, cmd: exec.Command(exe, append([]string{name}, args...)...), exited: make(chan error, 1)}
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -345,7 +337,7 @@ func startServe(t *testing.T, exe string, args ...string) *serveProc {
 			p.cmd.Process.Kill()
 			<-p.exited
 		}
-		t.Logf("emunic serve %s stderr:\n%s\nstdout:\n%s", strings.Join(args, " "), p.stderr.String(), p.stdout.String())
+		t.Logf("emunic %s %s stderr:\n%s\nstdout:\n%s", name, strings.Join(args, " "), p.stderr.String(), p.stdout.String())
 	})
 	return p
 }

@@ -23,7 +23,7 @@ import (
 var demoCmd = &command{
 	name:     "demo",
 	summary:  "two emulated hosts over an in-memory wire: netstack and delegated TCP side by side",
-	synopsis: "[--bytes SIZE] [--path netstack|offload|both] [--rdma] [--loss PCT] [--reorder PCT] [--seed N] [--pcap FILE] [--mtu N]",
+	synopsis: "[--bytes SIZE] [--path netstack|offload|both] [--rdma] [--split] [--loss PCT] [--reorder PCT] [--seed N] [--pcap FILE] [--mtu N]",
 	about: `
 Builds two emulated hosts in this process, A (10.0.0.1) and B (10.0.0.2), each
 with host memory, an emulated NIC and gVisor netstack, joined by an in-memory
@@ -58,12 +58,20 @@ which must be 0: the NICs place and fetch the payload by DMA. With --rdma
 and no --path only the RDMA path runs; with --path too, those paths run
 first, side by side with it. Exits 1 if a check fails or a host copied.
 
+--split runs each host's NIC in a device process of its own (this program
+started again as the device): host memory is a memfd both processes map,
+the doorbell and interrupt vectors are eventfds, the device's frames reach
+the wire through a socket, and the report reads every device counter from
+the area the device publishes in host memory, as it does in process. The
+cpu columns then count this process only, not the device processes.
+
 --loss and --reorder impair both directions of the wire (seeded by --seed, so a
 run is repeatable), for every path; netstack's and the engine's
 retransmissions must still deliver every byte.
 --pcap writes every frame that crosses host A's port to a pcap file for
 Wireshark or tshark.`,
 	examples: `  emunic demo
+  emunic demo --split --bytes 16MiB
   emunic demo --bytes 1GiB --path offload
   emunic demo --bytes 16MiB --loss 5 --reorder 5 --seed 7
   emunic demo --bytes 4MiB --pcap demo.pcap && tshark -r demo.pcap | head
@@ -83,6 +91,7 @@ type demoConfig struct {
 	Pcap    string  // capture file for the frames at host A's port; "" for none
 	MTU     int     // both NICs' MTU
 	RDMA    bool    // run the RDMA path (alone unless --path was given)
+	Split   bool    // each host's NIC in a device process of its own
 	// Idle is how long the transfer may make no progress before the demo
 	// gives up. Not a flag; tests shorten it.
 	Idle time.Duration
@@ -123,6 +132,7 @@ func parseDemoFlags(args []string, stdout io.Writer) (demoConfig, error) {
 	fs.Var(&seed, "seed", "`N` seeds the wire's impairments and the data, so that runs repeat")
 	fs.StringVar(&cfg.Pcap, "pcap", "", "record the frames at host A's port in the pcap file `FILE`")
 	fs.Var(&mtu, "mtu", "IP MTU `N` of both NICs (68-65535)")
+	fs.BoolVar(&cfg.Split, "split", false, "run each host's NIC in a device process of its own (memfd host memory, eventfd vectors; docs/split.md)")
 	fs.BoolVar(&cfg.RDMA, "rdma", false, "run the RDMA path: every opcode over a QP pair, then RDMA Write throughput (alone unless --path is given)")
 	if err := parse(demoCmd, fs, args, stdout); err != nil {
 		return cfg, err
@@ -325,7 +335,11 @@ func newDemoLab(cfg demoConfig) (*demoLab, error) {
 		}
 		lab.rec, pa = rec, rec
 	}
-	lab.a, err = tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 1}, Addr: demoAddrA, MTU: cfg.MTU}, pa)
+	var split *tcpstack.SplitConfig
+	if cfg.Split {
+		split = &tcpstack.SplitConfig{}
+	}
+	lab.a, err = tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 1}, Addr: demoAddrA, MTU: cfg.MTU, Split: split}, pa)
 	if err != nil {
 		pa.Close()
 		lab.pb.Close()
@@ -340,7 +354,7 @@ func newDemoLab(cfg demoConfig) (*demoLab, error) {
 		}
 		pb = lab.recB
 	}
-	lab.b, err = tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 2}, Addr: demoAddrB, MTU: cfg.MTU}, pb)
+	lab.b, err = tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 2}, Addr: demoAddrB, MTU: cfg.MTU, Split: split}, pb)
 	if err != nil {
 		lab.a.Close()
 		return nil, fmt.Errorf("host B: %w", err)

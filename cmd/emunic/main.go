@@ -2,6 +2,7 @@
 //
 //	emunic demo     two emulated hosts over an in-memory wire, TCP through both NICs' rings
 //	emunic serve    one emulated host on a Linux TAP device, with TCP echo and discard
+//	emunic device   the emulated NIC alone, in its own process, for a host that attaches over a socket
 //	emunic version  print the version
 //	emunic help     show help for a command
 //
@@ -43,6 +44,7 @@ type entry struct {
 var commands = []entry{
 	{demoCmd, runDemoCommand},
 	{serveCmd, runServeCommand},
+	{deviceCmd, runDeviceCommand},
 	{versionCmd, runVersionCommand},
 	{helpCmd, nil}, // handled by run, which knows the table
 }

@@ -217,20 +217,26 @@ func rdmaTransfer(ctx context.Context, lab *demoLab, cfg demoConfig) (res transf
 
 // settledQPStats reads both QPs' device statistics once two reads agree
 // and each unit has published them since the last change (the units
-// publish them when they go idle; see nic.Device.CountersSettled).
+// publish them in the hosts' counter areas when they go idle; see
+// tcpstack.Host.CountersSettled).
 func settledQPStats(lab *demoLab, qa, qb uint32) (sa, sb iwarp.QPStats, ok bool) {
-	prevA, okA := lab.a.Device.QPStats(qa)
-	prevB, okB := lab.b.Device.QPStats(qb)
-	_, genA := lab.a.Device.CountersSettled(0)
-	_, genB := lab.b.Device.CountersSettled(0)
+	qpStats := func(h *tcpstack.Host, idx uint32) (iwarp.QPStats, bool) {
+		c, err := h.Counters()
+		st, ok := c.QPs[idx]
+		return st, ok && err == nil
+	}
+	prevA, okA := qpStats(lab.a, qa)
+	prevB, okB := qpStats(lab.b, qb)
+	_, genA := lab.a.CountersSettled(0)
+	_, genB := lab.b.CountersSettled(0)
 	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); {
 		time.Sleep(2 * time.Millisecond)
 		// ok is the latest read's: a unit that had not published the QP
 		// at the first read (it had not gone idle yet) has by now.
-		curA, curOKA := lab.a.Device.QPStats(qa)
-		curB, curOKB := lab.b.Device.QPStats(qb)
-		setA, nowA := lab.a.Device.CountersSettled(genA)
-		setB, nowB := lab.b.Device.CountersSettled(genB)
+		curA, curOKA := qpStats(lab.a, qa)
+		curB, curOKB := qpStats(lab.b, qb)
+		setA, nowA := lab.a.CountersSettled(genA)
+		setB, nowB := lab.b.CountersSettled(genB)
 		same := curA == prevA && curB == prevB && curOKA == okA && curOKB == okB
 		if same && setA && setB {
 			break

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -160,4 +161,23 @@ func WaitCompletions(t testing.TB, cq Poller, n int) []rings.Completion {
 		}
 	}
 	return out
+}
+
+// SyncBuffer is a bytes.Buffer safe for one writer and concurrent readers:
+// a command's or a process's output that a test polls while it runs.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -305,6 +305,24 @@
 #define EMUNIC_WC_WITH_INV 8                     /* WCFlags: the low 32 bits of ImmData are the STag the peer invalidated */
 #define EMUNIC_WC_SOLICITED_F 0x80               /* WCFlags: the message asked for a solicited event (emunic) */
 
+/* statarea.go */
+#define EMUNIC_STATS_FLAG_PUBLISH 1              /* STATS Flags: Addr/Len is the publication area from now on (Len 0: stop publishing) */
+#define EMUNIC_STAT_AREA_HEADER_SIZE 0x40
+#define EMUNIC_SA_OFF_GEN 0                      /* u64 sequence lock: odd while the device writes the area, +2 per publication */
+#define EMUNIC_SA_OFF_FLAGS 8                    /* u32 StatAreaFlags of this publication */
+#define EMUNIC_SA_OFF_NUM_Q_PS 0xC               /* u32 QP records in this publication */
+#define EMUNIC_SA_OFF_ENGINE_N 0x10              /* u32 engine counters (u64 each) after the ring counters */
+#define EMUNIC_SA_OFF_QP_CAP 0x14                /* u32 QP records the area has room for */
+#define EMUNIC_SA_OFF_RING_N 0x18                /* u32 counters per ring (RingCounterCount) */
+#define EMUNIC_SA_OFF_QPN 0x1C                   /* u32 counters per QP record after its index word */
+#define EMUNIC_SA_OFF_OCC_N 0x20                 /* u32 engine occupancy words after the engine counters */
+#define EMUNIC_SA_OFF_RESERVED 0x24              /* 28 bytes reserved, zero */
+#define EMUNIC_STAT_AREA_STATS_OFF 0x40
+#define EMUNIC_RING_COUNTER_COUNT 7              /* RingStats' fields, in order */
+#define EMUNIC_STAT_AREA_RINGS 4                 /* command, notification, transmit, receive */
+#define EMUNIC_STAT_AREA_PARKED 1
+#define EMUNIC_QP_RECORD_HEADER 8                /* u32 QP index, u32 reserved, then the QP's counters */
+
 /* ring header (HeaderSize, 256 bytes): Ring header */
 struct emunic_ring_header {
 	uint32_t producer_index; /* 0x00 OffProducerIndex: PI: free-running u32 count of entries published */
@@ -639,5 +657,28 @@ _Static_assert(offsetof(struct emunic_completion_queue_entry, wr_id) == EMUNIC_C
 _Static_assert(offsetof(struct emunic_completion_queue_entry, byte_len) == EMUNIC_CQ_OFF_BYTE_LEN, "CQOffByteLen");
 _Static_assert(offsetof(struct emunic_completion_queue_entry, qpn) == EMUNIC_CQ_OFF_QPN, "CQOffQPN");
 _Static_assert(offsetof(struct emunic_completion_queue_entry, imm_data) == EMUNIC_CQ_OFF_IMM_OR_INV, "CQOffImmOrInv");
+
+/* counter area header (StatAreaHeaderSize, 64 bytes): Counter area header (64 bytes) */
+struct emunic_counter_area_header {
+	uint64_t gen; /* 0x00 SaOffGen: sequence lock: odd while the device writes the area */
+	uint32_t flags; /* 0x08 SaOffFlags: StatAreaParked, or 0 */
+	uint32_t num_q_ps; /* 0x0c SaOffNumQPs: QP records in this publication */
+	uint32_t engine_n; /* 0x10 SaOffEngineN: engine counters */
+	uint32_t qp_cap; /* 0x14 SaOffQPCap: QP records the area has room for */
+	uint32_t ring_n; /* 0x18 SaOffRingN: counters per ring, RingCounterCount */
+	uint32_t qpn; /* 0x1c SaOffQPN: counters per QP record */
+	uint32_t occ_n; /* 0x20 SaOffOccN: engine occupancy words */
+	uint8_t reserved[28]; /* 0x24 SaOffReserved: reserved, zero */
+} __attribute__((packed));
+_Static_assert(sizeof(struct emunic_counter_area_header) == EMUNIC_STAT_AREA_HEADER_SIZE, "counter area header size");
+_Static_assert(offsetof(struct emunic_counter_area_header, gen) == EMUNIC_SA_OFF_GEN, "SaOffGen");
+_Static_assert(offsetof(struct emunic_counter_area_header, flags) == EMUNIC_SA_OFF_FLAGS, "SaOffFlags");
+_Static_assert(offsetof(struct emunic_counter_area_header, num_q_ps) == EMUNIC_SA_OFF_NUM_Q_PS, "SaOffNumQPs");
+_Static_assert(offsetof(struct emunic_counter_area_header, engine_n) == EMUNIC_SA_OFF_ENGINE_N, "SaOffEngineN");
+_Static_assert(offsetof(struct emunic_counter_area_header, qp_cap) == EMUNIC_SA_OFF_QP_CAP, "SaOffQPCap");
+_Static_assert(offsetof(struct emunic_counter_area_header, ring_n) == EMUNIC_SA_OFF_RING_N, "SaOffRingN");
+_Static_assert(offsetof(struct emunic_counter_area_header, qpn) == EMUNIC_SA_OFF_QPN, "SaOffQPN");
+_Static_assert(offsetof(struct emunic_counter_area_header, occ_n) == EMUNIC_SA_OFF_OCC_N, "SaOffOccN");
+_Static_assert(offsetof(struct emunic_counter_area_header, reserved) == EMUNIC_SA_OFF_RESERVED, "SaOffReserved");
 
 #endif /* EMUNIC_ABI_H */

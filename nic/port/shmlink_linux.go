@@ -1,0 +1,257 @@
+package port
+
+import (
+	"fmt"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/emunic/emunic/rings"
+)
+
+// A shared-memory link: a point-to-point Ethernet link between two
+// processes in a memfd both map, one ring of frame slots each way (the
+// rings package's mechanism: free-running indices, phase tags, NEED_WAKEUP
+// kick suppression), with an eventfd per side as the only doorbell. While
+// frames flow neither side makes a system call; a side that goes idle
+// parks and is kicked through its eventfd. It is how two device processes
+// are cabled to each other without a hop through anyone else (a socket
+// costs two system calls and a wake-up per frame).
+//
+// Ring i carries frames from side i to side 1-i. A slot is a ring entry:
+// the control word, a u32 frame length, then the frame.
+
+// ShmLinkCount is the slots per direction.
+const ShmLinkCount = 512
+
+const shmOffLen = 4
+const shmHdr = 8
+
+// ShmLinkGeometry returns the entry size for frames up to maxFrame bytes
+// and the memory two rings of ShmLinkCount such entries take, or an error
+// when a frame cannot fit a ring entry (at most 4096 bytes: MTU 4074).
+func ShmLinkGeometry(maxFrame int) (entry uint32, size int, err error) {
+	e := (shmHdr + maxFrame + 15) &^ 15
+	if maxFrame < EthHeaderLen || e > 4096 {
+		return 0, 0, fmt.Errorf("shared-memory link: frames of %d bytes do not fit a ring entry (at most %d)", maxFrame, 4096-shmHdr)
+	}
+	l := rings.Layout{Count: ShmLinkCount, EntrySize: uint32(e)}
+	return uint32(e), 2 * ((l.Size() + rings.CacheLine - 1) &^ (rings.CacheLine - 1)), nil
+}
+
+func shmLayouts(entry uint32) [2]rings.Layout {
+	l := rings.Layout{Base: rings.ArenaBase, Count: ShmLinkCount, EntrySize: entry}
+	step := (l.Size() + rings.CacheLine - 1) &^ (rings.CacheLine - 1)
+	l1 := l
+	l1.Base += rings.Addr(step)
+	return [2]rings.Layout{l, l1}
+}
+
+// NewShmLinkMemory makes the link's memory: a zeroed memfd of size bytes.
+func NewShmLinkMemory(size int) (*os.File, error) {
+	fd, err := unix.MemfdCreate("emunic-link", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, fmt.Errorf("shared-memory link: memfd: %w", err)
+	}
+	if err := unix.Ftruncate(fd, int64(size)); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("shared-memory link: %w", err)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("shared-memory link: seal: %w", err)
+	}
+	return os.NewFile(uintptr(fd), "emunic-link"), nil
+}
+
+// efd is an eventfd doorbell.
+type efd struct{ f *os.File }
+
+func (e efd) Kick() {
+	one := [8]byte{1}
+	_, _ = e.f.Write(one[:])
+}
+
+// ShmPort is one side of a shared-memory link.
+type ShmPort struct {
+	mem    []byte
+	tx     *rings.Producer
+	rx     *rings.Consumer
+	wake   *os.File // this side's eventfd: the peer kicks it
+	peer   *os.File // the peer's
+	rxBell *rings.Bell
+	txBell *rings.Bell
+	stats  counters
+	closed atomic.Bool
+	done   chan struct{}
+	max    int
+}
+
+// OpenShmPort opens side (0 or 1) of the link in mem (size bytes, entry as
+// ShmLinkGeometry gave): wake is this side's eventfd, peer the other's. The
+// port owns the three files from then on.
+func OpenShmPort(mem *os.File, size int, entry uint32, side int, wake, peer *os.File) (*ShmPort, error) {
+	if side != 0 && side != 1 {
+		return nil, fmt.Errorf("shared-memory link: side %d", side)
+	}
+	_, want, err := ShmLinkGeometry(int(entry) - shmHdr)
+	if err != nil || want != size {
+		return nil, fmt.Errorf("shared-memory link: %d bytes for %d-byte entries, want %d", size, entry, want)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(mem.Fd()), &st); err != nil || st.Size < int64(size) {
+		return nil, fmt.Errorf("shared-memory link: the memory file is smaller than %d bytes", size)
+	}
+	if seals, err := unix.FcntlInt(mem.Fd(), unix.F_GET_SEALS, 0); err != nil || seals&unix.F_SEAL_SHRINK == 0 {
+		return nil, fmt.Errorf("shared-memory link: the memory file is not sealed against shrinking")
+	}
+	b, err := unix.Mmap(int(mem.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("shared-memory link: mmap: %w", err)
+	}
+	mem.Close()
+	a, err := rings.NewArenaOn(b)
+	if err != nil {
+		unix.Munmap(b)
+		return nil, err
+	}
+	for _, f := range []*os.File{wake, peer} {
+		if err := unix.SetNonblock(int(f.Fd()), true); err != nil {
+			unix.Munmap(b)
+			return nil, err
+		}
+	}
+	// Re-wrap the eventfds so the runtime poller owns them.
+	rewrap := func(f *os.File) (*os.File, error) {
+		fd, err := unix.Dup(int(f.Fd()))
+		f.Close()
+		if err != nil {
+			return nil, err
+		}
+		unix.CloseOnExec(fd)
+		return os.NewFile(uintptr(fd), "eventfd"), nil
+	}
+	if wake, err = rewrap(wake); err != nil {
+		return nil, err
+	}
+	if peer, err = rewrap(peer); err != nil {
+		return nil, err
+	}
+	ls := shmLayouts(entry)
+	p := &ShmPort{mem: b, wake: wake, peer: peer, rxBell: rings.NewBell(), txBell: rings.NewBell(), done: make(chan struct{}),
+		max: int(entry) - shmHdr}
+	if p.tx, err = rings.NewProducer(a, ls[side], 32, efd{peer}); err != nil {
+		return nil, err
+	}
+	if p.rx, err = rings.NewConsumer(a, ls[1-side], 32, efd{peer}); err != nil {
+		return nil, err
+	}
+	go p.forward()
+	return p, nil
+}
+
+// forward turns kicks on this side's eventfd into wake-ups of both
+// waiters (a kick means "entries published" or "space released"; a
+// spurious wake-up only makes a waiter look again).
+func (p *ShmPort) forward() {
+	defer close(p.done)
+	var b [8]byte
+	for {
+		if _, err := p.wake.Read(b[:]); err != nil {
+			p.rxBell.Kick()
+			p.txBell.Kick()
+			return
+		}
+		p.rxBell.Kick()
+		p.txBell.Kick()
+	}
+}
+
+// WriteFrame puts frame in the next slot of the transmit ring (waiting for
+// space while the peer is behind: the link's flow control) and publishes
+// it. One writer goroutine at a time.
+func (p *ShmPort) WriteFrame(frame []byte) error {
+	if err := p.stats.checkTx(p.closed.Load(), len(frame), p.max); err != nil {
+		return err
+	}
+	for {
+		if e := p.tx.Next(); e != nil {
+			le32put(e[shmOffLen:], uint32(len(frame)))
+			copy(e[shmHdr:], frame)
+			p.tx.Commit()
+			p.tx.Publish()
+			p.stats.txFrames.Add(1)
+			p.stats.txBytes.Add(uint64(len(frame)))
+			return nil
+		}
+		if p.closed.Load() {
+			p.stats.txDropClosed.Add(1)
+			return ErrClosed
+		}
+		p.tx.WaitSpace(p.txBell, 10*time.Millisecond)
+	}
+}
+
+// ReadFrame takes the next frame from the receive ring, parking (until the
+// peer's kick) when it is empty. One reader goroutine at a time.
+func (p *ShmPort) ReadFrame(buf []byte) (int, error) {
+	for {
+		if p.closed.Load() {
+			return 0, ErrClosed
+		}
+		e, err := p.rx.Peek()
+		if err != nil {
+			// A phase error: the peer published before writing. Look again
+			// after a pause; the entry becomes valid or stays counted.
+			p.rx.Park(p.rxBell, 0, time.Millisecond)
+			continue
+		}
+		if e == nil {
+			p.rx.Park(p.rxBell, 64, 10*time.Millisecond)
+			continue
+		}
+		n := int(le32(e[shmOffLen:]))
+		if n > len(e)-shmHdr {
+			p.rx.Pop()
+			p.stats.rxDropTooBig.Add(1)
+			return 0, fmt.Errorf("shared-memory link: a slot says %d bytes, more than it holds", n)
+		}
+		if n > len(buf) {
+			p.rx.Pop()
+			p.stats.rxDropTooBig.Add(1)
+			return 0, ErrFrameTooBig
+		}
+		copy(buf, e[shmHdr:shmHdr+n])
+		p.rx.Pop()
+		p.stats.rxFrames.Add(1)
+		p.stats.rxBytes.Add(uint64(n))
+		return n, nil
+	}
+}
+
+// Close stops the port (a blocked reader or writer returns ErrClosed) and
+// unmaps the link's memory once both have gone. Twice is harmless.
+func (p *ShmPort) Close() error {
+	if !p.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	p.wake.Close()
+	<-p.done
+	p.peer.Close()
+	// The memory stays mapped: the reader or writer may still be inside
+	// WriteFrame or ReadFrame on another goroutine; it goes with the process.
+	return nil
+}
+
+// Stats returns a snapshot of the port's counters.
+func (p *ShmPort) Stats() Stats { return p.stats.snapshot() }
+
+func le32(b []byte) uint32 {
+	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
+}
+
+func le32put(b []byte, v uint32) {
+	b[0], b[1], b[2], b[3] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24)
+}

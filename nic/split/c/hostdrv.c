@@ -1,0 +1,350 @@
+/*
+ * hostdrv: a host driver in C for a split emunic device, built and run by
+ * nic/split's tests. It is what a firmware or RTL co-design team writes
+ * first: it speaks the setup protocol of docs/split.md, maps host memory
+ * it shares with the device, and drives the rings of docs/rings.md through
+ * the generated header rings/c/emunic_abi.h only:
+ *
+ *   - posts NOP and STATS commands and reads their statuses back from the
+ *     command entries (DONE / DONE_PHASE);
+ *   - registers the counter publication area and reads it under its
+ *     sequence lock;
+ *   - posts legacy receive buffers, sends a frame through the transmit ring
+ *     and checks it left on the port, injects a frame on the port and
+ *     consumes its LEGACY_UPLOAD notification and the buffer's bytes.
+ *
+ * Usage: hostdrv SOCKET_PATH. Exit 0 with "ok" on success; otherwise 1 and
+ * one line saying what failed. Little-endian Linux hosts.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "emunic_abi.h"
+
+/* The setup protocol (docs/split.md). */
+#define SPLIT_MAGIC 0x434E4D45u
+#define SPLIT_VERSION 1
+#define MSG_HELLO 1
+#define MSG_MEMORY 2
+#define MSG_CONFIG 3
+#define MSG_RINGS 4
+#define MSG_VECTORS 5
+#define MSG_START 6
+#define MSG_REPLY_BIT 0x8000
+#define FEATURE_EVENTFD 1ull
+#define FEATURE_PORTFD 4ull
+
+static void die(const char *fmt, ...) {
+	va_list ap;
+	va_start(ap, fmt);
+	fputs("hostdrv: ", stdout);
+	vfprintf(stdout, fmt, ap);
+	fputc('\n', stdout);
+	va_end(ap);
+	exit(1);
+}
+
+static int setup_fd;
+static uint32_t seq;
+
+/* request sends one message with fds and returns the reply's value. */
+static uint64_t request(uint16_t type, const void *body, uint32_t len, const int *fds, int nfds) {
+	unsigned char msg[16 + 4096];
+	if (len > 4096) die("body too long");
+	uint32_t magic = SPLIT_MAGIC;
+	uint16_t ver = SPLIT_VERSION;
+	seq++;
+	memcpy(msg + 0, &magic, 4);
+	memcpy(msg + 4, &ver, 2);
+	memcpy(msg + 6, &type, 2);
+	memcpy(msg + 8, &len, 4);
+	memcpy(msg + 12, &seq, 4);
+	if (len) memcpy(msg + 16, body, len);
+	struct iovec iov = {msg, 16 + len};
+	char cbuf[CMSG_SPACE(4 * sizeof(int))];
+	struct msghdr mh = {0};
+	mh.msg_iov = &iov;
+	mh.msg_iovlen = 1;
+	if (nfds > 0) {
+		memset(cbuf, 0, sizeof cbuf);
+		mh.msg_control = cbuf;
+		mh.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
+		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+		memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
+	}
+	if (sendmsg(setup_fd, &mh, 0) < 0) die("send %u: %s", type, strerror(errno));
+	unsigned char rep[16 + 4096 + 1];
+	ssize_t n = recv(setup_fd, rep, sizeof rep - 1, 0);
+	if (n < 16 + 16) die("reply to %u: %zd bytes", type, n);
+	uint16_t rtype;
+	uint32_t rseq, status;
+	uint64_t value;
+	memcpy(&rtype, rep + 6, 2);
+	memcpy(&rseq, rep + 12, 4);
+	memcpy(&status, rep + 16, 4);
+	memcpy(&value, rep + 24, 8);
+	rep[n] = 0;
+	if (rtype != (type | MSG_REPLY_BIT) || rseq != seq) die("reply %#x #%u to %u #%u", rtype, rseq, type, seq);
+	if (status != 0) die("request %u refused: status %u: %s", type, status, (char *)rep + 32);
+	return value;
+}
+
+/* Host memory: a memfd mapped here and in the device at EMUNIC_ARENA_BASE. */
+#define MEM_SIZE (1u << 20)
+static unsigned char *mem;
+
+static void *at(uint64_t addr) { return mem + (addr - EMUNIC_ARENA_BASE); }
+
+/* A ring in host memory (docs/rings.md, "Rings in host memory"). */
+struct ring {
+	uint64_t base;
+	uint32_t count, esize, log2;
+	uint32_t local; /* producer: PI_local; consumer: CI_local */
+};
+
+static uint32_t *hdr32(struct ring *r, uint32_t off) { return (uint32_t *)at(r->base + off); }
+static void *slot(struct ring *r, uint32_t i) {
+	return at(r->base + EMUNIC_HEADER_SIZE + (uint64_t)(i & (r->count - 1)) * r->esize);
+}
+static uint32_t phase(struct ring *r, uint32_t i) { return ((i >> r->log2) & 1) ^ 1; }
+
+static void ring_init(struct ring *r, uint64_t base, uint32_t count, uint32_t esize) {
+	r->base = base;
+	r->count = count;
+	r->esize = esize;
+	r->local = 0;
+	r->log2 = 0;
+	while ((1u << r->log2) < count) r->log2++;
+}
+
+static int doorbell; /* eventfd: host → device */
+
+static void kick(int fd) {
+	uint64_t one = 1;
+	if (write(fd, &one, 8) != 8) die("kick: %s", strerror(errno));
+}
+
+/* commit writes entry i's control byte (phase), after its body. */
+static void commit(struct ring *r) {
+	uint32_t *ctl = slot(r, r->local);
+	__atomic_store_n(ctl, phase(r, r->local), __ATOMIC_RELEASE);
+	r->local++;
+}
+
+/* publish stores PI and rings the doorbell if the device asked for it. */
+static void publish(struct ring *r) {
+	__atomic_store_n(hdr32(r, EMUNIC_OFF_PRODUCER_INDEX), r->local, __ATOMIC_SEQ_CST);
+	if (__atomic_load_n(hdr32(r, EMUNIC_OFF_CONSUMER_FLAGS), __ATOMIC_SEQ_CST) & EMUNIC_FLAG_NEED_WAKEUP) kick(doorbell);
+}
+
+static double now(void) {
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* wait_vector waits (bounded) for a kick on a vector eventfd. */
+static void wait_vector(int fd, int ms) {
+	struct pollfd p = {fd, POLLIN, 0};
+	if (poll(&p, 1, ms) > 0) {
+		uint64_t v;
+		if (read(fd, &v, 8) != 8) die("vector read: %s", strerror(errno));
+	}
+}
+
+static struct ring cmd, ntf, tx, rx;
+static int vec_notify, vec_tx, vec_cmd;
+
+/* command posts one command and waits for its DONE; returns the entry. */
+static struct emunic_command_ring_entry command(uint16_t op, uint16_t flags, uint64_t addr, uint32_t len) {
+	uint32_t i = cmd.local;
+	struct emunic_command_ring_entry *e = slot(&cmd, i);
+	memset((char *)e + 4, 0, sizeof *e - 4);
+	e->opcode = op;
+	e->flags = flags;
+	e->conn = 0xFFFFFFFFu;
+	e->tag = 0xC0DE0000u + i;
+	e->addr = addr;
+	e->len = len;
+	commit(&cmd);
+	publish(&cmd);
+	for (double end = now() + 5; now() < end;) {
+		uint32_t ctl = __atomic_load_n(&e->ctl, __ATOMIC_ACQUIRE);
+		uint32_t donephase = (ctl & EMUNIC_CTL_DONE_PHASE) ? 1 : 0;
+		if ((ctl & EMUNIC_CTL_DONE) && donephase == phase(&cmd, i)) return *e;
+		wait_vector(vec_cmd, 1);
+	}
+	die("command %u: no DONE in 5 s", op);
+	return *e;
+}
+
+/* next_notification returns the next notification entry (bounded wait). */
+static struct emunic_notification_ring_entry next_notification(void) {
+	for (double end = now() + 5; now() < end;) {
+		uint32_t pi = __atomic_load_n(hdr32(&ntf, EMUNIC_OFF_PRODUCER_INDEX), __ATOMIC_ACQUIRE);
+		if (pi != ntf.local) {
+			if (pi - ntf.local > ntf.count) die("notification ring: PI %u is more than a ring ahead of CI %u", pi, ntf.local);
+			struct emunic_notification_ring_entry *e = slot(&ntf, ntf.local);
+			uint32_t ctl = __atomic_load_n(&e->ctl, __ATOMIC_ACQUIRE);
+			if ((ctl & EMUNIC_CTL_PHASE) != phase(&ntf, ntf.local)) die("notification %u: phase error", ntf.local);
+			struct emunic_notification_ring_entry n = *e;
+			ntf.local++;
+			__atomic_store_n(hdr32(&ntf, EMUNIC_OFF_CONSUMER_INDEX), ntf.local, __ATOMIC_SEQ_CST);
+			if (__atomic_load_n(hdr32(&ntf, EMUNIC_OFF_PRODUCER_FLAGS), __ATOMIC_SEQ_CST) & EMUNIC_FLAG_NEED_WAKEUP) kick(doorbell);
+			return n;
+		}
+		wait_vector(vec_notify, 1);
+	}
+	die("no notification in 5 s");
+	struct emunic_notification_ring_entry z = {0};
+	return z;
+}
+
+int main(int argc, char **argv) {
+	if (argc != 2) die("usage: hostdrv SOCKET_PATH");
+	setup_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	strncpy(sa.sun_path, argv[1], sizeof sa.sun_path - 1);
+	if (connect(setup_fd, (struct sockaddr *)&sa, sizeof sa) < 0) die("connect %s: %s", argv[1], strerror(errno));
+
+	uint64_t want = FEATURE_EVENTFD | FEATURE_PORTFD;
+	if (request(MSG_HELLO, &want, 8, NULL, 0) != want) die("features not granted");
+
+	int mfd = memfd_create("hostdrv-memory", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (mfd < 0 || ftruncate(mfd, MEM_SIZE) < 0) die("memfd: %s", strerror(errno));
+	/* The device refuses memory it could lose pages of: seal it. */
+	if (fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK) < 0) die("seal: %s", strerror(errno));
+	mem = mmap(NULL, MEM_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+	if (mem == MAP_FAILED) die("mmap: %s", strerror(errno));
+	uint64_t size = MEM_SIZE;
+	request(MSG_MEMORY, &size, 8, &mfd, 1);
+
+	int port[2];
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, port) < 0) die("socketpair: %s", strerror(errno));
+	const char *cfg = "{\"MAC\":[2,0,0,0,0,7],\"MTU\":1500}";
+	uint64_t mtu = request(MSG_CONFIG, cfg, strlen(cfg), &port[1], 1);
+	close(port[1]);
+	if (mtu != 1500) die("MTU %llu", (unsigned long long)mtu);
+
+	/* The rings and buffers, laid out by hand as a driver does. */
+	uint64_t b = EMUNIC_ARENA_BASE;
+	ring_init(&cmd, b + 0x1000, 16, EMUNIC_COMMAND_ENTRY_SIZE);
+	ring_init(&ntf, b + 0x3000, 64, EMUNIC_NOTIFICATION_ENTRY_SIZE);
+	ring_init(&tx, b + 0x6000, 16, EMUNIC_TX_DESC_SIZE);
+	ring_init(&rx, b + 0x7000, 16, EMUNIC_RX_DESC_SIZE);
+	struct {
+		uint64_t base;
+		uint32_t count, esize;
+	} rl[4] = {{cmd.base, cmd.count, cmd.esize}, {ntf.base, ntf.count, ntf.esize}, {tx.base, tx.count, tx.esize}, {rx.base, rx.count, rx.esize}};
+	request(MSG_RINGS, rl, sizeof rl, NULL, 0);
+
+	int efd[4];
+	for (int i = 0; i < 4; i++) {
+		efd[i] = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+		if (efd[i] < 0) die("eventfd: %s", strerror(errno));
+	}
+	doorbell = efd[0];
+	vec_notify = efd[1];
+	vec_tx = efd[2];
+	vec_cmd = efd[3];
+	uint32_t vecs[2] = {0, 0}; /* eventfd mode */
+	request(MSG_VECTORS, vecs, sizeof vecs, efd, 4);
+	request(MSG_START, NULL, 0, NULL, 0);
+
+	/* Commands: NOP, then STATS into a buffer, then the counter area. */
+	struct emunic_command_ring_entry r = command(EMUNIC_OP_NOP, 0, 0, 0);
+	if (r.status != EMUNIC_STATUS_OK || r.tag != 0xC0DE0000u) die("NOP: status %u tag %#llx", r.status, (unsigned long long)r.tag);
+	uint64_t statbuf = b + 0x20000;
+	r = command(EMUNIC_OP_STATS, 0, statbuf, EMUNIC_STAT_BLOCK_SIZE);
+	if (r.status != EMUNIC_STATUS_OK || r.result != EMUNIC_STAT_BLOCK_SIZE) die("STATS: status %u result %llu", r.status, (unsigned long long)r.result);
+	r = command(EMUNIC_OP_STATS, 0, statbuf, 0);
+	if (r.status != EMUNIC_STATUS_BAD_PARAM) die("STATS with Len 0: status %u, want BAD_PARAM", r.status);
+	uint64_t area = b + 0x30000;
+	uint32_t arealen = 0x10000;
+	r = command(EMUNIC_OP_STATS, EMUNIC_STATS_FLAG_PUBLISH, area, arealen);
+	if (r.status != EMUNIC_STATUS_OK) die("STATS publish: status %u", r.status);
+
+	/* Legacy receive buffers: 8 of 2 KiB. */
+	uint64_t rxbuf = b + 0x40000;
+	for (uint32_t i = 0; i < 8; i++) {
+		struct emunic_receive_descriptor *d = slot(&rx, rx.local);
+		d->buf_id = 100 + i;
+		d->addr = rxbuf + i * 2048;
+		d->len = 2048;
+		d->rsvd = 0;
+		d->tag = i;
+		commit(&rx);
+	}
+	publish(&rx);
+
+	/* A frame out: an ARP request from the device's MAC, through the
+	 * transmit ring; it must leave on the port as written. */
+	unsigned char frame[60] = {0};
+	memset(frame, 0xFF, 6);
+	unsigned char mac[6] = {2, 0, 0, 0, 0, 7};
+	memcpy(frame + 6, mac, 6);
+	frame[12] = 0x08, frame[13] = 0x06;
+	unsigned char arp[28] = {0, 1, 8, 0, 6, 4, 0, 1, 2, 0, 0, 0, 0, 7, 10, 0, 0, 7, 0, 0, 0, 0, 0, 0, 10, 0, 0, 9};
+	memcpy(frame + 14, arp, 28);
+	uint64_t txbuf = b + 0x60000;
+	memcpy(at(txbuf), frame, sizeof frame);
+	struct emunic_transmit_descriptor *t = slot(&tx, tx.local);
+	t->conn = 0xFFFFFFFFu;
+	t->addr = txbuf;
+	t->len = sizeof frame;
+	t->flags = 0;
+	t->tag = 7;
+	commit(&tx);
+	publish(&tx);
+	unsigned char got[2048];
+	struct pollfd pp = {port[0], POLLIN, 0};
+	if (poll(&pp, 1, 5000) <= 0) die("no frame on the port in 5 s");
+	ssize_t n = recv(port[0], got, sizeof got, 0);
+	if (n != (ssize_t)sizeof frame || memcmp(got, frame, sizeof frame) != 0) die("the port got %zd bytes, not the frame sent", n);
+
+	/* A frame in: an ARP reply to the device's MAC, on the port; it must
+	 * come back as a LEGACY_UPLOAD into the first receive buffer. */
+	unsigned char in[60] = {0};
+	memcpy(in, mac, 6);
+	unsigned char peer[6] = {2, 0, 0, 0, 0, 9};
+	memcpy(in + 6, peer, 6);
+	in[12] = 0x08, in[13] = 0x06;
+	unsigned char arp2[28] = {0, 1, 8, 0, 6, 4, 0, 2, 2, 0, 0, 0, 0, 9, 10, 0, 0, 9, 2, 0, 0, 0, 0, 7, 10, 0, 0, 7};
+	memcpy(in + 14, arp2, 28);
+	if (send(port[0], in, sizeof in, 0) != (ssize_t)sizeof in) die("port send: %s", strerror(errno));
+	struct emunic_notification_ring_entry nt = next_notification();
+	if (!(nt.flags & EMUNIC_NTF_LEGACY_UPLOAD) || nt.aux != 100 || nt.len != sizeof in || nt.conn != 0xFFFFFFFFu)
+		die("notification flags %#x aux %u len %u conn %#x, want LEGACY_UPLOAD of buffer 100", nt.flags, nt.aux, nt.len, nt.conn);
+	if (memcmp(at(rxbuf), in, sizeof in) != 0) die("buffer 100 does not hold the frame received");
+
+	/* The counter area: a consistent copy under the sequence lock shows
+	 * the frames counted. */
+	uint64_t *words = at(area);
+	for (double end = now() + 5;; wait_vector(vec_notify, 1)) {
+		if (now() > end) die("the counter area never showed the frames");
+		uint64_t g1 = __atomic_load_n(&words[0], __ATOMIC_ACQUIRE);
+		if (g1 & 1) continue;
+		uint64_t rxf = __atomic_load_n(&words[EMUNIC_STAT_AREA_STATS_OFF / 8 + EMUNIC_STAT_RX_FRAMES], __ATOMIC_ACQUIRE);
+		uint64_t txf = __atomic_load_n(&words[EMUNIC_STAT_AREA_STATS_OFF / 8 + EMUNIC_STAT_TX_FRAMES], __ATOMIC_ACQUIRE);
+		if (__atomic_load_n(&words[0], __ATOMIC_ACQUIRE) != g1) continue;
+		if (rxf >= 1 && txf >= 1) break;
+	}
+	printf("ok\n");
+	return 0;
+}

@@ -1,0 +1,182 @@
+package split
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+)
+
+// Conn is one end of the setup socket (SOCK_SEQPACKET: one message per
+// datagram, so a message and its fds arrive together or not at all).
+type Conn struct {
+	c   *net.UnixConn
+	buf []byte
+	oob []byte
+}
+
+// NewConn wraps a connected unixpacket socket.
+func NewConn(c *net.UnixConn) *Conn {
+	return &Conn{c: c, buf: make([]byte, HeaderSize+MaxBody+1), oob: make([]byte, unix.CmsgSpace(4*MaxFDs))}
+}
+
+// Close closes the socket.
+func (c *Conn) Close() error { return c.c.Close() }
+
+// Send sends one message with fds attached.
+func (c *Conn) Send(t MsgType, seq uint32, body []byte, files ...*os.File) error {
+	var oob []byte
+	if len(files) > 0 {
+		fds := make([]int, len(files))
+		for i, f := range files {
+			fds[i] = int(f.Fd())
+		}
+		oob = unix.UnixRights(fds...)
+	}
+	_, _, err := c.c.WriteMsgUnix(Message(t, seq, body), oob, nil)
+	return err
+}
+
+// Recv reads one message: its header, body and the fds that came with it
+// (owned by the caller). A malformed message returns the fds anyway (so
+// they can be closed) with the codec's error; io.EOF means the other side
+// closed or died.
+func (c *Conn) Recv() (Header, []byte, []*os.File, error) {
+	var h Header
+	n, oobn, flags, _, err := c.c.ReadMsgUnix(c.buf, c.oob)
+	if err != nil {
+		if errors.Is(err, net.ErrClosed) || errors.Is(err, io.EOF) || errors.Is(err, unix.ECONNRESET) {
+			return h, nil, nil, io.EOF
+		}
+		return h, nil, nil, err
+	}
+	files, ferr := parseRights(c.oob[:oobn])
+	if n == 0 {
+		closeAll(files)
+		return h, nil, nil, io.EOF
+	}
+	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
+		return h, nil, files, fmt.Errorf("%w (truncated: more than %d bytes or %d fds)", ErrTooLong, MaxBody, MaxFDs)
+	}
+	if ferr != nil {
+		return h, nil, files, ferr
+	}
+	if err := h.Decode(c.buf[:n]); err != nil {
+		return h, nil, files, err
+	}
+	return h, append([]byte(nil), c.buf[HeaderSize:n]...), files, nil
+}
+
+func parseRights(oob []byte) ([]*os.File, error) {
+	if len(oob) == 0 {
+		return nil, nil
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, fmt.Errorf("split: control message: %w", err)
+	}
+	var files []*os.File
+	for _, m := range msgs {
+		fds, err := unix.ParseUnixRights(&m)
+		if err != nil {
+			continue
+		}
+		for _, fd := range fds {
+			unix.CloseOnExec(fd)
+			files = append(files, os.NewFile(uintptr(fd), "split-fd"))
+		}
+	}
+	return files, nil
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// EventFD is an eventfd used as a doorbell or an interrupt vector between
+// the processes: Kick adds one (a write), Forward turns its events into
+// kicks of a Go doorbell in this process.
+type EventFD struct {
+	f      *os.File
+	kicks  atomic.Uint64
+	closed atomic.Bool
+}
+
+// NewEventFD makes a non-blocking eventfd.
+func NewEventFD() (*EventFD, error) {
+	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return nil, fmt.Errorf("eventfd: %w", err)
+	}
+	return &EventFD{f: os.NewFile(uintptr(fd), "eventfd")}, nil
+}
+
+// EventFDOf adopts a received eventfd.
+func EventFDOf(f *os.File) (*EventFD, error) {
+	if err := unix.SetNonblock(int(f.Fd()), true); err != nil {
+		return nil, err
+	}
+	// Re-wrap so the runtime's poller manages it (an os.File made from a
+	// received descriptor is in blocking mode).
+	fd, err := unix.Dup(int(f.Fd()))
+	if err != nil {
+		return nil, err
+	}
+	f.Close()
+	unix.CloseOnExec(fd)
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return &EventFD{f: os.NewFile(uintptr(fd), "eventfd")}, nil
+}
+
+// File is the descriptor, to send.
+func (e *EventFD) File() *os.File { return e.f }
+
+// Kick implements rings.Doorbell: one write of 1. A full counter (2^64-2
+// unread kicks) cannot happen between two live sides; errors after Close
+// are ignored.
+func (e *EventFD) Kick() {
+	var one = [8]byte{1}
+	e.kicks.Add(1)
+	_, _ = e.f.Write(one[:])
+}
+
+// Kicks is how many times Kick was called.
+func (e *EventFD) Kicks() uint64 { return e.kicks.Load() }
+
+// Forward reads the eventfd until it is closed and kicks to once for
+// every write the other side made since the last read (the eventfd's
+// counter): a doorbell or vector coalesces kicks itself, and whoever
+// counts them sees each one, as with an in-process device.
+func (e *EventFD) Forward(to interface{ Kick() }) {
+	var b [8]byte
+	for {
+		if _, err := e.f.Read(b[:]); err != nil {
+			return
+		}
+		if to == nil {
+			continue
+		}
+		for n := le.Uint64(b[:]); n > 0; n-- {
+			to.Kick()
+		}
+	}
+}
+
+// Close closes the descriptor and ends Forward.
+func (e *EventFD) Close() error {
+	if !e.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	return e.f.Close()
+}

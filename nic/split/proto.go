@@ -1,0 +1,303 @@
+package split
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/emunic/emunic/rings"
+)
+
+var le = binary.LittleEndian
+
+// Message header: every message, both ways.
+const (
+	HeaderSize = 16
+
+	HdrOffMagic   = 0x00 // u32 Magic
+	HdrOffVersion = 0x04 // u16 Version
+	HdrOffType    = 0x06 // u16 MsgType
+	HdrOffLen     = 0x08 // u32 body length in bytes, at most MaxBody
+	HdrOffSeq     = 0x0C // u32 the host's request number; a reply echoes it
+
+	Magic   = 0x434E4D45 // "EMNC" in little-endian byte order
+	Version = 1
+	MaxBody = 64 << 10 // bytes; a larger length is BAD_MESSAGE
+	// MaxFDs is the most file descriptors one message carries.
+	MaxFDs = 4
+)
+
+// MsgType names a message.
+type MsgType uint16
+
+// Requests (host → device). A reply has the request's type with
+// MsgReplyBit set.
+const (
+	MsgHello   MsgType = 0x01 // body: u64 features the host wants
+	MsgMemory  MsgType = 0x02 // body: u64 size; fd: a memfd of at least size bytes
+	MsgConfig  MsgType = 0x03 // body: the device configuration (JSON of nic.Config); fd: the port, with FeaturePortFD
+	MsgRings   MsgType = 0x04 // body: 4 ring layouts (command, notification, transmit, receive)
+	MsgVectors MsgType = 0x05 // body: u32 VectorMode, u32 poll interval in µs; fds: doorbell, notify, txspace, command
+	MsgStart   MsgType = 0x06 // body: empty
+	MsgReset   MsgType = 0x07 // body: empty; the device stops and forgets the memory
+	MsgLink    MsgType = 0x08 // body: LINK body; fds: the link's memfd, this side's eventfd, the peer's (FeatureShmLink)
+
+	MsgReplyBit MsgType = 0x8000
+)
+
+var msgNames = map[MsgType]string{MsgHello: "HELLO", MsgMemory: "MEMORY", MsgConfig: "CONFIG", MsgRings: "RINGS",
+	MsgVectors: "VECTORS", MsgStart: "START", MsgReset: "RESET", MsgLink: "LINK"}
+
+func (t MsgType) String() string {
+	if t&MsgReplyBit != 0 {
+		return "REPLY(" + (t &^ MsgReplyBit).String() + ")"
+	}
+	if s, ok := msgNames[t]; ok {
+		return s
+	}
+	return fmt.Sprintf("MSG_%#04x", uint16(t))
+}
+
+// Features (HELLO): the host asks, the device grants what it has.
+const (
+	FeatureEventFD uint64 = 1 << 0 // doorbell and interrupt vectors as eventfds
+	FeaturePoll    uint64 = 1 << 1 // no fds: both sides poll the rings
+	FeaturePortFD  uint64 = 1 << 2 // the host supplies the device's port with CONFIG
+	FeatureShmLink uint64 = 1 << 3 // the device's port is a shared-memory link to another device (LINK)
+	FeaturesAll           = FeatureEventFD | FeaturePoll | FeaturePortFD | FeatureShmLink
+)
+
+// Reply body.
+const (
+	ReplyOffStatus = 0x00 // u32 ReplyStatus
+	ReplyOffRsvd   = 0x04 // u32 reserved, zero
+	ReplyOffValue  = 0x08 // u64 HELLO: the features granted; else 0
+	ReplyOffMsg    = 0x10 // UTF-8 message to the end of the body (empty on OK)
+	ReplyMinSize   = 0x10
+)
+
+// ReplyStatus is a reply's verdict.
+type ReplyStatus uint32
+
+const (
+	StatusOK          ReplyStatus = 0
+	StatusBadMessage  ReplyStatus = 1 // malformed: bad magic, version, length, body or fds
+	StatusOutOfOrder  ReplyStatus = 2 // not valid in the session's state (see docs/split.md)
+	StatusBadMemory   ReplyStatus = 3 // the memfd is too small or cannot be mapped
+	StatusBadConfig   ReplyStatus = 4 // the configuration is refused
+	StatusBadRings    ReplyStatus = 5 // a ring outside the memory, or bad geometry
+	StatusStartFailed ReplyStatus = 6 // the device did not start
+	StatusUnsupported ReplyStatus = 7 // a feature or mode the device does not have
+)
+
+var statusNames = []string{"OK", "BAD_MESSAGE", "OUT_OF_ORDER", "BAD_MEMORY", "BAD_CONFIG", "BAD_RINGS",
+	"START_FAILED", "UNSUPPORTED"}
+
+func (s ReplyStatus) String() string {
+	if int(s) < len(statusNames) {
+		return statusNames[s]
+	}
+	return fmt.Sprintf("STATUS_%d", uint32(s))
+}
+
+// RINGS body: four layouts, each 16 bytes.
+const (
+	RingsBodySize   = 4 * RingLayoutSize
+	RingLayoutSize  = 16
+	RingOffBase     = 0x00 // u64 DMA address of the ring header
+	RingOffCount    = 0x08 // u32 entries, a power of two
+	RingOffEntrySz  = 0x0C // u32 bytes per entry
+	RingIdxCommand  = 0
+	RingIdxNotify   = 1
+	RingIdxTransmit = 2
+	RingIdxReceive  = 3
+)
+
+// LINK body: one side of a shared-memory link (nic/port's ShmPort).
+const (
+	LinkBodySize = 16
+	LinkOffSide  = 0x00 // u32 this device's side, 0 or 1 (ring i carries side i's frames)
+	LinkOffEntry = 0x04 // u32 bytes per ring entry (as port.ShmLinkGeometry gives for the frame size)
+	LinkOffSize  = 0x08 // u64 bytes of link memory
+)
+
+// EncodeLink returns the LINK body.
+func EncodeLink(side int, entry uint32, size uint64) []byte {
+	b := make([]byte, LinkBodySize)
+	le.PutUint32(b[LinkOffSide:], uint32(side))
+	le.PutUint32(b[LinkOffEntry:], entry)
+	le.PutUint64(b[LinkOffSize:], size)
+	return b
+}
+
+// DecodeLink reads a LINK body.
+func DecodeLink(b []byte) (side int, entry uint32, size uint64, err error) {
+	if len(b) != LinkBodySize {
+		return 0, 0, 0, fmt.Errorf("LINK body of %d bytes, want %d", len(b), LinkBodySize)
+	}
+	return int(le.Uint32(b[LinkOffSide:])), le.Uint32(b[LinkOffEntry:]), le.Uint64(b[LinkOffSize:]), nil
+}
+
+// VECTORS body.
+const (
+	VectorsBodySize   = 8
+	VecOffMode        = 0x00 // u32 VectorMode
+	VecOffPollMicros  = 0x04 // u32 VectorPoll: µs between polls, 0 = DefaultPollMicros
+	VectorEventFD     = 0    // four eventfds: doorbell (host kicks), notify, txspace, command (device kicks)
+	VectorPoll        = 1    // no fds: the device polls its doorbell, the host its vectors
+	DefaultPollMicros = 50
+	MaxPollMicros     = 100000
+)
+
+// Errors of the codec.
+var (
+	ErrShort   = errors.New("split: message shorter than its header or length")
+	ErrMagic   = errors.New("split: bad magic")
+	ErrVersion = errors.New("split: unsupported protocol version")
+	ErrTooLong = errors.New("split: body longer than MaxBody")
+)
+
+// Header is a message header's fields.
+type Header struct {
+	Type MsgType
+	Len  uint32
+	Seq  uint32
+}
+
+// Encode writes the header (with Magic and Version) at the start of b.
+func (h *Header) Encode(b []byte) {
+	b = b[:HeaderSize]
+	le.PutUint32(b[HdrOffMagic:], Magic)
+	le.PutUint16(b[HdrOffVersion:], Version)
+	le.PutUint16(b[HdrOffType:], uint16(h.Type))
+	le.PutUint32(b[HdrOffLen:], h.Len)
+	le.PutUint32(b[HdrOffSeq:], h.Seq)
+}
+
+// Decode reads the header at the start of msg and checks that msg holds
+// exactly the body it announces.
+func (h *Header) Decode(msg []byte) error {
+	if len(msg) < HeaderSize {
+		return ErrShort
+	}
+	if le.Uint32(msg[HdrOffMagic:]) != Magic {
+		return ErrMagic
+	}
+	if le.Uint16(msg[HdrOffVersion:]) != Version {
+		return ErrVersion
+	}
+	*h = Header{Type: MsgType(le.Uint16(msg[HdrOffType:])), Len: le.Uint32(msg[HdrOffLen:]), Seq: le.Uint32(msg[HdrOffSeq:])}
+	if h.Len > MaxBody {
+		return ErrTooLong
+	}
+	if int(h.Len) != len(msg)-HeaderSize {
+		return ErrShort
+	}
+	return nil
+}
+
+// Message builds a whole message of type t with body.
+func Message(t MsgType, seq uint32, body []byte) []byte {
+	m := make([]byte, HeaderSize+len(body))
+	(&Header{Type: t, Len: uint32(len(body)), Seq: seq}).Encode(m)
+	copy(m[HeaderSize:], body)
+	return m
+}
+
+// Reply is a reply body's fields.
+type Reply struct {
+	Status ReplyStatus
+	Value  uint64
+	Msg    string
+}
+
+// Encode returns the reply body.
+func (r *Reply) Encode() []byte {
+	b := make([]byte, ReplyMinSize+len(r.Msg))
+	le.PutUint32(b[ReplyOffStatus:], uint32(r.Status))
+	le.PutUint64(b[ReplyOffValue:], r.Value)
+	copy(b[ReplyOffMsg:], r.Msg)
+	return b
+}
+
+// Decode reads a reply body.
+func (r *Reply) Decode(b []byte) error {
+	if len(b) < ReplyMinSize {
+		return ErrShort
+	}
+	*r = Reply{Status: ReplyStatus(le.Uint32(b[ReplyOffStatus:])), Value: le.Uint64(b[ReplyOffValue:]), Msg: string(b[ReplyOffMsg:])}
+	return nil
+}
+
+// Err is the reply as an error (nil on OK).
+func (r *Reply) Err(req MsgType) error {
+	if r.Status == StatusOK {
+		return nil
+	}
+	return &ReplyError{Req: req, Status: r.Status, Msg: r.Msg}
+}
+
+// ReplyError is a request the device refused.
+type ReplyError struct {
+	Req    MsgType
+	Status ReplyStatus
+	Msg    string
+}
+
+func (e *ReplyError) Error() string {
+	return fmt.Sprintf("split device refused %v: %v: %s", e.Req, e.Status, e.Msg)
+}
+
+// EncodeRings returns the RINGS body for the four layouts (command,
+// notification, transmit, receive).
+func EncodeRings(ls [4]rings.Layout) []byte {
+	b := make([]byte, RingsBodySize)
+	for i, l := range ls {
+		e := b[i*RingLayoutSize:]
+		le.PutUint64(e[RingOffBase:], uint64(l.Base))
+		le.PutUint32(e[RingOffCount:], l.Count)
+		le.PutUint32(e[RingOffEntrySz:], l.EntrySize)
+	}
+	return b
+}
+
+// DecodeRings reads a RINGS body.
+func DecodeRings(b []byte) ([4]rings.Layout, error) {
+	var ls [4]rings.Layout
+	if len(b) != RingsBodySize {
+		return ls, fmt.Errorf("RINGS body of %d bytes, want %d", len(b), RingsBodySize)
+	}
+	for i := range ls {
+		e := b[i*RingLayoutSize:]
+		ls[i] = rings.Layout{Base: rings.Addr(le.Uint64(e[RingOffBase:])), Count: le.Uint32(e[RingOffCount:]),
+			EntrySize: le.Uint32(e[RingOffEntrySz:])}
+	}
+	return ls, nil
+}
+
+// EncodeVectors returns the VECTORS body.
+func EncodeVectors(mode, pollMicros uint32) []byte {
+	b := make([]byte, VectorsBodySize)
+	le.PutUint32(b[VecOffMode:], mode)
+	le.PutUint32(b[VecOffPollMicros:], pollMicros)
+	return b
+}
+
+// DecodeVectors reads a VECTORS body.
+func DecodeVectors(b []byte) (mode, pollMicros uint32, err error) {
+	if len(b) != VectorsBodySize {
+		return 0, 0, fmt.Errorf("VECTORS body of %d bytes, want %d", len(b), VectorsBodySize)
+	}
+	return le.Uint32(b[VecOffMode:]), le.Uint32(b[VecOffPollMicros:]), nil
+}
+
+// EncodeU64 is the body of HELLO and MEMORY.
+func EncodeU64(v uint64) []byte { b := make([]byte, 8); le.PutUint64(b, v); return b }
+
+// DecodeU64 reads the body of HELLO or MEMORY.
+func DecodeU64(b []byte) (uint64, error) {
+	if len(b) != 8 {
+		return 0, fmt.Errorf("body of %d bytes, want 8", len(b))
+	}
+	return le.Uint64(b), nil
+}

@@ -1,0 +1,494 @@
+package split
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/emunic/emunic/nic"
+	"github.com/emunic/emunic/nic/port"
+	"github.com/emunic/emunic/rings"
+)
+
+// ServerConfig configures the device side.
+type ServerConfig struct {
+	// OpenPort opens the device's port for a session whose host does not
+	// supply one with CONFIG (a TAP the device process owns, say). Nil: the
+	// host must supply the port.
+	OpenPort func() (port.Port, error)
+	// Logf, when set, gets one line per session event.
+	Logf func(format string, args ...any)
+}
+
+// Stats counts what the server saw, over all sessions.
+type Stats struct {
+	Sessions    uint64 // hosts that connected
+	Started     uint64 // sessions that reached START
+	BadMessages uint64 // malformed messages (refused with BAD_MESSAGE)
+	OutOfOrder  uint64 // requests not valid in the session's state
+	Refused     uint64 // well-formed requests refused (memory, config, rings, start, features)
+	HostsGone   uint64 // sessions ended by the host closing or dying
+}
+
+// Server is a NIC in its own process, serving one host at a time.
+type Server struct {
+	cfg ServerConfig
+
+	sessions, started, bad, order, refused, gone atomic.Uint64
+
+	mu  sync.Mutex
+	dev *nic.Device // the running session's device, for the process's own report
+}
+
+// NewServer makes a server.
+func NewServer(cfg ServerConfig) *Server { return &Server{cfg: cfg} }
+
+// Stats returns the server's counters.
+func (s *Server) Stats() Stats {
+	return Stats{Sessions: s.sessions.Load(), Started: s.started.Load(), BadMessages: s.bad.Load(),
+		OutOfOrder: s.order.Load(), Refused: s.refused.Load(), HostsGone: s.gone.Load()}
+}
+
+// Device is the running session's device, or nil.
+func (s *Server) Device() *nic.Device {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dev
+}
+
+func (s *Server) logf(format string, args ...any) {
+	if s.cfg.Logf != nil {
+		s.cfg.Logf(format, args...)
+	}
+}
+
+// Serve accepts hosts on l one after another until l is closed.
+func (s *Server) Serve(l *net.UnixListener) error {
+	for {
+		c, err := l.AcceptUnix()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return err
+		}
+		if err := s.ServeConn(c); err != nil {
+			s.logf("session ended: %v", err)
+		}
+	}
+}
+
+// session state: which request comes next.
+type state int
+
+const (
+	stNew     state = iota // HELLO
+	stHello                // MEMORY
+	stMemory               // CONFIG
+	stConfig               // RINGS
+	stRings                // VECTORS
+	stVectors              // START
+	stRunning              // RESET only
+)
+
+type session struct {
+	s        *Server
+	c        *Conn
+	st       state
+	features uint64
+	mem      []byte
+	arena    *rings.Arena
+	port     port.Port
+	cfg      nic.Config
+	rc       nic.RingConfig
+	mode     uint32
+	poll     time.Duration
+	efds     []*EventFD // doorbell, notify, txspace, command
+	dev      *nic.Device
+	link     port.Port // LINK's port, for CONFIG
+	stopPoll chan struct{}
+	wg       sync.WaitGroup
+}
+
+// ServeConn serves one host on c until it closes (nil) or the socket
+// fails. The device is stopped and every resource of the session released
+// before it returns, so the next host starts from nothing.
+func (s *Server) ServeConn(uc *net.UnixConn) error {
+	s.sessions.Add(1)
+	ss := &session{s: s, c: NewConn(uc)}
+	defer ss.teardown()
+	defer uc.Close()
+	for {
+		h, body, files, err := ss.c.Recv()
+		if err == io.EOF {
+			s.gone.Add(1)
+			s.logf("host gone")
+			return nil
+		}
+		if err != nil {
+			closeAll(files)
+			var ne net.Error
+			if errors.As(err, &ne) || errors.Is(err, unix.ECONNRESET) {
+				s.gone.Add(1)
+				return err
+			}
+			s.bad.Add(1)
+			if err := ss.reply(h.Type, h.Seq, Reply{Status: StatusBadMessage, Msg: err.Error()}); err != nil {
+				return err
+			}
+			continue
+		}
+		r := ss.handle(h, body, files)
+		if err := ss.reply(h.Type, h.Seq, r); err != nil {
+			return err
+		}
+	}
+}
+
+func (ss *session) reply(t MsgType, seq uint32, r Reply) error {
+	return ss.c.Send(t|MsgReplyBit, seq, r.Encode())
+}
+
+func (ss *session) refuse(st ReplyStatus, format string, args ...any) Reply {
+	if st == StatusOutOfOrder {
+		ss.s.order.Add(1)
+	} else if st == StatusBadMessage {
+		ss.s.bad.Add(1)
+	} else {
+		ss.s.refused.Add(1)
+	}
+	return Reply{Status: st, Msg: fmt.Sprintf(format, args...)}
+}
+
+// want lists the fds each request carries.
+func wantFDs(t MsgType, features uint64, body []byte) (min, max int) {
+	switch t {
+	case MsgMemory:
+		return 1, 1
+	case MsgConfig:
+		if features&FeaturePortFD != 0 {
+			return 0, 1
+		}
+	case MsgVectors:
+		if mode, _, err := DecodeVectors(body); err == nil && mode == VectorEventFD {
+			return 4, 4
+		}
+	case MsgLink:
+		return 3, 3
+	}
+	return 0, 0
+}
+
+func (ss *session) handle(h Header, body []byte, files []*os.File) Reply {
+	lo, hi := wantFDs(h.Type, ss.features, body)
+	if len(files) < lo || len(files) > hi {
+		closeAll(files)
+		return ss.refuse(StatusBadMessage, "%v carries %d file descriptors, want %d to %d", h.Type, len(files), lo, hi)
+	}
+	next := map[MsgType]state{MsgHello: stNew, MsgMemory: stHello, MsgConfig: stMemory, MsgRings: stConfig,
+		MsgVectors: stRings, MsgStart: stVectors}
+	if h.Type == MsgReset {
+		closeAll(files)
+		if ss.st == stNew {
+			return ss.refuse(StatusOutOfOrder, "RESET before HELLO")
+		}
+		ss.teardown()
+		ss.st = stHello
+		return Reply{}
+	}
+	if h.Type == MsgLink {
+		if ss.st != stMemory {
+			closeAll(files)
+			return ss.refuse(StatusOutOfOrder, "LINK in state %d (after %v): it goes between MEMORY and CONFIG", ss.st, stateAfter(ss.st))
+		}
+		return ss.linkPort(body, files)
+	}
+	want, ok := next[h.Type]
+	if !ok {
+		closeAll(files)
+		return ss.refuse(StatusBadMessage, "unknown message type %v", h.Type)
+	}
+	if ss.st != want {
+		closeAll(files)
+		return ss.refuse(StatusOutOfOrder, "%v in state %d (after %v)", h.Type, ss.st, stateAfter(ss.st))
+	}
+	var r Reply
+	switch h.Type {
+	case MsgHello:
+		r = ss.hello(body)
+	case MsgMemory:
+		r = ss.memory(body, files[0])
+	case MsgConfig:
+		var pf *os.File
+		if len(files) == 1 {
+			pf = files[0]
+		}
+		r = ss.config(body, pf)
+	case MsgRings:
+		r = ss.rings(body)
+	case MsgVectors:
+		r = ss.vectors(body, files)
+	case MsgStart:
+		r = ss.start()
+	}
+	if r.Status == StatusOK {
+		ss.st++
+	}
+	return r
+}
+
+func stateAfter(st state) string {
+	return [...]string{"nothing", "HELLO", "MEMORY", "CONFIG", "RINGS", "VECTORS", "START"}[st]
+}
+
+func (ss *session) hello(body []byte) Reply {
+	want, err := DecodeU64(body)
+	if err != nil {
+		return ss.refuse(StatusBadMessage, "HELLO: %v", err)
+	}
+	ss.features = want & FeaturesAll
+	if ss.s.cfg.OpenPort == nil && ss.features&(FeaturePortFD|FeatureShmLink) == 0 {
+		return ss.refuse(StatusUnsupported, "this device has no port of its own: the host must supply one (FeaturePortFD or FeatureShmLink)")
+	}
+	return Reply{Value: ss.features}
+}
+
+func (ss *session) memory(body []byte, f *os.File) Reply {
+	defer f.Close() // the mapping keeps the memory
+	size, err := DecodeU64(body)
+	if err != nil {
+		return ss.refuse(StatusBadMessage, "MEMORY: %v", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return ss.refuse(StatusBadMemory, "fstat: %v", err)
+	}
+	if size == 0 || size%rings.CacheLine != 0 || size > 1<<40 || uint64(st.Size) < size {
+		return ss.refuse(StatusBadMemory, "size %d (the file has %d bytes): want a positive multiple of %d no larger than the file", size, st.Size, rings.CacheLine)
+	}
+	// A host that shrank the file under the mapping would make the
+	// device's next access to it a SIGBUS: the memory must be sealed
+	// against shrinking (as vhost-user asks of its memory regions).
+	if seals, err := unix.FcntlInt(f.Fd(), unix.F_GET_SEALS, 0); err != nil || seals&unix.F_SEAL_SHRINK == 0 {
+		return ss.refuse(StatusBadMemory, "the memory file is not sealed against shrinking (memfd_create with MFD_ALLOW_SEALING, then F_ADD_SEALS F_SEAL_SHRINK)")
+	}
+	mem, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return ss.refuse(StatusBadMemory, "mmap %d bytes: %v", size, err)
+	}
+	a, err := rings.NewArenaOn(mem)
+	if err != nil {
+		unix.Munmap(mem)
+		return ss.refuse(StatusBadMemory, "%v", err)
+	}
+	ss.mem, ss.arena = mem, a
+	return Reply{}
+}
+
+func (ss *session) config(body []byte, pf *os.File) Reply {
+	var cfg nic.Config
+	if err := json.Unmarshal(body, &cfg); err != nil {
+		if pf != nil {
+			pf.Close()
+		}
+		return ss.refuse(StatusBadConfig, "configuration: %v", err)
+	}
+	var p port.Port
+	if ss.link != nil {
+		if pf != nil {
+			pf.Close()
+			return ss.refuse(StatusBadConfig, "a port with CONFIG after LINK: one or the other")
+		}
+		p, ss.link = ss.link, nil
+	} else if pf != nil {
+		fd, err := unix.Dup(int(pf.Fd()))
+		pf.Close()
+		if err != nil {
+			return ss.refuse(StatusBadConfig, "port: %v", err)
+		}
+		unix.CloseOnExec(fd)
+		sp, err := port.NewSocketPort(fd, "host-port")
+		if err != nil {
+			unix.Close(fd)
+			return ss.refuse(StatusBadConfig, "%v", err)
+		}
+		p = sp
+	} else {
+		if ss.s.cfg.OpenPort == nil {
+			return ss.refuse(StatusBadConfig, "no port: send one with CONFIG (FeaturePortFD)")
+		}
+		var err error
+		if p, err = ss.s.cfg.OpenPort(); err != nil {
+			return ss.refuse(StatusBadConfig, "port: %v", err)
+		}
+	}
+	dev, err := nic.New(cfg, ss.arena, p)
+	if err != nil {
+		p.Close()
+		return ss.refuse(StatusBadConfig, "%v", err)
+	}
+	ss.cfg, ss.port, ss.dev = cfg, p, dev
+	return Reply{Value: uint64(dev.MTU())}
+}
+
+// linkPort opens this device's side of a shared-memory link as its port.
+func (ss *session) linkPort(body []byte, files []*os.File) Reply {
+	if ss.features&FeatureShmLink == 0 {
+		closeAll(files)
+		return ss.refuse(StatusUnsupported, "LINK: the shared-memory link was not negotiated in HELLO")
+	}
+	side, entry, size, err := DecodeLink(body)
+	if err != nil {
+		closeAll(files)
+		return ss.refuse(StatusBadMessage, "%v", err)
+	}
+	if ss.link != nil {
+		ss.link.Close()
+		ss.link = nil
+	}
+	p, err := port.OpenShmPort(files[0], int(size), entry, side, files[1], files[2])
+	if err != nil {
+		closeAll(files)
+		return ss.refuse(StatusBadConfig, "%v", err)
+	}
+	ss.link = p
+	return Reply{}
+}
+
+func (ss *session) rings(body []byte) Reply {
+	ls, err := DecodeRings(body)
+	if err != nil {
+		return ss.refuse(StatusBadMessage, "%v", err)
+	}
+	rc := nic.RingConfig{Command: ls[RingIdxCommand], Notify: ls[RingIdxNotify], Tx: ls[RingIdxTransmit], Rx: ls[RingIdxReceive]}
+	if err := rc.Validate(); err != nil {
+		return ss.refuse(StatusBadRings, "%v", err)
+	}
+	for i, l := range ls {
+		if !ss.arena.Contains(l.Base, l.Size()) {
+			return ss.refuse(StatusBadRings, "ring %d at %#x (%d bytes) is outside the %d bytes of memory at %#x", i, uint64(l.Base), l.Size(), ss.arena.Size(), uint64(ss.arena.Base()))
+		}
+	}
+	ss.rc = rc
+	return Reply{}
+}
+
+func (ss *session) vectors(body []byte, files []*os.File) Reply {
+	mode, us, err := DecodeVectors(body)
+	if err != nil {
+		closeAll(files)
+		return ss.refuse(StatusBadMessage, "%v", err)
+	}
+	switch mode {
+	case VectorEventFD:
+		if ss.features&FeatureEventFD == 0 {
+			closeAll(files)
+			return ss.refuse(StatusUnsupported, "eventfd vectors were not negotiated in HELLO")
+		}
+		for _, f := range files {
+			e, err := EventFDOf(f)
+			if err != nil {
+				closeAll(files)
+				for _, e := range ss.efds {
+					e.Close()
+				}
+				ss.efds = nil
+				return ss.refuse(StatusBadMessage, "vector: %v", err)
+			}
+			ss.efds = append(ss.efds, e)
+		}
+	case VectorPoll:
+		if ss.features&FeaturePoll == 0 {
+			return ss.refuse(StatusUnsupported, "polling was not negotiated in HELLO")
+		}
+		if us == 0 {
+			us = DefaultPollMicros
+		}
+		if us > MaxPollMicros {
+			return ss.refuse(StatusBadMessage, "poll interval %d µs: at most %d", us, MaxPollMicros)
+		}
+		ss.poll = time.Duration(us) * time.Microsecond
+	default:
+		return ss.refuse(StatusBadMessage, "vector mode %d", mode)
+	}
+	ss.mode = mode
+	return Reply{}
+}
+
+func (ss *session) start() Reply {
+	var vec nic.Vectors
+	if ss.mode == VectorEventFD {
+		vec = nic.Vectors{Notify: ss.efds[1], TxSpace: ss.efds[2], Command: ss.efds[3]}
+	}
+	if err := ss.dev.Start(ss.rc, vec); err != nil {
+		return ss.refuse(StatusStartFailed, "%v", err)
+	}
+	door := ss.dev.Doorbell()
+	if ss.mode == VectorEventFD {
+		ss.wg.Add(1)
+		go func() { defer ss.wg.Done(); ss.efds[0].Forward(door) }()
+	} else {
+		// Polling: the device looks at its rings every interval as if the
+		// host had rung; the host polls its side the same way.
+		ss.stopPoll = make(chan struct{})
+		ss.wg.Add(1)
+		go func() {
+			defer ss.wg.Done()
+			t := time.NewTicker(ss.poll)
+			defer t.Stop()
+			for {
+				select {
+				case <-t.C:
+					door.Kick()
+				case <-ss.stopPoll:
+					return
+				}
+			}
+		}()
+	}
+	ss.s.started.Add(1)
+	ss.s.mu.Lock()
+	ss.s.dev = ss.dev
+	ss.s.mu.Unlock()
+	ss.s.logf("device started: MAC %x, MTU %d, %d bytes of host memory", ss.cfg.MAC, ss.dev.MTU(), len(ss.mem))
+	return Reply{}
+}
+
+// teardown stops the device and releases everything of the session.
+func (ss *session) teardown() {
+	if ss.dev != nil {
+		ss.dev.Stop() // closes the port too
+		ss.dev = nil
+	} else if ss.port != nil {
+		ss.port.Close()
+	}
+	ss.port = nil
+	if ss.link != nil {
+		ss.link.Close()
+		ss.link = nil
+	}
+	if ss.stopPoll != nil {
+		close(ss.stopPoll)
+		ss.stopPoll = nil
+	}
+	for _, e := range ss.efds {
+		e.Close()
+	}
+	ss.wg.Wait()
+	ss.efds = nil
+	if ss.mem != nil {
+		unix.Munmap(ss.mem)
+		ss.mem, ss.arena = nil, nil
+	}
+	ss.s.mu.Lock()
+	ss.s.dev = nil
+	ss.s.mu.Unlock()
+}

@@ -1,0 +1,276 @@
+package split
+
+import (
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/emunic/emunic/nic"
+	"github.com/emunic/emunic/nic/port"
+	"github.com/emunic/emunic/rings"
+)
+
+// testServer serves on a socket in a temporary directory.
+func testServer(t *testing.T) (*Server, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "dev.sock")
+	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewServer(ServerConfig{})
+	done := make(chan struct{})
+	go func() { s.Serve(l); close(done) }()
+	t.Cleanup(func() { l.Close(); <-done })
+	return s, path
+}
+
+type rawHost struct {
+	t   *testing.T
+	c   *Conn
+	seq uint32
+}
+
+func dialRaw(t *testing.T, path string) *rawHost {
+	t.Helper()
+	uc, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: path, Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &rawHost{t: t, c: NewConn(uc)}
+	t.Cleanup(func() { h.c.Close() })
+	return h
+}
+
+// req sends a request and returns the reply.
+func (h *rawHost) req(ty MsgType, body []byte, files ...*os.File) Reply {
+	h.t.Helper()
+	h.seq++
+	if err := h.c.Send(ty, h.seq, body, files...); err != nil {
+		h.t.Fatal(err)
+	}
+	return h.reply(ty)
+}
+
+func (h *rawHost) reply(ty MsgType) Reply {
+	h.t.Helper()
+	hd, body, files, err := h.c.Recv()
+	closeAll(files)
+	if err != nil {
+		h.t.Fatalf("reply to %v: %v", ty, err)
+	}
+	var r Reply
+	if err := r.Decode(body); err != nil || hd.Type&MsgReplyBit == 0 {
+		h.t.Fatalf("bad reply %v: %v", hd.Type, err)
+	}
+	return r
+}
+
+func memfd(t *testing.T, size int) (*os.File, []byte) {
+	return memfdSealed(t, size, true)
+}
+
+func memfdSealed(t *testing.T, size int, seal bool) (*os.File, []byte) {
+	t.Helper()
+	fd, err := unix.MemfdCreate("test", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := os.NewFile(uintptr(fd), "memfd")
+	if err := unix.Ftruncate(fd, int64(size)); err != nil {
+		t.Fatal(err)
+	}
+	if seal {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Munmap(mem); f.Close() })
+	return f, mem
+}
+
+func want(t *testing.T, what string, r Reply, st ReplyStatus) {
+	t.Helper()
+	if r.Status != st {
+		t.Fatalf("%s: %v (%s), want %v", what, r.Status, r.Msg, st)
+	}
+}
+
+// TestServerBadInput: every kind of bad request gets its status and a
+// count, the session goes on, and a well-formed host is served after.
+func TestServerBadInput(t *testing.T) {
+	s, path := testServer(t)
+	h := dialRaw(t, path)
+
+	// Malformed at the codec: bad magic, a length that lies, a body over
+	// the limit, an unknown type.
+	raw := func(b []byte) Reply {
+		if _, _, err := h.c.c.WriteMsgUnix(b, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		return h.reply(0)
+	}
+	m := Message(MsgHello, 1, EncodeU64(FeatureEventFD))
+	bad := append([]byte(nil), m...)
+	bad[0] ^= 0xFF
+	want(t, "bad magic", raw(bad), StatusBadMessage)
+	bad = append([]byte(nil), m...)
+	le.PutUint32(bad[HdrOffLen:], 4)
+	want(t, "length lies", raw(bad), StatusBadMessage)
+	want(t, "short", raw(m[:HeaderSize-1]), StatusBadMessage)
+	bad = append([]byte(nil), m...)
+	le.PutUint16(bad[HdrOffVersion:], 9)
+	want(t, "version", raw(bad), StatusBadMessage)
+	want(t, "unknown type", h.req(0x55, nil), StatusBadMessage)
+
+	// Out of order: anything but HELLO first, RESET before HELLO.
+	want(t, "START first", h.req(MsgStart, nil), StatusOutOfOrder)
+	want(t, "RESET first", h.req(MsgReset, nil), StatusOutOfOrder)
+	// HELLO without a port: this server has none of its own.
+	want(t, "HELLO without port", h.req(MsgHello, EncodeU64(FeatureEventFD)), StatusUnsupported)
+	want(t, "HELLO bad body", h.req(MsgHello, []byte{1, 2, 3}), StatusBadMessage)
+	r := h.req(MsgHello, EncodeU64(FeatureEventFD|FeaturePortFD|1<<40))
+	want(t, "HELLO", r, StatusOK)
+	if r.Value != FeatureEventFD|FeaturePortFD {
+		t.Fatalf("features granted %#x", r.Value)
+	}
+	want(t, "HELLO twice", h.req(MsgHello, EncodeU64(FeatureEventFD)), StatusOutOfOrder)
+
+	// MEMORY: no fd, a memfd smaller than announced, not a multiple of a
+	// cache line.
+	want(t, "MEMORY without fd", h.req(MsgMemory, EncodeU64(1<<20)), StatusBadMessage)
+	uf, _ := memfdSealed(t, 1<<20, false)
+	want(t, "MEMORY not sealed", h.req(MsgMemory, EncodeU64(1<<20), uf), StatusBadMemory)
+	f, _ := memfd(t, 1<<20)
+	want(t, "MEMORY too small", h.req(MsgMemory, EncodeU64(2<<20), f), StatusBadMemory)
+	want(t, "MEMORY odd size", h.req(MsgMemory, EncodeU64(1000), f), StatusBadMemory)
+	want(t, "MEMORY", h.req(MsgMemory, EncodeU64(1<<20), f), StatusOK)
+
+	// CONFIG: not JSON, a bad MTU, a port that is not a packet socket.
+	want(t, "CONFIG garbage", h.req(MsgConfig, []byte("{"), nil...), StatusBadConfig)
+	pa, pb, err := port.SocketPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pa.Close()
+	bmtu, _ := json.Marshal(nic.Config{MTU: 10})
+	want(t, "CONFIG bad MTU", h.req(MsgConfig, bmtu, pb.File()), StatusBadConfig)
+	want(t, "CONFIG no port", h.req(MsgConfig, []byte("{}")), StatusBadConfig)
+	cfg, _ := json.Marshal(nic.Config{MAC: [6]byte{2, 0, 0, 0, 0, 9}})
+	want(t, "CONFIG", h.req(MsgConfig, cfg, pb.File()), StatusOK)
+	pb.Close()
+
+	// RINGS outside the memory, bad geometry.
+	lay := func(base rings.Addr, n, es uint32) rings.Layout {
+		return rings.Layout{Base: base, Count: n, EntrySize: es}
+	}
+	ok := [4]rings.Layout{lay(rings.ArenaBase, 16, rings.CommandEntrySize), lay(rings.ArenaBase+0x1000, 16, rings.NotificationEntrySize),
+		lay(rings.ArenaBase+0x2000, 16, rings.TxDescSize), lay(rings.ArenaBase+0x3000, 16, rings.RxDescSize)}
+	out := ok
+	out[2].Base = rings.ArenaBase + 1<<20 - 64
+	want(t, "RINGS outside", h.req(MsgRings, EncodeRings(out)), StatusBadRings)
+	out = ok
+	out[1].Base = 0
+	want(t, "RINGS at 0", h.req(MsgRings, EncodeRings(out)), StatusBadRings)
+	out = ok
+	out[0].Count = 15
+	want(t, "RINGS geometry", h.req(MsgRings, EncodeRings(out)), StatusBadRings)
+	want(t, "RINGS short", h.req(MsgRings, EncodeRings(ok)[:40]), StatusBadMessage)
+	want(t, "RINGS", h.req(MsgRings, EncodeRings(ok)), StatusOK)
+
+	// VECTORS: eventfd mode without the fds, polling not negotiated.
+	want(t, "VECTORS no fds", h.req(MsgVectors, EncodeVectors(VectorEventFD, 0)), StatusBadMessage)
+	want(t, "VECTORS poll", h.req(MsgVectors, EncodeVectors(VectorPoll, 10)), StatusUnsupported)
+	want(t, "VECTORS mode", h.req(MsgVectors, EncodeVectors(9, 0)), StatusBadMessage)
+
+	st := s.Stats()
+	if st.BadMessages < 10 || st.OutOfOrder != 3 || st.Refused < 8 || st.Started != 0 {
+		t.Fatalf("server counters %+v", st)
+	}
+	// RESET drops the session's device and memory: MEMORY is next again.
+	want(t, "RESET", h.req(MsgReset, nil), StatusOK)
+	want(t, "CONFIG after RESET", h.req(MsgConfig, cfg), StatusOutOfOrder)
+}
+
+// TestServerNextHostAfterDeath: a host that vanishes mid-session (its
+// socket closed with the device running) frees the device for the next
+// host, which gets a fresh device.
+func TestServerNextHostAfterDeath(t *testing.T) {
+	s, path := testServer(t)
+	for i := range 3 {
+		h := dialRaw(t, path)
+		want(t, "HELLO", h.req(MsgHello, EncodeU64(FeatureEventFD|FeaturePortFD)), StatusOK)
+		f, _ := memfd(t, 1<<20)
+		want(t, "MEMORY", h.req(MsgMemory, EncodeU64(1<<20), f), StatusOK)
+		pa, pb, err := port.SocketPair()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, _ := json.Marshal(nic.Config{MAC: [6]byte{2, 0, 0, 0, 0, byte(i)}})
+		want(t, "CONFIG", h.req(MsgConfig, cfg, pb.File()), StatusOK)
+		pb.Close()
+		lay := func(base rings.Addr, es uint32) rings.Layout {
+			return rings.Layout{Base: base, Count: 16, EntrySize: es}
+		}
+		want(t, "RINGS", h.req(MsgRings, EncodeRings([4]rings.Layout{lay(rings.ArenaBase, rings.CommandEntrySize),
+			lay(rings.ArenaBase+0x1000, rings.NotificationEntrySize), lay(rings.ArenaBase+0x2000, rings.TxDescSize),
+			lay(rings.ArenaBase+0x3000, rings.RxDescSize)})), StatusOK)
+		var efds []*os.File
+		for range 4 {
+			e, err := NewEventFD()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close()
+			efds = append(efds, e.File())
+		}
+		want(t, "VECTORS", h.req(MsgVectors, EncodeVectors(VectorEventFD, 0), efds...), StatusOK)
+		want(t, "START", h.req(MsgStart, nil), StatusOK)
+		if s.Device() == nil {
+			t.Fatal("no running device after START")
+		}
+		// The host dies: its socket closes with the device running.
+		h.c.Close()
+		// The device's port goes down with the session.
+		buf := make([]byte, 2048)
+		pa.ReadFrame(buf) // returns once the device closed its end
+		pa.Close()
+		deadline := time.Now().Add(5 * time.Second)
+		for s.Device() != nil || s.Stats().HostsGone != uint64(i+1) {
+			if time.Now().After(deadline) {
+				t.Fatalf("session %d not torn down: %+v", i, s.Stats())
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if st := s.Stats(); st.Sessions != 3 || st.Started != 3 {
+		t.Fatalf("counters %+v", st)
+	}
+}
+
+func TestHeaderCodec(t *testing.T) {
+	m := Message(MsgRings, 77, make([]byte, RingsBodySize))
+	var h Header
+	if err := h.Decode(m); err != nil || h.Type != MsgRings || h.Seq != 77 || h.Len != RingsBodySize {
+		t.Fatalf("%+v %v", h, err)
+	}
+	for n := range len(m) {
+		if err := h.Decode(m[:n]); err == nil {
+			t.Fatalf("prefix of %d bytes accepted", n)
+		}
+	}
+	big := Message(MsgConfig, 1, make([]byte, MaxBody+1))
+	if err := h.Decode(big); !errors.Is(err, ErrTooLong) {
+		t.Fatalf("oversize body: %v", err)
+	}
+}

@@ -1,0 +1,39 @@
+// Package direct is sockets direct: a byte-stream net.Conn and
+// net.Listener over an RDMA queue pair, with the session protocol of the
+// Windows Sockets Direct switch (../shared seeds 002 and 003), behind a
+// switch that falls back to plain TCP on netstack when either end has no
+// RDMA.
+//
+//	l, err := direct.Listen(hostB, 80, direct.Config{})
+//	c, err := direct.Dial(ctx, hostA, netip.AddrPortFrom(hostB.Addr(), 80), direct.Config{})
+//	direct.PathOf(c) // rdma (send rdma-read, receive rdma-read), or tcp fallback: why
+//
+// Every host has one switch (switch.go): a protection domain, one
+// completion queue polled by one goroutine for all of the host's
+// connections, a registration cache, and an RDMA listener on the switch
+// port (DefaultSwitchPort) that serves every Listener of the host: the
+// connection request's MPA private data (the hello, hello.go) names the
+// listener's port and each side's pool, inline limit, caps and transfer
+// preference. A peer host without a switch answers the switch port with
+// RST, a switch without a listener on the port rejects the request, and
+// Dial then connects over TCP to the port itself, where the Listener also
+// accepts (so plain TCP clients reach it too).
+//
+// The session protocol (conn.go): each connection has a pool of registered
+// control-message buffers, Pool+Slots posted for receives and re-posted
+// as soon as a batch of completions is consumed, the rest for sends.
+// Control messages (msg.go) are a 32-byte header and, for DATA, inline
+// stream bytes. Writes below Config.Threshold travel inline; longer runs
+// go in chunks by RDMA: with RDMA Read, the source copies a chunk into its
+// staging area, registers it for remote read through the registration
+// cache (WSPRegisterRdmaMemory), and sends SRC_AVAIL; the sink pulls it
+// with RDMA Read as soon as a sink chunk is free and answers RD_DONE, upon
+// which the source gives the registration back (WSPDeregisterRdmaMemory).
+// With RDMA Write, the sink advertises its registered chunks (SINK_AVAIL);
+// the source writes into one and sends WR_DONE behind the Write on the same
+// QP. Staging memory that cannot be allocated or registered fails the
+// Write with ErrNoBuffers (WSAENOBUFS). Credit flow control of control
+// messages, with a reserve so neither side can deadlock, is credit.go,
+// checked by an exhaustive model (credit_model_test.go). docs/direct.md
+// gives every byte and the rules.
+package direct

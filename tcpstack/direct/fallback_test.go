@@ -1,0 +1,136 @@
+package direct
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+)
+
+// echoOnce answers one line on c and closes it.
+func echoAll(c net.Conn) {
+	io.Copy(c, c)
+	c.Close()
+}
+
+func roundTrip(t *testing.T, c net.Conn, msg string) {
+	t.Helper()
+	if _, err := c.Write([]byte(msg)); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(msg))
+	if _, err := io.ReadFull(c, got); err != nil || string(got) != msg {
+		t.Fatalf("echo %q, %v", got, err)
+	}
+}
+
+// TestFallback: every way the RDMA path can be missing ends on TCP, with
+// the reason, and the bytes go through.
+func TestFallback(t *testing.T) {
+	a, b := rig(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	// 1. A plain netstack listener on a host with no switch: the switch
+	// port answers RST, Dial falls back to the port itself.
+	pl, err := b.Listen(8101)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pl.Close()
+	go func() {
+		c, err := pl.Accept()
+		if err == nil {
+			echoAll(c)
+		}
+	}()
+	c, err := Dial(ctx, a, netip.AddrPortFrom(b.Addr(), 8101), Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := PathOf(c)
+	if p.Path != PathTCP || !strings.Contains(p.Reason.Error(), "no sockets-direct switch") {
+		t.Fatalf("plain listener: %v", p)
+	}
+	roundTrip(t, c, "to a plain netstack listener")
+	c.Close()
+
+	// 2. The dialling host has no RDMA.
+	l, err := Listen(b, 8102, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if ok, why := l.RDMA(); !ok {
+		t.Fatalf("listener without RDMA: %v", why)
+	}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go echoAll(c)
+		}
+	}()
+	c, err = Dial(ctx, a, netip.AddrPortFrom(b.Addr(), 8102), Config{NoRDMA: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := PathOf(c); p.Path != PathTCP || !strings.Contains(p.Reason.Error(), "RDMA disabled") {
+		t.Fatalf("dialler without RDMA: %v", p)
+	}
+	roundTrip(t, c, "from a host without RDMA")
+	c.Close()
+
+	// 3. The listening side has no RDMA: its host's switch (started by
+	// the listener of step 2) has no listener on the port and rejects.
+	l3, err := Listen(b, 8103, Config{NoRDMA: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l3.Close()
+	if ok, _ := l3.RDMA(); ok {
+		t.Fatal("NoRDMA listener registered with the switch")
+	}
+	go func() {
+		c, err := l3.Accept()
+		if err == nil {
+			echoAll(c)
+		}
+	}()
+	c, err = Dial(ctx, a, netip.AddrPortFrom(b.Addr(), 8103), Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := PathOf(c); p.Path != PathTCP || !strings.Contains(p.Reason.Error(), "no sockets-direct listener on port 8103") {
+		t.Fatalf("listener without RDMA: %v", p)
+	}
+	roundTrip(t, c, "to a listener without RDMA")
+	c.Close()
+
+	// 4. A plain TCP client reaches a sockets-direct listener.
+	pc, err := a.Dial(ctx, netip.AddrPortFrom(b.Addr(), 8102))
+	if err != nil {
+		t.Fatal(err)
+	}
+	roundTrip(t, pc, "plain client")
+	pc.Close()
+
+	// 5. And the RDMA path on the same listener.
+	c, err = Dial(ctx, a, netip.AddrPortFrom(b.Addr(), 8102), Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := PathOf(c); p.Path != PathRDMA {
+		t.Fatalf("RDMA path: %v", p)
+	}
+	roundTrip(t, c, "over RDMA")
+	c.Close()
+	if s := HostStats(a); s.Fallbacks != 3 || s.Dialed != 1 {
+		t.Errorf("stats of A: %+v", s)
+	}
+}

@@ -1,0 +1,37 @@
+package direct
+
+import (
+	"net"
+	"testing"
+
+	"golang.org/x/net/nettest"
+)
+
+// TestNettest runs golang.org/x/net/nettest's conformance suite on the
+// sockets-direct conn in each transfer mode (with the threshold at one
+// byte, every write of the RDMA modes goes by RDMA) and on the TCP
+// fallback path.
+func TestNettest(t *testing.T) {
+	a, b := rig(t)
+	for _, c := range []struct {
+		name string
+		cfg  Config
+		path Path
+		mode Transfer
+	}{
+		{"inline", Config{Transfer: TransferInline, Linger: 200e6}, PathRDMA, TransferInline},
+		{"rdma-read", Config{Transfer: TransferRead, Threshold: 1, Linger: 200e6}, PathRDMA, TransferRead},
+		{"rdma-write", Config{Transfer: TransferWrite, Threshold: 1, Linger: 200e6}, PathRDMA, TransferWrite},
+		{"fallback", Config{NoRDMA: true}, PathTCP, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
+				c1, c2 = pair(t, a, b, c.cfg, c.cfg)
+				if p := PathOf(c1); p.Path != c.path || p.Path == PathRDMA && (p.Send != c.mode || p.Recv != c.mode) {
+					t.Fatalf("path %v", p)
+				}
+				return c1, c2, func() { c1.Close(); c2.Close() }, nil
+			})
+		})
+	}
+}

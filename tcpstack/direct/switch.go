@@ -1,0 +1,607 @@
+package direct
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/emunic/emunic/rings"
+	"github.com/emunic/emunic/tcpstack"
+	"github.com/emunic/emunic/tcpstack/verbs"
+)
+
+// DefaultSwitchPort is the TCP port a host's sockets-direct switch accepts
+// RDMA connections on. The connection request names the listener's own
+// port in its hello, so one switch port serves every listener of the host.
+const DefaultSwitchPort = 7471
+
+// Config tunes sockets direct. The zero value is usable: every zero field
+// takes its default.
+type Config struct {
+	// NoRDMA makes this side behave as a host without RDMA: Dial and
+	// Listen use plain TCP only.
+	NoRDMA bool
+	// Transfer is the preferred mode of this side's large sends.
+	Transfer Transfer
+	// NoRDMARead and NoRDMAWrite take back what this side does as a
+	// sink: without Read, a peer that prefers RDMA Read writes instead.
+	NoRDMARead, NoRDMAWrite bool
+	// Threshold is the copy/zero-copy threshold: runs of at least this
+	// many bytes of one Write go by RDMA, shorter ones inline (default
+	// 64 KiB, as SDP's zero-copy threshold).
+	Threshold int
+	// MaxInline is the most stream bytes one DATA message carries to us
+	// (default 8 KiB); the control buffers are this plus the header.
+	MaxInline int
+	// Pool is the receive buffers credits cover (default 32), Slots the
+	// credit-only buffers beyond them (default 2, at least 2), Reserve
+	// the credits data may not take (default 2).
+	Pool, Slots, Reserve int
+	// ChunkSize is the most bytes one RDMA transfer carries (default 256
+	// KiB), Chunks the staging chunks per direction (default 8).
+	ChunkSize, Chunks int
+	// SwitchPort is the peer's (and, listening, our) switch port
+	// (default DefaultSwitchPort).
+	SwitchPort uint16
+	// NegotiateTimeout bounds the RDMA attempt of Dial before it falls
+	// back to TCP (default 5 s).
+	NegotiateTimeout time.Duration
+	// Linger bounds Close's wait for data in flight (default 5 s).
+	Linger time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&c.Threshold, 64<<10)
+	def(&c.MaxInline, 8<<10)
+	def(&c.Pool, 32)
+	def(&c.Slots, 2)
+	def(&c.Reserve, 2)
+	def(&c.ChunkSize, 256<<10)
+	def(&c.Chunks, 8)
+	c.Slots = max(2, min(c.Slots, maxSlots))
+	c.Pool = max(2, min(c.Pool, maxPool))
+	c.MaxInline = min(c.MaxInline, maxInlineCap)
+	if c.SwitchPort == 0 {
+		c.SwitchPort = DefaultSwitchPort
+	}
+	if c.NegotiateTimeout <= 0 {
+		c.NegotiateTimeout = 5 * time.Second
+	}
+	if c.Linger <= 0 {
+		c.Linger = 5 * time.Second
+	}
+	return c
+}
+
+func (c *Config) hello(reply bool, port uint16, caps uint8) Hello {
+	return Hello{Reply: reply, Caps: caps, Pref: c.Transfer, Port: port, Slots: uint16(c.Slots),
+		Pool: uint32(c.Pool), MaxInline: uint32(c.MaxInline)}
+}
+
+// Stats count a host's sockets-direct connections and what went wrong.
+type Stats struct {
+	Dialed, Accepted, Closed uint64 // RDMA-path connections
+	Fallbacks                uint64 // connections that took the TCP path (Dial), or listener requests refused
+	BadMessages              uint64 // malformed or unexpected control messages (the conn was torn down)
+	CreditViolations         uint64 // messages beyond the credits granted
+	RemoteAccessErrors       uint64 // RDMA operations on a peer region that was not there (deregistered)
+	PeerFailures             uint64 // QPs that failed or lost the connection mid-stream
+	NoBuffers                uint64 // ErrNoBuffers: staging memory not allocated or registered
+	InlineBytes, RDMABytes   uint64 // stream bytes sent inline / by RDMA
+}
+
+type counter = atomic.Uint64
+
+type switchStats struct {
+	dialed, accepted, closed, fallbacks                       counter
+	badMessages, creditViolations, remoteAccess, peerFailures counter
+	noBuffers, inlineBytes, rdmaBytes                         counter
+}
+
+// hostSwitch is one host's sockets-direct switch: the verbs objects every
+// connection of the host shares (protection domain, one completion queue
+// and the goroutine that polls it, the registration cache) and the RDMA
+// listener on the switch port that serves every Listener.
+type hostSwitch struct {
+	h     *tcpstack.Host
+	v     *verbs.Provider
+	pd    verbs.PD
+	cq    *verbs.CQ
+	cache *verbs.RegCache
+	stats switchStats
+
+	mu        sync.Mutex
+	conns     map[uint32]*Conn
+	listeners map[uint16]*Listener
+	rl        *verbs.RDMAListener
+	rlPort    uint16
+	acceptCfg Config
+	pending   map[uint32]*Conn // accepted QPs waiting for their request
+	done      chan struct{}
+}
+
+var (
+	switchesMu sync.Mutex
+	switches   = map[*tcpstack.Host]*hostSwitch{}
+)
+
+// cqEntries sizes the shared CQ: every work request of every connection
+// can be outstanding at once (a full CQ is an overrun that kills QPs).
+const (
+	cqEntries = 1 << 16
+	sqDepth   = 256
+)
+
+// switchFor returns host h's switch, making it the first time.
+func switchFor(h *tcpstack.Host) (*hostSwitch, error) {
+	switchesMu.Lock()
+	defer switchesMu.Unlock()
+	if sw := switches[h]; sw != nil {
+		return sw, nil
+	}
+	v, err := verbs.Open(h)
+	if err != nil {
+		return nil, err
+	}
+	cq, err := v.CreateCQ(cqEntries)
+	if err != nil {
+		return nil, err
+	}
+	cache, err := v.NewRegCache(verbs.RegCacheConfig{MaxUnused: 256})
+	if err != nil {
+		_ = cq.Destroy()
+		return nil, err
+	}
+	sw := &hostSwitch{h: h, v: v, pd: v.AllocPD(), cq: cq, cache: cache, conns: map[uint32]*Conn{},
+		listeners: map[uint16]*Listener{}, pending: map[uint32]*Conn{}, done: make(chan struct{})}
+	switches[h] = sw
+	go sw.poll()
+	return sw, nil
+}
+
+// HostStats returns the counters of host h's switch (zero if it has none).
+func HostStats(h *tcpstack.Host) Stats {
+	switchesMu.Lock()
+	sw := switches[h]
+	switchesMu.Unlock()
+	if sw == nil {
+		return Stats{}
+	}
+	s := &sw.stats
+	return Stats{Dialed: s.dialed.Load(), Accepted: s.accepted.Load(), Closed: s.closed.Load(),
+		Fallbacks: s.fallbacks.Load(), BadMessages: s.badMessages.Load(), CreditViolations: s.creditViolations.Load(),
+		RemoteAccessErrors: s.remoteAccess.Load(), PeerFailures: s.peerFailures.Load(), NoBuffers: s.noBuffers.Load(),
+		InlineBytes: s.inlineBytes.Load(), RDMABytes: s.rdmaBytes.Load()}
+}
+
+// poll takes the completions of every connection of the host and hands
+// each run of one connection's completions to it under its lock, then
+// lets it re-post its receives and send what waits.
+func (sw *hostSwitch) poll() {
+	wc := make([]rings.Completion, 64)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-sw.done; cancel() }()
+	for {
+		n := 0
+		for range 16 {
+			if n = sw.cq.Poll(wc); n > 0 {
+				break
+			}
+			runtime.Gosched()
+		}
+		if n == 0 {
+			var err error
+			if n, err = sw.cq.PollWait(ctx, wc, false); err != nil {
+				return
+			}
+		}
+		for i := 0; i < n; {
+			j := i + 1
+			for j < n && wc[j].QPN == wc[i].QPN {
+				j++
+			}
+			sw.mu.Lock()
+			c := sw.conns[wc[i].QPN]
+			sw.mu.Unlock()
+			if c != nil {
+				c.mu.Lock()
+				for k := i; k < j; k++ {
+					c.handleLocked(&wc[k])
+				}
+				c.afterBatchLocked()
+				c.mu.Unlock()
+			}
+			i = j
+		}
+	}
+}
+
+func (sw *hostSwitch) forget(c *Conn) {
+	sw.mu.Lock()
+	if sw.conns[c.qp.QPN()] == c {
+		delete(sw.conns, c.qp.QPN())
+	}
+	sw.mu.Unlock()
+}
+
+func (sw *hostSwitch) qpAttr(cfg Config, hello []byte, made func(*Conn)) verbs.QPAttr {
+	return verbs.QPAttr{PD: sw.pd, SendCQ: sw.cq, RecvCQ: sw.cq, SQDepth: sqDepth, RQDepth: cfg.Pool + cfg.Slots,
+		ORD: 16, IRD: 16, PrivateData: hello,
+		Setup: func(qp *verbs.QP) error {
+			c, err := newConn(sw, cfg, qp)
+			if err != nil {
+				return err
+			}
+			sw.mu.Lock()
+			sw.conns[qp.QPN()] = c
+			sw.mu.Unlock()
+			made(c)
+			return nil
+		}}
+}
+
+// ---- Dial ---------------------------------------------------------------------------
+
+// Dial connects to a sockets-direct (or plain TCP) listener at addr on host
+// h. It tries the RDMA path first: an RDMA connection to the peer host's
+// switch port whose hello names addr's port. A host without RDMA, a peer
+// without a switch (its TCP answers the switch port with RST), a switch
+// without a listener on the port (it rejects) or an RDMA attempt that does
+// not finish within NegotiateTimeout all lead to a plain TCP connection to
+// addr; its PathInfo says why. The connection's type is *Conn on the RDMA
+// path and *FallbackConn on TCP.
+func Dial(ctx context.Context, h *tcpstack.Host, addr netip.AddrPort, cfg Config) (net.Conn, error) {
+	cfg = cfg.withDefaults()
+	reason := errors.New("RDMA disabled on this host (Config.NoRDMA)")
+	if !cfg.NoRDMA {
+		c, err := dialRDMA(ctx, h, addr, cfg)
+		if err == nil {
+			return c, nil
+		}
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		reason = err
+	}
+	nc, err := h.Dial(ctx, addr)
+	if err != nil {
+		return nil, fmt.Errorf("direct: dial %v (RDMA path: %v): %w", addr, reason, err)
+	}
+	switchesMu.Lock()
+	if sw := switches[h]; sw != nil {
+		sw.stats.fallbacks.Add(1)
+	}
+	switchesMu.Unlock()
+	return &FallbackConn{Conn: nc, reason: reason}, nil
+}
+
+func dialRDMA(ctx context.Context, h *tcpstack.Host, addr netip.AddrPort, cfg Config) (*Conn, error) {
+	sw, err := switchFor(h)
+	if err != nil {
+		return nil, fmt.Errorf("no RDMA on this host: %w", err)
+	}
+	// The hello's caps depend on the sink memory, which exists only once
+	// the QP does: the request is sent with the caps this side would
+	// offer, and a sink that could not be allocated fails the dial (it
+	// then falls back to TCP).
+	caps := uint8(0)
+	if !cfg.NoRDMARead {
+		caps |= CapRead
+	}
+	if !cfg.NoRDMAWrite {
+		caps |= CapWrite
+	}
+	mine := cfg.hello(false, addr.Port(), caps)
+	hb := make([]byte, HelloSize)
+	mine.Encode(hb)
+	var c *Conn
+	var sinkCaps uint8
+	attr := sw.qpAttr(cfg, hb, func(nc *Conn) {
+		c = nc
+		sinkCaps = c.prepareSink()
+	})
+	dctx, cancel := context.WithTimeout(ctx, cfg.NegotiateTimeout)
+	defer cancel()
+	qp, err := sw.v.DialRDMA(dctx, netip.AddrPortFrom(addr.Addr(), cfg.SwitchPort), attr)
+	if err != nil {
+		if c != nil {
+			sw.forget(c)
+			c.freeMem()
+		}
+		if errors.Is(err, verbs.ErrRejected) {
+			return nil, fmt.Errorf("the peer's switch has no sockets-direct listener on port %d", addr.Port())
+		}
+		return nil, fmt.Errorf("no sockets-direct switch at %v: %w", netip.AddrPortFrom(addr.Addr(), cfg.SwitchPort), err)
+	}
+	fail := func(err error) (*Conn, error) {
+		_ = qp.Destroy()
+		sw.forget(c)
+		c.freeMem()
+		return nil, err
+	}
+	if sinkCaps != caps {
+		return fail(fmt.Errorf("%w: the sink area", ErrNoBuffers))
+	}
+	var peer Hello
+	if err := peer.Decode(qp.PeerPrivateData()); err != nil || !peer.Reply {
+		sw.stats.badMessages.Add(1)
+		return fail(fmt.Errorf("the listener's reply: %v", err))
+	}
+	c.local, c.remote = qp.LocalAddr(), qp.RemoteAddr()
+	c.mu.Lock()
+	c.start(&mine, &peer)
+	// MPA: the initiator speaks first, and the responder's sends wait for
+	// it; a credit-only message opens the way.
+	if len(c.free) > 0 {
+		_ = c.postLocked(Msg{Type: TypeCredit}, nil, -1, nil)
+	}
+	c.flushLocked()
+	c.mu.Unlock()
+	sw.stats.dialed.Add(1)
+	return c, nil
+}
+
+// FallbackConn is a connection on the TCP path.
+type FallbackConn struct {
+	net.Conn
+	reason error
+}
+
+// PathInfo says why the connection is on TCP.
+func (c *FallbackConn) PathInfo() PathInfo { return PathInfo{Path: PathTCP, Reason: c.reason} }
+
+// CloseWrite half-closes the TCP connection.
+func (c *FallbackConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.New("direct: the TCP connection has no half-close")
+}
+
+// PathOf returns the path of a connection Dial or a Listener returned.
+func PathOf(c net.Conn) PathInfo {
+	if p, ok := c.(interface{ PathInfo() PathInfo }); ok {
+		return p.PathInfo()
+	}
+	return PathInfo{}
+}
+
+// ---- Listen -------------------------------------------------------------------------
+
+// Listener accepts sockets-direct connections on a port: RDMA connections
+// through the host's switch, and plain TCP connections (peers without
+// sockets direct, or whose RDMA attempt failed) on the port itself.
+type Listener struct {
+	sw   *hostSwitch // nil without RDMA
+	port uint16
+	tcp  net.Listener
+	cfg  Config
+	conn chan net.Conn
+	done chan struct{}
+	once sync.Once
+	why  error // why this listener has no RDMA side (nil if it has)
+}
+
+// Listen listens on port of host h for both paths. The RDMA side shares
+// the host's switch port; the first Listen with RDMA on a host starts it,
+// and its Config sizes every accepted connection's pool (the hello tells
+// each peer what it got).
+func Listen(h *tcpstack.Host, port uint16, cfg Config) (*Listener, error) {
+	cfg = cfg.withDefaults()
+	tl, err := h.Listen(port)
+	if err != nil {
+		return nil, err
+	}
+	l := &Listener{port: port, tcp: tl, cfg: cfg, conn: make(chan net.Conn, 64), done: make(chan struct{})}
+	if cfg.NoRDMA {
+		l.why = errors.New("RDMA disabled (Config.NoRDMA)")
+	} else if sw, err := switchFor(h); err != nil {
+		l.why = err
+	} else if err := sw.listen(l); err != nil {
+		l.why = err
+	} else {
+		l.sw = sw
+	}
+	go l.acceptTCP()
+	return l, nil
+}
+
+// RDMA says whether the listener takes RDMA connections, and if not why.
+func (l *Listener) RDMA() (bool, error) { return l.sw != nil, l.why }
+
+func (l *Listener) acceptTCP() {
+	for {
+		c, err := l.tcp.Accept()
+		if err != nil {
+			return
+		}
+		select {
+		case l.conn <- &FallbackConn{Conn: c, reason: errors.New("the peer connected over plain TCP")}:
+		case <-l.done:
+			c.Close()
+			return
+		}
+	}
+}
+
+// Accept implements net.Listener.
+func (l *Listener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conn:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+// Close implements net.Listener. Connections already accepted stay open.
+func (l *Listener) Close() error {
+	l.once.Do(func() {
+		close(l.done)
+		_ = l.tcp.Close()
+		if l.sw != nil {
+			l.sw.unlisten(l)
+		}
+		for {
+			select {
+			case c := <-l.conn:
+				c.Close()
+			default:
+				return
+			}
+		}
+	})
+	return nil
+}
+
+// Addr implements net.Listener.
+func (l *Listener) Addr() net.Addr { return l.tcp.Addr() }
+
+// listen registers l, starting the switch's RDMA listener if needed.
+func (sw *hostSwitch) listen(l *Listener) error {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	if sw.listeners[l.port] != nil {
+		return fmt.Errorf("direct: port %d already has a listener", l.port)
+	}
+	if sw.rl == nil {
+		sw.acceptCfg = l.cfg
+		cfg := l.cfg
+		attr := sw.qpAttr(cfg, nil, func(c *Conn) {
+			c.prepareSink()
+			sw.mu.Lock()
+			sw.pending[c.qp.QPN()] = c
+			sw.mu.Unlock()
+		})
+		rl, err := sw.v.ListenRDMA(cfg.SwitchPort, attr)
+		if err != nil {
+			return fmt.Errorf("direct: switch port %d: %w", cfg.SwitchPort, err)
+		}
+		sw.rl, sw.rlPort = rl, cfg.SwitchPort
+		go sw.serve(rl)
+	}
+	sw.listeners[l.port] = l
+	return nil
+}
+
+func (sw *hostSwitch) unlisten(l *Listener) {
+	sw.mu.Lock()
+	if sw.listeners[l.port] == l {
+		delete(sw.listeners, l.port)
+	}
+	var rl *verbs.RDMAListener
+	if len(sw.listeners) == 0 && sw.rl != nil {
+		rl, sw.rl = sw.rl, nil
+	}
+	sw.mu.Unlock()
+	if rl != nil {
+		_ = rl.Close()
+	}
+}
+
+// serve answers connection requests on the switch port: a valid hello for
+// a port with a listener is accepted, anything else rejected (the dialler
+// then falls back to TCP).
+func (sw *hostSwitch) serve(rl *verbs.RDMAListener) {
+	for {
+		r, err := rl.GetRequest(context.Background())
+		if err != nil {
+			return
+		}
+		qp := r.QP()
+		sw.mu.Lock()
+		c := sw.pending[qp.QPN()]
+		delete(sw.pending, qp.QPN())
+		var peer Hello
+		herr := peer.Decode(r.PrivateData())
+		var l *Listener
+		if herr == nil && !peer.Reply {
+			l = sw.listeners[peer.Port]
+		}
+		var cfg Config
+		if l != nil {
+			// The listener's choices, on the pool geometry the QP was
+			// set up with.
+			a := sw.acceptCfg
+			cfg = l.cfg
+			cfg.Pool, cfg.Slots, cfg.MaxInline, cfg.ChunkSize, cfg.Chunks = a.Pool, a.Slots, a.MaxInline, a.ChunkSize, a.Chunks
+		}
+		sw.mu.Unlock()
+		if c == nil || herr != nil || peer.Reply || l == nil {
+			if herr != nil || (c != nil && peer.Reply) {
+				sw.stats.badMessages.Add(1)
+			} else {
+				sw.stats.fallbacks.Add(1)
+			}
+			_ = r.Reject(nil)
+			if c != nil {
+				sw.forget(c)
+				c.freeMem()
+			}
+			continue
+		}
+		caps := uint8(0)
+		if c.sink != nil {
+			if !cfg.NoRDMARead {
+				caps |= CapRead
+			}
+			if !cfg.NoRDMAWrite {
+				caps |= CapWrite
+			}
+		}
+		mine := cfg.hello(true, 0, caps)
+		hb := make([]byte, HelloSize)
+		mine.Encode(hb)
+		c.mu.Lock()
+		c.cfg = cfg
+		c.start(&mine, &peer)
+		c.local, c.remote = qp.LocalAddr(), qp.RemoteAddr()
+		c.mu.Unlock()
+		if err := r.Accept(hb); err != nil {
+			sw.forget(c)
+			c.freeMem()
+			continue
+		}
+		c.mu.Lock()
+		c.flushLocked()
+		c.mu.Unlock()
+		sw.stats.accepted.Add(1)
+		select {
+		case l.conn <- c:
+		case <-l.done:
+			_ = c.Close()
+		}
+	}
+}
+
+// Shutdown stops host h's switch: its poller and RDMA listener. Call it
+// before closing the host (connections should be closed first); a later
+// Dial or Listen starts a new switch.
+func Shutdown(h *tcpstack.Host) {
+	switchesMu.Lock()
+	sw := switches[h]
+	delete(switches, h)
+	switchesMu.Unlock()
+	if sw == nil {
+		return
+	}
+	sw.mu.Lock()
+	rl := sw.rl
+	sw.rl = nil
+	sw.mu.Unlock()
+	if rl != nil {
+		_ = rl.Close()
+	}
+	close(sw.done)
+}

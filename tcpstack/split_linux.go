@@ -1,0 +1,528 @@
+package tcpstack
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/emunic/emunic/nic"
+	"github.com/emunic/emunic/nic/port"
+	"github.com/emunic/emunic/nic/split"
+	"github.com/emunic/emunic/rings"
+)
+
+// SplitConfig puts a host's NIC in another process (HostConfig.Split).
+type SplitConfig struct {
+	// Socket is the path of a device's setup socket ('emunic device
+	// --socket PATH'). Empty: the host starts a device process of its own,
+	// this program run again as a device (see RunSplitChild).
+	Socket string
+	// Poll uses no eventfds: the device polls its rings and the host its
+	// vectors every PollInterval (default 50 µs).
+	Poll         bool
+	PollInterval time.Duration
+	// Link, when set, is the device's port: a SOCK_SEQPACKET socket whose
+	// other end is another device's link, so frames go from device process
+	// to device process without crossing this one (the port given to
+	// NewHost is then nil). The host closes its copy once the device has it.
+	Link *os.File
+	// ShmLink, when set, is the device's port: one side of a shared-memory
+	// link to another device (NewShmLink), so frames go from device to
+	// device without a system call while they flow. The port given to
+	// NewHost is then nil.
+	ShmLink *ShmLinkEnd
+}
+
+// ShmLinkEnd is one side of a shared-memory link between two devices.
+type ShmLinkEnd struct {
+	Side       int
+	Entry      uint32
+	Size       int
+	Mem        *os.File
+	Wake, Peer *os.File // this side's eventfd, the other side's
+}
+
+// NewShmLink makes a shared-memory link for frames of an MTU of mtu
+// (docs/split.md, LINK): its two ends, for two split hosts' devices.
+func NewShmLink(mtu int) (a, b *ShmLinkEnd, err error) {
+	entry, size, err := port.ShmLinkGeometry(mtu + port.EthHeaderLen)
+	if err != nil {
+		return nil, nil, err
+	}
+	mem, err := port.NewShmLinkMemory(size)
+	if err != nil {
+		return nil, nil, err
+	}
+	var fds [2]int
+	for i := range fds {
+		if fds[i], err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
+			mem.Close()
+			return nil, nil, fmt.Errorf("shared-memory link: eventfd: %w", err)
+		}
+	}
+	dup := func(f *os.File) *os.File {
+		fd, err := unix.Dup(int(f.Fd()))
+		if err != nil {
+			return nil
+		}
+		unix.CloseOnExec(fd)
+		return os.NewFile(uintptr(fd), f.Name())
+	}
+	wa, wb := os.NewFile(uintptr(fds[0]), "link-wake-0"), os.NewFile(uintptr(fds[1]), "link-wake-1")
+	a = &ShmLinkEnd{Side: 0, Entry: entry, Size: size, Mem: dup(mem), Wake: dup(wa), Peer: dup(wb)}
+	b = &ShmLinkEnd{Side: 1, Entry: entry, Size: size, Mem: mem, Wake: wb, Peer: wa}
+	if a.Mem == nil || a.Wake == nil || a.Peer == nil {
+		return nil, nil, errors.New("shared-memory link: dup failed")
+	}
+	return a, b, nil
+}
+
+func (e *ShmLinkEnd) close() {
+	for _, f := range []*os.File{e.Mem, e.Wake, e.Peer} {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// SplitEnv is the environment variable that puts every host a program
+// makes in split mode (any non-empty value but "0"), so the same test
+// suites run in process and split.
+const SplitEnv = "EMUNIC_SPLIT"
+
+// splitChildEnv marks a process started as a host's device; its value is
+// the setup socket's descriptor number.
+const splitChildEnv = "EMUNIC_SPLIT_CHILD"
+
+// ErrDeviceGone is the error of a host whose device process has gone.
+var ErrDeviceGone = errors.New("the NIC's device process has gone")
+
+func splitFromEnv() bool {
+	v := os.Getenv(SplitEnv)
+	return v != "" && v != "0"
+}
+
+// RunSplitChild serves as a host's device when this process was started
+// as one (the host re-runs its own program with the setup socket as an
+// inherited descriptor) and then exits; otherwise it returns at once. The
+// package runs it at init, so any program that uses tcpstack can be its
+// own device process.
+func RunSplitChild() {
+	v := os.Getenv(splitChildEnv)
+	if v == "" {
+		return
+	}
+	fd, err := strconv.Atoi(v)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "emunic device: %s=%q: %v\n", splitChildEnv, v, err)
+		os.Exit(2)
+	}
+	f := os.NewFile(uintptr(fd), "setup")
+	c, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "emunic device: setup socket: %v\n", err)
+		os.Exit(2)
+	}
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		fmt.Fprintf(os.Stderr, "emunic device: setup socket is not a unix socket\n")
+		os.Exit(2)
+	}
+	srv := split.NewServer(split.ServerConfig{})
+	if err := srv.ServeConn(uc); err != nil {
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+func init() { RunSplitChild() }
+
+// splitDevice is a Device in another process: the driver's view of it is
+// the same as of an in-process one (rings in host memory, a doorbell,
+// interrupt vectors), only the memory is a memfd both map and the doorbell
+// and vectors are eventfds.
+type splitDevice struct {
+	c     *split.Conn
+	child *exec.Cmd
+	mac   [6]byte
+	mtu   int
+	poll  time.Duration // 0: eventfds
+
+	memfd *os.File
+	mem   []byte
+
+	mu      sync.Mutex
+	seq     uint32
+	replies chan splitReply
+	dead    chan struct{}
+	err     error
+	onDead  func(error)
+
+	door    rings.Doorbell
+	efds    []*split.EventFD
+	stopP   chan struct{}
+	wg      sync.WaitGroup
+	stop    sync.Once
+	spliced <-chan struct{}
+}
+
+type splitReply struct {
+	h split.Header
+	r split.Reply
+}
+
+// dialSplit connects to (or starts) the device process, gives it host
+// memory of size bytes and returns the device and that memory as an arena.
+func dialSplit(sc SplitConfig, size int, withPort bool) (*splitDevice, *rings.Arena, error) {
+	d := &splitDevice{replies: make(chan splitReply, 1), dead: make(chan struct{})}
+	if sc.Poll {
+		d.poll = sc.PollInterval
+		if d.poll <= 0 {
+			d.poll = split.DefaultPollMicros * time.Microsecond
+		}
+	}
+	if err := d.connect(sc.Socket); err != nil {
+		return nil, nil, err
+	}
+	go d.reader()
+	portFeature := split.FeaturePortFD
+	switch {
+	case sc.ShmLink != nil:
+		portFeature = split.FeatureShmLink
+	case !withPort:
+		portFeature = 0 // the device's own port
+	}
+	want := split.FeatureEventFD | portFeature
+	if sc.Poll {
+		want = split.FeaturePoll | portFeature
+	}
+	r, err := d.request(split.MsgHello, split.EncodeU64(want))
+	if err != nil {
+		d.close()
+		return nil, nil, err
+	}
+	if r.Value&want != want {
+		d.close()
+		return nil, nil, fmt.Errorf("split device: features %#x, the host needs %#x", r.Value, want)
+	}
+	size = (size + rings.CacheLine - 1) &^ (rings.CacheLine - 1)
+	fd, err := unix.MemfdCreate("emunic-host-memory", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		d.close()
+		return nil, nil, fmt.Errorf("host memory: memfd: %w", err)
+	}
+	d.memfd = os.NewFile(uintptr(fd), "emunic-host-memory")
+	if err := unix.Ftruncate(fd, int64(size)); err != nil {
+		d.close()
+		return nil, nil, fmt.Errorf("host memory: %d bytes: %w", size, err)
+	}
+	// Sealed against shrinking: the device refuses memory it could lose
+	// pages of (a SIGBUS in the device process).
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK); err != nil {
+		d.close()
+		return nil, nil, fmt.Errorf("host memory: seal: %w", err)
+	}
+	if d.mem, err = unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err != nil {
+		d.close()
+		return nil, nil, fmt.Errorf("host memory: mmap: %w", err)
+	}
+	arena, err := rings.NewArenaOn(d.mem)
+	if err != nil {
+		d.close()
+		return nil, nil, err
+	}
+	if _, err := d.request(split.MsgMemory, split.EncodeU64(uint64(size)), d.memfd); err != nil {
+		d.close()
+		return nil, nil, err
+	}
+	return d, arena, nil
+}
+
+func (d *splitDevice) connect(path string) error {
+	if path != "" {
+		c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: path, Net: "unixpacket"})
+		if err != nil {
+			return fmt.Errorf("split device %s: %w", path, err)
+		}
+		d.c = split.NewConn(c)
+		return nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("split device: this program's path: %w", err)
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("split device: socket pair: %w", err)
+	}
+	mine, theirs := os.NewFile(uintptr(fds[0]), "setup"), os.NewFile(uintptr(fds[1]), "setup-device")
+	defer theirs.Close()
+	cmd := exec.Command(exe, "-test.run=^$") // a test binary runs no tests; the child exits in init first anyway
+	// The host and its device process share the machine as the host and an
+	// in-process device share one Go scheduler: half the CPUs each. With
+	// both runtimes sized for every CPU, their spinning threads
+	// oversubscribe the cores and a command's round trip waits for OS time
+	// slices (153 µs against 2.8 µs on two cores).
+	procs := max(1, runtime.NumCPU()/2)
+	cmd.Env = append(os.Environ(), splitChildEnv+"=3", SplitEnv+"=0", "GOMAXPROCS="+strconv.Itoa(procs))
+	cmd.ExtraFiles = []*os.File{theirs}
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		mine.Close()
+		return fmt.Errorf("split device: start %s: %w", exe, err)
+	}
+	d.child = cmd
+	c, err := net.FileConn(mine)
+	mine.Close()
+	if err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return err
+	}
+	d.c = split.NewConn(c.(*net.UnixConn))
+	return nil
+}
+
+// reader owns the socket's receive side: replies go to the waiting
+// request; the socket closing means the device died (or was told to go).
+func (d *splitDevice) reader() {
+	for {
+		h, body, files, err := d.c.Recv()
+		for _, f := range files {
+			f.Close() // the device never sends descriptors
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = ErrDeviceGone
+			} else {
+				err = fmt.Errorf("%w: %v", ErrDeviceGone, err)
+			}
+			d.die(err)
+			return
+		}
+		var r split.Reply
+		if h.Type&split.MsgReplyBit == 0 || r.Decode(body) != nil {
+			d.die(fmt.Errorf("%w: the device sent a malformed message (%v)", ErrDeviceGone, h.Type))
+			return
+		}
+		select {
+		case d.replies <- splitReply{h, r}:
+		default:
+			d.die(fmt.Errorf("%w: the device sent an unrequested reply (%v)", ErrDeviceGone, h.Type))
+			return
+		}
+	}
+}
+
+func (d *splitDevice) die(err error) {
+	d.mu.Lock()
+	select {
+	case <-d.dead:
+		d.mu.Unlock()
+		return
+	default:
+	}
+	d.err = err
+	close(d.dead)
+	f := d.onDead
+	d.mu.Unlock()
+	if f != nil {
+		f(err)
+	}
+}
+
+// Err is why the device is gone, or nil.
+func (d *splitDevice) Err() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.err
+}
+
+// request sends one request and waits (at most 10 s) for its reply.
+func (d *splitDevice) request(t split.MsgType, body []byte, files ...*os.File) (split.Reply, error) {
+	d.mu.Lock()
+	d.seq++
+	seq := d.seq
+	d.mu.Unlock()
+	if err := d.c.Send(t, seq, body, files...); err != nil {
+		return split.Reply{}, fmt.Errorf("split device: send %v: %w", t, err)
+	}
+	select {
+	case rp := <-d.replies:
+		if rp.h.Type != t|split.MsgReplyBit || rp.h.Seq != seq {
+			return split.Reply{}, fmt.Errorf("split device: reply %v #%d to %v #%d", rp.h.Type, rp.h.Seq, t, seq)
+		}
+		return rp.r, rp.r.Err(t)
+	case <-d.dead:
+		return split.Reply{}, d.Err()
+	case <-time.After(10 * time.Second):
+		return split.Reply{}, fmt.Errorf("split device: no reply to %v in 10 s", t)
+	}
+}
+
+// configure sends the device's configuration and its port: p, spliced to
+// a socket pair whose other end goes to the device.
+func (d *splitDevice) configure(cfg nic.Config, p port.Port, link *os.File, shm *ShmLinkEnd) error {
+	body, err := json.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	if shm != nil {
+		_, err := d.request(split.MsgLink, split.EncodeLink(shm.Side, shm.Entry, uint64(shm.Size)), shm.Mem, shm.Wake, shm.Peer)
+		shm.close()
+		if err != nil {
+			return err
+		}
+		r, err := d.request(split.MsgConfig, body)
+		if err != nil {
+			return err
+		}
+		d.mac, d.mtu = cfg.MAC, int(r.Value)
+		return nil
+	}
+	if link != nil {
+		r, err := d.request(split.MsgConfig, body, link)
+		link.Close()
+		if err != nil {
+			return err
+		}
+		d.mac, d.mtu = cfg.MAC, int(r.Value)
+		return nil
+	}
+	if p == nil { // the device's own port
+		r, err := d.request(split.MsgConfig, body)
+		if err != nil {
+			return err
+		}
+		d.mac, d.mtu = cfg.MAC, int(r.Value)
+		return nil
+	}
+	mine, theirs, err := port.SocketPair()
+	if err != nil {
+		return err
+	}
+	r, err := d.request(split.MsgConfig, body, theirs.File())
+	theirs.Close()
+	if err != nil {
+		mine.Close()
+		return err
+	}
+	d.spliced = port.Splice(p, mine)
+	d.mac, d.mtu = cfg.MAC, int(r.Value)
+	return nil
+}
+
+func (d *splitDevice) MAC() [6]byte { return d.mac }
+func (d *splitDevice) MTU() int     { return d.mtu }
+
+// Doorbell is the device's doorbell register: an eventfd write (or, when
+// polling, nothing: the device looks by itself).
+func (d *splitDevice) Doorbell() rings.Doorbell { return d }
+
+// Kick rings the doorbell.
+func (d *splitDevice) Kick() {
+	if d.door != nil {
+		d.door.Kick()
+	}
+}
+
+// Start gives the device the rings and the vectors and starts it.
+func (d *splitDevice) Start(rc nic.RingConfig, vec nic.Vectors) error {
+	if _, err := d.request(split.MsgRings, split.EncodeRings([4]rings.Layout{rc.Command, rc.Notify, rc.Tx, rc.Rx})); err != nil {
+		return err
+	}
+	if d.poll > 0 {
+		us := uint32(d.poll / time.Microsecond)
+		if _, err := d.request(split.MsgVectors, split.EncodeVectors(split.VectorPoll, us)); err != nil {
+			return err
+		}
+		d.stopP = make(chan struct{})
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			t := time.NewTicker(d.poll)
+			defer t.Stop()
+			for {
+				select {
+				case <-t.C:
+					for _, v := range []rings.Doorbell{vec.Notify, vec.TxSpace, vec.Command} {
+						if v != nil {
+							v.Kick()
+						}
+					}
+				case <-d.stopP:
+					return
+				}
+			}
+		}()
+	} else {
+		for range 4 {
+			e, err := split.NewEventFD()
+			if err != nil {
+				return err
+			}
+			d.efds = append(d.efds, e)
+		}
+		files := []*os.File{d.efds[0].File(), d.efds[1].File(), d.efds[2].File(), d.efds[3].File()}
+		if _, err := d.request(split.MsgVectors, split.EncodeVectors(split.VectorEventFD, 0), files...); err != nil {
+			return err
+		}
+		d.door = d.efds[0]
+		for i, v := range []rings.Doorbell{vec.Notify, vec.TxSpace, vec.Command} {
+			e := d.efds[i+1]
+			d.wg.Add(1)
+			go func() { defer d.wg.Done(); e.Forward(v) }()
+		}
+	}
+	_, err := d.request(split.MsgStart, nil)
+	return err
+}
+
+// Stop ends the session: the device process (ours) exits, a shared one
+// waits for its next host. Safe to call twice.
+func (d *splitDevice) Stop() error {
+	d.stop.Do(d.close)
+	return nil
+}
+
+func (d *splitDevice) close() {
+	if d.c != nil {
+		d.c.Close() // the device sees its host go and stops
+	}
+	if d.child != nil {
+		done := make(chan struct{})
+		go func() { d.child.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			d.child.Process.Kill()
+			<-done
+		}
+	}
+	if d.stopP != nil {
+		close(d.stopP)
+	}
+	for _, e := range d.efds {
+		e.Close()
+	}
+	d.wg.Wait()
+	if d.spliced != nil {
+		<-d.spliced
+	}
+	if d.memfd != nil {
+		d.memfd.Close()
+	}
+	// The arena's memory stays mapped: the host's buffers may still be
+	// referenced by late readers; it goes with the process.
+}

@@ -1,0 +1,70 @@
+package tests
+
+import (
+	"net/netip"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/emunic/emunic/rings"
+	"github.com/emunic/emunic/tcpstack"
+	"github.com/emunic/emunic/tcpstack/services"
+)
+
+// TestTAPDeviceProcess runs 'emunic device --tap NAME' as a process: the
+// device owns the TAP, and a host in this process attaches to it over the
+// setup socket with no port of its own. The kernel in a namespace pings the
+// host and moves 8 MiB through its echo service; the device process exits
+// 0 on SIGINT, reporting the one host.
+func TestTAPDeviceProcess(t *testing.T) {
+	requireTAP(t)
+	exe := buildEmunic(t)
+	ns := newNetns(t)
+	name := uniqueName("emud", 10)
+	t.Cleanup(func() { exec.Command("ip", "-n", ns.name, "link", "del", name).Run() })
+	sock := filepath.Join(t.TempDir(), "nic.sock")
+	dev := startCommand(t, exe, "device", "--socket", sock, "--tap", name)
+	dev.waitLog("device listening", 1, 10*time.Second)
+
+	kernel := netip.MustParsePrefix("10.79.0.1/24")
+	emu := netip.MustParsePrefix("10.79.0.2/24")
+	host, err := tcpstack.NewHost(tcpstack.HostConfig{MAC: macOf(emu), Addr: emu, Split: &tcpstack.SplitConfig{Socket: sock}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer host.Close()
+	dev.waitLog("device started", 1, 10*time.Second)
+	ns.moveTAP(t, name, kernel) // the device created it at CONFIG
+	echo := services.NewEcho(t.Logf)
+	l, err := host.Listen(services.EchoPort)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go echo.Serve(l)
+	defer echo.Close()
+	if err := ns.ping(emu.Addr(), 3); err != nil {
+		t.Fatal(err)
+	}
+	c, err := ns.dial(netip.AddrPortFrom(emu.Addr(), services.EchoPort))
+	if err != nil {
+		t.Fatalf("kernel could not connect to the echo service: %v", err)
+	}
+	echoExchange(t, c, 8<<20)
+	c.Close()
+	if n := statOf(t, host, rings.StatRxFrames); n == 0 {
+		t.Error("the device's counter area shows no frames received")
+	}
+	host.Close()
+	dev.waitLog("host gone", 1, 10*time.Second)
+	if out := dev.interrupt(); !strings.Contains(out, "device: 1 hosts (1 started, 1 gone), 0 bad messages") {
+		t.Errorf("device report: %q", out)
+	}
+}
+
+// macOf is the MAC emunic serve gives an address: 02:00 and the address.
+func macOf(p netip.Prefix) [6]byte {
+	a := p.Addr().As4()
+	return [6]byte{2, 0, a[0], a[1], a[2], a[3]}
+}
