@@ -147,13 +147,17 @@
 // ms per tick and never goes backwards.
 //
 // Close: FIN after queued data in both directions, half-close both ways,
-// simultaneous close, TIME_WAIT (Config.TimeWait, restarted by a
-// retransmitted FIN; RSTs ignored per RFC 1337), LAST_ACK.
+// simultaneous close, LAST_ACK, TIME_WAIT. A connection entering TIME_WAIT
+// is reported CLOSED at once (its index can be released) and its TIME_WAIT
+// duties go to a small record (timewait.go: Config.TimeWait, restarted by a
+// retransmitted FIN; RSTs ignored per RFC 1337; ended early by a newer SYN
+// per RFC 6191, by the host's own SYN on the tuple, or by an OFFLOAD of it).
 //
 // Nothing on the per-segment path allocates: segments are parsed in place,
-// frames are built in one engine buffer, queues are preallocated per slot
-// (on a slot's first OFFLOAD) and the tuple lookup is an open-addressing
-// table. Out-of-order data lives in an engine-wide slab of 2 KiB pages
+// frames are built in one engine buffer, a slot's control block and queues
+// are allocated on its first OFFLOAD (the queues small, doubling with use
+// up to their bounds, outside the per-segment path) and reused, and the
+// tuple lookup is an open-addressing table. Out-of-order data lives in an engine-wide slab of 2 KiB pages
 // (Config.OOOPoolBytes), at most Config.OOOLimit bytes beyond RCV.NXT per
 // connection and at most 16 separate ranges; what does not fit is dropped
 // and counted (the peer retransmits it).

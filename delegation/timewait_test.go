@@ -290,3 +290,50 @@ func TestTimeWaitOutboundSYN(t *testing.T) {
 		t.Fatal("our SYN did not end TIME_WAIT")
 	}
 }
+
+// FuzzTimeWaitInput feeds arbitrary segments to a TIME_WAIT record (and
+// arbitrary frames to OutboundSYN): no panic, every frame the record sends
+// well formed (the rig parses and checksums each), at most the one record.
+func FuzzTimeWaitInput(f *testing.F) {
+	seedRig := newRig(f, defaultRigOpts())
+	for _, p := range []pseg{
+		{seq: 8001, ack: 1001, flags: flACK | flFIN, wnd: 100},
+		{seq: 8001, ack: 1001, flags: flACK, wnd: 100, payload: []byte("late")},
+		{seq: 9000, flags: flSYN},
+		{seq: 8001, flags: flRST},
+		{seq: 8001, ack: 1001, flags: flACK, wnd: 100, rawOpts: []byte{optSACK, 10, 0, 0, 0, 0, 0, 0, 0}},
+	} {
+		_, tcp := seedRig.build(p)
+		f.Add(tcp, true)
+	}
+	f.Add([]byte{}, true)
+	f.Add(make([]byte, 19), false)
+	f.Fuzz(func(t *testing.T, tcp []byte, fixup bool) {
+		r := quietRig(t, defaultRigOpts())
+		enterTW(t, r)
+		if len(tcp) >= 4 {
+			be.PutUint16(tcp[0:], r.st.RemotePort) // reach the record most of the time
+			be.PutUint16(tcp[2:], r.st.LocalPort)
+		}
+		if fixup && len(tcp) >= tcpHdrLen {
+			tcp[16], tcp[17] = 0, 0
+			be.PutUint16(tcp[16:], hdr.TransportChecksum(hdr.ProtoTCP, r.st.RemoteIP, r.st.LocalIP, tcp))
+		}
+		ip, _ := r.build(pseg{})
+		be.PutUint16(ip[2:], uint16(ipHdrLen+len(tcp)))
+		ip[10], ip[11] = 0, 0
+		be.PutUint16(ip[10:], ^hdr.Checksum(ip, 0))
+		r.e.InputUnmatched(ip, tcp, 0)
+		r.e.InputUnmatched(ip, tcp, RxTCPChecksumOK)
+		frame := append(make([]byte, ethHdrLen), ip...)
+		be.PutUint16(frame[12:], etherIPv4)
+		r.e.OutboundSYN(append(frame, tcp...))
+		if n := r.e.TimeWaitConns(); n > 1 {
+			t.Fatalf("%d records", n)
+		}
+		r.advance(2e9)
+		if r.e.TimeWaitConns() != 0 {
+			t.Fatal("a record outlived its TIME_WAIT")
+		}
+	})
+}

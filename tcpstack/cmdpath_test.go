@@ -491,8 +491,9 @@ func TestWriteWaitsForTransmitRing(t *testing.T) {
 	p := make([]byte, 2*ring*1024)
 	full := func() bool { return d.Stats().TxRingFull > 0 }
 
-	// A deadline ends the wait.
-	if err := dc.SetWriteDeadline(time.Now().Add(20 * time.Millisecond)); err != nil {
+	// A deadline ends the wait (long enough for the ring's worth to be
+	// queued first on a loaded machine under the race detector).
+	if err := dc.SetWriteDeadline(time.Now().Add(200 * time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
 	n, err := dc.Write(p)

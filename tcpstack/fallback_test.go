@@ -37,9 +37,10 @@ type fallbackCase struct {
 	// held, then answers it with status.
 	held   bool
 	status rings.Status
-	// abandoned: the delegation times out (ErrDelegationAbandoned) rather
-	// than falling back.
-	abandoned bool
+	// busySend: host A streams this many bytes to the peer from before
+	// the delegation on, so data is always in flight (the quiesce step
+	// cannot finish); the peer reads and checks them concurrently.
+	busySend int
 }
 
 func fallbackCases() []fallbackCase {
@@ -71,6 +72,9 @@ func fallbackCases() []fallbackCase {
 		// meanwhile (the peer's bytes sent then are dropped by the
 		// driver and must be retransmitted to netstack after).
 		{name: "refused late", rule: holdFirst(rings.OpOffload), held: true, status: rings.StatusNoResources},
+		// Step: the quiesce (nothing may be unacknowledged): our side
+		// keeps data in flight past QuiesceTimeout.
+		{name: "data in flight", cfg: OffloadConfig{QuiesceTimeout: time.Millisecond}, busySend: 8 << 20},
 	}
 }
 
@@ -96,6 +100,45 @@ func TestFallbackLosesNothing(t *testing.T) {
 			defer cancel()
 			nc, peer := dialAccepted(t, ctx, a.DialTracked, b, 6001, listenAll(t, b.Listen, 6001))
 			defer nc.Close()
+			// Our own stream, if the case has one: written from before
+			// the delegation to after the fallback, checked by the peer.
+			ours := make(chan error, 1)
+			if fc.busySend > 0 {
+				go func() {
+					buf := make([]byte, 64<<10)
+					for at := 0; at < fc.busySend; at += len(buf) {
+						copy(buf, fallbackPattern(at, len(buf)))
+						if _, err := nc.Write(buf); err != nil {
+							ours <- err
+							return
+						}
+					}
+					ours <- nil
+				}()
+			}
+			theirs := make(chan error, 1)
+			if fc.busySend > 0 {
+				go func() {
+					got := make([]byte, fc.busySend)
+					_ = peer.SetReadDeadline(time.Now().Add(30 * time.Second))
+					if _, err := io.ReadFull(peer, got); err != nil {
+						theirs <- err
+						return
+					}
+					if string(got) != string(fallbackPattern(0, fc.busySend)) {
+						theirs <- errors.New("the peer received our stream altered")
+						return
+					}
+					theirs <- nil
+				}()
+				waitUntil(t, "our data in flight", func() bool {
+					fi, _ := a.Driver.flows.snapshot(nc.key)
+					return fi.sndNxt != fi.sndUna
+				})
+			} else {
+				theirs <- nil
+				ours <- nil
+			}
 			sent := 0
 			send := func(n int) {
 				t.Helper()
@@ -158,6 +201,12 @@ func TestFallbackLosesNothing(t *testing.T) {
 			}
 			if len(got) != sent {
 				t.Fatalf("%d bytes read, %d sent", len(got), sent)
+			}
+			if err := <-ours; err != nil {
+				t.Fatalf("our stream: %v", err)
+			}
+			if err := <-theirs; err != nil {
+				t.Fatalf("our stream at the peer: %v", err)
 			}
 			// The connection still works both ways, on netstack.
 			transfer(t, nc, peer, 64<<10)
@@ -285,4 +334,46 @@ func TestDelegateHeldFramesGoToUnit(t *testing.T) {
 	}
 	transfer(t, peer, c, 64<<10)
 	transfer(t, c, peer, 64<<10)
+}
+
+// TestDelegateWaitsForUnsentData: bytes the application wrote that netstack
+// has not sent yet (the peer's window is closed) are not "quiet": the
+// delegation waits for them and, with the window still closed at
+// QuiesceTimeout, falls back; the peer then reads every byte. (Aborting the
+// endpoint with them queued would lose them.)
+func TestDelegateWaitsForUnsentData(t *testing.T) {
+	a, b, _ := gateHosts(t, nil, nil)
+	if err := a.Offload(OffloadConfig{QuiesceTimeout: 100 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	nc, peer := dialAccepted(t, ctx, a.DialTracked, b, 6004, listenAll(t, b.Listen, 6004))
+	defer nc.Close()
+	const total = 8 << 20 // more than the peer's receive buffer and our send buffer
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := nc.Write(fallbackPattern(0, total))
+		wrote <- err
+	}()
+	// The peer reads nothing: its window closes with our bytes queued.
+	waitUntil(t, "unsent bytes queued behind a closed window", func() bool {
+		fi, _ := a.Driver.flows.snapshot(nc.key)
+		return fi.sndUna == fi.sndNxt && fi.peerWnd == 0
+	})
+	c, err := a.Delegate(nc)
+	if c != nil || !errors.Is(err, ErrNotDelegated) {
+		t.Fatalf("Delegate: %v, %v; want a fallback", c, err)
+	}
+	got := make([]byte, total)
+	_ = peer.SetReadDeadline(time.Now().Add(20 * time.Second))
+	if _, err := io.ReadFull(peer, got); err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(fallbackPattern(0, total)) {
+		t.Fatal("the peer received our stream altered")
+	}
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
 }

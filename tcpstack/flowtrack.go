@@ -28,6 +28,7 @@ type flowInfo struct {
 	ourTS, peerTS         bool
 
 	irs        uint32 // peer's initial sequence number
+	iss        uint32 // our initial sequence number
 	sndNxt     uint32 // highest sequence we sent + 1 (SYN and FIN count)
 	sndUna     uint32 // highest ACK the peer sent
 	rcvNxt     uint32 // next in-order byte from the peer
@@ -309,6 +310,7 @@ func (f *flowInfo) learnOut(frame []byte, s *tcpSeg) {
 			f.ourWnd = s.window >> s.ws
 		}
 		f.synAt = monotime()
+		f.iss = s.seq
 		end++
 		f.sndNxt = end
 		f.sndUna = s.seq

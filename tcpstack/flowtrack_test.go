@@ -67,7 +67,7 @@ func TestFlowTrackerLearnsHandshakeAndData(t *testing.T) {
 		t.Fatal("flow not tracked")
 	}
 	want := flowInfo{sawOurSyn: true, sawPeerSyn: true, ourMSS: 1460, peerMSS: 1400, ourWS: 7, peerWS: 2,
-		ourSACK: true, peerSACK: true, ourTS: true, peerTS: true, irs: 5000,
+		ourSACK: true, peerSACK: true, ourTS: true, peerTS: true, irs: 5000, iss: 1000,
 		sndNxt: 1301, sndUna: 1301, rcvNxt: 6001, peerWnd: 229, ourWnd: 512, ourLastTS: 102, peerLastTS: 11}
 	got := fi
 	if got.rtt <= 0 {

@@ -147,7 +147,7 @@ var ErrDelegationAbandoned = errors.New("delegation abandoned: the device did no
 // receive buffers, or an RDMA connection's CREATE_QP), and abort the
 // netstack endpoint (its RST is dropped by the frozen flow). wq is the
 // endpoint's waiter queue: the drain waits on its readable events.
-func (o *offloader) delegate(ep tcpip.Endpoint, wq *waiter.Queue, key FlowKey, alreadyRead uint64) (*DelegatedConn, error) {
+func (o *offloader) delegate(ep tcpip.Endpoint, wq *waiter.Queue, key FlowKey, alreadyRead, written uint64) (*DelegatedConn, error) {
 	t := &o.drv.flows
 	// thaw unfreezes the flow: netstack has it again, and gets the
 	// peer's frames the driver held meanwhile.
@@ -169,7 +169,14 @@ func (o *offloader) delegate(ep tcpip.Endpoint, wq *waiter.Queue, key FlowKey, a
 			thaw()
 			return nil, fmt.Errorf("%w: handshake not seen by the NIC", ErrNotDelegated)
 		}
-		if fi.sndUna == fi.sndNxt {
+		// Nothing unacknowledged, and nothing the application wrote
+		// still unsent in netstack (a zero window holds it there):
+		// aborting the endpoint would lose it.
+		sent := uint64(fi.sndNxt - fi.iss - 1)
+		if fi.ourFin {
+			sent--
+		}
+		if fi.sndUna == fi.sndNxt && sent >= written {
 			break
 		}
 		// Data in flight: let netstack finish it and try again at the
@@ -182,7 +189,7 @@ func (o *offloader) delegate(ep tcpip.Endpoint, wq *waiter.Queue, key FlowKey, a
 		select {
 		case <-acked:
 		case <-timer.C:
-			return nil, fmt.Errorf("%w: %d bytes still unacknowledged", ErrNotDelegated, fi.sndNxt-fi.sndUna)
+			return nil, fmt.Errorf("%w: %d bytes still unacknowledged, %d unsent", ErrNotDelegated, fi.sndNxt-fi.sndUna, written-min(sent, written))
 		}
 	}
 	unfreeze := thaw
@@ -687,12 +694,13 @@ func (h *Host) DialOffload(ctx context.Context, dst netip.AddrPort) (*DelegatedC
 // can be delegated later with Delegate.
 type TrackedConn struct {
 	*gonet.TCPConn
-	ep    tcpip.Endpoint
-	wq    *waiter.Queue
-	key   FlowKey
-	drv   *Driver
-	read  atomic.Uint64 // bytes the application read before delegation
-	taken atomic.Bool   // an abandoned delegation owns the endpoint and the flow
+	ep      tcpip.Endpoint
+	wq      *waiter.Queue
+	key     FlowKey
+	drv     *Driver
+	read    atomic.Uint64 // bytes the application read before delegation
+	written atomic.Uint64 // bytes the application wrote before delegation
+	taken   atomic.Bool   // an abandoned delegation owns the endpoint and the flow
 }
 
 // Read implements net.Conn, counting what the application consumed so a
@@ -700,6 +708,17 @@ type TrackedConn struct {
 func (t *TrackedConn) Read(p []byte) (int, error) {
 	n, err := t.TCPConn.Read(p)
 	t.read.Add(uint64(n))
+	return n, err
+}
+
+// Write implements net.Conn, counting what the application gives netstack,
+// so a delegation waits until netstack has sent all of it. A Write under
+// way counts whole from its start: a delegation racing it waits for it
+// rather than abort an endpoint holding part of it.
+func (t *TrackedConn) Write(p []byte) (int, error) {
+	t.written.Add(uint64(len(p)))
+	n, err := t.TCPConn.Write(p)
+	t.written.Add(-uint64(len(p) - n))
 	return n, err
 }
 
@@ -790,7 +809,7 @@ func (h *Host) Delegate(t *TrackedConn) (*DelegatedConn, error) {
 	if t.taken.Load() {
 		return nil, fmt.Errorf("%w (earlier)", ErrDelegationAbandoned)
 	}
-	c, err := o.delegate(t.ep, t.wq, t.key, t.read.Load())
+	c, err := o.delegate(t.ep, t.wq, t.key, t.read.Load(), t.written.Load())
 	if errors.Is(err, ErrDelegationAbandoned) {
 		t.taken.Store(true)
 	}
@@ -904,7 +923,7 @@ func (l *OffloadListener) Accept() (net.Conn, error) {
 			return nil, &net.OpError{Op: "accept", Net: "tcp", Err: fmt.Errorf("%s", terr)}
 		}
 		key := FlowKey{LocalIP: l.ip, RemoteIP: peer.Addr.As4(), LocalPort: l.port, RemotePort: peer.Port}
-		c, err := l.h.off.delegate(n, wq, key, 0)
+		c, err := l.h.off.delegate(n, wq, key, 0, 0)
 		if errors.Is(err, ErrDelegationAbandoned) {
 			// The host owns it until the device answers: not ours.
 			l.mu.Lock()

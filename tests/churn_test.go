@@ -253,9 +253,11 @@ func TestChurnEveryEnding(t *testing.T) {
 		t.Errorf("indices not all back: A %+v B %+v", ua, ub)
 	}
 	// Control blocks are per index, reused: as many as indices were taken
-	// at once (connections open, closing, or awaiting their release),
-	// never one per connection.
-	if oa.ControlSlabs > 1024 || ob.ControlSlabs > 1024 {
+	// at once (connections open, closing, or awaiting their release; on a
+	// busy machine the server's goroutines lag and this reaches ~1,000),
+	// never one per connection: a leaked index per connection would reach
+	// the table's 10,000 (and then fall back).
+	if oa.ControlSlabs > 4096 || ob.ControlSlabs > 4096 {
 		t.Errorf("control blocks A %d B %d for %d connections at a time", oa.ControlSlabs, ob.ControlSlabs, workers)
 	}
 }
