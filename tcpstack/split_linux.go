@@ -451,20 +451,13 @@ func (d *splitDevice) Start(rc nic.RingConfig, vec nic.Vectors) error {
 		d.wg.Add(1)
 		go func() {
 			defer d.wg.Done()
-			t := time.NewTicker(d.poll)
-			defer t.Stop()
-			for {
-				select {
-				case <-t.C:
-					for _, v := range []rings.Doorbell{vec.Notify, vec.TxSpace, vec.Command} {
-						if v != nil {
-							v.Kick()
-						}
+			split.PollEvery(d.poll, d.stopP, func() {
+				for _, v := range []rings.Doorbell{vec.Notify, vec.TxSpace, vec.Command} {
+					if v != nil {
+						v.Kick()
 					}
-				case <-d.stopP:
-					return
 				}
-			}
+			})
 		}()
 	} else {
 		for range 4 {

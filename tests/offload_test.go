@@ -108,7 +108,12 @@ func TestDelegatedTransfer(t *testing.T) {
 // same time and checks both hashes.
 func bothWays(t *testing.T, wc port.WireConfig, n int64) {
 	a, b := newPair(t, wc)
-	ca, cb := delegatedPair(t, a, b, 6002)
+	bothWaysOn(t, a, b, 6002, n)
+}
+
+// bothWaysOn is bothWays between hosts a and b on port.
+func bothWaysOn(t *testing.T, a, b *tcpstack.Host, port uint16, n int64) {
+	ca, cb := delegatedPair(t, a, b, port)
 	type res struct {
 		sum [32]byte
 		n   int64

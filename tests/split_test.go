@@ -33,36 +33,7 @@ func TestSplitTransfer(t *testing.T) {
 // TestSplitOffload: a delegated connection between split hosts.
 func TestSplitOffload(t *testing.T) {
 	r := splitHosts(t)
-	ca, cb := delegatedPair(t, r.A, r.B, 6301)
-	const n = 16 << 20
-	type res struct {
-		sum [32]byte
-		n   int64
-		err error
-	}
-	recvA, recvB := make(chan res, 1), make(chan res, 1)
-	go func() { s, m, err := hashAll(ca); recvA <- res{s, m, err} }()
-	go func() { s, m, err := hashAll(cb); recvB <- res{s, m, err} }()
-	sentB := make(chan [32]byte, 1)
-	start := time.Now()
-	go func() {
-		sentB <- sendRandom(t, cb, n, 5)
-		cb.(*tcpstack.DelegatedConn).CloseWrite()
-	}()
-	wantAB := sendRandom(t, ca, n, 4)
-	ca.(*tcpstack.DelegatedConn).CloseWrite()
-	wantBA := <-sentB
-	for _, c := range []struct {
-		name string
-		ch   chan res
-		want [32]byte
-	}{{"A→B", recvB, wantAB}, {"B→A", recvA, wantBA}} {
-		got := <-c.ch
-		if got.err != nil || got.n != n || got.sum != c.want {
-			t.Fatalf("%s: %d bytes (%v), hash match %v", c.name, got.n, got.err, got.sum == c.want)
-		}
-	}
-	t.Logf("delegated over split devices: 16 MiB each way in %v", time.Since(start))
+	bothWaysOn(t, r.A, r.B, 6301, 16<<20)
 }
 
 // TestSplitLinked: two split hosts whose devices are joined directly by a

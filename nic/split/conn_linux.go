@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -179,4 +180,20 @@ func (e *EventFD) Close() error {
 		return nil
 	}
 	return e.f.Close()
+}
+
+// PollEvery calls kick every d until stop is closed: the polling mode's
+// stand-in for a doorbell or an interrupt vector (VectorPoll), on the
+// device's side and the host's.
+func PollEvery(d time.Duration, stop <-chan struct{}, kick func()) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			kick()
+		case <-stop:
+			return
+		}
+	}
 }

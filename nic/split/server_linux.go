@@ -440,19 +440,7 @@ func (ss *session) start() Reply {
 		// host had rung; the host polls its side the same way.
 		ss.stopPoll = make(chan struct{})
 		ss.wg.Add(1)
-		go func() {
-			defer ss.wg.Done()
-			t := time.NewTicker(ss.poll)
-			defer t.Stop()
-			for {
-				select {
-				case <-t.C:
-					door.Kick()
-				case <-ss.stopPoll:
-					return
-				}
-			}
-		}()
+		go func() { defer ss.wg.Done(); PollEvery(ss.poll, ss.stopPoll, door.Kick) }()
 	}
 	ss.s.started.Add(1)
 	ss.s.mu.Lock()
