@@ -107,6 +107,8 @@ type rdmaSniffPort struct {
 	hitTO      uint64 // tagged offset of the corrupted FPDU
 	hitLen     int    // its payload bytes
 	hit        bool
+	sndNxt     uint32 // end of the highest sequence sent: a segment below it is a retransmission
+	sent       bool
 }
 
 func (s *rdmaSniffPort) WriteFrame(f []byte) error {
@@ -121,7 +123,16 @@ func (s *rdmaSniffPort) WriteFrame(f []byte) error {
 			s.terms = append(s.terms, rdmaTerminate{layer: tp[0] >> 4, etype: tp[0] & 0x0F, code: tp[1],
 				flags: binary.BigEndian.Uint16(tp[2:]) & 0xE000})
 		}
-		if ctl&0x80 != 0 && s.corruptNth > 0 && !s.hit {
+		// Only a first transmission counts: corrupting a retransmitted
+		// copy of a segment B already has would go unseen (B drops the
+		// duplicate), and the engines retransmit when the race detector
+		// slows them past an RTO.
+		seq, end := tcp.Seq(), tcp.Seq()+uint32(len(p))
+		fresh := !s.sent || int32(seq-s.sndNxt) >= 0
+		if !s.sent || int32(end-s.sndNxt) > 0 {
+			s.sndNxt, s.sent = end, true
+		}
+		if ctl&0x80 != 0 && s.corruptNth > 0 && !s.hit && fresh {
 			s.tagged++
 			if s.tagged == s.corruptNth {
 				ulpdu := int(binary.BigEndian.Uint16(p))

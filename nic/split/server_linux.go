@@ -434,13 +434,15 @@ func (ss *session) start() Reply {
 	door := ss.dev.Doorbell()
 	if ss.mode == VectorEventFD {
 		ss.wg.Add(1)
-		go func() { defer ss.wg.Done(); ss.efds[0].Forward(door) }()
+		bell := ss.efds[0]
+		go func() { defer ss.wg.Done(); bell.Forward(door) }()
 	} else {
 		// Polling: the device looks at its rings every interval as if the
 		// host had rung; the host polls its side the same way.
 		ss.stopPoll = make(chan struct{})
 		ss.wg.Add(1)
-		go func() { defer ss.wg.Done(); PollEvery(ss.poll, ss.stopPoll, door.Kick) }()
+		poll, stop := ss.poll, ss.stopPoll // teardown clears the fields
+		go func() { defer ss.wg.Done(); PollEvery(poll, stop, door.Kick) }()
 	}
 	ss.s.started.Add(1)
 	ss.s.mu.Lock()
