@@ -191,3 +191,7 @@ func (h *Header) Decode(b []byte) error {
 	}
 	return nil
 }
+
+// Polling reports whether the request completes by a status block
+// RDMA-written to IosVa/IosMh (FlagInterrupt clear).
+func (h *Header) Polling() bool { return h.Flags&FlagInterrupt == 0 }

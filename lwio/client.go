@@ -1,0 +1,881 @@
+package lwio
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/google/uuid"
+
+	"github.com/emunic/emunic/rings"
+	"github.com/emunic/emunic/tcpstack"
+	"github.com/emunic/emunic/tcpstack/verbs"
+)
+
+// ClientConfig shapes a client. Zero fields take the defaults.
+type ClientConfig struct {
+	Name     string // ClientName ("EMUNIC-CLIENT")
+	PipePort uint16 // the server's pipe port (DefaultPipePort)
+	// Credits is the credits asked for at authentication (16).
+	Credits int
+	// MaxOutstanding bounds the requests in flight whatever the server
+	// grants (64, at most 254).
+	MaxOutstanding int
+	// Polling completes requests by status blocks the server RDMA-writes
+	// (the client polls them, and asks for an interrupt before it sleeps)
+	// instead of status responses.
+	Polling bool
+	// SpinPolls is how many empty polls the completion loop makes before
+	// it sleeps (polling mode: before it sends an INTERRUPT) (64).
+	SpinPolls int
+	// MaxRdmaWindow is the most bytes the client accepts in one read (1 MiB).
+	MaxRdmaWindow int
+	// PageSize is the client's page size (4096).
+	PageSize int
+	// Timeout bounds discovery and authentication (10 s).
+	Timeout time.Duration
+}
+
+func (c ClientConfig) withDefaults() ClientConfig {
+	if c.Name == "" {
+		c.Name = "EMUNIC-CLIENT"
+	}
+	if c.PipePort == 0 {
+		c.PipePort = DefaultPipePort
+	}
+	if c.Credits <= 0 {
+		c.Credits = 16
+	}
+	if c.MaxOutstanding <= 0 {
+		c.MaxOutstanding = 64
+	}
+	c.MaxOutstanding = min(c.MaxOutstanding, MaxCredits-1)
+	if c.SpinPolls <= 0 {
+		c.SpinPolls = 64
+	}
+	if c.MaxRdmaWindow <= 0 {
+		c.MaxRdmaWindow = 1 << 20
+	}
+	if c.PageSize <= 0 {
+		c.PageSize = 4096
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = 10 * time.Second
+	}
+	return c
+}
+
+// StatusError is a request the server completed with a status other than
+// success.
+type StatusError struct {
+	Op     Opcode
+	Status uint32
+}
+
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("lwio: %v: status %#08x (%s)", e.Op, e.Status, statusName(e.Status))
+}
+
+func statusName(s uint32) string {
+	switch s {
+	case StatusInvalidHandle:
+		return "invalid handle"
+	case StatusInvalidParameter:
+		return "invalid parameter"
+	case StatusInvalidDeviceReq:
+		return "invalid device request"
+	case StatusEndOfFile:
+		return "end of file"
+	case StatusAccessDenied:
+		return "access denied"
+	case StatusObjectNameNotFound:
+		return "no such file"
+	case StatusInsufficientRes:
+		return "insufficient resources"
+	case StatusCancelled:
+		return "cancelled"
+	case StatusFileClosed:
+		return "file closed"
+	case StatusIOError:
+		return "I/O error"
+	}
+	return "unknown"
+}
+
+// Errors of the client.
+var (
+	ErrClosed     = errors.New("lwio: client closed")
+	ErrNoProvider = errors.New("lwio: the server offers no provider this client has")
+	ErrTooLarge   = errors.New("lwio: request larger than the negotiated limit")
+	ErrVecShape   = errors.New("lwio: vectored request: every page but the last must be PageSize bytes, the last a multiple of the sector size")
+)
+
+// ClientStats count a client's work.
+type ClientStats struct {
+	Requests, Completions  uint64
+	BytesRead, BytesWrote  uint64
+	ZeroCopy, Bounced      uint64 // transfers straight to or from the caller's memory, or through a staging buffer
+	Interrupts             uint64 // INTERRUPT requests sent (polling mode)
+	PolledCompletions      uint64 // completions found in status blocks
+	ImmediateCompletions   uint64 // reads completed by RDMA Write with Immediate Data
+	CreditGrants           uint64 // positive delta credit messages
+	CreditRetires          uint64 // credits given back
+	Credits                int    // credits now
+	MaxOutstandingObserved int    // the most requests in flight at once
+}
+
+// Client is one connection to an LWIO server: the pipe (discovery, file
+// access) and one authenticated RDMA connection that carries every file's
+// I/O.
+type Client struct {
+	cfg  ClientConfig
+	h    *tcpstack.Host
+	v    *verbs.Provider
+	pd   verbs.PD
+	pipe net.Conn
+	pmu  sync.Mutex
+	pbuf []byte
+
+	key       uuid.UUID
+	srvName   string
+	sessionID int64
+	srv       AuthParams
+	window    int
+
+	cq *verbs.CQ
+	qp *verbs.QP
+
+	slots *verbs.Buffer
+	smr   *verbs.MR
+	rbuf  *verbs.Buffer
+	rmr   *verbs.MR
+
+	mu          sync.Mutex
+	cond        *sync.Cond
+	credits     int
+	outstanding int
+	waiting     int
+	posted      int
+	rnext       int
+	retireNext  int  // the next returned credit's value (-N … -1); 0: none to return
+	ackGrant    bool // a grant waits for its CREDIT
+	freeSlots   []int
+	byCookie    map[uint64]*Call
+	polling     []*Call
+	intrOut     bool
+	cookie      uint64
+	bounceFree  []*bounce
+	bounceAll   []*bounce
+	regions     []*Memory
+	err         error
+	maxSeen     int
+	done        chan struct{}
+	loopDone    chan struct{}
+
+	st clientCounters
+}
+
+type clientCounters struct {
+	requests, completions, bytesRead, bytesWrote, zeroCopy, bounced   atomic.Uint64
+	interrupts, polled, imm, grants, retires                            atomic.Uint64
+}
+
+// Memory is client memory registered with the NIC (Client.Alloc): reads
+// into it and writes from it move no byte through the host CPU.
+type Memory struct {
+	buf *verbs.Buffer
+	mr  *verbs.MR
+}
+
+type bounce struct {
+	buf *verbs.Buffer
+	mr  *verbs.MR
+}
+
+// Request slot layout: the header, the payload that follows it in the
+// send (regions, AUTH_PARAMS, FID_PARAMS), the status block, and the area
+// the server RDMA-writes its AUTH_PARAMS into.
+const (
+	slotPayload  = HeaderSize
+	slotIOSB     = HeaderSize + MaxVecRegions*RegionSize
+	slotAuthArea = slotIOSB + IOSBSize
+	slotSize     = (slotAuthArea + ctlAreaSize + 63) &^ 63
+	recvSlots    = MaxCredits + 1
+)
+
+// Call is one request in flight, from File's Start methods; Done receives
+// it when it completes (N and Err are set).
+type Call struct {
+	Op   Opcode
+	Off  int64
+	N    int   // bytes transferred
+	Err  error // nil, io.EOF (a read at or past the end), *StatusError or a connection error
+	Done chan *Call
+
+	c        *Client
+	slot     int
+	cookie   uint64
+	length   int
+	user     []byte   // a read's destination when bounced
+	pages    [][]byte // a vectored read's bounced pages
+	bounce   *bounce
+	sent     bool // the send completed
+	answered bool
+	status   uint32
+	info     uint32
+	internal bool // CREDIT or INTERRUPT: no caller waits
+	retire   bool
+}
+
+// deadlinePast is a deadline already gone: it interrupts a blocked pipe
+// read or write when a context ends.
+var deadlinePast = time.Unix(1, 0)
+
+// Dial discovers the server at server (its pipe), negotiates, connects an
+// RDMA connection to the provider instance the server offers, and
+// authenticates it.
+func Dial(ctx context.Context, h *tcpstack.Host, server netip.Addr, cfg ClientConfig) (*Client, error) {
+	cfg = cfg.withDefaults()
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	v, err := verbs.Open(h)
+	if err != nil {
+		return nil, fmt.Errorf("lwio: %w", err)
+	}
+	c := &Client{cfg: cfg, h: h, v: v, pd: v.AllocPD(), byCookie: map[uint64]*Call{},
+		done: make(chan struct{}), loopDone: make(chan struct{})}
+	c.cond = sync.NewCond(&c.mu)
+	if c.pipe, err = h.Dial(ctx, netip.AddrPortFrom(server, cfg.PipePort)); err != nil {
+		return nil, fmt.Errorf("lwio: pipe: %w", err)
+	}
+	stop := context.AfterFunc(ctx, func() { c.pipe.SetDeadline(deadlinePast) })
+	dst, err := c.negotiate()
+	stop()
+	c.pipe.SetDeadline(time.Time{})
+	if err != nil {
+		c.pipe.Close()
+		return nil, err
+	}
+	if err := c.connect(ctx, dst); err != nil {
+		c.pipe.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Client) negotiate() (netip.AddrPort, error) {
+	key := uuid.New()
+	req := Negotiate{Request: true, Name: c.cfg.Name, Key: key, ResponseLen: MaxControlMessage,
+		Providers: []Provider{{Name: ProviderName, Instances: []Instance{c.instance()}}}}
+	m, err := req.Append(nil)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	if _, err := c.pipe.Write(m); err != nil {
+		return netip.AddrPort{}, fmt.Errorf("lwio: pipe: %w", err)
+	}
+	r, op, err := readControl(c.pipe, nil)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("lwio: negotiate: %w", err)
+	}
+	if op != ControlOpNegotiate {
+		return netip.AddrPort{}, fmt.Errorf("%w: negotiate answered with opcode %#x", ErrPipe, op)
+	}
+	var rsp Negotiate
+	if err := rsp.Decode(r); err != nil {
+		return netip.AddrPort{}, fmt.Errorf("lwio: negotiate: %w", err)
+	}
+	c.key, c.srvName = rsp.Key, rsp.Name
+	for _, p := range rsp.Providers {
+		if p.Name != ProviderName {
+			continue
+		}
+		for _, in := range p.Instances {
+			if len(in.HostAddress) == 4 && len(in.Discriminator) == 2 {
+				return netip.AddrPortFrom(netip.AddrFrom4([4]byte(in.HostAddress)), binary.BigEndian.Uint16(in.Discriminator)), nil
+			}
+		}
+	}
+	return netip.AddrPort{}, ErrNoProvider
+}
+
+func (c *Client) instance() Instance {
+	a := c.h.Addr().As4()
+	return Instance{HostAddress: a[:], Discriminator: []byte{0, 0}}
+}
+
+// ServerName is the server's name from the negotiate response.
+func (c *Client) ServerName() string { return c.srvName }
+
+// Credits is the credits the client holds now.
+func (c *Client) Credits() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.credits
+}
+
+// connect makes the RDMA connection and authenticates it.
+func (c *Client) connect(ctx context.Context, dst netip.AddrPort) error {
+	var err error
+	if c.cq, err = c.v.CreateCQ(4 * (c.cfg.MaxOutstanding + recvSlots)); err != nil {
+		return fmt.Errorf("lwio: %w", err)
+	}
+	nslots := c.cfg.MaxOutstanding + 1
+	if c.slots, err = c.v.AllocBuffer(nslots * slotSize); err == nil {
+		c.smr, err = c.v.RegMR(c.pd, c.slots, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	}
+	if err == nil {
+		if c.rbuf, err = c.v.AllocBuffer(recvSlots * StatusResponseSize); err == nil {
+			c.rmr, err = c.v.RegMR(c.pd, c.rbuf, verbs.AccessLocalWrite)
+		}
+	}
+	if err != nil {
+		c.freeMem()
+		return fmt.Errorf("lwio: %w", err)
+	}
+	for i := nslots - 1; i >= 0; i-- {
+		c.freeSlots = append(c.freeSlots, i)
+	}
+	attr := verbs.QPAttr{PD: c.pd, SendCQ: c.cq, RecvCQ: c.cq, SQDepth: 2 * nslots, RQDepth: recvSlots,
+		Setup: func(qp *verbs.QP) error {
+			c.qp = qp
+			return c.postRecv(2)
+		}}
+	if c.qp, err = c.v.DialRDMA(ctx, dst, attr); err != nil {
+		c.freeMem()
+		return fmt.Errorf("lwio: connect %v: %w", dst, err)
+	}
+	go c.run()
+	if err := c.authenticate(ctx); err != nil {
+		c.Close()
+		return err
+	}
+	return nil
+}
+
+// postRecv posts n more 16-byte receive buffers (status responses).
+func (c *Client) postRecv(n int) error {
+	var wrs [recvSlots]rings.RecvWR
+	for i := range n {
+		s := (c.rnext + i) % recvSlots
+		wrs[i] = rings.RecvWR{WRID: uint64(s), NumSGE: 1}
+		wrs[i].SGL[0] = c.rmr.SGE(s*StatusResponseSize, StatusResponseSize)
+	}
+	if _, err := c.qp.PostRecvList(wrs[:n]); err != nil {
+		return err
+	}
+	c.posted += n
+	c.rnext = (c.rnext + n) % recvSlots
+	return nil
+}
+
+// authenticate sends AUTH and takes the server's parameters.
+func (c *Client) authenticate(ctx context.Context) error {
+	mine := AuthParams{RevID: RevID, Endian: EndianPtr64, PageSize: uint16(c.cfg.PageSize),
+		MaxRdmaWindowSize: uint32(c.cfg.MaxRdmaWindow), MaxSendBufferSize: uint32(HeaderSize + 64<<10),
+		MaxRecvBufferSize: StatusResponseSize, HeaderSize: HeaderSize, Credits: uint16(c.cfg.Credits),
+		RdmaReadSupported: 1}
+	putGUID(mine.Key[:], c.key)
+	c.mu.Lock()
+	c.credits = 1 // AUTH is the one request before the server grants any
+	c.mu.Unlock()
+	call, err := c.start(ctx, OpAuth, func(cl *Call, h *Header, slot []byte) ([]rings.SGE, error) {
+		p := mine.Append(slot[slotPayload:slotPayload])
+		h.DataVa = c.smr.TO(cl.slot*slotSize + slotAuthArea)
+		h.DataMh = c.smr.RKey
+		h.Length = uint32(HeaderSize + len(p))
+		return []rings.SGE{c.smr.SGE(cl.slot*slotSize, HeaderSize+len(p))}, nil
+	})
+	if err != nil {
+		return err
+	}
+	if err := c.wait(ctx, call); err != nil {
+		return fmt.Errorf("lwio: authentication: %w", err)
+	}
+	area := c.slots.Bytes()[call.slot*slotSize+slotAuthArea : call.slot*slotSize+slotAuthArea+ctlAreaSize]
+	var srv AuthParams
+	if int(call.info) < 8 || int(call.info)-8 > ctlAreaSize {
+		return fmt.Errorf("lwio: authentication: server's parameters of %d bytes", int(call.info)-8)
+	}
+	if err := srv.Decode(area[:call.info-8]); err != nil {
+		return fmt.Errorf("lwio: authentication: server's parameters: %w", err)
+	}
+	if srv.Key != mine.Key || !srv.HasSessionID || srv.HeaderSize != HeaderSize || srv.Credits == 0 {
+		return fmt.Errorf("lwio: authentication: the server's parameters do not answer ours")
+	}
+	c.freeSlot(call)
+	c.mu.Lock()
+	c.srv, c.sessionID = srv, srv.SessionID
+	c.window = min(int(srv.MaxRdmaWindowSize), c.cfg.MaxRdmaWindow)
+	c.credits = int(srv.Credits)
+	err = c.postRecv(c.credits + 1 - c.posted) // one beyond the credits: for a delta credit message
+	c.cond.Broadcast()
+	c.mu.Unlock()
+	return err
+}
+
+// ---- requests ----------------------------------------------------------------
+
+// limitLocked is how many requests may be in flight: the credits, the
+// client's own bound, and in polling mode one credit kept for INTERRUPT.
+func (c *Client) limitLocked() int {
+	l := min(c.credits, c.cfg.MaxOutstanding)
+	if c.cfg.Polling && l >= 2 {
+		l--
+	}
+	return l
+}
+
+// fill builds a request in its slot: it sets the header fields it owns
+// and returns the SGEs of the send after the header's own.
+type fill func(cl *Call, h *Header, slot []byte) ([]rings.SGE, error)
+
+// start admits a request (waiting for a credit), builds it and posts it.
+func (c *Client) start(ctx context.Context, op Opcode, f fill) (*Call, error) {
+	cl := &Call{Op: op, c: c, Done: make(chan *Call, 1)}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.waiting++
+	for c.err == nil && (c.outstanding >= c.limitLocked() || c.retireNext != 0 || c.ackGrant || len(c.freeSlots) == 0) {
+		if ctx.Err() != nil {
+			c.waiting--
+			return nil, ctx.Err()
+		}
+		c.cond.Wait()
+	}
+	c.waiting--
+	if c.err != nil {
+		return nil, c.err
+	}
+	return cl, c.postLocked(cl, f)
+}
+
+// postLocked builds cl in a free slot and sends it.
+func (c *Client) postLocked(cl *Call, f fill) error {
+	cl.slot = c.freeSlots[len(c.freeSlots)-1]
+	c.freeSlots = c.freeSlots[:len(c.freeSlots)-1]
+	c.cookie++
+	if uint32(c.cookie) == 0 {
+		c.cookie++
+	}
+	cl.cookie = c.cookie
+	slot := c.slots.Bytes()[cl.slot*slotSize : (cl.slot+1)*slotSize]
+	h := Header{Opcode: cl.Op, Flags: FlagInterrupt, Credits: uint8(min(c.outstanding+c.waiting+1, MaxCredits)),
+		Cookie: cl.cookie, ImmCookie: uint32(cl.cookie)}
+	if c.cfg.Polling && isIO(cl.Op) {
+		h.Flags = 0
+		h.IosVa, h.IosMh = c.smr.TO(cl.slot*slotSize+slotIOSB), c.smr.RKey
+		atomic.StoreUint64(c.iosbWord(cl.slot), uint64(StatusPending)<<32)
+	}
+	sges, err := f(cl, &h, slot)
+	if err != nil {
+		c.freeSlots = append(c.freeSlots, cl.slot)
+		return err
+	}
+	h.Encode(slot)
+	w := rings.SendWR{Opcode: rings.WRSend, Flags: rings.WRSignaled, WRID: cl.cookie}
+	if len(sges) > rings.MaxSendSGE {
+		c.freeSlots = append(c.freeSlots, cl.slot)
+		return fmt.Errorf("lwio: %d SGEs", len(sges))
+	}
+	w.NumSGE = copy(w.SGL[:], sges)
+	c.byCookie[cl.cookie] = cl
+	c.outstanding++
+	c.maxSeen = max(c.maxSeen, c.outstanding)
+	if c.cfg.Polling && isIO(cl.Op) {
+		c.polling = append(c.polling, cl)
+	}
+	if err := c.qp.PostSend(&w); err != nil {
+		delete(c.byCookie, cl.cookie)
+		c.outstanding--
+		c.failLocked(err)
+		return err
+	}
+	c.st.requests.Add(1)
+	return nil
+}
+
+func isIO(op Opcode) bool { return op <= OpVecWrite }
+
+func (c *Client) iosbWord(slot int) *uint64 {
+	return (*uint64)(unsafe.Pointer(&c.slots.Bytes()[slot*slotSize+slotIOSB]))
+}
+
+// wait waits for cl and returns its error.
+func (c *Client) wait(ctx context.Context, cl *Call) error {
+	select {
+	case <-cl.Done:
+		return cl.Err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (c *Client) freeSlot(cl *Call) {
+	c.mu.Lock()
+	c.freeSlots = append(c.freeSlots, cl.slot)
+	c.cond.Broadcast()
+	c.mu.Unlock()
+}
+
+// ---- the completion loop ---------------------------------------------------------
+
+// run takes every completion: sends, status responses, immediate data and,
+// in polling mode, the status blocks of outstanding requests.
+func (c *Client) run() {
+	defer close(c.loopDone)
+	wc := make([]rings.Completion, 64)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-c.done; cancel() }()
+	idle := 0
+	for {
+		n := c.cq.Poll(wc)
+		progress := n > 0
+		c.mu.Lock()
+		for i := range n {
+			c.handleLocked(&wc[i])
+		}
+		if c.scanLocked() {
+			progress = true
+		}
+		c.mu.Unlock()
+		if progress {
+			idle = 0
+			continue
+		}
+		if idle++; idle < c.cfg.SpinPolls {
+			runtime.Gosched()
+			continue
+		}
+		c.mu.Lock()
+		if c.err != nil {
+			c.mu.Unlock()
+			return
+		}
+		if len(c.polling) > 0 && !c.intrOut {
+			c.interruptLocked()
+		}
+		c.mu.Unlock()
+		n, err := c.cq.PollWait(ctx, wc, false)
+		if err != nil {
+			return
+		}
+		c.mu.Lock()
+		for i := range n {
+			c.handleLocked(&wc[i])
+		}
+		c.scanLocked()
+		c.mu.Unlock()
+	}
+}
+
+// scanLocked completes the polling requests whose status block arrived.
+func (c *Client) scanLocked() bool {
+	done := false
+	for i := 0; i < len(c.polling); {
+		cl := c.polling[i]
+		w := atomic.LoadUint64(c.iosbWord(cl.slot))
+		if uint32(w>>32) == StatusPending {
+			i++
+			continue
+		}
+		c.polling[i] = c.polling[len(c.polling)-1]
+		c.polling = c.polling[:len(c.polling)-1]
+		cl.status, cl.info, cl.answered = uint32(w>>32), uint32(w), true
+		c.st.polled.Add(1)
+		c.answeredLocked(cl)
+		done = true
+	}
+	return done
+}
+
+// interruptLocked sends INTERRUPT (the credit kept for it) so the server
+// wakes the client at its next completion.
+func (c *Client) interruptLocked() {
+	if c.outstanding >= c.credits || len(c.freeSlots) == 0 {
+		return
+	}
+	cl := &Call{Op: OpInterrupt, c: c, internal: true}
+	if c.postLocked(cl, func(_ *Call, h *Header, _ []byte) ([]rings.SGE, error) {
+		h.Flags = FlagInterrupt | FlagControl
+		h.Length = HeaderSize
+		return []rings.SGE{c.smr.SGE(cl.slot*slotSize, HeaderSize)}, nil
+	}) == nil {
+		c.intrOut = true
+		c.st.interrupts.Add(1)
+	}
+}
+
+func (c *Client) handleLocked(wc *rings.Completion) {
+	if c.err != nil {
+		return
+	}
+	if wc.Status != rings.WCSuccess {
+		c.failLocked(fmt.Errorf("lwio: connection lost: %v", wc.Status))
+		return
+	}
+	switch wc.Opcode {
+	case rings.WCSend:
+		if cl := c.byCookie[wc.WRID]; cl != nil {
+			cl.sent = true
+			c.maybeDoneLocked(cl)
+		}
+	case rings.WCRecv:
+		s := int(wc.WRID)
+		var r StatusResponse
+		if wc.ByteLen != StatusResponseSize || r.Decode(c.rbuf.Bytes()[s*StatusResponseSize:(s+1)*StatusResponseSize]) != nil {
+			c.failLocked(fmt.Errorf("lwio: server sent a message of %d bytes", wc.ByteLen))
+			return
+		}
+		c.posted--
+		c.response(&r)
+	case rings.WCRecvRDMAWithImm:
+		c.posted--
+		c.repostLocked()
+		cl := c.byCookie[c.cookieOfImm(uint32(wc.ImmData))]
+		if cl == nil || cl.answered {
+			c.failLocked(fmt.Errorf("lwio: immediate data %#x names no request", wc.ImmData))
+			return
+		}
+		cl.status, cl.info, cl.answered = StatusSuccess, uint32(cl.length), true
+		c.st.imm.Add(1)
+		c.answeredLocked(cl)
+	}
+}
+
+// cookieOfImm finds the request whose ImmCookie (the low 32 bits of its
+// cookie) is imm.
+func (c *Client) cookieOfImm(imm uint32) uint64 {
+	for k := range c.byCookie {
+		if uint32(k) == imm {
+			return k
+		}
+	}
+	return 0
+}
+
+func (c *Client) repostLocked() {
+	if err := c.postRecv(1); err != nil {
+		c.failLocked(err)
+	}
+}
+
+// response handles a status response or a delta credit message.
+func (c *Client) response(r *StatusResponse) {
+	if r.Cookie == 0 && r.Status == StatusNotifyCredit {
+		c.repostLocked()
+		d := int32(r.Information)
+		switch {
+		case d > 0:
+			c.st.grants.Add(1)
+			if err := c.postRecv(int(d)); err != nil {
+				c.failLocked(err)
+				return
+			}
+			c.credits += int(d)
+			c.ackGrant = true
+		case d < 0:
+			c.retireNext = int(d)
+		}
+		c.creditMessagesLocked()
+		c.cond.Broadcast()
+		return
+	}
+	cl := c.byCookie[r.Cookie]
+	if cl == nil || cl.answered {
+		c.failLocked(fmt.Errorf("lwio: a status response for cookie %#x, which is not outstanding", r.Cookie))
+		return
+	}
+	if cl.retire && r.Status == StatusNotifyCredit {
+		// The returned credit's buffer is not posted again.
+		c.credits--
+		c.st.retires.Add(1)
+	} else {
+		c.repostLocked()
+	}
+	cl.status, cl.info, cl.answered = r.Status, r.Information, true
+	if cl.Op == OpInterrupt {
+		c.intrOut = false
+	}
+	c.answeredLocked(cl)
+	c.creditMessagesLocked()
+}
+
+// creditMessagesLocked sends the CREDIT messages owed: the
+// acknowledgement of a grant, or the next returned credit. Each is a
+// request and needs a free credit.
+func (c *Client) creditMessagesLocked() {
+	for c.err == nil && (c.ackGrant || c.retireNext != 0) && c.outstanding < c.credits && len(c.freeSlots) > 0 {
+		v := int32(0)
+		cl := &Call{Op: OpCredit, c: c, internal: true}
+		if c.ackGrant {
+			c.ackGrant = false
+		} else {
+			v = int32(c.retireNext)
+			cl.retire = true
+			c.retireNext++
+		}
+		_ = c.postLocked(cl, func(_ *Call, h *Header, _ []byte) ([]rings.SGE, error) {
+			h.Offset = uint64(uint32(v)) << 32
+			h.Length = HeaderSize
+			return []rings.SGE{c.smr.SGE(cl.slot*slotSize, HeaderSize)}, nil
+		})
+	}
+}
+
+// answeredLocked finishes cl once its send also completed.
+func (c *Client) answeredLocked(cl *Call) { c.maybeDoneLocked(cl) }
+
+func (c *Client) maybeDoneLocked(cl *Call) {
+	if !cl.sent || !cl.answered {
+		return
+	}
+	delete(c.byCookie, cl.cookie)
+	c.outstanding--
+	if cl.Op != OpAuth {
+		c.freeSlots = append(c.freeSlots, cl.slot)
+	}
+	c.st.completions.Add(1)
+	c.cond.Broadcast()
+	if cl.internal {
+		if cl.status != StatusSuccess && cl.status != StatusNotifyCredit {
+			c.failLocked(fmt.Errorf("lwio: %v answered %#08x", cl.Op, cl.status))
+		}
+		c.creditMessagesLocked()
+		return
+	}
+	cl.N = int(cl.info)
+	switch cl.status {
+	case StatusSuccess:
+	case StatusEndOfFile:
+		cl.N, cl.Err = 0, io.EOF
+	default:
+		cl.N, cl.Err = 0, &StatusError{Op: cl.Op, Status: cl.status}
+	}
+	if cl.Err == nil && (cl.Op == OpRead || cl.Op == OpVecRead) {
+		if cl.N > cl.length {
+			cl.N, cl.Err = 0, fmt.Errorf("lwio: server says it read %d bytes of %d", cl.N, cl.length)
+		}
+		c.st.bytesRead.Add(uint64(cl.N))
+	}
+	if cl.Err == nil && (cl.Op == OpWrite || cl.Op == OpVecWrite) {
+		c.st.bytesWrote.Add(uint64(cl.N))
+	}
+	if cl.bounce != nil {
+		b := cl.bounce.buf.Bytes()
+		if cl.user != nil && cl.Err == nil {
+			copy(cl.user, b[:cl.N])
+		}
+		off := 0
+		for _, p := range cl.pages {
+			if off >= cl.N {
+				break
+			}
+			off += copy(p, b[off:cl.N])
+		}
+		c.bounceFree = append(c.bounceFree, cl.bounce)
+		cl.bounce = nil
+	}
+	c.creditMessagesLocked()
+	cl.Done <- cl
+}
+
+// ---- failure and close ---------------------------------------------------------
+
+func (c *Client) failLocked(err error) {
+	if c.err != nil {
+		return
+	}
+	c.err = err
+	for k, cl := range c.byCookie {
+		delete(c.byCookie, k)
+		if !cl.internal {
+			cl.Err = err
+			cl.Done <- cl
+		}
+	}
+	c.polling = nil
+	c.cond.Broadcast()
+}
+
+// Err is why the client stopped working (nil while it works).
+func (c *Client) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Close disconnects and releases the client's memory. Requests in flight
+// fail with ErrClosed.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.err == ErrClosed {
+		c.mu.Unlock()
+		<-c.loopDone
+		return nil
+	}
+	c.failLocked(ErrClosed)
+	c.err = ErrClosed
+	c.mu.Unlock()
+	c.pipe.Close()
+	if c.qp != nil {
+		_ = c.qp.Close()
+	}
+	select {
+	case <-c.done:
+	default:
+		close(c.done)
+	}
+	<-c.loopDone
+	c.freeMem()
+	return nil
+}
+
+func (c *Client) freeMem() {
+	for _, b := range c.bounceAll {
+		_ = b.mr.Dereg()
+		_ = b.buf.Free()
+	}
+	c.bounceAll, c.bounceFree = nil, nil
+	for _, r := range c.regions {
+		_ = r.mr.Dereg()
+		_ = r.buf.Free()
+	}
+	c.regions = nil
+	if c.smr != nil {
+		_ = c.smr.Dereg()
+	}
+	if c.slots != nil {
+		_ = c.slots.Free()
+	}
+	if c.rmr != nil {
+		_ = c.rmr.Dereg()
+	}
+	if c.rbuf != nil {
+		_ = c.rbuf.Free()
+	}
+	if c.cq != nil {
+		_ = c.cq.Destroy()
+	}
+}
+
+// Stats returns the client's counters.
+func (c *Client) Stats() ClientStats {
+	c.mu.Lock()
+	credits, maxSeen := c.credits, c.maxSeen
+	c.mu.Unlock()
+	s := &c.st
+	return ClientStats{Requests: s.requests.Load(), Completions: s.completions.Load(), BytesRead: s.bytesRead.Load(),
+		BytesWrote: s.bytesWrote.Load(), ZeroCopy: s.zeroCopy.Load(), Bounced: s.bounced.Load(),
+		Interrupts: s.interrupts.Load(), PolledCompletions: s.polled.Load(), ImmediateCompletions: s.imm.Load(),
+		CreditGrants: s.grants.Load(), CreditRetires: s.retires.Load(), Credits: credits, MaxOutstandingObserved: maxSeen}
+}

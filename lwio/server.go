@@ -1,0 +1,633 @@
+package lwio
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/emunic/emunic/rings"
+	"github.com/emunic/emunic/tcpstack"
+	"github.com/emunic/emunic/tcpstack/verbs"
+)
+
+// Defaults of a server (and what a client assumes of one).
+const (
+	DefaultPipePort = 4445
+	DefaultRDMAPort = 4446
+	// ProviderName is the provider this project's NIC offers in the
+	// negotiate lists.
+	ProviderName = "emunic-iwarp"
+	// MaxVecRegions bounds the regions of a vectored read: each is an
+	// RDMA Write, and the send queue must hold a request's worth.
+	MaxVecRegions = 64
+	// SectorSize is the backend sector the final region of a vectored read
+	// must be a multiple of.
+	SectorSize = 512
+	// StatusPending is what a client puts in a status block before it
+	// submits a polling request; the server never writes it
+	// (STATUS_PENDING, 0x103).
+	StatusPending = 0x00000103
+)
+
+// ServerConfig shapes a server. Zero fields take the defaults.
+type ServerConfig struct {
+	Name     string // SrvName (default "EMUNIC")
+	PipePort uint16 // DefaultPipePort
+	RDMAPort uint16 // DefaultRDMAPort
+	// MaxRdmaWindow is the most bytes one read moves (256 KiB); each
+	// outstanding read holds a staging buffer of this size.
+	MaxRdmaWindow int
+	// MaxRecvBuffer is the most write data one message carries (64 KiB);
+	// the server's receive buffers are this plus the header.
+	MaxRecvBuffer int
+	// InitialCredits caps the credits granted at authentication (8);
+	// MaxCredits caps a connection's credits (32); CreditPool caps the sum
+	// over every connection (256).
+	InitialCredits, MaxCredits, CreditPool int
+	// Workers is the file I/O goroutines of a connection (4).
+	Workers int
+	// AuthTimeout drops a connection that has not authenticated (5 s).
+	AuthTimeout time.Duration
+	// ImmediateReads completes a successful interrupt-mode read whose
+	// ImmCookie is not 0 with an RDMA Write with Immediate Data instead of
+	// an RDMA Write and a status response.
+	ImmediateReads bool
+	// CreditPolicy, if set, is the credits the server wants a connection
+	// to have given its current credits and the client's hint (its
+	// pending requests). The default doubles a saturated connection's
+	// credits and halves one whose hint stayed under a quarter of them.
+	CreditPolicy func(credits, hint int) int
+	// PageSize is the server's page size in AUTH_PARAMS (4096).
+	PageSize int
+}
+
+func (c ServerConfig) withDefaults() ServerConfig {
+	if c.Name == "" {
+		c.Name = "EMUNIC"
+	}
+	if c.PipePort == 0 {
+		c.PipePort = DefaultPipePort
+	}
+	if c.RDMAPort == 0 {
+		c.RDMAPort = DefaultRDMAPort
+	}
+	if c.MaxRdmaWindow <= 0 {
+		c.MaxRdmaWindow = 256 << 10
+	}
+	if c.MaxRecvBuffer <= 0 {
+		c.MaxRecvBuffer = 64 << 10
+	}
+	if c.MaxCredits <= 0 {
+		c.MaxCredits = 32
+	}
+	c.MaxCredits = min(c.MaxCredits, MaxCredits-1)
+	if c.InitialCredits <= 0 {
+		c.InitialCredits = 8
+	}
+	c.InitialCredits = min(c.InitialCredits, c.MaxCredits)
+	if c.CreditPool <= 0 {
+		c.CreditPool = 256
+	}
+	if c.Workers <= 0 {
+		c.Workers = 4
+	}
+	if c.AuthTimeout <= 0 {
+		c.AuthTimeout = 5 * time.Second
+	}
+	if c.CreditPolicy == nil {
+		c.CreditPolicy = defaultCreditPolicy
+	}
+	if c.PageSize <= 0 {
+		c.PageSize = 4096
+	}
+	return c
+}
+
+// defaultCreditPolicy doubles the credits of a client whose pending
+// requests reach them, and halves those of one that uses under a quarter
+// (never below 2).
+func defaultCreditPolicy(credits, hint int) int {
+	switch {
+	case hint >= credits:
+		return 2 * credits
+	case credits > 4 && 4*hint < credits:
+		return max(2, credits/2)
+	}
+	return credits
+}
+
+// ServerStats count a server's work and every refusal.
+type ServerStats struct {
+	Pipes, Negotiates, Opens     uint64
+	Conns, Authenticated         uint64
+	AuthFailures, AuthTimeouts   uint64
+	Registers, Reads, Writes     uint64
+	VecReads, VecWrites          uint64
+	Closes, Cancels, Cancelled   uint64
+	Interrupts                   uint64
+	CreditGrants, CreditRetires  uint64
+	BytesRead, BytesWritten      uint64
+	CreditViolations             uint64 // requests beyond the connection's credits
+	BadRequests                  uint64 // malformed or out-of-range requests (answered with an error status)
+	ProtocolErrors               uint64 // connections closed for a protocol violation
+	PipeErrors                   uint64 // pipes closed for a malformed message
+	ConnErrors                   uint64 // connections lost (peer gone, Terminate, overflow)
+	DirectIO                     uint64 // transfers done with O_DIRECT
+	ImmediateCompletions         uint64 // reads completed by RDMA Write with Immediate Data
+	PollingCompletions           uint64 // status blocks RDMA-written
+	InterruptCompletions         uint64 // status responses sent
+	FilesOpen                    int64
+	ConnsOpen                    int64
+	CreditsInUse                 int64
+}
+
+// Server serves an Export to LWIO clients on one host.
+type Server struct {
+	cfg  ServerConfig
+	h    *tcpstack.Host
+	v    *verbs.Provider
+	pd   verbs.PD
+	cq   *verbs.CQ
+	exp  *Export
+	pipe net.Listener
+	rl   *verbs.RDMAListener
+	pid  uint64
+
+	mu       sync.Mutex
+	sessions map[uuid.UUID]*session
+	conns    map[uint32]*sconn
+	pipes    map[net.Conn]struct{}
+	pool     int // credits granted over every connection
+	closed   bool
+
+	st   serverCounters
+	done chan struct{}
+	wg   sync.WaitGroup
+}
+
+type serverCounters struct {
+	pipes, negotiates, opens, conns, authed, authFail, authTimeout   atomic.Uint64
+	registers, reads, writes, vecReads, vecWrites, closes, cancels   atomic.Uint64
+	cancelled, interrupts, grants, retires, bytesRead, bytesWritten  atomic.Uint64
+	creditViol, badReq, protoErr, pipeErr, connErr, direct, imm      atomic.Uint64
+	polled, intrDone                                                 atomic.Uint64
+	filesOpen, connsOpen                                             atomic.Int64
+}
+
+// session is what one pipe's negotiation created: the key a client must
+// present to authenticate, and the files the pipe opened.
+type session struct {
+	key    uuid.UUID
+	client string
+	mu     sync.Mutex
+	open   map[uint64]*file // by ResumeKey
+	ts     uint64
+	alive  bool
+}
+
+// NewServer starts serving exp on host h: the pipe on cfg.PipePort (host
+// stack TCP) and RDMA connections on cfg.RDMAPort.
+func NewServer(h *tcpstack.Host, exp *Export, cfg ServerConfig) (*Server, error) {
+	cfg = cfg.withDefaults()
+	if err := putName(make([]byte, 2*MaxHostName), cfg.Name); err != nil {
+		return nil, err
+	}
+	v, err := verbs.Open(h)
+	if err != nil {
+		return nil, fmt.Errorf("lwio: server: %w", err)
+	}
+	s := &Server{cfg: cfg, h: h, v: v, pd: v.AllocPD(), exp: exp, pid: uint64(os.Getpid()),
+		sessions: map[uuid.UUID]*session{}, conns: map[uint32]*sconn{}, pipes: map[net.Conn]struct{}{}, done: make(chan struct{})}
+	// Every outstanding request of every connection can have its whole
+	// data transfer and completion in the CQ at once.
+	if s.cq, err = v.CreateCQ(serverCQEntries); err != nil {
+		return nil, fmt.Errorf("lwio: server: %w", err)
+	}
+	if s.pipe, err = h.Listen(cfg.PipePort); err != nil {
+		_ = s.cq.Destroy()
+		return nil, fmt.Errorf("lwio: server: pipe: %w", err)
+	}
+	attr := verbs.QPAttr{PD: s.pd, SendCQ: s.cq, RecvCQ: s.cq, SQDepth: sqDepthFor(cfg.MaxCredits),
+		RQDepth: cfg.MaxCredits + creditSlack, IRD: 16, ORD: 16, Setup: s.setupConn}
+	if s.rl, err = v.ListenRDMA(cfg.RDMAPort, attr); err != nil {
+		_ = s.pipe.Close()
+		_ = s.cq.Destroy()
+		return nil, fmt.Errorf("lwio: server: rdma: %w", err)
+	}
+	s.wg.Add(3)
+	go s.servePipes()
+	go s.serveRDMA()
+	go s.poll()
+	return s, nil
+}
+
+// serverCQEntries sizes the server's completion queue: every connection's
+// posted receives and signaled sends can be in it at once, which bounds
+// the connections (MaxConns) by the credits.
+const serverCQEntries = 1 << 15
+
+// creditSlack is the receive buffers a connection has posted beyond its
+// credits: a request that breaks the credit limit by up to this many is
+// answered with StatusInsufficientRes rather than ending the connection
+// (beyond it the send finds no buffer, which the RDMA layer terminates).
+const creditSlack = 2
+
+// Addr is the server's host address.
+func (s *Server) Addr() netip.Addr { return s.h.Addr() }
+
+// Stats returns the server's counters.
+func (s *Server) Stats() ServerStats {
+	c := &s.st
+	s.mu.Lock()
+	pool := s.pool
+	s.mu.Unlock()
+	return ServerStats{Pipes: c.pipes.Load(), Negotiates: c.negotiates.Load(), Opens: c.opens.Load(),
+		Conns: c.conns.Load(), Authenticated: c.authed.Load(), AuthFailures: c.authFail.Load(),
+		AuthTimeouts: c.authTimeout.Load(), Registers: c.registers.Load(), Reads: c.reads.Load(),
+		Writes: c.writes.Load(), VecReads: c.vecReads.Load(), VecWrites: c.vecWrites.Load(),
+		Closes: c.closes.Load(), Cancels: c.cancels.Load(), Cancelled: c.cancelled.Load(),
+		Interrupts: c.interrupts.Load(), CreditGrants: c.grants.Load(), CreditRetires: c.retires.Load(),
+		BytesRead: c.bytesRead.Load(), BytesWritten: c.bytesWritten.Load(),
+		CreditViolations: c.creditViol.Load(), BadRequests: c.badReq.Load(),
+		ProtocolErrors: c.protoErr.Load(), PipeErrors: c.pipeErr.Load(), ConnErrors: c.connErr.Load(),
+		DirectIO: c.direct.Load(), ImmediateCompletions: c.imm.Load(), PollingCompletions: c.polled.Load(),
+		InterruptCompletions: c.intrDone.Load(), FilesOpen: c.filesOpen.Load(), ConnsOpen: c.connsOpen.Load(),
+		CreditsInUse: int64(pool)}
+}
+
+// Close stops the server: the listeners close, every connection is torn
+// down and every file closed.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	conns := make([]*sconn, 0, len(s.conns))
+	for _, c := range s.conns {
+		conns = append(conns, c)
+	}
+	for p := range s.pipes {
+		p.Close()
+	}
+	s.mu.Unlock()
+	_ = s.pipe.Close()
+	_ = s.rl.Close()
+	for _, c := range conns {
+		c.fail(errServerClosed)
+	}
+	for _, c := range conns {
+		c.wait()
+	}
+	close(s.done)
+	s.wg.Wait()
+	_ = s.cq.Destroy()
+	s.mu.Lock()
+	for _, ss := range s.sessions {
+		ss.release()
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+var errServerClosed = errors.New("lwio: server closed")
+
+// ---- the pipe --------------------------------------------------------------
+
+func (s *Server) servePipes() {
+	defer s.wg.Done()
+	for {
+		c, err := s.pipe.Accept()
+		if err != nil {
+			return
+		}
+		s.st.pipes.Add(1)
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.servePipe(c)
+		}()
+	}
+}
+
+// servePipe runs one pipe: NEGOTIATE first, then OPENs and RELEASEs until
+// the client closes it. A malformed message closes the pipe (counted).
+func (s *Server) servePipe(c net.Conn) {
+	defer c.Close()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.pipes[c] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.pipes, c)
+		s.mu.Unlock()
+	}()
+	var ss *session
+	defer func() {
+		if ss != nil {
+			s.mu.Lock()
+			delete(s.sessions, ss.key)
+			s.mu.Unlock()
+			ss.release()
+		}
+	}()
+	var buf []byte
+	for {
+		m, op, err := readControl(c, buf)
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				s.st.pipeErr.Add(1)
+			}
+			return
+		}
+		buf = m[:0]
+		if ss == nil && op != ControlOpNegotiate {
+			s.st.pipeErr.Add(1)
+			return
+		}
+		var out []byte
+		switch op {
+		case ControlOpNegotiate:
+			if ss != nil {
+				s.st.pipeErr.Add(1)
+				return
+			}
+			if ss, out, err = s.negotiate(m); err != nil {
+				s.st.pipeErr.Add(1)
+				return
+			}
+		case ControlOpOpen:
+			var o OpenRequest
+			if err := o.Decode(m); err != nil {
+				s.st.pipeErr.Add(1)
+				return
+			}
+			out, err = s.open(ss, &o)
+			if err != nil {
+				return
+			}
+		case ControlOpRelease:
+			if len(m) != ReleaseLen {
+				s.st.pipeErr.Add(1)
+				return
+			}
+			ss.mu.Lock()
+			if f := ss.open[le.Uint64(m[RelOffResumeKey:])]; f != nil {
+				delete(ss.open, le.Uint64(m[RelOffResumeKey:]))
+				s.unref(f)
+			}
+			ss.mu.Unlock()
+			continue
+		default:
+			s.st.pipeErr.Add(1)
+			return
+		}
+		if _, err := c.Write(out); err != nil {
+			return
+		}
+	}
+}
+
+// negotiate answers a NEGOTIATE: the server's name, a key generated for
+// this client, and the providers both sides have.
+func (s *Server) negotiate(m []byte) (*session, []byte, error) {
+	req := Negotiate{Request: true}
+	if err := req.Decode(m); err != nil {
+		return nil, nil, err
+	}
+	s.st.negotiates.Add(1)
+	key, err := uuid.NewRandom()
+	if err != nil {
+		return nil, nil, err
+	}
+	rsp := Negotiate{Name: s.cfg.Name, Key: key}
+	for _, p := range req.Providers {
+		if p.Name == ProviderName {
+			rsp.Providers = append(rsp.Providers, s.provider())
+			break
+		}
+	}
+	out, err := rsp.Append(nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	if req.ResponseLen != 0 && int(req.ResponseLen) < len(out) {
+		return nil, nil, fmt.Errorf("lwio: client's response buffer of %d bytes, the response is %d", req.ResponseLen, len(out))
+	}
+	ss := &session{key: key, client: req.Name, open: map[uint64]*file{}, ts: uint64(time.Now().UnixNano()), alive: true}
+	s.mu.Lock()
+	s.sessions[key] = ss
+	s.mu.Unlock()
+	return ss, out, nil
+}
+
+// provider is this server's provider entry: one instance, the host's IPv4
+// address (4 bytes) with the RDMA port (2 bytes, big-endian) as the
+// discriminator.
+func (s *Server) provider() Provider {
+	a := s.h.Addr().As4()
+	var port [2]byte
+	binary.BigEndian.PutUint16(port[:], s.cfg.RDMAPort)
+	return Provider{Name: ProviderName, Instances: []Instance{{HostAddress: a[:], Discriminator: port[:]}}}
+}
+
+// open answers an OPEN. A path outside the export is ACCESS_DENIED, a
+// missing file OBJECT_NAME_NOT_FOUND.
+func (s *Server) open(ss *session, o *OpenRequest) ([]byte, error) {
+	s.st.opens.Add(1)
+	rsp := OpenResponse{}
+	f, err := s.exp.open(o.Path, o.Disposition != DispOpen, o.Disposition == DispTruncate)
+	switch {
+	case err == nil:
+	case errors.Is(err, fs.ErrNotExist):
+		rsp.Status = StatusObjectNameNotFound
+	case errors.Is(err, errBadPath), isEscape(err), errors.Is(err, fs.ErrPermission):
+		rsp.Status = StatusAccessDenied
+	default:
+		rsp.Status = StatusInvalidParameter
+	}
+	if f != nil {
+		s.st.filesOpen.Add(1)
+		if o.FlagsAttrs&FileNoIntermediate != 0 {
+			f.enableDirect()
+		}
+		size, err := f.size()
+		if err != nil {
+			s.unref(f)
+			rsp.Status = StatusInvalidParameter
+		} else {
+			rsp.Size = uint64(size)
+			var rk [8]byte
+			_, _ = rand.Read(rk[:])
+			k := binary.LittleEndian.Uint64(rk[:]) | 1
+			ss.mu.Lock()
+			ss.open[k] = f
+			ss.mu.Unlock()
+			rsp.Key = RequestResumeKey{Key: ResumeKey{ResumeKey: k, Timestamp: ss.ts, Pid: s.pid}, Server: s.cfg.Name}
+		}
+	}
+	return rsp.Append(nil)
+}
+
+// isEscape reports an os.Root refusal of a path that leaves the root.
+func isEscape(err error) bool {
+	var pe *fs.PathError
+	return errors.As(err, &pe) && pe.Err != nil && pe.Err.Error() == "path escapes from parent"
+}
+
+func (s *Server) unref(f *file) {
+	f.mu.Lock()
+	f.refs--
+	last := f.refs == 0
+	f.mu.Unlock()
+	if last {
+		f.close()
+		s.st.filesOpen.Add(-1)
+	}
+}
+
+func (ss *session) release() {
+	ss.mu.Lock()
+	open := ss.open
+	ss.open = map[uint64]*file{}
+	ss.alive = false
+	ss.mu.Unlock()
+	for _, f := range open {
+		f.mu.Lock()
+		f.refs--
+		last := f.refs == 0
+		f.mu.Unlock()
+		if last {
+			f.close()
+		}
+	}
+}
+
+// ---- RDMA connections ------------------------------------------------------
+
+func (s *Server) serveRDMA() {
+	defer s.wg.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-s.done; cancel() }()
+	for {
+		r, err := s.rl.GetRequest(ctx)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		if err := r.Accept(nil); err != nil {
+			s.st.connErr.Add(1)
+		}
+	}
+}
+
+// setupConn runs at CREATE_QP of every accepted connection: it posts the
+// receive buffers before the MPA reply goes out.
+func (s *Server) setupConn(qp *verbs.QP) error {
+	s.mu.Lock()
+	full := (len(s.conns)+1)*2*(s.cfg.MaxCredits+creditSlack+2) > serverCQEntries
+	s.mu.Unlock()
+	if full {
+		s.st.connErr.Add(1)
+		return errors.New("lwio: server: connection table full")
+	}
+	c, err := newSconn(s, qp)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		c.freeMem()
+		return errServerClosed
+	}
+	s.conns[qp.QPN()] = c
+	s.mu.Unlock()
+	s.st.conns.Add(1)
+	s.st.connsOpen.Add(1)
+	return nil
+}
+
+// poll takes the completions of every connection and hands each to its
+// connection.
+func (s *Server) poll() {
+	defer s.wg.Done()
+	wc := make([]rings.Completion, 64)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-s.done; cancel() }()
+	for {
+		n := 0
+		for range 32 {
+			if n = s.cq.Poll(wc); n > 0 {
+				break
+			}
+			runtime.Gosched()
+		}
+		if n == 0 {
+			var err error
+			if n, err = s.cq.PollWait(ctx, wc, false); err != nil {
+				return
+			}
+		}
+		for i := range n {
+			s.mu.Lock()
+			c := s.conns[wc[i].QPN]
+			s.mu.Unlock()
+			if c != nil {
+				c.completion(&wc[i])
+			}
+		}
+	}
+}
+
+func (s *Server) forget(c *sconn) {
+	s.mu.Lock()
+	if s.conns[c.qp.QPN()] == c {
+		delete(s.conns, c.qp.QPN())
+		s.pool -= c.credits
+	}
+	s.mu.Unlock()
+	s.st.connsOpen.Add(-1)
+}
+
+// session returns the live session with key k.
+func (s *Server) session(k uuid.UUID) *session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sessions[k]
+}
+
+// takeCredits reserves up to n credits from the pool and returns how many.
+func (s *Server) takeCredits(n int) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n = max(0, min(n, s.cfg.CreditPool-s.pool))
+	s.pool += n
+	return n
+}
+
+func (s *Server) giveCredits(n int) {
+	s.mu.Lock()
+	s.pool -= n
+	s.mu.Unlock()
+}
