@@ -185,8 +185,8 @@ type Client struct {
 }
 
 type clientCounters struct {
-	requests, completions, bytesRead, bytesWrote, zeroCopy, bounced   atomic.Uint64
-	interrupts, polled, imm, grants, retires                            atomic.Uint64
+	requests, completions, bytesRead, bytesWrote, zeroCopy, bounced atomic.Uint64
+	interrupts, polled, imm, grants, retires                        atomic.Uint64
 }
 
 // Memory is client memory registered with the NIC (Client.Alloc): reads

@@ -349,7 +349,7 @@ func (c *sconn) auth(slot int, h *Header, msg []byte) {
 		MaxSendBufferSize: StatusResponseSize, MaxRecvBufferSize: uint32(c.s.cfg.MaxRecvBuffer),
 		HeaderSize: HeaderSize, Credits: uint16(got), RdmaReadSupported: 1, Key: a.Key,
 		HasSessionID: true, SessionID: c.sessionID}
-	p := mine.Append(c.rbuf.Bytes()[c.ctlOff:c.ctlOff:c.ctlOff+ctlAreaSize])
+	p := mine.Append(c.rbuf.Bytes()[c.ctlOff : c.ctlOff : c.ctlOff+ctlAreaSize])
 	write := rings.SendWR{Opcode: rings.WRRDMAWrite, RemoteAddr: h.DataVa, RKey: h.DataMh, NumSGE: 1}
 	write.SGL[0] = c.rmr.SGE(c.ctlOff, len(p))
 	c.repostLocked(slot)

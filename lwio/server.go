@@ -131,27 +131,27 @@ func defaultCreditPolicy(credits, hint int) int {
 
 // ServerStats count a server's work and every refusal.
 type ServerStats struct {
-	Pipes, Negotiates, Opens     uint64
-	Conns, Authenticated         uint64
-	AuthFailures, AuthTimeouts   uint64
-	Registers, Reads, Writes     uint64
-	VecReads, VecWrites          uint64
-	Closes, Cancels, Cancelled   uint64
-	Interrupts                   uint64
-	CreditGrants, CreditRetires  uint64
-	BytesRead, BytesWritten      uint64
-	CreditViolations             uint64 // requests beyond the connection's credits
-	BadRequests                  uint64 // malformed or out-of-range requests (answered with an error status)
-	ProtocolErrors               uint64 // connections closed for a protocol violation
-	PipeErrors                   uint64 // pipes closed for a malformed message
-	ConnErrors                   uint64 // connections lost (peer gone, Terminate, overflow)
-	DirectIO                     uint64 // transfers done with O_DIRECT
-	ImmediateCompletions         uint64 // reads completed by RDMA Write with Immediate Data
-	PollingCompletions           uint64 // status blocks RDMA-written
-	InterruptCompletions         uint64 // status responses sent
-	FilesOpen                    int64
-	ConnsOpen                    int64
-	CreditsInUse                 int64
+	Pipes, Negotiates, Opens    uint64
+	Conns, Authenticated        uint64
+	AuthFailures, AuthTimeouts  uint64
+	Registers, Reads, Writes    uint64
+	VecReads, VecWrites         uint64
+	Closes, Cancels, Cancelled  uint64
+	Interrupts                  uint64
+	CreditGrants, CreditRetires uint64
+	BytesRead, BytesWritten     uint64
+	CreditViolations            uint64 // requests beyond the connection's credits
+	BadRequests                 uint64 // malformed or out-of-range requests (answered with an error status)
+	ProtocolErrors              uint64 // connections closed for a protocol violation
+	PipeErrors                  uint64 // pipes closed for a malformed message
+	ConnErrors                  uint64 // connections lost (peer gone, Terminate, overflow)
+	DirectIO                    uint64 // transfers done with O_DIRECT
+	ImmediateCompletions        uint64 // reads completed by RDMA Write with Immediate Data
+	PollingCompletions          uint64 // status blocks RDMA-written
+	InterruptCompletions        uint64 // status responses sent
+	FilesOpen                   int64
+	ConnsOpen                   int64
+	CreditsInUse                int64
 }
 
 // Server serves an Export to LWIO clients on one host.
@@ -179,12 +179,12 @@ type Server struct {
 }
 
 type serverCounters struct {
-	pipes, negotiates, opens, conns, authed, authFail, authTimeout   atomic.Uint64
-	registers, reads, writes, vecReads, vecWrites, closes, cancels   atomic.Uint64
-	cancelled, interrupts, grants, retires, bytesRead, bytesWritten  atomic.Uint64
-	creditViol, badReq, protoErr, pipeErr, connErr, direct, imm      atomic.Uint64
-	polled, intrDone                                                 atomic.Uint64
-	filesOpen, connsOpen                                             atomic.Int64
+	pipes, negotiates, opens, conns, authed, authFail, authTimeout  atomic.Uint64
+	registers, reads, writes, vecReads, vecWrites, closes, cancels  atomic.Uint64
+	cancelled, interrupts, grants, retires, bytesRead, bytesWritten atomic.Uint64
+	creditViol, badReq, protoErr, pipeErr, connErr, direct, imm     atomic.Uint64
+	polled, intrDone                                                atomic.Uint64
+	filesOpen, connsOpen                                            atomic.Int64
 }
 
 // session is what one pipe's negotiation created: the key a client must
