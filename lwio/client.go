@@ -378,6 +378,9 @@ func (c *Client) postRecv(n int) error {
 	return nil
 }
 
+// testHookAuth, when set (tests only), may alter the encoded AUTH_PARAMS.
+var testHookAuth func([]byte)
+
 // authenticate sends AUTH and takes the server's parameters.
 func (c *Client) authenticate(ctx context.Context) error {
 	mine := AuthParams{RevID: RevID, Endian: EndianPtr64, PageSize: uint16(c.cfg.PageSize),
@@ -390,6 +393,9 @@ func (c *Client) authenticate(ctx context.Context) error {
 	c.mu.Unlock()
 	call, err := c.start(ctx, OpAuth, func(cl *Call, h *Header, slot []byte) ([]rings.SGE, error) {
 		p := mine.Append(slot[slotPayload:slotPayload])
+		if testHookAuth != nil {
+			testHookAuth(p)
+		}
 		h.DataVa = c.smr.TO(cl.slot*slotSize + slotAuthArea)
 		h.DataMh = c.smr.RKey
 		h.Length = uint32(HeaderSize + len(p))

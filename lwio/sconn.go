@@ -661,7 +661,9 @@ func (c *sconn) finishLocked(r *sreq, st, info uint32, wrs []rings.SendWR, stage
 		c.s.unref(r.fe.f)
 	}
 	h := &r.h
-	if st == StatusSuccess && len(wrs) > 0 && !h.Polling() && c.s.cfg.ImmediateReads && h.ImmCookie != 0 {
+	// Immediate Data carries no byte count: only a read that moved all it
+	// asked for completes that way.
+	if st == StatusSuccess && len(wrs) > 0 && info == h.Length && !h.Polling() && c.s.cfg.ImmediateReads && h.ImmCookie != 0 {
 		last := &wrs[len(wrs)-1]
 		last.Opcode, last.ImmData = rings.WRRDMAWriteImm, uint64(h.ImmCookie)
 		c.s.st.imm.Add(1)

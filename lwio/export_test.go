@@ -1,0 +1,61 @@
+package lwio
+
+import (
+	"context"
+
+	"github.com/emunic/emunic/rings"
+)
+
+// SetTestHookIO sets the hook every server worker runs before a read or
+// write (nil: none) and returns a function that restores the old one.
+func SetTestHookIO(f func(Opcode)) func() {
+	old := testHookIO
+	testHookIO = f
+	return func() { testHookIO = old }
+}
+
+// SetTestHookAuth sets a hook that may alter the client's encoded
+// AUTH_PARAMS before they are sent.
+func SetTestHookAuth(f func([]byte)) func() {
+	old := testHookAuth
+	testHookAuth = f
+	return func() { testHookAuth = old }
+}
+
+// SendRaw sends a request built from h (Cookie, ImmCookie, Credits and the
+// status block are the client's) with payload after the header; length,
+// when not negative, overrides the header's Length. It bypasses the
+// client's own checks, to play a broken or hostile client.
+func (c *Client) SendRaw(ctx context.Context, h Header, payload []byte, length int) (*Call, error) {
+	return c.start(ctx, h.Opcode, func(cl *Call, hh *Header, slot []byte) ([]rings.SGE, error) {
+		keep := *hh
+		*hh = h
+		hh.Cookie, hh.ImmCookie, hh.Credits = keep.Cookie, keep.ImmCookie, keep.Credits
+		if h.Flags&FlagInterrupt == 0 {
+			hh.IosVa, hh.IosMh = c.smr.TO(cl.slot*slotSize+slotIOSB), c.smr.RKey
+		}
+		n := copy(slot[slotPayload:slotIOSB], payload)
+		if length >= 0 {
+			hh.Length = uint32(length)
+		}
+		cl.length = int(hh.Length)
+		return []rings.SGE{c.smr.SGE(cl.slot*slotSize, HeaderSize+n)}, nil
+	})
+}
+
+// RawWrite sends a WRITE whose data is n bytes of a staging buffer (for
+// writes larger than a slot holds).
+func (c *Client) RawWrite(ctx context.Context, fid uint16, n int) (*Call, error) {
+	return c.start(ctx, OpWrite, func(cl *Call, h *Header, slot []byte) ([]rings.SGE, error) {
+		b, err := c.bounceLocked()
+		if err != nil {
+			return nil, err
+		}
+		if len(b.buf.Bytes()) < n {
+			return nil, ErrTooLarge
+		}
+		cl.bounce = b
+		h.Fid, h.Marker, h.Length = fid, IOMarker, uint32(n)
+		return []rings.SGE{c.smr.SGE(cl.slot*slotSize, HeaderSize), b.mr.SGE(0, n)}, nil
+	})
+}
