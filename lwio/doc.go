@@ -4,16 +4,26 @@
 // registration, reads as RDMA Writes into client memory, writes as sends,
 // vectored I/O, cancel, delta credits, and polling or interrupt completion.
 //
-// Built so far: the message layer. Every structure the source gives, as an
-// accessor or a fields type with Encode/Decode (or Append for the
-// variable-length ones), byte-compatible with the source's C layouts on a
-// little-endian 64-bit host: the common header (header.go), the resume key
-// and the negotiate exchange (control.go), the authentication parameters
-// with their options and MD5 signature (auth.go), the status block and
-// response, the file registration parameters and the RDMA region
-// (status.go). docs/lwio.md gives every byte and every choice where the
-// source is open, and the doc test holds it to these constants. The server,
-// the client and the CLI build on this next.
+//	exp, _ := lwio.OpenExport("/srv/data")
+//	srv, _ := lwio.NewServer(hostB, exp, lwio.ServerConfig{})
+//	c, _ := lwio.Dial(ctx, hostA, hostB.Addr(), lwio.ClientConfig{})
+//	f, _ := c.Open(ctx, "file", lwio.OpenFlags{})
+//	n, err := f.ReadAt(p, 0) // io.ReaderAt; memory from c.Alloc is zero-copy
+//
+// The message layer is one file per family, each structure an accessor or
+// a fields type with Encode/Decode (or Append for the variable-length
+// ones), byte-compatible with the source's C layouts on a little-endian
+// 64-bit host: the common header (header.go), the resume key and the
+// negotiate exchange (control.go), the pipe's file-access messages
+// (pipe.go), the authentication parameters with their options and MD5
+// signature (auth.go), the status block and response, the file
+// registration parameters and the RDMA region (status.go). The server is
+// server.go (the pipe, the listener, one completion poller) and sconn.go
+// (one RDMA connection: authentication, requests, workers, credits); the
+// export of a local directory is export.go; the client is client.go (the
+// connection, admission by credits, the completion loop) and file.go (the
+// file API). docs/lwio.md gives every byte and every choice where the
+// source is open, and the doc test holds it to these constants.
 //
 // lwio is host side, above tcpstack and tcpstack/verbs; the device never
 // imports it.

@@ -1,6 +1,7 @@
 package lwio
 
 import (
+	"go/constant"
 	"testing"
 
 	"github.com/emunic/emunic/internal/abidoc"
@@ -10,7 +11,10 @@ import (
 // row that names a constant has its value, and every exported constant has
 // a row.
 func TestDocMatchesCode(t *testing.T) {
-	problems, err := abidoc.CheckDoc(".", "../docs/lwio.md", func(abidoc.Const) bool { return true })
+	problems, err := abidoc.CheckDoc(".", "../docs/lwio.md", func(c abidoc.Const) bool {
+		// Names (ProviderName) are given in the prose.
+		return c.Val.Kind() != constant.String
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
