@@ -59,3 +59,22 @@ func (c *Client) RawWrite(ctx context.Context, fid uint16, n int) (*Call, error)
 		return []rings.SGE{c.smr.SGE(cl.slot*slotSize, HeaderSize), b.mr.SGE(0, n)}, nil
 	})
 }
+
+// Resign recomputes the signature of encoded AUTH_PARAMS p (as Append
+// lays them out: the signature option is the last before END).
+func Resign(p []byte) {
+	at := len(p) - 1 - 2 - OptSignatureLen
+	sig := signature(p[:at])
+	copy(p[at+2:], sig[:])
+}
+
+// Cheat makes the client believe it holds extra more credits than the
+// server granted (it posts the receive buffers they would need), to play
+// a client that breaks the credit limit.
+func (c *Client) Cheat(extra int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.credits += extra
+	c.cond.Broadcast()
+	return c.postRecv(extra)
+}

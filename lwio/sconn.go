@@ -676,8 +676,7 @@ func (c *sconn) finishLocked(r *sreq, st, info uint32, wrs []rings.SendWR, stage
 		c.answerLocked(h, st, info, wrs, stage)
 	}
 	if c.intrPending {
-		c.intrPending = false
-		c.outstanding++ // answerLocked retires the interrupt request
+		c.intrPending = false // answerLocked retires the interrupt request
 		c.answerLocked(&Header{Flags: FlagInterrupt | FlagControl, Cookie: c.intrCookie}, StatusSuccess, 0, nil, nil)
 	} else {
 		c.completedIO = true
