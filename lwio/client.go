@@ -129,7 +129,6 @@ type ClientStats struct {
 	ImmediateCompletions   uint64 // reads completed by RDMA Write with Immediate Data
 	CreditGrants           uint64 // positive delta credit messages
 	CreditRetires          uint64 // credits given back
-	Rescues                uint64 // completions found by the watchdog poll, not by a CQ event (see pollWait)
 	Credits                int    // credits now
 	MaxOutstandingObserved int    // the most requests in flight at once
 }
@@ -187,7 +186,7 @@ type Client struct {
 
 type clientCounters struct {
 	requests, completions, bytesRead, bytesWrote, zeroCopy, bounced atomic.Uint64
-	interrupts, polled, imm, grants, retires, rescues               atomic.Uint64
+	interrupts, polled, imm, grants, retires                        atomic.Uint64
 }
 
 // Memory is client memory registered with the NIC (Client.Alloc): reads
@@ -448,7 +447,17 @@ type fill func(cl *Call, h *Header, slot []byte) ([]rings.SGE, error)
 
 // start admits a request (waiting for a credit), builds it and posts it.
 func (c *Client) start(ctx context.Context, op Opcode, f fill) (*Call, error) {
-	cl := &Call{Op: op, c: c, Done: make(chan *Call, 1)}
+	return c.startTo(ctx, op, nil, f)
+}
+
+// startTo is start with the channel the Call goes to when done (nil: a new
+// one). It is set before the request is posted: the answer can come before
+// startTo returns.
+func (c *Client) startTo(ctx context.Context, op Opcode, done chan *Call, f fill) (*Call, error) {
+	if done == nil {
+		done = make(chan *Call, 1)
+	}
+	cl := &Call{Op: op, c: c, Done: done}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.waiting++
@@ -572,7 +581,7 @@ func (c *Client) run() {
 			c.interruptLocked()
 		}
 		c.mu.Unlock()
-		n, err := pollWait(ctx, c.cq, wc, &c.st.rescues)
+		n, err := c.cq.PollWait(ctx, wc, false)
 		if err != nil {
 			return
 		}
@@ -884,31 +893,5 @@ func (c *Client) Stats() ClientStats {
 	return ClientStats{Requests: s.requests.Load(), Completions: s.completions.Load(), BytesRead: s.bytesRead.Load(),
 		BytesWrote: s.bytesWrote.Load(), ZeroCopy: s.zeroCopy.Load(), Bounced: s.bounced.Load(),
 		Interrupts: s.interrupts.Load(), PolledCompletions: s.polled.Load(), ImmediateCompletions: s.imm.Load(),
-		CreditGrants: s.grants.Load(), CreditRetires: s.retires.Load(), Rescues: s.rescues.Load(), Credits: credits, MaxOutstandingObserved: maxSeen}
-}
-
-// watchdogPoll bounds a completion loop's sleep on its CQ: a sleep that
-// ends this way polls once more, and a completion found then (one whose
-// CQ event never came) is counted. It is a diagnostic of a lost wake-up,
-// which a stress run once suggested and which is not yet explained: a
-// non-zero count is a bug to chase, not a mode of operation.
-const watchdogPoll = 200 * time.Millisecond
-
-// pollWait is CQ.PollWait bounded by watchdogPoll.
-func pollWait(ctx context.Context, cq *verbs.CQ, wc []rings.Completion, rescues *atomic.Uint64) (int, error) {
-	for {
-		wctx, cancel := context.WithTimeout(ctx, watchdogPoll)
-		n, err := cq.PollWait(wctx, wc, false)
-		cancel()
-		if err == nil || ctx.Err() != nil {
-			return n, err
-		}
-		if !errors.Is(err, context.DeadlineExceeded) {
-			return n, err
-		}
-		if n = cq.Poll(wc); n > 0 {
-			rescues.Add(1)
-			return n, nil
-		}
-	}
+		CreditGrants: s.grants.Load(), CreditRetires: s.retires.Load(), Credits: credits, MaxOutstandingObserved: maxSeen}
 }

@@ -2,6 +2,7 @@ package lwio
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/emunic/emunic/rings"
 )
@@ -9,9 +10,12 @@ import (
 // SetTestHookIO sets the hook every server worker runs before a read or
 // write (nil: none) and returns a function that restores the old one.
 func SetTestHookIO(f func(Opcode)) func() {
-	old := testHookIO
-	testHookIO = f
-	return func() { testHookIO = old }
+	var p *func(Opcode)
+	if f != nil {
+		p = &f
+	}
+	old := testHookIO.Swap(p)
+	return func() { testHookIO.Store(old) }
 }
 
 // SetTestHookAuth sets a hook that may alter the client's encoded
@@ -77,4 +81,34 @@ func (c *Client) Cheat(extra int) error {
 	c.credits += extra
 	c.cond.Broadcast()
 	return c.postRecv(extra)
+}
+
+// DebugState describes the client's request state (tests: a stall report).
+func (c *Client) DebugState() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := fmt.Sprintf("client credits %d outstanding %d waiting %d posted %d retireNext %d ackGrant %v intrOut %v free slots %d err %v;",
+		c.credits, c.outstanding, c.waiting, c.posted, c.retireNext, c.ackGrant, c.intrOut, len(c.freeSlots), c.err)
+	for k, cl := range c.byCookie {
+		s += fmt.Sprintf(" [%d %v sent %v answered %v status %#x]", k, cl.Op, cl.sent, cl.answered, cl.status)
+	}
+	return s
+}
+
+// DebugState describes every connection of the server.
+func (s *Server) DebugState() string {
+	s.mu.Lock()
+	conns := make([]*sconn, 0, len(s.conns))
+	for _, c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	out := ""
+	for _, c := range conns {
+		c.mu.Lock()
+		out += fmt.Sprintf("conn %d: credits %d outstanding %d txn %d unposted %d queue %d sqUsed %d inflight %d err %v intr %v/%v\n",
+			c.qp.QPN(), c.credits, c.outstanding, c.txn, len(c.unposted), len(c.queue), c.sqUsed, len(c.inflight), c.err, c.intrPending, c.completedIO)
+		c.mu.Unlock()
+	}
+	return out
 }

@@ -261,20 +261,13 @@ func (c *Client) sourceLocked(cl *Call, p []byte) (rings.SGE, error) {
 }
 
 func (c *Client) startIO(ctx context.Context, op Opcode, f *File, off int64, done chan *Call, fl fill) (*Call, error) {
-	cl, err := c.start(ctx, op, func(cl *Call, h *Header, slot []byte) ([]rings.SGE, error) {
+	return c.startTo(ctx, op, done, func(cl *Call, h *Header, slot []byte) ([]rings.SGE, error) {
 		h.Fid, h.Offset, h.Marker = f.fid, uint64(off), IOMarker
+		cl.Off = off
 		sges, err := fl(cl, h, slot)
 		cl.length = int(h.Length)
 		return sges, err
 	})
-	if err != nil {
-		return nil, err
-	}
-	cl.Off = off
-	if done != nil {
-		cl.Done = done
-	}
-	return cl, nil
 }
 
 // StartReadV submits a vectored read of the file from off into pages:

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/emunic/emunic/rings"
@@ -565,8 +566,8 @@ func (c *sconn) worker() {
 			}
 		}
 		c.mu.Unlock()
-		if testHookIO != nil {
-			testHookIO(r.h.Opcode)
+		if hook := testHookIO.Load(); hook != nil {
+			(*hook)(r.h.Opcode)
 		}
 		st, info, wrs := c.do(r, stage)
 		c.mu.Lock()
@@ -579,7 +580,7 @@ func (c *sconn) worker() {
 
 // testHookIO, when set (tests only), runs before every read or write a
 // worker does: a test stalls the workers with it to queue requests.
-var testHookIO func(Opcode)
+var testHookIO atomic.Pointer[func(Opcode)]
 
 // do runs the file I/O of r (no lock held) and returns its status, its
 // Information and, for reads, the RDMA Writes of the data.

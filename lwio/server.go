@@ -149,7 +149,6 @@ type ServerStats struct {
 	ImmediateCompletions        uint64 // reads completed by RDMA Write with Immediate Data
 	PollingCompletions          uint64 // status blocks RDMA-written
 	InterruptCompletions        uint64 // status responses sent
-	Rescues                     uint64 // completions found by the watchdog poll, not by a CQ event (see pollWait)
 	FilesOpen                   int64
 	ConnsOpen                   int64
 	CreditsInUse                int64
@@ -184,7 +183,7 @@ type serverCounters struct {
 	registers, reads, writes, vecReads, vecWrites, closes, cancels  atomic.Uint64
 	cancelled, interrupts, grants, retires, bytesRead, bytesWritten atomic.Uint64
 	creditViol, badReq, protoErr, pipeErr, connErr, direct, imm     atomic.Uint64
-	polled, intrDone, rescues                                       atomic.Uint64
+	polled, intrDone                                                atomic.Uint64
 	filesOpen, connsOpen                                            atomic.Int64
 }
 
@@ -265,7 +264,7 @@ func (s *Server) Stats() ServerStats {
 		CreditViolations: c.creditViol.Load(), BadRequests: c.badReq.Load(),
 		ProtocolErrors: c.protoErr.Load(), PipeErrors: c.pipeErr.Load(), ConnErrors: c.connErr.Load(),
 		DirectIO: c.direct.Load(), ImmediateCompletions: c.imm.Load(), PollingCompletions: c.polled.Load(),
-		InterruptCompletions: c.intrDone.Load(), Rescues: c.rescues.Load(), FilesOpen: c.filesOpen.Load(), ConnsOpen: c.connsOpen.Load(),
+		InterruptCompletions: c.intrDone.Load(), FilesOpen: c.filesOpen.Load(), ConnsOpen: c.connsOpen.Load(),
 		CreditsInUse: int64(pool)}
 }
 
@@ -586,7 +585,7 @@ func (s *Server) poll() {
 		}
 		if n == 0 {
 			var err error
-			if n, err = pollWait(ctx, s.cq, wc, &s.st.rescues); err != nil {
+			if n, err = s.cq.PollWait(ctx, wc, false); err != nil {
 				return
 			}
 		}
