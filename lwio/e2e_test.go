@@ -24,7 +24,9 @@ type rig struct {
 	srv  *lwio.Server
 }
 
-func newRig(t *testing.T, cfg lwio.ServerConfig) *rig {
+func newRig(t *testing.T, cfg lwio.ServerConfig) *rig { return newRigTB(t, cfg) }
+
+func newRigTB(t testing.TB, cfg lwio.ServerConfig) *rig {
 	t.Helper()
 	a, b := hostrig.Pair(t)
 	dir := t.TempDir()
@@ -41,7 +43,9 @@ func newRig(t *testing.T, cfg lwio.ServerConfig) *rig {
 	return &rig{a: a, b: b, dir: dir, srv: srv}
 }
 
-func (r *rig) dial(t *testing.T, cfg lwio.ClientConfig) *lwio.Client {
+func (r *rig) dial(t *testing.T, cfg lwio.ClientConfig) *lwio.Client { return r.dialTB(t, cfg) }
+
+func (r *rig) dialTB(t testing.TB, cfg lwio.ClientConfig) *lwio.Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -62,7 +66,9 @@ func randomBytes(n int, seed uint64) []byte {
 	return b
 }
 
-func (r *rig) put(t *testing.T, name string, data []byte) {
+func (r *rig) put(t *testing.T, name string, data []byte) { r.putTB(t, name, data) }
+
+func (r *rig) putTB(t testing.TB, name string, data []byte) {
 	t.Helper()
 	if err := os.WriteFile(filepath.Join(r.dir, name), data, 0o644); err != nil {
 		t.Fatal(err)
