@@ -31,8 +31,8 @@ const (
 type intrState struct {
 	// client
 	issued, consumed, done int // requests sent; completions taken; status blocks written
-	intrOut, asleep          bool
-	events                   int // receive completions in the CQ (interrupt answers)
+	intrOut, asleep        bool
+	events                 int // receive completions in the CQ (interrupt answers)
 	// server
 	pending, intrPending, completed int // requests held; an interrupt held; completedIO
 	// the wire, each direction in order
