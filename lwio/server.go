@@ -298,7 +298,7 @@ func (s *Server) Close() error {
 	_ = s.cq.Destroy()
 	s.mu.Lock()
 	for _, ss := range s.sessions {
-		ss.release()
+		ss.release(s)
 	}
 	s.mu.Unlock()
 	return nil
@@ -346,7 +346,7 @@ func (s *Server) servePipe(c net.Conn) {
 			s.mu.Lock()
 			delete(s.sessions, ss.key)
 			s.mu.Unlock()
-			ss.release()
+			ss.release(s)
 		}
 	}()
 	var buf []byte
@@ -504,20 +504,14 @@ func (s *Server) unref(f *file) {
 	}
 }
 
-func (ss *session) release() {
+func (ss *session) release(s *Server) {
 	ss.mu.Lock()
 	open := ss.open
 	ss.open = map[uint64]*file{}
 	ss.alive = false
 	ss.mu.Unlock()
 	for _, f := range open {
-		f.mu.Lock()
-		f.refs--
-		last := f.refs == 0
-		f.mu.Unlock()
-		if last {
-			f.close()
-		}
+		s.unref(f)
 	}
 }
 
