@@ -159,6 +159,26 @@ type Host struct {
 	areaMu   sync.Mutex
 	area     []byte // the device's counter publication area, in host memory
 	areaCopy []byte
+
+	closeMu    sync.Mutex
+	closeHooks []func()
+	closed     bool
+}
+
+// AtClose registers f to run when the host closes, before its
+// connections fail and its stack and driver stop: the layers above
+// (sockets direct's switch, for one) stop their own goroutines there, so
+// a program that only closes its hosts leaks none. Hooks run once, last
+// registered first. On a closed host f runs at once.
+func (h *Host) AtClose(f func()) {
+	h.closeMu.Lock()
+	if h.closed {
+		h.closeMu.Unlock()
+		f()
+		return
+	}
+	h.closeHooks = append(h.closeHooks, f)
+	h.closeMu.Unlock()
 }
 
 // DeviceErr is why the host's device is gone (a split device whose process
@@ -292,6 +312,13 @@ func newHost(cfg HostConfig, p port.Port, wrap func(*nic.Device, *rings.Arena) D
 
 // Close stops the stack, the driver and the device.
 func (h *Host) Close() error {
+	h.closeMu.Lock()
+	hooks := h.closeHooks
+	h.closeHooks, h.closed = nil, true
+	h.closeMu.Unlock()
+	for i := len(hooks) - 1; i >= 0; i-- {
+		hooks[i]()
+	}
 	err := h.DeviceErr()
 	if err == nil {
 		err = errHostClosed

@@ -211,7 +211,22 @@ func newConn(sw *hostSwitch, cfg Config, qp *verbs.QP) (*Conn, error) {
 	// Every post would otherwise wait for a command round trip to the
 	// device, under the conn's lock.
 	qp.SetAsyncDoorbell(true)
+	go c.watchDoorbell()
 	return c, nil
+}
+
+// watchDoorbell fails the conn when its QP fails because an asynchronous
+// doorbell was refused: the work behind it never reached the device, so
+// no completion would ever wake the conn's waiters. Every other QP failure
+// reaches the conn through its flushed completions, with its own reason.
+// It returns when the QP fails or is destroyed (Close destroys it).
+func (c *Conn) watchDoorbell() {
+	<-c.qp.Failed()
+	if err := c.qp.DoorbellErr(); err != nil {
+		c.mu.Lock()
+		c.failLocked(fmt.Errorf("%w: %v", ErrPeerFailed, err), &c.sw.stats.peerFailures)
+		c.mu.Unlock()
+	}
 }
 
 func (c *Conn) recvWR(i int) rings.RecvWR {

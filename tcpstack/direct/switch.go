@@ -130,6 +130,7 @@ type hostSwitch struct {
 	acceptCfg Config
 	pending   map[uint32]*Conn // accepted QPs waiting for their request
 	done      chan struct{}
+	stopOnce  sync.Once
 }
 
 var (
@@ -168,6 +169,8 @@ func switchFor(h *tcpstack.Host) (*hostSwitch, error) {
 		listeners: map[uint16]*Listener{}, pending: map[uint32]*Conn{}, done: make(chan struct{})}
 	switches[h] = sw
 	go sw.poll()
+	// A host closed without Shutdown stops its switch all the same.
+	h.AtClose(func() { shutdown(h, sw) })
 	return sw, nil
 }
 
@@ -589,14 +592,28 @@ func (sw *hostSwitch) serve(rl *verbs.RDMAListener) {
 // Shutdown stops host h's switch: its poller and RDMA listener. Call it
 // before closing the host (connections should be closed first); a later
 // Dial or Listen starts a new switch.
+//
+// Closing the host does the same; Shutdown is for a host that lives on.
 func Shutdown(h *tcpstack.Host) {
 	switchesMu.Lock()
 	sw := switches[h]
-	delete(switches, h)
 	switchesMu.Unlock()
-	if sw == nil {
-		return
+	if sw != nil {
+		shutdown(h, sw)
 	}
+}
+
+// shutdown stops sw, host h's switch, once.
+func shutdown(h *tcpstack.Host, sw *hostSwitch) {
+	switchesMu.Lock()
+	if switches[h] == sw {
+		delete(switches, h)
+	}
+	switchesMu.Unlock()
+	sw.stopOnce.Do(func() { sw.stop() })
+}
+
+func (sw *hostSwitch) stop() {
 	sw.mu.Lock()
 	rl := sw.rl
 	sw.rl = nil

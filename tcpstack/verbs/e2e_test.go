@@ -688,3 +688,34 @@ func TestVerbsAsyncDoorbell(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestVerbsAsyncDoorbellRefused: a doorbell the device refuses (the QP is
+// gone there) fails the QP with ErrDoorbell and closes Failed, since the
+// work behind it will never complete.
+func TestVerbsAsyncDoorbellRefused(t *testing.T) {
+	_, a, _ := hostrig.QPPair(t, hostrig.Config{}, hostrig.NodeConfig{}, 4798)
+	a.QP.SetAsyncDoorbell(true)
+	select {
+	case <-a.QP.Failed():
+		t.Fatal("Failed closed on a working QP")
+	default:
+	}
+	if err := verbs.ForgetOnDevice(a.QP); err != nil {
+		t.Fatal(err)
+	}
+	w := rings.SendWR{Opcode: rings.WRSend, Flags: rings.WRSignaled, NumSGE: 1}
+	w.SGL[0] = a.LocalMR.SGE(0, 1)
+	if err := a.QP.PostSend(&w); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	select {
+	case <-a.QP.Failed():
+	case <-ctx.Done():
+		t.Fatal("a refused doorbell did not fail the QP")
+	}
+	if err := a.QP.DoorbellErr(); !errors.Is(err, verbs.ErrDoorbell) || !errors.Is(err, verbs.ErrQPError) {
+		t.Fatalf("DoorbellErr = %v, want ErrDoorbell and ErrQPError", err)
+	}
+}

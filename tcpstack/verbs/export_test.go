@@ -3,6 +3,7 @@ package verbs
 import (
 	"context"
 
+	"github.com/emunic/emunic/rings"
 	"github.com/emunic/emunic/tcpstack"
 )
 
@@ -26,4 +27,11 @@ func SetEarlyHooks(v *Provider, onHold, beforePrepare func(tcpstack.FlowKey)) {
 // injected behind their QP's CREATE_QP, dropped.
 func EarlyCounts(v *Provider) (held, injected, dropped uint64) {
 	return v.earlyHeld.Load(), v.earlyInjected.Load(), v.earlyDropped.Load()
+}
+
+// ForgetOnDevice destroys qp on the device only (DESTROY_QP behind the
+// host's back), so the device refuses its next doorbell.
+func ForgetOnDevice(qp *QP) error {
+	_, err := qp.v.do(rings.Command{Opcode: rings.OpDestroyQP, Conn: qp.qpn})
+	return err
 }

@@ -53,6 +53,11 @@ var (
 	// ErrQPError: the QP went to ERROR (a Terminate was sent or received,
 	// the connection was lost, or a CQ overflowed).
 	ErrQPError = errors.New("verbs: QP in error")
+	// ErrDoorbell: an asynchronous doorbell was refused or lost (wrapped
+	// with ErrQPError). The work posted behind it never reached the
+	// device, so no completion will ever come for it: QP.Failed is how an
+	// upper layer learns.
+	ErrDoorbell = errors.New("verbs: doorbell refused")
 	// ErrEarlyData: bytes of the RDMA connection reached the host instead
 	// of the QP. A safety net: OFFLOAD and CREATE_QP share a publish, and
 	// early bytes to a listener are held and injected after them.

@@ -117,6 +117,8 @@ type QP struct {
 	closeReq  bool
 	llpClosed bool
 	changed   chan struct{} // closed and replaced on every change
+	failed    chan struct{} // closed when the QP enters ERROR or is destroyed
+	dbErr     error         // the first refused asynchronous doorbell
 }
 
 const (
@@ -143,7 +145,7 @@ func (v *Provider) newQP(attr *QPAttr, qpn uint32, initiator bool) (*QP, error) 
 		return nil, err
 	}
 	qp := &QP{v: v, qpn: qpn, pd: attr.PD, sendCQ: attr.SendCQ, recvCQ: attr.RecvCQ, initiator: initiator,
-		changed: make(chan struct{})}
+		changed: make(chan struct{}), failed: make(chan struct{})}
 	fail := func(err error) (*QP, error) {
 		qp.freeMem()
 		return nil, fmt.Errorf("verbs: QP memory: %w", err)
@@ -279,6 +281,30 @@ func (qp *QP) failLocked(err error) {
 	if qp.state < QPStateError {
 		qp.state = QPStateError
 	}
+	qp.markFailedLocked()
+}
+
+func (qp *QP) markFailedLocked() {
+	select {
+	case <-qp.failed:
+	default:
+		close(qp.failed)
+	}
+}
+
+// Failed is closed when the QP enters ERROR (a Terminate, a reject, the
+// connection lost, a CQ overrun, or a doorbell the device refused) or is
+// destroyed. An upper layer selects on it to fail its waiters when no
+// completion will come: work posted behind a refused doorbell never
+// reached the device, so it is never flushed.
+func (qp *QP) Failed() <-chan struct{} { return qp.failed }
+
+// DoorbellErr is the first asynchronous doorbell the device refused or
+// lost (wrapping ErrDoorbell), nil if none was.
+func (qp *QP) DoorbellErr() error {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	return qp.dbErr
 }
 
 // onEvent applies a QP event (interrupt goroutine; never blocks).
@@ -578,11 +604,15 @@ func (qp *QP) doorbell() error {
 			if err == nil && len(res) == 1 {
 				err = &CommandError{Op: rings.OpQPDoorbell, Status: res[0].Status}
 			}
+			// Whatever state the QP is in, the work behind this doorbell
+			// will never complete: Failed must close.
 			qp.mu.Lock()
-			if qp.state < QPStateError {
-				qp.failLocked(fmt.Errorf("%w: doorbell: %v", ErrQPError, err))
-				qp.changedLocked()
+			e := fmt.Errorf("%w: %w: %v", ErrQPError, ErrDoorbell, err)
+			if qp.dbErr == nil {
+				qp.dbErr = e
 			}
+			qp.failLocked(e)
+			qp.changedLocked()
 			qp.mu.Unlock()
 		})
 		if err != nil {
@@ -689,6 +719,7 @@ func (qp *QP) destroy() error {
 	})
 	qp.mu.Lock()
 	qp.state = QPStateDestroyed
+	qp.markFailedLocked()
 	qp.changedLocked()
 	qp.mu.Unlock()
 	qp.ctlMu.Unlock()
