@@ -15,11 +15,21 @@ func TestHostCloseStopsSwitch(t *testing.T) {
 	porttest.CheckGoroutines(t)
 	r := hostrig.New(t, hostrig.Config{})
 	ca, cb := pair(t, r.A, r.B, Config{}, Config{})
-	go func() { ca.Write([]byte("hello")); ca.Close() }()
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := ca.Write([]byte("hello"))
+		if cerr := ca.Close(); err == nil {
+			err = cerr
+		}
+		wrote <- err
+	}()
 	if b, err := io.ReadAll(cb); err != nil || string(b) != "hello" {
 		t.Fatalf("read %q, %v", b, err)
 	}
 	cb.Close()
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
 	r.Close()
 	switchesMu.Lock()
 	left := len(switches)
