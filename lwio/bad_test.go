@@ -428,3 +428,21 @@ func TestPipeGarbage(t *testing.T) {
 		t.Fatalf("Stat: %d, %v", n, err)
 	}
 }
+
+// TestPipeSilent: a pipe that never negotiates is closed after the
+// authentication timeout, and counted.
+func TestPipeSilent(t *testing.T) {
+	r := newRig(t, lwio.ServerConfig{AuthTimeout: 100 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := r.a.Dial(ctx, netip.AddrPortFrom(r.b.Addr(), lwio.DefaultPipePort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadAll(conn); err != nil && !strings.Contains(err.Error(), "reset") {
+		t.Fatalf("the server did not close the silent pipe: %v", err)
+	}
+	eventually(t, "the timeout to be counted", func() bool { return r.srv.Stats().PipeTimeouts == 1 })
+}

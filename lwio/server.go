@@ -144,6 +144,7 @@ type ServerStats struct {
 	BadRequests                 uint64 // malformed or out-of-range requests (answered with an error status)
 	ProtocolErrors              uint64 // connections closed for a protocol violation
 	PipeErrors                  uint64 // pipes closed for a malformed message
+	PipeTimeouts                uint64 // pipes closed for not negotiating within AuthTimeout
 	ConnErrors                  uint64 // connections lost (peer gone, Terminate, overflow)
 	DirectIO                    uint64 // transfers done with O_DIRECT
 	ImmediateCompletions        uint64 // reads completed by RDMA Write with Immediate Data
@@ -183,7 +184,7 @@ type serverCounters struct {
 	registers, reads, writes, vecReads, vecWrites, closes, cancels  atomic.Uint64
 	cancelled, interrupts, grants, retires, bytesRead, bytesWritten atomic.Uint64
 	creditViol, badReq, protoErr, pipeErr, connErr, direct, imm     atomic.Uint64
-	polled, intrDone                                                atomic.Uint64
+	polled, intrDone, pipeTimeouts                                  atomic.Uint64
 	filesOpen, connsOpen                                            atomic.Int64
 }
 
@@ -262,7 +263,7 @@ func (s *Server) Stats() ServerStats {
 		Interrupts: c.interrupts.Load(), CreditGrants: c.grants.Load(), CreditRetires: c.retires.Load(),
 		BytesRead: c.bytesRead.Load(), BytesWritten: c.bytesWritten.Load(),
 		CreditViolations: c.creditViol.Load(), BadRequests: c.badReq.Load(),
-		ProtocolErrors: c.protoErr.Load(), PipeErrors: c.pipeErr.Load(), ConnErrors: c.connErr.Load(),
+		ProtocolErrors: c.protoErr.Load(), PipeErrors: c.pipeErr.Load(), PipeTimeouts: c.pipeTimeouts.Load(), ConnErrors: c.connErr.Load(),
 		DirectIO: c.direct.Load(), ImmediateCompletions: c.imm.Load(), PollingCompletions: c.polled.Load(),
 		InterruptCompletions: c.intrDone.Load(), FilesOpen: c.filesOpen.Load(), ConnsOpen: c.connsOpen.Load(),
 		CreditsInUse: int64(pool)}
@@ -349,11 +350,16 @@ func (s *Server) servePipe(c net.Conn) {
 			ss.release(s)
 		}
 	}()
+	// A pipe must negotiate within the authentication timeout: one that
+	// says nothing does not hold a goroutine for ever.
+	_ = c.SetReadDeadline(time.Now().Add(s.cfg.AuthTimeout))
 	var buf []byte
 	for {
 		m, op, err := readControl(c, buf)
 		if err != nil {
-			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				s.st.pipeTimeouts.Add(1)
+			} else if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 				s.st.pipeErr.Add(1)
 			}
 			return
@@ -374,6 +380,7 @@ func (s *Server) servePipe(c net.Conn) {
 				s.st.pipeErr.Add(1)
 				return
 			}
+			_ = c.SetReadDeadline(time.Time{})
 		case ControlOpOpen:
 			var o OpenRequest
 			if err := o.Decode(m); err != nil {
