@@ -18,6 +18,10 @@ import (
 type Split struct {
 	Device time.Duration
 	Host   time.Duration // labelled host work plus unlabelled runtime work
+	// Server is the part of Host labelled side=server: a benchmark that
+	// builds its server host under that label (goroutines inherit labels)
+	// tells its client's CPU (Host - Server) from its server's.
+	Server time.Duration
 	Wall   time.Duration
 }
 
@@ -44,9 +48,17 @@ func Measure(f func()) (Split, error) {
 	s := Split{Wall: wall}
 	for _, smp := range p.Sample {
 		d := time.Duration(smp.Value[vi])
-		if len(smp.Label["side"]) > 0 && smp.Label["side"][0] == "device" {
+		side := ""
+		if len(smp.Label["side"]) > 0 {
+			side = smp.Label["side"][0]
+		}
+		switch side {
+		case "device":
 			s.Device += d
-		} else {
+		case "server":
+			s.Host += d
+			s.Server += d
+		default:
 			s.Host += d
 		}
 	}

@@ -13,7 +13,9 @@
 package hostrig
 
 import (
+	"context"
 	"net/netip"
+	"runtime/pprof"
 	"sync"
 	"testing"
 
@@ -41,6 +43,11 @@ type Config struct {
 	// HostA and HostB, when set, adjust a host's configuration before it is
 	// built (engine timers, stack buffers, offload table size).
 	HostA, HostB func(*tcpstack.HostConfig)
+	// LabelB, when set, builds host B under the pprof label side=LabelB,
+	// which every goroutine it starts inherits (its device relabels its
+	// own as side=device): internal/cpusplit then tells B's host CPU
+	// (LabelB "server") from A's.
+	LabelB string
 }
 
 // Rig is two hosts on a wire. The hosts are closed when the test ends, or
@@ -93,7 +100,14 @@ func New(t testing.TB, cfg Config) *Rig {
 		qb.Close()
 		t.Fatalf("hostrig: host A: %v", err)
 	}
-	if r.B, err = tcpstack.NewHost(cb, qb); err != nil {
+	if cfg.LabelB != "" {
+		pprof.Do(context.Background(), pprof.Labels("side", cfg.LabelB), func(context.Context) {
+			r.B, err = tcpstack.NewHost(cb, qb)
+		})
+	} else {
+		r.B, err = tcpstack.NewHost(cb, qb)
+	}
+	if err != nil {
 		r.A.Close()
 		qb.Close()
 		t.Fatalf("hostrig: host B: %v", err)
