@@ -78,11 +78,16 @@ func (c ClientConfig) withDefaults() ClientConfig {
 // success.
 type StatusError struct {
 	Op     Opcode
+	What   string // names a request that has no opcode (OPEN on the pipe); else ""
 	Status uint32
 }
 
 func (e *StatusError) Error() string {
-	return fmt.Sprintf("lwio: %v: status %#08x (%s)", e.Op, e.Status, statusName(e.Status))
+	what := e.What
+	if what == "" {
+		what = e.Op.String()
+	}
+	return fmt.Sprintf("lwio: %s: status %#08x (%s)", what, e.Status, statusName(e.Status))
 }
 
 func statusName(s uint32) string {

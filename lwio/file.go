@@ -61,7 +61,7 @@ func (c *Client) pipeOpen(ctx context.Context, o *OpenRequest) (*OpenResponse, e
 		return nil, fmt.Errorf("lwio: pipe: %w", err)
 	}
 	if rsp.Status != StatusSuccess {
-		return nil, &StatusError{Op: OpRegister, Status: rsp.Status}
+		return nil, &StatusError{What: "OPEN " + o.Path, Status: rsp.Status}
 	}
 	return &rsp, nil
 }

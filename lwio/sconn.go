@@ -188,6 +188,13 @@ func (c *sconn) completion(wc *rings.Completion) {
 		return
 	}
 	if wc.Status != rings.WCSuccess {
+		// Work flushed by a QP with no error is the client closing in
+		// order (it disconnected); anything else lost the connection.
+		if wc.Status == rings.WCWRFlushErr && c.qp.Err() == nil {
+			c.s.st.connClosed.Add(1)
+			c.failLocked(errors.New("lwio: the client closed the connection"))
+			return
+		}
 		c.s.st.connErr.Add(1)
 		c.failLocked(fmt.Errorf("lwio: connection lost: %v (%v)", wc.Status, c.qp.Err()))
 		return

@@ -146,6 +146,7 @@ type ServerStats struct {
 	PipeErrors                  uint64 // pipes closed for a malformed message
 	PipeTimeouts                uint64 // pipes closed for not negotiating within AuthTimeout
 	ConnErrors                  uint64 // connections lost (peer gone, Terminate, overflow)
+	ConnsClosed                 uint64 // connections the client closed in order
 	DirectIO                    uint64 // transfers done with O_DIRECT
 	ImmediateCompletions        uint64 // reads completed by RDMA Write with Immediate Data
 	PollingCompletions          uint64 // status blocks RDMA-written
@@ -184,7 +185,7 @@ type serverCounters struct {
 	registers, reads, writes, vecReads, vecWrites, closes, cancels  atomic.Uint64
 	cancelled, interrupts, grants, retires, bytesRead, bytesWritten atomic.Uint64
 	creditViol, badReq, protoErr, pipeErr, connErr, direct, imm     atomic.Uint64
-	polled, intrDone, pipeTimeouts                                  atomic.Uint64
+	polled, intrDone, pipeTimeouts, connClosed                      atomic.Uint64
 	filesOpen, connsOpen                                            atomic.Int64
 }
 
@@ -263,7 +264,7 @@ func (s *Server) Stats() ServerStats {
 		Interrupts: c.interrupts.Load(), CreditGrants: c.grants.Load(), CreditRetires: c.retires.Load(),
 		BytesRead: c.bytesRead.Load(), BytesWritten: c.bytesWritten.Load(),
 		CreditViolations: c.creditViol.Load(), BadRequests: c.badReq.Load(),
-		ProtocolErrors: c.protoErr.Load(), PipeErrors: c.pipeErr.Load(), PipeTimeouts: c.pipeTimeouts.Load(), ConnErrors: c.connErr.Load(),
+		ProtocolErrors: c.protoErr.Load(), PipeErrors: c.pipeErr.Load(), PipeTimeouts: c.pipeTimeouts.Load(), ConnErrors: c.connErr.Load(), ConnsClosed: c.connClosed.Load(),
 		DirectIO: c.direct.Load(), ImmediateCompletions: c.imm.Load(), PollingCompletions: c.polled.Load(),
 		InterruptCompletions: c.intrDone.Load(), FilesOpen: c.filesOpen.Load(), ConnsOpen: c.connsOpen.Load(),
 		CreditsInUse: int64(pool)}

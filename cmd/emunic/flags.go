@@ -61,6 +61,18 @@ func parse(cmd *command, fs *flag.FlagSet, args []string, stdout io.Writer) erro
 		printCommandHelp(stdout, cmd, fs)
 		return errHelp
 	case err != nil:
+		return flagError(cmd, err)
+	case fs.NArg() > 0:
+		return usagef("unexpected argument %q: 'emunic %s' takes only flags (see 'emunic %s --help')",
+			fs.Arg(0), cmd.name, cmd.name)
+	}
+	return nil
+}
+
+// flagError turns a FlagSet's parse error into a one-line usage error that
+// names the flag and what is wrong with it.
+func flagError(cmd *command, err error) error {
+	{
 		msg := err.Error()
 		if m := reInvalidValue.FindStringSubmatch(msg); m != nil {
 			msg = fmt.Sprintf("bad --%s %q: %s", m[2], m[1], m[3])
@@ -72,11 +84,7 @@ func parse(cmd *command, fs *flag.FlagSet, args []string, stdout io.Writer) erro
 			msg = fmt.Sprintf("unknown flag -%s", m[1])
 		}
 		return usagef("%s (see 'emunic %s --help')", msg, cmd.name)
-	case fs.NArg() > 0:
-		return usagef("unexpected argument %q: 'emunic %s' takes only flags (see 'emunic %s --help')",
-			fs.Arg(0), cmd.name, cmd.name)
 	}
-	return nil
 }
 
 // printCommandHelp writes a command's usage: synopsis, description, flags

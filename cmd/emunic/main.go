@@ -3,6 +3,7 @@
 //	emunic demo     two emulated hosts over an in-memory wire, TCP through both NICs' rings
 //	emunic serve    one emulated host on a Linux TAP device, with TCP echo and discard
 //	emunic device   the emulated NIC alone, in its own process, for a host that attaches over a socket
+//	emunic lwio     LWIO file I/O over RDMA: serve, put, get, stat on a TAP
 //	emunic version  print the version
 //	emunic help     show help for a command
 //
@@ -45,6 +46,7 @@ var commands = []entry{
 	{demoCmd, runDemoCommand},
 	{serveCmd, runServeCommand},
 	{deviceCmd, runDeviceCommand},
+	{lwioCmd, runLWIOCommand},
 	{versionCmd, runVersionCommand},
 	{helpCmd, nil}, // handled by run, which knows the table
 }

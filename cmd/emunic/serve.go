@@ -145,41 +145,62 @@ func macFor(a netip.Addr) [6]byte {
 	return [6]byte{0x02, 0x00, b[0], b[1], b[2], b[3]}
 }
 
-// runServe attaches a host to the TAP and serves until ctx is done.
-func runServe(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error {
-	logger := log.New(stderr, "", log.Ltime)
-	tap, err := port.OpenTAP(cfg.Tap)
+// tapHost is what attachTAP builds: the TAP, the port the host uses (the
+// TAP, or a recorder in front of it) and the host.
+type tapHost struct {
+	tap  *port.TAPPort
+	rec  *port.Recorder
+	host *tcpstack.Host
+	mac  [6]byte
+}
+
+// attachTAP opens (creating if missing) the TAP device name, brings it up
+// with the MTU, and builds an emulated host on it with addr, the gateway,
+// arena bytes of host memory (0: the default) and the NIC's table of
+// maxConns delegated connections (0: the default); with pcap, every frame
+// at the port is recorded there.
+func attachTAP(logger *log.Logger, name string, addr netip.Prefix, mtu int, gw netip.Addr, pcap string, arena int64, maxConns int) (*tapHost, error) {
+	tap, err := port.OpenTAP(name)
 	if err != nil {
-		return err // a *port.TAPError: one line naming the device and the reason
+		return nil, err // a *port.TAPError: one line naming the device and the reason
 	}
-	name := tap.Name()
-	if cur, err := tap.MTU(); err == nil && cur != cfg.MTU {
-		if err := tap.SetMTU(cfg.MTU); err != nil {
-			logger.Printf("warning: %v; frames longer than %d bytes from the kernel will be dropped", err, cfg.MTU+port.EthHeaderLen)
+	name = tap.Name()
+	if cur, err := tap.MTU(); err == nil && cur != mtu {
+		if err := tap.SetMTU(mtu); err != nil {
+			logger.Printf("warning: %v; frames longer than %d bytes from the kernel will be dropped", err, mtu+port.EthHeaderLen)
 		}
 	}
 	if err := tap.SetUp(true); err != nil {
 		logger.Printf("warning: %v; bring it up with: ip link set %s up", err, name)
 	}
+	th := &tapHost{tap: tap, mac: macFor(addr.Addr())}
 	var p port.Port = tap
-	var rec *port.Recorder
-	if cfg.Pcap != "" {
-		if rec, err = port.CreateRecorder(tap, cfg.Pcap); err != nil {
+	if pcap != "" {
+		if th.rec, err = port.CreateRecorder(tap, pcap); err != nil {
 			tap.Close()
-			return err
+			return nil, err
 		}
-		p = rec
+		p = th.rec
 	}
-	mac := macFor(cfg.Addr.Addr())
-	host, err := tcpstack.NewHost(tcpstack.HostConfig{
-		MAC: mac, Addr: cfg.Addr, MTU: cfg.MTU, ArenaSize: int(cfg.Arena),
-		Stack:  tcpstack.StackConfig{Gateway: cfg.Gateway},
-		Device: nic.Config{Engine: delegation.Config{MaxConns: cfg.MaxConns}},
-	}, p)
-	if err != nil {
+	if th.host, err = tcpstack.NewHost(tcpstack.HostConfig{
+		MAC: th.mac, Addr: addr, MTU: mtu, ArenaSize: int(arena),
+		Stack:  tcpstack.StackConfig{Gateway: gw},
+		Device: nic.Config{Engine: delegation.Config{MaxConns: maxConns}},
+	}, p); err != nil {
 		p.Close()
+		return nil, err
+	}
+	return th, nil
+}
+
+// runServe attaches a host to the TAP and serves until ctx is done.
+func runServe(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error {
+	logger := log.New(stderr, "", log.Ltime)
+	th, err := attachTAP(logger, cfg.Tap, cfg.Addr, cfg.MTU, cfg.Gateway, cfg.Pcap, cfg.Arena, cfg.MaxConns)
+	if err != nil {
 		return err
 	}
+	tap, rec, host, mac, name := th.tap, th.rec, th.host, th.mac, th.tap.Name()
 	hostClosed := false
 	defer func() {
 		if !hostClosed {
