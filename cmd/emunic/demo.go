@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -23,7 +24,7 @@ import (
 var demoCmd = &command{
 	name:     "demo",
 	summary:  "two emulated hosts over an in-memory wire: netstack and delegated TCP side by side",
-	synopsis: "[--bytes SIZE] [--path netstack|offload|both|direct|all] [--rdma] [--split] [--loss PCT] [--reorder PCT] [--seed N] [--pcap FILE] [--mtu N]",
+	synopsis: "[--bytes SIZE] [--path netstack|offload|both|direct|all] [--rdma] [--lwio] [--split] [--loss PCT] [--reorder PCT] [--seed N] [--pcap FILE] [--mtu N]",
 	about: `
 Builds two emulated hosts in this process, A (10.0.0.1) and B (10.0.0.2), each
 with host memory, an emulated NIC and gVisor netstack, joined by an in-memory
@@ -62,6 +63,15 @@ which must be 0: the NICs place and fetch the payload by DMA. With --rdma
 and no --path only the RDMA path runs; with --path too, those paths run
 first, side by side with it. Exits 1 if a check fails or a host copied.
 
+--lwio runs the two file paths: B holds a file of --bytes seeded bytes and
+A reads all of it in 64 KiB reads, 16 in flight, first over LWIO (the LWIO
+server on B RDMA-writes each piece straight into A's registered memory;
+docs/lwio.md), then over a plain-TCP file protocol on netstack
+(lwio/tcpfile), each checked by SHA-256. Besides the rows above it prints
+each path's client CPU (host A's host side alone: B is labelled apart and
+the devices' goroutines are their own) and what the LWIO server and client
+counted. With --lwio and no --path only these two paths run.
+
 --split runs each host's NIC in a device process of its own (this program
 started again as the device): host memory is a memfd both processes map,
 the doorbell and interrupt vectors are eventfds, the device's frames reach
@@ -83,7 +93,8 @@ Wireshark or tshark.`,
   emunic demo --mtu 9000
   emunic demo --rdma
   emunic demo --rdma --path offload --bytes 256MiB
-  emunic demo --rdma --bytes 1MiB --pcap rdma.pcap && tshark -r rdma.pcap --enable-heuristic iwarp_mpa_tcp -Y iwarp_rdma`,
+  emunic demo --rdma --bytes 1MiB --pcap rdma.pcap && tshark -r rdma.pcap --enable-heuristic iwarp_mpa_tcp -Y iwarp_rdma
+  emunic demo --lwio --bytes 256MiB`,
 }
 
 // demoConfig is the demo's command line.
@@ -96,6 +107,7 @@ type demoConfig struct {
 	Pcap    string  // capture file for the frames at host A's port; "" for none
 	MTU     int     // both NICs' MTU
 	RDMA    bool    // run the RDMA path (alone unless --path was given)
+	LWIO    bool    // run the two file paths, LWIO and TCP (alone unless --path was given)
 	Split   bool    // each host's NIC in a device process of its own
 	// Idle is how long the transfer may make no progress before the demo
 	// gives up. Not a flag; tests shorten it.
@@ -139,10 +151,11 @@ func parseDemoFlags(args []string, stdout io.Writer) (demoConfig, error) {
 	fs.Var(&mtu, "mtu", "IP MTU `N` of both NICs (68-65535)")
 	fs.BoolVar(&cfg.Split, "split", false, "run each host's NIC in a device process of its own (memfd host memory, eventfd vectors; docs/split.md)")
 	fs.BoolVar(&cfg.RDMA, "rdma", false, "run the RDMA path: every opcode over a QP pair, then RDMA Write throughput (alone unless --path is given)")
+	fs.BoolVar(&cfg.LWIO, "lwio", false, "read a file of --bytes from B over LWIO and over a plain-TCP file protocol (alone unless --path is given)")
 	if err := parse(demoCmd, fs, args, stdout); err != nil {
 		return cfg, err
 	}
-	if cfg.RDMA {
+	if cfg.RDMA || cfg.LWIO {
 		pathSet := false
 		fs.Visit(func(f *flag.Flag) { pathSet = pathSet || f.Name == "path" })
 		if !pathSet {
@@ -152,7 +165,7 @@ func parseDemoFlags(args []string, stdout io.Writer) (demoConfig, error) {
 	switch cfg.Path {
 	case "netstack", "offload", "both", "direct", "all":
 	case "none":
-		if !cfg.RDMA {
+		if !cfg.RDMA && !cfg.LWIO {
 			return cfg, usagef("bad --path %q: want netstack, offload, both, direct or all (see 'emunic demo --help')", cfg.Path)
 		}
 	default:
@@ -259,6 +272,10 @@ func runDemoReport(ctx context.Context, cfg demoConfig, w io.Writer) (*demoRepor
 			printRDMAReport(w, r.rdma)
 		}
 	}
+	if cfg.LWIO {
+		fmt.Fprintln(w)
+		printLWIOReport(w, rep.results, lab.lw)
+	}
 	if cfg.Pcap != "" {
 		if capErr != nil {
 			failed = append(failed, fmt.Sprintf("pcap %s: %v", cfg.Pcap, capErr))
@@ -302,6 +319,10 @@ func demoPaths(cfg demoConfig) []demoPath {
 	if cfg.RDMA {
 		paths = append(paths, demoPath{name: "RDMA Write, iWARP QP", run: rdmaTransfer})
 	}
+	if cfg.LWIO {
+		paths = append(paths, demoPath{name: "LWIO file read B->A, RDMA", run: lwioTransfer},
+			demoPath{name: "TCP file read B->A, netstack", run: tcpFileTransfer})
+	}
 	return paths
 }
 
@@ -315,6 +336,8 @@ type demoLab struct {
 
 	once     sync.Once
 	closeErr error
+
+	lw *lwioDemo // the file paths' file and counters (--lwio)
 }
 
 var (
@@ -362,7 +385,11 @@ func newDemoLab(cfg demoConfig) (*demoLab, error) {
 		}
 		pb = lab.recB
 	}
-	lab.b, err = tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 2}, Addr: demoAddrB, MTU: cfg.MTU, Split: split}, pb)
+	// B is built under the label side=server (its goroutines inherit it),
+	// so the file paths can tell the client's CPU (A) from the server's.
+	inB(func() {
+		lab.b, err = tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 2}, Addr: demoAddrB, MTU: cfg.MTU, Split: split}, pb)
+	})
 	if err != nil {
 		lab.a.Close()
 		return nil, fmt.Errorf("host B: %w", err)
@@ -374,6 +401,9 @@ func newDemoLab(cfg demoConfig) (*demoLab, error) {
 // the capture's error, if any. Safe to call more than once.
 func (l *demoLab) Close() error {
 	l.once.Do(func() {
+		if l.lw != nil {
+			os.RemoveAll(l.lw.dir)
+		}
 		l.a.Close()
 		l.b.Close()
 		if l.rec != nil {
@@ -409,6 +439,9 @@ type transferResult struct {
 	before, after labSnap
 	cost          labDelta
 	rdma          *rdmaReport // the RDMA path's own report
+	// clientCPU is host A's host-side CPU during the transfer (the file
+	// paths: A is the client); 0 when not measured.
+	clientCPU time.Duration
 }
 
 // The TCP ports B listens on, one per path, so that a path never meets the
@@ -612,7 +645,7 @@ func printDemoHeader(w io.Writer, cfg demoConfig) {
 
 // printThroughput prints one row per data path.
 func printThroughput(w io.Writer, results []transferResult) {
-	fmt.Fprintln(w, "transfer A -> B")
+	fmt.Fprintln(w, "transfers (A -> B unless the path says)")
 	t := &table{}
 	t.row("path", "bytes", "time", "throughput", "cpu", "cpu/GiB", "sha-256")
 	for _, r := range results {
