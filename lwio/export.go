@@ -44,15 +44,27 @@ func (e *Export) Dir() string { return e.dir }
 // Close releases the export's root.
 func (e *Export) Close() error { return e.root.Close() }
 
-// cleanPath turns a client's path into one relative to the export root:
-// slashes only, no leading slash, no NUL, no empty name.
+// cleanPath turns a client's path into one relative to the export root.
+// A path is relative to the export and may not leave it even on paper: an
+// absolute path (a leading slash or backslash, a drive letter) and any ".."
+// element are refused outright rather than reinterpreted, so a client
+// never reads a file other than the one it named. Symbolic links are
+// left to os.Root, which refuses one that leads out.
 func cleanPath(p string) (string, error) {
 	if p == "" || strings.IndexByte(p, 0) >= 0 || len(p) > MaxPathLen {
 		return "", errBadPath
 	}
-	p = path.Clean("/" + strings.ReplaceAll(p, "\\", "/"))
-	p = strings.TrimPrefix(p, "/")
-	if p == "" || p == "." {
+	p = strings.ReplaceAll(p, "\\", "/")
+	if strings.HasPrefix(p, "/") || (len(p) >= 2 && p[1] == ':') {
+		return "", errBadPath
+	}
+	for _, e := range strings.Split(p, "/") {
+		if e == ".." {
+			return "", errBadPath
+		}
+	}
+	p = path.Clean(p)
+	if p == "." {
 		return "", errBadPath
 	}
 	return p, nil

@@ -155,10 +155,18 @@ func TestPaths(t *testing.T) {
 	os.Mkdir(filepath.Join(r.dir, "sub"), 0o755)
 	c := r.dial(t, lwio.ClientConfig{})
 	ctx := context.Background()
-	for _, p := range []string{"../" + filepath.Base(outside) + "/secret", "link", "sub/../../x"} {
-		if _, err := c.Open(ctx, p, lwio.OpenFlags{}); statusOf(err) == 0 || statusOf(err) == lwio.StatusSuccess {
-			t.Errorf("Open(%q) = %v, want a refusal", p, err)
+	r.put(t, "x", []byte("x"))
+	for _, p := range []string{"../" + filepath.Base(outside) + "/secret", "link", "sub/../../x", "sub/../x",
+		filepath.Join(outside, "secret"), "/x", "\\x", "C:\\x", "..\\x"} {
+		if _, err := c.Open(ctx, p, lwio.OpenFlags{}); statusOf(err) != lwio.StatusAccessDenied {
+			t.Errorf("Open(%q) = %v, want ACCESS_DENIED", p, err)
 		}
+		if _, err := c.Open(ctx, p, lwio.OpenFlags{Create: true}); statusOf(err) != lwio.StatusAccessDenied {
+			t.Errorf("Open(%q, create) = %v, want ACCESS_DENIED", p, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(outside, "x")); err == nil {
+		t.Error("a create escaped the export")
 	}
 	if _, err := c.Open(ctx, "link", lwio.OpenFlags{}); statusOf(err) != lwio.StatusAccessDenied {
 		t.Errorf("a symlink out of the export: %v, want ACCESS_DENIED", err)
