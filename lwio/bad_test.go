@@ -1,10 +1,13 @@
 package lwio_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -189,6 +192,8 @@ func TestConnectionKillers(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop := make(chan struct{})
+	var stopOnce sync.Once
+	defer stopOnce.Do(func() { close(stop) })
 	byErr := make(chan error, 1)
 	go func() {
 		buf := make([]byte, len(data))
@@ -218,6 +223,23 @@ func TestConnectionKillers(t *testing.T) {
 		{"write data beyond the receive buffer", func(c *lwio.Client, f *lwio.File) (*lwio.Call, error) {
 			return c.RawWrite(ctx, f.Fid(), 32<<10)
 		}},
+		{"a message shorter than the header", func(c *lwio.Client, f *lwio.File) (*lwio.Call, error) {
+			return c.RawBytes(ctx, []byte("LWIO, but short"))
+		}},
+		{"an RDMA Write at the server", func(c *lwio.Client, f *lwio.File) (*lwio.Call, error) {
+			// The server registers nothing for remote access: whatever
+			// STag a client guesses, its NIC answers with a Terminate.
+			if err := c.RawRDMA(false, 0x100, 0, 4096); err != nil {
+				return nil, err
+			}
+			return f.StartRead(ctx, make([]byte, 10), 0, nil)
+		}},
+		{"an RDMA Read at the server", func(c *lwio.Client, f *lwio.File) (*lwio.Call, error) {
+			if err := c.RawRDMA(true, 0x12345, 0, 4096); err != nil {
+				return nil, err
+			}
+			return f.StartRead(ctx, make([]byte, 10), 0, nil)
+		}},
 		{"read into a bad STag", func(c *lwio.Client, f *lwio.File) (*lwio.Call, error) {
 			return c.SendRaw(ctx, lwio.Header{Opcode: lwio.OpRead, Flags: lwio.FlagInterrupt, Fid: f.Fid(), Marker: lwio.IOMarker,
 				Length: 4096, DataVa: 0x1000, DataMh: 0xDEAD00}, nil, -1)
@@ -246,9 +268,48 @@ func TestConnectionKillers(t *testing.T) {
 		})
 		c.Close()
 	}
-	close(stop)
+	stopOnce.Do(func() { close(stop) })
 	if err := <-byErr; err != nil {
 		t.Fatalf("the bystander's reads failed: %v", err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(r.dir, "f")); !bytes.Equal(got, data) {
+		t.Fatal("the file changed")
+	}
+}
+
+// TestClosedFid: I/O on a Fid after its CLOSE is FILE_CLOSED at the
+// server (the client's own check, ErrFileClosed, is bypassed).
+func TestClosedFid(t *testing.T) {
+	for _, polling := range []bool{false, true} {
+		r := newRig(t, lwio.ServerConfig{})
+		r.put(t, "f", randomBytes(4096, 17))
+		c := r.dial(t, lwio.ClientConfig{Polling: polling})
+		ctx := context.Background()
+		f, err := c.Open(ctx, "f", lwio.OpenFlags{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		flags := uint8(lwio.FlagInterrupt)
+		if polling {
+			flags = 0
+		}
+		for _, op := range []lwio.Opcode{lwio.OpRead, lwio.OpWrite} {
+			var payload []byte
+			if op == lwio.OpWrite {
+				payload = []byte("abcd")
+			}
+			cl, err := c.SendRaw(ctx, lwio.Header{Opcode: op, Flags: flags, Fid: f.Fid(), Marker: lwio.IOMarker, Length: 4}, payload, 4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cl.Wait(ctx); statusOf(err) != lwio.StatusFileClosed {
+				t.Errorf("polling %v, %v after CLOSE: %v, want FILE_CLOSED", polling, op, err)
+			}
+		}
+		eventually(t, "the file to close on the server", func() bool { return r.srv.Stats().FilesOpen == 1 })
 	}
 }
 

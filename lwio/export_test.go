@@ -112,3 +112,30 @@ func (s *Server) DebugState() string {
 	}
 	return out
 }
+
+// RawBytes sends b as a whole message, whatever it holds (it must fit a
+// request slot).
+func (c *Client) RawBytes(ctx context.Context, b []byte) (*Call, error) {
+	return c.start(ctx, OpClose, func(cl *Call, h *Header, slot []byte) ([]rings.SGE, error) {
+		*h = Header{}
+		return []rings.SGE{c.smr.SGE(cl.slot*slotSize+slotPayload, copy(slot[slotPayload:slotIOSB], b))}, nil
+	})
+}
+
+// RawRDMA posts an RDMA Write (read false) or RDMA Read of n bytes at the
+// server's memory named by stag and to, from or into the client's staging
+// memory, as a client that tries to reach into the server would.
+func (c *Client) RawRDMA(read bool, stag uint32, to uint64, n int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b, err := c.bounceLocked()
+	if err != nil {
+		return err
+	}
+	w := rings.SendWR{Opcode: rings.WRRDMAWrite, Flags: rings.WRSignaled, WRID: 1 << 62, RemoteAddr: to, RKey: stag, NumSGE: 1}
+	if read {
+		w.Opcode = rings.WRRDMARead
+	}
+	w.SGL[0] = b.mr.SGE(0, n)
+	return c.qp.PostSend(&w)
+}

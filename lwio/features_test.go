@@ -27,10 +27,16 @@ func statusOf(err error) uint32 {
 }
 
 func TestVectored(t *testing.T) {
+	for _, polling := range []bool{false, true} {
+		t.Run(map[bool]string{false: "interrupt", true: "polling"}[polling], func(t *testing.T) { testVectored(t, polling) })
+	}
+}
+
+func testVectored(t *testing.T, polling bool) {
 	r := newRig(t, lwio.ServerConfig{})
 	data := randomBytes(1<<20, 3)
 	r.put(t, "v", data)
-	c := r.dial(t, lwio.ClientConfig{})
+	c := r.dial(t, lwio.ClientConfig{Polling: polling})
 	ctx := context.Background()
 	f, err := c.Open(ctx, "v", lwio.OpenFlags{NoBuffering: true})
 	if err != nil {

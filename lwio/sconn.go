@@ -47,6 +47,7 @@ type sconn struct {
 	peer      AuthParams
 	timer     *time.Timer
 	denied    bool
+	peerEnded bool // a completion error ended the connection (teardown counts how)
 
 	credits, outstanding int
 	txn                  int // >0: a grant waits for its CREDIT; <0: the next retire's value
@@ -188,15 +189,11 @@ func (c *sconn) completion(wc *rings.Completion) {
 		return
 	}
 	if wc.Status != rings.WCSuccess {
-		// Work flushed by a QP with no error is the client closing in
-		// order (it disconnected); anything else lost the connection.
-		if wc.Status == rings.WCWRFlushErr && c.qp.Err() == nil {
-			c.s.st.connClosed.Add(1)
-			c.failLocked(errors.New("lwio: the client closed the connection"))
-			return
-		}
-		c.s.st.connErr.Add(1)
-		c.failLocked(fmt.Errorf("lwio: connection lost: %v (%v)", wc.Status, c.qp.Err()))
+		// The connection ended under us: the client closed it in order,
+		// or it was lost (a Terminate either way, a reset). Which one is
+		// known once the QP has settled: teardown counts it.
+		c.peerEnded = true
+		c.failLocked(fmt.Errorf("lwio: the connection ended: %v", wc.Status))
 		return
 	}
 	if wc.Opcode&rings.WCRecv == 0 {
@@ -683,12 +680,6 @@ func (c *sconn) finishLocked(r *sreq, st, info uint32, wrs []rings.SendWR, stage
 		}
 		c.answerLocked(h, st, info, wrs, stage)
 	}
-	if c.intrPending {
-		c.intrPending = false // answerLocked retires the interrupt request
-		c.answerLocked(&Header{Flags: FlagInterrupt | FlagControl, Cookie: c.intrCookie}, StatusSuccess, 0, nil, nil)
-	} else {
-		c.completedIO = true
-	}
 }
 
 // answerLocked posts before (data Writes), then the request's completion:
@@ -708,6 +699,18 @@ func (c *sconn) answerLocked(h *Header, st, info uint32, before []rings.SendWR, 
 	wrs := append(before, w)
 	c.postLocked(wrs, stage, c.denied)
 	c.outstanding--
+	if h.Polling() {
+		// A status block written: the completion a sleeping polling client
+		// may be waiting for, whatever its status (a refused request
+		// included), so it answers a held interrupt request, or lets the
+		// next one be answered at once.
+		if c.intrPending {
+			c.intrPending = false // answerLocked retires the interrupt request
+			c.answerLocked(&Header{Flags: FlagInterrupt | FlagControl, Cookie: c.intrCookie}, StatusSuccess, 0, nil, nil)
+		} else {
+			c.completedIO = true
+		}
+	}
 }
 
 // postLocked posts wrs in order, the last signaled; it waits for send
@@ -860,6 +863,18 @@ func (c *sconn) failLocked(err error) {
 func (c *sconn) teardown() {
 	defer close(c.teardownDone)
 	_ = c.qp.Close()
+	// Close waited for the QP's last event, so its error (a Terminate
+	// sent or received, a lost connection) is known by now; none is a
+	// client that closed in order.
+	c.mu.Lock()
+	if c.peerEnded {
+		if c.qp.Err() != nil {
+			c.s.st.connErr.Add(1)
+		} else {
+			c.s.st.connClosed.Add(1)
+		}
+	}
+	c.mu.Unlock()
 	c.mu.Lock()
 	for c.workers > 0 {
 		c.cond.Wait()
