@@ -276,10 +276,12 @@ func (f *File) ReadAtWindow(p []byte, off int64, piece, window int) (int, error)
 }
 
 // WriteAt writes p at off in pieces of 64 KiB, 16 in flight.
-func (f *File) WriteAt(p []byte, off int64) (int, error) {
+func (f *File) WriteAt(p []byte, off int64) (int, error) { return f.WriteAtWindow(p, off, 64<<10, 16) }
+
+// WriteAtWindow is WriteAt with the piece size and window given.
+func (f *File) WriteAtWindow(p []byte, off int64, piece, window int) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	const piece, window = 64 << 10, 16
 	hb := make([]byte, HeaderSize)
 	rb := make([]byte, HeaderSize)
 	sent, got, n := 0, 0, 0
