@@ -9,7 +9,12 @@ import (
 
 // BenchmarkRead64K reads a file in 64 KiB reads, 16 outstanding, into
 // registered client memory (zero-copy), in both completion modes.
-func BenchmarkRead64K(b *testing.B) {
+func BenchmarkRead64K(b *testing.B) { benchRead(b, 64<<10, 16) }
+
+// BenchmarkRead4KDepth1 is the latency case: one 4 KiB read at a time.
+func BenchmarkRead4KDepth1(b *testing.B) { benchRead(b, 4<<10, 1) }
+
+func benchRead(b *testing.B, piece, window int) {
 	for _, polling := range []bool{false, true} {
 		b.Run(map[bool]string{false: "interrupt", true: "polling"}[polling], func(b *testing.B) {
 			r := newRigTB(b, lwio.ServerConfig{})
@@ -21,13 +26,12 @@ func BenchmarkRead64K(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			const piece, window = 64 << 10, 16
 			mem, err := c.Alloc(window * piece)
 			if err != nil {
 				b.Fatal(err)
 			}
 			done := make(chan *lwio.Call, window)
-			b.SetBytes(piece)
+			b.SetBytes(int64(piece))
 			b.ResetTimer()
 			inflight, off := 0, int64(0)
 			for i := 0; i < b.N; i++ {
@@ -43,7 +47,7 @@ func BenchmarkRead64K(b *testing.B) {
 					b.Fatal(err)
 				}
 				inflight++
-				off = (off + piece) % size
+				off = (off + int64(piece)) % size
 			}
 			for ; inflight > 0; inflight-- {
 				<-done

@@ -359,6 +359,8 @@ func (c *Client) connect(ctx context.Context, dst netip.AddrPort) error {
 		c.freeMem()
 		return fmt.Errorf("lwio: connect %v: %w", dst, err)
 	}
+	c.qp.SetAsyncDoorbell(true)
+	go c.watchDoorbell()
 	go c.run()
 	if err := c.authenticate(ctx); err != nil {
 		c.Close()
@@ -826,6 +828,18 @@ func (c *Client) failLocked(err error) {
 	}
 	c.polling = nil
 	c.cond.Broadcast()
+}
+
+// watchDoorbell fails the client when its QP fails because an
+// asynchronous doorbell was refused: no completion would come for the
+// work behind it. It returns when the QP fails or is destroyed.
+func (c *Client) watchDoorbell() {
+	<-c.qp.Failed()
+	if err := c.qp.DoorbellErr(); err != nil {
+		c.mu.Lock()
+		c.failLocked(err)
+		c.mu.Unlock()
+	}
 }
 
 // Err is why the client stopped working (nil while it works).

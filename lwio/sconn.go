@@ -142,6 +142,11 @@ func newSconn(s *Server, qp *verbs.QP) (*sconn, error) {
 		c.freeMem()
 		return nil, err
 	}
+	// Posts (answers, reposted receives) need not wait for the device's
+	// answer to the doorbell; a refused one fails the QP, which
+	// watchDoorbell turns into the end of the connection.
+	qp.SetAsyncDoorbell(true)
+	go c.watchDoorbell()
 	c.timer = time.AfterFunc(s.cfg.AuthTimeout, func() {
 		c.mu.Lock()
 		authed := c.authed
@@ -838,6 +843,17 @@ func (c *sconn) credit(slot int, h *Header) {
 		c.s.st.badReq.Add(1)
 		c.repostLocked(slot)
 		c.answerLocked(h, StatusInvalidParameter, 0, nil, nil)
+	}
+}
+
+// watchDoorbell ends the connection when its QP fails because a doorbell
+// was refused: the work behind it never reached the device, so no
+// completion would ever come. It returns when the QP fails or is destroyed.
+func (c *sconn) watchDoorbell() {
+	<-c.qp.Failed()
+	if err := c.qp.DoorbellErr(); err != nil {
+		c.s.st.connErr.Add(1)
+		c.fail(err)
 	}
 }
 
