@@ -177,7 +177,7 @@ func runLWIOCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	logger := log.New(stderr, "", log.Ltime)
 	arena := cfg.Arena
-	th, err := attachTAP(logger, cfg.Tap, cfg.Addr, cfg.MTU, cfg.Gateway, cfg.Pcap, arena, 0)
+	th, err := attachTAP(logger.Printf, cfg.Tap, cfg.Addr, cfg.MTU, cfg.Gateway, cfg.Pcap, arena, 0)
 	if err != nil {
 		return err
 	}

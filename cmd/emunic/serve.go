@@ -159,7 +159,7 @@ type tapHost struct {
 // arena bytes of host memory (0: the default) and the NIC's table of
 // maxConns delegated connections (0: the default); with pcap, every frame
 // at the port is recorded there.
-func attachTAP(logger *log.Logger, name string, addr netip.Prefix, mtu int, gw netip.Addr, pcap string, arena int64, maxConns int) (*tapHost, error) {
+func attachTAP(warnf func(format string, args ...any), name string, addr netip.Prefix, mtu int, gw netip.Addr, pcap string, arena int64, maxConns int) (*tapHost, error) {
 	tap, err := port.OpenTAP(name)
 	if err != nil {
 		return nil, err // a *port.TAPError: one line naming the device and the reason
@@ -167,11 +167,11 @@ func attachTAP(logger *log.Logger, name string, addr netip.Prefix, mtu int, gw n
 	name = tap.Name()
 	if cur, err := tap.MTU(); err == nil && cur != mtu {
 		if err := tap.SetMTU(mtu); err != nil {
-			logger.Printf("warning: %v; frames longer than %d bytes from the kernel will be dropped", err, mtu+port.EthHeaderLen)
+			warnf("warning: %v; frames longer than %d bytes from the kernel will be dropped", err, mtu+port.EthHeaderLen)
 		}
 	}
 	if err := tap.SetUp(true); err != nil {
-		logger.Printf("warning: %v; bring it up with: ip link set %s up", err, name)
+		warnf("warning: %v; bring it up with: ip link set %s up", err, name)
 	}
 	th := &tapHost{tap: tap, mac: macFor(addr.Addr())}
 	var p port.Port = tap
@@ -196,7 +196,7 @@ func attachTAP(logger *log.Logger, name string, addr netip.Prefix, mtu int, gw n
 // runServe attaches a host to the TAP and serves until ctx is done.
 func runServe(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error {
 	logger := log.New(stderr, "", log.Ltime)
-	th, err := attachTAP(logger, cfg.Tap, cfg.Addr, cfg.MTU, cfg.Gateway, cfg.Pcap, cfg.Arena, cfg.MaxConns)
+	th, err := attachTAP(logger.Printf, cfg.Tap, cfg.Addr, cfg.MTU, cfg.Gateway, cfg.Pcap, cfg.Arena, cfg.MaxConns)
 	if err != nil {
 		return err
 	}
