@@ -211,7 +211,6 @@ func (c *sconn) completion(wc *rings.Completion) {
 		if p.stage != nil {
 			c.stageFree = append(c.stageFree, p.stage)
 		}
-		c.cond.Broadcast()
 		if p.deny {
 			c.failLocked(errors.New("lwio: access denied"))
 		}
@@ -484,7 +483,10 @@ func (c *sconn) ioRequest(slot int, h *Header, msg []byte) {
 	}
 	fe.busy++
 	c.queue = append(c.queue, r)
-	c.cond.Broadcast()
+	// One request, one worker: while the connection works only idle
+	// workers wait on cond (teardown waits there only after err is set),
+	// so Signal wakes one of them, not the whole pool.
+	c.cond.Signal()
 }
 
 // window is the most one read may move: the smaller of the two sides'
