@@ -615,7 +615,7 @@ func (c *Client) scanLocked() bool {
 		c.polling = c.polling[:len(c.polling)-1]
 		cl.status, cl.info, cl.answered = uint32(w>>32), uint32(w), true
 		c.st.polled.Add(1)
-		c.answeredLocked(cl)
+		c.maybeDoneLocked(cl)
 		done = true
 	}
 	return done
@@ -671,7 +671,7 @@ func (c *Client) handleLocked(wc *rings.Completion) {
 		}
 		cl.status, cl.info, cl.answered = StatusSuccess, uint32(cl.length), true
 		c.st.imm.Add(1)
-		c.answeredLocked(cl)
+		c.maybeDoneLocked(cl)
 	}
 }
 
@@ -729,7 +729,7 @@ func (c *Client) response(r *StatusResponse) {
 	if cl.Op == OpInterrupt {
 		c.intrOut = false
 	}
-	c.answeredLocked(cl)
+	c.maybeDoneLocked(cl)
 	c.creditMessagesLocked()
 }
 
@@ -754,9 +754,6 @@ func (c *Client) creditMessagesLocked() {
 		})
 	}
 }
-
-// answeredLocked finishes cl once its send also completed.
-func (c *Client) answeredLocked(cl *Call) { c.maybeDoneLocked(cl) }
 
 func (c *Client) maybeDoneLocked(cl *Call) {
 	if !cl.sent || !cl.answered {

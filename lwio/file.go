@@ -29,7 +29,6 @@ type File struct {
 	fid  uint16
 	name string
 	size int64
-	nb   bool
 
 	mu     sync.Mutex
 	closed bool
@@ -110,7 +109,7 @@ func (c *Client) Open(ctx context.Context, path string, fl OpenFlags) (*File, er
 	if cl.N == 0 || cl.N > 0xFFFF {
 		return nil, fmt.Errorf("lwio: register %s: Fid %d", path, cl.N)
 	}
-	return &File{c: c, fid: uint16(cl.N), name: path, size: int64(rsp.Size), nb: fl.NoBuffering}, nil
+	return &File{c: c, fid: uint16(cl.N), name: path, size: int64(rsp.Size)}, nil
 }
 
 // Name is the path the file was opened with; Size its size when opened.

@@ -192,12 +192,10 @@ type serverCounters struct {
 // session is what one pipe's negotiation created: the key a client must
 // present to authenticate, and the files the pipe opened.
 type session struct {
-	key    uuid.UUID
-	client string
-	mu     sync.Mutex
-	open   map[uint64]*file // by ResumeKey
-	ts     uint64
-	alive  bool
+	key  uuid.UUID
+	mu   sync.Mutex
+	open map[uint64]*file // by ResumeKey
+	ts   uint64
 }
 
 // NewServer starts serving exp on host h: the pipe on cfg.PipePort (host
@@ -440,7 +438,7 @@ func (s *Server) negotiate(m []byte) (*session, []byte, error) {
 	if req.ResponseLen != 0 && int(req.ResponseLen) < len(out) {
 		return nil, nil, fmt.Errorf("lwio: client's response buffer of %d bytes, the response is %d", req.ResponseLen, len(out))
 	}
-	ss := &session{key: key, client: req.Name, open: map[uint64]*file{}, ts: uint64(time.Now().UnixNano()), alive: true}
+	ss := &session{key: key, open: map[uint64]*file{}, ts: uint64(time.Now().UnixNano())}
 	s.mu.Lock()
 	s.sessions[key] = ss
 	s.mu.Unlock()
@@ -516,7 +514,6 @@ func (ss *session) release(s *Server) {
 	ss.mu.Lock()
 	open := ss.open
 	ss.open = map[uint64]*file{}
-	ss.alive = false
 	ss.mu.Unlock()
 	for _, f := range open {
 		s.unref(f)
