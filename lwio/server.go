@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -575,18 +574,9 @@ func (s *Server) poll() {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-s.done; cancel() }()
 	for {
-		n := 0
-		for range 32 {
-			if n = s.cq.Poll(wc); n > 0 {
-				break
-			}
-			runtime.Gosched()
-		}
-		if n == 0 {
-			var err error
-			if n, err = s.cq.PollWait(ctx, wc, false); err != nil {
-				return
-			}
+		n, err := s.cq.PollSpin(ctx, wc, 32)
+		if err != nil {
+			return
 		}
 		for i := range n {
 			s.mu.Lock()

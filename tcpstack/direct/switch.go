@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -197,18 +196,9 @@ func (sw *hostSwitch) poll() {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-sw.done; cancel() }()
 	for {
-		n := 0
-		for range 16 {
-			if n = sw.cq.Poll(wc); n > 0 {
-				break
-			}
-			runtime.Gosched()
-		}
-		if n == 0 {
-			var err error
-			if n, err = sw.cq.PollWait(ctx, wc, false); err != nil {
-				return
-			}
+		n, err := sw.cq.PollSpin(ctx, wc, 16)
+		if err != nil {
+			return
 		}
 		for i := 0; i < n; {
 			j := i + 1

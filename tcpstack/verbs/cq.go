@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -238,6 +239,21 @@ func (cq *CQ) PollWait(ctx context.Context, wc []rings.Completion, solicitedOnly
 			return 0, err
 		}
 	}
+}
+
+// PollSpin is PollWait for a completion loop that expects more work soon:
+// it polls up to spins times, yielding the processor between polls,
+// before it arms the CQ and sleeps as PollWait does. The spin saves the
+// ARM_CQ command and the wake-up when completions follow each other
+// closely.
+func (cq *CQ) PollSpin(ctx context.Context, wc []rings.Completion, spins int) (int, error) {
+	for range spins {
+		if n := cq.Poll(wc); n > 0 {
+			return n, nil
+		}
+		runtime.Gosched()
+	}
+	return cq.PollWait(ctx, wc, false)
 }
 
 func (cq *CQ) signal() {
