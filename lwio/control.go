@@ -150,9 +150,7 @@ func (n *Negotiate) Append(b []byte) ([]byte, error) {
 	}
 	b = append(b, make([]byte, fixed)...)
 	m := b[start:]
-	copy(m[CtlOffProtocolID:], ProtocolID[:])
-	le.PutUint32(m[CtlOffRevID:], RevID)
-	le.PutUint16(m[CtlOffOpcode:], ControlOpNegotiate)
+	putControl(m, ControlOpNegotiate, 0) // Length once the lists are in
 	if err := putName(m[NegOffName:NegOffName+2*MaxHostName], n.Name); err != nil {
 		return b[:start], err
 	}
@@ -197,20 +195,8 @@ func (n *Negotiate) Decode(m []byte) error {
 	if n.Request {
 		fixed = NegReqOffList
 	}
-	if len(m) < fixed {
-		return ErrShort
-	}
-	if [4]byte(m[CtlOffProtocolID:]) != ProtocolID {
-		return ErrMagic
-	}
-	if le.Uint32(m[CtlOffRevID:]) != RevID {
-		return ErrVersion
-	}
-	if le.Uint16(m[CtlOffOpcode:]) != ControlOpNegotiate {
-		return fmt.Errorf("lwio: control opcode %#x", le.Uint16(m[CtlOffOpcode:]))
-	}
-	if int(le.Uint16(m[CtlOffLength:])) != len(m) {
-		return ErrLength
+	if err := checkControl(m, ControlOpNegotiate, fixed); err != nil {
+		return err
 	}
 	n.Name = getName(m[NegOffName : NegOffName+2*MaxHostName])
 	n.Key = getGUID(m[NegOffKey:])
