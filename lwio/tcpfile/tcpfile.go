@@ -229,6 +229,22 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) { return f.ReadAtWindow(
 
 // ReadAtWindow is ReadAt with the piece size and window given.
 func (f *File) ReadAtWindow(p []byte, off int64, piece, window int) (int, error) {
+	return f.pipeline(OpRead, p, off, piece, window)
+}
+
+// WriteAt writes p at off in pieces of 64 KiB, 16 in flight.
+func (f *File) WriteAt(p []byte, off int64) (int, error) { return f.WriteAtWindow(p, off, 64<<10, 16) }
+
+// WriteAtWindow is WriteAt with the piece size and window given.
+func (f *File) WriteAtWindow(p []byte, off int64, piece, window int) (int, error) {
+	return f.pipeline(OpWrite, p, off, piece, window)
+}
+
+// pipeline moves p to or from the file at off in pieces of piece bytes,
+// keeping up to window requests (READ or WRITE, by op) in flight and
+// taking the answers in order. A read returns io.EOF after the first short
+// piece, counting no byte after it.
+func (f *File) pipeline(op uint8, p []byte, off int64, piece, window int) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	hb := make([]byte, HeaderSize)
@@ -239,9 +255,15 @@ func (f *File) ReadAtWindow(p []byte, off int64, piece, window int) (int, error)
 	for got < pieces {
 		for sent < pieces && sent-got < window {
 			o := sent * piece
-			(&header{op: OpRead, tag: uint32(sent), offset: uint64(off) + uint64(o), length: uint32(min(piece, len(p)-o))}).encode(hb)
+			l := min(piece, len(p)-o)
+			(&header{op: op, tag: uint32(sent), offset: uint64(off) + uint64(o), length: uint32(l)}).encode(hb)
 			if _, err := f.w.Write(hb); err != nil {
 				return n, err
+			}
+			if op == OpWrite {
+				if _, err := f.w.Write(p[o : o+l]); err != nil {
+					return n, err
+				}
 			}
 			sent++
 		}
@@ -251,6 +273,14 @@ func (f *File) ReadAtWindow(p []byte, off int64, piece, window int) (int, error)
 		h, err := f.reply(rb)
 		if err != nil {
 			return n, err
+		}
+		if op == OpWrite {
+			if h.status != StatusOK || int(h.tag) != got {
+				return n, fmt.Errorf("tcpfile: write answer %d status %d", h.tag, h.status)
+			}
+			n += int(h.length)
+			got++
+			continue
 		}
 		o := int(h.tag) * piece
 		if int(h.tag) != got || int(h.length) > min(piece, len(p)-o) {
@@ -271,44 +301,6 @@ func (f *File) ReadAtWindow(p []byte, off int64, piece, window int) (int, error)
 	}
 	if eof {
 		return n, io.EOF
-	}
-	return n, nil
-}
-
-// WriteAt writes p at off in pieces of 64 KiB, 16 in flight.
-func (f *File) WriteAt(p []byte, off int64) (int, error) { return f.WriteAtWindow(p, off, 64<<10, 16) }
-
-// WriteAtWindow is WriteAt with the piece size and window given.
-func (f *File) WriteAtWindow(p []byte, off int64, piece, window int) (int, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	hb := make([]byte, HeaderSize)
-	rb := make([]byte, HeaderSize)
-	sent, got, n := 0, 0, 0
-	pieces := (len(p) + piece - 1) / piece
-	for got < pieces {
-		for sent < pieces && sent-got < window {
-			o := sent * piece
-			l := min(piece, len(p)-o)
-			(&header{op: OpWrite, tag: uint32(sent), offset: uint64(off) + uint64(o), length: uint32(l)}).encode(hb)
-			f.w.Write(hb)
-			if _, err := f.w.Write(p[o : o+l]); err != nil {
-				return n, err
-			}
-			sent++
-		}
-		if err := f.w.Flush(); err != nil {
-			return n, err
-		}
-		h, err := f.reply(rb)
-		if err != nil {
-			return n, err
-		}
-		if h.status != StatusOK || int(h.tag) != got {
-			return n, fmt.Errorf("tcpfile: write answer %d status %d", h.tag, h.status)
-		}
-		n += int(h.length)
-		got++
 	}
 	return n, nil
 }
