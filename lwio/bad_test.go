@@ -46,6 +46,37 @@ func stall(t *testing.T) (entered <-chan lwio.Opcode, release func()) {
 	return in, rel
 }
 
+// startReads submits n reads of size bytes at consecutive offsets.
+func startReads(t *testing.T, f *lwio.File, n, size int) []*lwio.Call {
+	t.Helper()
+	calls := make([]*lwio.Call, 0, n)
+	for i := range n {
+		cl, err := f.StartRead(context.Background(), make([]byte, size), int64(i*size), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls = append(calls, cl)
+	}
+	return calls
+}
+
+// tally waits for calls and counts the ones that succeeded and the ones
+// that failed with status; any other outcome fails t.
+func tally(t *testing.T, calls []*lwio.Call, status uint32) (ok, failed int) {
+	t.Helper()
+	for _, cl := range calls {
+		switch err := cl.Wait(context.Background()); {
+		case err == nil:
+			ok++
+		case statusOf(err) == status:
+			failed++
+		default:
+			t.Errorf("read: %v", err)
+		}
+	}
+	return ok, failed
+}
+
 func TestAuthRefused(t *testing.T) {
 	r := newRig(t, lwio.ServerConfig{})
 	for _, tc := range []struct {
@@ -327,28 +358,11 @@ func TestCreditViolation(t *testing.T) {
 	if err := c.Cheat(2); err != nil { // within the server's slack
 		t.Fatal(err)
 	}
-	var calls []*lwio.Call
-	for i := range 4 {
-		cl, err := f.StartRead(ctx, make([]byte, 4096), int64(i*4096), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		calls = append(calls, cl)
-	}
+	calls := startReads(t, f, 4, 4096)
 	<-entered
 	eventually(t, "two violations", func() bool { return r.srv.Stats().CreditViolations == 2 })
 	release()
-	ok, refused := 0, 0
-	for _, cl := range calls {
-		switch err := cl.Wait(ctx); {
-		case err == nil:
-			ok++
-		case statusOf(err) == lwio.StatusInsufficientRes:
-			refused++
-		default:
-			t.Errorf("read: %v", err)
-		}
-	}
+	ok, refused := tally(t, calls, lwio.StatusInsufficientRes)
 	if ok != 2 || refused != 2 {
 		t.Fatalf("%d served, %d refused; want 2 and 2", ok, refused)
 	}
@@ -364,33 +378,14 @@ func TestCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	entered, release := stall(t)
-	var calls []*lwio.Call
-	for i := range 6 {
-		cl, err := f.StartRead(ctx, make([]byte, 4096), int64(i*4096), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		calls = append(calls, cl)
-	}
+	calls := startReads(t, f, 6, 4096)
 	<-entered
 	<-entered // both workers hold one read; four wait in the queue
-	done := make(chan error, 1)
-	go func() { done <- f.Cancel(ctx) }()
-	if err := <-done; err != nil {
+	if err := f.Cancel(ctx); err != nil {
 		t.Fatal(err)
 	}
 	release()
-	ok, cancelled := 0, 0
-	for _, cl := range calls {
-		switch err := cl.Wait(ctx); {
-		case err == nil:
-			ok++
-		case statusOf(err) == lwio.StatusCancelled:
-			cancelled++
-		default:
-			t.Errorf("read: %v", err)
-		}
-	}
+	ok, cancelled := tally(t, calls, lwio.StatusCancelled)
 	if ok != 2 || cancelled != 4 || r.srv.Stats().Cancelled != 4 {
 		t.Fatalf("%d served, %d cancelled (server %d); want 2 and 4", ok, cancelled, r.srv.Stats().Cancelled)
 	}
@@ -438,14 +433,7 @@ func TestPeerVanishes(t *testing.T) {
 		t.Fatal(err)
 	}
 	entered, release := stall(t)
-	var calls []*lwio.Call
-	for i := range 8 {
-		cl, err := f.StartRead(ctx, make([]byte, 64<<10), int64(i*65536), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		calls = append(calls, cl)
-	}
+	calls := startReads(t, f, 8, 64<<10)
 	<-entered
 	c.Close()
 	for _, cl := range calls {

@@ -50,6 +50,15 @@ func head(s string) (cmsg, string) {
 	return cmsg{kind: s[0], value: int(int8(s[1]))}, s[2:]
 }
 
+// place is a device taking the next message off a wire into one of its
+// posted receive buffers: it is now a receive completion its CPU has not
+// taken.
+func place(wire, recv *string, posted *int) {
+	*recv += (*wire)[:2]
+	*wire = (*wire)[2:]
+	*posted--
+}
+
 func (s creditState) key() string { return fmt.Sprintf("%+v", s) }
 
 // creditModel explores every state with n requests, credits bounded by
@@ -97,9 +106,7 @@ func creditModel(n, maxCredits, maxAdjust, mutant int) (int, string) {
 				return len(seen), "a message reached the server with no buffer posted: " + s.key()
 			}
 			t := s
-			t.sRecv += t.c2s[:2]
-			t.c2s = t.c2s[2:]
-			t.sPosted--
+			place(&t.c2s, &t.sRecv, &t.sPosted)
 			next = append(next, t)
 		}
 		// Server: take the next received message.
@@ -172,9 +179,7 @@ func creditModel(n, maxCredits, maxAdjust, mutant int) (int, string) {
 				return len(seen), "a message reached the client with no buffer posted: " + s.key()
 			}
 			t := s
-			t.cRecv += t.s2c[:2]
-			t.s2c = t.s2c[2:]
-			t.cPosted--
+			place(&t.s2c, &t.cRecv, &t.cPosted)
 			next = append(next, t)
 		}
 		// Client: take the next received message.
