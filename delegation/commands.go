@@ -217,7 +217,7 @@ func (e *Engine) Send(idx uint32, tx *rings.Tx) rings.Status {
 		return rings.StatusBadParam
 	}
 	if tx.Len > 0 {
-		if _, err := e.dma.Map(tx.Addr, int(tx.Len)); err != nil {
+		if err := rings.Check(e.dma, tx.Addr, int(tx.Len)); err != nil {
 			return rings.StatusBadAddress
 		}
 		if c.txCount >= c.maxTx || c.sndEnd.sub(c.sndUna)+tx.Len > maxSendQueue {
@@ -359,7 +359,7 @@ func (e *Engine) PostBuffers(idx uint32, addr rings.Addr, count uint32) (uint32,
 			status = rings.StatusBadParam
 			break
 		}
-		if _, err := e.dma.Map(d.Addr(), int(l)); err != nil {
+		if err := rings.Check(e.dma, d.Addr(), int(l)); err != nil {
 			status = rings.StatusBadAddress
 			break
 		}

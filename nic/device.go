@@ -55,6 +55,42 @@ type Config struct {
 	// Engine configures the delegated TCP engine (connection table size,
 	// timers, buffer limits).
 	Engine delegation.Config
+
+	// Tracer, when set, sees everything that crosses the device's
+	// boundary (package trace records and replays with it): it wraps host
+	// memory, the port and the interrupt vectors, and the unit runs in
+	// steps it is told of. The unit then keeps NEED_WAKEUP set on every
+	// ring it consumes (each publish rings the doorbell), so that what a
+	// step does depends only on what the host published, never on when
+	// the unit happened to be spinning. The port must be a PollPort.
+	Tracer Tracer
+	// Manual starts no goroutine: the unit runs only when Step is called
+	// (a replayer, or a harness with a virtual clock, drives it).
+	Manual bool
+	// STagSeed seeds the memory table's STag keys (0: a random seed), so
+	// that a recorded run's keys come back in its replay.
+	STagSeed uint64
+}
+
+// Tracer is the device's side of a trace recorder or replayer.
+type Tracer interface {
+	// Attach is told the device's configuration (defaults applied) and
+	// interposes on host memory and the port; WrapVectors on the
+	// interrupt lines. The memory should be a rings.TracedDMA, the port a
+	// PollPort.
+	Attach(cfg Config, mem rings.DMA, p port.Port) (rings.DMA, port.Port)
+	WrapVectors(Vectors) Vectors
+	// Step is called at the start of every step of the unit.
+	Step(s StepInfo)
+}
+
+// StepInfo describes one step of a traced unit.
+type StepInfo struct {
+	N        uint64 // steps so far, this one included
+	Now      int64  // the device clock for the whole step, ns
+	Doorbell bool   // the host rang the doorbell since the last step
+	Parked   bool   // the unit slept before this step
+	Stop     bool   // the final step: the device is stopping
 }
 
 func (c *Config) setDefaults() {
@@ -161,6 +197,10 @@ type Device struct {
 
 	now int64 // device clock at the start of the current pass
 
+	traced   bool        // cfg.Tracer set: the unit runs in steps
+	steps    uint64      // steps run (traced)
+	hostRang atomic.Bool // the host rang the doorbell (traced)
+
 	// interrupt moderation
 	intrPending int
 	intrSince   int64
@@ -192,6 +232,17 @@ func New(cfg Config, mem rings.DMA, p port.Port) (*Device, error) {
 		return nil, errors.New("nic: host memory and port are required")
 	}
 	d := &Device{cfg: cfg, mem: mem, port: p, maxFrame: cfg.MTU + EthHeaderLen, bell: rings.NewBell(), macBell: rings.NewBell()}
+	if t := cfg.Tracer; t != nil {
+		d.traced = true
+		d.mem, d.port = t.Attach(cfg, mem, p)
+		if _, ok := d.port.(PollPort); !ok {
+			return nil, errors.New("nic: a traced device needs a port the unit can poll (the in-memory wire)")
+		}
+	} else if cfg.Manual {
+		if _, ok := p.(PollPort); !ok {
+			return nil, errors.New("nic: a manual device needs a port the unit can poll (the in-memory wire)")
+		}
+	}
 	return d, nil
 }
 
@@ -213,7 +264,11 @@ type hostDoorbell struct{ d *Device }
 
 // Kick implements rings.Doorbell.
 func (h hostDoorbell) Kick() {
-	if h.d.parked.Load() {
+	if h.d.traced || h.d.cfg.Manual {
+		// Counted by the step that sees it, so that a replay counts it
+		// in the same step.
+		h.d.hostRang.Store(true)
+	} else if h.d.parked.Load() {
 		h.d.count(rings.StatDoorbells)
 	}
 	h.d.bell.Kick()
@@ -227,6 +282,9 @@ func (d *Device) Start(rc RingConfig, vec Vectors) error {
 	}
 	if err := rc.Validate(); err != nil {
 		return fmt.Errorf("nic: %w", err)
+	}
+	if d.cfg.Tracer != nil {
+		vec = d.cfg.Tracer.WrapVectors(vec)
 	}
 	var err error
 	// Consumers release in small batches: the host reuses slots only after
@@ -251,6 +309,10 @@ func (d *Device) Start(rc RingConfig, vec Vectors) error {
 	d.timer = time.NewTimer(time.Hour)
 	d.timer.Stop()
 	d.started = true
+	if d.traced || d.cfg.Manual {
+		d.startStepped()
+		return nil
+	}
 	if pp, ok := d.port.(PollPort); ok {
 		// The unit polls the port itself: no MAC goroutine in between.
 		d.poll = pp
@@ -270,6 +332,9 @@ func (d *Device) Start(rc RingConfig, vec Vectors) error {
 
 // Stop halts the unit and the MAC and closes the port. Safe to call twice.
 func (d *Device) Stop() error {
+	if d.cfg.Manual {
+		return d.StopAt(d.now)
+	}
 	d.stopOnce.Do(func() {
 		d.stop.Store(true)
 		d.bell.Kick()

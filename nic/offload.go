@@ -35,11 +35,15 @@ func (e engineEnv) TakeLegacyBuffer() (uint32, rings.Addr, uint32, bool) {
 	return id, addr, n, true
 }
 
-func (e engineEnv) NowNanos() int64 { return nanotime() }
+func (e engineEnv) NowNanos() int64 {
+	if e.d.traced || e.d.cfg.Manual {
+		return e.d.now // the step's clock: a replay reads the same
+	}
+	return nanotime()
+}
 
 func (d *Device) memContains(a rings.Addr, n int) bool {
-	_, err := d.mem.Map(a, n)
-	return err == nil
+	return rings.Check(d.mem, a, n) == nil
 }
 
 // Engine returns the delegated-connection engine (for counters and tests;

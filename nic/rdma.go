@@ -41,7 +41,7 @@ func (l *qpLink) WantClose() bool       { return l.qp.WantClose() }
 
 func (d *Device) rdmaInit() {
 	d.rdma = rdmaState{
-		mem: iwarp.NewMemTable(d.mem, memTableSlots, 0),
+		mem: iwarp.NewMemTable(d.mem, memTableSlots, d.cfg.STagSeed),
 		cqs: map[uint32]*iwarp.CQ{}, cqNums: map[*iwarp.CQ]uint32{}, qps: map[uint32]*qpLink{},
 	}
 }

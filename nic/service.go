@@ -55,14 +55,12 @@ func (d *Device) execute(ce rings.CommandEntry) (rings.Status, uint64) {
 		if n <= 0 {
 			return rings.StatusBadParam, 0
 		}
-		dst, err := d.mem.Map(ce.Addr(), n)
-		if err != nil {
+		var blk [rings.StatBlockSize]byte
+		d.fillStats(blk[:])
+		if err := d.mem.WriteAt(blk[:n], ce.Addr()); err != nil {
 			d.count(rings.StatDMAErrors)
 			return rings.StatusBadAddress, 0
 		}
-		var blk [rings.StatBlockSize]byte
-		d.fillStats(blk[:])
-		copy(dst, blk[:n])
 		return rings.StatusOK, uint64(n)
 	default:
 		return d.executeOffload(ce)

@@ -76,7 +76,7 @@ func (d *Device) setStatArea(ce rings.CommandEntry) (rings.Status, uint64) {
 	if n < lay.MinSize() || ce.Addr()%8 != 0 {
 		return rings.StatusBadParam, 0
 	}
-	if _, err := d.mem.Map(ce.Addr(), n); err != nil {
+	if err := rings.Check(d.mem, ce.Addr(), n); err != nil {
 		d.count(rings.StatDMAErrors)
 		return rings.StatusBadAddress, 0
 	}
@@ -92,7 +92,7 @@ func (d *Device) publishStats(parking bool) {
 	if a == nil {
 		return
 	}
-	b, err := d.mem.Map(a.addr, a.n)
+	b, err := rings.MapOut(d.mem, a.addr, a.n)
 	if err != nil {
 		d.count(rings.StatDMAErrors)
 		d.area = nil
@@ -149,4 +149,5 @@ func (d *Device) publishStats(parking bool) {
 		}
 	}
 	rings.AtomicStore64(b, rings.SaOffGen, 2*a.gen) // even: stable
+	rings.Wrote(d.mem, a.addr, b)
 }

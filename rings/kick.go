@@ -12,7 +12,7 @@ package rings
 // agree with.
 func (p *Producer) PublishNoKick() (peerSleeping bool) {
 	if p.tail != p.published {
-		store32(p.hdr(OffProducerIndex), p.tail)
+		p.store(OffProducerIndex, p.tail)
 		p.stats.Entries += uint64(p.tail - p.published)
 		p.stats.Publishes++
 		p.stats.Suppressed++
@@ -37,7 +37,7 @@ func (p *Producer) Kicked() {
 
 // PeerSleeping reports whether the consumer has announced it is parked.
 func (p *Producer) PeerSleeping() bool {
-	return load32(p.hdr(OffConsumerFlags))&FlagNeedWakeup != 0
+	return p.load(OffConsumerFlags)&FlagNeedWakeup != 0
 }
 
 // SetNeedWakeup announces (or withdraws) that the producer is parked waiting
@@ -48,5 +48,5 @@ func (p *Producer) SetNeedWakeup(on bool) {
 	if on {
 		v = FlagNeedWakeup
 	}
-	store32(p.hdr(OffProducerFlags), v)
+	p.store(OffProducerFlags, v)
 }

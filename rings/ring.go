@@ -106,11 +106,18 @@ type Ring struct {
 	slots  unsafe.Pointer // &mem[HeaderSize]: entry slot 0
 	esize  uintptr        // EntrySize
 	pi, ci *uint32        // the header's index words
+	tap    Tap            // nil unless host memory is traced (TracedDMA)
 }
 
-func openRing(dma DMA, l Layout) (Ring, error) {
+func openRing(dma DMA, l Layout, producer bool) (Ring, error) {
 	if err := l.Validate(); err != nil {
 		return Ring{}, err
+	}
+	var tap Tap
+	if t, ok := dma.(TracedDMA); ok {
+		// The ring's memory is mapped raw; its header words go through
+		// the tap instead, which sees every one the other side wrote.
+		tap, dma = t.RingTap(l, producer), t.Raw()
 	}
 	mem, err := dma.Map(l.Base, l.Size())
 	if err != nil {
@@ -122,13 +129,13 @@ func openRing(dma DMA, l Layout) (Ring, error) {
 	}
 	return Ring{layout: l, mem: mem, mask: l.Count - 1, shift: shift,
 		slots: unsafe.Pointer(&mem[HeaderSize]), esize: uintptr(l.EntrySize),
-		pi: word(mem[OffProducerIndex:]), ci: word(mem[OffConsumerIndex:])}, nil
+		pi: word(mem[OffProducerIndex:]), ci: word(mem[OffConsumerIndex:]), tap: tap}, nil
 }
 
 // openSide opens one side's view of the ring and clamps its batch to
 // [1, Count].
-func openSide(dma DMA, l Layout, batch uint32) (Ring, uint32, error) {
-	r, err := openRing(dma, l)
+func openSide(dma DMA, l Layout, batch uint32, producer bool) (Ring, uint32, error) {
+	r, err := openRing(dma, l, producer)
 	return r, min(max(batch, 1), l.Count), err
 }
 
@@ -138,10 +145,10 @@ func openSide(dma DMA, l Layout, batch uint32) (Ring, uint32, error) {
 // other side's flags word (at flagsOff) says it is parked. Publish and
 // Release are the two uses.
 func (r *Ring) signal(st *RingStats, idxOff int, v, last uint32, flagsOff int, peer Doorbell) {
-	store32(r.hdr(idxOff), v)
+	r.store(idxOff, v)
 	st.Entries += uint64(v - last)
 	st.Publishes++
-	if load32(r.hdr(flagsOff))&FlagNeedWakeup != 0 && peer != nil {
+	if r.load(flagsOff)&FlagNeedWakeup != 0 && peer != nil {
 		st.Kicks++
 		peer.Kick()
 	} else {
@@ -170,10 +177,43 @@ func (r *Ring) Phase(i uint32) uint32 { return ((i >> r.shift) & 1) ^ 1 }
 func (r *Ring) hdr(off int) []byte { return r.mem[off : off+4] }
 
 // ProducerIndex reads the published producer index.
-func (r *Ring) ProducerIndex() uint32 { return atomic.LoadUint32(r.pi) }
+func (r *Ring) ProducerIndex() uint32 {
+	if r.tap != nil {
+		return r.tap.Load(r, OffProducerIndex)
+	}
+	return atomic.LoadUint32(r.pi)
+}
 
 // ConsumerIndex reads the published consumer index.
-func (r *Ring) ConsumerIndex() uint32 { return atomic.LoadUint32(r.ci) }
+func (r *Ring) ConsumerIndex() uint32 {
+	if r.tap != nil {
+		return r.tap.Load(r, OffConsumerIndex)
+	}
+	return atomic.LoadUint32(r.ci)
+}
+
+// load reads the header word at off (through the tap when traced).
+func (r *Ring) load(off int) uint32 {
+	if r.tap != nil {
+		return r.tap.Load(r, off)
+	}
+	return load32(r.hdr(off))
+}
+
+// store writes this side's header word at off and tells the tap.
+func (r *Ring) store(off int, v uint32) {
+	store32(r.hdr(off), v)
+	if r.tap != nil {
+		r.tap.Stored(r, off, v)
+	}
+}
+
+// RawLoad reads the header word at off bypassing any tap (for taps).
+func (r *Ring) RawLoad(off int) uint32 { return load32(r.hdr(off)) }
+
+// RawStore writes the header word at off bypassing any tap (for a replaying
+// tap, which writes what the other side published).
+func (r *Ring) RawStore(off int, v uint32) { store32(r.hdr(off), v) }
 
 // Doorbell is how one side wakes the other: a write to a doorbell register, an
 // interrupt, or in another process an eventfd.
@@ -258,7 +298,7 @@ type Producer struct {
 // entries after which Commit publishes by itself (1 publishes every entry);
 // peer is rung when the consumer has said it is parked.
 func NewProducer(dma DMA, l Layout, batch uint32, peer Doorbell) (*Producer, error) {
-	r, batch, err := openSide(dma, l, batch)
+	r, batch, err := openSide(dma, l, batch, true)
 	if err != nil {
 		return nil, err
 	}
@@ -466,7 +506,7 @@ type Consumer struct {
 // NewConsumer opens the consuming side. Released entries are published back
 // to the producer every batch entries (or on Release).
 func NewConsumer(dma DMA, l Layout, batch uint32, peer Doorbell) (*Consumer, error) {
-	r, batch, err := openSide(dma, l, batch)
+	r, batch, err := openSide(dma, l, batch, false)
 	if err != nil {
 		return nil, err
 	}
@@ -613,6 +653,9 @@ func (c *Consumer) Complete(e []byte) {
 		ctl |= CtlDonePhase
 	}
 	store32(e[OffCtl:], ctl)
+	if c.tap != nil {
+		c.tap.Completed(&c.Ring, i, e)
+	}
 }
 
 // Pop consumes the entry at the head; every batch entries the slots are
@@ -642,7 +685,7 @@ func (c *Consumer) SetNeedWakeup(on bool) {
 	if on {
 		v = FlagNeedWakeup
 	}
-	store32(c.hdr(OffConsumerFlags), v)
+	c.store(OffConsumerFlags, v)
 }
 
 // Park is the consumer's idle step when it owns no other event source:

@@ -693,7 +693,7 @@ func TestIndexWrap(t *testing.T) {
 	// whose slots hold the phase of the lap before start.
 	store32(mem[OffProducerIndex:], start)
 	store32(mem[OffConsumerIndex:], start)
-	r0, _ := openRing(a, l)
+	r0, _ := openRing(a, l, false)
 	for i := start - count; i != start; i++ {
 		r0.Entry(i)[OffCtl] = byte(r0.Phase(i))
 	}

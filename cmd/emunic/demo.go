@@ -16,9 +16,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/emunic/emunic/nic"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/tcpstack"
 	"github.com/emunic/emunic/tcpstack/services"
+	"github.com/emunic/emunic/trace"
 )
 
 var demoCmd = &command{
@@ -116,6 +118,8 @@ type demoConfig struct {
 	// hooks, when not nil, is for the test that checks the report
 	// against independent counts. Not a flag.
 	hooks *demoHooks
+	// trace, when not nil, records both devices ('emunic trace record').
+	trace *trace.Writer
 }
 
 // demoHooks let a test look at the lab from another side than the
@@ -370,7 +374,13 @@ func newDemoLab(cfg demoConfig) (*demoLab, error) {
 	if cfg.Split {
 		split = &tcpstack.SplitConfig{}
 	}
-	lab.a, err = tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 1}, Addr: demoAddrA, MTU: cfg.MTU, Split: split}, pa)
+	var devA, devB nic.Config
+	if cfg.trace != nil {
+		// Seeded STag keys: a replay must draw the same ones.
+		devA = nic.Config{Tracer: cfg.trace.NewDevice("A"), STagSeed: cfg.Seed*2 + 1}
+		devB = nic.Config{Tracer: cfg.trace.NewDevice("B"), STagSeed: cfg.Seed*2 + 2}
+	}
+	lab.a, err = tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 1}, Addr: demoAddrA, MTU: cfg.MTU, Split: split, Device: devA}, pa)
 	if err != nil {
 		pa.Close()
 		lab.pb.Close()
@@ -388,7 +398,7 @@ func newDemoLab(cfg demoConfig) (*demoLab, error) {
 	// B is built under the label side=server (its goroutines inherit it),
 	// so the file paths can tell the client's CPU (A) from the server's.
 	inB(func() {
-		lab.b, err = tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 2}, Addr: demoAddrB, MTU: cfg.MTU, Split: split}, pb)
+		lab.b, err = tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 2}, Addr: demoAddrB, MTU: cfg.MTU, Split: split, Device: devB}, pb)
 	})
 	if err != nil {
 		lab.a.Close()

@@ -162,7 +162,7 @@ func (t *MemTable) Register(pd uint32, addr rings.Addr, va, length uint64, acces
 	if length > uint64(math.MaxInt) {
 		return 0, fmt.Errorf("%w: length %d", ErrBadRegion, length)
 	}
-	if _, err := t.dma.Map(addr, int(length)); err != nil {
+	if err := rings.Check(t.dma, addr, int(length)); err != nil {
 		return 0, fmt.Errorf("%w: %v", ErrBadRegion, err)
 	}
 	if access&AccessZeroBased != 0 {

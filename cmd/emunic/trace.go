@@ -1,0 +1,261 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/emunic/emunic/trace"
+)
+
+var traceCmd = &command{
+	name:     "trace",
+	summary:  "ring traces: record a demo run, replay it on a fresh device, diff, show",
+	synopsis: "record|replay|diff|show [flags] [arguments]",
+	about: `
+A ring trace is everything that crossed each device's boundary during a run:
+every ring entry the host published as the device first saw it, every entry
+and status the device wrote back, every DMA read and write of host memory,
+every frame at the port and every interrupt, grouped in the unit's steps, each
+step with the device clock (docs/trace.md has the format).
+
+  emunic trace record --out FILE [-- DEMO FLAGS]
+        run 'emunic demo' with its flags (default --bytes 1MiB) and record
+        both devices
+  emunic trace replay FILE
+        feed each recorded device's inputs, step by step, to a fresh device
+        and check that it does exactly what the trace says; exit 1 with the
+        first divergence when it does not
+  emunic trace diff A B [--ignore-time]
+        compare two traces; exit 1 with the first difference
+  emunic trace show FILE [--hex] [--idle]
+        print a trace decoded: commands, notifications, descriptors, work
+        requests, completions, frames
+
+A replay is exact because a traced device runs in steps whose clock is fixed
+and keeps NEED_WAKEUP set on every ring it consumes, so what it does in a
+step depends only on what it was given.`,
+	examples: `  emunic trace record --out offload.trace -- --path offload --bytes 256KiB
+  emunic trace record --out rdma.trace -- --rdma --bytes 128KiB
+  emunic trace show offload.trace | less
+  emunic trace replay offload.trace
+  emunic trace diff old.trace new.trace`,
+}
+
+var traceSub = map[string]*command{
+	"record": {name: "trace record", synopsis: "--out FILE [-- DEMO FLAGS]", about: `
+Runs the demo (see 'emunic demo --help'; --bytes defaults to 1MiB here, since
+every byte moved is in the trace) with both devices traced, and writes the
+trace to FILE. --pcap and --split are not supported while tracing.`},
+	"replay": {name: "trace replay", synopsis: "FILE", about: `
+Replays every device of the trace on a fresh device and checks each of its
+outputs against the trace. Exit status 0 when all agree, 1 at the first
+divergence, which is printed with the step, what the trace has and what the
+device did.`},
+	"diff": {name: "trace diff", synopsis: "[--ignore-time] A B", about: `
+Compares two traces record by record. Exit status 0 when they are the same,
+1 at the first difference, printed with the records before it.`},
+	"show": {name: "trace show", synopsis: "[--hex] [--idle] FILE", about: `
+Prints a trace decoded, one step per paragraph: ← what the device was given,
+→ what it did.`},
+}
+
+func runTraceCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return usagef("which one: record, replay, diff or show (see 'emunic trace --help')")
+	}
+	sub := args[0]
+	if sub == "-h" || sub == "-help" || sub == "--help" {
+		printCommandHelp(stdout, traceCmd, nil)
+		return errHelp
+	}
+	cmd := traceSub[sub]
+	if cmd == nil {
+		return usagef("unknown subcommand %q: record, replay, diff or show (see 'emunic trace --help')", sub)
+	}
+	fs := newFlagSet(cmd.name)
+	out := fs.String("out", "", "write the trace to `FILE`")
+	ignoreTime := fs.Bool("ignore-time", false, "let step times differ (runs on the monotonic clock)")
+	hexOut := fs.Bool("hex", false, "print the bytes of entries, reads and frames")
+	idle := fs.Bool("idle", false, "print steps in which nothing happened")
+	rest := args[1:]
+	var demoArgs []string
+	if sub == "record" {
+		for i, a := range rest {
+			if a == "--" {
+				rest, demoArgs = rest[:i], rest[i+1:]
+				break
+			}
+		}
+	}
+	err := fs.Parse(rest)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		printCommandHelp(stdout, cmd, fs)
+		return errHelp
+	case err != nil:
+		return flagError(cmd, err)
+	}
+	want := map[string]int{"record": 0, "replay": 1, "diff": 2, "show": 1}[sub]
+	if fs.NArg() != want {
+		return usagef("'emunic %s' takes %d argument(s), got %d: %s", cmd.name, want, fs.NArg(), cmd.synopsis)
+	}
+	switch sub {
+	case "record":
+		if *out == "" {
+			return usagef("--out FILE is required (see 'emunic trace record --help')")
+		}
+		return traceRecord(ctx, *out, demoArgs, stdout)
+	case "replay":
+		return traceReplay(fs.Arg(0), stdout)
+	case "diff":
+		return traceDiff(fs.Arg(0), fs.Arg(1), trace.DiffOptions{IgnoreTime: *ignoreTime}, stdout)
+	default:
+		f, err := os.Open(fs.Arg(0))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		bw := bufio.NewWriter(stdout)
+		p := trace.NewPrinter()
+		p.Hex = *hexOut
+		err = trace.Show(bw, f, p, *idle)
+		if ferr := bw.Flush(); err == nil {
+			err = ferr
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", fs.Arg(0), err)
+		}
+		return nil
+	}
+}
+
+func traceRecord(ctx context.Context, out string, demoArgs []string, stdout io.Writer) error {
+	cfg, err := parseDemoFlags(demoArgs, stdout)
+	if err != nil {
+		return err
+	}
+	if !hasFlag(demoArgs, "bytes") {
+		cfg.Bytes = 1 << 20
+	}
+	if cfg.Pcap != "" || cfg.Split {
+		return usagef("'emunic trace record' does not take --pcap or --split: the trace has every frame, and a traced device runs in this process")
+	}
+	f, err := os.Create(out)
+	if err != nil {
+		return err
+	}
+	w, err := trace.NewWriter(f, trace.Header{Args: demoArgs, Clock: "monotonic"})
+	if err != nil {
+		f.Close()
+		return err
+	}
+	cfg.trace = w
+	derr := runDemo(ctx, cfg, stdout)
+	if err := w.Close(); err != nil {
+		return fmt.Errorf("trace %s: %w", out, err)
+	}
+	if derr != nil {
+		return derr
+	}
+	fmt.Fprintf(stdout, "\ntrace: %d records in %s\n", w.Records(), out)
+	return nil
+}
+
+func hasFlag(args []string, name string) bool {
+	for _, a := range args {
+		a = strings.TrimLeft(a, "-")
+		if a == name || strings.HasPrefix(a, name+"=") {
+			return true
+		}
+	}
+	return false
+}
+
+func traceReplay(file string, stdout io.Writer) error {
+	f, err := os.Open(file)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	res, err := trace.Replay(bufio.NewReader(f))
+	if err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	if d := res.Divergence; d != nil {
+		p := trace.NewPrinter()
+		f.Seek(0, io.SeekStart)
+		_, recs, _ := trace.ReadAll(f)
+		for i := range recs {
+			p.Learn(&recs[i])
+		}
+		fmt.Fprintf(stdout, "DIVERGED: device %s, step %d (t=%.6fs): %s\n", d.Name, d.Step, float64(d.Now)/1e9, d.Why)
+		for i := range d.Context {
+			fmt.Fprintf(stdout, "  matched  %s\n", strings.TrimSpace(p.Format(&d.Context[i])))
+		}
+		if d.Want != nil {
+			fmt.Fprintf(stdout, "  trace    %s\n", strings.TrimSpace(p.Format(d.Want)))
+		}
+		if d.Got != nil {
+			fmt.Fprintf(stdout, "  device   %s\n", strings.TrimSpace(p.Format(d.Got)))
+		}
+		return fmt.Errorf("%s: replay diverged at device %s step %d", file, d.Name, d.Step)
+	}
+	fmt.Fprintf(stdout, "replay of %s: %d device(s), %d steps, %d inputs fed, %d outputs identical\n", file, res.Devices, res.Steps, res.Inputs, res.Outputs)
+	return nil
+}
+
+func traceDiff(a, b string, opt trace.DiffOptions, stdout io.Writer) error {
+	fa, err := os.Open(a)
+	if err != nil {
+		return err
+	}
+	defer fa.Close()
+	fb, err := os.Open(b)
+	if err != nil {
+		return err
+	}
+	defer fb.Close()
+	d, err := trace.Diff(bufio.NewReader(fa), bufio.NewReader(fb), opt)
+	if err != nil {
+		return err
+	}
+	if d == nil {
+		fmt.Fprintf(stdout, "%s and %s are the same\n", a, b)
+		return nil
+	}
+	p := trace.NewPrinter()
+	fa.Seek(0, io.SeekStart)
+	if tr, err := trace.NewReader(bufio.NewReader(fa)); err == nil {
+		for i := 0; i < d.Index; i++ {
+			r, err := tr.Next()
+			if err != nil {
+				break
+			}
+			p.Learn(r)
+		}
+	}
+	fmt.Fprintf(stdout, "DIFFERENT at record %d: %s\n", d.Index, d.Why)
+	if d.StepA != nil {
+		fmt.Fprintf(stdout, "  in       %s\n", p.Format(d.StepA))
+	}
+	for i := range d.Context {
+		fmt.Fprintf(stdout, "  same     %s\n", strings.TrimSpace(p.Format(&d.Context[i])))
+	}
+	for _, x := range []struct {
+		name string
+		r    *trace.Record
+	}{{a, d.A}, {b, d.B}} {
+		if x.r == nil {
+			fmt.Fprintf(stdout, "  %s: ends here\n", x.name)
+		} else {
+			fmt.Fprintf(stdout, "  %s: %s\n", x.name, strings.TrimSpace(p.Format(x.r)))
+		}
+	}
+	return fmt.Errorf("%s and %s differ at record %d", a, b, d.Index)
+}
