@@ -96,6 +96,9 @@ const (
 // FrameIn flags.
 const FrameTooBig = 1 << 0 // the port refused a frame longer than the buffer
 
+// FrameOut flags.
+const FramePortError = 1 << 0 // the port refused the frame (the device counts it)
+
 // Write flags.
 const WriteHashed = 1 << 0 // Data is the SHA-256 of the N bytes written
 
@@ -130,7 +133,7 @@ const (
 	ringSize     = 2 + 1 + 8 + 4 + 4
 	loadHdr      = 2 + 1 + 4 + 4 // ring, off, ord, val; then entries
 	readHdr      = 8             // addr; then data
-	frameInHdr   = 1             // flags; then frame
+	frameHdr     = 1             // flags; then frame
 	storeHdr     = 2 + 1 + 4     // ring, off, val; then entries
 	completeHdr  = 2 + 4         // ring, index; then entry
 	writeHdr     = 8 + 4 + 1     // addr, len, flags; then data or hash
@@ -177,9 +180,7 @@ func (r *Record) appendPayload(b []byte) ([]byte, error) {
 		b = le.AppendUint64(b, r.Addr)
 		b = append(b, r.Data...)
 	case KindFrameIn, KindFrameOut:
-		if r.Kind == KindFrameIn {
-			b = append(b, r.Flags)
-		}
+		b = append(b, r.Flags)
 		b = append(b, r.Data...)
 	case KindStore:
 		b = le.AppendUint16(b, r.Ring)
@@ -237,13 +238,11 @@ func (r *Record) decodePayload(p []byte) error {
 			return err
 		}
 		r.Addr, r.Data = le.Uint64(p), p[readHdr:]
-	case KindFrameIn:
-		if err := need(frameInHdr, false); err != nil {
+	case KindFrameIn, KindFrameOut:
+		if err := need(frameHdr, false); err != nil {
 			return err
 		}
-		r.Flags, r.Data = p[0], p[frameInHdr:]
-	case KindFrameOut:
-		r.Data = p
+		r.Flags, r.Data = p[0], p[frameHdr:]
 	case KindStore:
 		if err := need(storeHdr, false); err != nil {
 			return err
@@ -284,6 +283,10 @@ type Header struct {
 	Tool    string   `json:"tool"`
 	Args    []string `json:"args,omitempty"` // what was recorded (the demo's flags)
 	Clock   string   `json:"clock"`          // "monotonic" or "virtual"
+	// FullWrites keeps the bytes of every DMA write, not only the short
+	// ones (the rest are a SHA-256): larger, but a divergence shows the
+	// bytes.
+	FullWrites bool `json:"full_writes,omitempty"`
 }
 
 // Writer writes a trace. Devices write from their own goroutines; a Writer
@@ -297,6 +300,7 @@ type Writer struct {
 	err   error
 	devs  uint8
 	ended bool
+	full  bool
 }
 
 // NewWriter writes the file header to w and returns a Writer. Close writes
@@ -310,7 +314,7 @@ func NewWriter(w io.Writer, h Header) (*Writer, error) {
 	if err != nil {
 		return nil, err
 	}
-	tw := &Writer{w: bufio.NewWriterSize(w, 1<<16)}
+	tw := &Writer{w: bufio.NewWriterSize(w, 1<<16), full: h.FullWrites}
 	if c, ok := w.(io.Closer); ok {
 		tw.c = c
 	}
@@ -422,6 +426,9 @@ func NewReader(r io.Reader) (*Reader, error) {
 	}
 	if v := binary.LittleEndian.Uint16(fh[offVersion:]); v != Version {
 		return nil, fmt.Errorf("%w %d (this build reads version %d)", ErrVersion, v, Version)
+	}
+	if f := binary.LittleEndian.Uint16(fh[offHdrFlags:]); f != 0 {
+		return nil, fmt.Errorf("%w: header flags %#x (version %d has none)", ErrCorrupt, f, Version)
 	}
 	n := binary.LittleEndian.Uint32(fh[offHdrLen:])
 	if n > maxHeaderLen {

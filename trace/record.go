@@ -145,7 +145,7 @@ func (m recDMA) RingTap(l rings.Layout, producer bool) rings.Tap {
 
 func (r *Recorder) wrote(a rings.Addr, p []byte) {
 	rec := Record{Kind: KindWrite, Addr: uint64(a), Len: uint32(len(p)), Data: p}
-	if len(p) > maxInlineOut {
+	if len(p) > maxInlineOut && !r.w.full {
 		h := sha256.Sum256(p)
 		rec.Flags, rec.Data = WriteHashed, h[:]
 	}
@@ -261,8 +261,13 @@ func (p *recPort) SetReadableFunc(fn func()) { p.pp.SetReadableFunc(fn) }
 func (p *recPort) Pending() int              { return p.pp.Pending() }
 
 func (p *recPort) WriteFrame(f []byte) error {
-	p.r.emit(&Record{Kind: KindFrameOut, Data: f})
-	return p.Port.WriteFrame(f)
+	err := p.Port.WriteFrame(f)
+	rec := Record{Kind: KindFrameOut, Data: f}
+	if err != nil {
+		rec.Flags = FramePortError // what the port answered is an input too
+	}
+	p.r.emit(&rec)
+	return err
 }
 
 type recVector struct {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -349,7 +350,9 @@ func (m repDMA) Raw() rings.DMA { return m.rp.arena }
 
 func (m repDMA) Wrote(a rings.Addr, p []byte) {
 	rec := Record{Kind: KindWrite, Addr: uint64(a), Len: uint32(len(p)), Data: p}
-	if len(p) > maxInlineOut {
+	rp := m.rp
+	full := rp.outPos < len(rp.outs) && rp.outs[rp.outPos].Kind == KindWrite && rp.outs[rp.outPos].Flags&WriteHashed == 0
+	if len(p) > maxInlineOut && !full {
 		h := sha256.Sum256(p)
 		rec.Flags, rec.Data = WriteHashed, h[:]
 	}
@@ -450,8 +453,20 @@ func (p *repPort) TryReadFrame(buf []byte) (int, bool, error) {
 func (p *repPort) SetReadableFunc(func()) {}
 func (p *repPort) Pending() int           { return len(p.rp.frames) }
 
+// errPortRefused is what a replayed port answers where the recorded one
+// refused a frame.
+var errPortRefused = errors.New("trace: the recorded port refused this frame")
+
 func (p *repPort) WriteFrame(f []byte) error {
-	p.rp.output(&Record{Kind: KindFrameOut, Data: f})
+	rp := p.rp
+	got := Record{Kind: KindFrameOut, Data: f}
+	if rp.outPos < len(rp.outs) && rp.outs[rp.outPos].Kind == KindFrameOut {
+		got.Flags = rp.outs[rp.outPos].Flags & FramePortError
+	}
+	rp.output(&got)
+	if got.Flags&FramePortError != 0 {
+		return errPortRefused
+	}
 	return nil
 }
 

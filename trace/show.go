@@ -176,11 +176,14 @@ func (p *Printer) Format(r *Record) string {
 		if r.Kind == KindFrameOut {
 			name = "frame out"
 		}
-		if r.Flags&FrameTooBig != 0 {
+		if r.Kind == KindFrameIn && r.Flags&FrameTooBig != 0 {
 			fmt.Fprintf(&b, "%s: too long for the device's buffer (dropped by the port)", name)
 			break
 		}
 		fmt.Fprintf(&b, "%s %4d  %s", name, len(r.Data), FormatFrame(r.Data))
+		if r.Kind == KindFrameOut && r.Flags&FramePortError != 0 {
+			b.WriteString("  (refused by the port)")
+		}
 		if p.Hex {
 			b.WriteString("\n" + indentHex(r.Data))
 		}

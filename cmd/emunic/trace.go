@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/emunic/emunic/nic"
 	"github.com/emunic/emunic/trace"
 )
 
@@ -48,7 +49,7 @@ step depends only on what it was given.`,
 }
 
 var traceSub = map[string]*command{
-	"record": {name: "trace record", synopsis: "--out FILE [-- DEMO FLAGS]", about: `
+	"record": {name: "trace record", synopsis: "--out FILE [--full-writes] [-- DEMO FLAGS]", about: `
 Runs the demo (see 'emunic demo --help'; --bytes defaults to 1MiB here, since
 every byte moved is in the trace) with both devices traced, and writes the
 trace to FILE. --pcap and --split are not supported while tracing.`},
@@ -82,6 +83,7 @@ func runTraceCommand(ctx context.Context, args []string, stdout, stderr io.Write
 	out := fs.String("out", "", "write the trace to `FILE`")
 	ignoreTime := fs.Bool("ignore-time", false, "let step times differ (runs on the monotonic clock)")
 	hexOut := fs.Bool("hex", false, "print the bytes of entries, reads and frames")
+	fullWrites := fs.Bool("full-writes", false, "keep the bytes of every DMA write (by default those over 64 bytes are a SHA-256)")
 	idle := fs.Bool("idle", false, "print steps in which nothing happened")
 	rest := args[1:]
 	var demoArgs []string
@@ -110,7 +112,7 @@ func runTraceCommand(ctx context.Context, args []string, stdout, stderr io.Write
 		if *out == "" {
 			return usagef("--out FILE is required (see 'emunic trace record --help')")
 		}
-		return traceRecord(ctx, *out, demoArgs, stdout)
+		return traceRecord(ctx, *out, *fullWrites, demoArgs, stdout)
 	case "replay":
 		return traceReplay(fs.Arg(0), stdout)
 	case "diff":
@@ -135,7 +137,7 @@ func runTraceCommand(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 }
 
-func traceRecord(ctx context.Context, out string, demoArgs []string, stdout io.Writer) error {
+func traceRecord(ctx context.Context, out string, full bool, demoArgs []string, stdout io.Writer) error {
 	cfg, err := parseDemoFlags(demoArgs, stdout)
 	if err != nil {
 		return err
@@ -150,7 +152,7 @@ func traceRecord(ctx context.Context, out string, demoArgs []string, stdout io.W
 	if err != nil {
 		return err
 	}
-	w, err := trace.NewWriter(f, trace.Header{Args: demoArgs, Clock: "monotonic"})
+	w, err := trace.NewWriter(f, trace.Header{Args: demoArgs, Clock: "monotonic", FullWrites: full})
 	if err != nil {
 		f.Close()
 		return err
@@ -178,21 +180,29 @@ func hasFlag(args []string, name string) bool {
 }
 
 func traceReplay(file string, stdout io.Writer) error {
+	return traceReplayAltered(file, stdout, nil)
+}
+
+// traceReplayAltered is replay on devices whose configuration alter
+// changes (a test's deliberately different device).
+func traceReplayAltered(file string, stdout io.Writer, alter func(*nic.Config)) error {
 	f, err := os.Open(file)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	res, err := trace.Replay(bufio.NewReader(f))
+	_, all, err := trace.ReadAll(bufio.NewReader(f))
+	if err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	res, err := trace.ReplayRecords(all, alter)
 	if err != nil {
 		return fmt.Errorf("%s: %w", file, err)
 	}
 	if d := res.Divergence; d != nil {
 		p := trace.NewPrinter()
-		f.Seek(0, io.SeekStart)
-		_, recs, _ := trace.ReadAll(f)
-		for i := range recs {
-			p.Learn(&recs[i])
+		for i := range all {
+			p.Learn(&all[i])
 		}
 		fmt.Fprintf(stdout, "DIVERGED: device %s, step %d (t=%.6fs): %s\n", d.Name, d.Step, float64(d.Now)/1e9, d.Why)
 		for i := range d.Context {
