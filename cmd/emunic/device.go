@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
 	"net"
 	"os"
 
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/nic/split"
+	"github.com/emunic/emunic/rings"
 )
 
 var deviceCmd = &command{
@@ -38,8 +38,9 @@ and prints its counters.`,
 }
 
 type deviceConfig struct {
-	Socket string
-	Tap    string
+	Socket  string
+	Tap     string
+	Metrics string
 }
 
 func parseDeviceFlags(args []string, stdout io.Writer) (deviceConfig, error) {
@@ -47,6 +48,7 @@ func parseDeviceFlags(args []string, stdout io.Writer) (deviceConfig, error) {
 	fs := newFlagSet("device")
 	fs.StringVar(&cfg.Socket, "socket", "", "the setup socket's `PATH` (created; a stale socket there is replaced)")
 	fs.StringVar(&cfg.Tap, "tap", "", "attach the device's port to the TAP device `NAME` (created if missing)")
+	fs.StringVar(&cfg.Metrics, "metrics", "", "serve the counters at `ADDR` (host:port): Prometheus text at /metrics, expvar JSON at /debug/vars")
 	if err := parse(deviceCmd, fs, args, stdout); err != nil {
 		return cfg, err
 	}
@@ -61,7 +63,7 @@ func runDeviceCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	if err != nil {
 		return err
 	}
-	logger := log.New(stderr, "", log.Ltime)
+	logger := newLogger(stderr)
 	if fi, err := os.Lstat(cfg.Socket); err == nil {
 		if fi.Mode()&os.ModeSocket == 0 {
 			return fmt.Errorf("--socket %s: exists and is not a socket", cfg.Socket)
@@ -79,7 +81,7 @@ func runDeviceCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 		return fmt.Errorf("--socket %s: %w", cfg.Socket, err)
 	}
 	defer os.Remove(cfg.Socket)
-	sc := split.ServerConfig{Logf: logger.Printf}
+	sc := split.ServerConfig{Logf: printfTo(logger)}
 	if cfg.Tap != "" {
 		sc.OpenPort = func() (port.Port, error) {
 			tap, err := port.OpenTAP(cfg.Tap)
@@ -87,15 +89,23 @@ func runDeviceCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 				return nil, err
 			}
 			if err := tap.SetUp(true); err != nil {
-				logger.Printf("warning: %v; bring it up with: ip link set %s up", err, tap.Name())
+				logger.Warn(fmt.Sprintf("%v; bring it up with: ip link set %s up", err, tap.Name()), "tap", tap.Name())
 			}
 			return tap, nil
 		}
 	}
 	srv := split.NewServer(sc)
+	if cfg.Metrics != "" {
+		ms, err := startMetrics(cfg.Metrics, func() []metric { return deviceMetrics(srv) }, logger)
+		if err != nil {
+			l.Close()
+			return err
+		}
+		defer ms.Close()
+	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(l) }()
-	logger.Printf("device listening on %s", cfg.Socket)
+	logger.Info("device listening on "+cfg.Socket, "socket", cfg.Socket)
 	select {
 	case <-ctx.Done():
 		l.Close()
@@ -109,4 +119,27 @@ func runDeviceCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 		return err
 	}
 	return nil
+}
+
+// deviceMetrics are a device process's counters: its setup server's, and
+// the running session's device's (stat block, rings, engine), read in the
+// device's own process.
+func deviceMetrics(srv *split.Server) []metric {
+	out := structMetrics("emunic_split", "", "the device's setup server", srv.Stats())
+	d := srv.Device()
+	if d == nil {
+		return out
+	}
+	st := d.Stats()
+	for id := rings.StatID(0); id < rings.NumStats; id++ {
+		out = append(out, metric{name: "emunic_device_" + id.String() + "_total", help: "the device's stat block (docs/rings.md)", value: st.Get(id)})
+	}
+	rc := d.RingCounters()
+	for _, r := range []struct {
+		name string
+		st   rings.RingStats
+	}{{"command", rc.Command}, {"notification", rc.Notify}, {"transmit", rc.Tx}, {"receive", rc.Rx}} {
+		out = append(out, structMetrics("emunic_ring", fmt.Sprintf("ring=%q", r.name), "ring mechanics, the device's side", r.st)...)
+	}
+	return append(out, structMetrics("emunic_engine", "", "the delegated TCP engine", d.EngineCounters())...)
 }

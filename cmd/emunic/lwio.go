@@ -6,7 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log"
+	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -175,9 +175,9 @@ func runLWIOCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
-	logger := log.New(stderr, "", log.Ltime)
+	logger := newLogger(stderr)
 	arena := cfg.Arena
-	th, err := attachTAP(logger.Printf, cfg.Tap, cfg.Addr, cfg.MTU, cfg.Gateway, cfg.Pcap, arena, 0)
+	th, err := attachTAP(printfTo(logger), cfg.Tap, cfg.Addr, cfg.MTU, cfg.Gateway, cfg.Pcap, arena, 0)
 	if err != nil {
 		return err
 	}
@@ -207,7 +207,7 @@ func runLWIOCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 }
 
-func runLWIOServe(ctx context.Context, th *tapHost, cfg lwioConfig, stdout io.Writer, logger *log.Logger) error {
+func runLWIOServe(ctx context.Context, th *tapHost, cfg lwioConfig, stdout io.Writer, logger *slog.Logger) error {
 	exp, err := lwio.OpenExport(cfg.Export)
 	if err != nil {
 		return err
@@ -217,11 +217,12 @@ func runLWIOServe(ctx context.Context, th *tapHost, cfg lwioConfig, stdout io.Wr
 	if err != nil {
 		return err
 	}
-	logger.Printf("%v on tap %s: LWIO server %q exporting %s, pipe on port %d, RDMA on port %d; Ctrl-C to stop",
-		cfg.Addr, th.tap.Name(), cfg.Name, cfg.Export, cfg.PipePort, cfg.RDMAPort)
+	logger.Info(fmt.Sprintf("%v on tap %s: LWIO server %q exporting %s, pipe on port %d, RDMA on port %d; Ctrl-C to stop",
+		cfg.Addr, th.tap.Name(), cfg.Name, cfg.Export, cfg.PipePort, cfg.RDMAPort),
+		"addr", cfg.Addr, "tap", th.tap.Name(), "export", cfg.Export)
 	start := time.Now()
 	<-ctx.Done()
-	logger.Printf("stopping after %v", time.Since(start).Round(time.Second))
+	logger.Info("stopping", "after", time.Since(start).Round(time.Second))
 	srv.Close()
 	printLWIOServerStats(stdout, srv.Stats())
 	return nil

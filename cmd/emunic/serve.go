@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
 	"net"
 	"net/netip"
 	"sync/atomic"
@@ -89,6 +88,8 @@ type serveConfig struct {
 	MaxConns int
 	// Arena is host memory in bytes (0: rings and buffers plus 64 MiB).
 	Arena int64
+	// Metrics is where to serve the counters (--metrics), or "".
+	Metrics string
 }
 
 func parseServeFlags(args []string, stdout io.Writer) (serveConfig, error) {
@@ -107,6 +108,7 @@ func parseServeFlags(args []string, stdout io.Writer) (serveConfig, error) {
 	fs.Var(&maxConns, "max-conns", "delegated connections the NIC holds at once, `N` (1-1048576)")
 	arena := sizeValue(0)
 	fs.Var(&arena, "arena", "host memory, `SIZE` such as 256MiB (default: the rings and buffers plus 64 MiB)")
+	fs.StringVar(&cfg.Metrics, "metrics", "", "serve the counters at `ADDR` (host:port): Prometheus text at /metrics, expvar JSON at /debug/vars")
 	if err := parse(serveCmd, fs, args, stdout); err != nil {
 		return cfg, err
 	}
@@ -195,8 +197,8 @@ func attachTAP(warnf func(format string, args ...any), name string, addr netip.P
 
 // runServe attaches a host to the TAP and serves until ctx is done.
 func runServe(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error {
-	logger := log.New(stderr, "", log.Ltime)
-	th, err := attachTAP(logger.Printf, cfg.Tap, cfg.Addr, cfg.MTU, cfg.Gateway, cfg.Pcap, cfg.Arena, cfg.MaxConns)
+	logger := newLogger(stderr)
+	th, err := attachTAP(printfTo(logger), cfg.Tap, cfg.Addr, cfg.MTU, cfg.Gateway, cfg.Pcap, cfg.Arena, cfg.MaxConns)
 	if err != nil {
 		return err
 	}
@@ -208,7 +210,7 @@ func runServe(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) er
 		}
 	}()
 
-	logf := func(format string, args ...any) { logger.Printf(format, args...) }
+	logf := printfTo(logger)
 	echo, discard, qotd := services.NewEcho(logf), services.NewDiscard(logf), services.NewQOTD(logf)
 	type served struct {
 		srv *services.Server
@@ -246,15 +248,25 @@ func runServe(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) er
 	if cfg.Offload {
 		mode = "delegated to the offload unit"
 	}
-	logger.Printf("%v on tap %s (MAC %s, MTU %d): echo on port %d, discard on port %d, qotd on port %d, connections %s; Ctrl-C to stop",
-		cfg.Addr, name, net.HardwareAddr(mac[:]), cfg.MTU, services.EchoPort, services.DiscardPort, services.QOTDPort, mode)
+	var metrics *metricsServer
+	if cfg.Metrics != "" {
+		if metrics, err = startMetrics(cfg.Metrics, func() []metric { return hostMetrics(host) }, logger); err != nil {
+			return err
+		}
+	}
+	logger.Info(fmt.Sprintf("%v on tap %s (MAC %s, MTU %d): echo on port %d, discard on port %d, qotd on port %d, connections %s; Ctrl-C to stop",
+		cfg.Addr, name, net.HardwareAddr(mac[:]), cfg.MTU, services.EchoPort, services.DiscardPort, services.QOTDPort, mode),
+		"addr", cfg.Addr, "tap", name, "mac", net.HardwareAddr(mac[:]).String(), "mtu", cfg.MTU, "mode", mode)
 
 	var runErr error
 	start := time.Now()
 	select {
 	case <-ctx.Done():
-		logger.Printf("stopping after %v", time.Since(start).Round(time.Second))
+		logger.Info("stopping", "after", time.Since(start).Round(time.Second))
 	case runErr = <-failed:
+	}
+	if metrics != nil {
+		metrics.Close()
 	}
 	echo.Close()
 	discard.Close()
