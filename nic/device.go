@@ -63,7 +63,7 @@ type Config struct {
 	// ring it consumes (each publish rings the doorbell), so that what a
 	// step does depends only on what the host published, never on when
 	// the unit happened to be spinning. The port must be a PollPort.
-	Tracer Tracer
+	Tracer Tracer `json:"-"`
 	// Manual starts no goroutine: the unit runs only when Step is called
 	// (a replayer, or a harness with a virtual clock, drives it).
 	Manual bool

@@ -2,8 +2,11 @@ package tcpstack
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	mrand "math/rand"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"sync"
@@ -34,6 +37,37 @@ type StackConfig struct {
 	// SendBuffer and ReceiveBuffer are the default TCP buffer sizes in
 	// bytes (0: 1 MiB send, 1 MiB receive with auto-tuning up to 4 MiB).
 	SendBuffer, ReceiveBuffer int
+	// Seed, when not zero, seeds every random choice netstack makes (ISNs,
+	// ports, its "secure" random numbers): for repeatable runs only, never
+	// for a stack that talks to a network it should not trust.
+	Seed uint64
+}
+
+// lockedSource is a rand.Source safe for concurrent use (netstack's
+// RandSource must be).
+type lockedSource struct {
+	mu sync.Mutex
+	r  *mrand.Rand
+}
+
+func (s *lockedSource) Int63() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.r.Int63()
+}
+
+func (s *lockedSource) Seed(int64) {}
+
+// seededReader is an io.Reader of seeded pseudo-random bytes (ChaCha8).
+type seededReader struct {
+	mu sync.Mutex
+	c  *rand.ChaCha8
+}
+
+func (r *seededReader) Read(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.c.Read(p)
 }
 
 // Stack is a gVisor netstack on one link endpoint.
@@ -49,10 +83,17 @@ func NewStack(ep stack.LinkEndpoint, cfg StackConfig) (*Stack, error) {
 	if !cfg.Addr.IsValid() || !cfg.Addr.Addr().Is4() {
 		return nil, fmt.Errorf("tcpstack: address %v: need an IPv4 prefix such as 10.0.0.1/24", cfg.Addr)
 	}
-	s := stack.New(stack.Options{
+	opts := stack.Options{
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, arp.NewProtocol},
 		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol, icmp.NewProtocol4},
-	})
+	}
+	if cfg.Seed != 0 {
+		var key [32]byte
+		binary.LittleEndian.PutUint64(key[:], cfg.Seed)
+		opts.RandSource = &lockedSource{r: mrand.New(mrand.NewSource(int64(cfg.Seed)))}
+		opts.SecureRNG = &seededReader{c: rand.NewChaCha8(key)}
+	}
+	s := stack.New(opts)
 	if err := s.CreateNIC(nicID, ep); err != nil {
 		s.Destroy()
 		return nil, fmt.Errorf("tcpstack: create NIC: %s", err)

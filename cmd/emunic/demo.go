@@ -375,12 +375,16 @@ func newDemoLab(cfg demoConfig) (*demoLab, error) {
 		split = &tcpstack.SplitConfig{}
 	}
 	var devA, devB nic.Config
+	var stA, stB tcpstack.StackConfig
 	if cfg.trace != nil {
-		// Seeded STag keys: a replay must draw the same ones.
+		// Seeded STag keys (a replay must draw the same ones) and seeded
+		// netstack ISNs and ports, so that two recordings differ only
+		// where the hosts' timing made them.
 		devA = nic.Config{Tracer: cfg.trace.NewDevice("A"), STagSeed: cfg.Seed*2 + 1}
 		devB = nic.Config{Tracer: cfg.trace.NewDevice("B"), STagSeed: cfg.Seed*2 + 2}
+		stA.Seed, stB.Seed = cfg.Seed*2+1, cfg.Seed*2+2
 	}
-	lab.a, err = tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 1}, Addr: demoAddrA, MTU: cfg.MTU, Split: split, Device: devA}, pa)
+	lab.a, err = tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 1}, Addr: demoAddrA, MTU: cfg.MTU, Split: split, Device: devA, Stack: stA}, pa)
 	if err != nil {
 		pa.Close()
 		lab.pb.Close()
@@ -398,7 +402,7 @@ func newDemoLab(cfg demoConfig) (*demoLab, error) {
 	// B is built under the label side=server (its goroutines inherit it),
 	// so the file paths can tell the client's CPU (A) from the server's.
 	inB(func() {
-		lab.b, err = tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 2}, Addr: demoAddrB, MTU: cfg.MTU, Split: split, Device: devB}, pb)
+		lab.b, err = tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 2}, Addr: demoAddrB, MTU: cfg.MTU, Split: split, Device: devB, Stack: stB}, pb)
 	})
 	if err != nil {
 		lab.a.Close()
