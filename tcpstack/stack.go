@@ -264,7 +264,8 @@ func newHost(cfg HostConfig, p port.Port, wrap func(*nic.Device, *rings.Arena) D
 		// 2%-loss transfer to the Linux kernel 7.5x faster.
 		dc.Engine.MinRTO = DefaultMinRTO
 	}
-	if cfg.Split == nil && wrap == nil && splitFromEnv() {
+	if cfg.Split == nil && wrap == nil && cfg.Device.Tracer == nil && !cfg.Device.Manual && splitFromEnv() {
+		// (A traced or manually stepped device runs in this process.)
 		cfg.Split = &SplitConfig{}
 	}
 	var (
@@ -274,6 +275,9 @@ func newHost(cfg HostConfig, p port.Port, wrap func(*nic.Device, *rings.Arena) D
 		sd  *splitDevice
 		err error
 	)
+	if cfg.Split != nil && (cfg.Device.Tracer != nil || cfg.Device.Manual) {
+		return nil, errors.New("tcpstack: a traced or manually stepped device runs in the host's process, not split")
+	}
 	if cfg.Split != nil {
 		if sd, mem, err = dialSplit(*cfg.Split, cfg.ArenaSize, p != nil || cfg.Split.Link != nil); err != nil {
 			if p != nil {
