@@ -19,6 +19,7 @@ import (
 	"github.com/emunic/emunic/delegation"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/tcpstack"
+	"github.com/emunic/emunic/tcpstack/services"
 )
 
 // The tests in this file run delegated connections (handshake in netstack,
@@ -509,10 +510,29 @@ func TestTAPOffloadServeCommand(t *testing.T) {
 		t.Errorf("discard: read %d bytes back, err %v; want EOF and nothing", len(rest), err)
 	}
 	d.Close()
-	srv.waitLog(" closed after ", 2, 10*time.Second)
+	// source: the delegated engine sends, the kernel reads and checks.
+	const sourceBytes = 4 << 20
+	s, err := ns.dial(netip.AddrPortFrom(emu.Addr(), services.SourcePort))
+	if err != nil {
+		t.Fatalf("connect to source: %v", err)
+	}
+	srv.waitLog(" delegated as conn ", 3, 10*time.Second)
+	s.SetDeadline(time.Now().Add(time.Minute))
+	got, want := make([]byte, sourceBytes), make([]byte, sourceBytes)
+	if _, err := io.ReadFull(s, got); err != nil {
+		t.Fatalf("read from source: %v", err)
+	}
+	io.ReadFull(services.SourceStream(0), want)
+	if !bytes.Equal(got, want) {
+		t.Error("source's bytes are not SourceStream(0)")
+	}
+	s.(interface{ CloseWrite() error }).CloseWrite()
+	io.Copy(io.Discard, s)
+	s.Close()
+	srv.waitLog(" closed after ", 3, 10*time.Second)
 	logs := srv.stderr.String()
-	if n := strings.Count(logs, " delegated as conn "); n != 2 || strings.Contains(logs, "fallback to netstack") {
-		t.Errorf("want both connections logged as delegated (found %d) and no fallback:\n%s", n, logs)
+	if n := strings.Count(logs, " delegated as conn "); n != 3 || strings.Contains(logs, "fallback to netstack") {
+		t.Errorf("want all three connections logged as delegated (found %d) and no fallback:\n%s", n, logs)
 	}
 
 	out := srv.interrupt()
@@ -525,6 +545,7 @@ func TestTAPOffloadServeCommand(t *testing.T) {
 	for prefix, want := range map[string]string{
 		"echo ":        fmt.Sprintf("echo 1 %d %d 0", echoBytes, echoBytes), // services
 		"discard ":     fmt.Sprintf("discard 1 %d 0 0", discardBytes),
+		"source ":      "source 1 0 ",
 		"echo  ":       "echo 1 0", // offload: delegated, fallbacks
 		"rx_bytes ":    fmt.Sprintf("rx_bytes %d", echoBytes+discardBytes),
 		"user_bufs_do": "user_bufs_done",

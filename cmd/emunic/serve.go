@@ -19,17 +19,20 @@ import (
 
 var serveCmd = &command{
 	name:     "serve",
-	summary:  "one emulated host on a Linux TAP device, running TCP echo (7), discard (9) and qotd (17)",
-	synopsis: "--tap NAME --addr CIDR [--offload] [--max-conns N] [--arena SIZE] [--mtu N] [--gateway IP] [--pcap FILE]",
+	summary:  "one emulated host on a Linux TAP device, running TCP echo (7), discard (9), qotd (17) and source (19)",
+	synopsis: "--tap NAME --addr CIDR [--offload] [--max-conns N] [--arena SIZE] [--mtu N] [--gateway IP] [--pcap FILE] [--metrics ADDR]",
 	about: `
 Attaches an emulated host (host memory, the emulated NIC and gVisor netstack)
-to the Linux TAP device NAME, with the address CIDR, and runs three TCP
+to the Linux TAP device NAME, with the address CIDR, and runs four TCP
 services on it until SIGINT (Ctrl-C) or SIGTERM:
 
   echo     port 7   sends back everything it receives (RFC 862)
   discard  port 9   reads and drops everything (RFC 863)
   qotd     port 17  sends a short quotation and closes (RFC 865; the server
                     closes first, so its end goes through TIME_WAIT)
+  source   port 19  sends pseudo-random bytes as fast as the connection takes
+                    them until the client closes (discard's opposite: the
+                    emulated host's sending measured from Linux)
 
 It also answers ARP and ping. Each connection is served in its own goroutine
 and logged to stderr. On exit it prints the services', the rings' and the
@@ -211,7 +214,7 @@ func runServe(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) er
 	}()
 
 	logf := printfTo(logger)
-	echo, discard, qotd := services.NewEcho(logf), services.NewDiscard(logf), services.NewQOTD(logf)
+	echo, discard, qotd, source := services.NewEcho(logf), services.NewDiscard(logf), services.NewQOTD(logf), services.NewSource(logf)
 	type served struct {
 		srv *services.Server
 		l   net.Listener
@@ -221,7 +224,7 @@ func runServe(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) er
 	for _, s := range []struct {
 		srv  *services.Server
 		port uint16
-	}{{echo, services.EchoPort}, {discard, services.DiscardPort}, {qotd, services.QOTDPort}} {
+	}{{echo, services.EchoPort}, {discard, services.DiscardPort}, {qotd, services.QOTDPort}, {source, services.SourcePort}} {
 		var l net.Listener
 		if cfg.Offload {
 			ol, err := host.ListenOffload(s.port)
@@ -254,8 +257,8 @@ func runServe(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) er
 			return err
 		}
 	}
-	logger.Info(fmt.Sprintf("%v on tap %s (MAC %s, MTU %d): echo on port %d, discard on port %d, qotd on port %d, connections %s; Ctrl-C to stop",
-		cfg.Addr, name, net.HardwareAddr(mac[:]), cfg.MTU, services.EchoPort, services.DiscardPort, services.QOTDPort, mode),
+	logger.Info(fmt.Sprintf("%v on tap %s (MAC %s, MTU %d): echo on port %d, discard on port %d, qotd on port %d, source on port %d, connections %s; Ctrl-C to stop",
+		cfg.Addr, name, net.HardwareAddr(mac[:]), cfg.MTU, services.EchoPort, services.DiscardPort, services.QOTDPort, services.SourcePort, mode),
 		"addr", cfg.Addr, "tap", name, "mac", net.HardwareAddr(mac[:]).String(), "mtu", cfg.MTU, "mode", mode)
 
 	var runErr error
@@ -271,11 +274,12 @@ func runServe(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) er
 	echo.Close()
 	discard.Close()
 	qotd.Close()
+	source.Close()
 	host.Close()
 	hostClosed = true
 
 	hosts := []hostReport{reportHost(name, host, tap)}
-	printServices(stdout, echo, discard, qotd)
+	printServices(stdout, echo, discard, qotd, source)
 	if cfg.Offload {
 		fmt.Fprintln(stdout)
 		printOffloadListeners(stdout, offl)
