@@ -88,7 +88,7 @@ func (l *tapOffloadLab) engine() delegation.Counters {
 // injectLoss installs nftables rules in the namespace that drop pct percent
 // of TCP packets at random, on input and on output, so the kernel's side
 // loses segments both ways. Skips the test when nft is missing.
-func (l *tapOffloadLab) injectLoss(t *testing.T, pct int) {
+func (l *tapOffloadLab) injectLoss(t testing.TB, pct int) {
 	t.Helper()
 	if _, err := exec.LookPath("nft"); err != nil {
 		t.Skip("skipped: the nft command (nftables) is not installed: apt-get install nftables")

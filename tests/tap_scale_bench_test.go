@@ -26,6 +26,9 @@ type scaleBench struct {
 	lab     *tapOffloadLab
 	srvNS   *netns
 	targets map[string]netip.Addr // server variant -> address
+	// listen opens a listener on a variant (the netstack variant's port
+	// moved up by 1000, as addr does).
+	listen map[string]func(port uint16) (net.Listener, error)
 }
 
 // Ports: the same on every server variant (qotd's own and one for the
@@ -87,7 +90,7 @@ func newScaleBench(b *testing.B, subnet byte) *scaleBench {
 	ipCmd(b, "-n", s.srvNS.name, "link", "set", vb, "up")
 	s.targets["kernel"] = srv.Addr()
 
-	listen := map[string]func(port uint16) (net.Listener, error){
+	s.listen = map[string]func(port uint16) (net.Listener, error){
 		"delegated": func(p uint16) (net.Listener, error) { return lab.host.ListenOffload(p) },
 		"netstack":  func(p uint16) (net.Listener, error) { return lab.host.Listen(p + 1000) },
 		"kernel": func(p uint16) (l net.Listener, err error) {
@@ -99,14 +102,14 @@ func newScaleBench(b *testing.B, subnet byte) *scaleBench {
 		},
 	}
 	for _, v := range scaleVariants {
-		lq, err := listen[v](services.QOTDPort)
+		lq, err := s.listen[v](services.QOTDPort)
 		if err != nil {
 			b.Fatal(err)
 		}
 		q := services.NewQOTD(nil)
 		go q.Serve(lq)
 		b.Cleanup(func() { q.Close() })
-		lr, err := listen[v](rrPort)
+		lr, err := s.listen[v](rrPort)
 		if err != nil {
 			b.Fatal(err)
 		}

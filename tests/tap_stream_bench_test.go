@@ -1,0 +1,98 @@
+package tests
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/emunic/emunic/tcpstack/services"
+)
+
+// BenchmarkTAPStream measures bulk TCP between the Linux kernel (the
+// client, in the namespace on the TAP's far side) and each server variant
+// of the scale lab, side by side in one run: the emulated host with its
+// connections delegated, the same host on netstack, and the kernel itself
+// in a second namespace over a veth pair. Each direction: the kernel sends
+// to the server's discard service (to-server), and reads from its source
+// service (from-server); without loss, then with 2% of TCP packets dropped
+// at random each way (nftables in the client's namespace). Each iteration
+// moves EMUNIC_TAP_STREAM_MB MiB (default 256); the metric is MB/s. Root
+// only:
+//
+//	go test ./tests -run '^$' -bench TAPStream -benchtime 1x -count 3
+func BenchmarkTAPStream(b *testing.B) {
+	s := newScaleBench(b, 88)
+	for _, v := range scaleVariants {
+		for _, svc := range []struct {
+			srv  *services.Server
+			port uint16
+		}{{services.NewDiscard(nil), services.DiscardPort}, {services.NewSource(nil), services.SourcePort}} {
+			l, err := s.listen[v](svc.port)
+			if err != nil {
+				b.Fatal(err)
+			}
+			go svc.srv.Serve(l)
+			b.Cleanup(func() { svc.srv.Close() })
+		}
+	}
+	size := int64(256 << 20)
+	if mb, err := strconv.Atoi(os.Getenv("EMUNIC_TAP_STREAM_MB")); err == nil && mb > 0 {
+		size = int64(mb) << 20
+	}
+	for _, loss := range []int{0, 2} {
+		if loss > 0 {
+			s.lab.injectLoss(b, loss)
+			b.Cleanup(func() {
+				exec.Command("ip", "netns", "exec", s.lab.ns.name, "nft", "delete", "table", "inet", "emuloss").Run()
+			})
+		}
+		for _, dir := range []string{"to-server", "from-server"} {
+			for _, v := range scaleVariants {
+				b.Run(fmt.Sprintf("loss=%d%%/%s/%s", loss, dir, v), func(b *testing.B) {
+					var total time.Duration
+					for i := 0; i < b.N; i++ {
+						total += s.stream(b, v, dir == "to-server", size)
+					}
+					b.ReportMetric(float64(size)*float64(b.N)/total.Seconds()/1e6, "MB/s")
+				})
+			}
+		}
+	}
+}
+
+// stream moves size bytes between the kernel client and variant v and
+// returns how long it took: to the server's discard (until the server has
+// read everything and closed), or from its source (until the client has
+// read size bytes).
+func (s *scaleBench) stream(b *testing.B, v string, toServer bool, size int64) time.Duration {
+	port := uint16(services.SourcePort)
+	if toServer {
+		port = services.DiscardPort
+	}
+	c, err := s.lab.ns.dial(s.addr(v, port))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Minute))
+	start := time.Now()
+	if toServer {
+		buf := make([]byte, 1<<20)
+		for left := size; left > 0; left -= int64(len(buf)) {
+			if _, err := c.Write(buf[:min(int64(len(buf)), left)]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		c.(interface{ CloseWrite() error }).CloseWrite()
+		if _, err := io.Copy(io.Discard, c); err != nil { // the server's FIN: it read everything
+			b.Fatal(err)
+		}
+	} else if _, err := io.CopyN(io.Discard, c, size); err != nil {
+		b.Fatal(err)
+	}
+	return time.Since(start)
+}
