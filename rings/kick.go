@@ -1,5 +1,7 @@
 package rings
 
+import "sync/atomic"
+
 // PublishNoKick makes committed entries visible without ringing the
 // doorbell, and reports whether the consumer is parked. A device that
 // moderates interrupts publishes eagerly (cheap) and kicks on its own
@@ -37,7 +39,7 @@ func (p *Producer) Kicked() {
 
 // PeerSleeping reports whether the consumer has announced it is parked.
 func (p *Producer) PeerSleeping() bool {
-	return p.load(OffConsumerFlags)&FlagNeedWakeup != 0
+	return atomic.LoadUint32(p.cf)&FlagNeedWakeup != 0
 }
 
 // SetNeedWakeup announces (or withdraws) that the producer is parked waiting

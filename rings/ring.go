@@ -106,6 +106,7 @@ type Ring struct {
 	slots  unsafe.Pointer // &mem[HeaderSize]: entry slot 0
 	esize  uintptr        // EntrySize
 	pi, ci *uint32        // the header's index words
+	cf, pf *uint32        // the header's flags words (consumer's, producer's)
 	tap    Tap            // nil unless host memory is traced (TracedDMA)
 }
 
@@ -113,11 +114,9 @@ func openRing(dma DMA, l Layout, producer bool) (Ring, error) {
 	if err := l.Validate(); err != nil {
 		return Ring{}, err
 	}
-	var tap Tap
-	if t, ok := dma.(TracedDMA); ok {
-		// The ring's memory is mapped raw; its header words go through
-		// the tap instead, which sees every one the other side wrote.
-		tap, dma = t.RingTap(l, producer), t.Raw()
+	traced, isTraced := dma.(TracedDMA)
+	if isTraced {
+		dma = traced.Raw()
 	}
 	mem, err := dma.Map(l.Base, l.Size())
 	if err != nil {
@@ -127,10 +126,35 @@ func openRing(dma DMA, l Layout, producer bool) (Ring, error) {
 	for 1<<shift < l.Count {
 		shift++
 	}
-	return Ring{layout: l, mem: mem, mask: l.Count - 1, shift: shift,
+	r := Ring{layout: l, mem: mem, mask: l.Count - 1, shift: shift,
 		slots: unsafe.Pointer(&mem[HeaderSize]), esize: uintptr(l.EntrySize),
-		pi: word(mem[OffProducerIndex:]), ci: word(mem[OffConsumerIndex:]), tap: tap}, nil
+		pi: word(mem[OffProducerIndex:]), ci: word(mem[OffConsumerIndex:]),
+		cf: word(mem[OffConsumerFlags:]), pf: word(mem[OffProducerFlags:])}
+	if isTraced {
+		// The tap may point the other side's words at shadows it keeps
+		// (see TracedDMA); this side's stay in memory.
+		r.tap = traced.RingTap(l, producer, &r)
+	}
+	return r, nil
 }
+
+// Redirect points the header word at off (the other side's index or flags)
+// at w: a traced ring's tap keeps that word's value there (see TracedDMA).
+func (r *Ring) Redirect(off int, w *uint32) {
+	switch off {
+	case OffProducerIndex:
+		r.pi = w
+	case OffConsumerIndex:
+		r.ci = w
+	case OffConsumerFlags:
+		r.cf = w
+	case OffProducerFlags:
+		r.pf = w
+	}
+}
+
+// Mem is the ring's memory, header and entries (for a tap).
+func (r *Ring) Mem() []byte { return r.mem }
 
 // openSide opens one side's view of the ring and clamps its batch to
 // [1, Count].
@@ -148,7 +172,7 @@ func (r *Ring) signal(st *RingStats, idxOff int, v, last uint32, flagsOff int, p
 	r.store(idxOff, v)
 	st.Entries += uint64(v - last)
 	st.Publishes++
-	if r.load(flagsOff)&FlagNeedWakeup != 0 && peer != nil {
+	if r.flags(flagsOff)&FlagNeedWakeup != 0 && peer != nil {
 		st.Kicks++
 		peer.Kick()
 	} else {
@@ -177,43 +201,26 @@ func (r *Ring) Phase(i uint32) uint32 { return ((i >> r.shift) & 1) ^ 1 }
 func (r *Ring) hdr(off int) []byte { return r.mem[off : off+4] }
 
 // ProducerIndex reads the published producer index.
-func (r *Ring) ProducerIndex() uint32 {
-	if r.tap != nil {
-		return r.tap.Load(r, OffProducerIndex)
-	}
-	return atomic.LoadUint32(r.pi)
-}
+func (r *Ring) ProducerIndex() uint32 { return atomic.LoadUint32(r.pi) }
 
 // ConsumerIndex reads the published consumer index.
-func (r *Ring) ConsumerIndex() uint32 {
-	if r.tap != nil {
-		return r.tap.Load(r, OffConsumerIndex)
-	}
-	return atomic.LoadUint32(r.ci)
-}
+func (r *Ring) ConsumerIndex() uint32 { return atomic.LoadUint32(r.ci) }
 
-// load reads the header word at off (through the tap when traced).
-func (r *Ring) load(off int) uint32 {
-	if r.tap != nil {
-		return r.tap.Load(r, off)
+// flags reads the flags word at off (OffConsumerFlags or OffProducerFlags).
+func (r *Ring) flags(off int) uint32 {
+	if off == OffConsumerFlags {
+		return atomic.LoadUint32(r.cf)
 	}
-	return load32(r.hdr(off))
+	return atomic.LoadUint32(r.pf)
 }
 
 // store writes this side's header word at off and tells the tap.
 func (r *Ring) store(off int, v uint32) {
 	store32(r.hdr(off), v)
 	if r.tap != nil {
-		r.tap.Stored(r, off, v)
+		r.tap.Stored(off, v)
 	}
 }
-
-// RawLoad reads the header word at off bypassing any tap (for taps).
-func (r *Ring) RawLoad(off int) uint32 { return load32(r.hdr(off)) }
-
-// RawStore writes the header word at off bypassing any tap (for a replaying
-// tap, which writes what the other side published).
-func (r *Ring) RawStore(off int, v uint32) { store32(r.hdr(off), v) }
 
 // Doorbell is how one side wakes the other: a write to a doorbell register, an
 // interrupt, or in another process an eventfd.
@@ -654,7 +661,7 @@ func (c *Consumer) Complete(e []byte) {
 	}
 	store32(e[OffCtl:], ctl)
 	if c.tap != nil {
-		c.tap.Completed(&c.Ring, i, e)
+		c.tap.Completed(i, e)
 	}
 }
 

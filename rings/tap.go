@@ -8,27 +8,30 @@ package rings
 // published at the moment the device first could, and the replayer can put
 // it there at that same moment.
 
-// Tap observes one ring's header words. Load replaces the load of the word
-// at off (OffProducerIndex, OffConsumerIndex, OffProducerFlags,
-// OffConsumerFlags) and returns the value the caller sees; Stored follows a
-// store by this side; Completed follows the status write-back of the entry
-// at free-running index i.
+// Tap is a traced ring's observer. Stored follows every store of this
+// side's header word at off (OffProducerIndex, OffConsumerIndex,
+// OffProducerFlags, OffConsumerFlags); Completed follows the status
+// write-back of the entry at free-running index i.
 type Tap interface {
-	Load(r *Ring, off int) uint32
-	Stored(r *Ring, off int, v uint32)
-	Completed(r *Ring, i uint32, e []byte)
+	Stored(off int, v uint32)
+	Completed(i uint32, e []byte)
 }
 
-// TracedDMA is host memory seen through a recorder or replayer: rings
-// opened on it get RingTap's tap and map Raw's memory.
+// TracedDMA is host memory seen through a recorder or replayer. A ring
+// opened on it maps Raw's memory as always, and RingTap may point the other
+// side's header words at shadows of its own (Ring.Redirect): the ring then
+// reads the other side's index and flags from the shadows, which the tracer
+// updates from memory (and records, or replays) only at the boundaries of
+// the device's steps. The hot paths keep their plain loads; a step sees
+// what the host published before it began.
 type TracedDMA interface {
 	DMA
 	// Raw is the memory underneath, for mappings that are neither reads
 	// nor writes of data (rings, bounds checks).
 	Raw() DMA
-	// RingTap returns the tap of a ring opened at l by its producer
-	// (producer) or its consumer.
-	RingTap(l Layout, producer bool) Tap
+	// RingTap is called for a ring opened at l by its producer (producer)
+	// or its consumer, with the ring, and returns the ring's tap.
+	RingTap(l Layout, producer bool, r *Ring) Tap
 	// Wrote reports bytes the device wrote in place through a Raw
 	// mapping (the counter publication area).
 	Wrote(a Addr, b []byte)

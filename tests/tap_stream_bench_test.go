@@ -54,8 +54,17 @@ func BenchmarkTAPStream(b *testing.B) {
 			for _, v := range scaleVariants {
 				b.Run(fmt.Sprintf("loss=%d%%/%s/%s", loss, dir, v), func(b *testing.B) {
 					var total time.Duration
+					e0 := s.lab.engine()
 					for i := 0; i < b.N; i++ {
 						total += s.stream(b, v, dir == "to-server", size)
+					}
+					if os.Getenv("EMUNIC_TAP_STREAM_DEBUG") != "" && v == "delegated" {
+						e := s.lab.engine()
+						b.Logf("engine: %d segs, %d retransmitted, %d fast retransmits, %d partial ACKs, %d dup ACKs, %d RTOs",
+							e.TxSegments-e0.TxSegments, e.TxRetransSegs-e0.TxRetransSegs, e.FastRetransmits-e0.FastRetransmits, e.PartialAcks-e0.PartialAcks, e.DupAcksRx-e0.DupAcksRx, e.RTOExpired-e0.RTOExpired)
+						b.Logf("all: %+v", e)
+						st, _ := s.lab.host.Counters()
+						b.Logf("device: %v", st.Stats)
 					}
 					b.ReportMetric(float64(size)*float64(b.N)/total.Seconds()/1e6, "MB/s")
 				})

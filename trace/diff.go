@@ -93,7 +93,7 @@ func sameRecord(x, y *Record, opt DiffOptions) string {
 	if x.Kind.IsOutput() {
 		return sameOutput(x, y)
 	}
-	if x.Ring != y.Ring || x.Off != y.Off || x.Ord != y.Ord || x.Val != y.Val || x.Addr != y.Addr || x.Flags != y.Flags {
+	if x.Ring != y.Ring || x.Off != y.Off || x.Val != y.Val || x.Addr != y.Addr || x.Flags != y.Flags {
 		return fmt.Sprintf("%v differs in its fields", x.Kind)
 	}
 	if !bytes.Equal(x.Data, y.Data) {

@@ -54,7 +54,7 @@ const (
 	KindDevice   Kind = 1  // a device joins the trace: its configuration (JSON)
 	KindStep     Kind = 2  // the unit starts a step
 	KindRing     Kind = 3  // output: the device opened a ring
-	KindLoad     Kind = 4  // input: a header word the host writes changed, with the entries it published
+	KindLoad     Kind = 4  // input: the host's index changed since the last step, with the entries it published
 	KindRead     Kind = 5  // input: a DMA read of host memory outside the rings
 	KindFrameIn  Kind = 6  // input: a frame taken from the port
 	KindStore    Kind = 7  // output: the device stored a header word (with the entries it published)
@@ -119,7 +119,6 @@ type Record struct {
 	Flags uint8  // Step, FrameIn, Write, Ring (1: producer)
 	Ring  uint16 // Ring, Load, Store, Complete: the ring's number on its device
 	Off   uint8  // Load, Store: header word offset
-	Ord   uint32 // Load: which load of that word in the step changed it (1-based)
 	Val   uint32 // Load, Store: the word's value; Complete: entry index; Ring: entry count
 	Addr  uint64 // Read, Write: host address; Ring: base
 	Len   uint32 // Write: bytes written; Ring: entry size
@@ -131,12 +130,12 @@ type Record struct {
 const (
 	stepSize     = 8 + 8 + 1 // n u64, now i64, flags u8
 	ringSize     = 2 + 1 + 8 + 4 + 4
-	loadHdr      = 2 + 1 + 4 + 4 // ring, off, ord, val; then entries
-	readHdr      = 8             // addr; then data
-	frameHdr     = 1             // flags; then frame
-	storeHdr     = 2 + 1 + 4     // ring, off, val; then entries
-	completeHdr  = 2 + 4         // ring, index; then entry
-	writeHdr     = 8 + 4 + 1     // addr, len, flags; then data or hash
+	loadHdr      = 2 + 1 + 4 // ring, off, val; then entries
+	readHdr      = 8         // addr; then data
+	frameHdr     = 1         // flags; then frame
+	storeHdr     = 2 + 1 + 4 // ring, off, val; then entries
+	completeHdr  = 2 + 4     // ring, index; then entry
+	writeHdr     = 8 + 4 + 1 // addr, len, flags; then data or hash
 	irqSize      = 1
 	endSize      = 8
 	deviceHdr    = 0
@@ -173,7 +172,6 @@ func (r *Record) appendPayload(b []byte) ([]byte, error) {
 	case KindLoad:
 		b = le.AppendUint16(b, r.Ring)
 		b = append(b, r.Off)
-		b = le.AppendUint32(b, r.Ord)
 		b = le.AppendUint32(b, r.Val)
 		b = append(b, r.Data...)
 	case KindRead:
@@ -232,7 +230,7 @@ func (r *Record) decodePayload(p []byte) error {
 		if err := need(loadHdr, false); err != nil {
 			return err
 		}
-		r.Ring, r.Off, r.Ord, r.Val, r.Data = le.Uint16(p), p[2], le.Uint32(p[3:]), le.Uint32(p[7:]), p[loadHdr:]
+		r.Ring, r.Off, r.Val, r.Data = le.Uint16(p), p[2], le.Uint32(p[3:]), p[loadHdr:]
 	case KindRead:
 		if err := need(readHdr, false); err != nil {
 			return err

@@ -15,7 +15,7 @@ func sampleRecords() []Record {
 		{Kind: KindDevice, Dev: 0, Data: []byte(`{"name":"A"}`)},
 		{Kind: KindRing, Dev: 0, Ring: 3, Flags: 1, Addr: 0x10001000, Val: 64, Len: 32},
 		{Kind: KindStep, Dev: 0, N: 7, Now: 123456789, Flags: StepDoorbell | StepParked},
-		{Kind: KindLoad, Dev: 0, Ring: 2, Off: 0x40, Ord: 3, Val: 9, Data: bytes.Repeat([]byte{0xab}, 64)},
+		{Kind: KindLoad, Dev: 0, Ring: 2, Off: 0x40, Val: 9, Data: bytes.Repeat([]byte{0xab}, 64)},
 		{Kind: KindRead, Dev: 1, Addr: 0x10002000, Data: []byte("payload")},
 		{Kind: KindFrameIn, Dev: 1, Data: bytes.Repeat([]byte{1}, 60)},
 		{Kind: KindFrameIn, Dev: 1, Flags: FrameTooBig, Data: []byte{}},

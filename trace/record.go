@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
+	"unsafe"
 
 	"github.com/emunic/emunic/nic"
 	"github.com/emunic/emunic/nic/port"
@@ -28,6 +30,7 @@ type Recorder struct {
 	info  DeviceInfo
 	mem   rings.DMA
 	rings uint16
+	taps  []*recTap
 	step  uint64 // the current step (0: before the first)
 }
 
@@ -93,6 +96,10 @@ func (r *Recorder) Step(s nic.StepInfo) {
 		f |= StepParked
 	}
 	r.emit(&Record{Kind: KindStep, N: s.N, Now: s.Now, Flags: f})
+	// The host's indices as the step begins: the step sees these.
+	for _, t := range r.taps {
+		t.sync()
+	}
 }
 
 // recDMA is host memory as a recording device sees it.
@@ -125,10 +132,12 @@ func (m recDMA) Map(a rings.Addr, n int) ([]byte, error) {
 func (m recDMA) Raw() rings.DMA               { return m.r.mem }
 func (m recDMA) Wrote(a rings.Addr, b []byte) { m.r.wrote(a, b) }
 
-func (m recDMA) RingTap(l rings.Layout, producer bool) rings.Tap {
+func (m recDMA) RingTap(l rings.Layout, producer bool, ring *rings.Ring) rings.Tap {
 	r := m.r
-	t := &recTap{r: r, id: r.rings, producer: producer}
+	t := &recTap{r: r}
+	t.init(r.rings, l, producer, ring)
 	r.rings++
+	r.taps = append(r.taps, t)
 	var f uint8
 	if producer {
 		f = 1
@@ -137,9 +146,7 @@ func (m recDMA) RingTap(l rings.Layout, producer bool) rings.Tap {
 	// The header as the host left it: the device reads its own index
 	// from there when it opens the ring (a ring at the address of one
 	// destroyed earlier starts where the host reset it).
-	if b, err := r.mem.Map(l.Base, rings.HeaderSize); err == nil {
-		r.emit(&Record{Kind: KindRead, Addr: uint64(l.Base), Data: b})
-	}
+	r.emit(&Record{Kind: KindRead, Addr: uint64(l.Base), Data: t.mem[:rings.HeaderSize]})
 	return t
 }
 
@@ -152,62 +159,56 @@ func (r *Recorder) wrote(a rings.Addr, p []byte) {
 	r.emit(&rec)
 }
 
-// hostWord reports whether the header word at off is the host's (the other
-// side's) on a ring the device produces (producer) or consumes.
-func hostWord(off int, producer bool) bool {
-	if producer {
-		return off == rings.OffConsumerIndex || off == rings.OffConsumerFlags
-	}
-	return off == rings.OffProducerIndex || off == rings.OffProducerFlags
-}
-
-// recTap records one ring's header words.
-type recTap struct {
-	r        *Recorder
+// ringTap is what recording and replaying taps share: the ring's memory
+// and the shadow of the host's index the device reads (see
+// rings.TracedDMA). The host's flags word is shadowed as NEED_WAKEUP for
+// good: a traced device rings the host's doorbell and raises its vectors
+// whenever it has something for it, so what it does never depends on when
+// the host went to sleep.
+type ringTap struct {
 	id       uint16
 	producer bool
-	step     uint64    // the step the load ordinals count in
-	ord      [4]uint32 // loads of each header word this step
-	seen     [4]uint32 // the host words' last values (a fresh ring's are 0)
-	stored   uint32    // the producer index last stored (entries after it are new)
-	started  bool
+	l        rings.Layout
+	mem      []byte
+	hostOff  int    // the host's index word
+	shadow   uint32 // its value as of the start of the step
+	flags    uint32 // the host's flags word as the device sees it
+	stored   uint32 // a producer's index last stored (entries after it are new)
 }
 
-func (t *recTap) countLoad(off int) uint32 {
-	if t.step != t.r.step {
-		t.step, t.ord = t.r.step, [4]uint32{}
+// init sets the tap up in place (the ring keeps pointers into it).
+func (t *ringTap) init(id uint16, l rings.Layout, producer bool, ring *rings.Ring) {
+	*t = ringTap{id: id, producer: producer, l: l, mem: ring.Mem(), hostOff: rings.OffProducerIndex, flags: rings.FlagNeedWakeup}
+	flagsOff := rings.OffProducerFlags
+	if producer {
+		t.hostOff, flagsOff = rings.OffConsumerIndex, rings.OffConsumerFlags
+		t.stored = ring.ProducerIndex()
 	}
-	t.ord[wordIndex(off)]++
-	return t.ord[wordIndex(off)]
+	t.shadow = t.real(t.hostOff)
+	if !producer {
+		// Entries the host published before the device opened the ring
+		// come with the first step's index, like any others.
+		t.shadow = t.real(rings.OffConsumerIndex)
+	}
+	ring.Redirect(t.hostOff, &t.shadow)
+	ring.Redirect(flagsOff, &t.flags)
 }
 
-func (t *recTap) Load(ring *rings.Ring, off int) uint32 {
-	v := ring.RawLoad(off)
-	if !hostWord(off, t.producer) {
-		return v
-	}
-	ord := t.countLoad(off)
-	if v == t.seen[wordIndex(off)] {
-		return v
-	}
-	rec := Record{Kind: KindLoad, Ring: t.id, Off: uint8(off), Ord: ord, Val: v}
-	if off == rings.OffProducerIndex {
-		rec.Data = entries(ring, t.seen[wordIndex(off)], v)
-	}
-	t.seen[wordIndex(off)] = v
-	t.r.emit(&rec)
-	return v
+// real loads the header word at off from memory.
+func (t *ringTap) real(off int) uint32 {
+	return atomic.LoadUint32((*uint32)(unsafe.Pointer(&t.mem[off])))
 }
 
-// entries returns the entries published from index from up to to (at most
-// a ring's worth: an index further ahead is the host's error, which the
-// device reports).
-func entries(ring *rings.Ring, from, to uint32) []byte {
-	l := ring.Layout()
-	n := min(to-from, l.Count)
-	b := make([]byte, 0, int(n)*int(l.EntrySize))
+// entries returns the entries from index from up to to (at most a ring's
+// worth: an index further ahead is the host's error, which the device
+// reports).
+func (t *ringTap) entries(from, to uint32) []byte {
+	n := min(to-from, t.l.Count)
+	es := int(t.l.EntrySize)
+	b := make([]byte, 0, int(n)*es)
 	for i := to - n; i != to; i++ {
-		b = append(b, ring.Entry(i)...)
+		off := rings.HeaderSize + int(i&(t.l.Count-1))*es
+		b = append(b, t.mem[off:off+es]...)
 	}
 	return b
 }
@@ -215,25 +216,52 @@ func entries(ring *rings.Ring, from, to uint32) []byte {
 // produced is entries for the device's own: bytes 1..3 of each control
 // word are left as zero, since a producer stamps only byte 0 (the phase)
 // and leaves the rest as memory had them (see rings.Producer.Commit).
-func produced(ring *rings.Ring, from, to uint32) []byte {
-	b := entries(ring, from, to)
-	es := int(ring.Layout().EntrySize)
+func (t *ringTap) produced(from, to uint32) []byte {
+	b := t.entries(from, to)
+	es := int(t.l.EntrySize)
 	for i := 0; i+es <= len(b); i += es {
 		b[i+1], b[i+2], b[i+3] = 0, 0, 0
 	}
 	return b
 }
 
-func (t *recTap) Stored(ring *rings.Ring, off int, v uint32) {
+// stored makes the record of the device's store of its word at off.
+func (t *ringTap) storeRecord(off int, v uint32) Record {
 	rec := Record{Kind: KindStore, Ring: t.id, Off: uint8(off), Val: v}
 	if t.producer && off == rings.OffProducerIndex {
-		rec.Data = produced(ring, t.stored, v)
+		rec.Data = t.produced(t.stored, v)
 		t.stored = v
 	}
+	return rec
+}
+
+// recTap records one ring.
+type recTap struct {
+	r *Recorder
+	ringTap
+}
+
+// sync takes the host's index at the start of a step, recording it (and
+// the entries it published) when it moved.
+func (t *recTap) sync() {
+	v := t.real(t.hostOff)
+	if v == t.shadow {
+		return
+	}
+	rec := Record{Kind: KindLoad, Ring: t.id, Off: uint8(t.hostOff), Val: v}
+	if !t.producer {
+		rec.Data = t.entries(t.shadow, v)
+	}
+	atomic.StoreUint32(&t.shadow, v)
 	t.r.emit(&rec)
 }
 
-func (t *recTap) Completed(ring *rings.Ring, i uint32, e []byte) {
+func (t *recTap) Stored(off int, v uint32) {
+	rec := t.storeRecord(off, v)
+	t.r.emit(&rec)
+}
+
+func (t *recTap) Completed(i uint32, e []byte) {
 	t.r.emit(&Record{Kind: KindComplete, Ring: t.id, Val: i, Data: e})
 }
 
@@ -280,6 +308,3 @@ func (v recVector) Kick() {
 	v.r.emit(&Record{Kind: KindIrq, Vec: v.vec})
 	v.d.Kick()
 }
-
-// wordIndex numbers the four header words (they are a cache line apart).
-func wordIndex(off int) int { return off / rings.CacheLine & 3 }

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"sync/atomic"
+	"unsafe"
 
 	"github.com/emunic/emunic/nic"
 	"github.com/emunic/emunic/nic/port"
@@ -172,7 +174,7 @@ func (rp *replayer) endGroup() {
 		return
 	}
 	for _, l := range rp.loads {
-		rp.diverge(&l, nil, "the device never loaded ring %d's word at %d a %d. time", l.Ring, l.Off, l.Ord)
+		rp.diverge(&l, nil, "the trace has ring %d's index move, but the device has no such ring", l.Ring)
 		return
 	}
 	if len(rp.reads) > 0 {
@@ -292,6 +294,17 @@ func (rp *replayer) Step(s nic.StepInfo) {
 	rp.steps++
 	rp.pos++
 	rp.group()
+	// The host's indices as the recorded step began.
+	rest := rp.loads[:0]
+	for _, l := range rp.loads {
+		if int(l.Ring) < len(rp.taps) && int(l.Off) == rp.taps[l.Ring].hostOff {
+			rp.taps[l.Ring].apply(l)
+			rp.inputs++
+			continue
+		}
+		rest = append(rest, l)
+	}
+	rp.loads = rest
 }
 
 func (rp *replayer) Attach(_ nic.Config, _ rings.DMA, p port.Port) (rings.DMA, port.Port) {
@@ -359,68 +372,52 @@ func (m repDMA) Wrote(a rings.Addr, p []byte) {
 	m.rp.output(&rec)
 }
 
-func (m repDMA) RingTap(l rings.Layout, producer bool) rings.Tap {
+func (m repDMA) RingTap(l rings.Layout, producer bool, ring *rings.Ring) rings.Tap {
 	rp := m.rp
-	t := &repTap{rp: rp, id: uint16(len(rp.taps)), producer: producer}
+	// The header as the recording read it, before the tap takes the
+	// host's index from it.
+	if rings.Check(rp.arena, l.Base, rings.HeaderSize) == nil {
+		m.feed(l.Base, rings.HeaderSize)
+	}
+	t := &repTap{rp: rp}
+	t.init(uint16(len(rp.taps)), l, producer, ring)
 	rp.taps = append(rp.taps, t)
 	var f uint8
 	if producer {
 		f = 1
 	}
 	rp.output(&Record{Kind: KindRing, Ring: t.id, Flags: f, Addr: uint64(l.Base), Val: l.Count, Len: l.EntrySize})
-	if rings.Check(rp.arena, l.Base, rings.HeaderSize) == nil {
-		m.feed(l.Base, rings.HeaderSize)
-	}
 	return t
 }
 
-// repTap replays one ring's host words.
+// repTap replays one ring.
 type repTap struct {
-	rp       *replayer
-	id       uint16
-	producer bool
-	step     uint64
-	ord      [4]uint32
-	stored   uint32
+	rp *replayer
+	ringTap
 }
 
-func (t *repTap) Load(ring *rings.Ring, off int) uint32 {
-	if !hostWord(off, t.producer) {
-		return ring.RawLoad(off)
-	}
-	rp := t.rp
-	if t.step != rp.step {
-		t.step, t.ord = rp.step, [4]uint32{}
-	}
-	t.ord[wordIndex(off)]++
-	for i, l := range rp.loads {
-		if l.Ring == t.id && int(l.Off) == off && l.Ord == t.ord[wordIndex(off)] {
-			if off == rings.OffProducerIndex {
-				lay := ring.Layout()
-				n := uint32(len(l.Data)) / lay.EntrySize
-				for k := uint32(0); k < n; k++ {
-					copy(ring.Entry(l.Val-n+k), l.Data[k*lay.EntrySize:])
-				}
-			}
-			ring.RawStore(off, l.Val)
-			rp.loads = append(rp.loads[:i], rp.loads[i+1:]...)
-			rp.inputs++
-			break
+// apply is a recorded move of the host's index at the start of a step: the
+// entries it published go into the ring, the index into the shadow (and
+// memory).
+func (t *repTap) apply(l Record) {
+	if !t.producer {
+		es := t.l.EntrySize
+		n := uint32(len(l.Data)) / es
+		for k := uint32(0); k < n; k++ {
+			off := rings.HeaderSize + int((l.Val-n+k)&(t.l.Count-1))*int(es)
+			copy(t.mem[off:off+int(es)], l.Data[k*es:(k+1)*es])
 		}
 	}
-	return ring.RawLoad(off)
+	atomic.StoreUint32((*uint32)(unsafe.Pointer(&t.mem[t.hostOff])), l.Val)
+	atomic.StoreUint32(&t.shadow, l.Val)
 }
 
-func (t *repTap) Stored(ring *rings.Ring, off int, v uint32) {
-	rec := Record{Kind: KindStore, Ring: t.id, Off: uint8(off), Val: v}
-	if t.producer && off == rings.OffProducerIndex {
-		rec.Data = produced(ring, t.stored, v)
-		t.stored = v
-	}
+func (t *repTap) Stored(off int, v uint32) {
+	rec := t.storeRecord(off, v)
 	t.rp.output(&rec)
 }
 
-func (t *repTap) Completed(ring *rings.Ring, i uint32, e []byte) {
+func (t *repTap) Completed(i uint32, e []byte) {
 	t.rp.output(&Record{Kind: KindComplete, Ring: t.id, Val: i, Data: e})
 }
 

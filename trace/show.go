@@ -142,9 +142,6 @@ func (p *Printer) Format(r *Record) string {
 		fmt.Fprintf(&b, "ring %s at %#x: %d × %d bytes (the device %s)", p.ringName(r.Dev, r.Ring), r.Addr, r.Val, r.Len, role)
 	case KindLoad, KindStore:
 		fmt.Fprintf(&b, "%s %s = %d", p.ringName(r.Dev, r.Ring), wordNames[r.Off], r.Val)
-		if r.Kind == KindLoad && r.Ord > 1 {
-			fmt.Fprintf(&b, " (load %d of the step)", r.Ord)
-		}
 		ri := p.ring(r.Dev, r.Ring)
 		if ri.esize > 0 && len(r.Data) > 0 {
 			n := uint32(len(r.Data)) / ri.esize

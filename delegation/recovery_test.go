@@ -1,0 +1,50 @@
+package delegation
+
+import (
+	"testing"
+)
+
+// lossyOneWay is A sending size bytes to B over a link with a short round
+// trip (100 µs, like a TAP to the local kernel) that loses pct of the
+// frames each way at random.
+func lossyOneWay(size int64, loss float64, seed uint64) simOpts {
+	o := bulkOpts(size, false, seed)
+	o.host[1].sendBytes = 0
+	o.link.delay = 50e3
+	o.link.loss = loss
+	o.cfg.MinRTO = 20e6 // the hosts' default (tcpstack.DefaultMinRTO)
+	return o
+}
+
+// recoveryRun runs a lossy one-way transfer and returns A's counters and
+// the simulated seconds it took.
+func recoveryRun(t *testing.T, o simOpts) (Counters, float64, int) {
+	t.Helper()
+	s := newSim(t, o)
+	s.start()
+	s.runUntil(func() bool { return s.transferred() && s.host[0].closed && s.host[1].closed }, 3600e9)
+	s.checkHashes()
+	c := s.eng[0].Counters()
+	secs := float64(s.now-1e9) / 1e9
+	t.Logf("%d MiB at %.0f%% loss: %.2f s simulated (%.1f MB/s); link lost %d frames; A: retransmitted %d segs, %d recoveries, %d partial ACKs, %d RTOs, %d probes",
+		o.host[0].sendBytes>>20, o.link.loss*100, secs, float64(o.host[0].sendBytes)/secs/1e6, s.link.lost,
+		c.TxRetransSegs, c.FastRetransmits, c.PartialAcks, c.RTOExpired, uint64(0))
+	return c, secs, s.link.lost
+}
+
+// TestRecoveryTwoPercent: at 2% loss each way on a short path, losses are
+// repaired by the ACK clock (SACK recovery, RACK-style detection of lost
+// retransmissions, tail loss probes), not by the retransmission timer:
+// fewer than one loss in 20 waits for an RTO.
+func TestRecoveryTwoPercent(t *testing.T) {
+	size := int64(16 << 20)
+	if testing.Short() || raceEnabled {
+		size = 4 << 20
+	}
+	for _, seed := range []uint64{1, 2, 3} {
+		c, _, lost := recoveryRun(t, lossyOneWay(size, 0.02, seed))
+		if c.RTOExpired*20 > uint64(lost) {
+			t.Errorf("seed %d: %d RTOs for %d frames lost", seed, c.RTOExpired, lost)
+		}
+	}
+}
