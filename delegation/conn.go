@@ -131,7 +131,10 @@ type conn struct {
 
 	// Timers (absolute ns; 0: off).
 	rtoAt    int64
-	persist  bool // rtoAt is the persist timer
+	persist  bool  // rtoAt is the persist timer
+	tlpAt    int64 // tail loss probe (RFC 8985 §7.2)
+	tlpOut   bool  // a probe is out: no other until an ACK advances SND.UNA
+	tlpHigh  seq   // SND.MAX when the probe went
 	delackAt int64
 	kaAt     int64
 	oowAckAt int64
@@ -142,7 +145,7 @@ type conn struct {
 
 func (c *conn) nextTimer() int64 {
 	d := int64(0)
-	for _, t := range [...]int64{c.rtoAt, c.delackAt, c.kaAt} {
+	for _, t := range [...]int64{c.rtoAt, c.delackAt, c.kaAt, c.tlpAt} {
 		if t != 0 && (d == 0 || t < d) {
 			d = t
 		}
@@ -159,6 +162,10 @@ func (c *conn) runTimers(now int64) {
 			c.e.ctr.DelayedAcks++
 			c.sendAck(now)
 		}
+	}
+	if c.tlpAt != 0 && c.tlpAt <= now {
+		c.tlpAt = 0
+		c.probeTail(now)
 	}
 	if c.rtoAt != 0 && c.rtoAt <= now {
 		c.rtoAt = 0
@@ -276,7 +283,7 @@ func (c *conn) fail(now int64, flags rings.NotifyFlags, aux uint32) {
 // closeWith is toClosed with aux in the notification.
 func (c *conn) closeWith(flags rings.NotifyFlags, aux uint32) {
 	c.state = rings.StateClosed
-	c.rtoAt, c.delackAt, c.kaAt = 0, 0, 0
+	c.rtoAt, c.delackAt, c.kaAt, c.tlpAt = 0, 0, 0, 0
 	c.persist = false
 	c.txHead, c.txCount = 0, 0
 	c.uqHead, c.uqCount = 0, 0

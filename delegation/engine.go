@@ -177,6 +177,9 @@ type Counters struct {
 	ULPPulled   uint64 // bytes ULPs wrote into their retransmission buffers (Transmit)
 	ULPHeld     uint64 // in-order bytes a ULP did not take at once, held and offered again
 	ULPHoldFull uint64 // in-order bytes refused because a ULP's hold was full (never expected: the window covers it)
+
+	TailLossProbes uint64 // tail loss probes sent (RFC 8985 §7)
+	SACKRecoveries uint64 // recoveries entered on SACK evidence before three duplicate ACKs (RFC 6675 IsLost, or a probe SACKed)
 }
 
 // Engine is the device-side delegated TCP engine. It is not safe for

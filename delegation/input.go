@@ -344,8 +344,7 @@ func (c *conn) newAck(now int64, s *segment) {
 	}
 	c.retries = 0
 	c.backoff = 0
-
-	// Congestion control.
+	c.tlpOut = false
 	mss := c.maxPayload()
 	if c.inRecovery {
 		if c.sndUna.gt(c.recover) {
@@ -409,6 +408,7 @@ func (c *conn) newAck(now int64, s *segment) {
 		c.rtoAt = now + c.curRTO()
 		c.persist = false
 	}
+	c.armTLP(now)
 
 	if finAcked {
 		switch c.state {
@@ -431,8 +431,12 @@ func (c *conn) dupAck(now int64) {
 	switch {
 	case c.inRecovery:
 		c.cwnd += mss // inflate: one segment left the network
-	case c.dupAcks == 3 && c.sndUna.gt(c.recover):
+	case (c.dupAcks >= 3 || c.sackLost()) && c.sndUna.gt(c.recover):
+		if c.dupAcks < 3 {
+			e.ctr.SACKRecoveries++
+		}
 		e.ctr.FastRetransmits++
+		c.tlpAt = 0
 		flight := c.sndMax.sub(c.sndUna)
 		c.ssthresh = max(flight/2, 2*mss)
 		c.recover = c.sndMax - 1
@@ -444,6 +448,21 @@ func (c *conn) dupAck(now int64) {
 		c.cwnd = c.ssthresh + 3*mss
 		c.notify(rings.NtfDupAck, c.sndNxt, 0, 0)
 	}
+}
+
+// sackLost reports SACK evidence that the segment at SND.UNA is lost before
+// three duplicate ACKs have come (some were lost, or too little was in
+// flight to make them): a tail loss probe was SACKed while the head was
+// not, or the peer holds at least three segments' worth above the head
+// (RFC 6675 §4, IsLost with DupThresh 3).
+func (c *conn) sackLost() bool {
+	if !c.sackOK || c.sacked.n == 0 {
+		return false
+	}
+	if c.tlpOut && c.sacked.high().ge(c.tlpHigh) {
+		return true
+	}
+	return c.sacked.below(c.sndMax) >= 3*c.maxPayload()
 }
 
 // processData places the segment's payload and FIN (the segment is

@@ -1,6 +1,8 @@
 package delegation
 
 import (
+	"time"
+
 	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/rings"
 )
@@ -158,6 +160,7 @@ func (c *conn) output(now int64) {
 			c.persist = false
 			c.rtoAt = now + c.curRTO()
 		}
+		c.armTLP(now)
 	} else if c.sndEnd.gt(c.sndNxt) && c.rtoAt == 0 {
 		// Nothing in flight, data waiting: the window is closed.
 		c.persist = true
@@ -201,6 +204,90 @@ func (c *conn) retransmitHead(now int64) bool {
 		c.rtxOut += n
 	}
 	return true
+}
+
+// Tail loss probe (RFC 8985 §7). A loss at the tail of a flight leaves
+// too few segments behind it to produce duplicate ACKs, and a receiver
+// that delays its ACK for what did arrive (Linux: up to 40 ms) lets the
+// RTO fire first; so two round trips after the last transmission with no
+// ACK, the sender sends one segment, new data if it may or else the last
+// segment again. The receiver answers at once (the probe is out of order,
+// or fills the hole), and the SACK it carries starts ordinary recovery
+// (dupAck: a probe SACKed while the head is not means the head is lost).
+
+// minPTO is the floor of the probe timeout: below a millisecond, a path's
+// RTT estimate is mostly scheduling noise.
+const minPTO = int64(time.Millisecond)
+
+// armTLP (re)arms the probe timer while data is out, the connection is not
+// in recovery and no probe is out (RFC 8985 §7.2).
+func (c *conn) armTLP(now int64) {
+	if c.inRecovery || c.tlpOut || c.persist || !c.sackOK || !c.hasRTT || c.sndMax == c.sndUna {
+		c.tlpAt = 0
+		return
+	}
+	pto := max(2*c.srtt, minPTO)
+	if c.sndMax.sub(c.sndUna) <= c.maxPayload() {
+		pto += c.e.cfg.DelayedAck // one segment out: its ACK may be delayed
+	}
+	if c.rtoAt != 0 && now+pto >= c.rtoAt {
+		c.tlpAt = 0 // the RTO comes first anyway
+		return
+	}
+	c.tlpAt = now + pto
+}
+
+// probeTail sends the probe (RFC 8985 §7.3).
+func (c *conn) probeTail(now int64) {
+	if !c.canSend() || c.inRecovery || c.tlpOut || c.sndMax == c.sndUna {
+		return
+	}
+	e := c.e
+	mss := c.maxPayload()
+	sent := false
+	if c.sndNxt == c.sndMax && c.sndEnd.gt(c.sndMax) && c.sndUna.add(c.sndWnd).gt(c.sndMax) && c.ulp.u == nil {
+		// New data: one segment, whatever the congestion window says.
+		n := min(c.sndEnd.sub(c.sndMax), c.sndUna.add(c.sndWnd).sub(c.sndMax), mss)
+		flags := uint8(flACK)
+		fin := c.finQueued && c.sndMax.add(n) == c.finSeq
+		if fin {
+			flags |= flFIN
+		}
+		if !c.emit(now, c.sndMax, n, flags, false) {
+			c.fail(now, rings.NtfError, AuxErrorDMA)
+			return
+		}
+		c.sndNxt = c.sndMax.add(n)
+		if fin {
+			c.sndNxt = c.sndNxt.add(1)
+		}
+		c.sndMax = c.sndNxt
+		sent = true
+	} else if end := seqMin(c.sndMax, c.sndEnd); end.gt(c.sndUna) {
+		// The last segment again.
+		n := min(end.sub(c.sndUna), mss)
+		sq := seq(uint32(end) - n)
+		if c.ulp.u != nil {
+			sq = c.sndUna
+			if cut := c.ulpCut(sq, n); cut > 0 {
+				n = cut
+			}
+		}
+		if !c.emit(now, sq, n, flACK, false) {
+			c.fail(now, rings.NtfError, AuxErrorDMA)
+			return
+		}
+		e.ctr.TxRetransSegs++
+		e.ctr.TxRetransByte += uint64(n)
+		sent = true
+	}
+	if !sent {
+		return
+	}
+	e.ctr.TailLossProbes++
+	c.tlpOut, c.tlpHigh = true, c.sndMax
+	c.rtoAt = now + c.curRTO()
+	c.persist = false
 }
 
 // rtoExpired: RFC 6298 §5.4-5.7 and RFC 5681 §3.1 (loss window).

@@ -117,26 +117,35 @@ func TestSACKRecovery(t *testing.T) {
 }
 
 // After a timeout the engine goes back to SND.UNA but skips SACKed data.
+// (With less than three segments SACKed above the head and two duplicate
+// ACKs, nothing says the head is lost before the RTO.)
 func TestRTOSkipsSACKed(t *testing.T) {
 	r, at, _ := bulkRig(t, 8)
-	// Segments 0 and 4 lost; the peer holds 1-3 and 5-7 (two dup ACKs only).
-	r.in(pseg{seq: 5000, ack: at(0), flags: flACK, wnd: 0xFFFF, sack: []sackBlock{{seq(at(1)), seq(at(4))}}})
-	r.in(pseg{seq: 5000, ack: at(0), flags: flACK, wnd: 0xFFFF, sack: []sackBlock{{seq(at(5)), seq(at(8))}, {seq(at(1)), seq(at(4))}}})
+	// Segments 0 and 1 lost; the peer holds 2-3 (two dup ACKs).
+	r.in(pseg{seq: 5000, ack: at(0), flags: flACK, wnd: 0xFFFF, sack: []sackBlock{{seq(at(2)), seq(at(3))}}})
+	r.in(pseg{seq: 5000, ack: at(0), flags: flACK, wnd: 0xFFFF, sack: []sackBlock{{seq(at(2)), seq(at(4))}}})
 	r.take() // limited transmit has nothing new to send
+	if r.info().InRecovery {
+		t.Fatal("recovery on two segments SACKed")
+	}
 	r.advance(r.e.NextDeadline() - r.now)
 	o := r.take()
 	if len(o) != 1 || uint32(o[0].seq) != at(0) {
 		t.Fatalf("after RTO: %d frames", len(o))
 	}
-	// The ACK for segment 0 moves SND.UNA to the next hole: segment 4 goes,
-	// and nothing SACKed does.
-	r.in(pseg{seq: 5000, ack: at(4), flags: flACK, wnd: 0xFFFF, sack: []sackBlock{{seq(at(5)), seq(at(8))}}})
+	// The ACK for segment 0 opens the window to two segments: 1 goes, 2-3
+	// (SACKed) do not, 4 does.
+	r.in(pseg{seq: 5000, ack: at(1), flags: flACK, wnd: 0xFFFF, sack: []sackBlock{{seq(at(2)), seq(at(4))}}})
 	o = r.take()
-	if len(o) != 1 || uint32(o[0].seq) != at(4) {
-		t.Fatalf("after the ACK: %d frames, first at %d", len(o), o[0].seq)
+	if len(o) != 2 || uint32(o[0].seq) != at(1) || uint32(o[1].seq) != at(4) {
+		var got []uint32
+		for _, s := range o {
+			got = append(got, uint32(s.seq))
+		}
+		t.Fatalf("after the ACK: frames at %v, want %d and %d", got, at(1), at(4))
 	}
 	r.in(pseg{seq: 5000, ack: at(8), flags: flACK, wnd: 0xFFFF})
-	if r.e.Counters().TxRetransSegs != 2 || r.info().SndUna != at(8) {
+	if r.e.Counters().TxRetransSegs != 3 || r.info().SndUna != at(8) {
 		t.Fatalf("retransmitted %d", r.e.Counters().TxRetransSegs)
 	}
 }
@@ -156,5 +165,61 @@ func TestRTOShortHole(t *testing.T) {
 	o := r.take()
 	if len(o) != 1 || uint32(o[0].seq) != at(3) || len(o[0].payload) != 100 {
 		t.Fatalf("%d frames; want the 100-byte hole", len(o))
+	}
+}
+
+// TestTailLossProbe: the last segment of a flight is lost and nothing is
+// left to send, so no duplicate ACK can come; the engine probes with the
+// last segment two round trips later (RFC 8985 §7), well before its RTO,
+// and the ACK for it ends the episode without a timeout.
+func TestTailLossProbe(t *testing.T) {
+	r, at, sent := bulkRig(t, 4)
+	if len(sent) != 4 {
+		t.Fatalf("%d segments", len(sent))
+	}
+	r.advance(200e3)
+	r.in(pseg{seq: 5000, ack: at(3), flags: flACK, wnd: 0xFFFF, tsEcr: r.lastTSval()}) // segment 3 lost
+	if r.e.Counters().RTTSamples == 0 {
+		t.Fatal("no RTT sample")
+	}
+	wait := r.e.NextDeadline() - r.now
+	if rto := r.info().RTO; wait <= 0 || wait >= rto {
+		t.Fatalf("next timer in %d ns, RTO %d: no probe timer before the RTO", wait, rto)
+	}
+	r.advance(wait)
+	o := r.take()
+	if len(o) != 1 || uint32(o[0].seq) != at(3) || len(o[0].payload) == 0 {
+		t.Fatalf("probe: %d frames", len(o))
+	}
+	if c := r.e.Counters(); c.TailLossProbes != 1 || c.RTOExpired != 0 {
+		t.Fatalf("probes %d, RTOs %d", c.TailLossProbes, c.RTOExpired)
+	}
+	r.in(pseg{seq: 5000, ack: at(4), flags: flACK, wnd: 0xFFFF})
+	if c := r.e.Counters(); r.info().SndUna != at(4) || c.RTOExpired != 0 {
+		t.Fatalf("after the probe's ACK: SND.UNA %d, RTOs %d", r.info().SndUna, c.RTOExpired)
+	}
+	r.expectNone("anything after the whole flight is acknowledged")
+}
+
+// TestSACKIsLost: two duplicate ACKs whose SACK blocks hold three segments
+// above the head start recovery (RFC 6675 IsLost): a lost duplicate ACK
+// does not leave the head to the RTO.
+func TestSACKIsLost(t *testing.T) {
+	r, at, _ := bulkRig(t, 8)
+	r.in(pseg{seq: 5000, ack: at(0), flags: flACK, wnd: 0xFFFF, sack: []sackBlock{{seq(at(1)), seq(at(3))}}})
+	if r.info().InRecovery {
+		t.Fatal("recovery on one duplicate ACK with two segments SACKed")
+	}
+	r.take()
+	r.in(pseg{seq: 5000, ack: at(0), flags: flACK, wnd: 0xFFFF, sack: []sackBlock{{seq(at(1)), seq(at(4))}}})
+	if !r.info().InRecovery {
+		t.Fatal("no recovery with three segments SACKed above the head")
+	}
+	o := r.take()
+	if len(o) == 0 || uint32(o[0].seq) != at(0) {
+		t.Fatalf("recovery did not resend the head first: %d frames", len(o))
+	}
+	if c := r.e.Counters(); c.SACKRecoveries != 1 || c.FastRetransmits != 1 {
+		t.Fatalf("SACK recoveries %d, fast retransmits %d", c.SACKRecoveries, c.FastRetransmits)
 	}
 }
