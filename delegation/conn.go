@@ -130,14 +130,21 @@ type conn struct {
 	lastRecv        int64
 
 	// Timers (absolute ns; 0: off).
-	rtoAt    int64
-	persist  bool  // rtoAt is the persist timer
-	tlpAt    int64 // tail loss probe (RFC 8985 §7.2)
-	tlpOut   bool  // a probe is out: no other until an ACK advances SND.UNA
-	tlpHigh  seq   // SND.MAX when the probe went
-	delackAt int64
-	kaAt     int64
-	oowAckAt int64
+	rtoAt   int64
+	persist bool  // rtoAt is the persist timer
+	tlpAt   int64 // tail loss probe (RFC 8985 §7.2)
+	tlpOut  int   // probes out since SND.UNA last advanced (at most 2)
+	tlpHigh seq   // SND.MAX when the first probe went
+	rtxAt   int64 // in recovery: when the head was last resent (0: not yet)
+
+	// Undoing a spurious RTO (RFC 2883 §5): the congestion state before
+	// it, and the segment it resent.
+	undoOK                 bool
+	undoCwnd, undoSsthresh uint32
+	undoSeq                seq
+	delackAt               int64
+	kaAt                   int64
+	oowAckAt               int64
 
 	// An upper-layer protocol owning the byte stream (ulp.go).
 	ulp ulpConn

@@ -289,6 +289,9 @@ func (c *conn) processAck(now int64, s *segment, pure bool) {
 		}
 	}
 
+	if c.undoOK {
+		c.undoSpuriousRTO(s)
+	}
 	if c.sackOK && s.nSACK > 0 {
 		span := c.sndMax.sub(c.sndUna)
 		for i := 0; i < s.nSACK; i++ {
@@ -344,7 +347,8 @@ func (c *conn) newAck(now int64, s *segment) {
 	}
 	c.retries = 0
 	c.backoff = 0
-	c.tlpOut = false
+	c.tlpOut = 0
+	c.rtxAt = 0 // a new head
 	mss := c.maxPayload()
 	if c.inRecovery {
 		if c.sndUna.gt(c.recover) {
@@ -450,6 +454,29 @@ func (c *conn) dupAck(now int64) {
 	}
 }
 
+// undoSpuriousRTO looks at the first ACK after an RTO: if its first SACK
+// block is a D-SACK (below the cumulative ACK, RFC 2883 §4) for the segment
+// the RTO resent, the original had arrived, and the timeout cost nothing but
+// time: the congestion state goes back to what it was, and the go-back
+// stops (the ACK covers what was in flight, so there is nothing to resend).
+func (c *conn) undoSpuriousRTO(s *segment) {
+	c.undoOK = false
+	if s.nSACK == 0 {
+		return
+	}
+	b := s.sack[0]
+	if !b.end.le(s.ack) || !b.start.le(c.undoSeq) || !c.undoSeq.lt(b.end) {
+		return
+	}
+	c.e.ctr.SpuriousRTOs++
+	c.cwnd = max(c.cwnd, c.undoCwnd)
+	c.ssthresh = max(c.ssthresh, c.undoSsthresh)
+	c.backoff = 0
+	if c.sndNxt.lt(c.sndMax) && s.ack.ge(c.sndNxt) {
+		c.sndNxt = seqMin(s.ack, c.sndMax)
+	}
+}
+
 // sackLost reports SACK evidence that the segment at SND.UNA is lost before
 // three duplicate ACKs have come (some were lost, or too little was in
 // flight to make them): a tail loss probe was SACKed while the head was
@@ -459,7 +486,7 @@ func (c *conn) sackLost() bool {
 	if !c.sackOK || c.sacked.n == 0 {
 		return false
 	}
-	if c.tlpOut && c.sacked.high().ge(c.tlpHigh) {
+	if c.tlpOut > 0 && c.sacked.high().ge(c.tlpHigh) {
 		return true
 	}
 	return c.sacked.below(c.sndMax) >= 3*c.maxPayload()

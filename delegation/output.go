@@ -89,6 +89,10 @@ func (c *conn) output(now int64) {
 				}
 				c.highRxt = h.add(n)
 				c.rtxOut += n
+				if h == c.sndUna {
+					c.rtxAt = now
+					c.armTLP(now)
+				}
 				continue
 			}
 		}
@@ -203,6 +207,10 @@ func (c *conn) retransmitHead(now int64) bool {
 	if c.inRecovery && c.sackOK {
 		c.rtxOut += n
 	}
+	if c.inRecovery {
+		c.rtxAt = now
+		c.armTLP(now)
+	}
 	return true
 }
 
@@ -219,10 +227,29 @@ func (c *conn) retransmitHead(now int64) bool {
 // RTT estimate is mostly scheduling noise.
 const minPTO = int64(time.Millisecond)
 
+// maxProbes is how many probes go out before the RTO is left to act. The
+// first is new data when there is some (RFC 8985 §7.3); a receiver that
+// delays its ACKs while its window stands still (Linux does, for up to 40
+// ms, longer than the 20 ms minimum RTO hosts give the engine) takes that
+// as ordinary data and keeps waiting, so the second is the last segment
+// again, which a receiver acknowledges at once (with a D-SACK, RFC 2883).
+const maxProbes = 2
+
 // armTLP (re)arms the probe timer while data is out, the connection is not
-// in recovery and no probe is out (RFC 8985 §7.2).
+// in recovery and probes are left (RFC 8985 §7.2).
 func (c *conn) armTLP(now int64) {
-	if c.inRecovery || c.tlpOut || c.persist || !c.sackOK || !c.hasRTT || c.sndMax == c.sndUna {
+	if c.inRecovery {
+		// A resent head that brings no ACK in a probe timeout was lost
+		// again; without this only the RTO would find it.
+		c.tlpAt = 0
+		if c.rtxAt != 0 && c.hasRTT && c.sackOK {
+			if at := c.rtxAt + max(2*c.srtt, minPTO); c.rtoAt == 0 || at < c.rtoAt {
+				c.tlpAt = at
+			}
+		}
+		return
+	}
+	if c.tlpOut >= maxProbes || c.persist || !c.sackOK || !c.hasRTT || c.sndMax == c.sndUna {
 		c.tlpAt = 0
 		return
 	}
@@ -237,15 +264,23 @@ func (c *conn) armTLP(now int64) {
 	c.tlpAt = now + pto
 }
 
-// probeTail sends the probe (RFC 8985 §7.3).
+// probeTail sends the probe (RFC 8985 §7.3), or in recovery resends a
+// head whose retransmission was lost.
 func (c *conn) probeTail(now int64) {
-	if !c.canSend() || c.inRecovery || c.tlpOut || c.sndMax == c.sndUna {
+	if c.inRecovery {
+		if c.canSend() && c.rtxAt != 0 && c.sndMax != c.sndUna {
+			c.e.ctr.LostRetransmits++
+			c.retransmitHead(now)
+		}
+		return
+	}
+	if !c.canSend() || c.tlpOut >= maxProbes || c.sndMax == c.sndUna {
 		return
 	}
 	e := c.e
 	mss := c.maxPayload()
 	sent := false
-	if c.sndNxt == c.sndMax && c.sndEnd.gt(c.sndMax) && c.sndUna.add(c.sndWnd).gt(c.sndMax) && c.ulp.u == nil {
+	if c.tlpOut == 0 && c.sndNxt == c.sndMax && c.sndEnd.gt(c.sndMax) && c.sndUna.add(c.sndWnd).gt(c.sndMax) && c.ulp.u == nil {
 		// New data: one segment, whatever the congestion window says.
 		n := min(c.sndEnd.sub(c.sndMax), c.sndUna.add(c.sndWnd).sub(c.sndMax), mss)
 		flags := uint8(flACK)
@@ -285,9 +320,12 @@ func (c *conn) probeTail(now int64) {
 		return
 	}
 	e.ctr.TailLossProbes++
-	c.tlpOut, c.tlpHigh = true, c.sndMax
-	c.rtoAt = now + c.curRTO()
+	if c.tlpOut == 0 {
+		c.tlpHigh = c.sndMax
+	}
+	c.tlpOut++
 	c.persist = false
+	c.armTLP(now)
 }
 
 // rtoExpired: RFC 6298 §5.4-5.7 and RFC 5681 §3.1 (loss window).
@@ -310,6 +348,8 @@ func (c *conn) rtoExpired(now int64) {
 	}
 	mss := c.maxPayload()
 	if c.backoff == 0 {
+		// Kept to undo, should the peer show the timeout needless.
+		c.undoOK, c.undoCwnd, c.undoSsthresh, c.undoSeq = c.sackOK, c.cwnd, c.ssthresh, c.sndUna
 		c.ssthresh = max(c.sndMax.sub(c.sndUna)/2, 2*mss)
 	}
 	c.cwnd = mss

@@ -223,3 +223,46 @@ func TestSACKIsLost(t *testing.T) {
 		t.Fatalf("SACK recoveries %d, fast retransmits %d", c.SACKRecoveries, c.FastRetransmits)
 	}
 }
+
+// TestSpuriousRTOUndo: nothing was lost, but the receiver held its ACKs
+// past the RTO. The ACK after the timeout carries a D-SACK for the resent
+// head (RFC 2883 §4): the engine puts its congestion window back and does
+// not go back over data the peer has.
+func TestSpuriousRTOUndo(t *testing.T) {
+	r, at, sent := bulkRig(t, 8)
+	r.advance(200e3)
+	r.in(pseg{seq: 5000, ack: at(2), flags: flACK, wnd: 0xFFFF, tsEcr: r.lastTSval()})
+	r.take()
+	cwnd := r.info().Cwnd
+	r.advance(r.info().RTO + 1) // probes, then the timeout
+	r.take()
+	if c := r.e.Counters(); c.RTOExpired != 1 || c.TailLossProbes != maxProbes {
+		t.Fatalf("RTOs %d, probes %d", c.RTOExpired, c.TailLossProbes)
+	}
+	if r.info().Cwnd >= cwnd {
+		t.Fatalf("the RTO left the window at %d", r.info().Cwnd)
+	}
+	last := at(len(sent))
+	r.in(pseg{seq: 5000, ack: last, flags: flACK, wnd: 0xFFFF, sack: []sackBlock{{seq(at(2)), seq(at(3))}}})
+	if c := r.e.Counters(); c.SpuriousRTOs != 1 {
+		t.Fatalf("spurious RTOs %d", c.SpuriousRTOs)
+	}
+	if got := r.info().Cwnd; got < cwnd {
+		t.Fatalf("window %d after the undo, %d before the RTO", got, cwnd)
+	}
+	for _, s := range r.take() {
+		if len(s.payload) > 0 && uint32(s.seq) < last {
+			t.Fatalf("went back to %d after the D-SACK", s.seq)
+		}
+	}
+	// A D-SACK for something else undoes nothing.
+	r2, at2, _ := bulkRig(t, 8)
+	r2.advance(200e3)
+	r2.in(pseg{seq: 5000, ack: at2(2), flags: flACK, wnd: 0xFFFF, tsEcr: r2.lastTSval()})
+	r2.advance(r2.info().RTO + 1)
+	r2.take()
+	r2.in(pseg{seq: 5000, ack: at2(4), flags: flACK, wnd: 0xFFFF, sack: []sackBlock{{seq(at2(0)), seq(at2(1))}}})
+	if c := r2.e.Counters(); c.SpuriousRTOs != 0 {
+		t.Fatal("a D-SACK below the resent head undid the RTO")
+	}
+}
