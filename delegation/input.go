@@ -468,7 +468,7 @@ func (c *conn) undoSpuriousRTO(s *segment) {
 	if !b.end.le(s.ack) || !b.start.le(c.undoSeq) || !c.undoSeq.lt(b.end) {
 		return
 	}
-	c.e.ctr.SpuriousRTOs++
+	c.e.ctr.SpuriousTimeouts++
 	c.cwnd = max(c.cwnd, c.undoCwnd)
 	c.ssthresh = max(c.ssthresh, c.undoSsthresh)
 	c.backoff = 0

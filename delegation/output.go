@@ -308,12 +308,13 @@ func (c *conn) probeTail(now int64) {
 				n = cut
 			}
 		}
-		if !c.emit(now, sq, n, flACK, false) {
+		if n == 0 {
+			return
+		}
+		if !c.emit(now, sq, n, flACK, false) { // counted as a retransmission there
 			c.fail(now, rings.NtfError, AuxErrorDMA)
 			return
 		}
-		e.ctr.TxRetransSegs++
-		e.ctr.TxRetransByte += uint64(n)
 		sent = true
 	}
 	if !sent {

@@ -244,8 +244,8 @@ func TestSpuriousRTOUndo(t *testing.T) {
 	}
 	last := at(len(sent))
 	r.in(pseg{seq: 5000, ack: last, flags: flACK, wnd: 0xFFFF, sack: []sackBlock{{seq(at(2)), seq(at(3))}}})
-	if c := r.e.Counters(); c.SpuriousRTOs != 1 {
-		t.Fatalf("spurious RTOs %d", c.SpuriousRTOs)
+	if c := r.e.Counters(); c.SpuriousTimeouts != 1 {
+		t.Fatalf("spurious RTOs %d", c.SpuriousTimeouts)
 	}
 	if got := r.info().Cwnd; got < cwnd {
 		t.Fatalf("window %d after the undo, %d before the RTO", got, cwnd)
@@ -262,7 +262,7 @@ func TestSpuriousRTOUndo(t *testing.T) {
 	r2.advance(r2.info().RTO + 1)
 	r2.take()
 	r2.in(pseg{seq: 5000, ack: at2(4), flags: flACK, wnd: 0xFFFF, sack: []sackBlock{{seq(at2(0)), seq(at2(1))}}})
-	if c := r2.e.Counters(); c.SpuriousRTOs != 0 {
+	if c := r2.e.Counters(); c.SpuriousTimeouts != 0 {
 		t.Fatal("a D-SACK below the resent head undid the RTO")
 	}
 }
