@@ -97,6 +97,7 @@ type conn struct {
 	oooFinSeq        seq
 	segsUnacked      int
 	ackNow           bool
+	burstAck         bool // an ACK deferred to the end of the receive burst (Engine.EndBurst)
 	userq            []userBuf
 	uqHead, uqCount  int
 	userBufReqSent   bool

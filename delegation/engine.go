@@ -199,6 +199,9 @@ type Engine struct {
 	ntf   rings.Notification
 	ctr   Counters
 
+	inBurst    bool     // between BeginBurst and EndBurst
+	burstConns []uint32 // connections with an ACK deferred to EndBurst
+
 	nConns    int      // connections delegated (index taken)
 	nBlocks   int      // control blocks allocated
 	pendList  []uint32 // connections with queued notifications

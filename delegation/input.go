@@ -569,10 +569,47 @@ func (c *conn) processData(now int64, s *segment) {
 	}
 	if len(data) > 0 {
 		c.segsUnacked++
-		if c.segsUnacked >= 2 {
+		switch {
+		case c.segsUnacked >= maxStretch || c.segsUnacked >= 2 && !e.inBurst:
 			c.ackNow = true
+		case c.segsUnacked >= 2 && !c.burstAck:
+			// In a receive burst: one ACK when the burst ends covers
+			// every segment of it (see BeginBurst).
+			c.burstAck = true
+			e.burstConns = append(e.burstConns, c.idx)
 		}
 	}
+}
+
+// maxStretch is the most in-order data segments one ACK covers in a
+// receive burst (a Linux receiver's GRO acknowledges up to 64 KiB at once).
+const maxStretch = 32
+
+// BeginBurst and EndBurst bracket a batch of Input calls the device makes
+// back to back (the frames its port delivered together: a TAP with
+// offloads hands over a 64 KiB super-frame as ~44 segments in one go).
+// Inside a burst, the ACK RFC 5681 sends for every second full segment waits
+// for EndBurst, which sends one ACK per connection for all of it, like a
+// receiver's GRO: on a path where each frame is a system call, that halves
+// the calls a bulk receiver makes. Anything that must be acknowledged at
+// once (out of order, a hole filled, a window edge) still is; at most
+// maxStretch segments wait.
+func (e *Engine) BeginBurst() { e.inBurst = true }
+
+// EndBurst sends the ACKs BeginBurst deferred.
+func (e *Engine) EndBurst(now int64) {
+	e.inBurst = false
+	for _, idx := range e.burstConns {
+		c := e.get(idx)
+		if c == nil || !c.burstAck {
+			continue
+		}
+		c.burstAck = false
+		if c.segsUnacked > 0 && c.canSend() {
+			c.sendAck(now)
+		}
+	}
+	e.burstConns = e.burstConns[:0]
 }
 
 // queueOOO holds an out-of-order segment.

@@ -123,6 +123,10 @@ func (d *Device) transmit(desc rings.TxDesc) {
 func (d *Device) serviceRx() int {
 	n := 0
 	var pf parsedFrame
+	// One ACK per connection for the segments of this pass (the
+	// engine's GRO-like coalescing, Engine.BeginBurst).
+	d.eng.BeginBurst()
+	defer d.eng.EndBurst(d.now)
 	for ; n < d.cfg.Burst; n++ {
 		f := d.fifo.peek()
 		if f == nil {

@@ -37,7 +37,8 @@ type DelegatedConn struct {
 	wakeCh chan struct{}
 
 	// receive side
-	chunks []rxChunk // data in stream order
+	chunks   []rxChunk // data in stream order
+	chunkArr []rxChunk // the array chunks is a window of (pushChunk)
 	// rxBufs are the connection's user receive buffers, by ID, taken from
 	// the host's pool as the connection streams (growRecv) and given back
 	// when it goes quiet; an empty slot (addr 0) is one given back.
@@ -74,10 +75,42 @@ type DelegatedConn struct {
 }
 
 type rxChunk struct {
-	data   []byte // unread bytes
-	userID int    // posted user buffer to repost when drained, or -1
-	full   bool   // the user buffer came back full (the peer is streaming)
-	legacy int    // legacy bytes to credit when drained
+	data   []byte  // unread bytes
+	userID int     // posted user buffer to repost when drained, or -1
+	full   bool    // the user buffer came back full (the peer is streaming)
+	legacy int     // legacy bytes to credit when drained
+	copied *[]byte // the legacyCopies buffer data lives in, returned when drained
+}
+
+// legacyCopies holds the copies of legacy uploads (a frame's payload each)
+// until the application has read them: a copy per segment must not be an
+// allocation per segment.
+var legacyCopies = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
+
+// pushChunk queues ch behind the unread data. The queue's array is reused
+// once drained (Read slices chunks from the front), so a connection that
+// keeps receiving appends without growing a new array every time.
+func (c *DelegatedConn) pushChunk(ch rxChunk) {
+	if len(c.chunks) == 0 && cap(c.chunkArr) > 0 {
+		c.chunks = c.chunkArr[:0]
+	}
+	if len(c.chunks) == cap(c.chunks) && len(c.chunks) < cap(c.chunkArr)/2 {
+		// Room at the front of the array: move the unread chunks there.
+		n := copy(c.chunkArr[:cap(c.chunkArr)], c.chunks)
+		clear(c.chunkArr[n:cap(c.chunkArr)])
+		c.chunks = c.chunkArr[:n]
+	}
+	c.chunks = append(c.chunks, ch)
+	if cap(c.chunks) > cap(c.chunkArr) {
+		c.chunkArr = c.chunks[:0]
+	}
+}
+
+// legacyChunk copies a legacy upload's payload into a pooled buffer.
+func legacyChunk(data []byte) rxChunk {
+	bp := legacyCopies.Get().(*[]byte)
+	*bp = append((*bp)[:0], data...)
+	return rxChunk{data: *bp, userID: -1, legacy: len(data), copied: bp}
 }
 
 // rxBuf is a user receive buffer from the pool.
@@ -199,6 +232,7 @@ func (c *DelegatedConn) Read(p []byte) (int, error) {
 		n += k
 		if len(ch.data) == 0 {
 			c.retire(ch)
+			*ch = rxChunk{}
 			c.chunks = c.chunks[1:]
 		}
 	}
@@ -225,6 +259,10 @@ func (c *DelegatedConn) retire(ch *rxChunk) {
 	if ch.legacy > 0 {
 		c.legacyOut -= ch.legacy
 		c.creditDue += ch.legacy
+	}
+	if ch.copied != nil {
+		legacyCopies.Put(ch.copied)
+		ch.copied = nil
 	}
 	// Return window in batches (one UPDATE per eighth of the receive
 	// buffer), and always when the reader has drained everything, so a
@@ -465,7 +503,7 @@ func (c *DelegatedConn) notifyLocked(n *rings.Notification) bool {
 				c.dropRxBuf(id) // the unit gave it back unused
 			} else {
 				b := c.rxBufs[id].mem
-				c.chunks = append(c.chunks, rxChunk{data: b[:n.Len], userID: id, full: int(n.Len) == len(b)})
+				c.pushChunk(rxChunk{data: b[:n.Len], userID: id, full: int(n.Len) == len(b)})
 			}
 		}
 	}
@@ -478,7 +516,7 @@ func (c *DelegatedConn) notifyLocked(n *rings.Notification) bool {
 				c.o.credit(c, n.Len)
 			} else {
 				c.legacyOut += int(n.Len)
-				c.chunks = append(c.chunks, rxChunk{data: append([]byte(nil), data...), userID: -1, legacy: int(n.Len)})
+				c.pushChunk(legacyChunk(data))
 				c.o.drv.stats.copyBytes.Add(uint64(n.Len))
 				// A connection that keeps receiving gets receive
 				// buffers of its own from the pool (autotuning): the

@@ -249,7 +249,7 @@ func (o *offloader) delegate(ep tcpip.Endpoint, wq *waiter.Queue, key FlowKey, a
 	if pre.Len() > 0 {
 		// Ahead of anything the unit delivers: its buffers are posted
 		// in the OFFLOAD's publish, and data may come at once.
-		c.chunks = append(c.chunks, rxChunk{data: pre.Bytes(), userID: -1})
+		c.pushChunk(rxChunk{data: pre.Bytes(), userID: -1})
 	}
 	// An RDMA connection gets no user buffers: its QP takes the byte
 	// stream over inside the device (CREATE_QP refuses posted buffers),

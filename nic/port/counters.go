@@ -21,6 +21,8 @@ type counters struct {
 
 	rxFrames, rxBytes atomic.Uint64
 	rxDropTooBig      atomic.Uint64
+	rxGSO             atomic.Uint64
+	rxDropBadGSO      atomic.Uint64
 	_                 [64]byte
 
 	// Written by whoever delivers into this port's receive FIFO (the peer's writer or a
@@ -43,6 +45,8 @@ func (c *counters) snapshot() Stats {
 		TxDropLoss:      c.txDropLoss.Load(),
 		TxErrors:        c.txErrors.Load(),
 		RxDropTooBig:    c.rxDropTooBig.Load(),
+		RxGSOFrames:     c.rxGSO.Load(),
+		RxDropBadGSO:    c.rxDropBadGSO.Load(),
 		RxDropQueueFull: c.rxDropQueueFull.Load(),
 		RxDropClosed:    c.rxDropClosed.Load(),
 		Duplicated:      c.duplicated.Load(),

@@ -82,6 +82,8 @@ type Stats struct {
 	TxErrors        uint64 // the underlying device refused the frame (TAP: write error)
 
 	RxDropTooBig    uint64 // ReadFrame: the caller's buffer was shorter than the frame
+	RxGSOFrames     uint64 // TAP with offloads: TCP super-frames the kernel handed over (split into RxFrames)
+	RxDropBadGSO    uint64 // TAP with offloads: a super-frame or virtio-net header the port could not take apart
 	RxDropQueueFull uint64 // arrived while the receive FIFO was full (drop-tail, like rx_missed)
 	RxDropClosed    uint64 // still queued in the receive FIFO when the port closed
 
@@ -98,7 +100,7 @@ func (s Stats) TxDropped() uint64 {
 
 // RxDropped is the total of frames that arrived at this port and were not delivered by ReadFrame.
 func (s Stats) RxDropped() uint64 {
-	return s.RxDropTooBig + s.RxDropQueueFull + s.RxDropClosed
+	return s.RxDropTooBig + s.RxDropQueueFull + s.RxDropClosed + s.RxDropBadGSO
 }
 
 // String prints the non-zero counters on one line, for logs and test failures.

@@ -31,6 +31,14 @@ type TAPPort struct {
 	ctl   int // AF_INET datagram socket for interface ioctls, in the TAP's network namespace
 	stats counters
 
+	// vnet: frames carry a virtio-net header both ways and the kernel may
+	// hand over TCP super-frames (TAPOptions).
+	vnet bool
+	wmu  sync.Mutex
+	wbuf []byte // vnet header + frame, one write
+	gbuf []byte // vnet header + the largest super-frame
+	gso  gsoSplitter
+
 	closed atomic.Bool
 
 	// ReadFrame reads into rbuf when the caller's buffer might be too short for the next
@@ -107,6 +115,27 @@ func tapError(name, op string, err error) error {
 // pick the number; Name returns the result. The interface starts down: bring it up with SetUp
 // or `ip link set NAME up`.
 func OpenTAP(name string) (*TAPPort, error) {
+	return OpenTAPWith(name, TAPOptions{})
+}
+
+// TAPOptions choose how a TAP port talks to the kernel.
+type TAPOptions struct {
+	// NoOffload opens the TAP without IFF_VNET_HDR: one frame per read
+	// and write, each at most the interface's MTU, as a plain NIC would
+	// see them. By default the port turns on the checksum and TCP/IPv4
+	// segmentation offloads (TUNSETOFFLOAD, as QEMU and gVisor do), so the
+	// kernel hands over TCP super-frames of up to 64 KiB, which the port
+	// splits into wire-size frames: a read per super-frame instead of per
+	// frame. A kernel that refuses the offloads gets the plain mode.
+	NoOffload bool
+}
+
+// Offload reports whether the port runs with the virtio-net header and the
+// kernel's offloads (TAPOptions).
+func (t *TAPPort) Offload() bool { return t.vnet }
+
+// OpenTAPWith is OpenTAP with options.
+func OpenTAPWith(name string, opt TAPOptions) (*TAPPort, error) {
 	if err := checkIfName(name); err != nil {
 		return nil, err
 	}
@@ -120,10 +149,30 @@ func OpenTAP(name string) (*TAPPort, error) {
 		return nil, tapError(name, "name", err)
 	}
 	// IFF_NO_PI: frames without the 4-byte tun packet-information prefix, exactly as on the wire.
-	ifr.SetUint16(unix.IFF_TAP | unix.IFF_NO_PI)
+	flags := uint16(unix.IFF_TAP | unix.IFF_NO_PI)
+	if !opt.NoOffload {
+		flags |= unix.IFF_VNET_HDR
+	}
+	ifr.SetUint16(flags)
 	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
 		unix.Close(fd)
 		return nil, tapError(name, "TUNSETIFF", err)
+	}
+	vnet := false
+	if !opt.NoOffload {
+		// The header is 10 bytes (the default); the offloads are the
+		// checksum and TCP/IPv4 segmentation (no IPv6: the NIC is IPv4
+		// only, so the kernel segments IPv6 itself). A kernel that refuses
+		// gets frames without the header: turn it off again.
+		if err := unix.IoctlSetPointerInt(fd, unix.TUNSETVNETHDRSZ, VnetHdrSize); err == nil {
+			if err := unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, tunFCsum|tunFTSO4); err == nil {
+				vnet = true
+			}
+		}
+		if !vnet {
+			unix.Close(fd)
+			return OpenTAPWith(name, TAPOptions{NoOffload: true})
+		}
 	}
 	actual := ifr.Name()
 	// The control socket is made now, on this thread, so that it lives in the namespace the
@@ -135,7 +184,12 @@ func OpenTAP(name string) (*TAPPort, error) {
 	}
 	// fd is non-blocking, so os.NewFile registers it with the netpoller.
 	file := os.NewFile(uintptr(fd), "/dev/net/tun ("+actual+")")
-	return &TAPPort{name: actual, file: file, ctl: ctl, rbuf: make([]byte, TAPMaxFrameSize)}, nil
+	t := &TAPPort{name: actual, file: file, ctl: ctl, rbuf: make([]byte, TAPMaxFrameSize), vnet: vnet}
+	if vnet {
+		t.wbuf = make([]byte, VnetHdrSize+TAPMaxFrameSize)
+		t.gbuf = make([]byte, VnetHdrSize+TAPMaxFrameSize)
+	}
+	return t, nil
 }
 
 // Name returns the interface name (with any "%d" filled in by the kernel).
@@ -150,7 +204,16 @@ func (t *TAPPort) WriteFrame(frame []byte) error {
 	if err := t.stats.checkTx(t.closed.Load(), len(frame), TAPMaxFrameSize); err != nil {
 		return err
 	}
-	_, err := t.file.Write(frame)
+	var err error
+	if t.vnet {
+		// A zero header: a whole frame, its checksums done.
+		t.wmu.Lock()
+		n := copy(t.wbuf[VnetHdrSize:], frame)
+		_, err = t.file.Write(t.wbuf[:VnetHdrSize+n])
+		t.wmu.Unlock()
+	} else {
+		_, err = t.file.Write(frame)
+	}
 	switch {
 	case err == nil:
 		t.stats.txFrames.Add(1)
@@ -174,6 +237,9 @@ func (t *TAPPort) WriteFrame(frame []byte) error {
 func (t *TAPPort) ReadFrame(buf []byte) (int, error) {
 	if t.closed.Load() {
 		return 0, ErrClosed
+	}
+	if t.vnet {
+		return t.readVnet(buf)
 	}
 	if len(buf) >= TAPMaxFrameSize {
 		// Any frame fits: read straight into the caller's buffer, no extra copy.
@@ -199,6 +265,55 @@ func (t *TAPPort) ReadFrame(buf []byte) (int, error) {
 	t.stats.rxFrames.Add(1)
 	t.stats.rxBytes.Add(uint64(n))
 	return n, nil
+}
+
+// readVnet is ReadFrame with the virtio-net header: the next segment of the
+// last super-frame, or the next read, with its checksum finished or split.
+func (t *TAPPort) readVnet(buf []byte) (int, error) {
+	t.rmu.Lock()
+	defer t.rmu.Unlock()
+	for {
+		if t.gso.pending() {
+			n, err := t.gso.pop(buf)
+			if err != nil {
+				t.stats.rxDropTooBig.Add(1)
+				return 0, err
+			}
+			t.stats.rxFrames.Add(1)
+			t.stats.rxBytes.Add(uint64(n))
+			return n, nil
+		}
+		n, err := t.file.Read(t.gbuf)
+		if err != nil {
+			return 0, t.readError(err)
+		}
+		var h VnetHdr
+		if err := h.Decode(t.gbuf[:n]); err != nil {
+			t.stats.rxDropBadGSO.Add(1)
+			continue
+		}
+		frame := t.gbuf[VnetHdrSize:n]
+		if h.GSOType == VnetGSONone {
+			if h.Flags&VnetFlagNeedsCsum != 0 {
+				if finishCsum(frame, int(h.CsumStart), int(h.CsumOffset)) != nil {
+					t.stats.rxDropBadGSO.Add(1)
+					continue
+				}
+			}
+			if len(frame) > len(buf) {
+				t.stats.rxDropTooBig.Add(1)
+				return 0, ErrFrameTooBig
+			}
+			t.stats.rxFrames.Add(1)
+			t.stats.rxBytes.Add(uint64(len(frame)))
+			return copy(buf, frame), nil
+		}
+		if err := t.gso.split(&h, frame); err != nil {
+			t.stats.rxDropBadGSO.Add(1)
+			continue
+		}
+		t.stats.rxGSO.Add(1)
+	}
 }
 
 func (t *TAPPort) readError(err error) error {

@@ -1,0 +1,183 @@
+package port
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/emunic/emunic/nic/hdr"
+)
+
+// The virtio-net header (virtio spec 1.2 §5.1.6, struct virtio_net_hdr, 10
+// bytes, little-endian) that a TAP opened with IFF_VNET_HDR puts before
+// every frame, both ways. With the checksum and TSO offloads on, the
+// kernel hands the TAP whole TCP super-frames of up to 64 KiB (one read
+// where there would be dozens), with the checksum left for the device to
+// finish; the port splits them into wire-size frames with their checksums
+// done, so nothing behind it (the NIC, a recorder) ever sees a frame the
+// wire could not carry.
+const (
+	VnetHdrSize       = 10
+	vnetOffFlags      = 0 // u8
+	vnetOffGSOType    = 1 // u8
+	vnetOffHdrLen     = 2 // u16: Ethernet + IP + TCP headers (a hint)
+	vnetOffGSOSize    = 4 // u16: the MSS of the segments to cut
+	vnetOffCsumStart  = 6 // u16: where the checksummed part starts (the L4 header)
+	vnetOffCsumOffset = 8 // u16: where the checksum field is, from CsumStart
+)
+
+// Virtio-net header flags and GSO types.
+const (
+	VnetFlagNeedsCsum = 1    // the L4 checksum is the pseudo-header's only: finish it
+	VnetFlagDataValid = 2    // the checksum was checked (receive side)
+	VnetGSONone       = 0    // an ordinary frame
+	VnetGSOTCPv4      = 1    // a TCP/IPv4 super-frame: cut into GSOSize segments
+	VnetGSOUDP        = 3    // UFO (not enabled on our TAPs)
+	VnetGSOTCPv6      = 4    // TCP/IPv6 (not enabled: the NIC is IPv4 only)
+	VnetGSOECN        = 0x80 // with a GSO type: the flow uses ECN (CWR on the first segment only)
+)
+
+// TUNSETOFFLOAD bits (linux/if_tun.h).
+const (
+	tunFCsum = 0x01
+	tunFTSO4 = 0x02
+)
+
+// VnetHdr is a decoded virtio-net header.
+type VnetHdr struct {
+	Flags      uint8
+	GSOType    uint8
+	HdrLen     uint16
+	GSOSize    uint16
+	CsumStart  uint16
+	CsumOffset uint16
+}
+
+// Decode reads h from b (at least VnetHdrSize bytes).
+func (h *VnetHdr) Decode(b []byte) error {
+	if len(b) < VnetHdrSize {
+		return fmt.Errorf("%w: virtio-net header of %d bytes", ErrBadGSO, len(b))
+	}
+	le := binary.LittleEndian
+	*h = VnetHdr{Flags: b[vnetOffFlags], GSOType: b[vnetOffGSOType], HdrLen: le.Uint16(b[vnetOffHdrLen:]),
+		GSOSize: le.Uint16(b[vnetOffGSOSize:]), CsumStart: le.Uint16(b[vnetOffCsumStart:]), CsumOffset: le.Uint16(b[vnetOffCsumOffset:])}
+	return nil
+}
+
+// Encode writes h into b (at least VnetHdrSize bytes).
+func (h *VnetHdr) Encode(b []byte) {
+	le := binary.LittleEndian
+	b[vnetOffFlags], b[vnetOffGSOType] = h.Flags, h.GSOType
+	le.PutUint16(b[vnetOffHdrLen:], h.HdrLen)
+	le.PutUint16(b[vnetOffGSOSize:], h.GSOSize)
+	le.PutUint16(b[vnetOffCsumStart:], h.CsumStart)
+	le.PutUint16(b[vnetOffCsumOffset:], h.CsumOffset)
+}
+
+// ErrBadGSO is a virtio-net header or super-frame the port cannot take
+// apart (counted in RxDropBadGSO).
+var ErrBadGSO = errors.New("port: malformed offload frame")
+
+// finishCsum completes a partial checksum: the field at start+offset holds
+// the pseudo-header's sum, and the checksum of everything from start on,
+// that field included, is the transport checksum.
+func finishCsum(frame []byte, start, offset int) error {
+	if start < 0 || start+offset+2 > len(frame) || offset < 0 {
+		return fmt.Errorf("%w: checksum at %d+%d in a frame of %d bytes", ErrBadGSO, start, offset, len(frame))
+	}
+	binary.BigEndian.PutUint16(frame[start+offset:], ^hdr.Checksum(frame[start:], 0))
+	return nil
+}
+
+// gsoSplitter cuts TCP/IPv4 super-frames into wire-size segments, into
+// memory it keeps (no allocation per frame once it has grown).
+type gsoSplitter struct {
+	out   []byte
+	ends  []int // out[ends[i-1]:ends[i]] is segment i
+	next  int   // the next segment to hand out
+	count int
+}
+
+// pending reports whether segments are waiting.
+func (s *gsoSplitter) pending() bool { return s.next < s.count }
+
+// pop copies the next segment into buf and returns its length, or
+// ErrFrameTooBig (the segment is dropped) when buf is short.
+func (s *gsoSplitter) pop(buf []byte) (int, error) {
+	start := 0
+	if s.next > 0 {
+		start = s.ends[s.next-1]
+	}
+	seg := s.out[start:s.ends[s.next]]
+	s.next++
+	if len(seg) > len(buf) {
+		return 0, ErrFrameTooBig
+	}
+	return copy(buf, seg), nil
+}
+
+// split takes a super-frame apart: every segment gets the headers with
+// its own IP length, identification and checksum, its own sequence number,
+// FIN and PSH only on the last, CWR only on the first, and its TCP checksum
+// computed whole.
+func (s *gsoSplitter) split(h *VnetHdr, frame []byte) error {
+	s.next, s.count, s.ends = 0, 0, s.ends[:0]
+	if h.GSOType&^VnetGSOECN != VnetGSOTCPv4 {
+		return fmt.Errorf("%w: GSO type %#x (only TCP/IPv4 is enabled)", ErrBadGSO, h.GSOType)
+	}
+	if len(frame) < hdr.EthernetSize || hdr.Ethernet(frame).Type() != hdr.EtherTypeIPv4 {
+		return fmt.Errorf("%w: a TCP/IPv4 super-frame that is not IPv4", ErrBadGSO)
+	}
+	ip := hdr.IPv4(frame[hdr.EthernetSize:])
+	if len(ip) < hdr.IPv4MinSize || ip.Version() != 4 || ip.HeaderLen() < hdr.IPv4MinSize || len(ip) < ip.HeaderLen()+hdr.TCPMinSize || ip.Proto() != hdr.ProtoTCP {
+		return fmt.Errorf("%w: bad IPv4 header in a super-frame", ErrBadGSO)
+	}
+	ihl := ip.HeaderLen()
+	tcp := hdr.TCP(ip[ihl:])
+	thl := tcp.HeaderLen()
+	if thl < hdr.TCPMinSize || thl > len(tcp) {
+		return fmt.Errorf("%w: bad TCP header in a super-frame", ErrBadGSO)
+	}
+	// The IP length field, not the read, says where the packet ends.
+	if tl := int(ip.TotalLen()); tl >= ihl+thl && tl <= len(ip) {
+		ip, tcp = ip[:tl], tcp[:tl-ihl]
+	}
+	mss := int(h.GSOSize)
+	payload := tcp[thl:]
+	if mss <= 0 {
+		return fmt.Errorf("%w: GSO size 0", ErrBadGSO)
+	}
+	hl := hdr.EthernetSize + ihl + thl
+	nseg := max(1, (len(payload)+mss-1)/mss)
+	if need := nseg*hl + len(payload); cap(s.out) < need {
+		s.out = make([]byte, 0, need)
+	}
+	s.out = s.out[:0]
+	seq, flags, id := tcp.Seq(), tcp.Flags(), ip.ID()
+	src, dst := ip.Src(), ip.Dst()
+	for i := 0; i < nseg; i++ {
+		chunk := payload[min(i*mss, len(payload)):min((i+1)*mss, len(payload))]
+		start := len(s.out)
+		s.out = append(s.out, frame[:hl]...)
+		s.out = append(s.out, chunk...)
+		seg := s.out[start:]
+		sip := hdr.IPv4(seg[hdr.EthernetSize:])
+		sip.SetTotalLen(uint16(ihl + thl + len(chunk)))
+		sip.SetID(id + uint16(i))
+		sip.UpdateChecksum()
+		stcp := hdr.TCP(sip[ihl:])
+		stcp.SetSeq(seq + uint32(i*mss))
+		f := flags
+		if i != nseg-1 {
+			f &^= hdr.TCPFlagFIN | hdr.TCPFlagPSH
+		}
+		if i != 0 {
+			f &^= hdr.TCPFlagCWR
+		}
+		stcp.SetFlags(f)
+		stcp.UpdateChecksum(src, dst)
+		s.ends = append(s.ends, len(s.out))
+	}
+	s.count = nseg
+	return nil
+}
