@@ -266,3 +266,47 @@ func TestSpuriousRTOUndo(t *testing.T) {
 		t.Fatal("a D-SACK below the resent head undid the RTO")
 	}
 }
+
+// TestBurstAck: inside a receive burst (BeginBurst/EndBurst) in-order
+// segments are acknowledged once, at the end; at most maxStretch wait; an
+// out-of-order segment is still acknowledged at once.
+func TestBurstAck(t *testing.T) {
+	r := newRig(t, defaultRigOpts())
+	r.take()
+	acks := func() int {
+		n := 0
+		for _, s := range r.take() {
+			if len(s.payload) == 0 && s.has(flACK) {
+				n++
+			}
+		}
+		return n
+	}
+	seq := uint32(5000)
+	data := make([]byte, 1000)
+	r.e.BeginBurst()
+	for i := 0; i < 10; i++ {
+		r.in(pseg{seq: seq, ack: 1000, flags: flACK, wnd: 0xFFFF, payload: data})
+		seq += uint32(len(data))
+	}
+	if n := acks(); n != 0 {
+		t.Fatalf("%d ACKs inside the burst", n)
+	}
+	r.e.EndBurst(r.now)
+	if n := acks(); n != 1 {
+		t.Fatalf("%d ACKs at the end of the burst, want 1", n)
+	}
+	r.e.BeginBurst()
+	for i := 0; i < maxStretch+1; i++ {
+		r.in(pseg{seq: seq, ack: 1000, flags: flACK, wnd: 0xFFFF, payload: data})
+		seq += uint32(len(data))
+	}
+	if n := acks(); n != 1 {
+		t.Fatalf("%d ACKs for %d segments in a burst, want 1 (at %d)", n, maxStretch+1, maxStretch)
+	}
+	r.in(pseg{seq: seq + 5000, ack: 1000, flags: flACK, wnd: 0xFFFF, payload: data}) // out of order
+	if n := acks(); n != 1 {
+		t.Fatalf("an out-of-order segment in a burst: %d ACKs, want 1 at once", n)
+	}
+	r.e.EndBurst(r.now)
+}

@@ -83,7 +83,7 @@ func (p *rawPeer) recv() (seg, bool) {
 		select {
 		case f := <-p.frames:
 			var pf parsedFrame
-			if classify(f, peerMAC, 65535, &pf) != rxLegacy || pf.proto != ProtoTCP {
+			if classify(f, peerMAC, 65535, &pf, false) != rxLegacy || pf.proto != ProtoTCP {
 				continue
 			}
 			tcp := f[pf.l4Off : pf.l4Off+pf.l4Len]

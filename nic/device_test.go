@@ -339,7 +339,7 @@ func FuzzClassify(f *testing.F) {
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var pf parsedFrame
-		if classify(b, devMAC, 1514, &pf) == rxLegacy && pf.etherType == EtherTypeIPv4 {
+		if classify(b, devMAC, 1514, &pf, false) == rxLegacy && pf.etherType == EtherTypeIPv4 {
 			if pf.l4Off+pf.l4Len > len(b) || pf.l4Off < EthHeaderLen+IPv4MinHdrLen {
 				t.Fatalf("accepted headers outside the frame: %+v len %d", pf, len(b))
 			}

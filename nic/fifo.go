@@ -8,6 +8,7 @@ import "sync/atomic"
 type rxFIFO struct {
 	slots [][]byte
 	lens  []int
+	ok    []bool // the port vouched for the frame's transport checksum
 	mask  uint32
 	head  atomic.Uint32 // next slot the unit reads; written by the unit
 	_     [60]byte
@@ -19,7 +20,7 @@ func newRxFIFO(depth, frameSize int) *rxFIFO {
 	for n < depth {
 		n <<= 1
 	}
-	f := &rxFIFO{slots: make([][]byte, n), lens: make([]int, n), mask: uint32(n - 1)}
+	f := &rxFIFO{slots: make([][]byte, n), lens: make([]int, n), ok: make([]bool, n), mask: uint32(n - 1)}
 	backing := make([]byte, n*frameSize)
 	for i := range f.slots {
 		f.slots[i] = backing[i*frameSize : (i+1)*frameSize : (i+1)*frameSize]
@@ -37,11 +38,20 @@ func (f *rxFIFO) reserve() []byte {
 }
 
 // push publishes the reserved slot holding n bytes.
-func (f *rxFIFO) push(n int) {
+func (f *rxFIFO) push(n int) { f.pushCsum(n, false) }
+
+// pushCsum is push, saying whether the port verified the frame's transport
+// checksum (port.CsumReader).
+func (f *rxFIFO) pushCsum(n int, l4OK bool) {
 	t := f.tail.Load()
 	f.lens[t&f.mask] = n
+	f.ok[t&f.mask] = l4OK
 	f.tail.Store(t + 1)
 }
+
+// headVerified reports whether the port verified the oldest frame's
+// transport checksum.
+func (f *rxFIFO) headVerified() bool { return f.ok[f.head.Load()&f.mask] }
 
 // peek returns the oldest frame, or nil.
 func (f *rxFIFO) peek() []byte {

@@ -57,7 +57,8 @@ func (pf *parsedFrame) engineFlags() delegation.RxFlags {
 // offload: the host stack is told not to check again, and so is the offload
 // engine, by engineFlags). Frames that fail are dropped and counted by the
 // caller.
-func classify(f []byte, mac [6]byte, maxFrame int, pf *parsedFrame) rxVerdict {
+// l4Verified says the port vouched for the transport checksum.
+func classify(f []byte, mac [6]byte, maxFrame int, pf *parsedFrame, l4Verified bool) rxVerdict {
 	pf.l4CsumOK = false
 	if len(f) < hdr.EthernetSize {
 		return rxDropShort
@@ -104,7 +105,7 @@ func classify(f []byte, mac [6]byte, maxFrame int, pf *parsedFrame) rxVerdict {
 		if len(l4) < hdr.TCPMinSize {
 			return rxDropShort
 		}
-		if !hdr.TCP(l4).ChecksumOK(ip.Src(), ip.Dst()) {
+		if !l4Verified && !hdr.TCP(l4).ChecksumOK(ip.Src(), ip.Dst()) {
 			return rxDropChecksum
 		}
 		pf.l4CsumOK = true
@@ -117,7 +118,7 @@ func classify(f []byte, mac [6]byte, maxFrame int, pf *parsedFrame) rxVerdict {
 		u := hdr.UDP(l4)
 		// A zero UDP checksum means "none" in IPv4.
 		if u.Checksum() != 0 {
-			if !u.ChecksumOK(ip.Src(), ip.Dst()) {
+			if !l4Verified && !u.ChecksumOK(ip.Src(), ip.Dst()) {
 				return rxDropChecksum
 			}
 			pf.l4CsumOK = true

@@ -25,12 +25,12 @@ func tcpTestFrame(payload int) []byte {
 func TestClassifyTCP(t *testing.T) {
 	var pf parsedFrame
 	f := tcpTestFrame(100)
-	if v := classify(f, devMAC, 1514, &pf); v != rxLegacy || !pf.l4CsumOK || pf.proto != ProtoTCP ||
+	if v := classify(f, devMAC, 1514, &pf, false); v != rxLegacy || !pf.l4CsumOK || pf.proto != ProtoTCP ||
 		pf.l4Len != 20+12+100 || pf.engineFlags() == 0 {
 		t.Fatalf("verdict %d %+v", v, pf)
 	}
 	f[len(f)-1] ^= 1
-	if v := classify(f, devMAC, 1514, &pf); v != rxDropChecksum || pf.engineFlags() != 0 {
+	if v := classify(f, devMAC, 1514, &pf, false); v != rxDropChecksum || pf.engineFlags() != 0 {
 		t.Fatalf("corrupt payload: verdict %d", v)
 	}
 	// A fragment is not summed: the engine is not told it was.
@@ -38,12 +38,12 @@ func TestClassifyTCP(t *testing.T) {
 	ip := hdr.IPv4(f[EthHeaderLen:])
 	ip.SetFlagsFrag(hdr.IPv4FlagMF)
 	ip.UpdateChecksum()
-	if v := classify(f, devMAC, 1514, &pf); v != rxLegacy || !pf.fragment || pf.engineFlags() != 0 {
+	if v := classify(f, devMAC, 1514, &pf, false); v != rxLegacy || !pf.fragment || pf.engineFlags() != 0 {
 		t.Fatalf("fragment: verdict %d %+v", v, pf)
 	}
 	// A UDP checksum verified is not a TCP one.
 	u := frame(devMAC, 10)
-	if v := classify(u, devMAC, 1514, &pf); v != rxLegacy || !pf.l4CsumOK || pf.engineFlags() != 0 {
+	if v := classify(u, devMAC, 1514, &pf, false); v != rxLegacy || !pf.l4CsumOK || pf.engineFlags() != 0 {
 		t.Fatalf("UDP: verdict %d %+v", v, pf)
 	}
 }
@@ -52,7 +52,7 @@ func TestClassifyAllocs(t *testing.T) {
 	f := tcpTestFrame(1448)
 	var pf parsedFrame
 	if n := testing.AllocsPerRun(100, func() {
-		if classify(f, devMAC, 1514, &pf) != rxLegacy {
+		if classify(f, devMAC, 1514, &pf, false) != rxLegacy {
 			t.Fatal("dropped")
 		}
 	}); n != 0 {
@@ -72,7 +72,7 @@ func BenchmarkClassify(b *testing.B) {
 			var pf parsedFrame
 			b.SetBytes(int64(len(f)))
 			for b.Loop() {
-				if classify(f, devMAC, 1514, &pf) != rxLegacy {
+				if classify(f, devMAC, 1514, &pf, false) != rxLegacy {
 					b.Fatal("dropped")
 				}
 			}

@@ -129,7 +129,7 @@ func (d *Device) rxInject(idx uint32, addr rings.Addr, n uint32) rings.Status {
 	f := append(d.injectBuf[:0], src...) // the host may reuse its copy
 	d.injectBuf = f
 	var pf parsedFrame
-	if classify(f, d.cfg.MAC, d.maxFrame, &pf) != rxLegacy || pf.proto != ProtoTCP || pf.fragment ||
+	if classify(f, d.cfg.MAC, d.maxFrame, &pf, false) != rxLegacy || pf.proto != ProtoTCP || pf.fragment ||
 		pf.etherType != EtherTypeIPv4 {
 		return rings.StatusBadParam
 	}

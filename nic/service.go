@@ -132,7 +132,7 @@ func (d *Device) serviceRx() int {
 		if f == nil {
 			break
 		}
-		switch classify(f, d.cfg.MAC, d.maxFrame, &pf) {
+		switch classify(f, d.cfg.MAC, d.maxFrame, &pf, d.fifo.headVerified()) {
 		case rxLegacy:
 			if pf.proto == ProtoTCP && !pf.fragment && pf.etherType == EtherTypeIPv4 {
 				ip, seg := f[pf.ipOff:pf.l4Off], f[pf.l4Off:pf.l4Off+pf.l4Len]

@@ -89,21 +89,35 @@ func finishCsum(frame []byte, start, offset int) error {
 	return nil
 }
 
+// CsumReader is a port that can say a frame's transport checksum needs no
+// checking: a TAP with offloads hands over the segments of a super-frame
+// the kernel built (checksum left to the device), and the device can take
+// them without the port computing the checksums and the device checking
+// them again. ReadFrame still gives whole frames, checksums done (for a
+// recorder, or any reader that does not ask).
+type CsumReader interface {
+	ReadFrameCsum(buf []byte) (n int, l4Verified bool, err error)
+}
+
 // gsoSplitter cuts TCP/IPv4 super-frames into wire-size segments, into
 // memory it keeps (no allocation per frame once it has grown).
 type gsoSplitter struct {
-	out   []byte
-	ends  []int // out[ends[i-1]:ends[i]] is segment i
-	next  int   // the next segment to hand out
-	count int
+	out      []byte
+	ends     []int // out[ends[i-1]:ends[i]] is segment i
+	next     int   // the next segment to hand out
+	count    int
+	src, dst hdr.IPv4Addr
+	l4       int // offset of the TCP header in a segment
 }
 
 // pending reports whether segments are waiting.
 func (s *gsoSplitter) pending() bool { return s.next < s.count }
 
 // pop copies the next segment into buf and returns its length, or
-// ErrFrameTooBig (the segment is dropped) when buf is short.
-func (s *gsoSplitter) pop(buf []byte) (int, error) {
+// ErrFrameTooBig (the segment is dropped) when buf is short. With csum the
+// segment's TCP checksum is computed; without, the field is left as the
+// kernel's partial sum, for a reader that takes the frame as verified.
+func (s *gsoSplitter) pop(buf []byte, csum bool) (int, error) {
 	start := 0
 	if s.next > 0 {
 		start = s.ends[s.next-1]
@@ -112,6 +126,9 @@ func (s *gsoSplitter) pop(buf []byte) (int, error) {
 	s.next++
 	if len(seg) > len(buf) {
 		return 0, ErrFrameTooBig
+	}
+	if csum {
+		hdr.TCP(seg[s.l4:]).UpdateChecksum(s.src, s.dst)
 	}
 	return copy(buf, seg), nil
 }
@@ -175,9 +192,8 @@ func (s *gsoSplitter) split(h *VnetHdr, frame []byte) error {
 			f &^= hdr.TCPFlagCWR
 		}
 		stcp.SetFlags(f)
-		stcp.UpdateChecksum(src, dst)
 		s.ends = append(s.ends, len(s.out))
 	}
-	s.count = nseg
+	s.count, s.src, s.dst, s.l4 = nseg, src, dst, hdr.EthernetSize+ihl
 	return nil
 }

@@ -267,25 +267,46 @@ func (t *TAPPort) ReadFrame(buf []byte) (int, error) {
 	return n, nil
 }
 
+// ReadFrameCsum implements CsumReader: ReadFrame, but the segments of a
+// super-frame come without their TCP checksums computed (and reported
+// verified), and so does a frame the kernel marked DATA_VALID.
+func (t *TAPPort) ReadFrameCsum(buf []byte) (int, bool, error) {
+	if t.closed.Load() {
+		return 0, false, ErrClosed
+	}
+	if !t.vnet {
+		n, err := t.ReadFrame(buf)
+		return n, false, err
+	}
+	return t.readVnetCsum(buf, false)
+}
+
 // readVnet is ReadFrame with the virtio-net header: the next segment of the
 // last super-frame, or the next read, with its checksum finished or split.
 func (t *TAPPort) readVnet(buf []byte) (int, error) {
+	n, _, err := t.readVnetCsum(buf, true)
+	return n, err
+}
+
+// readVnetCsum is readVnet; with csum false the transport checksums of
+// segments are left to the kernel's word (verified true).
+func (t *TAPPort) readVnetCsum(buf []byte, csum bool) (int, bool, error) {
 	t.rmu.Lock()
 	defer t.rmu.Unlock()
 	for {
 		if t.gso.pending() {
-			n, err := t.gso.pop(buf)
+			n, err := t.gso.pop(buf, csum)
 			if err != nil {
 				t.stats.rxDropTooBig.Add(1)
-				return 0, err
+				return 0, false, err
 			}
 			t.stats.rxFrames.Add(1)
 			t.stats.rxBytes.Add(uint64(n))
-			return n, nil
+			return n, !csum, nil
 		}
 		n, err := t.file.Read(t.gbuf)
 		if err != nil {
-			return 0, t.readError(err)
+			return 0, false, t.readError(err)
 		}
 		var h VnetHdr
 		if err := h.Decode(t.gbuf[:n]); err != nil {
@@ -302,11 +323,12 @@ func (t *TAPPort) readVnet(buf []byte) (int, error) {
 			}
 			if len(frame) > len(buf) {
 				t.stats.rxDropTooBig.Add(1)
-				return 0, ErrFrameTooBig
+				return 0, false, ErrFrameTooBig
 			}
 			t.stats.rxFrames.Add(1)
 			t.stats.rxBytes.Add(uint64(len(frame)))
-			return copy(buf, frame), nil
+			verified := h.Flags&(VnetFlagNeedsCsum|VnetFlagDataValid) != 0 && !csum
+			return copy(buf, frame), verified, nil
 		}
 		if err := t.gso.split(&h, frame); err != nil {
 			t.stats.rxDropBadGSO.Add(1)

@@ -1,0 +1,150 @@
+package port
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"testing"
+
+	"github.com/emunic/emunic/nic/hdr"
+)
+
+// superFrame builds a TCP/IPv4 super-frame of payload bytes as the kernel
+// hands one to a TAP with offloads: IP length of the whole, the TCP checksum
+// field holding the pseudo-header's sum only.
+func superFrame(t testing.TB, payload []byte, flags uint8) []byte {
+	t.Helper()
+	src, dst := hdr.IPv4Addr{10, 0, 0, 1}, hdr.IPv4Addr{10, 0, 0, 2}
+	f := make([]byte, hdr.EthernetSize+hdr.IPv4MinSize+hdr.TCPMinSize+len(payload))
+	binary.BigEndian.PutUint16(f[12:], hdr.EtherTypeIPv4)
+	ip := hdr.IPv4(f[hdr.EthernetSize:])
+	(&hdr.IPv4Fields{TotalLen: uint16(len(ip)), ID: 100, TTL: 64, Proto: hdr.ProtoTCP, Src: src, Dst: dst}).Encode(ip)
+	tcp := hdr.TCP(ip[hdr.IPv4MinSize:])
+	tcp.SetSrcPort(1234)
+	tcp.SetDstPort(9)
+	tcp.SetSeq(1000)
+	tcp.SetAck(5)
+	tcp.SetHeaderLen(hdr.TCPMinSize)
+	tcp.SetFlags(flags)
+	tcp.SetWindow(1000)
+	copy(tcp[hdr.TCPMinSize:], payload)
+	binary.BigEndian.PutUint16(tcp[16:], hdr.Fold(hdr.PseudoHeaderSum(hdr.ProtoTCP, src, dst, len(tcp))))
+	return f
+}
+
+func TestGSOSplit(t *testing.T) {
+	payload := make([]byte, 10000)
+	for i := range payload {
+		payload[i] = byte(i * 7)
+	}
+	f := superFrame(t, payload, hdr.TCPFlagACK|hdr.TCPFlagPSH|hdr.TCPFlagFIN|hdr.TCPFlagCWR)
+	var s gsoSplitter
+	h := VnetHdr{Flags: VnetFlagNeedsCsum, GSOType: VnetGSOTCPv4 | VnetGSOECN, GSOSize: 1448, CsumStart: 34, CsumOffset: 16}
+	if err := s.split(&h, f); err != nil {
+		t.Fatal(err)
+	}
+	var got []byte
+	buf := make([]byte, 1514)
+	for i := 0; s.pending(); i++ {
+		n, err := s.pop(buf, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ip, tcp, err := hdr.ParseTCPFrame(buf[:n])
+		if err != nil {
+			t.Fatalf("segment %d: %v", i, err)
+		}
+		if !ip.ChecksumOK() || !tcp.ChecksumOK(ip.Src(), ip.Dst()) {
+			t.Fatalf("segment %d: bad checksum", i)
+		}
+		if tcp.Seq() != 1000+uint32(i*1448) || ip.ID() != 100+uint16(i) {
+			t.Fatalf("segment %d: seq %d id %d", i, tcp.Seq(), ip.ID())
+		}
+		last := len(got)+len(tcp.Payload()) == len(payload)
+		fl := tcp.Flags()
+		if fl&hdr.TCPFlagFIN != 0 != last || fl&hdr.TCPFlagPSH != 0 != last || fl&hdr.TCPFlagCWR != 0 != (i == 0) || fl&hdr.TCPFlagACK == 0 {
+			t.Fatalf("segment %d (last %v): flags %#x", i, last, fl)
+		}
+		if len(tcp.Payload()) > 1448 {
+			t.Fatalf("segment %d: %d bytes", i, len(tcp.Payload()))
+		}
+		got = append(got, tcp.Payload()...)
+	}
+	if !bytes.Equal(got, payload) {
+		t.Fatal("the segments do not carry the payload in order")
+	}
+	// A short buffer drops the segment, reports it, and the next comes.
+	s.split(&h, f)
+	if _, err := s.pop(make([]byte, 100), true); !errors.Is(err, ErrFrameTooBig) || !s.pending() {
+		t.Fatalf("short buffer: %v", err)
+	}
+}
+
+func TestFinishCsum(t *testing.T) {
+	f := superFrame(t, []byte("hello"), hdr.TCPFlagACK)
+	if err := finishCsum(f, 34, 16); err != nil {
+		t.Fatal(err)
+	}
+	ip, tcp, err := hdr.ParseTCPFrame(f)
+	if err != nil || !tcp.ChecksumOK(ip.Src(), ip.Dst()) {
+		t.Fatalf("checksum not finished: %v", err)
+	}
+	for _, c := range [][2]int{{-1, 0}, {34, -2}, {len(f) - 1, 0}, {34, 1 << 16}} {
+		if err := finishCsum(f, c[0], c[1]); !errors.Is(err, ErrBadGSO) {
+			t.Errorf("start %d offset %d: %v", c[0], c[1], err)
+		}
+	}
+}
+
+// TestGSOBad: every super-frame the splitter cannot take apart is
+// ErrBadGSO, and every truncation of a good one is refused or split
+// without reading past it.
+func TestGSOBad(t *testing.T) {
+	f := superFrame(t, make([]byte, 3000), hdr.TCPFlagACK)
+	h := VnetHdr{GSOType: VnetGSOTCPv4, GSOSize: 1448}
+	var s gsoSplitter
+	for name, c := range map[string]struct {
+		h VnetHdr
+		f []byte
+	}{
+		"udp":      {VnetHdr{GSOType: VnetGSOUDP, GSOSize: 1448}, f},
+		"tcpv6":    {VnetHdr{GSOType: VnetGSOTCPv6, GSOSize: 1448}, f},
+		"size 0":   {VnetHdr{GSOType: VnetGSOTCPv4}, f},
+		"not ipv4": {h, append([]byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x86, 0xdd}, f[14:]...)},
+		"runt":     {h, f[:10]},
+	} {
+		if err := s.split(&c.h, c.f); !errors.Is(err, ErrBadGSO) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	for n := 0; n <= len(f); n++ {
+		_ = s.split(&h, f[:n]) // must not panic
+	}
+	var d VnetHdr
+	if err := d.Decode(make([]byte, VnetHdrSize-1)); !errors.Is(err, ErrBadGSO) {
+		t.Errorf("short header: %v", err)
+	}
+}
+
+func FuzzGSOSplit(f *testing.F) {
+	good := superFrame(f, make([]byte, 3000), hdr.TCPFlagACK)
+	var hb [VnetHdrSize]byte
+	(&VnetHdr{GSOType: VnetGSOTCPv4, GSOSize: 1448}).Encode(hb[:])
+	f.Add(append(hb[:], good...))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var h VnetHdr
+		if h.Decode(b) != nil {
+			return
+		}
+		var s gsoSplitter
+		if s.split(&h, b[VnetHdrSize:]) != nil {
+			return
+		}
+		buf := make([]byte, 65536)
+		for s.pending() {
+			if _, err := s.pop(buf, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
