@@ -45,10 +45,16 @@ type tapOffloadLab struct {
 // of it is removed when the test ends.
 func newTAPOffloadLab(t testing.TB, subnet byte) *tapOffloadLab {
 	t.Helper()
+	return newTAPOffloadLabWith(t, subnet, port.TAPOptions{})
+}
+
+// newTAPOffloadLabWith is newTAPOffloadLab with the TAP opened with opt.
+func newTAPOffloadLabWith(t testing.TB, subnet byte, opt port.TAPOptions) *tapOffloadLab {
+	t.Helper()
 	requireTAP(t)
 	lab := &tapOffloadLab{ns: newNetns(t)}
 	name := uniqueName("emuo", 10)
-	tap, err := port.OpenTAP(name)
+	tap, err := port.OpenTAPWith(name, opt)
 	if err != nil {
 		t.Fatal(err)
 	}

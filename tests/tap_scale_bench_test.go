@@ -29,6 +29,7 @@ type scaleBench struct {
 	// listen opens a listener on a variant (the netstack variant's port
 	// moved up by 1000, as addr does).
 	listen map[string]func(port uint16) (net.Listener, error)
+	plain  *tapOffloadLab // BenchmarkTAPStream's delegated-plain host, in a lab of its own
 }
 
 // Ports: the same on every server variant (qotd's own and one for the

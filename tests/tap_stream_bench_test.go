@@ -3,12 +3,15 @@ package tests
 import (
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/tcpstack/services"
 )
 
@@ -16,7 +19,9 @@ import (
 // client, in the namespace on the TAP's far side) and each server variant
 // of the scale lab, side by side in one run: the emulated host with its
 // connections delegated, the same host on netstack, and the kernel itself
-// in a second namespace over a veth pair. Each direction: the kernel sends
+// in a second namespace over a veth pair; and, as the baseline of the TAP
+// offloads, a second emulated host, delegated, whose TAP is opened without
+// them (delegated-plain: a read and a write per 1,500-byte frame). Each direction: the kernel sends
 // to the server's discard service (to-server), and reads from its source
 // service (from-server); without loss, then with 2% of TCP packets dropped
 // at random each way (nftables in the client's namespace). Each iteration
@@ -26,7 +31,15 @@ import (
 //	go test ./tests -run '^$' -bench TAPStream -benchtime 1x -count 3
 func BenchmarkTAPStream(b *testing.B) {
 	s := newScaleBench(b, 88)
-	for _, v := range scaleVariants {
+	plain := newTAPOffloadLabWith(b, 89, port.TAPOptions{NoOffload: true})
+	if plain.tap.Offload() || !s.lab.tap.Offload() {
+		b.Fatalf("offloads: %v on the plain TAP, %v on the other", plain.tap.Offload(), s.lab.tap.Offload())
+	}
+	s.targets["delegated-plain"] = plain.emu.Addr()
+	s.plain = plain
+	s.listen["delegated-plain"] = func(p uint16) (net.Listener, error) { return plain.host.ListenOffload(p) }
+	variants := []string{"delegated", "delegated-plain", "netstack", "kernel"}
+	for _, v := range variants {
 		for _, svc := range []struct {
 			srv  *services.Server
 			port uint16
@@ -45,24 +58,30 @@ func BenchmarkTAPStream(b *testing.B) {
 	}
 	for _, loss := range []int{0, 2} {
 		if loss > 0 {
-			s.lab.injectLoss(b, loss)
-			b.Cleanup(func() {
-				exec.Command("ip", "netns", "exec", s.lab.ns.name, "nft", "delete", "table", "inet", "emuloss").Run()
-			})
+			for _, l := range []*tapOffloadLab{s.lab, plain} {
+				l.injectLoss(b, loss)
+				b.Cleanup(func() {
+					exec.Command("ip", "netns", "exec", l.ns.name, "nft", "delete", "table", "inet", "emuloss").Run()
+				})
+			}
 		}
 		for _, dir := range []string{"to-server", "from-server"} {
-			for _, v := range scaleVariants {
+			for _, v := range variants {
 				b.Run(fmt.Sprintf("loss=%d%%/%s/%s", loss, dir, v), func(b *testing.B) {
 					var total time.Duration
-					e0 := s.lab.engine()
+					lab := s.lab
+					if v == "delegated-plain" {
+						lab = plain
+					}
+					e0 := lab.engine()
 					for i := 0; i < b.N; i++ {
 						total += s.stream(b, v, dir == "to-server", size)
 					}
-					if os.Getenv("EMUNIC_TAP_STREAM_DEBUG") != "" && v == "delegated" {
-						e := s.lab.engine()
+					if os.Getenv("EMUNIC_TAP_STREAM_DEBUG") != "" && strings.HasPrefix(v, "delegated") {
+						e := lab.engine()
 						b.Logf("engine: %d segs, %d retransmitted, %d fast retransmits, %d partial ACKs, %d dup ACKs, %d RTOs",
 							e.TxSegments-e0.TxSegments, e.TxRetransSegs-e0.TxRetransSegs, e.FastRetransmits-e0.FastRetransmits, e.PartialAcks-e0.PartialAcks, e.DupAcksRx-e0.DupAcksRx, e.RTOExpired-e0.RTOExpired)
-						b.Logf("port: %v, %d super-frames", s.lab.tap.Stats(), s.lab.tap.Stats().RxGSOFrames)
+						b.Logf("port: %v, %d super-frames", lab.tap.Stats(), lab.tap.Stats().RxGSOFrames)
 						b.Logf("probes %d, spurious RTOs %d, SACK recoveries %d", e.TailLossProbes-e0.TailLossProbes, e.SpuriousTimeouts-e0.SpuriousTimeouts, e.SACKRecoveries-e0.SACKRecoveries)
 					}
 					b.ReportMetric(float64(size)*float64(b.N)/total.Seconds()/1e6, "MB/s")
@@ -81,7 +100,11 @@ func (s *scaleBench) stream(b *testing.B, v string, toServer bool, size int64) t
 	if toServer {
 		port = services.DiscardPort
 	}
-	c, err := s.lab.ns.dial(s.addr(v, port))
+	ns := s.lab.ns
+	if v == "delegated-plain" {
+		ns = s.plain.ns
+	}
+	c, err := ns.dial(s.addr(v, port))
 	if err != nil {
 		b.Fatal(err)
 	}
