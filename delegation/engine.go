@@ -19,7 +19,8 @@ type Env interface {
 	// Tick or RetryNotifications. The pointer is only valid during the call.
 	Notify(n *rings.Notification) bool
 	// Transmit puts a complete Ethernet + IPv4 + TCP frame, checksums
-	// filled in, on the wire. The frame is the engine's reusable buffer:
+	// filled in, on the wire (an Env that is also a TSOEnv may be given
+	// super-frames by TransmitTSO instead). The frame is the engine's reusable buffer:
 	// the device must copy it before returning. An error counts as a loss
 	// (retransmission recovers).
 	Transmit(frame []byte) error
@@ -178,6 +179,7 @@ type Counters struct {
 	ULPHeld     uint64 // in-order bytes a ULP did not take at once, held and offered again
 	ULPHoldFull uint64 // in-order bytes refused because a ULP's hold was full (never expected: the window covers it)
 
+	TSOFrames        uint64 // super-frames handed to a port that segments TCP (TSOEnv); each counts once in TxSegments
 	TailLossProbes   uint64 // tail loss probes sent (RFC 8985 §7)
 	SpuriousTimeouts uint64 // RTOs a D-SACK showed needless (RFC 2883 §5): the congestion state was restored
 	LostRetransmits  uint64 // heads resent again in recovery: their retransmission brought no ACK in a probe timeout (RFC 8985 §6.2's lost retransmission)
@@ -199,6 +201,7 @@ type Engine struct {
 	ntf   rings.Notification
 	ctr   Counters
 
+	tso        TSOEnv   // nil: the port takes wire-size frames only
 	inBurst    bool     // between BeginBurst and EndBurst
 	burstConns []uint32 // connections with an ACK deferred to EndBurst
 
@@ -211,6 +214,17 @@ type Engine struct {
 	zero      [1]byte // probe payload
 
 	ulpScratch []byte // Transmit's target when a ULP's buffer wraps (allocated by the first AttachULP)
+}
+
+// TSOEnv is an Env whose port segments TCP itself (TCP segmentation
+// offload, a TAP with offloads): the engine then sends new data in
+// super-frames of up to TSOMax bytes of payload, which TransmitTSO puts on
+// the wire as segments of mss payload bytes each (the last may be shorter).
+// The frame carries whole checksums, as every frame the engine sends. TSOMax
+// 0 means no offload (the engine asks once per burst of output).
+type TSOEnv interface {
+	TSOMax() int
+	TransmitTSO(frame []byte, mss int) error
 }
 
 // NewEngine makes an engine. It allocates everything the fast path needs:
@@ -231,10 +245,16 @@ func NewEngine(cfg Config, env Env) *Engine {
 		pool:  newOOOPool(cfg.OOOPoolBytes),
 		tw:    newTWTable(cfg.MaxTimeWait),
 		frame: make([]byte, maxFrame),
+		tso:   tsoOf(env),
 
 		pendList: make([]uint32, 0, min(cfg.MaxConns, 1024)),
 	}
 	return e
+}
+
+func tsoOf(env Env) TSOEnv {
+	t, _ := env.(TSOEnv)
+	return t
 }
 
 // Occupancy is what the engine holds now: how much of its tables is in use

@@ -76,7 +76,9 @@ func (c *conn) output(now int64) {
 		// The holes below the highest SACKed byte go first.
 		if c.inRecovery && c.sacked.n > 0 && room > 0 {
 			from := seqMax(c.sndUna, c.highRxt)
-			if h, n := c.sacked.hole(from, mss); n > 0 && h.lt(c.sndEnd) {
+			// With TSO a hole goes in super-frames, as much of it as the
+			// room allows (one segment at least, as without).
+			if h, n := c.sacked.hole(from, min(c.sendLimit(mss), max(room, mss))); n > 0 && h.lt(c.sndEnd) {
 				n = min(n, c.sndEnd.sub(h))
 				if c.ulp.u != nil {
 					if cut := c.ulpCut(h, n); cut > 0 {
@@ -120,7 +122,7 @@ func (c *conn) output(now int64) {
 				continue
 			}
 		}
-		n := min(avail, room, mss)
+		n := min(avail, room, c.sendLimit(mss))
 		if n == 0 {
 			break
 		}
@@ -170,6 +172,25 @@ func (c *conn) output(now int64) {
 		c.persist = true
 		c.rtoAt = now + c.curRTO()
 	}
+}
+
+// sendLimit is the most payload one frame of new data may carry: a
+// segment, or with TCP segmentation offload (TSOEnv) as many whole segments
+// as fit the port's limit and IPv4's 64 KiB. A ULP's records keep to
+// segments (their FPDUs are aligned with them).
+func (c *conn) sendLimit(mss uint32) uint32 {
+	e := c.e
+	if e.tso == nil || c.ulp.u != nil || c.state != rings.StateEstablished && c.state != rings.StateCloseWait {
+		return mss
+	}
+	max := e.tso.TSOMax()
+	if lim := hdr.IPv4MaxTotalLen - ipHdrLen - tcpHdrLen - 40; max > lim {
+		max = lim
+	}
+	if max <= int(mss) {
+		return mss
+	}
+	return uint32(max) / mss * mss
 }
 
 // retransmitHead sends the first unacknowledged segment again (fast
@@ -601,7 +622,16 @@ func (c *conn) emit(now int64, sq seq, n uint32, flags uint8, probe bool) bool {
 		clear(f[fl:minFrame]) // the MAC pads short frames
 		fl = minFrame
 	}
-	if err := e.env.Transmit(f[:fl]); err != nil {
+	var err error
+	if mss := c.maxPayload(); n > mss && e.tso != nil {
+		err = e.tso.TransmitTSO(f[:fl], int(mss))
+		if err == nil {
+			e.ctr.TSOFrames++
+		}
+	} else {
+		err = e.env.Transmit(f[:fl])
+	}
+	if err != nil {
 		e.ctr.TxErrors++
 	} else {
 		e.ctr.TxSegments++

@@ -310,3 +310,54 @@ func TestBurstAck(t *testing.T) {
 	}
 	r.e.EndBurst(r.now)
 }
+
+// fakeTSO is a TSOEnv in front of the rig's transmit.
+type fakeTSO struct {
+	max  int
+	mss  []int
+	send func([]byte) error
+}
+
+func (f *fakeTSO) TSOMax() int { return f.max }
+func (f *fakeTSO) TransmitTSO(frame []byte, mss int) error {
+	f.mss = append(f.mss, mss)
+	return f.send(frame)
+}
+
+// TestTSOSuperFrames: with a port that segments TCP, new data goes out in
+// super-frames of whole segments within the congestion window, each
+// handed over with the segment size.
+func TestTSOSuperFrames(t *testing.T) {
+	r := newRig(t, defaultRigOpts())
+	f := &fakeTSO{max: 64000, send: r.env.transmit}
+	r.e.tso = f
+	r.in(pseg{seq: 5000, ack: 1000, flags: flACK, wnd: 0xFFFF})
+	const mss = 1448
+	r.h.sendTotal = 40 * mss
+	r.h.txSize = 64 << 10
+	r.h.start()
+	o := r.take()
+	var total int
+	for _, s := range o {
+		total += len(s.payload)
+	}
+	if len(o) == 0 || len(o[0].payload) <= mss || len(f.mss) == 0 || f.mss[0] != mss || len(o[0].payload)%mss != 0 {
+		t.Fatalf("first flight: %d frames, first %d bytes, segment sizes %v", len(o), len(o[0].payload), f.mss)
+	}
+	if cw := r.info().Cwnd; uint32(total) > cw {
+		t.Fatalf("%d bytes in flight, window %d", total, cw)
+	}
+	if c := r.e.Counters(); c.TSOFrames != uint64(len(f.mss)) || c.TxSegments != uint64(len(o)) {
+		t.Fatalf("TSO frames %d (%d handed over), segments %d (%d sent)", c.TSOFrames, len(f.mss), c.TxSegments, len(o))
+	}
+	// The limit: whole segments up to the port's, or one without TSO.
+	r2 := newRig(t, defaultRigOpts())
+	r2.e.tso = &fakeTSO{max: 64000, send: r2.env.transmit}
+	if got := r2.e.conns[0].sendLimit(mss); got != 64000/mss*mss {
+		t.Fatalf("send limit %d", got)
+	}
+	r2.e.tso = nil
+	if got := r2.e.conns[0].sendLimit(mss); got != mss {
+		t.Fatalf("send limit without TSO %d", got)
+	}
+}

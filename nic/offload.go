@@ -2,6 +2,7 @@ package nic
 
 import (
 	"github.com/emunic/emunic/delegation"
+	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/rings"
 )
 
@@ -17,6 +18,31 @@ func (e engineEnv) Notify(n *rings.Notification) bool { return e.d.post(n) }
 func (e engineEnv) Transmit(frame []byte) error {
 	d := e.d
 	if err := d.port.WriteFrame(frame); err != nil {
+		d.count(rings.StatTxDropPortError)
+		return err
+	}
+	d.count(rings.StatTxFrames)
+	d.stats[rings.StatTxBytes].Add(uint64(len(frame)))
+	return nil
+}
+
+// TSOMax implements delegation.TSOEnv: a port that segments TCP itself
+// (a TAP with offloads) takes super-frames of up to 64 KiB.
+func (e engineEnv) TSOMax() int {
+	if t, ok := e.d.port.(port.TSOWriter); ok && t.TSO() {
+		return 65535 - 20 - 60 // an IPv4 datagram's payload after the longest TCP header
+	}
+	return 0
+}
+
+// TransmitTSO implements delegation.TSOEnv.
+func (e engineEnv) TransmitTSO(frame []byte, mss int) error {
+	d := e.d
+	t, ok := d.port.(port.TSOWriter)
+	if !ok {
+		return e.Transmit(frame)
+	}
+	if err := t.WriteFrameTSO(frame, mss); err != nil {
 		d.count(rings.StatTxDropPortError)
 		return err
 	}

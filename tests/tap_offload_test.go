@@ -637,3 +637,60 @@ func TestTAPOffloadAcceptBurst(t *testing.T) {
 	lab.close()
 	logEngine(t, lab.engine())
 }
+
+// TestTAPOffloadsBothWays: over a TAP with offloads the kernel hands the
+// NIC super-frames and the engine hands the kernel super-frames (TSO), and
+// both streams arrive intact; a TAP opened without offloads sees neither.
+func TestTAPOffloadsBothWays(t *testing.T) {
+	for _, plain := range []bool{false, true} {
+		lab := newTAPOffloadLabWith(t, byte(map[bool]int{false: 90, true: 91}[plain]), port.TAPOptions{NoOffload: plain})
+		for _, svc := range []struct {
+			srv  *services.Server
+			port uint16
+		}{{services.NewDiscard(nil), services.DiscardPort}, {services.NewSource(nil), services.SourcePort}} {
+			l, err := lab.host.ListenOffload(svc.port)
+			if err != nil {
+				t.Fatal(err)
+			}
+			go svc.srv.Serve(l)
+			t.Cleanup(func() { svc.srv.Close() })
+		}
+		const n = 16 << 20
+		d, err := lab.ns.dial(netip.AddrPortFrom(lab.emu.Addr(), services.DiscardPort))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.SetDeadline(time.Now().Add(time.Minute))
+		if _, err := d.Write(make([]byte, n)); err != nil {
+			t.Fatal(err)
+		}
+		d.(interface{ CloseWrite() error }).CloseWrite()
+		io.Copy(io.Discard, d)
+		d.Close()
+		s, err := lab.ns.dial(netip.AddrPortFrom(lab.emu.Addr(), services.SourcePort))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.SetDeadline(time.Now().Add(time.Minute))
+		got, want := make([]byte, n), make([]byte, n)
+		if _, err := io.ReadFull(s, got); err != nil {
+			t.Fatal(err)
+		}
+		io.ReadFull(services.SourceStream(0), want)
+		if !bytes.Equal(got, want) {
+			t.Errorf("plain %v: the source's bytes arrived wrong", plain)
+		}
+		s.Close()
+		st, eng := lab.tap.Stats(), lab.engine()
+		t.Logf("plain %v: %d super-frames in, %d out; engine TSO frames %d, %d segments", plain, st.RxGSOFrames, st.TxGSOFrames, eng.TSOFrames, eng.TxSegments)
+		if plain != (st.RxGSOFrames == 0 && st.TxGSOFrames == 0 && eng.TSOFrames == 0) {
+			t.Errorf("plain %v: super-frames in %d, out %d, engine %d", plain, st.RxGSOFrames, st.TxGSOFrames, eng.TSOFrames)
+		}
+		if !plain && st.TxGSOFrames != eng.TSOFrames {
+			t.Errorf("the port wrote %d super-frames, the engine handed it %d", st.TxGSOFrames, eng.TSOFrames)
+		}
+		if st.RxDropBadGSO != 0 {
+			t.Errorf("plain %v: %d super-frames dropped as malformed", plain, st.RxDropBadGSO)
+		}
+	}
+}

@@ -14,6 +14,7 @@ type counters struct {
 	txDropQueueFull   atomic.Uint64
 	txDropLoss        atomic.Uint64
 	txErrors          atomic.Uint64
+	txGSO             atomic.Uint64
 	duplicated        atomic.Uint64
 	reordered         atomic.Uint64
 	corrupted         atomic.Uint64
@@ -44,6 +45,7 @@ func (c *counters) snapshot() Stats {
 		TxDropQueueFull: c.txDropQueueFull.Load(),
 		TxDropLoss:      c.txDropLoss.Load(),
 		TxErrors:        c.txErrors.Load(),
+		TxGSOFrames:     c.txGSO.Load(),
 		RxDropTooBig:    c.rxDropTooBig.Load(),
 		RxGSOFrames:     c.rxGSO.Load(),
 		RxDropBadGSO:    c.rxDropBadGSO.Load(),

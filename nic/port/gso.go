@@ -99,6 +99,15 @@ type CsumReader interface {
 	ReadFrameCsum(buf []byte) (n int, l4Verified bool, err error)
 }
 
+// TSOWriter is a port that segments TCP itself: WriteFrameTSO takes a
+// TCP/IPv4 super-frame (whole checksums) and puts it on the wire as
+// segments of mss payload bytes. TSO reports whether the port does (a TAP
+// opened without offloads does not).
+type TSOWriter interface {
+	TSO() bool
+	WriteFrameTSO(frame []byte, mss int) error
+}
+
 // gsoSplitter cuts TCP/IPv4 super-frames into wire-size segments, into
 // memory it keeps (no allocation per frame once it has grown).
 type gsoSplitter struct {

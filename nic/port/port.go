@@ -80,6 +80,7 @@ type Stats struct {
 	TxDropQueueFull uint64 // the wire's delay line / rate-limiter backlog was full (drop-tail)
 	TxDropLoss      uint64 // lost on the wire by the loss impairment
 	TxErrors        uint64 // the underlying device refused the frame (TAP: write error)
+	TxGSOFrames     uint64 // TAP with offloads: TCP super-frames written (WriteFrameTSO), each counted once in TxFrames
 
 	RxDropTooBig    uint64 // ReadFrame: the caller's buffer was shorter than the frame
 	RxGSOFrames     uint64 // TAP with offloads: TCP super-frames the kernel handed over (split into RxFrames)
