@@ -683,8 +683,12 @@ func TestTAPOffloadsBothWays(t *testing.T) {
 		s.Close()
 		st, eng := lab.tap.Stats(), lab.engine()
 		t.Logf("plain %v: %d super-frames in, %d out; engine TSO frames %d, %d segments", plain, st.RxGSOFrames, st.TxGSOFrames, eng.TSOFrames, eng.TxSegments)
-		if plain != (st.RxGSOFrames == 0 && st.TxGSOFrames == 0 && eng.TSOFrames == 0) {
-			t.Errorf("plain %v: super-frames in %d, out %d, engine %d", plain, st.RxGSOFrames, st.TxGSOFrames, eng.TSOFrames)
+		// A split device (EMUNIC_SPLIT=1) gets its frames through a socket
+		// the host splices to the TAP: the port still takes super-frames
+		// apart, but the engine has no TSO behind a socket.
+		split := lab.host.Device == nil
+		if plain != (st.RxGSOFrames == 0) || (plain || split) != (st.TxGSOFrames == 0 && eng.TSOFrames == 0) {
+			t.Errorf("plain %v split %v: super-frames in %d, out %d, engine %d", plain, split, st.RxGSOFrames, st.TxGSOFrames, eng.TSOFrames)
 		}
 		if !plain && st.TxGSOFrames != eng.TSOFrames {
 			t.Errorf("the port wrote %d super-frames, the engine handed it %d", st.TxGSOFrames, eng.TSOFrames)
