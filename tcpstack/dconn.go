@@ -30,8 +30,9 @@ type DelegatedConn struct {
 	local net.Addr
 	peer  net.Addr
 
-	mu   sync.Mutex
-	cond *sync.Cond // signalled on data, space, state change and deadlines
+	mu        sync.Mutex
+	cond      *sync.Cond          // signalled on data, space, state change and deadlines
+	keepalive net.KeepAliveConfig // as last set (dconn_opts.go)
 	// wakeCh, when not nil, is closed with every cond broadcast (signal):
 	// a Write waiting for transmit ring space selects on it too.
 	wakeCh chan struct{}
