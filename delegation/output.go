@@ -270,7 +270,10 @@ func (c *conn) armTLP(now int64) {
 		}
 		return
 	}
-	if c.tlpOut >= maxProbes || c.persist || !c.sackOK || !c.hasRTT || c.sndMax == c.sndUna {
+	// Not under a ULP: its records go whole, so a probe could only resend
+	// the head, which on a path that merely delays its ACK is a needless
+	// retransmission (tshark calls it out of order); the RTO covers it.
+	if c.tlpOut >= maxProbes || c.persist || !c.sackOK || !c.hasRTT || c.sndMax == c.sndUna || c.ulp.u != nil {
 		c.tlpAt = 0
 		return
 	}
@@ -301,7 +304,7 @@ func (c *conn) probeTail(now int64) {
 	e := c.e
 	mss := c.maxPayload()
 	sent := false
-	if c.tlpOut == 0 && c.sndNxt == c.sndMax && c.sndEnd.gt(c.sndMax) && c.sndUna.add(c.sndWnd).gt(c.sndMax) && c.ulp.u == nil {
+	if c.tlpOut == 0 && c.sndNxt == c.sndMax && c.sndEnd.gt(c.sndMax) && c.sndUna.add(c.sndWnd).gt(c.sndMax) {
 		// New data: one segment, whatever the congestion window says.
 		n := min(c.sndEnd.sub(c.sndMax), c.sndUna.add(c.sndWnd).sub(c.sndMax), mss)
 		flags := uint8(flACK)
@@ -323,12 +326,6 @@ func (c *conn) probeTail(now int64) {
 		// The last segment again.
 		n := min(end.sub(c.sndUna), mss)
 		sq := seq(uint32(end) - n)
-		if c.ulp.u != nil {
-			sq = c.sndUna
-			if cut := c.ulpCut(sq, n); cut > 0 {
-				n = cut
-			}
-		}
 		if n == 0 {
 			return
 		}
