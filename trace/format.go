@@ -128,19 +128,17 @@ type Record struct {
 
 // Payload layouts, by kind (offsets into the payload).
 const (
-	stepSize     = 8 + 8 + 1 // n u64, now i64, flags u8
-	ringSize     = 2 + 1 + 8 + 4 + 4
-	loadHdr      = 2 + 1 + 4 // ring, off, val; then entries
-	readHdr      = 8         // addr; then data
-	frameHdr     = 1         // flags; then frame
-	storeHdr     = 2 + 1 + 4 // ring, off, val; then entries
-	completeHdr  = 2 + 4     // ring, index; then entry
-	writeHdr     = 8 + 4 + 1 // addr, len, flags; then data or hash
-	irqSize      = 1
-	endSize      = 8
-	deviceHdr    = 0
-	sha256Size   = sha256.Size
-	maxRecordLen = recHdrSize + MaxPayload + recCRCSize
+	stepSize    = 8 + 8 + 1 // n u64, now i64, flags u8
+	ringSize    = 2 + 1 + 8 + 4 + 4
+	loadHdr     = 2 + 1 + 4 // ring, off, val; then entries
+	readHdr     = 8         // addr; then data
+	frameHdr    = 1         // flags; then frame
+	storeHdr    = 2 + 1 + 4 // ring, off, val; then entries
+	completeHdr = 2 + 4     // ring, index; then entry
+	writeHdr    = 8 + 4 + 1 // addr, len, flags; then data or hash
+	irqSize     = 1
+	endSize     = 8
+	sha256Size  = sha256.Size
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)

@@ -31,7 +31,6 @@ type Recorder struct {
 	mem   rings.DMA
 	rings uint16
 	taps  []*recTap
-	step  uint64 // the current step (0: before the first)
 }
 
 // NewDevice adds a device to the trace and returns its recorder, to be set
@@ -84,7 +83,6 @@ func (r *Recorder) WrapVectors(v nic.Vectors) nic.Vectors {
 
 // Step implements nic.Tracer.
 func (r *Recorder) Step(s nic.StepInfo) {
-	r.step = s.N
 	var f uint8
 	if s.Doorbell {
 		f |= StepDoorbell

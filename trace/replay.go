@@ -423,8 +423,7 @@ func (t *repTap) Completed(i uint32, e []byte) {
 
 // repPort gives the device the recorded frames and checks what it sends.
 type repPort struct {
-	rp     *replayer
-	closed bool
+	rp *replayer
 }
 
 func newRepPort(rp *replayer) *repPort { return &repPort{rp: rp} }
@@ -468,7 +467,7 @@ func (p *repPort) WriteFrame(f []byte) error {
 }
 
 func (p *repPort) ReadFrame([]byte) (int, error) { return 0, port.ErrClosed }
-func (p *repPort) Close() error                  { p.closed = true; return nil }
+func (p *repPort) Close() error                  { return nil }
 func (p *repPort) Stats() port.Stats             { return port.Stats{} }
 
 type repVector struct {
