@@ -41,9 +41,6 @@ func (d *Device) StopAt(now int64) error {
 	return d.runErr
 }
 
-// Steps is the number of steps the unit has run.
-func (d *Device) Steps() uint64 { return d.steps }
-
 // NextDeadline is the device time of the unit's next timer (the engine's
 // timers, the end of a receive stall), or delegation.NoDeadline: a harness
 // with a virtual clock advances it there when nothing else is pending.
