@@ -146,20 +146,9 @@ func (c *conn) output(now int64) {
 			// ranges) goes.
 			break
 		}
-		flags := uint8(flACK)
-		fin := c.finQueued && c.sndNxt.add(n) == c.finSeq
-		if fin {
-			flags |= flFIN
-		}
-		if !c.emit(now, c.sndNxt, n, flags, false) {
-			c.fail(now, rings.NtfError, AuxErrorDMA)
+		if !c.sendNext(now, n) {
 			return
 		}
-		c.sndNxt = c.sndNxt.add(n)
-		if fin {
-			c.sndNxt = c.sndNxt.add(1)
-		}
-		c.sndMax = seqMax(c.sndMax, c.sndNxt)
 	}
 	if c.sndMax.gt(c.sndUna) {
 		if c.rtoAt == 0 || c.persist {
@@ -191,6 +180,26 @@ func (c *conn) sendLimit(mss uint32) uint32 {
 		return mss
 	}
 	return uint32(max) / mss * mss
+}
+
+// sendNext sends n bytes from SND.NXT (with the FIN when they end where it
+// goes) and advances SND.NXT and SND.MAX. False: the connection failed.
+func (c *conn) sendNext(now int64, n uint32) bool {
+	flags := uint8(flACK)
+	fin := c.finQueued && c.sndNxt.add(n) == c.finSeq
+	if fin {
+		flags |= flFIN
+	}
+	if !c.emit(now, c.sndNxt, n, flags, false) {
+		c.fail(now, rings.NtfError, AuxErrorDMA)
+		return false
+	}
+	c.sndNxt = c.sndNxt.add(n)
+	if fin {
+		c.sndNxt = c.sndNxt.add(1)
+	}
+	c.sndMax = seqMax(c.sndMax, c.sndNxt)
+	return true
 }
 
 // retransmitHead sends the first unacknowledged segment again (fast
@@ -306,21 +315,9 @@ func (c *conn) probeTail(now int64) {
 	sent := false
 	if c.tlpOut == 0 && c.sndNxt == c.sndMax && c.sndEnd.gt(c.sndMax) && c.sndUna.add(c.sndWnd).gt(c.sndMax) {
 		// New data: one segment, whatever the congestion window says.
-		n := min(c.sndEnd.sub(c.sndMax), c.sndUna.add(c.sndWnd).sub(c.sndMax), mss)
-		flags := uint8(flACK)
-		fin := c.finQueued && c.sndMax.add(n) == c.finSeq
-		if fin {
-			flags |= flFIN
-		}
-		if !c.emit(now, c.sndMax, n, flags, false) {
-			c.fail(now, rings.NtfError, AuxErrorDMA)
+		if !c.sendNext(now, min(c.sndEnd.sub(c.sndMax), c.sndUna.add(c.sndWnd).sub(c.sndMax), mss)) {
 			return
 		}
-		c.sndNxt = c.sndMax.add(n)
-		if fin {
-			c.sndNxt = c.sndNxt.add(1)
-		}
-		c.sndMax = c.sndNxt
 		sent = true
 	} else if end := seqMin(c.sndMax, c.sndEnd); end.gt(c.sndUna) {
 		// The last segment again.

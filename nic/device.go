@@ -491,8 +491,13 @@ func (d *Device) unit() {
 		idle = 0
 		d.park()
 	}
-	// Stopping: hand back what was consumed and publish what was
-	// posted, so the indices in host memory agree with the counters.
+	d.flushOnStop()
+}
+
+// flushOnStop is the stopping unit's last work: hand back what was consumed
+// and publish what was posted, so the indices in host memory agree with the
+// counters.
+func (d *Device) flushOnStop() {
 	d.cmd.Release()
 	d.tx.Release()
 	d.rx.Release()

@@ -109,13 +109,7 @@ func (d *Device) finalStep(now int64) {
 		d.cfg.Tracer.Step(StepInfo{N: d.steps, Now: now, Stop: true})
 	}
 	d.now = now
-	d.cmd.Release()
-	d.tx.Release()
-	d.rx.Release()
-	d.notify.Publish()
-	d.raiseInterrupt()
-	d.snapshot()
-	d.publishStats(true)
+	d.flushOnStop()
 }
 
 // stepper is the traced unit's goroutine: steps on the monotonic clock

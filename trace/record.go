@@ -149,12 +149,19 @@ func (m recDMA) RingTap(l rings.Layout, producer bool, ring *rings.Ring) rings.T
 }
 
 func (r *Recorder) wrote(a rings.Addr, p []byte) {
+	rec := writeRecord(a, p, r.w.full)
+	r.emit(&rec)
+}
+
+// writeRecord is the record of a DMA write of p at a: the bytes when full or
+// short, else their SHA-256.
+func writeRecord(a rings.Addr, p []byte, full bool) Record {
 	rec := Record{Kind: KindWrite, Addr: uint64(a), Len: uint32(len(p)), Data: p}
-	if len(p) > maxInlineOut && !r.w.full {
+	if len(p) > maxInlineOut && !full {
 		h := sha256.Sum256(p)
 		rec.Flags, rec.Data = WriteHashed, h[:]
 	}
-	r.emit(&rec)
+	return rec
 }
 
 // ringTap is what recording and replaying taps share: the ring's memory

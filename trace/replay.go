@@ -2,7 +2,6 @@ package trace
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -362,14 +361,11 @@ func (m repDMA) WriteAt(p []byte, a rings.Addr) error {
 func (m repDMA) Raw() rings.DMA { return m.rp.arena }
 
 func (m repDMA) Wrote(a rings.Addr, p []byte) {
-	rec := Record{Kind: KindWrite, Addr: uint64(a), Len: uint32(len(p)), Data: p}
 	rp := m.rp
+	// Hashed or whole as the recording kept it (--full-writes).
 	full := rp.outPos < len(rp.outs) && rp.outs[rp.outPos].Kind == KindWrite && rp.outs[rp.outPos].Flags&WriteHashed == 0
-	if len(p) > maxInlineOut && !full {
-		h := sha256.Sum256(p)
-		rec.Flags, rec.Data = WriteHashed, h[:]
-	}
-	m.rp.output(&rec)
+	rec := writeRecord(a, p, full)
+	rp.output(&rec)
 }
 
 func (m repDMA) RingTap(l rings.Layout, producer bool, ring *rings.Ring) rings.Tap {

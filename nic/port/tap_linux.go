@@ -216,10 +216,16 @@ func (t *TAPPort) WriteFrame(frame []byte) error {
 	} else {
 		_, err = t.file.Write(frame)
 	}
+	return t.wrote(err, len(frame))
+}
+
+// wrote counts a frame's write (n bytes of frame) by its outcome and
+// returns what WriteFrame returns for it.
+func (t *TAPPort) wrote(err error, n int) error {
 	switch {
 	case err == nil:
 		t.stats.txFrames.Add(1)
-		t.stats.txBytes.Add(uint64(len(frame)))
+		t.stats.txBytes.Add(uint64(n))
 		return nil
 	case t.closed.Load() || errors.Is(err, os.ErrClosed):
 		t.stats.txDropClosed.Add(1)
@@ -266,22 +272,10 @@ func (t *TAPPort) WriteFrameTSO(frame []byte, mss int) error {
 	partial := hdr.Fold(hdr.PseudoHeaderSum(hdr.ProtoTCP, ip.Src(), ip.Dst(), len(tcp)))
 	binary.BigEndian.PutUint16(t.wbuf[VnetHdrSize+l4+hdr.TCPOffChecksum:], partial)
 	_, err = t.file.Write(t.wbuf[:VnetHdrSize+n])
-	switch {
-	case err == nil:
-		t.stats.txFrames.Add(1)
-		t.stats.txBytes.Add(uint64(len(frame)))
+	if err == nil {
 		t.stats.txGSO.Add(1)
-		return nil
-	case t.closed.Load() || errors.Is(err, os.ErrClosed):
-		t.stats.txDropClosed.Add(1)
-		return ErrClosed
-	case errors.Is(err, unix.EIO):
-		t.stats.txDropLinkDown.Add(1)
-		return nil
-	default:
-		t.stats.txErrors.Add(1)
-		return fmt.Errorf("tap %s: write: %w", t.name, err)
 	}
+	return t.wrote(err, len(frame))
 }
 
 // ReadFrame waits for the next frame the kernel sends out of the interface.
