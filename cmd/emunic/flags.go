@@ -55,6 +55,19 @@ var (
 // names the flag and what is wrong with it. Positional arguments are refused:
 // no command takes any.
 func parse(cmd *command, fs *flag.FlagSet, args []string, stdout io.Writer) error {
+	if err := parseWithArgs(cmd, fs, args, stdout); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q: 'emunic %s' takes only flags (see 'emunic %s --help')",
+			fs.Arg(0), cmd.name, cmd.name)
+	}
+	return nil
+}
+
+// parseWithArgs is parse for a command that takes arguments after its
+// flags (fs.Args): --help and bad flags are handled the same way.
+func parseWithArgs(cmd *command, fs *flag.FlagSet, args []string, stdout io.Writer) error {
 	err := fs.Parse(args)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
@@ -62,9 +75,6 @@ func parse(cmd *command, fs *flag.FlagSet, args []string, stdout io.Writer) erro
 		return errHelp
 	case err != nil:
 		return flagError(cmd, err)
-	case fs.NArg() > 0:
-		return usagef("unexpected argument %q: 'emunic %s' takes only flags (see 'emunic %s --help')",
-			fs.Arg(0), cmd.name, cmd.name)
 	}
 	return nil
 }

@@ -134,15 +134,7 @@ func TestGoldenCoverage(t *testing.T) {
 	var ntf rings.NotifyFlags
 	var terminates, retransmits int
 	for _, sc := range goldenScenarios {
-		f, err := os.Open(filepath.Join(goldenDir, sc.name+".trace"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, recs, err := trace.ReadAll(f)
-		f.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
+		recs := readTrace(t, filepath.Join(goldenDir, sc.name+".trace"))
 		p := trace.NewPrinter()
 		for i := range recs {
 			r := &recs[i]

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -127,13 +125,8 @@ func parseLWIOFlags(sub string, args []string, stdout io.Writer) (lwioConfig, er
 			fs.BoolVar(&cfg.Polling, "polling", false, "complete I/O by status blocks the server RDMA-writes (polled), not by status responses")
 		}
 	}
-	err := fs.Parse(args)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		printCommandHelp(stdout, cmd, fs)
-		return cfg, errHelp
-	case err != nil:
-		return cfg, flagError(cmd, err)
+	if err := parseWithArgs(cmd, fs, args, stdout); err != nil {
+		return cfg, err
 	}
 	cfg.Addr, cfg.Gateway, cfg.MTU, cfg.Arena, cfg.Server = addr.p, gw.a, int(mtu), int64(arena), server.a
 	cfg.PipePort, cfg.RDMAPort, cfg.Args = uint16(pipe), uint16(rdma), fs.Args()

@@ -3,8 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -95,13 +93,8 @@ func runTraceCommand(ctx context.Context, args []string, stdout, stderr io.Write
 			}
 		}
 	}
-	err := fs.Parse(rest)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		printCommandHelp(stdout, cmd, fs)
-		return errHelp
-	case err != nil:
-		return flagError(cmd, err)
+	if err := parseWithArgs(cmd, fs, rest, stdout); err != nil {
+		return err
 	}
 	want := map[string]int{"record": 0, "replay": 1, "diff": 2, "show": 1}[sub]
 	if fs.NArg() != want {

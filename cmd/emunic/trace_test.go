@@ -11,6 +11,21 @@ import (
 	"github.com/emunic/emunic/trace"
 )
 
+// readTrace reads every record of the trace file.
+func readTrace(t *testing.T, file string) []trace.Record {
+	t.Helper()
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	_, recs, err := trace.ReadAll(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recs
+}
+
 // recordDemo records a demo run with the given demo flags into a file.
 func recordDemo(t *testing.T, file string, args ...string) {
 	t.Helper()
@@ -45,15 +60,7 @@ func TestTraceRecordReplay(t *testing.T) {
 			t.Fatalf("run %d %v: replay exit %d\n%s%s", i, args, code, out, errOut)
 		}
 		// The replay's counts against the file's own.
-		f, err := os.Open(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, recs, err := trace.ReadAll(f)
-		f.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
+		recs := readTrace(t, file)
 		var steps, outs, ins uint64
 		for _, r := range recs {
 			switch {
@@ -82,16 +89,7 @@ func TestTraceRecordReplay(t *testing.T) {
 func TestTraceAlteredDevice(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "offload.trace")
 	recordDemo(t, file, "--path", "offload", "--bytes", "64KiB")
-	f, err := os.Open(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, recs, err := trace.ReadAll(f)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := trace.ReplayRecords(recs, func(c *nic.Config) { c.Burst = 1 })
+	res, err := trace.ReplayRecords(readTrace(t, file), func(c *nic.Config) { c.Burst = 1 })
 	if err != nil {
 		t.Fatal(err)
 	}
