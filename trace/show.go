@@ -233,10 +233,7 @@ func (p *Printer) entry(role RingRole, e []byte) string {
 		var w rings.SendWR
 		_ = w.Decode(rings.SQEntry(e))
 		s := fmt.Sprintf("%v wr=%#x flags=%#x rkey=%#x raddr=%#x", w.Opcode, w.WRID, uint8(w.Flags), w.RKey, w.RemoteAddr)
-		for i := range min(w.NumSGE, len(w.SGL)) {
-			s += fmt.Sprintf(" sge{%#x %d %#x}", w.SGL[i].Addr, w.SGL[i].Length, w.SGL[i].LKey)
-		}
-		return s
+		return s + fmtSGL(w.SGL[:min(w.NumSGE, len(w.SGL))])
 	case RoleRQ:
 		if len(e) != rings.RQEntrySize {
 			break
@@ -244,10 +241,7 @@ func (p *Printer) entry(role RingRole, e []byte) string {
 		var w rings.RecvWR
 		_ = w.Decode(rings.RQEntry(e))
 		s := fmt.Sprintf("recv wr=%#x", w.WRID)
-		for i := range min(w.NumSGE, len(w.SGL)) {
-			s += fmt.Sprintf(" sge{%#x %d %#x}", w.SGL[i].Addr, w.SGL[i].Length, w.SGL[i].LKey)
-		}
-		return s
+		return s + fmtSGL(w.SGL[:min(w.NumSGE, len(w.SGL))])
 	case RoleCQ:
 		if len(e) != rings.CQEntrySize {
 			break
@@ -257,6 +251,15 @@ func (p *Printer) entry(role RingRole, e []byte) string {
 		return c.String()
 	}
 	return hex.EncodeToString(e)
+}
+
+// fmtSGL formats a work request's scatter/gather elements.
+func fmtSGL(sgl []rings.SGE) string {
+	s := ""
+	for _, g := range sgl {
+		s += fmt.Sprintf(" sge{%#x %d %#x}", g.Addr, g.Length, g.LKey)
+	}
+	return s
 }
 
 // FormatFrame summarises an Ethernet frame the way tshark's one-line view
