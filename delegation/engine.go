@@ -202,6 +202,7 @@ type Engine struct {
 	ctr   Counters
 
 	tso        TSOEnv   // nil: the port takes wire-size frames only
+	tsoMax     int      // with tso: the most payload of a super-frame
 	inBurst    bool     // between BeginBurst and EndBurst
 	burstConns []uint32 // connections with an ACK deferred to EndBurst
 
@@ -221,7 +222,7 @@ type Engine struct {
 // super-frames of up to TSOMax bytes of payload, which TransmitTSO puts on
 // the wire as segments of mss payload bytes each (the last may be shorter).
 // The frame carries whole checksums, as every frame the engine sends. TSOMax
-// 0 means no offload (the engine asks once per burst of output).
+// 0 means no offload (the engine asks once, when it is made).
 type TSOEnv interface {
 	TSOMax() int
 	TransmitTSO(frame []byte, mss int) error
@@ -245,16 +246,26 @@ func NewEngine(cfg Config, env Env) *Engine {
 		pool:  newOOOPool(cfg.OOOPoolBytes),
 		tw:    newTWTable(cfg.MaxTimeWait),
 		frame: make([]byte, maxFrame),
-		tso:   tsoOf(env),
 
 		pendList: make([]uint32, 0, min(cfg.MaxConns, 1024)),
+	}
+	if t, ok := env.(TSOEnv); ok {
+		e.setTSO(t)
 	}
 	return e
 }
 
-func tsoOf(env Env) TSOEnv {
-	t, _ := env.(TSOEnv)
-	return t
+// setTSO takes the port's segmentation offload, if any: t, and the most
+// payload a super-frame may carry (at most what an IPv4 datagram holds
+// after the longest TCP header), fixed for the engine's life.
+func (e *Engine) setTSO(t TSOEnv) {
+	e.tso, e.tsoMax = nil, 0
+	if t == nil {
+		return
+	}
+	if m := min(t.TSOMax(), hdr.IPv4MaxTotalLen-ipHdrLen-tcpHdrLen-40); m > 0 {
+		e.tso, e.tsoMax = t, m
+	}
 }
 
 // Occupancy is what the engine holds now: how much of its tables is in use

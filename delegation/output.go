@@ -172,14 +172,10 @@ func (c *conn) sendLimit(mss uint32) uint32 {
 	if e.tso == nil || c.ulp.u != nil || c.state != rings.StateEstablished && c.state != rings.StateCloseWait {
 		return mss
 	}
-	max := e.tso.TSOMax()
-	if lim := hdr.IPv4MaxTotalLen - ipHdrLen - tcpHdrLen - 40; max > lim {
-		max = lim
-	}
-	if max <= int(mss) {
+	if e.tsoMax <= int(mss) {
 		return mss
 	}
-	return uint32(max) / mss * mss
+	return uint32(e.tsoMax) / mss * mss
 }
 
 // sendNext sends n bytes from SND.NXT (with the FIN when they end where it

@@ -330,7 +330,7 @@ func (f *fakeTSO) TransmitTSO(frame []byte, mss int) error {
 func TestTSOSuperFrames(t *testing.T) {
 	r := newRig(t, defaultRigOpts())
 	f := &fakeTSO{max: 64000, send: r.env.transmit}
-	r.e.tso = f
+	r.e.setTSO(f)
 	r.in(pseg{seq: 5000, ack: 1000, flags: flACK, wnd: 0xFFFF})
 	const mss = 1448
 	r.h.sendTotal = 40 * mss
@@ -352,11 +352,11 @@ func TestTSOSuperFrames(t *testing.T) {
 	}
 	// The limit: whole segments up to the port's, or one without TSO.
 	r2 := newRig(t, defaultRigOpts())
-	r2.e.tso = &fakeTSO{max: 64000, send: r2.env.transmit}
+	r2.e.setTSO(&fakeTSO{max: 64000, send: r2.env.transmit})
 	if got := r2.e.conns[0].sendLimit(mss); got != 64000/mss*mss {
 		t.Fatalf("send limit %d", got)
 	}
-	r2.e.tso = nil
+	r2.e.setTSO(nil)
 	if got := r2.e.conns[0].sendLimit(mss); got != mss {
 		t.Fatalf("send limit without TSO %d", got)
 	}
