@@ -40,10 +40,7 @@ type TracedDMA interface {
 // Check reports whether [a, a+n) is inside host memory, without reading it:
 // a traced memory does not record a bounds check as a read.
 func Check(dma DMA, a Addr, n int) error {
-	if t, ok := dma.(TracedDMA); ok {
-		dma = t.Raw()
-	}
-	_, err := dma.Map(a, n)
+	_, err := MapOut(dma, a, n)
 	return err
 }
 
