@@ -2,6 +2,7 @@ package tcpstack
 
 import (
 	"errors"
+	"io"
 	"net"
 	"os"
 	"runtime"
@@ -319,6 +320,64 @@ func TestCommandQueueWhenRingFull(t *testing.T) {
 	}
 }
 
+// offloadRig is an offloader on a driver whose device is the test: it
+// makes connections, takes the legacy buffers the driver posts and posts
+// notifications.
+type offloadRig struct {
+	t   *testing.T
+	c   *cmdDev
+	o   *offloader
+	ntf *rings.Producer
+	rx  *rings.Consumer
+}
+
+// newOffloadRig: two receive buffers of 4096 bytes per connection, and
+// commands that wait an hour for the device.
+func newOffloadRig(t *testing.T) *offloadRig {
+	c, ntf := newCmdDev(t)
+	o, err := newOffloader(c.d, OffloadConfig{MaxConns: 4, RecvBuffers: 2, RecvBufSize: 4096,
+		SendBufSize: 64 << 10, CommandTimeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rx, err := rings.NewConsumer(c.d.Memory(), c.dev.rc.Rx, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &offloadRig{t: t, c: c, o: o, ntf: ntf, rx: rx}
+}
+
+// conn makes delegated connection idx.
+func (r *offloadRig) conn(idx uint32) *DelegatedConn {
+	key := FlowKey{LocalIP: [4]byte{10, 0, 0, 1}, RemoteIP: [4]byte{10, 0, 0, 2}, LocalPort: 1000 + uint16(idx), RemotePort: 80}
+	dc, err := r.o.newConn(idx, key, &flowInfo{sndNxt: 1000})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.o.mu.Lock()
+	r.o.conns[idx] = dc
+	r.o.mu.Unlock()
+	return dc
+}
+
+// takeRx takes the next legacy buffer the driver posted.
+func (r *offloadRig) takeRx() uint32 {
+	r.t.Helper()
+	var e []byte
+	waitUntil(r.t, "a legacy buffer", func() bool { e, _ = r.rx.Peek(); return e != nil })
+	id := rings.RxDesc(e).BufID()
+	r.rx.Pop()
+	r.rx.Release()
+	return id
+}
+
+// post posts a notification.
+func (r *offloadRig) post(n rings.Notification) {
+	n.Encode(rings.NotificationEntry(r.ntf.Next()))
+	r.ntf.Commit()
+	r.ntf.Publish()
+}
+
 // TestNotifyNeverWaitsForCommands: reposts and window credits are
 // submitted from notifications and reads without waiting for the device.
 // While the device sits on a POST_BUFFERS (the command timeout is an hour),
@@ -326,44 +385,10 @@ func TestCommandQueueWhenRingFull(t *testing.T) {
 // device then refuses the POST_BUFFERS, and later an UPDATE, the failure
 // comes back from the connection's next Read or Write.
 func TestNotifyNeverWaitsForCommands(t *testing.T) {
-	c, ntf := newCmdDev(t)
-	d := c.d
-	o, err := newOffloader(d, OffloadConfig{MaxConns: 4, RecvBuffers: 2, RecvBufSize: 4096,
-		SendBufSize: 64 << 10, CommandTimeout: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn := func(idx uint32) *DelegatedConn {
-		key := FlowKey{LocalIP: [4]byte{10, 0, 0, 1}, RemoteIP: [4]byte{10, 0, 0, 2}, LocalPort: 1000 + uint16(idx), RemotePort: 80}
-		dc, err := o.newConn(idx, key, &flowInfo{sndNxt: 1000})
-		if err != nil {
-			t.Fatal(err)
-		}
-		o.mu.Lock()
-		o.conns[idx] = dc
-		o.mu.Unlock()
-		return dc
-	}
-	c1, c2 := conn(1), conn(2)
-	rx, err := rings.NewConsumer(d.Memory(), c.dev.rc.Rx, 1, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	post := func(n rings.Notification) {
-		n.Encode(rings.NotificationEntry(ntf.Next()))
-		ntf.Commit()
-		ntf.Publish()
-	}
-	// takeRx takes the next legacy buffer the driver posted.
-	takeRx := func() uint32 {
-		t.Helper()
-		var e []byte
-		waitUntil(t, "a legacy buffer", func() bool { e, _ = rx.Peek(); return e != nil })
-		id := rings.RxDesc(e).BufID()
-		rx.Pop()
-		rx.Release()
-		return id
-	}
+	r := newOffloadRig(t)
+	c, d, o := r.c, r.c.d, r.o
+	c1, c2 := r.conn(1), r.conn(2)
+	post, takeRx := r.post, r.takeRx
 
 	// Connection 1 gets its receive buffers from the pool (as one that
 	// keeps receiving does: growRecv), and the device does not answer
@@ -398,14 +423,16 @@ func TestNotifyNeverWaitsForCommands(t *testing.T) {
 		t.Fatal("Read did not return the POST_BUFFERS failure")
 	}
 
-	// Connection 2 gets 100 bytes in a legacy buffer; reading them
-	// credits the window (UPDATE), which the device refuses.
-	post(rings.Notification{Flags: rings.NtfLegacyUpload, Conn: 2, Aux: takeRx(), Len: 100})
-	buf := make([]byte, 100)
-	if n, err := c2.Read(buf); n != 100 || err != nil {
+	// Connection 2 gets a quarter of its receive buffer (2 x 4096) in
+	// legacy buffers; reading them credits the window (UPDATE), which
+	// the device refuses.
+	post(rings.Notification{Flags: rings.NtfLegacyUpload, Conn: 2, Aux: takeRx(), Len: 1000})
+	post(rings.Notification{Flags: rings.NtfLegacyUpload, Conn: 2, Aux: takeRx(), Len: 1048})
+	buf := make([]byte, 2048)
+	if n, err := io.ReadFull(c2, buf); n != 2048 || err != nil {
 		t.Fatalf("Read %d, %v", n, err)
 	}
-	if cmd := c.published(1); cmd.Opcode != rings.OpUpdate || cmd.Conn != 2 || cmd.Arg0 != 100 {
+	if cmd := c.published(1); cmd.Opcode != rings.OpUpdate || cmd.Conn != 2 || cmd.Arg0 != 2048 {
 		t.Fatalf("command %+v", cmd)
 	}
 	c.writeBack(1, rings.StatusBadParam, 0, true)
@@ -558,5 +585,90 @@ func TestWriteWaitsForTransmitRing(t *testing.T) {
 		}
 		tx.Pop()
 		tx.Release()
+	}
+}
+
+// TestCreditsCoalesce: a reader taking small reads of legacy uploads
+// returns window in UPDATEs of at least a quarter of the receive buffer,
+// never more than one in the ring at a time: what it frees while the
+// device has not answered goes in one UPDATE when the answer comes. (A
+// credit per read filled the command ring behind one command the device
+// was slow to answer, and the window never reopened.)
+func TestCreditsCoalesce(t *testing.T) {
+	r := newOffloadRig(t)
+	c, d := r.c, r.c.d
+	dc := r.conn(1)
+	upload := func(n uint32) {
+		r.post(rings.Notification{Flags: rings.NtfLegacyUpload, Conn: 1, Aux: r.takeRx(), Len: n})
+	}
+	read := func(n int) {
+		buf := make([]byte, 7)
+		for got := 0; got < n; {
+			k, err := dc.Read(buf[:min(len(buf), n-got)])
+			if err != nil {
+				t.Fatal(err)
+			}
+			got += k
+		}
+	}
+	// updates lists the UPDATEs published so far (the reads also make
+	// the connection ask for receive buffers: POST_BUFFERS).
+	updates := func() (u []uint32) {
+		for i := uint32(0); i != c.cons.ProducerIndex(); i++ {
+			var cmd rings.Command
+			_ = cmd.Decode(rings.CommandEntry(c.cons.Entry(i)))
+			if cmd.Opcode == rings.OpUpdate {
+				u = append(u, i)
+			}
+		}
+		return u
+	}
+
+	// 1000 bytes read 7 at a time: below a quarter of 8192, no UPDATE.
+	upload(1000)
+	read(1000)
+	if u := updates(); len(u) != 0 {
+		t.Fatalf("UPDATEs %v after 1000 bytes read", u)
+	}
+	// 1048 more: one UPDATE of 2048, which the device sits on.
+	upload(1048)
+	read(1048)
+	waitUntil(t, "an UPDATE", func() bool { return len(updates()) == 1 })
+	first := updates()[0]
+	if cmd := c.published(first); cmd.Arg0 != 2048 {
+		t.Fatalf("command %+v", cmd)
+	}
+	// 6000 more while it does: no second UPDATE.
+	for range 6 {
+		upload(1000)
+		read(1000)
+	}
+	if u := updates(); len(u) != 1 {
+		t.Fatalf("UPDATEs %v with one in the ring, want 1", u)
+	}
+	// The answer (and every other command's): the 6000 go in one UPDATE.
+	answer := func(upTo uint32) {
+		for i := c.cons.Head(); i != upTo; i++ {
+			c.writeBack(i, rings.StatusOK, 0, true)
+		}
+		c.release(upTo)
+	}
+	answer(c.cons.ProducerIndex())
+	waitUntil(t, "a second UPDATE", func() bool { return len(updates()) == 2 })
+	second := updates()[1]
+	if cmd := c.published(second); cmd.Arg0 != 6000 {
+		t.Fatalf("command %+v", cmd)
+	}
+	answer(c.cons.ProducerIndex())
+	waitUntil(t, "the UPDATE answered", func() bool {
+		dc.mu.Lock()
+		defer dc.mu.Unlock()
+		return !dc.creditBusy
+	})
+	if u := updates(); len(u) != 2 {
+		t.Fatalf("UPDATEs %v, want 2", u)
+	}
+	if s := d.Stats(); s.CmdFailed != 0 {
+		t.Fatalf("stats %+v", s)
 	}
 }

@@ -43,12 +43,13 @@ type DelegatedConn struct {
 	// rxBufs are the connection's user receive buffers, by ID, taken from
 	// the host's pool as the connection streams (growRecv) and given back
 	// when it goes quiet; an empty slot (addr 0) is one given back.
-	rxBufs    []rxBuf
-	legacyRun int // legacy bytes received since receive buffers were last added
-	legacyOut int // bytes uploaded to legacy buffers not yet read
-	creditDue int // bytes read from legacy uploads not yet credited back
-	peerFin   bool
-	rxErr     error
+	rxBufs     []rxBuf
+	legacyRun  int  // legacy bytes received since receive buffers were last added
+	legacyOut  int  // bytes uploaded to legacy buffers not yet read
+	creditDue  int  // bytes read from legacy uploads not yet credited back
+	creditBusy bool // an UPDATE with credit is in the command ring (offloader.credit)
+	peerFin    bool
+	rxErr      error
 	// cmdErr is the first failure of a command of this connection
 	// (POST_BUFFERS, UPDATE: a status other than OK, a lost command):
 	// the next Read and Write return it.
@@ -265,12 +266,14 @@ func (c *DelegatedConn) retire(ch *rxChunk) {
 		legacyCopies.Put(ch.copied)
 		ch.copied = nil
 	}
-	// Return window in batches (one UPDATE per eighth of the receive
-	// buffer), and always when the reader has drained everything, so a
-	// stalled window always reopens.
-	if c.creditDue > 0 && (c.creditDue >= c.o.cfg.RecvBuffers*c.o.cfg.RecvBufSize/8 || len(c.chunks) <= 1) {
-		c.o.credit(c, uint32(c.creditDue))
-		c.creditDue = 0
+	// Return window in batches of a quarter of the receive buffer. The
+	// window never closes for want of a credit: with less than a quarter
+	// uncredited, a closed window means more than three quarters are
+	// waiting to be read, and reading them crosses the mark. (Crediting
+	// whenever the reader drained everything, as this did, put one
+	// UPDATE in the command ring per small read.)
+	if c.creditDue >= c.o.cfg.RecvBuffers*c.o.cfg.RecvBufSize/4 {
+		c.o.credit(c)
 	}
 }
 
@@ -514,7 +517,8 @@ func (c *DelegatedConn) notifyLocked(n *rings.Notification) bool {
 		// when the application has read it.
 		if data, ok := c.o.drv.legacyData(n.Aux, n.Len); ok {
 			if c.closed {
-				c.o.credit(c, n.Len)
+				c.creditDue += int(n.Len)
+				c.o.credit(c)
 			} else {
 				c.legacyOut += int(n.Len)
 				c.pushChunk(legacyChunk(data))

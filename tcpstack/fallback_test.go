@@ -117,8 +117,16 @@ func TestFallbackLosesNothing(t *testing.T) {
 				}()
 			}
 			theirs := make(chan error, 1)
+			// The peer reads our stream only once the delegation has
+			// failed: until then our data stays in flight (unacknowledged,
+			// or unsent behind the peer's closed window) however the
+			// goroutines run. (Reading at once, the peer could catch up
+			// between two of our writes, and the quiesce find nothing in
+			// flight.)
+			delegated := make(chan struct{})
 			if fc.busySend > 0 {
 				go func() {
+					<-delegated
 					got := make([]byte, fc.busySend)
 					_ = peer.SetReadDeadline(time.Now().Add(30 * time.Second))
 					if _, err := io.ReadFull(peer, got); err != nil {
@@ -131,9 +139,10 @@ func TestFallbackLosesNothing(t *testing.T) {
 					}
 					theirs <- nil
 				}()
+				// The peer's window closed: our data stays in flight.
 				waitUntil(t, "our data in flight", func() bool {
 					fi, _ := a.Driver.flows.snapshot(nc.key)
-					return fi.sndNxt != fi.sndUna
+					return fi.peerWnd == 0 && nc.written.Load() > uint64(fi.sndNxt-fi.iss-1)
 				})
 			} else {
 				theirs <- nil
@@ -179,6 +188,7 @@ func TestFallbackLosesNothing(t *testing.T) {
 				g.release(h, fc.status)
 			}
 			err = <-res
+			close(delegated)
 			if !errors.Is(err, ErrNotDelegated) {
 				t.Fatalf("Delegate: %v, want a fallback (ErrNotDelegated)", err)
 			}

@@ -603,23 +603,44 @@ func (o *offloader) repost(c *DelegatedConn, id int) {
 
 // credit returns receive window for legacy-uploaded bytes the application
 // consumed (UPDATE with Arg0 = bytes, like a TOE's RX_DATA_ACK), without
-// waiting. Called with c.mu held.
-func (o *offloader) credit(c *DelegatedConn, n uint32) {
-	if c.released || c.cmdErr != nil {
+// waiting. A connection has at most one credit in the command ring: what
+// the reader frees meanwhile adds up in creditDue and goes in one UPDATE
+// when the one in flight completes. Otherwise a reader taking small reads
+// puts an UPDATE in the ring per read, and a device slow to answer one
+// command of the connection (a held repost) sees the ring fill with
+// credits behind it, the rest queue, and the window never reopens.
+// Called with c.mu held.
+func (o *offloader) credit(c *DelegatedConn) {
+	if c.released || c.cmdErr != nil || c.creditBusy || c.creditDue == 0 {
 		return
 	}
-	o.asyncLocked(c, cmdReq{c: rings.Command{Opcode: rings.OpUpdate, Conn: c.idx, Arg0: n}})
+	n := uint32(c.creditDue)
+	c.creditDue, c.creditBusy = 0, true
+	o.asyncThen(c, cmdReq{c: rings.Command{Opcode: rings.OpUpdate, Conn: c.idx, Arg0: n}}, func() {
+		c.mu.Lock()
+		c.creditBusy = false
+		o.credit(c)
+		c.mu.Unlock()
+	})
 }
 
 // asyncLocked submits a command of connection c without waiting; a
 // failure (status, lost, not submitted) becomes the connection's error,
 // which its next Read or Write returns. Called with c.mu held.
-func (o *offloader) asyncLocked(c *DelegatedConn, r cmdReq) {
+func (o *offloader) asyncLocked(c *DelegatedConn, r cmdReq) { o.asyncThen(c, r, nil) }
+
+// asyncThen is asyncLocked with then, if set, called (without c.mu) once
+// the command completed or failed, after the failure is recorded; a
+// command that was not submitted at all calls nothing.
+func (o *offloader) asyncThen(c *DelegatedConn, r cmdReq, then func()) {
 	err := o.drv.submitAsync([]cmdReq{r}, func(res []rings.Command, err error) {
 		if err = o.checkResult(res[0], err); err != nil {
 			c.mu.Lock()
 			c.cmdFailLocked(err)
 			c.mu.Unlock()
+		}
+		if then != nil {
+			then()
 		}
 	})
 	if err != nil {
