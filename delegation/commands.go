@@ -77,6 +77,7 @@ func (e *Engine) Offload(idx uint32, st *rings.ConnState) rings.Status {
 		st.LocalIP == [4]byte{}, st.RemoteIP == [4]byte{},
 		st.LocalPort == 0, st.RemotePort == 0,
 		st.RcvBufSize > maxWindowBytes, st.RcvAdvertised > maxWindowBytes,
+		!st.Congestion.Known(),
 		st.KeepaliveIdleMs != 0 && (st.KeepaliveIntervalMs == 0 || st.KeepaliveCount == 0):
 		return rings.StatusBadParam
 	}
@@ -142,6 +143,8 @@ func (e *Engine) Offload(idx uint32, st *rings.ConnState) rings.Status {
 	if c.ssthresh == 0 || c.ssthresh > maxWindowBytes {
 		c.ssthresh = maxWindowBytes
 	}
+	c.cc = ccState{nagle: st.Flags&rings.ConnNagle != 0}
+	c.setCC(st.Congestion)
 	c.recover = c.sndUna - 1
 	if st.SRTTus != 0 {
 		c.srtt = int64(st.SRTTus) * 1000
@@ -404,7 +407,8 @@ func (e *Engine) SetThresholds(idx uint32, ackThresh, seqThresh uint32, armSeq b
 //
 //	StatusBadParam  unknown flags, credit above the bytes uploaded and not
 //	                yet credited, receive buffer 0 or > 1 GiB, keepalive
-//	                interval or count 0 with idle > 0
+//	                interval or count 0 with idle > 0, an unknown
+//	                congestion control
 func (e *Engine) Update(idx uint32, u *rings.ConnUpdate) rings.Status {
 	c := e.get(idx)
 	if c == nil {
@@ -420,6 +424,9 @@ func (e *Engine) Update(idx uint32, u *rings.ConnUpdate) rings.Status {
 		(u.KeepaliveIntervalMs == 0 || u.KeepaliveCount == 0) {
 		return rings.StatusBadParam
 	}
+	if u.Flags&rings.UpdCongestion != 0 && !u.Congestion.Known() {
+		return rings.StatusBadParam
+	}
 	now := e.env.NowNanos()
 	c.legacyUncredited -= u.Credit
 	if u.Flags&rings.UpdRcvBufSize != 0 {
@@ -427,6 +434,12 @@ func (e *Engine) Update(idx uint32, u *rings.ConnUpdate) rings.Status {
 	}
 	if u.Flags&rings.UpdKeepalive != 0 {
 		c.setKeepalive(now, u.KeepaliveIdleMs, u.KeepaliveIntervalMs, u.KeepaliveCount)
+	}
+	if u.Flags&rings.UpdCongestion != 0 && u.Congestion != c.cc.algo {
+		c.setCC(u.Congestion)
+	}
+	if u.Flags&rings.UpdNagle != 0 {
+		c.cc.nagle = u.Nagle // held data goes at the output pass that follows
 	}
 	if u.Flags&rings.UpdTTLTOS != 0 {
 		c.ttl, c.tos = u.TTL, u.TOS
@@ -447,6 +460,9 @@ func (e *Engine) Update(idx uint32, u *rings.ConnUpdate) rings.Status {
 	if live && !c.finRcvd && (u.Flags&rings.UpdAckNow != 0 || c.windowUpdateDue()) {
 		c.sendAck(now)
 	}
+	if live && u.Flags&rings.UpdNagle != 0 {
+		c.output(now) // what Nagle held goes once it is off
+	}
 	e.schedule(c)
 	return rings.StatusOK
 }
@@ -463,6 +479,8 @@ type ConnInfo struct {
 	Cwnd, Ssthresh         uint32
 	SRTT, RTO              int64
 	InRecovery             bool
+	Congestion             rings.CongestionControl
+	Nagle                  bool
 	TxQueued, UserBufs     int
 	LegacyUncredited       uint32
 	OOOBytes               uint32
@@ -492,6 +510,7 @@ func (e *Engine) Info(idx uint32) (ConnInfo, bool) {
 		State: c.state, SndUna: uint32(c.sndUna), SndNxt: uint32(c.sndNxt), SndMax: uint32(c.sndMax),
 		SndEnd: uint32(c.sndEnd), RcvNxt: uint32(c.rcvNxt), RcvWnd: wnd, SndWnd: c.sndWnd,
 		Cwnd: c.cwnd, Ssthresh: c.ssthresh, SRTT: c.srtt, RTO: c.rto, InRecovery: c.inRecovery,
+		Congestion: c.cc.algo, Nagle: c.cc.nagle,
 		TxQueued: c.txCount, UserBufs: c.uqCount, LegacyUncredited: c.legacyUncredited,
 		OOOBytes: c.ooo.bytes, OOORanges: c.ooo.n, PendingNotify: pend, TSVal: c.lastTSval,
 		SegPayload: c.maxPayload(), ULP: c.ulp.u != nil, ULPHeld: uint32(c.ulp.held),
@@ -517,6 +536,9 @@ func (e *Engine) Snapshot(idx uint32, st *rings.ConnState) rings.Status {
 	if c.seqArmed {
 		flags |= rings.ConnSeqThreshold
 	}
+	if c.cc.nagle {
+		flags |= rings.ConnNagle
+	}
 	wnd := uint32(0)
 	if c.rcvAdvEdge.gt(c.rcvNxt) {
 		wnd = c.rcvAdvEdge.sub(c.rcvNxt)
@@ -534,7 +556,7 @@ func (e *Engine) Snapshot(idx uint32, st *rings.ConnState) rings.Status {
 		KeepaliveIdleMs: uint32(c.kaIdle / 1e6), KeepaliveIntervalMs: uint32(c.kaIntvl / 1e6),
 		KeepaliveCount: uint32(c.kaCount),
 		SRTTus:         uint32(c.srtt / 1000), RTTVarUs: uint32(c.rttvar / 1000),
-		Cwnd: c.cwnd, Ssthresh: c.ssthresh,
+		Cwnd: c.cwnd, Ssthresh: c.ssthresh, Congestion: c.cc.algo,
 	}
 	return rings.StatusOK
 }

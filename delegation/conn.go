@@ -64,9 +64,10 @@ type conn struct {
 	txCount int
 	maxTx   int
 
-	// Congestion control (RFC 5681, NewReno RFC 6582).
+	// Congestion control (cc.go).
 	cwnd, ssthresh uint32
-	caAcked        uint32
+	caAcked        uint32 // NewReno's byte counting
+	cc             ccState
 	dupAcks        int
 	inRecovery     bool
 	recover        seq

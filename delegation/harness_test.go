@@ -131,7 +131,9 @@ func inputIP(e *Engine, p []byte) bool {
 	}
 	idx, ok := e.LookupSegment(p[:ihl], p[ihl:])
 	if !ok {
-		return false
+		// As the device does: a segment of a 4-tuple in TIME_WAIT is
+		// the engine's (a FIN or data whose ACK was lost is answered).
+		return e.InputUnmatched(p[:ihl], p[ihl:], 0)
 	}
 	e.Input(idx, p[:ihl], p[ihl:])
 	return true
@@ -490,6 +492,9 @@ type pairOpts struct {
 	initialWnd   uint16
 	keepaliveMs  uint32
 	ackThreshold uint32
+	cc           rings.CongestionControl // both ends'
+	nagle        bool                    // both ends
+	cwnd         uint32                  // both ends' initial window (0: RFC 6928's)
 }
 
 // pairStates returns the state blocks of both ends of a connection that has
@@ -508,6 +513,9 @@ func pairStates(o pairOpts) (a, b rings.ConnState) {
 	if o.ts {
 		flags |= rings.ConnTimestamps
 	}
+	if o.nagle {
+		flags |= rings.ConnNagle
+	}
 	a = rings.ConnState{
 		Version: rings.ConnStateVersion, Flags: flags, State: rings.StateEstablished, TTL: 64,
 		LocalIP: ipA, RemoteIP: ipB, LocalPort: portA, RemotePort: portB,
@@ -517,6 +525,7 @@ func pairStates(o pairOpts) (a, b rings.ConnState) {
 		TSRecent: o.tsB, TSVal: o.tsA, RcvBufSize: o.rcvBufA,
 		RcvAdvertised: uint32(o.initialWnd) << o.wsA, AckThreshold: o.ackThreshold,
 		KeepaliveIdleMs: o.keepaliveMs, KeepaliveIntervalMs: o.keepaliveMs / 4, KeepaliveCount: 3,
+		Congestion: o.cc, Cwnd: o.cwnd,
 	}
 	b = rings.ConnState{
 		Version: rings.ConnStateVersion, Flags: flags, State: rings.StateEstablished, TTL: 64,
@@ -527,6 +536,7 @@ func pairStates(o pairOpts) (a, b rings.ConnState) {
 		TSRecent: o.tsA, TSVal: o.tsB, RcvBufSize: o.rcvBufB,
 		RcvAdvertised: uint32(o.initialWnd) << o.wsB, AckThreshold: o.ackThreshold,
 		KeepaliveIdleMs: o.keepaliveMs, KeepaliveIntervalMs: o.keepaliveMs / 4, KeepaliveCount: 3,
+		Congestion: o.cc, Cwnd: o.cwnd,
 	}
 	if o.keepaliveMs == 0 {
 		a.KeepaliveIntervalMs, a.KeepaliveCount = 0, 0

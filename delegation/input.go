@@ -269,6 +269,10 @@ func (c *conn) sendOOWAck(now int64, hasData bool) {
 // data and no FIN (a candidate duplicate ACK).
 func (c *conn) processAck(now int64, s *segment, pure bool) {
 	c.ackCount++
+	// What the ACK tells was delivered (RFC 6937's DeliveredData): the
+	// cumulative advance plus the change in what is SACKed.
+	una := c.sndUna
+	sackedBefore := c.sacked.below(c.sndMax)
 
 	// Window update (RFC 9293 §3.10.7.4, SND.WL1/SND.WL2).
 	oldWnd := c.sndWnd
@@ -314,6 +318,10 @@ func (c *conn) processAck(now int64, s *segment, pure bool) {
 		// duplicate ACKs that report the hole.
 		c.dupAck(now)
 	}
+	if c.inRecovery {
+		delivered := int64(c.sndUna.sub(una)) + int64(c.sacked.below(c.sndMax)) - int64(sackedBefore)
+		c.prrAck(uint32(max(delivered, 0)), c.pipe())
+	}
 }
 
 // newAck: SEG.ACK advanced SND.UNA.
@@ -349,28 +357,19 @@ func (c *conn) newAck(now int64, s *segment) {
 	c.backoff = 0
 	c.tlpOut = 0
 	c.rtxAt = 0 // a new head
-	mss := c.maxPayload()
 	if c.inRecovery {
 		if c.sndUna.gt(c.recover) {
-			// Full ACK (RFC 6582 §3.2 step 3).
-			flight := c.sndMax.sub(c.sndUna)
-			c.cwnd = min(c.ssthresh, max(flight, mss)+mss)
+			// Full ACK (RFC 6582 §3.2 step 3): the window is where PRR
+			// brought it, ssthresh (RFC 6937 §3).
+			c.cwnd = c.ssthresh
 			c.inRecovery = false
 			c.dupAcks = 0
 		} else {
 			// Partial ACK: retransmit the next hole (unless SACK-driven
-			// recovery already did), deflate.
+			// recovery already did); PRR paces the rest (processAck).
 			e.ctr.PartialAcks++
 			if !c.highRxt.gt(c.sndUna) {
 				c.retransmitHead(now)
-			}
-			if acked >= c.cwnd {
-				c.cwnd = mss
-			} else {
-				c.cwnd -= acked
-			}
-			if acked >= mss {
-				c.cwnd += mss
 			}
 			if !c.partialSeen {
 				c.partialSeen = true
@@ -379,18 +378,7 @@ func (c *conn) newAck(now int64, s *segment) {
 		}
 	} else {
 		c.dupAcks = 0
-		if c.cwnd < c.ssthresh {
-			c.cwnd += min(acked, mss) // slow start (RFC 5681 §3.1, ABC L=1)
-		} else {
-			c.caAcked += acked // congestion avoidance, byte counting
-			if c.caAcked >= c.cwnd {
-				c.caAcked -= c.cwnd
-				c.cwnd += mss
-			}
-		}
-		if c.cwnd > maxWindowBytes {
-			c.cwnd = maxWindowBytes
-		}
+		c.ccAck(now, acked)
 	}
 
 	// Buffers the host may free, and the ACK threshold.
@@ -431,10 +419,9 @@ func (c *conn) dupAck(now int64) {
 	e := c.e
 	e.ctr.DupAcksRx++
 	c.dupAcks++
-	mss := c.maxPayload()
 	switch {
 	case c.inRecovery:
-		c.cwnd += mss // inflate: one segment left the network
+		// PRR lets what left the network be replaced (processAck).
 	case (c.dupAcks >= 3 || c.sackLost()) && c.sndUna.gt(c.recover):
 		if c.dupAcks < 3 {
 			e.ctr.SACKRecoveries++
@@ -442,14 +429,14 @@ func (c *conn) dupAck(now int64) {
 		e.ctr.FastRetransmits++
 		c.tlpAt = 0
 		flight := c.sndMax.sub(c.sndUna)
-		c.ssthresh = max(flight/2, 2*mss)
+		c.ccLoss(flight)
+		c.prrStart(flight)
 		c.recover = c.sndMax - 1
 		c.inRecovery = true
 		c.partialSeen = false
 		c.timing = false
 		c.highRxt, c.rtxOut = c.sndUna, 0
 		c.retransmitHead(now)
-		c.cwnd = c.ssthresh + 3*mss
 		c.notify(rings.NtfDupAck, c.sndNxt, 0, 0)
 	}
 }
@@ -471,6 +458,7 @@ func (c *conn) undoSpuriousRTO(s *segment) {
 	c.e.ctr.SpuriousTimeouts++
 	c.cwnd = max(c.cwnd, c.undoCwnd)
 	c.ssthresh = max(c.ssthresh, c.undoSsthresh)
+	c.cc.wMax, c.cc.epoch = max(c.cc.wMax, c.cc.undoWMax), 0
 	c.backoff = 0
 	if c.sndNxt.lt(c.sndMax) && s.ack.ge(c.sndNxt) {
 		c.sndNxt = seqMin(s.ack, c.sndMax)

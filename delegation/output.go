@@ -54,22 +54,19 @@ func (c *conn) output(now int64) {
 			inflight -= c.sacked.below(c.sndNxt) // the peer has those
 		}
 		cw := c.cwnd
-		if !c.inRecovery && c.dupAcks > 0 && c.dupAcks < 3 {
-			cw += uint32(c.dupAcks) * mss // limited transmit (RFC 3042)
+		if !c.inRecovery && c.dupAcks > 0 && c.dupAcks < 3 && c.sacked.n == 0 {
+			// Limited transmit (RFC 3042). With SACK, the SACKed bytes
+			// are already out of inflight (RFC 6675's pipe), which is
+			// the same allowance: both would send two segments per
+			// duplicate ACK.
+			cw += uint32(c.dupAcks) * mss
 		}
 		room := uint32(0)
-		if c.inRecovery && c.sacked.n > 0 {
-			// SACK-driven recovery (RFC 6675 with FACK's estimate): the
-			// data in the network is what was sent above the highest
-			// SACKed byte plus the retransmissions; every hole below it
-			// is taken as lost. The congestion window is ssthresh.
-			pipe := c.rtxOut
-			if h := c.sacked.high(); c.sndNxt.gt(h) {
-				pipe += c.sndNxt.sub(h)
-			}
-			if c.ssthresh > pipe {
-				room = c.ssthresh - pipe
-			}
+		if c.inRecovery {
+			// What Proportional Rate Reduction allows for the ACKs so
+			// far (cc.go); retransmissions of the holes below the
+			// highest SACKed byte go first.
+			room = c.cc.sndcnt
 		} else if cw > inflight+c.rtxOut {
 			room = cw - inflight - c.rtxOut
 		}
@@ -144,6 +141,12 @@ func (c *conn) output(now int64) {
 			// Sender silly-window avoidance (RFC 9293 §3.8.6.2.1), for
 			// new data only: a short resend (a hole between SACKed
 			// ranges) goes.
+			break
+		} else if c.cc.nagle && n < mss && n == avail && c.sndMax != c.sndUna && !c.sndNxt.lt(c.sndMax) &&
+			!(c.finQueued && c.sndNxt.add(n) == c.finSeq) {
+			// Nagle (RFC 9293 §3.7.4): the last short piece of new
+			// data waits while anything is unacknowledged; the ACK, or
+			// more data making a full segment, sends it. Not a FIN's.
 			break
 		}
 		if !c.sendNext(now, n) {
@@ -362,7 +365,8 @@ func (c *conn) rtoExpired(now int64) {
 	if c.backoff == 0 {
 		// Kept to undo, should the peer show the timeout needless.
 		c.undoOK, c.undoCwnd, c.undoSsthresh, c.undoSeq = c.sackOK, c.cwnd, c.ssthresh, c.sndUna
-		c.ssthresh = max(c.sndMax.sub(c.sndUna)/2, 2*mss)
+		c.cc.undoWMax = c.cc.wMax
+		c.ccLoss(c.sndMax.sub(c.sndUna))
 	}
 	c.cwnd = mss
 	c.caAcked = 0
@@ -597,6 +601,9 @@ func (c *conn) emit(now int64, sq seq, n uint32, flags uint8, probe bool) bool {
 	tcp[:segLen].UpdateChecksum(c.localIP, c.remoteIP)
 
 	if (n > 0 || flags&flFIN != 0) && !probe {
+		if c.inRecovery {
+			c.prrSent(n)
+		}
 		if sq.lt(c.sndMax) {
 			e.ctr.TxRetransSegs++
 			e.ctr.TxRetransByte += uint64(n)

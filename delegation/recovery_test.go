@@ -2,6 +2,8 @@ package delegation
 
 import (
 	"testing"
+
+	"github.com/emunic/emunic/rings"
 )
 
 // lossyOneWay is A sending size bytes to B over a link with a short round
@@ -33,22 +35,29 @@ func recoveryRun(t *testing.T, o simOpts) (Counters, float64, int) {
 }
 
 // TestRecoveryTwoPercent: at 2% loss each way on a short path, losses are
-// repaired by the ACK clock (SACK recovery, RACK-style detection of lost
+// repaired by the ACK clock (SACK recovery paced by PRR, detection of lost
 // retransmissions, tail loss probes), not by the retransmission timer:
-// fewer than one loss in 20 waits for an RTO.
+// fewer than one loss in 20 waits for an RTO, with either congestion
+// control.
 func TestRecoveryTwoPercent(t *testing.T) {
 	size := int64(16 << 20)
 	if testing.Short() || raceEnabled {
 		size = 4 << 20
 	}
-	var rtos, lost uint64
-	var secs float64
-	for seed := uint64(1); seed <= 8; seed++ {
-		c, s, l := recoveryRun(t, lossyOneWay(size, 0.02, seed))
-		rtos, lost, secs = rtos+c.RTOExpired, lost+uint64(l), secs+s
-	}
-	t.Logf("all seeds: %d RTOs for %d frames lost, %.1f MB/s", rtos, lost, float64(8*size)/secs/1e6)
-	if rtos*20 > lost {
-		t.Errorf("%d RTOs for %d frames lost", rtos, lost)
+	for _, algo := range []rings.CongestionControl{rings.CCCubic, rings.CCNewReno} {
+		t.Run(algo.String(), func(t *testing.T) {
+			var rtos, lost uint64
+			var secs float64
+			for seed := uint64(1); seed <= 8; seed++ {
+				o := lossyOneWay(size, 0.02, seed)
+				o.pair.cc = algo
+				c, s, l := recoveryRun(t, o)
+				rtos, lost, secs = rtos+c.RTOExpired, lost+uint64(l), secs+s
+			}
+			t.Logf("all seeds: %d RTOs for %d frames lost, %.1f MB/s", rtos, lost, float64(8*size)/secs/1e6)
+			if rtos*20 > lost {
+				t.Errorf("%d RTOs for %d frames lost", rtos, lost)
+			}
+		})
 	}
 }

@@ -48,7 +48,8 @@ package rings
 //	0x5C u32 RTTVarUs: RTT variance in microseconds
 //	0x60 u32 Cwnd: congestion window in bytes (0: initial window, RFC 6928)
 //	0x64 u32 Ssthresh: slow-start threshold in bytes (0: unlimited)
-//	0x68..0x7F reserved, zero
+//	0x68 u8  Congestion: congestion control (CongestionControl; 0: CUBIC)
+//	0x69..0x7F reserved, zero
 const (
 	ConnStateSize    = 128
 	ConnStateVersion = 1
@@ -85,7 +86,8 @@ const (
 	CsOffRTTVar          = 0x5C
 	CsOffCwnd            = 0x60
 	CsOffSsthresh        = 0x64
-	CsOffReserved        = 0x68
+	CsOffCongestion      = 0x68
+	CsOffReserved        = 0x69
 	connStateReservedEnd = ConnStateSize
 )
 
@@ -97,8 +99,42 @@ const (
 	ConnSACKPermitted ConnStateFlags = 1 << 0 // both sides sent SACK-permitted
 	ConnTimestamps    ConnStateFlags = 1 << 1 // both sides sent the timestamps option
 	ConnSeqThreshold  ConnStateFlags = 1 << 2 // SeqThreshold is armed
-	connStateFlagsAll                = ConnSACKPermitted | ConnTimestamps | ConnSeqThreshold
+	ConnNagle         ConnStateFlags = 1 << 3 // Nagle's algorithm on (RFC 9293 §3.7.4)
+	connStateFlagsAll                = ConnSACKPermitted | ConnTimestamps | ConnSeqThreshold | ConnNagle
 )
+
+// CongestionControl is a connection's congestion control algorithm, chosen
+// per connection by the host (state block and UPDATE).
+type CongestionControl uint8
+
+// Congestion control algorithms.
+const (
+	CCCubic   CongestionControl = 0 // CUBIC (RFC 9438), the default, as in Linux
+	CCNewReno CongestionControl = 1 // NewReno (RFC 5681, RFC 6582)
+	ccCount                     = 2
+)
+
+// Known reports whether c names an algorithm the device has.
+func (c CongestionControl) Known() bool { return c < ccCount }
+
+var ccNames = [ccCount]string{"cubic", "newreno"}
+
+func (c CongestionControl) String() string {
+	if c.Known() {
+		return ccNames[c]
+	}
+	return "CC_" + hex16(uint16(c))
+}
+
+// ParseCongestionControl returns the algorithm String names.
+func ParseCongestionControl(name string) (CongestionControl, bool) {
+	for i, n := range ccNames {
+		if n == name {
+			return CongestionControl(i), true
+		}
+	}
+	return 0, false
+}
 
 // TCPState is a connection's state as the state block names it. Only
 // Established and CloseWait (the peer's FIN already received and counted in
@@ -167,6 +203,9 @@ func (b ConnStateBlock) SRTTus() uint32         { return le.Uint32(b[CsOffSRTT:]
 func (b ConnStateBlock) RTTVarUs() uint32       { return le.Uint32(b[CsOffRTTVar:]) }
 func (b ConnStateBlock) Cwnd() uint32           { return le.Uint32(b[CsOffCwnd:]) }
 func (b ConnStateBlock) Ssthresh() uint32       { return le.Uint32(b[CsOffSsthresh:]) }
+func (b ConnStateBlock) Congestion() CongestionControl {
+	return CongestionControl(b[CsOffCongestion])
+}
 
 // ConnState is the fields of an offload state block.
 type ConnState struct {
@@ -203,6 +242,7 @@ type ConnState struct {
 	RTTVarUs            uint32
 	Cwnd                uint32
 	Ssthresh            uint32
+	Congestion          CongestionControl
 }
 
 // Encode writes the fields into b, which must hold ConnStateSize bytes. The
@@ -242,6 +282,7 @@ func (s *ConnState) Encode(b ConnStateBlock) {
 	le.PutUint32(b[CsOffRTTVar:], s.RTTVarUs)
 	le.PutUint32(b[CsOffCwnd:], s.Cwnd)
 	le.PutUint32(b[CsOffSsthresh:], s.Ssthresh)
+	b[CsOffCongestion] = byte(s.Congestion)
 	clear(b[CsOffReserved:connStateReservedEnd])
 }
 
@@ -265,6 +306,7 @@ func (s *ConnState) Decode(b ConnStateBlock) error {
 		KeepaliveIdleMs: b.KeepaliveIdleMs(), KeepaliveIntervalMs: b.KeepaliveIntervalMs(),
 		KeepaliveCount: b.KeepaliveCount(),
 		SRTTus:         b.SRTTus(), RTTVarUs: b.RTTVarUs(), Cwnd: b.Cwnd(), Ssthresh: b.Ssthresh(),
+		Congestion: b.Congestion(),
 	}
 	return nil
 }
@@ -355,7 +397,9 @@ const (
 	UpdTTLTOS     UpdateFlags = 1 << 2 // Len: TTL | TOS << 8
 	UpdNextHopMAC UpdateFlags = 1 << 3 // Addr: next-hop MAC in the low 48 bits (byte 0 first on the wire)
 	UpdAckNow     UpdateFlags = 1 << 4 // send a window update now
-	updFlagsAll               = UpdRcvBufSize | UpdKeepalive | UpdTTLTOS | UpdNextHopMAC | UpdAckNow
+	UpdCongestion UpdateFlags = 1 << 5 // Len bits 16-23: congestion control
+	UpdNagle      UpdateFlags = 1 << 6 // Len bit 24: Nagle's algorithm on (1) or off (0)
+	updFlagsAll               = UpdRcvBufSize | UpdKeepalive | UpdTTLTOS | UpdNextHopMAC | UpdAckNow | UpdCongestion | UpdNagle
 )
 
 // ConnUpdate is the UPDATE command's parameters: the window credit the host
@@ -368,6 +412,8 @@ const (
 //	Arg2  KeepaliveIdleMs      (UpdKeepalive)
 //	Arg3  KeepaliveIntervalMs | KeepaliveCount << 32 (UpdKeepalive)
 //	Len   TTL | TOS << 8       (UpdTTLTOS)
+//	      | Congestion << 16   (UpdCongestion)
+//	      | Nagle << 24        (UpdNagle)
 //	Addr  next-hop MAC         (UpdNextHopMAC)
 type ConnUpdate struct {
 	Flags               UpdateFlags
@@ -378,6 +424,8 @@ type ConnUpdate struct {
 	KeepaliveCount      uint32
 	TTL, TOS            uint8
 	NextHopMAC          [6]byte
+	Congestion          CongestionControl
+	Nagle               bool
 }
 
 // KnownFlags reports whether f has only defined bits.
@@ -392,7 +440,10 @@ func (u *ConnUpdate) ToCommand(c *Command) {
 	c.Arg1 = u.RcvBufSize
 	c.Arg2 = u.KeepaliveIdleMs
 	c.Arg3 = uint64(u.KeepaliveIntervalMs) | uint64(u.KeepaliveCount)<<32
-	c.Len = uint32(u.TTL) | uint32(u.TOS)<<8
+	c.Len = uint32(u.TTL) | uint32(u.TOS)<<8 | uint32(u.Congestion)<<16
+	if u.Nagle {
+		c.Len |= 1 << 24
+	}
 	var mac uint64
 	for i, v := range u.NextHopMAC {
 		mac |= uint64(v) << (8 * i)
@@ -411,6 +462,8 @@ func (u *ConnUpdate) FromCommand(c *Command) {
 		KeepaliveCount:      uint32(c.Arg3 >> 32),
 		TTL:                 uint8(c.Len),
 		TOS:                 uint8(c.Len >> 8),
+		Congestion:          CongestionControl(c.Len >> 16),
+		Nagle:               c.Len>>24&1 != 0,
 	}
 	for i := range u.NextHopMAC {
 		u.NextHopMAC[i] = byte(uint64(c.Addr) >> (8 * i))

@@ -158,6 +158,8 @@ func nameOf(c goConst, v uint64) (string, bool) {
 		return StatID(v).String(), true
 	case "TCPState":
 		return TCPState(v).String(), true
+	case "CongestionControl":
+		return CongestionControl(v).String(), true
 	case "WROpcode":
 		return WROpcode(v).String(), true
 	case "WCOpcode":
@@ -944,8 +946,17 @@ func checkUpdateArgs(t *testing.T, tb *docTable, consts map[string]goConst) {
 			t.Errorf("%s: %s documented twice", where, param)
 		}
 		seen[param] = true
-		if width := 8 * int(pf.Type.Size()); width != hi-lo+1 {
+		width := 8 * int(pf.Type.Size())
+		if pf.Type.Kind() == reflect.Bool {
+			width = 1 // a flag: one bit
+		}
+		if width != hi-lo+1 {
 			t.Errorf("%s: %s is %d bits, documented %d", where, param, width, hi-lo+1)
+			continue
+		}
+		if pf.Type.Kind() == reflect.Bool {
+			uv.FieldByName(param).SetBool(true)
+			args = append(args, arg{line: r.Line, field: field, lo: lo, hi: hi, param: param, pat: 1})
 			continue
 		}
 		pat := make([]byte, pf.Type.Size())

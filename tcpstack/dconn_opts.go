@@ -1,7 +1,6 @@
 package tcpstack
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -12,8 +11,8 @@ import (
 
 // The per-connection options a delegated connection's engine runs with,
 // set the way net.TCPConn sets them: each is an UPDATE of the connection
-// on the NIC (rings.UpdKeepalive), waited for, so a refusal is the call's
-// error.
+// on the NIC (rings.UpdKeepalive, UpdNagle, UpdCongestion), waited for, so
+// a refusal is the call's error.
 
 // Keepalive defaults, as Go's net package uses them (net.KeepAliveConfig).
 const (
@@ -21,10 +20,6 @@ const (
 	defaultKeepAliveInterval = 15 * time.Second
 	defaultKeepAliveCount    = 9
 )
-
-// ErrNagle: the offload engine sends what it may at once; it has no Nagle
-// algorithm to turn on.
-var ErrNagle = errors.New("tcpstack: the offload engine has no Nagle algorithm: a delegated connection always sends at once")
 
 // SetKeepAlive turns keepalive on (with the configuration SetKeepAliveConfig
 // or SetKeepAlivePeriod set last, or Go's defaults: 15 s idle, 15 s between
@@ -55,9 +50,8 @@ func (c *DelegatedConn) SetKeepAlivePeriod(d time.Duration) error {
 func (c *DelegatedConn) SetKeepAliveConfig(cfg net.KeepAliveConfig) error {
 	c.mu.Lock()
 	cur := c.keepalive
-	closed := c.closed || c.released
 	c.mu.Unlock()
-	if closed {
+	if c.isClosed() {
 		return opErr("set keepalive", c, net.ErrClosed)
 	}
 	pick := func(v, old, def time.Duration) time.Duration {
@@ -118,13 +112,40 @@ func (c *DelegatedConn) KeepAliveConfig() net.KeepAliveConfig {
 	return c.keepalive
 }
 
-// SetNoDelay is net.TCPConn's: true (no Nagle) is how the engine always
-// sends; false is ErrNagle.
+// SetNoDelay is net.TCPConn's: true (the default, as for Go's TCP
+// connections) sends each write at once; false turns Nagle's algorithm on
+// in the engine (a short segment waits while data is unacknowledged).
 func (c *DelegatedConn) SetNoDelay(noDelay bool) error {
-	if !noDelay {
-		return opErr("set nodelay", c, ErrNagle)
+	if c.isClosed() {
+		return opErr("set nodelay", c, net.ErrClosed)
+	}
+	if err := c.update(&rings.ConnUpdate{Flags: rings.UpdNagle, Nagle: !noDelay}); err != nil {
+		return opErr("set nodelay", c, err)
 	}
 	return nil
+}
+
+// SetCongestionControl sets the connection's congestion control (Linux's
+// TCP_CONGESTION): rings.CCCubic or rings.CCNewReno. The window goes on
+// from where it is.
+func (c *DelegatedConn) SetCongestionControl(cc rings.CongestionControl) error {
+	if !cc.Known() {
+		return opErr("set congestion control", c, fmt.Errorf("unknown congestion control %v", cc))
+	}
+	if c.isClosed() {
+		return opErr("set congestion control", c, net.ErrClosed)
+	}
+	if err := c.update(&rings.ConnUpdate{Flags: rings.UpdCongestion, Congestion: cc}); err != nil {
+		return opErr("set congestion control", c, err)
+	}
+	return nil
+}
+
+// isClosed: closed by the application or given back to the host stack.
+func (c *DelegatedConn) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed || c.released
 }
 
 // update submits an UPDATE of the connection and waits for its status.

@@ -45,6 +45,10 @@ type OffloadConfig struct {
 	// QuiesceTimeout bounds the wait for a connection to have nothing in
 	// flight before it is delegated; default 2 s.
 	QuiesceTimeout time.Duration
+	// Congestion is the congestion control delegated connections start
+	// with; the zero value is CUBIC (rings.CCCubic), as in Linux.
+	// DelegatedConn.SetCongestionControl changes one connection's.
+	Congestion rings.CongestionControl
 }
 
 func (c *OffloadConfig) setDefaults() {
@@ -452,6 +456,7 @@ func (o *offloader) stateBlock(key FlowKey, fi *flowInfo) rings.ConnState {
 		RcvBufSize:   uint32(o.cfg.RecvBuffers * o.cfg.RecvBufSize),
 		AckThreshold: uint32(o.cfg.SendBufSize / 4),
 		MaxTxBuffers: uint16(o.cfg.MaxTxBuffers),
+		Congestion:   o.cfg.Congestion,
 	}
 	if fi.peerFin {
 		st.State = rings.StateCloseWait

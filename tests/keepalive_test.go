@@ -1,13 +1,16 @@
 package tests
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"net"
 	"testing"
 	"time"
 
+	"github.com/emunic/emunic/delegation"
 	"github.com/emunic/emunic/internal/hostrig"
+	"github.com/emunic/emunic/rings"
 	"github.com/emunic/emunic/tcpstack"
 )
 
@@ -72,11 +75,85 @@ func TestDelegatedKeepAlive(t *testing.T) {
 	if err := da.SetNoDelay(true); err != nil {
 		t.Errorf("SetNoDelay(true): %v", err)
 	}
-	if err := da.SetNoDelay(false); !errors.Is(err, tcpstack.ErrNagle) {
-		t.Errorf("SetNoDelay(false): %v", err)
-	}
 	ca.Close()
 	if err := da.SetKeepAlive(true); !errors.Is(err, net.ErrClosed) {
 		t.Errorf("on a closed connection: %v", err)
+	}
+}
+
+// TestDelegatedNagleAndCongestion: Nagle's algorithm and the congestion
+// control, set the way net.TCPConn sets them (SetNoDelay, Linux's
+// TCP_CONGESTION), reach the engine (its connection table says so when
+// the device is in this process), the stream stays intact both ways
+// through each change, and an unknown algorithm or a closed connection is
+// an error.
+func TestDelegatedNagleAndCongestion(t *testing.T) {
+	a, b := hostrig.Pair(t)
+	ca, cb := delegatedPair(t, a, b, 7401)
+	da := ca.(*tcpstack.DelegatedConn)
+	engine := func() (delegation.ConnInfo, bool) {
+		if a.Device == nil {
+			return delegation.ConnInfo{}, false // split: the table is in the device's process
+		}
+		return a.Device.Engine().Info(da.Index())
+	}
+	exchange := func(what string) {
+		t.Helper()
+		for _, n := range []int{1, 7, 1500, 100 << 10} {
+			echoCheck(t, ca, cb, n, what)
+			echoCheck(t, cb, ca, n, what)
+		}
+	}
+	if i, ok := engine(); ok && (i.Nagle || i.Congestion != rings.CCCubic) {
+		t.Fatalf("defaults: Nagle %v, %v", i.Nagle, i.Congestion)
+	}
+	if err := da.SetNoDelay(false); err != nil {
+		t.Fatal(err)
+	}
+	if err := da.SetCongestionControl(rings.CCNewReno); err != nil {
+		t.Fatal(err)
+	}
+	if i, ok := engine(); ok && (!i.Nagle || i.Congestion != rings.CCNewReno) {
+		t.Fatalf("after: Nagle %v, %v", i.Nagle, i.Congestion)
+	}
+	exchange("Nagle on, NewReno")
+	if err := da.SetNoDelay(true); err != nil {
+		t.Fatal(err)
+	}
+	if err := da.SetCongestionControl(rings.CCCubic); err != nil {
+		t.Fatal(err)
+	}
+	exchange("Nagle off, CUBIC")
+	if err := da.SetCongestionControl(9); err == nil {
+		t.Error("an unknown congestion control was taken")
+	}
+	ca.Close()
+	if err := da.SetNoDelay(false); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("SetNoDelay on a closed connection: %v", err)
+	}
+	if err := da.SetCongestionControl(rings.CCNewReno); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("SetCongestionControl on a closed connection: %v", err)
+	}
+}
+
+// echoCheck writes n bytes of a pattern on w and reads them back on r.
+func echoCheck(t *testing.T, w, r net.Conn, n int, what string) {
+	t.Helper()
+	want := make([]byte, n)
+	for i := range want {
+		want[i] = byte(i*7 + n)
+	}
+	errc := make(chan error, 1)
+	go func() { _, err := w.Write(want); errc <- err }()
+	got := make([]byte, n)
+	r.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(r, got); err != nil {
+		t.Fatalf("%s: %d bytes: %v", what, n, err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("%s: write: %v", what, err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("%s: %d bytes altered", what, n)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/emunic/emunic/rings"
 )
 
 // usageError is a mistake in the command line: exit status 2.
@@ -253,6 +255,20 @@ func (v *mtuValue) Set(s string) error {
 }
 
 func (v *mtuValue) String() string { return strconv.Itoa(int(*v)) }
+
+// congestionValue is a congestion control's name: cubic or newreno.
+type congestionValue rings.CongestionControl
+
+func (v *congestionValue) Set(s string) error {
+	c, ok := rings.ParseCongestionControl(strings.ToLower(strings.TrimSpace(s)))
+	if !ok {
+		return fmt.Errorf("want %v or %v", rings.CCCubic, rings.CCNewReno)
+	}
+	*v = congestionValue(c)
+	return nil
+}
+
+func (v *congestionValue) String() string { return rings.CongestionControl(*v).String() }
 
 // prefixValue is an IPv4 address with its prefix length, e.g. 10.9.0.2/24.
 type prefixValue struct{ p netip.Prefix }

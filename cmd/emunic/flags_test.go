@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"github.com/emunic/emunic/rings"
 	"io"
 	"net/netip"
 	"strings"
@@ -133,6 +134,10 @@ func TestCLIServeFlags(t *testing.T) {
 	if err != nil || cfg.MaxConns != 65536 || cfg.Arena != 512<<20 {
 		t.Errorf("--max-conns, --arena: %+v, %v", cfg, err)
 	}
+	cfg, err = parseServeFlags([]string{"--tap", "emu0", "--addr", "10.9.0.2/24", "--offload", "--congestion", "NewReno"}, io.Discard)
+	if err != nil || cfg.Congestion != rings.CCNewReno {
+		t.Errorf("--congestion: %+v, %v", cfg, err)
+	}
 	for _, c := range []struct {
 		args []string
 		msg  string
@@ -149,6 +154,7 @@ func TestCLIServeFlags(t *testing.T) {
 		{[]string{"--tap", "emu0", "--addr", "10.9.0.2/24", "--gateway", "x"}, `bad --gateway "x"`},
 		{[]string{"--tap", "emu0", "--addr", "10.9.0.2/24", "--offload=maybe"}, `bad --offload "maybe"`},
 		{[]string{"--tap", "emu0", "--addr", "10.9.0.2/24", "--max-conns", "0"}, "bad --max-conns 0"},
+		{[]string{"--tap", "emu0", "--addr", "10.9.0.2/24", "--congestion", "bbr"}, `bad --congestion "bbr": want cubic or newreno`},
 		{[]string{"--tap", "emu0", "--addr", "10.9.0.2/24", "--max-conns", "-5"}, `bad --max-conns "-5"`},
 		{[]string{"--tap", "emu0", "--addr", "10.9.0.2/24", "--max-conns", "99999999999"}, "bad --max-conns"},
 		{[]string{"--tap", "emu0", "--addr", "10.9.0.2/24", "--arena", "1MiB"}, "bad --arena 1MiB: want 16MiB to 64GiB"},

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/emunic/emunic/internal/hostrig"
 	"github.com/emunic/emunic/rings"
+	"github.com/emunic/emunic/tcpstack"
 	"github.com/emunic/emunic/trace"
 )
 
@@ -47,6 +49,7 @@ var goldenScenarios = []goldenScenario{
 	{name: "commands", run: goldenCommands},
 	{name: "abort", run: goldenAbort},
 	{name: "terminate", run: goldenTerminate},
+	{name: "userbuf", run: goldenUserBuf},
 }
 
 func recordGolden(t *testing.T, sc goldenScenario, file string) {
@@ -288,10 +291,10 @@ func goldenCommands(t *testing.T, lab *demoLab) {
 	}
 }
 
-// goldenAbort opens a delegated connection, moves a little data, and
-// aborts it from A: B's engine gets the RST.
-func goldenAbort(t *testing.T, lab *demoLab) {
-	const port = 7009
+// goldenDelegated opens a delegated connection from A to B's port: A's
+// end and B's (closed when the test ends).
+func goldenDelegated(t *testing.T, lab *demoLab, port uint16) (*tcpstack.DelegatedConn, net.Conn) {
+	t.Helper()
 	l, err := lab.b.ListenOffload(port)
 	if err != nil {
 		t.Fatal(err)
@@ -312,7 +315,14 @@ func goldenAbort(t *testing.T, lab *demoLab) {
 	if s == nil {
 		t.Fatal("accept failed")
 	}
-	defer s.Close()
+	t.Cleanup(func() { s.Close() })
+	return c, s
+}
+
+// goldenAbort opens a delegated connection, moves a little data, and
+// aborts it from A: B's engine gets the RST.
+func goldenAbort(t *testing.T, lab *demoLab) {
+	c, s := goldenDelegated(t, lab, 7009)
 	msg := []byte("before the reset")
 	if _, err := c.Write(msg); err != nil {
 		t.Fatal(err)
@@ -327,6 +337,33 @@ func goldenAbort(t *testing.T, lab *demoLab) {
 	s.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := s.Read(got); err == nil {
 		t.Fatal("B read data after A's reset")
+	}
+}
+
+// goldenUserBuf streams to a delegated connection in two parts: the first
+// (the connection's first bytes) arrives in legacy buffers, and reading
+// it makes B's host give the connection receive buffers of its own
+// (POST_BUFFERS); the second fills them (USER_BUF_DONE). (In the demo's
+// runs the whole stream can arrive before B's host has handled the first
+// upload, and then no user buffer is ever filled.)
+func goldenUserBuf(t *testing.T, lab *demoLab) {
+	c, s := goldenDelegated(t, lab, 7011)
+	defer c.Close()
+	for i, n := range []int{96 << 10, 192 << 10} {
+		msg := bytes.Repeat([]byte{byte('a' + i)}, n)
+		errc := make(chan error, 1)
+		go func() { _, err := c.Write(msg); errc <- err }()
+		got := make([]byte, n)
+		s.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.ReadFull(s, got); err != nil {
+			t.Fatalf("part %d: %v", i, err)
+		}
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, msg) {
+			t.Fatalf("part %d altered", i)
+		}
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/emunic/emunic/delegation"
 	"github.com/emunic/emunic/nic"
 	"github.com/emunic/emunic/nic/port"
+	"github.com/emunic/emunic/rings"
 	"github.com/emunic/emunic/tcpstack"
 	"github.com/emunic/emunic/tcpstack/services"
 )
@@ -93,6 +94,8 @@ type serveConfig struct {
 	Arena int64
 	// Metrics is where to serve the counters (--metrics), or "".
 	Metrics string
+	// Congestion is the delegated connections' congestion control.
+	Congestion rings.CongestionControl
 }
 
 func parseServeFlags(args []string, stdout io.Writer) (serveConfig, error) {
@@ -112,9 +115,12 @@ func parseServeFlags(args []string, stdout io.Writer) (serveConfig, error) {
 	arena := sizeValue(0)
 	fs.Var(&arena, "arena", "host memory, `SIZE` such as 256MiB (default: the rings and buffers plus 64 MiB)")
 	fs.StringVar(&cfg.Metrics, "metrics", "", "serve the counters at `ADDR` (host:port): Prometheus text at /metrics, expvar JSON at /debug/vars")
+	var cc congestionValue
+	fs.Var(&cc, "congestion", "congestion control `NAME` of delegated connections (with --offload): cubic or newreno")
 	if err := parse(serveCmd, fs, args, stdout); err != nil {
 		return cfg, err
 	}
+	cfg.Congestion = rings.CongestionControl(cc)
 	cfg.Addr, cfg.Gateway, cfg.MTU = addr.p, gw.a, int(mtu)
 	cfg.MaxConns, cfg.Arena = int(maxConns), int64(arena)
 	switch {
@@ -221,6 +227,11 @@ func runServe(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) er
 	}
 	var all []served
 	var offl []*offloadListener
+	if cfg.Offload {
+		if err := host.Offload(tcpstack.OffloadConfig{Congestion: cfg.Congestion}); err != nil {
+			return err
+		}
+	}
 	for _, s := range []struct {
 		srv  *services.Server
 		port uint16

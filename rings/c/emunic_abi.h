@@ -169,10 +169,14 @@
 #define EMUNIC_CS_OFF_RTT_VAR 0x5C
 #define EMUNIC_CS_OFF_CWND 0x60
 #define EMUNIC_CS_OFF_SSTHRESH 0x64
-#define EMUNIC_CS_OFF_RESERVED 0x68
+#define EMUNIC_CS_OFF_CONGESTION 0x68
+#define EMUNIC_CS_OFF_RESERVED 0x69
 #define EMUNIC_CONN_SACK_PERMITTED 1             /* ConnStateFlags: both sides sent SACK-permitted */
 #define EMUNIC_CONN_TIMESTAMPS 2                 /* ConnStateFlags: both sides sent the timestamps option */
 #define EMUNIC_CONN_SEQ_THRESHOLD 4              /* ConnStateFlags: SeqThreshold is armed */
+#define EMUNIC_CONN_NAGLE 8                      /* ConnStateFlags: Nagle's algorithm on (RFC 9293 §3.7.4) */
+#define EMUNIC_CC_CUBIC 0                        /* CongestionControl: CUBIC (RFC 9438), the default, as in Linux */
+#define EMUNIC_CC_NEW_RENO 1                     /* CongestionControl: NewReno (RFC 5681, RFC 6582) */
 #define EMUNIC_STATE_CLOSED 0                    /* TCPState: */
 #define EMUNIC_STATE_ESTABLISHED 1               /* TCPState: */
 #define EMUNIC_STATE_CLOSE_WAIT 2                /* TCPState: */
@@ -191,6 +195,8 @@
 #define EMUNIC_UPD_TTL_TOS 4                     /* UpdateFlags: Len: TTL | TOS << 8 */
 #define EMUNIC_UPD_NEXT_HOP_MAC 8                /* UpdateFlags: Addr: next-hop MAC in the low 48 bits (byte 0 first on the wire) */
 #define EMUNIC_UPD_ACK_NOW 0x10                  /* UpdateFlags: send a window update now */
+#define EMUNIC_UPD_CONGESTION 0x20               /* UpdateFlags: Len bits 16-23: congestion control */
+#define EMUNIC_UPD_NAGLE 0x40                    /* UpdateFlags: Len bit 24: Nagle's algorithm on (1) or off (0) */
 
 /* rdma.go */
 #define EMUNIC_OP_CREATE_CQ 0x25                 /* Opcode: */
@@ -491,7 +497,8 @@ struct emunic_offload_state_block {
 	uint32_t rtt_var_us; /* 0x5c CsOffRTTVar: RTT variance in µs (used with a non-zero SRTTus) */
 	uint32_t cwnd; /* 0x60 CsOffCwnd: congestion window in bytes; 0: the initial window of RFC 6928 */
 	uint32_t ssthresh; /* 0x64 CsOffSsthresh: slow-start threshold in bytes; 0: unlimited */
-	uint8_t reserved[24]; /* 0x68 CsOffReserved: reserved, zero, to the end of the block (0x7F); non-zero is BAD_PARAM */
+	uint8_t congestion; /* 0x68 CsOffCongestion: congestion control, see "Congestion control"; an unknown value is BAD_... */
+	uint8_t reserved[23]; /* 0x69 CsOffReserved: reserved, zero, to the end of the block (0x7F); non-zero is BAD_PARAM */
 } __attribute__((packed));
 _Static_assert(sizeof(struct emunic_offload_state_block) == EMUNIC_CONN_STATE_SIZE, "offload state block size");
 _Static_assert(offsetof(struct emunic_offload_state_block, version) == EMUNIC_CS_OFF_VERSION, "CsOffVersion");
@@ -526,6 +533,7 @@ _Static_assert(offsetof(struct emunic_offload_state_block, srt_tus) == EMUNIC_CS
 _Static_assert(offsetof(struct emunic_offload_state_block, rtt_var_us) == EMUNIC_CS_OFF_RTT_VAR, "CsOffRTTVar");
 _Static_assert(offsetof(struct emunic_offload_state_block, cwnd) == EMUNIC_CS_OFF_CWND, "CsOffCwnd");
 _Static_assert(offsetof(struct emunic_offload_state_block, ssthresh) == EMUNIC_CS_OFF_SSTHRESH, "CsOffSsthresh");
+_Static_assert(offsetof(struct emunic_offload_state_block, congestion) == EMUNIC_CS_OFF_CONGESTION, "CsOffCongestion");
 _Static_assert(offsetof(struct emunic_offload_state_block, reserved) == EMUNIC_CS_OFF_RESERVED, "CsOffReserved");
 
 /* user buffer descriptor (UserBufDescSize, 16 bytes): User buffer descriptor (POST_BUFFERS, 16 bytes) */

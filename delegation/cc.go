@@ -1,0 +1,193 @@
+package delegation
+
+import (
+	"math"
+
+	"github.com/emunic/emunic/rings"
+)
+
+// Congestion control: the window's growth between losses and its cut at a
+// loss are the connection's algorithm (the state block's Congestion byte,
+// changed with UPDATE): CUBIC (RFC 9438), the default as in Linux, or
+// NewReno (RFC 5681 byte counting, RFC 6582). How the window comes down
+// through a recovery is the same for both: Proportional Rate Reduction
+// (RFC 6937).
+//
+// All of it runs per ACK, in floating point where CUBIC's formulas are
+// (no allocation, a cube root per loss).
+
+// CUBIC's constants (RFC 9438 §4.1, §5): the multiplicative decrease and
+// the cubic's scale in segments per second cubed.
+const (
+	cubicBeta = 0.7
+	cubicC    = 0.4
+	// The Reno-friendly region's additive increase per RTT, in segments
+	// (RFC 9438 §4.3): what makes CUBIC's average window equal Reno's
+	// under the same loss rate, with CUBIC's gentler decrease.
+	cubicAlpha = 3 * (1 - cubicBeta) / (1 + cubicBeta)
+)
+
+// ccState is a connection's congestion control and recovery state beside
+// cwnd and ssthresh.
+type ccState struct {
+	algo  rings.CongestionControl
+	nagle bool // Nagle's algorithm on (output.go)
+
+	// CUBIC (RFC 9438 §4). Windows in bytes.
+	wMax     float64 // the window before the last reduction
+	epoch    int64   // start of the congestion-avoidance epoch (0: none yet)
+	k        float64 // seconds from the epoch until the cubic reaches wMax
+	wEst     float64 // the Reno-friendly estimate (§4.3)
+	frac     float64 // growth not yet whole bytes of cwnd
+	undoWMax float64 // wMax before an RTO that may prove spurious
+
+	// Proportional Rate Reduction (RFC 6937) through a recovery.
+	recoverFS    uint32 // bytes in flight when recovery began
+	prrDelivered uint32 // bytes the peer received since (cumulatively or SACKed)
+	prrOut       uint32 // bytes sent since
+	sndcnt       uint32 // bytes recovery may send now: set per ACK, spent by emit
+}
+
+// setCC sets the algorithm; the window goes on from where it is (a CUBIC
+// epoch starts afresh at the next ACK, with the present window as wMax).
+func (c *conn) setCC(algo rings.CongestionControl) {
+	c.cc.algo = algo
+	c.cc.epoch = 0
+	c.cc.wMax = float64(c.cwnd)
+}
+
+// ccLoss is a congestion event: fast retransmit (or SACK evidence of loss)
+// or a retransmission timeout. It sets ssthresh from the bytes in flight
+// (RFC 5681's FlightSize, which an application-limited sender's cwnd
+// would overstate) and starts a new CUBIC epoch at the next increase.
+func (c *conn) ccLoss(flight uint32) {
+	mss := c.maxPayload()
+	if c.cc.algo == rings.CCNewReno {
+		c.ssthresh = max(flight/2, 2*mss)
+		return
+	}
+	w := float64(flight)
+	if w < c.cc.wMax {
+		// Fast convergence (RFC 9438 §4.7): a flow whose window keeps
+		// falling short of its last maximum releases bandwidth to a
+		// newcomer sooner.
+		c.cc.wMax = w * (1 + cubicBeta) / 2
+	} else {
+		c.cc.wMax = w
+	}
+	c.ssthresh = max(uint32(w*cubicBeta), 2*mss)
+	c.cc.epoch = 0
+}
+
+// ccAck grows the window for acked bytes newly acknowledged outside
+// recovery: slow start below ssthresh (RFC 5681 §3.1, ABC with L = 1),
+// then the algorithm's congestion avoidance.
+func (c *conn) ccAck(now int64, acked uint32) {
+	mss := c.maxPayload()
+	if c.cwnd < c.ssthresh {
+		c.cwnd += min(acked, mss)
+	} else if c.cc.algo == rings.CCNewReno {
+		c.caAcked += acked // byte counting: one MSS per window acknowledged
+		if c.caAcked >= c.cwnd {
+			c.caAcked -= c.cwnd
+			c.cwnd += mss
+		}
+	} else {
+		c.cubicAck(now, acked)
+	}
+	c.cwnd = min(c.cwnd, maxWindowBytes)
+}
+
+// cubicAck is CUBIC's congestion avoidance (RFC 9438 §4.2-4.4): the window
+// follows W_cubic(t) = C (t - K)^3 + W_max, one RTT ahead, and never less
+// than the Reno-friendly estimate W_est.
+func (c *conn) cubicAck(now int64, acked uint32) {
+	cc := &c.cc
+	m := float64(c.maxPayload())
+	cw := float64(c.cwnd)
+	if cc.epoch == 0 {
+		cc.epoch = now
+		cc.wEst, cc.frac = cw, 0
+		if cc.wMax > cw {
+			cc.k = math.Cbrt((cc.wMax - cw) / m / cubicC)
+		} else {
+			cc.k, cc.wMax = 0, cw
+		}
+	}
+	rtt := int64(0)
+	if c.hasRTT {
+		rtt = c.srtt
+	}
+	t := float64(now-cc.epoch+rtt)/1e9 - cc.k
+	target := cc.wMax + cubicC*t*t*t*m
+	target = min(max(target, cw), 1.5*cw) // §4.2: between cwnd and 1.5 cwnd
+	alpha := cubicAlpha
+	if cc.wEst >= cc.wMax {
+		alpha = 1 // past the old maximum, Reno's own increase (§4.3)
+	}
+	cc.wEst += alpha * m * float64(acked) / cw
+	if cc.wEst > target {
+		// The Reno-friendly region: at the short RTTs of a LAN the
+		// cubic grows slower than Reno would, and CUBIC is Reno.
+		cc.frac += cc.wEst - cw
+	} else {
+		cc.frac += (target - cw) * float64(acked) / cw
+	}
+	if cc.frac >= 1 {
+		n := uint32(min(cc.frac, float64(maxWindowBytes)))
+		c.cwnd += n
+		cc.frac -= float64(n)
+	}
+}
+
+// prrStart begins a recovery's rate reduction; flight is what was
+// outstanding.
+func (c *conn) prrStart(flight uint32) {
+	c.cc.recoverFS = max(flight, 1)
+	c.cc.prrDelivered, c.cc.prrOut, c.cc.sndcnt = 0, 0, 0
+}
+
+// prrAck is RFC 6937 §3 on an ACK in recovery that told of delivered
+// bytes: while the data in the network (pipe) is above ssthresh, recovery
+// sends ssthresh/RecoverFS of what is delivered, so the window comes down
+// to ssthresh smoothly over one round trip instead of stopping dead for
+// half of it (RFC 6675) or bursting (RFC 6582's inflation); at or below,
+// it grows back toward ssthresh no faster than slow start (PRR-SSRB).
+func (c *conn) prrAck(delivered, pipe uint32) {
+	cc := &c.cc
+	mss := c.maxPayload()
+	cc.prrDelivered += delivered
+	var sndcnt int64
+	if pipe > c.ssthresh {
+		want := (uint64(cc.prrDelivered)*uint64(c.ssthresh) + uint64(cc.recoverFS) - 1) / uint64(cc.recoverFS)
+		sndcnt = int64(want) - int64(cc.prrOut)
+	} else {
+		limit := max(int64(cc.prrDelivered)-int64(cc.prrOut), int64(delivered)) + int64(mss)
+		sndcnt = min(int64(c.ssthresh-pipe), limit)
+	}
+	cc.sndcnt = uint32(max(sndcnt, 0))
+	c.cwnd = pipe + cc.sndcnt
+}
+
+// prrSent counts n bytes recovery sent (emit).
+func (c *conn) prrSent(n uint32) {
+	c.cc.prrOut += n
+	c.cc.sndcnt -= min(n, c.cc.sndcnt)
+}
+
+// pipe is RFC 6675's estimate of the bytes in the network during
+// recovery. With SACK: what went out above the highest SACKed byte plus
+// the retransmissions not yet acknowledged; every hole below it counts as
+// lost (as FACK does). Without: what is outstanding less a segment per
+// duplicate ACK.
+func (c *conn) pipe() uint32 {
+	if c.sacked.n > 0 {
+		p := c.rtxOut
+		if h := c.sacked.high(); c.sndNxt.gt(h) {
+			p += c.sndNxt.sub(h)
+		}
+		return p
+	}
+	out := c.sndMax.sub(c.sndUna)
+	return out - min(out, uint32(c.dupAcks)*c.maxPayload()) + c.rtxOut
+}
