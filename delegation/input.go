@@ -370,6 +370,14 @@ func (c *conn) newAck(now int64, s *segment) {
 			e.ctr.PartialAcks++
 			if !c.highRxt.gt(c.sndUna) {
 				c.retransmitHead(now)
+			} else {
+				// The new head was resent before the ACK that
+				// uncovered it left the peer: its own ACK is due
+				// within a round trip. Without one in two, it was lost
+				// again (armTLP); without this only the RTO would
+				// find it (RFC 8985's rule, with the resend times of
+				// the holes approximated by now).
+				c.rtxAt = now
 			}
 			if !c.partialSeen {
 				c.partialSeen = true
