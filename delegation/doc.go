@@ -133,11 +133,17 @@
 // Send: the send queue is the host's buffers, read by DMA straight into the
 // frame for every (re)transmission; MSS segmentation (MSS less the
 // timestamp option, RFC 6691) limited by the peer's scaled window and cwnd;
-// slow start and congestion avoidance (RFC 5681, byte counting), limited
-// transmit (RFC 3042), fast retransmit and NewReno recovery (RFC 6582); with
-// SACK a scoreboard of the peer's SACK blocks drives recovery instead (RFC
-// 6675 style: the holes below the highest SACKed byte are retransmitted
-// first, the data in flight estimated as FACK does, cwnd = ssthresh), RTO
+// slow start, then the connection's congestion control (cc.go: CUBIC, RFC
+// 9438, by default; NewReno, RFC 5681 byte counting, selectable in the
+// state block and by UPDATE), limited transmit (RFC 3042), fast retransmit
+// and recovery (RFC 6582's partial ACKs; with SACK a scoreboard of the
+// peer's SACK blocks drives it, RFC 6675 style: the holes below the highest
+// SACKed byte are retransmitted first, the data in flight estimated as FACK
+// does), the window brought down through recovery by Proportional Rate
+// Reduction (RFC 6937), loss detected on SACK evidence before three
+// duplicate ACKs, a resent head that brings no ACK in two round trips
+// resent again, the tail loss probe (RFC 8985 §7), D-SACK undo of spurious
+// timeouts (RFC 2883), Nagle's algorithm when the host asks for it, RTO
 // per RFC 6298 (timestamps or Karn samples, Config.MinRTO, exponential
 // backoff, Config.MaxRetries → NtfTimeout + RST; after a timeout the engine
 // goes back to SND.UNA in slow start, skipping SACKed data unless a second
