@@ -578,8 +578,11 @@ func (c *conn) processData(now int64, s *segment) {
 }
 
 // maxStretch is the most in-order data segments one ACK covers in a
-// receive burst (a Linux receiver's GRO acknowledges up to 64 KiB at once).
-const maxStretch = 32
+// receive burst. A Linux receiver's GRO acknowledges a 64 KiB GRO packet
+// at once; a 64 KiB super-frame is 46 segments of 1,448 bytes, so 64 lets
+// one ACK cover a whole super-frame (32 took two: 3.5% of a bulk
+// receiver's throughput on a TAP, docs/benchmarks.md).
+const maxStretch = 64
 
 // BeginBurst and EndBurst bracket a batch of Input calls the device makes
 // back to back (the frames its port delivered together: a TAP with
