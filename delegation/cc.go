@@ -41,6 +41,16 @@ type ccState struct {
 	frac     float64 // growth not yet whole bytes of cwnd
 	undoWMax float64 // wMax before an RTO that may prove spurious
 
+	// Undoing a fast recovery the peer shows was needless (RFC 2883 §5):
+	// the window before it, and the bytes it resent that no D-SACK has
+	// yet reported as duplicates. At zero, every retransmission was one:
+	// the "loss" was reordering.
+	recUndo         bool
+	recUndoCwnd     uint32
+	recUndoSsthresh uint32
+	recUndoWMax     float64
+	recUndoLeft     uint32
+
 	// Proportional Rate Reduction (RFC 6937) through a recovery.
 	recoverFS    uint32 // bytes in flight when recovery began
 	prrDelivered uint32 // bytes the peer received since (cumulatively or SACKed)
@@ -137,6 +147,51 @@ func (c *conn) cubicAck(now int64, acked uint32) {
 		n := uint32(min(cc.frac, float64(maxWindowBytes)))
 		c.cwnd += n
 		cc.frac -= float64(n)
+	}
+}
+
+// recoveryUndoStart keeps the congestion state before a fast recovery
+// (called before ccLoss cuts it), to be put back if D-SACKs show every
+// retransmission of the recovery needless.
+func (c *conn) recoveryUndoStart() {
+	cc := &c.cc
+	cc.recUndo = c.sackOK
+	cc.recUndoCwnd, cc.recUndoSsthresh, cc.recUndoWMax = c.cwnd, c.ssthresh, cc.wMax
+	cc.recUndoLeft = 0
+}
+
+// recoveryResent counts n bytes a fast recovery resent (emit).
+func (c *conn) recoveryResent(n uint32) {
+	if c.cc.recUndo {
+		c.cc.recUndoLeft += n
+	}
+}
+
+// dsack takes a D-SACK of n bytes (RFC 2883 §4: the first block, below the
+// cumulative ACK or inside the second block). When the D-SACKs have
+// covered everything the last fast recovery resent, the recovery was
+// spurious (the segments were reordered, not lost): the window goes back
+// to what it was, as Linux's tcp_try_undo_dsack does. A timeout since, or
+// another recovery, ends the chance.
+func (c *conn) dsack(n uint32) {
+	cc := &c.cc
+	if !cc.recUndo || cc.recUndoLeft == 0 {
+		return
+	}
+	cc.recUndoLeft -= min(n, cc.recUndoLeft)
+	if cc.recUndoLeft > 0 {
+		return
+	}
+	cc.recUndo = false
+	c.e.ctr.SpuriousRecoveries++
+	c.cwnd = max(c.cwnd, cc.recUndoCwnd)
+	c.ssthresh = max(c.ssthresh, cc.recUndoSsthresh)
+	cc.wMax, cc.epoch = max(cc.wMax, cc.recUndoWMax), 0
+	if c.inRecovery {
+		// Nothing was lost: recovery ends here.
+		c.inRecovery = false
+		c.dupAcks = 0
+		c.recover = c.sndUna - 1
 	}
 }
 

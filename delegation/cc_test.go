@@ -297,3 +297,82 @@ func TestUpdateCongestion(t *testing.T) {
 		t.Fatal("bbr parsed")
 	}
 }
+
+// TestSpuriousRecoveryUndo: the first segment of a flight is reordered,
+// not lost. Three segments SACKed above it start a fast recovery, which
+// resends it and cuts the window; then the original arrives (the full ACK)
+// and so does the copy, which the peer reports with a D-SACK below its
+// cumulative ACK (RFC 2883 §4). Every byte the recovery resent was
+// D-SACKed: the window goes back to what it was (RFC 2883 §5). A D-SACK
+// for only part of what was resent undoes nothing.
+func TestSpuriousRecoveryUndo(t *testing.T) {
+	for _, partial := range []bool{false, true} {
+		r, at := prrRig(t, rings.CCCubic)
+		before := r.info().Cwnd
+		for k := 1; k <= 3; k++ {
+			r.in(pseg{seq: 5000, ack: at(0), flags: flACK, wnd: 0xFFFF, sack: []sackBlock{{seq(at(1)), seq(at(1 + k))}}})
+		}
+		if !r.info().InRecovery {
+			t.Fatal("no recovery")
+		}
+		high := at(0)
+		resent := 0
+		for _, s := range r.take() {
+			if len(s.payload) > 0 {
+				if uint32(s.seq) == at(0) {
+					resent++
+				}
+				high = max(high, uint32(s.seq)+uint32(len(s.payload)))
+			}
+		}
+		if resent != 1 {
+			t.Fatalf("head resent %d times", resent)
+		}
+		if partial {
+			// A second hole resent too (the peer SACKs around it),
+			// which no D-SACK will report.
+			r.in(pseg{seq: 5000, ack: at(0), flags: flACK, wnd: 0xFFFF, sack: []sackBlock{{seq(at(6)), seq(at(12))}, {seq(at(1)), seq(at(5))}}})
+			for _, s := range r.take() {
+				if len(s.payload) > 0 {
+					high = max(high, uint32(s.seq)+uint32(len(s.payload)))
+				}
+			}
+		}
+		cut := r.info().Cwnd
+		r.in(pseg{seq: 5000, ack: high, flags: flACK, wnd: 0xFFFF})
+		r.in(pseg{seq: 5000, ack: high, flags: flACK, wnd: 0xFFFF, sack: []sackBlock{{seq(at(0)), seq(at(1))}}})
+		i, c := r.info(), r.e.Counters()
+		if partial {
+			if c.SpuriousRecoveries != 0 || i.Cwnd >= before {
+				t.Errorf("partial D-SACK: %d undone, window %d (before %d)", c.SpuriousRecoveries, i.Cwnd, before)
+			}
+			continue
+		}
+		if c.SpuriousRecoveries != 1 || i.Cwnd < before || i.InRecovery {
+			t.Errorf("undone %d, window %d after the D-SACK, %d before the recovery, %d in it; in recovery %v", c.SpuriousRecoveries, i.Cwnd, before, cut, i.InRecovery)
+		}
+	}
+}
+
+// TestDSACKSent: a segment the receiver already has (its ACK was lost, or
+// the sender resent it needlessly) is acknowledged with a D-SACK for it as
+// the first SACK block (RFC 2883 §4), once; the ACK after has none.
+func TestDSACKSent(t *testing.T) {
+	r := newRig(t, defaultRigOpts())
+	r.data(make([]byte, 1000), flACK|flPSH)
+	r.take()
+	// The same 1000 bytes again.
+	r.peerSeq -= 1000
+	r.data(make([]byte, 1000), flACK|flPSH)
+	acks := r.take()
+	if len(acks) != 1 || acks[0].nSACK != 1 || uint32(acks[0].sack[0].start) != 5000 || uint32(acks[0].sack[0].end) != 6000 || uint32(acks[0].ack) != 6000 {
+		t.Fatalf("ACK of a duplicate: %+v", acks)
+	}
+	r.data(make([]byte, 100), flACK|flPSH)
+	r.advance(r.e.cfg.DelayedAck + 1)
+	for _, a := range r.take() {
+		if a.nSACK != 0 {
+			t.Fatalf("a D-SACK reported twice: %+v", a)
+		}
+	}
+}

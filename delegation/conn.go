@@ -98,6 +98,8 @@ type conn struct {
 	oooFinSeq        seq
 	segsUnacked      int
 	ackNow           bool
+	dsackStart       seq  // a duplicate segment to report in the next ACK's
+	dsackEnd         seq  // first SACK block (RFC 2883), if start != end
 	burstAck         bool // an ACK deferred to the end of the receive burst (Engine.EndBurst)
 	userq            []userBuf
 	uqHead, uqCount  int

@@ -179,11 +179,12 @@ type Counters struct {
 	ULPHeld     uint64 // in-order bytes a ULP did not take at once, held and offered again
 	ULPHoldFull uint64 // in-order bytes refused because a ULP's hold was full (never expected: the window covers it)
 
-	TSOFrames        uint64 // super-frames handed to a port that segments TCP (TSOEnv); each counts once in TxSegments
-	TailLossProbes   uint64 // tail loss probes sent (RFC 8985 §7)
-	SpuriousTimeouts uint64 // RTOs a D-SACK showed needless (RFC 2883 §5): the congestion state was restored
-	LostRetransmits  uint64 // heads resent again in recovery: their retransmission brought no ACK in a probe timeout (RFC 8985 §6.2's lost retransmission)
-	SACKRecoveries   uint64 // recoveries entered on SACK evidence before three duplicate ACKs (RFC 6675 IsLost, or a probe SACKed)
+	TSOFrames          uint64 // super-frames handed to a port that segments TCP (TSOEnv); each counts once in TxSegments
+	TailLossProbes     uint64 // tail loss probes sent (RFC 8985 §7)
+	SpuriousTimeouts   uint64 // RTOs a D-SACK showed needless (RFC 2883 §5): the congestion state was restored
+	LostRetransmits    uint64 // heads resent again in recovery: their retransmission brought no ACK in a probe timeout (RFC 8985 §6.2's lost retransmission)
+	SpuriousRecoveries uint64 // fast recoveries undone: D-SACKs showed every retransmission needless (RFC 2883 §5)
+	SACKRecoveries     uint64 // recoveries entered on SACK evidence before three duplicate ACKs (RFC 6675 IsLost, or a probe SACKed)
 }
 
 // Engine is the device-side delegated TCP engine. It is not safe for

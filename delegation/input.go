@@ -156,6 +156,12 @@ func (c *conn) input(now int64, s *segment) {
 			return
 		}
 		e.ctr.DropOutOfWindow++
+		if n := uint32(len(s.payload)); n > 0 && c.sackOK && !s.seq.add(n).gt(c.rcvNxt) {
+			// Data we already have: its ACK tells the sender so with a
+			// D-SACK (RFC 2883), which lets it undo a needless
+			// retransmission's window cut.
+			c.dsackStart, c.dsackEnd = s.seq, s.seq.add(n)
+		}
 		// An unacceptable segment's data is dropped, but a valid ACK in it
 		// still counts (RFC 9293 §3.10.7.4: "special allowance should be
 		// made to accept valid ACKs"), whatever its SEG.SEQ. A peer whose
@@ -295,6 +301,14 @@ func (c *conn) processAck(now int64, s *segment, pure bool) {
 
 	if c.undoOK {
 		c.undoSpuriousRTO(s)
+	}
+	if c.sackOK && s.nSACK > 0 && c.cc.recUndo {
+		// A D-SACK (RFC 2883 §4): the first block below the cumulative
+		// ACK, or inside the second.
+		b := s.sack[0]
+		if b.start.lt(b.end) && (b.end.le(s.ack) || s.nSACK > 1 && s.sack[1].start.le(b.start) && b.end.le(s.sack[1].end)) {
+			c.dsack(b.end.sub(b.start))
+		}
 	}
 	if c.sackOK && s.nSACK > 0 {
 		span := c.sndMax.sub(c.sndUna)
@@ -437,6 +451,7 @@ func (c *conn) dupAck(now int64) {
 		e.ctr.FastRetransmits++
 		c.tlpAt = 0
 		flight := c.sndMax.sub(c.sndUna)
+		c.recoveryUndoStart()
 		c.ccLoss(flight)
 		c.prrStart(flight)
 		c.recover = c.sndMax - 1

@@ -366,6 +366,7 @@ func (c *conn) rtoExpired(now int64) {
 		// Kept to undo, should the peer show the timeout needless.
 		c.undoOK, c.undoCwnd, c.undoSsthresh, c.undoSeq = c.sackOK, c.cwnd, c.ssthresh, c.sndUna
 		c.cc.undoWMax = c.cc.wMax
+		c.cc.recUndo = false // a timeout: the last recovery's undo no longer applies
 		c.ccLoss(c.sndMax.sub(c.sndUna))
 	}
 	c.cwnd = mss
@@ -544,7 +545,7 @@ func (c *conn) emit(now int64, sq seq, n uint32, flags uint8, probe bool) bool {
 		opt[0], opt[1] = optNOP, optNOP
 		ol = 2 + hdr.PutTCPOptTimestamp(opt[2:], c.tsNow(now), c.tsRecent)
 	}
-	if c.sackOK && c.ooo.n > 0 && flags&flRST == 0 {
+	if c.sackOK && (c.ooo.n > 0 || c.dsackEnd != c.dsackStart) && flags&flRST == 0 {
 		maxB := maxSACKBlocks
 		if c.tsOK {
 			maxB = maxSACKWithTS
@@ -557,7 +558,16 @@ func (c *conn) emit(now int64, sq seq, n uint32, flags uint8, probe bool) bool {
 		}
 		if maxB > 0 {
 			var blocks [maxSACKBlocks]sackBlock
-			k := c.ooo.sackBlocks(&blocks, maxB)
+			k := 0
+			if c.dsackEnd != c.dsackStart {
+				// A D-SACK first (RFC 2883 §4), reported once.
+				blocks[0] = sackBlock{c.dsackStart, c.dsackEnd}
+				c.dsackStart = c.dsackEnd
+				k = 1
+			}
+			var rest [maxSACKBlocks]sackBlock
+			m := c.ooo.sackBlocks(&rest, maxB-k)
+			k += copy(blocks[k:], rest[:m])
 			o := opt[ol:]
 			o[0], o[1] = optNOP, optNOP
 			ol += 2 + hdr.PutTCPOptSACK(o[2:], k)
@@ -605,6 +615,9 @@ func (c *conn) emit(now int64, sq seq, n uint32, flags uint8, probe bool) bool {
 			c.prrSent(n)
 		}
 		if sq.lt(c.sndMax) {
+			if c.inRecovery {
+				c.recoveryResent(n)
+			}
 			e.ctr.TxRetransSegs++
 			e.ctr.TxRetransByte += uint64(n)
 			c.timing = false // Karn

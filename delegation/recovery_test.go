@@ -61,3 +61,30 @@ func TestRecoveryTwoPercent(t *testing.T) {
 		})
 	}
 }
+
+// TestReorderingUndone: a path that reorders 1% of the frames (by up to
+// 200 µs) and loses none. Each reordering deep enough to look like a loss
+// starts a fast recovery; the receiving engine reports the needless
+// retransmissions with D-SACKs (RFC 2883), and the sender puts its window
+// back (RFC 2883 §5): most recoveries are undone. (The sender does not
+// yet learn the path's reordering from them, as Linux raises its
+// tp->reordering and RACK its reordering window: each deep reordering
+// still costs a needless recovery and its retransmissions.)
+func TestReorderingUndone(t *testing.T) {
+	size := int64(8 << 20)
+	if testing.Short() || raceEnabled {
+		size = 2 << 20
+	}
+	var rec, undone uint64
+	for seed := uint64(1); seed <= 3; seed++ {
+		o := lossyOneWay(size, 0, seed)
+		o.link.reorder = 0.01
+		o.link.jitter = 200e3
+		c, secs, _ := recoveryRun(t, o)
+		t.Logf("seed %d: %d recoveries, %d undone, %d RTOs, %.1f MB/s", seed, c.FastRetransmits, c.SpuriousRecoveries, c.RTOExpired, float64(size)/secs/1e6)
+		rec, undone = rec+c.FastRetransmits, undone+c.SpuriousRecoveries
+	}
+	if rec == 0 || undone*2 < rec {
+		t.Errorf("%d of %d recoveries undone, want most", undone, rec)
+	}
+}

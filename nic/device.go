@@ -341,6 +341,13 @@ func (d *Device) Stop() error {
 		d.macBell.Kick()
 		d.runErr = d.port.Close()
 		d.wg.Wait()
+		if d.cfg.Tracer == nil {
+			// The unit published its counters as it stopped, maybe
+			// before the MAC counted the last frame the port handed
+			// it: publish them again, now that both have stopped, so
+			// the host's last read of the area agrees with the port.
+			d.publishStats(true)
+		}
 	})
 	return d.runErr
 }
