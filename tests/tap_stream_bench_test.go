@@ -83,7 +83,7 @@ func BenchmarkTAPStream(b *testing.B) {
 						b.Logf("engine: %d segs, %d retransmitted, %d fast retransmits, %d partial ACKs, %d dup ACKs, %d RTOs",
 							e.TxSegments-e0.TxSegments, e.TxRetransSegs-e0.TxRetransSegs, e.FastRetransmits-e0.FastRetransmits, e.PartialAcks-e0.PartialAcks, e.DupAcksRx-e0.DupAcksRx, e.RTOExpired-e0.RTOExpired)
 						b.Logf("port: %v, %d super-frames", lab.tap.Stats(), lab.tap.Stats().RxGSOFrames)
-						b.Logf("probes %d, spurious RTOs %d, SACK recoveries %d", e.TailLossProbes-e0.TailLossProbes, e.SpuriousTimeouts-e0.SpuriousTimeouts, e.SACKRecoveries-e0.SACKRecoveries)
+						b.Logf("probes %d, spurious RTOs %d, SACK recoveries %d; legacy uploads %d, user buffers %d, zero windows %d, ACKs %d", e.TailLossProbes-e0.TailLossProbes, e.SpuriousTimeouts-e0.SpuriousTimeouts, e.SACKRecoveries-e0.SACKRecoveries, e.LegacyUploads-e0.LegacyUploads, e.UserBufsDone-e0.UserBufsDone, e.ZeroWindowsSent-e0.ZeroWindowsSent, e.AcksSent-e0.AcksSent)
 					}
 					b.ReportMetric(float64(size)*float64(b.N)/total.Seconds()/1e6, "MB/s")
 				})
