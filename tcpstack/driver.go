@@ -14,6 +14,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
+	"gvisor.dev/gvisor/pkg/tcpip/stack/gro"
 )
 
 // Device is what the driver needs of the NIC: its identity, its ring and
@@ -35,6 +36,12 @@ type DriverConfig struct {
 	// SpinPolls is how many empty polls the interrupt handler makes before
 	// it sleeps. Default 32.
 	SpinPolls int
+	// NoGRO hands netstack every legacy frame as it came. By default the
+	// interrupt handler coalesces the TCP segments of one flow that a
+	// batch of notifications brings (generic receive offload, gVisor's
+	// stack/gro, as its fdbased endpoint does) into one packet of up to
+	// 64 KiB, so netstack's TCP processes a burst once.
+	NoGRO bool
 }
 
 func (c *DriverConfig) setDefaults() {
@@ -103,6 +110,12 @@ type DriverStats struct {
 	// again (RX_INJECT) once the QP exists, where the engine counts them
 	// as received a second time.
 	RxHeld, RxHeldBytes uint64
+	// RxGROMerged counts legacy frames netstack got merged into the
+	// packet before them (generic receive offload, DriverConfig.NoGRO),
+	// and RxGROHeaderBytes the IP and TCP header bytes they shed: netstack
+	// counts RxGROMerged packets and RxGROHeaderBytes bytes fewer than
+	// the frames the driver handed it.
+	RxGROMerged, RxGROHeaderBytes uint64
 	// ZeroWindowAckRepairs counts header-only copies of received segments
 	// handed to netstack so that it takes their ACK while its receive
 	// window is zero (see ackRepair); ZeroWindowUntracked counts flows at
@@ -157,7 +170,13 @@ type Driver struct {
 
 	mu         sync.RWMutex
 	dispatcher stack.NetworkDispatcher
-	onClose    func()
+	// gro coalesces the legacy frames of a batch of notifications for
+	// netstack; only the interrupt goroutine uses it (inGRO), and it
+	// flushes at the end of every batch.
+	gro     gro.GRO
+	groDisp groCounter
+	inGRO   bool
+	onClose func()
 
 	// Delegated-connection notifications go here (set by the offload layer).
 	delegated atomic.Pointer[func(*rings.Notification)]
@@ -180,6 +199,7 @@ type driverCounters struct {
 	txFrames, txBytes, txRingFull, txDropped       atomic.Uint64
 	rxFrames, rxBytes, rxErrors, ntfs, ntfRingErrs atomic.Uint64
 	rxTooLarge, rxHeld, rxHeldBytes                atomic.Uint64
+	groIn, groInBytes, groOut, groOutBytes         atomic.Uint64 // packets (and their network bytes) into and out of GRO
 	commands                                       atomic.Uint64
 	copyBytes, rdmaCopyBytes                       atomic.Uint64
 	irqNotify, irqTxSpace, irqCommand              countedVector
@@ -200,6 +220,7 @@ func NewDriver(mem *rings.Arena, dev Device, cfg DriverConfig) (*Driver, error) 
 		irq: rings.NewBell(), txSpace: rings.NewBell(), cmdDone: rings.NewBell(),
 		done: make(chan struct{}),
 	}
+	d.gro.Init(!cfg.NoGRO)
 	// Every ring the driver opens kicks the device through it: counted.
 	d.door = d.stats.doorbell.on(dev.Doorbell())
 	// Buffers hold a whole frame, rounded to a cache line.
@@ -312,6 +333,7 @@ func (d *Driver) Stats() DriverStats {
 		Commands: s.commands.Load(), HostCopyBytes: s.copyBytes.Load(), RDMACopyBytes: s.rdmaCopyBytes.Load(),
 		FrozenDropsOut: d.flows.droppedOut.Load(), FrozenDropsIn: d.flows.droppedIn.Load(),
 		RxHeld: s.rxHeld.Load(), RxHeldBytes: s.rxHeldBytes.Load(),
+		RxGROMerged: s.groIn.Load() - s.groOut.Load(), RxGROHeaderBytes: s.groInBytes.Load() - s.groOutBytes.Load(),
 		ZeroWindowAckRepairs: d.ackFix.repairs.Load(), ZeroWindowUntracked: d.ackFix.full.Load(),
 		CmdTimeouts: d.cp.timeouts.Load(), CmdLate: d.cp.late.Load(), CmdLost: d.cp.lost.Load(),
 		CmdFailed: d.cp.failed.Load(), CmdBadWriteBacks: d.cp.badDone2.Load(), CmdStrayDone: d.cp.strayDone.Load(),
@@ -343,11 +365,13 @@ func (d *Driver) interrupts() {
 			continue
 		}
 		head := d.ntf.Head()
+		d.startGRO()
 		for i := range got {
 			_ = n.Decode(rings.NotificationEntry(d.ntf.Entry(head + uint32(i))))
 			d.stats.ntfKinds.count(&n)
 			d.handle(&n)
 		}
+		d.flushGRO()
 		d.ntf.PopN(got)
 		d.stats.ntfs.Add(uint64(got))
 		if got > 0 {
@@ -397,18 +421,20 @@ func (d *Driver) handle(n *rings.Notification) {
 func (d *Driver) deliver(frame []byte) {
 	d.stats.rxFrames.Add(1)
 	d.stats.rxBytes.Add(uint64(len(frame)))
-	d.deliverFrame(frame)
+	d.deliverFrame(frame, d.inGRO)
 }
 
 // redeliver hands netstack frames the driver held back while their flow
 // was frozen (counted when they first arrived).
 func (d *Driver) redeliver(frames [][]byte) {
 	for _, f := range frames {
-		d.deliverFrame(f)
+		d.deliverFrame(f, false) // not on the interrupt goroutine: never through its GRO
 	}
 }
 
-func (d *Driver) deliverFrame(frame []byte) {
+// deliverFrame hands a legacy frame to netstack; viaGRO (the interrupt
+// goroutine in a batch) lets the coalescer take it.
+func (d *Driver) deliverFrame(frame []byte, viaGRO bool) {
 	d.mu.RLock()
 	disp := d.dispatcher
 	d.mu.RUnlock()
@@ -424,14 +450,14 @@ func (d *Driver) deliverFrame(frame []byte) {
 	if fix := d.ackFix.inbound(frame); fix != nil {
 		// netstack would ignore this segment's ACK (see ackRepair):
 		// hand it an acceptable copy of the headers first.
-		d.deliverToStack(disp, fix)
+		d.deliverToStack(disp, fix, viaGRO)
 	}
-	d.deliverToStack(disp, frame)
+	d.deliverToStack(disp, frame, viaGRO)
 }
 
 // deliverToStack makes the one receive copy of a frame and hands it to
 // netstack.
-func (d *Driver) deliverToStack(disp stack.NetworkDispatcher, frame []byte) {
+func (d *Driver) deliverToStack(disp stack.NetworkDispatcher, frame []byte, viaGRO bool) {
 	// The one receive copy: out of the DMA buffer (which goes straight
 	// back to the device) into netstack's own buffer.
 	d.stats.copyBytes.Add(uint64(len(frame)))
@@ -442,7 +468,50 @@ func (d *Driver) deliverToStack(disp stack.NetworkDispatcher, frame []byte) {
 	}
 	proto := pkt.NetworkProtocolNumber
 	pkt.RXChecksumValidated = true // the device verified IPv4 and TCP/UDP checksums
+	if viaGRO {
+		d.stats.groIn.Add(1)
+		d.stats.groInBytes.Add(uint64(pkt.Data().Size()))
+		d.gro.Enqueue(pkt) // takes its own reference if it keeps pkt
+		return
+	}
 	disp.DeliverNetworkPacket(proto, pkt)
+}
+
+// startGRO begins a batch of legacy frames on the interrupt goroutine:
+// until flushGRO, deliverToStack hands them to the coalescer.
+func (d *Driver) startGRO() {
+	if d.cfg.NoGRO {
+		return
+	}
+	d.mu.RLock()
+	disp := d.dispatcher
+	d.mu.RUnlock()
+	d.inGRO = disp != nil
+	if d.inGRO && d.groDisp.NetworkDispatcher != disp {
+		d.groDisp = groCounter{disp, &d.stats}
+		d.gro.Dispatcher = &d.groDisp
+	}
+}
+
+// groCounter is netstack's dispatcher behind the coalescer, counting what
+// comes out of it (DriverStats.RxGROMerged).
+type groCounter struct {
+	stack.NetworkDispatcher
+	s *driverCounters
+}
+
+func (g *groCounter) DeliverNetworkPacket(p tcpip.NetworkProtocolNumber, pkt *stack.PacketBuffer) {
+	g.s.groOut.Add(1)
+	g.s.groOutBytes.Add(uint64(pkt.Data().Size()))
+	g.NetworkDispatcher.DeliverNetworkPacket(p, pkt)
+}
+
+// flushGRO hands netstack what the batch coalesced.
+func (d *Driver) flushGRO() {
+	if d.inGRO {
+		d.inGRO = false
+		d.gro.Flush()
+	}
 }
 
 // WritePackets implements stack.LinkWriter: each frame is copied into the

@@ -524,13 +524,13 @@ func checkHosts(c *checker, rep *demoReport, lab *demoLab, stages []stageView, f
 		// capture shows arriving after that (less those left in the
 		// ring; the rest was still in the device's FIFO when it stopped).
 		ld := last.drv[h]
-		c.eq(n+"driver rx_frames (at the last path's end)", ld.RxFrames, last.nsRxPkts[h]-ld.ZeroWindowAckRepairs+ld.FrozenDropsIn+ld.RxHeld,
-			"netstack's count of packets received (less the ACK repairs' extra header copies, plus the frozen-flow drops and the frames held for an RDMA listener)")
+		c.eq(n+"driver rx_frames (at the last path's end)", ld.RxFrames, last.nsRxPkts[h]-ld.ZeroWindowAckRepairs+ld.FrozenDropsIn+ld.RxHeld+ld.RxGROMerged,
+			"netstack's count of packets received (less the ACK repairs' extra header copies, plus the frozen-flow drops, the frames held for an RDMA listener and the frames GRO merged into others)")
 		c.ok(n+"driver rx_frames", drv.RxFrames >= ld.RxFrames && drv.RxFrames-ld.RxFrames <= uint64(len(tail))-leftFrames,
 			"%d at the end, %d at the last path's end, %d frames arrived after it (%d left in the ring)", drv.RxFrames, ld.RxFrames, len(tail), leftFrames)
 		// The bytes of the frozen-flow drops and of the ACK repairs'
 		// header copies are known only as a bound.
-		nsBytes := last.nsRxBytes[h] + 14*last.nsRxPkts[h] + ld.RxHeldBytes
+		nsBytes := last.nsRxBytes[h] + 14*last.nsRxPkts[h] + ld.RxHeldBytes + ld.RxGROHeaderBytes + 14*ld.RxGROMerged
 		if ld.ZeroWindowAckRepairs == 0 && ld.FrozenDropsIn == 0 {
 			c.eq(n+"driver rx_bytes (at the last path's end)", ld.RxBytes, nsBytes, "netstack's count of bytes received, with the Ethernet headers")
 		} else {
