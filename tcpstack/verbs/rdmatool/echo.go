@@ -72,6 +72,9 @@ func echoOnce(ctx context.Context, v *verbs.Provider, dst netip.AddrPort, cfg Ec
 	if s.qp, err = v.DialRDMA(ctx, dst, s.attr(cfg.Options, echoIRDORD, echoIRDORD, setup)); err != nil {
 		return err
 	}
+	if err := settle(ctx); err != nil {
+		return err
+	}
 	copy(s.buf.Bytes(), fmt.Appendf(nil, "emunic echo %d", i))
 	if err := s.send(ctx, 0, EchoLen); err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/netip"
 	"strconv"
+	"time"
 
 	"github.com/emunic/emunic/rings"
 	"github.com/emunic/emunic/tcpstack/verbs"
@@ -35,7 +36,9 @@ const (
 	PingPort    = 7174
 	PingMinSize = 26 // rping's RPING_MIN_BUFSIZE: "rdma-ping-%d: " of INT_MAX
 	PingMaxSize = 1 << 20
-	infoLen     = 16
+	// clientCloseWait bounds a server's wait for the client to close.
+	clientCloseWait = 10 * time.Second
+	infoLen         = 16
 
 	infoOffBuf  = 0x00
 	infoOffRKey = 0x08
@@ -151,6 +154,9 @@ func PingClient(ctx context.Context, v *verbs.Provider, dst netip.AddrPort, cfg 
 	if s.qp, err = v.DialRDMA(ctx, dst, s.attr(cfg.Options, 1, 1, setup)); err != nil {
 		return 0, err
 	}
+	if err := settle(ctx); err != nil {
+		return 0, err
+	}
 	b := s.buf.Bytes()
 	start, sink := b[offStart:offStart+cfg.Size], b[offRDMA(cfg.Size):offRDMA(cfg.Size)+cfg.Size]
 	advertise := func(off int) error {
@@ -264,8 +270,13 @@ func PingServer(ctx context.Context, v *verbs.Provider, cfg PingConfig, ready fu
 		}
 		fmt.Fprintf(cfg.Out, "server ping data: %s\n", cstring(sink[:n]))
 	}
-	// The client disconnects after its last ping; wait for it briefly.
-	_ = s.qp.Disconnect(ctx)
+	// rping's client disconnects after its last ping, and rping's server
+	// waits for that: a server that closes first can leave the client
+	// hanging in its CQ thread (siw's rping does). Wait for the client's
+	// close (its receives flush) a while at most, then close.
+	wctx, cancel := context.WithTimeout(ctx, clientCloseWait)
+	_, _ = s.await(wctx, rings.WCRecv)
+	cancel()
 	return cfg.Count, nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/emunic/emunic/rings"
 	"github.com/emunic/emunic/tcpstack/verbs"
@@ -21,6 +22,29 @@ import (
 type Options struct {
 	NoCRC      bool // do not ask for MPA CRC (used anyway if the peer asks)
 	PeerToPeer bool // as initiator, ask for RFC 6581 peer-to-peer mode
+}
+
+// FirstSendDelay is how long a client waits after the connection is
+// established before its first Send. Linux siw as responder sends its MPA
+// reply, then hands the socket to the QP; bytes that arrive between the
+// two wake nobody (siw_cm_llp_data_ready ignores data in RDMA mode), so a
+// first FPDU sent straight after the reply sits unread until more data
+// comes, and a protocol where the client speaks first (rping,
+// rdma_client) stalls. A real rping client is slow enough not to hit it;
+// ours, a fraction of a millisecond after the reply, is not (measured
+// under QEMU TCG). MPA itself allows the FPDU at once (RFC 5044 §7.1.3).
+var FirstSendDelay = 25 * time.Millisecond
+
+// settle waits FirstSendDelay after the connection came up.
+func settle(ctx context.Context) error {
+	t := time.NewTimer(FirstSendDelay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // ErrPeerGone: the connection ended before the exchange was complete.
