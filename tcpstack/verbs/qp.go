@@ -689,6 +689,14 @@ func (qp *QP) Disconnect(ctx context.Context) error {
 	})
 }
 
+// WaitClosed waits, without closing anything itself, until the connection
+// is over (the peer disconnected, or the QP failed), or ctx ends.
+func (qp *QP) WaitClosed(ctx context.Context) error {
+	return qp.wait(ctx, func() (bool, error) {
+		return qp.llpClosed || qp.state >= QPStateError, nil
+	})
+}
+
 // Close disconnects (bounded by a short timeout) and destroys the QP.
 func (qp *QP) Close() error {
 	if qp == nil {

@@ -112,3 +112,26 @@ func TestPingPeerLeaves(t *testing.T) {
 	}
 	t.Logf("server: %v", r.err)
 }
+
+// TestCmatose: ucmatose's exchange between two emulated hosts; without
+// peer-to-peer mode the server (which speaks first) waits for the
+// client's first FPDU, which ucmatose never sends: only the RTR of
+// peer-to-peer mode lets it run (see cmatose.go).
+func TestCmatose(t *testing.T) {
+	va, vb, addr := providers(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	cfg := rdmatool.CmatoseConfig{Count: 3, Size: 64}
+	go func() { done <- rdmatool.CmatoseServer(ctx, vb, cfg, func() { close(ready) }) }()
+	<-ready
+	c := cfg
+	c.PeerToPeer = true
+	if err := rdmatool.CmatoseClient(ctx, va, netip.AddrPortFrom(addr, rdmatool.CmatosePort), c); err != nil {
+		t.Fatalf("client: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("server: %v", err)
+	}
+}
