@@ -138,3 +138,133 @@ func (s *session) echo(ctx context.Context) error {
 	}
 	return s.send(ctx, 0, int(c.ByteLen))
 }
+
+// ucmatose (librdmacm/examples/cmatose.c), one connection: both sides post
+// Count receives of Size bytes before connecting or accepting; the server
+// sends Count messages of Size bytes, the client receives them all and then
+// sends Count back, and the server disconnects. Only Sends; nobody looks at
+// the bytes (here both sides check the count and the lengths).
+//
+// The server speaks first. RFC 5044 has a responder send nothing before the
+// initiator's first FPDU, so an initiator that sends nothing first (siw's
+// ucmatose client without peer-to-peer mode) and a responder that keeps
+// the rule (this one) wait for each other; RFC 6581's peer-to-peer mode
+// (the initiator's RTR) is what lets it run. siw as responder sends at once
+// (it does not keep the rule), so this client works against it either way.
+const (
+	CmatosePort = 7471
+)
+
+// CmatoseConfig is a ucmatose session's parameters.
+type CmatoseConfig struct {
+	Count int // messages each way (ucmatose -C)
+	Size  int // bytes per message (ucmatose -S)
+	Port  uint16
+	Options
+	Out io.Writer
+}
+
+func newCmatoseSession(v *verbs.Provider, cfg *CmatoseConfig) (*session, func(*verbs.QP) error, error) {
+	switch {
+	case cfg.Count < 1 || cfg.Count > 64:
+		return nil, nil, fmt.Errorf("rdmatool: ucmatose count %d, want 1 to 64", cfg.Count)
+	case cfg.Size < 1 || cfg.Size > 1<<16:
+		return nil, nil, fmt.Errorf("rdmatool: ucmatose size %d, want 1 to 65536", cfg.Size)
+	}
+	if cfg.Port == 0 {
+		cfg.Port = CmatosePort
+	}
+	if cfg.Out == nil {
+		cfg.Out = io.Discard
+	}
+	// Receive slots, then one send buffer.
+	s, err := newSession(v, (cfg.Count+1)*cfg.Size)
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, func(qp *verbs.QP) error {
+		for i := 0; i < cfg.Count; i++ {
+			if err := s.postRecv(qp, uint64(i), i*cfg.Size, cfg.Size); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, nil
+}
+
+// recvAll waits for n receives of size bytes each.
+func (s *session) recvAll(ctx context.Context, n, size int) error {
+	for i := 0; i < n; i++ {
+		c, err := s.await(ctx, rings.WCRecv)
+		if err != nil {
+			return fmt.Errorf("message %d of %d: %w", i, n, err)
+		}
+		if int(c.ByteLen) != size {
+			return fmt.Errorf("message %d of %d has %d bytes, want %d", i, n, c.ByteLen, size)
+		}
+	}
+	return nil
+}
+
+// sendAll sends n messages of size bytes from the send buffer at off.
+func (s *session) sendAll(ctx context.Context, n, off, size int) error {
+	for i := 0; i < n; i++ {
+		if err := s.send(ctx, off, size); err != nil {
+			return fmt.Errorf("send %d of %d: %w", i, n, err)
+		}
+	}
+	return nil
+}
+
+// CmatoseServer is ucmatose's server for one client on cfg.Port.
+func CmatoseServer(ctx context.Context, v *verbs.Provider, cfg CmatoseConfig, ready func()) error {
+	s, setup, err := newCmatoseSession(v, &cfg)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	l, err := v.ListenRDMA(cfg.Port, s.attr(cfg.Options, 1, 1, setup))
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	if ready != nil {
+		ready()
+	}
+	if s.qp, err = l.Accept(ctx); err != nil {
+		return err
+	}
+	if err := s.sendAll(ctx, cfg.Count, cfg.Count*cfg.Size, cfg.Size); err != nil {
+		return err
+	}
+	if err := s.recvAll(ctx, cfg.Count, cfg.Size); err != nil {
+		return err
+	}
+	fmt.Fprintf(cfg.Out, "ucmatose server: sent %d and received %d messages of %d bytes\n", cfg.Count, cfg.Count, cfg.Size)
+	return s.qp.Disconnect(ctx)
+}
+
+// CmatoseClient is ucmatose's client (-s): it receives cfg.Count
+// messages, sends as many back, and waits for the server to disconnect.
+func CmatoseClient(ctx context.Context, v *verbs.Provider, dst netip.AddrPort, cfg CmatoseConfig) error {
+	s, setup, err := newCmatoseSession(v, &cfg)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	if s.qp, err = v.DialRDMA(ctx, dst, s.attr(cfg.Options, 1, 1, setup)); err != nil {
+		return err
+	}
+	if err := s.recvAll(ctx, cfg.Count, cfg.Size); err != nil {
+		return err
+	}
+	if err := s.sendAll(ctx, cfg.Count, cfg.Count*cfg.Size, cfg.Size); err != nil {
+		return err
+	}
+	fmt.Fprintf(cfg.Out, "ucmatose client: received %d and sent %d messages of %d bytes\n", cfg.Count, cfg.Count, cfg.Size)
+	// The server disconnects; wait for it a while.
+	wctx, cancel := context.WithTimeout(ctx, clientCloseWait)
+	defer cancel()
+	_ = s.qp.WaitClosed(wctx)
+	return nil
+}

@@ -116,7 +116,7 @@ func TestPingPeerLeaves(t *testing.T) {
 // TestCmatose: ucmatose's exchange between two emulated hosts; without
 // peer-to-peer mode the server (which speaks first) waits for the
 // client's first FPDU, which ucmatose never sends: only the RTR of
-// peer-to-peer mode lets it run (see cmatose.go).
+// peer-to-peer mode lets it run (see echo.go).
 func TestCmatose(t *testing.T) {
 	va, vb, addr := providers(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
