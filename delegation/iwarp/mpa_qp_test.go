@@ -29,6 +29,7 @@ func TestMPARequestRejected(t *testing.T) {
 		"wrong key":      func(b []byte) []byte { b[4] = 'X'; return b },
 		"reply key":      func(b []byte) []byte { copy(b, MPAKeyReply); return b },
 		"revision 3":     func(b []byte) []byte { b[MPAOffRev] = 3; return b },
+		"S, 2 bytes":     func(b []byte) []byte { b[MPAOffRev], b[MPAOffFlags] = 2, b[MPAOffFlags]|MPAFlagEnhanced; return b },
 		"revision 0":     func(b []byte) []byte { b[MPAOffRev] = 0; return b },
 		"markers":        func(b []byte) []byte { b[MPAOffFlags] |= MPAFlagMarkers; return b },
 		"oversize pd":    func(b []byte) []byte { b[MPAOffPDLen], b[MPAOffPDLen+1] = 0x02, 0x01; return b },

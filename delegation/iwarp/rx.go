@@ -92,6 +92,7 @@ func (qp *QP) rxMPA(b []byte) []byte {
 		// Enhanced flag without the enhanced data: refuse.
 		qp.localErr = err
 		qp.acceptLen = 0
+		qp.replyRev = ff.Rev
 		qp.sendReply(true)
 		return nil
 	}
