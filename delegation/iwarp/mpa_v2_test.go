@@ -293,9 +293,14 @@ func TestMPAv2PeerToPeer(t *testing.T) {
 	}
 	_ = a.qp.Connect()
 	// The responder posts its Send before any FPDU came: it goes out
-	// once the RTR is in.
+	// once the RTR is in; the RTR waits for the initiator's doorbell.
 	src := b.buf(16)
 	b.postSend(SendWR{Opcode: WRSend, Flags: WRSignaled, WRID: 1, NumSGE: 1, SGL: [4]SGE{{Addr: uint64(src), Length: 16, LKey: b.reg(src, 16, 0)}}})
+	l.run()
+	if a.qp.State() != StateRTS || a.qp.HasOutput() || b.qp.State() != StateRTR || first != nil {
+		t.Fatalf("before the doorbell: initiator %v (output %v), responder %v", a.qp.State(), a.qp.HasOutput(), b.qp.State())
+	}
+	a.qp.Poll()
 	l.run()
 	if b.qp.State() != StateRTS || a.qp.Stats().RTRsSent != 1 || b.qp.Stats().RTRsRecv != 1 {
 		t.Fatalf("responder %v, RTRs sent %d received %d", b.qp.State(), a.qp.Stats().RTRsSent, b.qp.Stats().RTRsRecv)

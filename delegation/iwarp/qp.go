@@ -90,7 +90,9 @@ type Config struct {
 	NoCRC bool
 	// PeerToPeer: an initiator asks for RFC 6581 peer-to-peer mode and
 	// sends a zero-length RDMA Write as its ready-to-receive message
-	// (revision 2 only). A responder always honours a request for it.
+	// (revision 2 only), at the host's first doorbell (Poll) after the
+	// reply: the host decides when (see docs/iwarp.md, siw's first-FPDU
+	// race). A responder always honours a request for it.
 	PeerToPeer bool
 	// SQ and RQ are the host's work request rings (SQEntrySize and
 	// RQEntrySize entries).
@@ -226,6 +228,7 @@ type QP struct {
 	replyV2       bool        // responder: the reply carries enhanced data
 	replyData     MPAv2Fields // responder: its enhanced data
 	rtrOut        int         // initiator: the RTR still to send first (RTRWrite)
+	rtrGo         bool        // initiator: the host rang the doorbell since the reply: the RTR may go
 	rtrIn         bool        // responder: the next FPDU is the peer's RTR (zero-length, not checked)
 
 	// Receive.
@@ -505,6 +508,9 @@ func (qp *QP) Poll() bool {
 		qp.flushAll(WCWRFlushErr)
 		qp.flushCQs()
 	}
+	if qp.rtrOut != 0 && qp.state == StateRTS {
+		qp.rtrGo = true
+	}
 	return qp.HasOutput()
 }
 
@@ -516,7 +522,11 @@ func (qp *QP) HasOutput() bool {
 	if qp.state != StateRTS {
 		return false
 	}
-	if qp.tx.active || qp.irqN > 0 || qp.rtrOut != 0 {
+	if qp.rtrOut != 0 {
+		// Nothing goes before the RTR, and the RTR waits for the host.
+		return qp.rtrGo
+	}
+	if qp.tx.active || qp.irqN > 0 {
 		return true
 	}
 	if qp.sq.ProducerIndex() == qp.sqNext {

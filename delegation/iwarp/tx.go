@@ -88,6 +88,9 @@ func (qp *QP) WantClose() bool {
 // is none or it does not fit.
 func (qp *QP) nextFPDU(dst []byte) int {
 	if qp.rtrOut != 0 {
+		if !qp.rtrGo {
+			return 0
+		}
 		return qp.txRTR(dst)
 	}
 	if !qp.tx.active {

@@ -36,6 +36,11 @@ type QPAttr struct {
 	// MPARev1 connects with revision 1 (RFC 5044, no IRD/ORD exchange)
 	// instead of 2.
 	NoCRC, PeerToPeer, MPARev1 bool
+	// RTRDelay: in peer-to-peer mode DialRDMA lets the RTR go this long
+	// after the reply came (0: at once). Linux siw as responder misses
+	// bytes that arrive right after its reply (docs/iwarp.md); a client
+	// that sends nothing after the RTR needs the delay against it.
+	RTRDelay time.Duration
 	// PrivateData goes in the MPA request (DialRDMA) or is the default
 	// of the MPA reply (listener); at most MaxPrivateData bytes.
 	PrivateData []byte
@@ -60,6 +65,8 @@ func (a *QPAttr) check(v *Provider) error {
 		return fmt.Errorf("verbs: QPAttr: SQ depth %d / RQ depth %d (0..%d)", a.SQDepth, a.RQDepth, MaxQueueDepth)
 	case a.IRD < 0 || a.IRD > MaxIRDORD || a.ORD < 0 || a.ORD > MaxIRDORD:
 		return fmt.Errorf("verbs: QPAttr: IRD %d / ORD %d (0..%d)", a.IRD, a.ORD, MaxIRDORD)
+	case a.RTRDelay < 0:
+		return errors.New("verbs: QPAttr: negative RTRDelay")
 	case a.PeerToPeer && a.MPARev1:
 		return errors.New("verbs: QPAttr: peer-to-peer mode needs MPA revision 2")
 	case len(a.PrivateData) > MaxPrivateData:

@@ -25,7 +25,8 @@ type Options struct {
 }
 
 // FirstSendDelay is how long a client waits after the connection is
-// established before its first Send. Linux siw as responder sends its MPA
+// established before its first Send (and, in peer-to-peer mode, before
+// its RTR: QPAttr.RTRDelay). Linux siw as responder sends its MPA
 // reply, then hands the socket to the QP; bytes that arrive between the
 // two wake nobody (siw_cm_llp_data_ready ignores data in RDMA mode), so a
 // first FPDU sent straight after the reply sits unread until more data
@@ -82,7 +83,7 @@ func newSession(v *verbs.Provider, size int) (*session, error) {
 
 func (s *session) attr(o Options, ird, ord int, setup func(*verbs.QP) error) verbs.QPAttr {
 	return verbs.QPAttr{PD: s.pd, SendCQ: s.cq, RecvCQ: s.cq, SQDepth: 16, RQDepth: 16, IRD: ird, ORD: ord,
-		NoCRC: o.NoCRC, PeerToPeer: o.PeerToPeer, Setup: setup}
+		NoCRC: o.NoCRC, PeerToPeer: o.PeerToPeer, RTRDelay: FirstSendDelay, Setup: setup}
 }
 
 // close disconnects and frees everything.
