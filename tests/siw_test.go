@@ -16,6 +16,7 @@ import (
 
 	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/nic/port"
+	"github.com/emunic/emunic/rings"
 	"github.com/emunic/emunic/tcpstack"
 	"github.com/emunic/emunic/tcpstack/verbs"
 	"github.com/emunic/emunic/tcpstack/verbs/rdmatool"
@@ -74,17 +75,21 @@ type siwCase struct {
 	vmServer bool   // the VM is the server: emunic connects once it listens
 	vmCmd    string // the tool's command line in the VM (%s: emunic's address)
 	vmPort   int    // the VM server's port (waited for with ss)
-	// emunic's side: 'emunic rdma ARGS...' (the binary), or ucmatose
-	// in-process through the verbs (rdmatool).
+	// emunic's side: 'emunic rdma ARGS...' (the binary), or a function
+	// run in-process on a host on the session's TAP (server invalid: the
+	// emunic side listens, and calls ready once it does).
 	emuArgs []string
-	cmatose bool
+	inproc  func(ctx context.Context, v *verbs.Provider, server netip.Addr, s *emuSession, ready func()) error
+	// emuFails: emunic's side must fail, saying this.
+	emuFails string
 	// What proves the session: lines on the VM's console, and on
 	// emunic's stdout.
 	vmWant  map[string]int
 	emuWant string
 	// tshark: CRC expected in use; the RTR Write of peer-to-peer mode.
-	crc bool
-	rtr bool
+	crc  bool
+	rtr  bool
+	term bool // a Terminate on the wire
 }
 
 // siwGroup is one VM boot: siw module parameters and the sessions.
@@ -117,7 +122,7 @@ func echoCases(crc, p2p bool, emuOpts ...string) []siwCase {
 }
 
 func cmatoseCase(server bool, p2p bool) siwCase {
-	c := siwCase{name: "ucmatose-c", vmCmd: "ucmatose -s %s -C 2 -S 64", cmatose: true,
+	c := siwCase{name: "ucmatose-c", vmCmd: "ucmatose -s %s -C 2 -S 64", inproc: cmatose,
 		vmWant: map[string]int{"data transfers complete": 1, "return status 0": 1}, crc: true, rtr: p2p}
 	if server {
 		c.name, c.vmServer, c.vmCmd, c.vmPort = "ucmatose-s", true, "ucmatose -C 2 -S 64", rdmatool.CmatosePort
@@ -136,7 +141,16 @@ func TestSiwInterop(t *testing.T) {
 	exe := buildEmunic(t)
 	groups := []siwGroup{
 		{name: "defaults", cases: append(append(rpingCases(true, false), echoCases(false, false, "--no-crc")...),
-			cmatoseCase(true, false))},
+			cmatoseCase(true, false),
+			// siw's client leaves after 2 of the 4 pings emunic waits for.
+			siwCase{name: "rping-c-leaves", vmCmd: "rping -c -a %s -v -C 2 -S 64",
+				emuArgs: []string{"ping", "--listen", "--count", "4", "--size", "64"},
+				vmWant:  map[string]int{"ping data: rdma-ping-": 2}, emuWant: "2 of 4 pings verified",
+				emuFails: "the peer disconnected", crc: true},
+			// siw answers a Write to an STag it never gave with a
+			// Terminate; the VM's rping server is only the target.
+			siwCase{name: "terminate", vmServer: true, vmCmd: "timeout 30 rping -s -a 0.0.0.0 -v -C 1 -S 64", vmPort: rdmatool.PingPort,
+				inproc: badWrite, emuFails: "Terminate", crc: true, term: true})},
 		{name: "crc-required", params: []string{"mpa_crc_required=1"},
 			// emunic asks for no CRC: siw's request asks, so CRC is used
 			// when siw connects; siw's reply does not force it (siw
@@ -314,9 +328,7 @@ func runSiwGroup(t *testing.T, run, exe string, g siwGroup, gi int) {
 			t.Fatalf("%s: the VM's server never listened", s.c.name)
 		}
 		startSiwEmu(t, ctx, exe, s, netip.MustParseAddr(vmIP))
-		if err := <-s.done; err != nil {
-			t.Errorf("%s: emunic: %v\n%s", s.c.name, err, s.out.String())
-		}
+		checkSiwEmuResult(t, s, <-s.done)
 	}
 	if !con.wait("SIWVM-RESULT", 3*time.Minute) {
 		t.Fatalf("the VM did not finish its script")
@@ -327,11 +339,31 @@ func runSiwGroup(t *testing.T, run, exe string, g siwGroup, gi int) {
 	tshark, _ := exec.LookPath("tshark")
 	for _, s := range sessions {
 		if !s.c.vmServer {
-			if err := <-s.done; err != nil {
-				t.Errorf("%s: emunic: %v\n%s", s.c.name, err, s.out.String())
-			}
+			checkSiwEmuResult(t, s, <-s.done)
 		}
 		checkSiwSession(t, con, s, tshark)
+	}
+}
+
+// checkSiwEmuResult judges how emunic's side ended: without error, or,
+// for a session meant to fail, with the error it must give.
+func checkSiwEmuResult(t *testing.T, s *emuSession, err error) {
+	t.Helper()
+	if s.c.emuFails == "" {
+		if err != nil {
+			t.Errorf("%s: emunic: %v\n%s", s.c.name, err, s.out.String())
+		}
+		return
+	}
+	msg := s.out.String()
+	if err != nil {
+		msg += err.Error()
+	}
+	if s.proc != nil {
+		msg += s.proc.stderr.String()
+	}
+	if err == nil || !strings.Contains(msg, s.c.emuFails) {
+		t.Errorf("%s: emunic should have failed with %q; got %v:\n%s", s.c.name, s.c.emuFails, err, msg)
 	}
 }
 
@@ -345,13 +377,13 @@ func noIPv6(dev string) {
 // invalid) or the client of the VM at server.
 func startSiwEmu(t *testing.T, ctx context.Context, exe string, s *emuSession, server netip.Addr) {
 	t.Helper()
-	if s.c.cmatose {
-		go func() { s.done <- siwCmatose(ctx, s, server) }()
+	if s.c.inproc != nil {
+		go func() { s.done <- siwInProc(ctx, s, server) }()
 		if !server.IsValid() {
 			select {
 			case <-s.ready:
 			case err := <-s.done:
-				t.Fatalf("%s: the ucmatose server did not listen: %v", s.c.name, err)
+				t.Fatalf("%s: the in-process server did not listen: %v", s.c.name, err)
 			}
 		}
 		return
@@ -372,8 +404,8 @@ func startSiwEmu(t *testing.T, ctx context.Context, exe string, s *emuSession, s
 	}()
 }
 
-// siwCmatose runs ucmatose's exchange in-process on the session's TAP.
-func siwCmatose(ctx context.Context, s *emuSession, server netip.Addr) error {
+// siwInProc runs the session's in-process side on a host on its TAP.
+func siwInProc(ctx context.Context, s *emuSession, server netip.Addr) error {
 	tap, err := port.OpenTAP(s.tap)
 	if err != nil {
 		return err
@@ -398,16 +430,69 @@ func siwCmatose(ctx context.Context, s *emuSession, server netip.Addr) error {
 	if err != nil {
 		return err
 	}
+	return s.c.inproc(ctx, v, server, s, func() { close(s.ready) })
+}
+
+// cmatose is ucmatose's exchange (rdmatool), two messages of 64 bytes.
+func cmatose(ctx context.Context, v *verbs.Provider, server netip.Addr, s *emuSession, ready func()) error {
 	cfg := rdmatool.CmatoseConfig{Count: 2, Size: 64, Out: &s.out, Options: rdmatool.Options{PeerToPeer: s.c.rtr}}
+	var err error
 	if server.IsValid() {
 		err = rdmatool.CmatoseClient(ctx, v, netip.AddrPortFrom(server, rdmatool.CmatosePort), cfg)
 	} else {
-		err = rdmatool.CmatoseServer(ctx, v, cfg, func() { close(s.ready) })
+		err = rdmatool.CmatoseServer(ctx, v, cfg, ready)
 	}
 	if err == nil && !strings.Contains(s.out.String(), "sent 2 and received 2") && !strings.Contains(s.out.String(), "received 2 and sent 2") {
 		err = fmt.Errorf("no exchange reported")
 	}
 	return err
+}
+
+// badWrite connects to siw's rping server and RDMA-Writes to an STag siw
+// never gave out: siw must answer with a Terminate, and the QP must fail
+// with it (and nothing else on the host notice).
+func badWrite(ctx context.Context, v *verbs.Provider, server netip.Addr, s *emuSession, _ func()) error {
+	pd := v.AllocPD()
+	cq, err := v.CreateCQ(16)
+	if err != nil {
+		return err
+	}
+	defer cq.Destroy()
+	buf, err := v.AllocBuffer(4096)
+	if err != nil {
+		return err
+	}
+	defer buf.Free()
+	mr, err := v.RegMR(pd, buf, verbs.AccessLocalWrite)
+	if err != nil {
+		return err
+	}
+	defer mr.Dereg()
+	qp, err := v.DialRDMA(ctx, netip.AddrPortFrom(server, rdmatool.PingPort), verbs.QPAttr{PD: pd, SendCQ: cq, RecvCQ: cq, IRD: 1, ORD: 1})
+	if err != nil {
+		return err
+	}
+	defer qp.Close()
+	// siw's first-FPDU race (docs/iwarp.md): let its QP take the socket.
+	select {
+	case <-time.After(rdmatool.FirstSendDelay):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	w := rings.SendWR{Opcode: rings.WRRDMAWrite, Flags: rings.WRSignaled, WRID: 7, NumSGE: 1, RemoteAddr: 0x1000, RKey: 0x00BAD000}
+	w.SGL[0] = mr.SGE(0, 64)
+	if err := qp.PostSend(&w); err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	select {
+	case <-qp.Failed():
+	case <-wctx.Done():
+		return fmt.Errorf("the QP did not fail after a Write to an unknown STag: %v", qp.State())
+	}
+	fmt.Fprintf(&s.out, "QP failed: %v\n", qp.Err())
+	return fmt.Errorf("QP: %w", qp.Err())
 }
 
 // checkSiwSession judges one session by both sides' output and tshark.
@@ -432,6 +517,11 @@ func checkSiwSession(t *testing.T, con *siwConsole, s *emuSession, tshark string
 	// business, not a wire-format fault: logged, not failed.
 	var expert, dsack []string
 	for _, e := range d.Expert {
+		// After a Terminate the stream is dead: a reset ends it.
+		if s.c.term && strings.HasSuffix(e, ": Connection reset (RST)") {
+			t.Logf("%s: %s after the Terminate", s.c.name, e)
+			continue
+		}
 		if strings.HasSuffix(e, ": D-SACK Sequence") {
 			dsack = append(dsack, e)
 		} else {
@@ -455,6 +545,8 @@ func checkSiwSession(t *testing.T, con *siwConsole, s *emuSession, tshark string
 		t.Errorf("%s: CRC in use, but %d good CRCs in %d FPDUs", s.c.name, d.GoodCRCs, d.FPDUs)
 	case !s.c.crc && d.GoodCRCs != 0:
 		t.Errorf("%s: CRC not in use, but %d CRCs checked", s.c.name, d.GoodCRCs)
+	case s.c.term && d.Opcodes[7] == 0:
+		t.Errorf("%s: no Terminate decoded: opcodes %v", s.c.name, d.Opcodes)
 	case s.c.rtr && d.Opcodes[0] == 0:
 		t.Errorf("%s: peer-to-peer mode without an RTR Write: opcodes %v", s.c.name, d.Opcodes)
 	}
