@@ -282,7 +282,10 @@ func runSiwGroup(t *testing.T, run, exe string, g siwGroup, gi int) {
 		}
 	}
 
-	args := []string{"--tap", uniqueName("siwv", 10), "--rm-tap", "--bridge", br, "--ip", vmIP + "/24", "--timeout", "200"}
+	vmTap := uniqueName("siwv", 10)
+	// run.sh removes it (--rm-tap) unless it is killed.
+	t.Cleanup(func() { exec.Command("ip", "link", "del", vmTap).Run() })
+	args := []string{"--tap", vmTap, "--rm-tap", "--bridge", br, "--ip", vmIP + "/24", "--timeout", "200"}
 	for _, p := range g.params {
 		args = append(args, "--siw-param", p)
 	}
