@@ -161,7 +161,7 @@ func (d *Device) createQP(c *rings.Command) rings.Status {
 		return rings.StatusBadAddress
 	}
 	var qc rings.QPConfig
-	if qc.Decode(blk) != nil || qc.Flags&^rings.QPFlagInitiator != 0 || qc.PrivLen > iwarp.MPAMaxPrivateData {
+	if qc.Decode(blk) != nil || qc.Flags&^validQPFlags != 0 || qc.PrivLen > iwarp.MPAMaxPrivateData {
 		return rings.StatusBadParam
 	}
 	scq, rcq := r.cqs[qc.SendCQ], r.cqs[qc.RecvCQ]
@@ -185,6 +185,7 @@ func (d *Device) createQP(c *rings.Command) rings.Status {
 	qp, err := iwarp.NewQP(d.mem, r.mem, iwarp.Config{
 		QPN: idx, PD: qc.PD, Initiator: qc.Flags&rings.QPFlagInitiator != 0,
 		MSS: int(info.SegPayload), IRD: int(qc.IRD), ORD: int(qc.ORD), PrivateData: priv,
+		NoCRC: qc.Flags&rings.QPFlagNoCRC != 0, PeerToPeer: qc.Flags&rings.QPFlagPeerToPeer != 0, MPARev: mpaRev(qc.Flags),
 		SQ:     rings.Layout{Base: qc.SQBase, Count: qc.SQCount, EntrySize: rings.SQEntrySize},
 		RQ:     rings.Layout{Base: qc.RQBase, Count: qc.RQCount, EntrySize: rings.RQEntrySize},
 		SendCQ: scq, RecvCQ: rcq,
@@ -214,6 +215,17 @@ func (d *Device) createQP(c *rings.Command) rings.Status {
 	}
 	r.qps[idx] = link
 	return rings.StatusOK
+}
+
+// validQPFlags is every defined QP flag; any other bit is BAD_PARAM.
+const validQPFlags = rings.QPFlagInitiator | rings.QPFlagNoCRC | rings.QPFlagPeerToPeer | rings.QPFlagMPARev1
+
+// mpaRev is the MPA revision a QP's flags ask for (0: the engine's default).
+func mpaRev(flags uint32) int {
+	if flags&rings.QPFlagMPARev1 != 0 {
+		return iwarp.MPARevision1
+	}
+	return 0
 }
 
 func (d *Device) modifyQP(c *rings.Command) rings.Status {

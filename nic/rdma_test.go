@@ -212,3 +212,28 @@ func TestAbortFlushesQP(t *testing.T) {
 		t.Errorf("QP_DOORBELL after ABORT: %v, want BAD_CONN", s)
 	}
 }
+
+// TestCreateQPFlags: CREATE_QP takes the MPA flags (no CRC, peer-to-peer,
+// revision 1) and refuses a reserved bit and peer-to-peer at revision 1.
+func TestCreateQPFlags(t *testing.T) {
+	a, _ := rdmaPair(t)
+	cql, _ := rings.AllocRing(a.mem, 64, rings.CQEntrySize)
+	a.must(rings.Command{Opcode: rings.OpCreateCQ, Conn: 1, Addr: cql.Base, Arg0: 64})
+	sql, _ := rings.AllocRing(a.mem, 16, rings.SQEntrySize)
+	rql, _ := rings.AllocRing(a.mem, 16, rings.RQEntrySize)
+	blk, _ := a.mem.Alloc(rings.QPConfigSize, 64)
+	create := func(flags uint32) rings.Status {
+		qc := rings.QPConfig{PD: 7, Flags: flags, SendCQ: 1, RecvCQ: 1, SQBase: sql.Base, SQCount: 16, RQBase: rql.Base, RQCount: 16}
+		m, _ := a.mem.Map(blk, rings.QPConfigSize)
+		qc.Encode(m)
+		return a.command(rings.Command{Opcode: rings.OpCreateQP, Conn: 3, Addr: blk, Len: rings.QPConfigSize}).Status
+	}
+	for _, f := range []uint32{1 << 4, 1 << 31, rings.QPFlagInitiator | rings.QPFlagPeerToPeer | rings.QPFlagMPARev1} {
+		if s := create(f); s != rings.StatusBadParam {
+			t.Errorf("flags %#x: %v, want BAD_PARAM", f, s)
+		}
+	}
+	if s := create(rings.QPFlagInitiator | rings.QPFlagNoCRC | rings.QPFlagPeerToPeer); s != rings.StatusOK {
+		t.Fatalf("initiator, no CRC, peer-to-peer: %v", s)
+	}
+}

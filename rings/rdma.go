@@ -89,7 +89,7 @@ const (
 // little-endian:
 //
 //	0x00 u32 PD
-//	0x04 u32 flags (QPFlagInitiator)
+//	0x04 u32 flags (QPFlagInitiator, QPFlagNoCRC, QPFlagPeerToPeer, QPFlagMPARev1)
 //	0x08 u16 IRD, 0x0A u16 ORD (0: device default 16)
 //	0x0C u32 send CQ number
 //	0x10 u32 receive CQ number
@@ -122,7 +122,10 @@ const (
 	QcOffPrivLen  = 0x40
 	QcOffPeerPriv = 0x48
 
-	QPFlagInitiator = 1 << 0
+	QPFlagInitiator  = 1 << 0
+	QPFlagNoCRC      = 1 << 1 // do not ask for MPA CRC (used anyway if the peer asks)
+	QPFlagPeerToPeer = 1 << 2 // initiator: ask for RFC 6581 peer-to-peer mode (RTR)
+	QPFlagMPARev1    = 1 << 3 // initiator: MPA revision 1 (RFC 5044) instead of 2
 )
 
 // QPConfig is the fields of a QP configuration block.

@@ -4,6 +4,7 @@
 //	emunic serve    one emulated host on a Linux TAP device, with TCP echo and discard
 //	emunic device   the emulated NIC alone, in its own process, for a host that attaches over a socket
 //	emunic lwio     LWIO file I/O over RDMA: serve, put, get, stat on a TAP
+//	emunic rdma     rping / rdma_server / rdma_client compatible tools on a TAP
 //	emunic trace    ring traces: record a demo run, replay it on a fresh device, diff, show
 //	emunic version  print the version
 //	emunic help     show help for a command
@@ -48,6 +49,7 @@ var commands = []entry{
 	{serveCmd, runServeCommand},
 	{deviceCmd, runDeviceCommand},
 	{lwioCmd, runLWIOCommand},
+	{rdmaToolCmd, runRDMAToolCommand},
 	{traceCmd, runTraceCommand},
 	{versionCmd, runVersionCommand},
 	{helpCmd, nil}, // handled by run, which knows the table

@@ -70,7 +70,8 @@
 //
 // RFC 7306 atomics are encoded and decoded but not executed (an inbound
 // Atomic Request draws a Terminate, an ATOMIC work request completes with
-// LOC_QP_OP_ERR); MPA revision 2 (enhanced connection setup, IRD/ORD
-// negotiation) and markers are refused; memory windows and shared receive
-// queues do not exist.
+// LOC_QP_OP_ERR); MPA markers are refused; an initiator in RFC 6581
+// peer-to-peer mode offers only the zero-length RDMA Write RTR; memory
+// windows and shared receive queues do not exist. MPA revision 2 (IRD/ORD,
+// peer-to-peer mode) and revision 1 are both spoken (mpa_v2.go).
 package iwarp

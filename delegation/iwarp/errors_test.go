@@ -250,7 +250,10 @@ func TestOutstandingReadLimits(t *testing.T) {
 		}
 	})
 	t.Run("IRD", func(t *testing.T) {
-		a := newHost(t, "A", hostOpts{initiator: true, ord: 4})
+		// MPA revision 1: no IRD/ORD exchange, so A's ORD 4 overruns
+		// B's IRD 2 (revision 2 would have brought A's ORD down to 2:
+		// TestMPAv2IRDORD).
+		a := newHost(t, "A", hostOpts{initiator: true, ord: 4, mpaRev: 1})
 		b := newHost(t, "B", hostOpts{ird: 2})
 		l := connect(t, a, b, 51)
 		src := b.buf(64)

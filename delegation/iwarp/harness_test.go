@@ -99,6 +99,9 @@ type hostOpts struct {
 	arenaSize int
 	memSize   int
 	memSeed   uint64 // 0: random STags
+	mpaRev    int    // 0: the default (2)
+	noCRC     bool
+	p2p       bool
 }
 
 func newHost(t testing.TB, name string, o hostOpts) *host {
@@ -143,7 +146,7 @@ func newHost(t testing.TB, name string, o hostOpts) *host {
 		t.Fatal(err)
 	}
 	h.qp, err = NewQP(h.dma, h.mem, Config{QPN: 1, PD: o.pd, Initiator: o.initiator, MSS: o.mss, IRD: o.ird, ORD: o.ord,
-		PrivateData: o.pdata, SQ: sqL, RQ: rqL, SendCQ: h.cq, RecvCQ: h.cq,
+		PrivateData: o.pdata, MPARev: o.mpaRev, NoCRC: o.noCRC, PeerToPeer: o.p2p, SQ: sqL, RQ: rqL, SendCQ: h.cq, RecvCQ: h.cq,
 		OnEvent: func(_ *QP, ev Event) { h.evs = append(h.evs, ev) }})
 	if err != nil {
 		t.Fatal(err)

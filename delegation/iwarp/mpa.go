@@ -13,10 +13,11 @@ import (
 // MPA request/reply frame (all multi-byte fields big-endian):
 //
 //	0x00 [16] Key: "MPA ID Req Frame" or "MPA ID Rep Frame"
-//	0x10 u8   M (0x80) | C (0x40) | R (0x20) | Res (0x1F, zero)
-//	0x11 u8   Rev (1)
+//	0x10 u8   M (0x80) | C (0x40) | R (0x20) | S (0x10, revision 2) | Res (0x0F, zero)
+//	0x11 u8   Rev (1 or 2)
 //	0x12 u16  PD_Length: bytes of private data that follow (at most 512)
-//	0x14 [PD_Length] private data
+//	0x14 [PD_Length] private data; with S, it starts with the 4-byte
+//	          enhanced connection data of RFC 6581 (MPAv2Data, mpa_v2.go)
 //
 // FPDU (markers off):
 //
@@ -34,7 +35,12 @@ const (
 	MPAKeyLen         = 16
 	MPAFrameHeaderLen = 20 // key, flags, revision, PD_Length
 	MPAMaxPrivateData = 512
-	MPARevision       = 1
+	// MPARevision1 is RFC 5044's revision; MPARevision2 RFC 6581's (the
+	// enhanced connection set-up: IRD/ORD, peer-to-peer mode).
+	MPARevision1 = 1
+	MPARevision2 = 2
+	// MPARevision is the revision an initiator sends by default.
+	MPARevision = MPARevision2
 
 	MPAOffKey     = 0x00
 	MPAOffFlags   = 0x10
@@ -43,9 +49,10 @@ const (
 	MPAOffPrivate = 0x14
 
 	MPAFlagMarkers  = 0x80 // M: markers requested (we never do; a request with M is rejected)
-	MPAFlagCRC      = 0x40 // C: CRC-32C used (always, both ways)
+	MPAFlagCRC      = 0x40 // C: the sender wants CRC-32C (used both ways if either side sets it)
 	MPAFlagReject   = 0x20 // R: reply rejects the connection
-	MPAFlagReserved = 0x1F // Res: zero on send, ignored on receipt
+	MPAFlagEnhanced = 0x10 // S (RFC 6581): the private data starts with MPAv2Data (revision 2 only)
+	MPAFlagReserved = 0x0F // Res: zero on send, ignored on receipt (siw uses 0x08 for its GSO hint)
 
 	FPDUHeaderLen = 2 // ULPDU_Length
 	MPACRCLen     = 4
@@ -95,6 +102,7 @@ func (f MPAFrame) Flags() uint8           { return f[MPAOffFlags] }
 func (f MPAFrame) Markers() bool          { return f[MPAOffFlags]&MPAFlagMarkers != 0 }
 func (f MPAFrame) CRC() bool              { return f[MPAOffFlags]&MPAFlagCRC != 0 }
 func (f MPAFrame) Reject() bool           { return f[MPAOffFlags]&MPAFlagReject != 0 }
+func (f MPAFrame) Enhanced() bool         { return f[MPAOffFlags]&MPAFlagEnhanced != 0 }
 func (f MPAFrame) Rev() uint8             { return f[MPAOffRev] }
 func (f MPAFrame) PrivateDataLen() uint16 { return be.Uint16(f[MPAOffPDLen:]) }
 
@@ -109,7 +117,8 @@ type MPAFrameFields struct {
 	Markers     bool
 	CRC         bool
 	Reject      bool
-	Res         uint8 // reserved flag bits (low 5); zero on send
+	Enhanced    bool  // S: PrivateData starts with the RFC 6581 enhanced connection data
+	Res         uint8 // reserved flag bits (low 4); zero on send
 	Rev         uint8
 	PrivateData []byte // at most MPAMaxPrivateData bytes
 }
@@ -139,6 +148,9 @@ func (m *MPAFrameFields) Encode(b []byte) int {
 	}
 	if m.Reject {
 		fl |= MPAFlagReject
+	}
+	if m.Enhanced {
+		fl |= MPAFlagEnhanced
 	}
 	b[MPAOffFlags] = fl
 	b[MPAOffRev] = m.Rev
@@ -177,6 +189,7 @@ func (m *MPAFrameFields) Decode(b []byte) (int, error) {
 	m.Markers = fl&MPAFlagMarkers != 0
 	m.CRC = fl&MPAFlagCRC != 0
 	m.Reject = fl&MPAFlagReject != 0
+	m.Enhanced = fl&MPAFlagEnhanced != 0
 	m.Res = fl & MPAFlagReserved
 	m.Rev = f.Rev()
 	m.PrivateData = b[MPAOffPrivate : MPAOffPrivate+n : MPAOffPrivate+n]
@@ -234,7 +247,11 @@ func (f FPDU) Verify() bool {
 // SealFPDU completes an FPDU whose ULPDU of n bytes is already at b[2:]: it
 // writes the length field, zeroes the pad, appends the CRC and returns the
 // FPDU length. b must hold FPDULen(n) bytes.
-func SealFPDU(b []byte, n int) int {
+func SealFPDU(b []byte, n int) int { return sealFPDU(b, n, true) }
+
+// sealFPDU is SealFPDU with the CRC field zero when crc is false (MPA
+// without CRC: the field is still there, RFC 5044 §5.1).
+func sealFPDU(b []byte, n int, crc bool) int {
 	total := FPDULen(n)
 	_ = b[total-1]
 	be.PutUint16(b, uint16(n))
@@ -242,7 +259,11 @@ func SealFPDU(b []byte, n int) int {
 	for i := end; i < total-MPACRCLen; i++ {
 		b[i] = 0
 	}
-	binary.LittleEndian.PutUint32(b[total-MPACRCLen:], CRC32C(b[:total-MPACRCLen]))
+	var c uint32
+	if crc {
+		c = CRC32C(b[:total-MPACRCLen])
+	}
+	binary.LittleEndian.PutUint32(b[total-MPACRCLen:], c)
 	return total
 }
 

@@ -28,7 +28,8 @@ func TestMPARequestRejected(t *testing.T) {
 	cases := map[string]func([]byte) []byte{
 		"wrong key":      func(b []byte) []byte { b[4] = 'X'; return b },
 		"reply key":      func(b []byte) []byte { copy(b, MPAKeyReply); return b },
-		"revision 2":     func(b []byte) []byte { b[MPAOffRev] = 2; return b },
+		"revision 3":     func(b []byte) []byte { b[MPAOffRev] = 3; return b },
+		"S, 2 bytes":     func(b []byte) []byte { b[MPAOffRev], b[MPAOffFlags] = 2, b[MPAOffFlags]|MPAFlagEnhanced; return b },
 		"revision 0":     func(b []byte) []byte { b[MPAOffRev] = 0; return b },
 		"markers":        func(b []byte) []byte { b[MPAOffFlags] |= MPAFlagMarkers; return b },
 		"oversize pd":    func(b []byte) []byte { b[MPAOffPDLen], b[MPAOffPDLen+1] = 0x02, 0x01; return b },
@@ -50,7 +51,7 @@ func TestMPARequestRejected(t *testing.T) {
 			if err != nil || n != len(out) {
 				t.Fatalf("reply %d %v: % x", n, err, out)
 			}
-			if !rep.Reply || !rep.Reject || rep.Markers || rep.Rev != 1 || len(rep.PrivateData) != 0 {
+			if !rep.Reply || !rep.Reject || rep.Markers || (rep.Rev != 1 && req[MPAOffRev] < 2) || (rep.Rev != 2 && req[MPAOffRev] >= 2) || len(rep.PrivateData) != 0 {
 				t.Fatalf("reply %+v", rep)
 			}
 			if b.qp.State() != StateError || !b.hasEvent(EvRejected) || !b.qp.WantClose() {
@@ -126,16 +127,18 @@ func TestMPARejectByResponder(t *testing.T) {
 
 func TestMPABadReply(t *testing.T) {
 	for name, mut := range map[string]func(*MPAFrameFields){
-		"request key": func(f *MPAFrameFields) { f.Reply = false },
-		"no CRC":      func(f *MPAFrameFields) { f.CRC = false },
-		"markers":     func(f *MPAFrameFields) { f.Markers = true },
-		"revision":    func(f *MPAFrameFields) { f.Rev = 2 },
+		"request key":       func(f *MPAFrameFields) { f.Reply = false },
+		"markers":           func(f *MPAFrameFields) { f.Markers = true },
+		"revision 3":        func(f *MPAFrameFields) { f.Rev = 3 },
+		"revision 0":        func(f *MPAFrameFields) { f.Rev = 0 },
+		"enhanced, no data": func(f *MPAFrameFields) { f.Rev, f.Enhanced = 2, true },
+		"enhanced, 3 bytes": func(f *MPAFrameFields) { f.Rev, f.Enhanced, f.PrivateData = 2, true, []byte{0, 1, 0} },
 	} {
 		t.Run(name, func(t *testing.T) {
 			a := newHost(t, "A", hostOpts{initiator: true})
 			_ = a.qp.Connect()
 			req := drain(a.qp)
-			if !bytes.HasPrefix(req, []byte(MPAKeyRequest)) || req[MPAOffFlags] != MPAFlagCRC {
+			if !bytes.HasPrefix(req, []byte(MPAKeyRequest)) || req[MPAOffFlags] != MPAFlagCRC|MPAFlagEnhanced {
 				t.Fatalf("request % x", req)
 			}
 			f := MPAFrameFields{Reply: true, CRC: true, Rev: 1}

@@ -13,7 +13,7 @@ func TestMPAFrameRoundTrip(t *testing.T) {
 	for _, f := range []MPAFrameFields{
 		{CRC: true, Rev: 1},
 		{Reply: true, CRC: true, Rev: 1, PrivateData: []byte("hello")},
-		{Reply: true, Reject: true, Markers: true, Res: 0x15, Rev: 2, PrivateData: bytes.Repeat([]byte{7}, MPAMaxPrivateData)},
+		{Reply: true, Reject: true, Markers: true, Enhanced: true, Res: 0x05, Rev: 2, PrivateData: bytes.Repeat([]byte{7}, MPAMaxPrivateData)},
 	} {
 		b := make([]byte, f.Len())
 		if n := f.Encode(b); n != len(b) {

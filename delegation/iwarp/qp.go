@@ -77,8 +77,23 @@ type Config struct {
 	// response; ORD how many of ours may be outstanding. Default 16 each.
 	IRD, ORD int
 	// PrivateData is sent in the MPA request (initiator) or reply
-	// (responder; Accept may replace it). At most 512 bytes.
+	// (responder; Accept may replace it). At most 512 bytes, 508 in a
+	// revision-2 frame (the enhanced connection data takes 4).
 	PrivateData []byte
+	// MPARev is the MPA revision an initiator requests: 2 (RFC 6581, the
+	// default when 0: IRD/ORD negotiated) or 1 (RFC 5044). A responder
+	// answers a request of either revision in kind.
+	MPARev int
+	// NoCRC: do not ask for MPA CRC. CRC is used, both ways, when either
+	// side asks (RFC 5044); when neither does the CRC field is sent as
+	// zero and not checked.
+	NoCRC bool
+	// PeerToPeer: an initiator asks for RFC 6581 peer-to-peer mode and
+	// sends a zero-length RDMA Write as its ready-to-receive message
+	// (revision 2 only), at the host's first doorbell (Poll) after the
+	// reply: the host decides when (see docs/iwarp.md, siw's first-FPDU
+	// race). A responder always honours a request for it.
+	PeerToPeer bool
 	// SQ and RQ are the host's work request rings (SQEntrySize and
 	// RQEntrySize entries).
 	SQ, RQ rings.Layout
@@ -107,6 +122,25 @@ type QPStats struct {
 	FlushedWRs        uint64
 	ReadRequestsRecv  uint64
 	ReadResponsesSent uint64
+	MPAFailures       uint64 // MPA negotiations that failed here: bad frame, reject sent or received
+	IRDORDAdjusted    uint64 // a peer's IRD/ORD we answered with other values (0, or more than we hold)
+	RTRsSent          uint64 // peer-to-peer ready-to-receive messages sent (initiator)
+	RTRsRecv          uint64 // and received (responder)
+}
+
+// RTRSTag is the STag of the zero-length RDMA Write (or the source STag of
+// the zero-length RDMA Read) an initiator sends as its RFC 6581
+// ready-to-receive message: STag 1, as siw, never a valid STag here.
+const RTRSTag = 1
+
+// MPAResult is what the MPA negotiation settled (Negotiated).
+type MPAResult struct {
+	Rev        uint8
+	CRC        bool
+	Enhanced   bool // IRD/ORD exchanged (revision 2 with S)
+	IRD, ORD   int  // in force: the peer's reads we queue, ours outstanding
+	PeerToPeer bool
+	RTR        int // RTRWrite or RTRRead in peer-to-peer mode, else 0
 }
 
 // mpa negotiation sub-states.
@@ -144,6 +178,7 @@ type readResp struct {
 	rr   ReadRequest
 	msn  uint32
 	sent uint32
+	rtr  bool // the zero-length RTR Read of peer-to-peer mode: no source to check
 }
 
 // rxMsg is the inbound untagged message on QN 0 being placed.
@@ -186,6 +221,15 @@ type QP struct {
 	peerPD        [MPAMaxPrivateData]byte
 	peerPDLen     int
 	closeAfter    bool // the connection is over once output drains
+	crc           bool // CRC-32C in use (negotiated; until then what we ask)
+	ird, ord      int  // in force (negotiated)
+	neg           MPAResult
+	replyRev      uint8       // responder: the revision of its reply
+	replyV2       bool        // responder: the reply carries enhanced data
+	replyData     MPAv2Fields // responder: its enhanced data
+	rtrOut        int         // initiator: the RTR still to send first (RTRWrite)
+	rtrGo         bool        // initiator: the host rang the doorbell since the reply: the RTR may go
+	rtrIn         bool        // responder: the next FPDU is the peer's RTR (zero-length, not checked)
 
 	// Receive.
 	hold  []byte // reassembly of an FPDU (or MPA frame) split across calls
@@ -242,15 +286,23 @@ func NewQP(dma rings.DMA, mem *MemTable, cfg Config) (*QP, error) {
 	if cfg.TxBuffer == 0 {
 		cfg.TxBuffer = 64 << 10
 	}
+	if cfg.MPARev == 0 {
+		cfg.MPARev = MPARevision
+	}
 	switch {
 	case mem == nil || dma == nil:
 		return nil, fmt.Errorf("%w: no DMA or memory table", ErrBadConfig)
 	case MULPDU(cfg.MSS) < DDPUntaggedHeaderLen+ReadRequestLen+8:
 		return nil, fmt.Errorf("%w: MSS %d too small for an FPDU", ErrBadConfig, cfg.MSS)
-	case cfg.IRD < 0 || cfg.ORD < 0 || cfg.IRD > 1<<14 || cfg.ORD > 1<<14:
+	case cfg.IRD < 0 || cfg.ORD < 0 || cfg.IRD > MPAv2MaxIRDORD || cfg.ORD > MPAv2MaxIRDORD:
 		return nil, fmt.Errorf("%w: IRD %d / ORD %d", ErrBadConfig, cfg.IRD, cfg.ORD)
-	case len(cfg.PrivateData) > MPAMaxPrivateData:
+	case cfg.MPARev < 0 || cfg.MPARev > MPARevision2:
+		return nil, fmt.Errorf("%w: MPA revision %d (1 or 2)", ErrBadConfig, cfg.MPARev)
+	case len(cfg.PrivateData) > MPAMaxPrivateData,
+		cfg.Initiator && cfg.MPARev != MPARevision1 && len(cfg.PrivateData) > MPAv2MaxAppPrivateData:
 		return nil, fmt.Errorf("%w: %d bytes of private data", ErrBadConfig, len(cfg.PrivateData))
+	case cfg.PeerToPeer && cfg.MPARev == MPARevision1:
+		return nil, fmt.Errorf("%w: peer-to-peer mode needs MPA revision 2", ErrBadConfig)
 	case cfg.SendCQ == nil || cfg.RecvCQ == nil:
 		return nil, fmt.Errorf("%w: no CQ", ErrBadConfig)
 	case cfg.SQ.EntrySize != SQEntrySize || cfg.RQ.EntrySize != RQEntrySize:
@@ -281,6 +333,7 @@ func NewQP(dma rings.DMA, mem *MemTable, cfg Config) (*QP, error) {
 	}
 	qp.sqHead = sq.Head()
 	qp.sqNext = qp.sqHead
+	qp.crc, qp.ird, qp.ord, qp.replyRev = !cfg.NoCRC, cfg.IRD, cfg.ORD, MPARevision1
 	if cfg.Initiator {
 		qp.mpa = mpaInit
 	} else {
@@ -303,7 +356,12 @@ func (qp *QP) Stats() QPStats { return qp.stats }
 // MULPDU is the largest ULPDU this QP sends.
 func (qp *QP) MULPDU() int { return qp.mulpdu }
 
-// PeerPrivateData is the private data of the peer's MPA request or reply.
+// Negotiated is what the MPA exchange settled; valid once the QP is in
+// RTR or RTS.
+func (qp *QP) Negotiated() MPAResult { return qp.neg }
+
+// PeerPrivateData is the private data of the peer's MPA request or reply
+// (after the enhanced connection data of a revision-2 frame).
 func (qp *QP) PeerPrivateData() []byte { return qp.peerPD[:qp.peerPDLen] }
 
 // LastTermError is the error of the Terminate this QP sent (ok false if none).
@@ -328,7 +386,15 @@ func (qp *QP) Connect() error {
 	if !qp.cfg.Initiator || qp.state != StateIdle || qp.mpa != mpaInit {
 		return ErrBadState
 	}
-	f := MPAFrameFields{CRC: true, Rev: MPARevision, PrivateData: qp.cfg.PrivateData}
+	f := MPAFrameFields{CRC: !qp.cfg.NoCRC, Rev: uint8(qp.cfg.MPARev), PrivateData: qp.cfg.PrivateData}
+	if f.Rev == MPARevision2 {
+		var pd [MPAMaxPrivateData]byte
+		v := MPAv2Fields{IRD: uint16(qp.cfg.IRD), ORD: uint16(qp.cfg.ORD),
+			PeerToPeer: qp.cfg.PeerToPeer, WriteRTR: qp.cfg.PeerToPeer}
+		n := v.Encode(pd[:])
+		n += copy(pd[n:], qp.cfg.PrivateData)
+		f.Enhanced, f.PrivateData = true, pd[:n]
+	}
 	qp.mpaOutLen = f.Encode(qp.mpaOut[:])
 	qp.mpaOutOff = 0
 	qp.mpa = mpaAwaitReply
@@ -375,10 +441,24 @@ func (qp *QP) Reject(pd []byte) error {
 
 // sendReply queues the MPA reply.
 func (qp *QP) sendReply(reject bool) {
-	f := MPAFrameFields{Reply: true, CRC: true, Reject: reject, Rev: MPARevision, PrivateData: qp.acceptPD[:qp.acceptLen]}
+	f := MPAFrameFields{Reply: true, CRC: qp.crc, Reject: reject, Rev: qp.replyRev, PrivateData: qp.acceptPD[:qp.acceptLen]}
+	if qp.replyV2 {
+		if !reject && qp.acceptLen > MPAv2MaxAppPrivateData {
+			// No room for the enhanced data: refuse rather than cut.
+			qp.localErr = fmt.Errorf("%w: %d bytes of private data in a revision-2 reply (at most %d)",
+				ErrBadConfig, qp.acceptLen, MPAv2MaxAppPrivateData)
+			reject = true
+			f.Reject = true
+		}
+		var pd [MPAMaxPrivateData]byte
+		n := qp.replyData.Encode(pd[:])
+		n += copy(pd[n:min(len(pd), n+qp.acceptLen)], qp.acceptPD[:qp.acceptLen])
+		f.Enhanced, f.PrivateData = true, pd[:n]
+	}
 	qp.mpaOutLen = f.Encode(qp.mpaOut[:])
 	qp.mpaOutOff = 0
 	if reject {
+		qp.stats.MPAFailures++
 		qp.mpa = mpaFailed
 		qp.closeAfter = true
 		qp.toError(nil)
@@ -428,6 +508,9 @@ func (qp *QP) Poll() bool {
 		qp.flushAll(WCWRFlushErr)
 		qp.flushCQs()
 	}
+	if qp.rtrOut != 0 && qp.state == StateRTS {
+		qp.rtrGo = true
+	}
 	return qp.HasOutput()
 }
 
@@ -438,6 +521,10 @@ func (qp *QP) HasOutput() bool {
 	}
 	if qp.state != StateRTS {
 		return false
+	}
+	if qp.rtrOut != 0 {
+		// Nothing goes before the RTR, and the RTR waits for the host.
+		return qp.rtrGo
 	}
 	if qp.tx.active || qp.irqN > 0 {
 		return true
@@ -453,7 +540,7 @@ func (qp *QP) HasOutput() bool {
 // held reports whether the SQ entry e must wait: an RDMA Read at the ORD
 // limit, or a fenced request while reads are outstanding.
 func (qp *QP) held(e SQEntry) bool {
-	return (e.Opcode() == WRRDMARead && qp.cfg.ORD > 0 && qp.orqN >= qp.cfg.ORD) ||
+	return (e.Opcode() == WRRDMARead && qp.ord > 0 && qp.orqN >= qp.ord) ||
 		(e.Flags()&WRFence != 0 && qp.orqN > 0)
 }
 
@@ -643,7 +730,7 @@ func (qp *QP) terminate(te TermError, u []byte, hdr, rr bool) {
 		}
 	}
 	n += t.Encode(b[n:])
-	qp.termLen = SealFPDU(b, n-FPDUHeaderLen)
+	qp.termLen = sealFPDU(b, n-FPDUHeaderLen, qp.crc)
 	qp.termPending = true
 	qp.termErr, qp.hasTerm = te, true
 	qp.closeAfter = true

@@ -218,6 +218,9 @@ const (
 	CodeMPACRC            = 0x02
 	CodeMPAMarker         = 0x03 // marker and ULPDU length mismatch
 	CodeMPAInvalidReqResp = 0x04
+	// RFC 6581's, with siw's values (0x05 is "local catastrophic").
+	CodeMPAInsufficientIRD = 0x06
+	CodeMPANoMatchingRTR   = 0x07
 )
 
 // TermError names one Terminate error: layer, type and code.

@@ -2,6 +2,7 @@ package iwarp
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/emunic/emunic/rings"
 )
@@ -36,6 +37,7 @@ func (qp *QP) Receive(b []byte) {
 // mpaFail ends a connection whose MPA negotiation failed (no Terminate: the
 // peer is not in FPDU mode).
 func (qp *QP) mpaFail(err error) {
+	qp.stats.MPAFailures++
 	qp.mpa = mpaFailed
 	qp.closeAfter = true
 	qp.termErr, qp.hasTerm = TermError{LayerLLP, ETypeMPA, CodeMPAInvalidReqResp}, false
@@ -66,18 +68,36 @@ func (qp *QP) rxMPA(b []byte) []byte {
 	if qp.holdN < total {
 		return b
 	}
-	qp.peerPDLen = copy(qp.peerPD[:], f.PrivateData())
 	qp.holdN = 0
+	var ff MPAFrameFields
+	if _, err := ff.Decode(qp.hold[:total]); err != nil {
+		// mpaHeaderOK judged everything Decode does.
+		panic("iwarp: MPA frame judged twice: " + err.Error())
+	}
+	c, err := ff.Conn()
 	if qp.cfg.Initiator {
 		if f.Reject() {
+			qp.peerPDLen = copy(qp.peerPD[:], c.AppData)
 			qp.rejected()
 			return nil
 		}
-		qp.mpa = mpaDone
-		qp.state = StateRTS
-		qp.event(EvEstablished)
-		return b
+		if err != nil {
+			qp.mpaFail(err)
+			return nil
+		}
+		qp.peerPDLen = copy(qp.peerPD[:], c.AppData)
+		return qp.replyReceived(c, b)
 	}
+	if err != nil {
+		// Enhanced flag without the enhanced data: refuse.
+		qp.localErr = err
+		qp.acceptLen = 0
+		qp.replyRev = ff.Rev
+		qp.sendReply(true)
+		return nil
+	}
+	qp.peerPDLen = copy(qp.peerPD[:], c.AppData)
+	qp.requestReceived(c)
 	switch {
 	case qp.rejectPending:
 		qp.sendReply(true)
@@ -91,10 +111,90 @@ func (qp *QP) rxMPA(b []byte) []byte {
 	return b
 }
 
+// requestReceived settles a responder's side of the negotiation from the
+// initiator's valid request: the reply's revision, CRC, IRD/ORD and RTR.
+func (qp *QP) requestReceived(c MPAConn) {
+	qp.crc = c.CRC || !qp.cfg.NoCRC
+	qp.replyRev = c.Rev
+	qp.neg = MPAResult{Rev: c.Rev, CRC: qp.crc, IRD: qp.cfg.IRD, ORD: qp.cfg.ORD}
+	if c.Enhanced {
+		// Our IRD answers the peer's ORD and our ORD its IRD; neither
+		// above what this QP holds. The initiator decides whether what
+		// we grant is enough (RFC 6581).
+		v := MPAv2Fields{IRD: uint16(min(int(c.V2.ORD), qp.cfg.IRD)), ORD: uint16(min(int(c.V2.IRD), qp.cfg.ORD))}
+		if c.V2.ORD > uint16(qp.cfg.IRD) || c.V2.IRD == 0 || c.V2.ORD == 0 || c.V2.IRD > uint16(qp.cfg.ORD) {
+			qp.stats.IRDORDAdjusted++
+		}
+		if c.V2.PeerToPeer {
+			// Prefer the zero-length Write (no IRD slot, as siw); a
+			// Read if that is all the peer offers; a Write also when it
+			// offers only a Send (a Send would take one of the
+			// application's receives): siw does the same.
+			v.PeerToPeer = true
+			if c.V2.ReadRTR && !c.V2.WriteRTR {
+				v.ReadRTR = true
+				qp.neg.RTR = RTRRead
+			} else {
+				v.WriteRTR = true
+				qp.neg.RTR = RTRWrite
+			}
+			qp.rtrIn = true
+		}
+		qp.replyV2, qp.replyData = true, v
+		qp.neg.Enhanced, qp.neg.PeerToPeer = true, v.PeerToPeer
+		qp.neg.IRD, qp.neg.ORD = int(v.IRD), int(v.ORD)
+	}
+	qp.ird, qp.ord = qp.neg.IRD, qp.neg.ORD
+}
+
+// replyReceived settles an initiator's side of the negotiation from the
+// responder's accepting reply and enters RTS; b is what follows the reply.
+func (qp *QP) replyReceived(c MPAConn, b []byte) []byte {
+	qp.crc = c.CRC || !qp.cfg.NoCRC
+	qp.neg = MPAResult{Rev: c.Rev, CRC: qp.crc, IRD: qp.cfg.IRD, ORD: qp.cfg.ORD}
+	qp.mpa = mpaDone
+	qp.state = StateRTS
+	var te TermError
+	if c.Enhanced && qp.cfg.MPARev == MPARevision2 {
+		qp.neg.Enhanced = true
+		// Our reads in flight are bounded by the IRD the peer grants;
+		// the reads it may send us by the IRD we offered.
+		qp.neg.ORD = min(qp.cfg.ORD, int(c.V2.IRD))
+		if int(c.V2.IRD) < qp.cfg.ORD {
+			qp.stats.IRDORDAdjusted++
+		}
+		if int(c.V2.ORD) > qp.cfg.IRD {
+			te = TermError{LayerLLP, ETypeMPA, CodeMPAInsufficientIRD}
+		}
+		if qp.cfg.PeerToPeer {
+			switch {
+			case !c.V2.PeerToPeer || !c.V2.WriteRTR:
+				te = TermError{LayerLLP, ETypeMPA, CodeMPANoMatchingRTR}
+			default:
+				qp.neg.PeerToPeer, qp.neg.RTR = true, RTRWrite
+				qp.rtrOut = RTRWrite
+			}
+		}
+	}
+	qp.ird, qp.ord = qp.neg.IRD, qp.neg.ORD
+	if te != (TermError{}) {
+		// The responder is in FPDU mode: tell it why with a Terminate.
+		qp.stats.MPAFailures++
+		qp.rtrOut = 0
+		qp.localErr = fmt.Errorf("iwarp: MPA reply unacceptable (%v): IRD %d ORD %d P2P %v, ours IRD %d ORD %d",
+			te, c.V2.IRD, c.V2.ORD, c.V2.PeerToPeer, qp.cfg.IRD, qp.cfg.ORD)
+		qp.terminate(te, nil, false, false)
+		return nil
+	}
+	qp.event(EvEstablished)
+	return b
+}
+
 // mpaHeaderOK judges the fixed part of the peer's MPA frame in qp.hold; when
 // it is unacceptable it ends the negotiation and returns false.
 func (qp *QP) mpaHeaderOK(f MPAFrame) bool {
-	bad := f.Rev() != MPARevision || f.Markers() || f.PrivateDataLen() > MPAMaxPrivateData
+	badRev := f.Rev() != MPARevision1 && f.Rev() != MPARevision2
+	bad := badRev || f.Markers() || f.PrivateDataLen() > MPAMaxPrivateData
 	if qp.cfg.Initiator {
 		switch {
 		case !f.IsReply():
@@ -107,19 +207,35 @@ func (qp *QP) mpaHeaderOK(f MPAFrame) bool {
 			return false
 		case f.Reject():
 			return true
-		case bad || !f.CRC():
+		case bad || int(f.Rev()) > qp.cfg.MPARev:
 			qp.holdN = 0
-			qp.mpaFail(errors.New("iwarp: invalid MPA reply (revision, markers, CRC or private data length)"))
+			qp.mpaFail(fmt.Errorf("iwarp: invalid MPA reply: revision %d (asked %d), markers %v, private data length %d",
+				f.Rev(), qp.cfg.MPARev, f.Markers(), f.PrivateDataLen()))
 			return false
 		}
 		return true
 	}
 	if !f.IsRequest() || bad {
 		// Wrong key, revision, markers or oversize private data: reply
-		// with the reject bit and drop the connection.
+		// with the reject bit and drop the connection. The reject is of
+		// the highest revision we know not above the request's.
 		qp.holdN = 0
 		qp.termErr = TermError{LayerLLP, ETypeMPA, CodeMPAInvalidReqResp}
 		qp.acceptLen = 0
+		qp.replyRev = MPARevision1
+		if f.Rev() >= MPARevision2 {
+			qp.replyRev = MPARevision2
+		}
+		switch {
+		case !f.IsRequest():
+			qp.localErr = ErrBadKey
+		case badRev:
+			qp.localErr = fmt.Errorf("%w: %d (want 1 or 2)", ErrMPARevision, f.Rev())
+		case f.Markers():
+			qp.localErr = errors.New("iwarp: MPA request asks for markers")
+		default:
+			qp.localErr = fmt.Errorf("%w: MPA private data length %d > %d", ErrBadLength, f.PrivateDataLen(), MPAMaxPrivateData)
+		}
 		qp.sendReply(true)
 		return false
 	}
@@ -128,6 +244,7 @@ func (qp *QP) mpaHeaderOK(f MPAFrame) bool {
 
 // rejected ends an initiator whose request the peer rejected.
 func (qp *QP) rejected() {
+	qp.stats.MPAFailures++
 	qp.mpa = mpaFailed
 	qp.closeAfter = true
 	qp.toError(errors.New("iwarp: connection rejected by the peer"))
@@ -172,7 +289,7 @@ func (qp *QP) rxFPDUs(b []byte) []byte {
 // fpdu processes one whole FPDU.
 func (qp *QP) fpdu(f []byte) {
 	qp.stats.RxFPDUs++
-	if !FPDU(f).Verify() {
+	if qp.crc && !FPDU(f).Verify() {
 		qp.stats.CRCErrors++
 		qp.terminate(TermError{LayerLLP, ETypeMPA, CodeMPACRC}, nil, false, false)
 		return
@@ -182,6 +299,13 @@ func (qp *QP) fpdu(f []byte) {
 		qp.state = StateRTS
 		qp.event(EvEstablished)
 		if qp.state != StateRTS {
+			return
+		}
+		if qp.rtrIn {
+			// Peer-to-peer mode: this is the RTR, whose zero length
+			// exempts it from the STag checks (RFC 6581, as siw).
+			qp.ulpdu(FPDU(f).ULPDU())
+			qp.rtrIn = false
 			return
 		}
 	}
@@ -280,6 +404,10 @@ func (qp *QP) place(p []byte, a rings.Addr) bool {
 func (qp *QP) rxWrite(u []byte) {
 	h := DDPHeader(u)
 	p := u[DDPTaggedHeaderLen:]
+	if qp.rtrIn && len(p) == 0 && h.Last() && qp.neg.RTR == RTRWrite {
+		qp.stats.RTRsRecv++
+		return
+	}
 	a, ae := qp.mem.Resolve(h.STag(), qp.cfg.PD, h.TO(), uint64(len(p)), AccessRemoteWrite)
 	if ae != AccessOK {
 		qp.terminate(taggedError(ae), u, true, false)
@@ -361,20 +489,27 @@ func (qp *QP) rxReadRequest(u []byte) {
 	}
 	var rr ReadRequest
 	_, _ = rr.Decode(p)
-	if qp.irqN >= qp.cfg.IRD {
+	rtr := qp.rtrIn && rr.Size == 0 && qp.neg.RTR == RTRRead
+	switch {
+	case rtr:
+		// The zero-length RTR Read: answered, never checked or counted
+		// against IRD.
+		qp.stats.RTRsRecv++
+	case qp.irqN >= qp.ird || qp.irqN >= len(qp.irq):
 		qp.terminate(TermError{LayerRDMAP, ETypeRemoteOperation, CodeCatastrophicLocal}, u, true, true)
 		return
-	}
-	if _, ae := qp.mem.Resolve(rr.SrcSTag, qp.cfg.PD, rr.SrcTO, uint64(rr.Size), AccessRemoteRead); ae != AccessOK {
-		qp.terminate(protectionError(ae), u, true, true)
-		return
+	default:
+		if _, ae := qp.mem.Resolve(rr.SrcSTag, qp.cfg.PD, rr.SrcTO, uint64(rr.Size), AccessRemoteRead); ae != AccessOK {
+			qp.terminate(protectionError(ae), u, true, true)
+			return
+		}
 	}
 	qp.rxMSN[QNReadRequest]++
 	i := qp.irqHead + qp.irqN
 	if i >= len(qp.irq) {
 		i -= len(qp.irq)
 	}
-	qp.irq[i] = readResp{rr: rr, msn: h.MSN()}
+	qp.irq[i] = readResp{rr: rr, msn: h.MSN(), rtr: rtr}
 	qp.irqN++
 	qp.stats.ReadRequestsRecv++
 	qp.stats.RxMessages++ // a Read Request is a whole inbound message too

@@ -87,6 +87,12 @@ func (qp *QP) WantClose() bool {
 // nextFPDU writes the next FPDU into dst and returns its length, 0 if there
 // is none or it does not fit.
 func (qp *QP) nextFPDU(dst []byte) int {
+	if qp.rtrOut != 0 {
+		if !qp.rtrGo {
+			return 0
+		}
+		return qp.txRTR(dst)
+	}
 	if !qp.tx.active {
 		if qp.irqN > 0 {
 			return qp.txReadResponse(dst)
@@ -96,6 +102,22 @@ func (qp *QP) nextFPDU(dst []byte) int {
 		}
 	}
 	return qp.txSend(dst)
+}
+
+// txRTR frames the initiator's ready-to-receive message of RFC 6581
+// peer-to-peer mode, its first FPDU: a zero-length RDMA Write to STag 1,
+// TO 0 (as siw sends; STag 1 is never valid here, index 0 is never used,
+// and a zero-length Write is not checked against its STag by the peer).
+func (qp *QP) txRTR(dst []byte) int {
+	need := FPDULen(DDPTaggedHeaderLen)
+	if len(dst) < need {
+		return 0
+	}
+	d := DDP{Tagged: true, Last: true, Version: DDPVersion, ULPCtrl: RDMAPCtrl(OpWrite), STag: RTRSTag}
+	d.Encode(dst[FPDUHeaderLen:])
+	qp.rtrOut = 0
+	qp.stats.RTRsSent++
+	return sealFPDU(dst, DDPTaggedHeaderLen, qp.crc)
 }
 
 // txReadResponse frames the next segment of the oldest queued Read Response.
@@ -108,7 +130,7 @@ func (qp *QP) txReadResponse(dst []byte) int {
 	}
 	last := r.sent+chunk == r.rr.Size
 	a, ae := qp.mem.Resolve(r.rr.SrcSTag, qp.cfg.PD, r.rr.SrcTO+uint64(r.sent), uint64(chunk), AccessRemoteRead)
-	if ae != AccessOK {
+	if ae != AccessOK && !r.rtr {
 		// The source went away after the request was accepted: report
 		// it against the peer's Read Request, rebuilt from the IRQ.
 		var u [DDPUntaggedHeaderLen + ReadRequestLen]byte
@@ -137,7 +159,7 @@ func (qp *QP) txReadResponse(dst []byte) int {
 		qp.irqN--
 		qp.stats.ReadResponsesSent++
 	}
-	return SealFPDU(dst, DDPTaggedHeaderLen+int(chunk))
+	return sealFPDU(dst, DDPTaggedHeaderLen+int(chunk), qp.crc)
 }
 
 var errBadSQ = errors.New("iwarp: send queue entry with a wrong phase or index")
@@ -210,7 +232,7 @@ func (qp *QP) validateSend(w *sendWork) WCStatus {
 	switch wr.Opcode {
 	case WRSend, WRSendInv, WRRDMAWrite, WRRDMAWriteImm:
 	case WRRDMARead:
-		if qp.cfg.ORD == 0 || wr.Flags&WRInline != 0 || wr.NumSGE > 1 {
+		if qp.ord == 0 || wr.Flags&WRInline != 0 || wr.NumSGE > 1 {
 			return WCLocQPOpErr
 		}
 	case WRLocalInv:
@@ -330,7 +352,7 @@ func (qp *QP) txSend(dst []byte) int {
 			t.active = false
 		}
 	}
-	return SealFPDU(dst, ulen)
+	return sealFPDU(dst, ulen, qp.crc)
 }
 
 // gather reads the next len(dst) payload bytes of the message from host

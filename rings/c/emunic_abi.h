@@ -235,6 +235,9 @@
 #define EMUNIC_QC_OFF_PRIV_LEN 0x40
 #define EMUNIC_QC_OFF_PEER_PRIV 0x48
 #define EMUNIC_QP_FLAG_INITIATOR 1
+#define EMUNIC_QP_FLAG_NO_CRC 2                  /* do not ask for MPA CRC (used anyway if the peer asks) */
+#define EMUNIC_QP_FLAG_PEER_TO_PEER 4            /* initiator: ask for RFC 6581 peer-to-peer mode (RTR) */
+#define EMUNIC_QP_FLAG_MPA_REV1 8                /* initiator: MPA revision 1 (RFC 5044) instead of 2 */
 
 /* wqe.go */
 #define EMUNIC_SGE_SIZE 0x10

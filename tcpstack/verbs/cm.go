@@ -63,6 +63,21 @@ func (v *Provider) DialRDMA(ctx context.Context, dst netip.AddrPort, attr QPAttr
 	if err := qp.WaitEstablished(ctx); err != nil {
 		return fail(qp, err)
 	}
+	if attr.PeerToPeer {
+		// The engine sends the RTR at the first doorbell after the reply.
+		if attr.RTRDelay > 0 {
+			t := time.NewTimer(attr.RTRDelay)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return fail(qp, ctx.Err())
+			}
+		}
+		if err := qp.doorbell(); err != nil {
+			return fail(qp, err)
+		}
+	}
 	return qp, nil
 }
 

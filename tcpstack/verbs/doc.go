@@ -41,7 +41,9 @@
 // reaches the QP, never netstack, and nothing waits for the peer to
 // retransmit it.
 //
-// MPA revision 1 has the initiator speak first: a responder's QP is ready
+// MPA (revision 2 by default, RFC 6581: IRD/ORD negotiated; revision 1 with
+// QPAttr.MPARev1) has the initiator speak first (in peer-to-peer mode,
+// QPAttr.PeerToPeer, with a zero-length RDMA Write): a responder's QP is ready
 // (ACCEPTED) once it accepted, may post at once, but its sends go out when
 // the initiator's first message arrived (then it is in RTS).
 //
@@ -59,4 +61,7 @@
 //   - delegation.go: the RDMA side of delegation: the QP made with its
 //     connection's OFFLOAD and adopted afterwards.
 //   - hold.go: early data held off netstack and injected behind CREATE_QP.
+//
+// Package rdmatool (below this one) runs librdmacm's example exchanges
+// (rping, rdma_server/rdma_client, ucmatose) on these verbs.
 package verbs

@@ -18,6 +18,9 @@ const (
 	// MaxPrivateData is the most MPA private data a connect, accept or
 	// reject carries (RFC 5044).
 	MaxPrivateData = 512
+	// MaxIRDORD is the largest IRD or ORD a QP takes (MPA revision 2's
+	// 14-bit fields).
+	MaxIRDORD = 16383
 	// MaxQueueDepth bounds SQ, RQ and CQ sizes (a ring's limit).
 	MaxQueueDepth = 1 << 20
 	// DefaultQueueDepth is the SQ and RQ depth when QPAttr leaves it 0.

@@ -26,8 +26,21 @@ type QPAttr struct {
 	// of two (0: DefaultQueueDepth).
 	SQDepth, RQDepth int
 	// IRD bounds the peer's RDMA Reads waiting for our response, ORD our
-	// RDMA Reads outstanding (0: the device default, 16).
+	// RDMA Reads outstanding (0: the device default, 16; at most 16383).
+	// With MPA revision 2 they are what we offer: the exchange can only
+	// lower them (QP.Negotiated).
 	IRD, ORD int
+	// MPA: NoCRC does not ask for CRC (still used when the peer asks);
+	// PeerToPeer asks, as initiator, for RFC 6581 peer-to-peer mode (the
+	// responder may then send first; a listener honours it whenever asked);
+	// MPARev1 connects with revision 1 (RFC 5044, no IRD/ORD exchange)
+	// instead of 2.
+	NoCRC, PeerToPeer, MPARev1 bool
+	// RTRDelay: in peer-to-peer mode DialRDMA lets the RTR go this long
+	// after the reply came (0: at once). Linux siw as responder misses
+	// bytes that arrive right after its reply (docs/iwarp.md); a client
+	// that sends nothing after the RTR needs the delay against it.
+	RTRDelay time.Duration
 	// PrivateData goes in the MPA request (DialRDMA) or is the default
 	// of the MPA reply (listener); at most MaxPrivateData bytes.
 	PrivateData []byte
@@ -50,8 +63,12 @@ func (a *QPAttr) check(v *Provider) error {
 		return fmt.Errorf("verbs: QPAttr: %w", ErrCQDestroyed)
 	case a.SQDepth < 0 || a.SQDepth > MaxQueueDepth || a.RQDepth < 0 || a.RQDepth > MaxQueueDepth:
 		return fmt.Errorf("verbs: QPAttr: SQ depth %d / RQ depth %d (0..%d)", a.SQDepth, a.RQDepth, MaxQueueDepth)
-	case a.IRD < 0 || a.IRD > 0xFFFF || a.ORD < 0 || a.ORD > 0xFFFF:
-		return fmt.Errorf("verbs: QPAttr: IRD %d / ORD %d (0..65535)", a.IRD, a.ORD)
+	case a.IRD < 0 || a.IRD > MaxIRDORD || a.ORD < 0 || a.ORD > MaxIRDORD:
+		return fmt.Errorf("verbs: QPAttr: IRD %d / ORD %d (0..%d)", a.IRD, a.ORD, MaxIRDORD)
+	case a.RTRDelay < 0:
+		return errors.New("verbs: QPAttr: negative RTRDelay")
+	case a.PeerToPeer && a.MPARev1:
+		return errors.New("verbs: QPAttr: peer-to-peer mode needs MPA revision 2")
 	case len(a.PrivateData) > MaxPrivateData:
 		return fmt.Errorf("verbs: QPAttr: %d bytes of private data (at most %d)", len(a.PrivateData), MaxPrivateData)
 	case a.ConnectTimeout < 0:
@@ -168,7 +185,7 @@ func (v *Provider) newQP(attr *QPAttr, qpn uint32, initiator bool) (*QP, error) 
 		return fail(err)
 	}
 	blk, _ := v.mem.Map(qp.cfgBase, qpCtlSize)
-	cfg := qp.config(len(attr.PrivateData), attr.IRD, attr.ORD)
+	cfg := qp.config(attr)
 	cfg.Encode(blk)
 	copy(blk[qpPrivOff:], attr.PrivateData)
 	v.copied(len(attr.PrivateData))
@@ -176,9 +193,10 @@ func (v *Provider) newQP(attr *QPAttr, qpn uint32, initiator bool) (*QP, error) 
 }
 
 // config is the QP's CREATE_QP block.
-func (qp *QP) config(privLen, ird, ord int) rings.QPConfig {
+func (qp *QP) config(attr *QPAttr) rings.QPConfig {
+	privLen := len(attr.PrivateData)
 	c := rings.QPConfig{
-		PD: uint32(qp.pd), IRD: uint16(ird), ORD: uint16(ord),
+		PD: uint32(qp.pd), IRD: uint16(attr.IRD), ORD: uint16(attr.ORD),
 		SendCQ: qp.sendCQ.num, RecvCQ: qp.recvCQ.num,
 		SQBase: qp.sqL.Base, SQCount: qp.sqL.Count,
 		RQBase: qp.rqL.Base, RQCount: qp.rqL.Count,
@@ -186,6 +204,14 @@ func (qp *QP) config(privLen, ird, ord int) rings.QPConfig {
 	}
 	if qp.initiator {
 		c.Flags |= rings.QPFlagInitiator
+	}
+	for _, f := range []struct {
+		on   bool
+		flag uint32
+	}{{attr.NoCRC, rings.QPFlagNoCRC}, {attr.PeerToPeer && qp.initiator, rings.QPFlagPeerToPeer}, {attr.MPARev1 && qp.initiator, rings.QPFlagMPARev1}} {
+		if f.on {
+			c.Flags |= f.flag
+		}
 	}
 	if privLen > 0 {
 		c.PrivAddr, c.PrivLen = qp.cfgBase+qpPrivOff, uint32(privLen)
@@ -665,6 +691,14 @@ func (qp *QP) Disconnect(ctx context.Context) error {
 			return err
 		}
 	}
+	return qp.wait(ctx, func() (bool, error) {
+		return qp.llpClosed || qp.state >= QPStateError, nil
+	})
+}
+
+// WaitClosed waits, without closing anything itself, until the connection
+// is over (the peer disconnected, or the QP failed), or ctx ends.
+func (qp *QP) WaitClosed(ctx context.Context) error {
 	return qp.wait(ctx, func() (bool, error) {
 		return qp.llpClosed || qp.state >= QPStateError, nil
 	})

@@ -142,6 +142,23 @@ func TestVerbsCreateCQAndQPConfig(t *testing.T) {
 	if got, _ := v.mem.Map(qc.PrivAddr, int(qc.PrivLen)); !bytes.Equal(got, priv) {
 		t.Fatalf("private data %q", got)
 	}
+	// The MPA choices are QP flags; a responder's peer-to-peer and
+	// revision are the initiator's to choose, so they are not set.
+	for _, c := range []struct {
+		attr      QPAttr
+		initiator bool
+		want      uint32
+	}{
+		{QPAttr{SendCQ: scq, RecvCQ: rcq, NoCRC: true, PeerToPeer: true}, true, rings.QPFlagInitiator | rings.QPFlagNoCRC | rings.QPFlagPeerToPeer},
+		{QPAttr{SendCQ: scq, RecvCQ: rcq, MPARev1: true}, true, rings.QPFlagInitiator | rings.QPFlagMPARev1},
+		{QPAttr{SendCQ: scq, RecvCQ: rcq, NoCRC: true, PeerToPeer: true, MPARev1: false}, false, rings.QPFlagNoCRC},
+	} {
+		qp.initiator = c.initiator
+		if got := qp.config(&c.attr).Flags; got != c.want {
+			t.Errorf("initiator %v %+v: flags %#x, want %#x", c.initiator, c.attr, got, c.want)
+		}
+	}
+	qp.initiator = true
 	for _, l := range []rings.Layout{qp.sqL, qp.rqL} {
 		if err := l.Validate(); err != nil {
 			t.Fatal(err)
@@ -224,6 +241,9 @@ func TestVerbsBadAttrAndCQSizes(t *testing.T) {
 		"ORD":          {SendCQ: cq, RecvCQ: cq, ORD: -1},
 		"private data": {SendCQ: cq, RecvCQ: cq, PrivateData: make([]byte, MaxPrivateData+1)},
 		"timeout":      {SendCQ: cq, RecvCQ: cq, ConnectTimeout: -1},
+		"IRD 16384":    {SendCQ: cq, RecvCQ: cq, IRD: MaxIRDORD + 1},
+		"p2p at rev 1": {SendCQ: cq, RecvCQ: cq, PeerToPeer: true, MPARev1: true},
+		"RTR delay":    {SendCQ: cq, RecvCQ: cq, RTRDelay: -1},
 	} {
 		if err := a.check(v); err == nil {
 			t.Errorf("%s: bad attributes accepted", name)
