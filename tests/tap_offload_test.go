@@ -461,8 +461,17 @@ func TestTAPOffloadLossy(t *testing.T) {
 				t.Errorf("engine: TxRetransSegs %d, FastRetransmits %d, RTOExpired %d; want retransmissions after the kernel's input drops",
 					c.TxRetransSegs, c.FastRetransmits, c.RTOExpired)
 			}
+			// Out-of-order data or duplicate ACKs are certain over 256
+			// MiB (hundreds of drops); over -short's 8 MiB a handful of
+			// drops can all be ACKs, or a flight's tail that the
+			// retransmission timer or a probe repairs without either
+			// (seen once in CI under the race detector: 7 drops, 1 RTO).
 			if c.OOOSegments == 0 && c.DupAcksRx == 0 {
-				t.Errorf("engine: OOOSegments 0 and DupAcksRx 0: it saw no sign of the loss")
+				if n >= 64<<20 {
+					t.Errorf("engine: OOOSegments 0 and DupAcksRx 0: it saw no sign of the loss")
+				} else {
+					t.Logf("engine: OOOSegments 0 and DupAcksRx 0 over %d MiB: the drops hit no data in mid-flight", n>>20)
+				}
 			}
 			if c.DropBadChecksum != 0 || c.DMAErrors != 0 || c.Timeouts != 0 {
 				t.Errorf("engine: DropBadChecksum %d, DMAErrors %d, Timeouts %d; want 0", c.DropBadChecksum, c.DMAErrors, c.Timeouts)
