@@ -36,12 +36,15 @@ type DriverConfig struct {
 	// SpinPolls is how many empty polls the interrupt handler makes before
 	// it sleeps. Default 32.
 	SpinPolls int
-	// NoGRO hands netstack every legacy frame as it came. By default the
-	// interrupt handler coalesces the TCP segments of one flow that a
-	// batch of notifications brings (generic receive offload, gVisor's
-	// stack/gro, as its fdbased endpoint does) into one packet of up to
-	// 64 KiB, so netstack's TCP processes a burst once.
-	NoGRO bool
+	// GRO makes the interrupt handler coalesce the TCP segments of one
+	// flow that a batch of notifications brings (generic receive
+	// offload, gVisor's stack/gro, as its fdbased endpoint does) into one
+	// packet of up to 64 KiB, so netstack's TCP processes a burst once:
+	// it nearly doubles netstack's receive rate from a TAP with offloads.
+	// Off by default for now: with it, TestChurnEveryEnding fails about
+	// one run in four (a DialOffload whose quiesce finds the SYN still
+	// unacknowledged after two seconds), for a reason not yet found.
+	GRO bool
 }
 
 func (c *DriverConfig) setDefaults() {
@@ -111,7 +114,7 @@ type DriverStats struct {
 	// as received a second time.
 	RxHeld, RxHeldBytes uint64
 	// RxGROMerged counts legacy frames netstack got merged into the
-	// packet before them (generic receive offload, DriverConfig.NoGRO),
+	// packet before them (generic receive offload, DriverConfig.GRO),
 	// and RxGROHeaderBytes the IP and TCP header bytes they shed: netstack
 	// counts RxGROMerged packets and RxGROHeaderBytes bytes fewer than
 	// the frames the driver handed it.
@@ -220,7 +223,7 @@ func NewDriver(mem *rings.Arena, dev Device, cfg DriverConfig) (*Driver, error) 
 		irq: rings.NewBell(), txSpace: rings.NewBell(), cmdDone: rings.NewBell(),
 		done: make(chan struct{}),
 	}
-	d.gro.Init(!cfg.NoGRO)
+	d.gro.Init(cfg.GRO)
 	// Every ring the driver opens kicks the device through it: counted.
 	d.door = d.stats.doorbell.on(dev.Doorbell())
 	// Buffers hold a whole frame, rounded to a cache line.
@@ -480,7 +483,7 @@ func (d *Driver) deliverToStack(disp stack.NetworkDispatcher, frame []byte, viaG
 // startGRO begins a batch of legacy frames on the interrupt goroutine:
 // until flushGRO, deliverToStack hands them to the coalescer.
 func (d *Driver) startGRO() {
-	if d.cfg.NoGRO {
+	if !d.cfg.GRO {
 		return
 	}
 	d.mu.RLock()

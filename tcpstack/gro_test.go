@@ -10,10 +10,10 @@ import (
 // coalesced: the driver's interrupt handler merges the segments of a
 // batch of legacy frames into fewer, larger packets (RxGROMerged counts
 // the frames merged, RxGROHeaderBytes their headers), every byte intact
-// both ways; with DriverConfig.NoGRO nothing is merged.
+// both ways; without DriverConfig.GRO (the default) nothing is merged.
 func TestGRO(t *testing.T) {
 	for _, off := range []bool{false, true} {
-		a, b, _ := gateHosts(t, nil, func(c *HostConfig) { c.Driver.NoGRO = off })
+		a, b, _ := gateHosts(t, nil, func(c *HostConfig) { c.Driver.GRO = !off })
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		nc, peer := dialAccepted(t, ctx, a.Dial, b, 5050, listenAll(t, b.Listen, 5050))
 		transfer(t, peer, nc, 8<<20) // b -> a: a's driver coalesces
@@ -21,10 +21,10 @@ func TestGRO(t *testing.T) {
 		cancel()
 		nc.Close()
 		s := a.Driver.Stats()
-		t.Logf("NoGRO %v: %d frames received, %d merged, %d header bytes shed", off, s.RxFrames, s.RxGROMerged, s.RxGROHeaderBytes)
+		t.Logf("GRO %v: %d frames received, %d merged, %d header bytes shed", !off, s.RxFrames, s.RxGROMerged, s.RxGROHeaderBytes)
 		switch {
 		case off && (s.RxGROMerged != 0 || s.RxGROHeaderBytes != 0):
-			t.Errorf("NoGRO: %d merged", s.RxGROMerged)
+			t.Errorf("GRO off: %d merged", s.RxGROMerged)
 		case !off && s.RxGROMerged < s.RxFrames/4:
 			t.Errorf("%d of %d frames merged, want most of a bulk stream's", s.RxGROMerged, s.RxFrames)
 		case !off && s.RxGROHeaderBytes < 40*s.RxGROMerged:
