@@ -64,8 +64,7 @@ func (c *conn) output(now int64) {
 		room := uint32(0)
 		if c.inRecovery {
 			// What Proportional Rate Reduction allows for the ACKs so
-			// far (cc.go); retransmissions of the holes below the
-			// highest SACKed byte go first.
+			// far (cc.go).
 			room = c.cc.sndcnt
 		} else if cw > inflight+c.rtxOut {
 			room = cw - inflight - c.rtxOut

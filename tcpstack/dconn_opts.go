@@ -116,9 +116,6 @@ func (c *DelegatedConn) KeepAliveConfig() net.KeepAliveConfig {
 // connections) sends each write at once; false turns Nagle's algorithm on
 // in the engine (a short segment waits while data is unacknowledged).
 func (c *DelegatedConn) SetNoDelay(noDelay bool) error {
-	if c.isClosed() {
-		return opErr("set nodelay", c, net.ErrClosed)
-	}
 	if err := c.update(&rings.ConnUpdate{Flags: rings.UpdNagle, Nagle: !noDelay}); err != nil {
 		return opErr("set nodelay", c, err)
 	}
@@ -131,9 +128,6 @@ func (c *DelegatedConn) SetNoDelay(noDelay bool) error {
 func (c *DelegatedConn) SetCongestionControl(cc rings.CongestionControl) error {
 	if !cc.Known() {
 		return opErr("set congestion control", c, fmt.Errorf("unknown congestion control %v", cc))
-	}
-	if c.isClosed() {
-		return opErr("set congestion control", c, net.ErrClosed)
 	}
 	if err := c.update(&rings.ConnUpdate{Flags: rings.UpdCongestion, Congestion: cc}); err != nil {
 		return opErr("set congestion control", c, err)
@@ -148,8 +142,12 @@ func (c *DelegatedConn) isClosed() bool {
 	return c.closed || c.released
 }
 
-// update submits an UPDATE of the connection and waits for its status.
+// update submits an UPDATE of the connection and waits for its status;
+// on a closed connection it is net.ErrClosed.
 func (c *DelegatedConn) update(u *rings.ConnUpdate) error {
+	if c.isClosed() {
+		return net.ErrClosed
+	}
 	var cmd rings.Command
 	u.ToCommand(&cmd)
 	cmd.Conn = c.idx

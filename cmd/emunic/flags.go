@@ -81,6 +81,25 @@ func parseWithArgs(cmd *command, fs *flag.FlagSet, args []string, stdout io.Writ
 	return nil
 }
 
+// pickSub takes a command family's subcommand (lwio, trace, rdma) from
+// args[0]: none, or one not in subs, is a usage error listing names; a
+// help flag prints the family's help.
+func pickSub(family *command, subs map[string]*command, names string, args []string, stdout io.Writer) (string, *command, error) {
+	if len(args) == 0 {
+		return "", nil, usagef("which one: %s (see 'emunic %s --help')", names, family.name)
+	}
+	sub := args[0]
+	if sub == "-h" || sub == "-help" || sub == "--help" {
+		printCommandHelp(stdout, family, nil)
+		return "", nil, errHelp
+	}
+	cmd := subs[sub]
+	if cmd == nil {
+		return "", nil, usagef("unknown subcommand %q: %s (see 'emunic %s --help')", sub, names, family.name)
+	}
+	return sub, cmd, nil
+}
+
 // flagError turns a FlagSet's parse error into a one-line usage error that
 // names the flag and what is wrong with it.
 func flagError(cmd *command, err error) error {

@@ -153,16 +153,9 @@ func parseLWIOFlags(sub string, args []string, stdout io.Writer) (lwioConfig, er
 }
 
 func runLWIOCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		return usagef("which one: serve, put, get or stat (see 'emunic lwio --help')")
-	}
-	sub := args[0]
-	if sub == "-h" || sub == "-help" || sub == "--help" {
-		printCommandHelp(stdout, lwioCmd, nil)
-		return errHelp
-	}
-	if lwioSub[sub] == nil {
-		return usagef("unknown subcommand %q: serve, put, get or stat (see 'emunic lwio --help')", sub)
+	sub, _, err := pickSub(lwioCmd, lwioSub, "serve, put, get or stat", args, stdout)
+	if err != nil {
+		return err
 	}
 	cfg, err := parseLWIOFlags(sub, args[1:], stdout)
 	if err != nil {

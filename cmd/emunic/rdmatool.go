@@ -148,16 +148,9 @@ func parseRDMAToolFlags(sub string, args []string, stdout io.Writer) (rdmaToolCo
 }
 
 func runRDMAToolCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		return usagef("which one: ping or echo (see 'emunic rdma --help')")
-	}
-	sub := args[0]
-	if sub == "-h" || sub == "-help" || sub == "--help" {
-		printCommandHelp(stdout, rdmaToolCmd, nil)
-		return errHelp
-	}
-	if rdmaToolSub[sub] == nil {
-		return usagef("unknown subcommand %q: ping or echo (see 'emunic rdma --help')", sub)
+	sub, _, err := pickSub(rdmaToolCmd, rdmaToolSub, "ping or echo", args, stdout)
+	if err != nil {
+		return err
 	}
 	cfg, err := parseRDMAToolFlags(sub, args[1:], stdout)
 	if err != nil {

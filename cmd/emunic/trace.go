@@ -65,17 +65,9 @@ Prints a trace decoded, one step per paragraph: ← what the device was given,
 }
 
 func runTraceCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		return usagef("which one: record, replay, diff or show (see 'emunic trace --help')")
-	}
-	sub := args[0]
-	if sub == "-h" || sub == "-help" || sub == "--help" {
-		printCommandHelp(stdout, traceCmd, nil)
-		return errHelp
-	}
-	cmd := traceSub[sub]
-	if cmd == nil {
-		return usagef("unknown subcommand %q: record, replay, diff or show (see 'emunic trace --help')", sub)
+	sub, cmd, err := pickSub(traceCmd, traceSub, "record, replay, diff or show", args, stdout)
+	if err != nil {
+		return err
 	}
 	fs := newFlagSet(cmd.name)
 	out := fs.String("out", "", "write the trace to `FILE`")
