@@ -690,6 +690,9 @@ func TestTAPOffloadsBothWays(t *testing.T) {
 			t.Errorf("plain %v: the source's bytes arrived wrong", plain)
 		}
 		s.Close()
+		// The engine's counters are exact once its device has stopped
+		// (engine()); read while it runs, they are its last park's.
+		lab.close()
 		st, eng := lab.tap.Stats(), lab.engine()
 		t.Logf("plain %v: %d super-frames in, %d out; engine TSO frames %d, %d segments", plain, st.RxGSOFrames, st.TxGSOFrames, eng.TSOFrames, eng.TxSegments)
 		// A split device (EMUNIC_SPLIT=1) gets its frames through a socket
