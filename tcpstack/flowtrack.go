@@ -299,7 +299,6 @@ func (f *flowInfo) learnOut(frame []byte, s *tcpSeg) {
 	copy(f.nextHopMAC[:], frame[0:6])
 	end := s.seq + uint32(s.payload)
 	if s.flags&tcpSyn != 0 {
-		f.sawOurSyn = true
 		f.ourMSS, f.ourWS, f.ourSACK = s.mss, s.ws, s.sackOK
 		f.ourTS = s.hasTS
 		// A SYN's window is never scaled; keep it in the units of later
@@ -309,11 +308,22 @@ func (f *flowInfo) learnOut(frame []byte, s *tcpSeg) {
 		if s.ws > 0 {
 			f.ourWnd = s.window >> s.ws
 		}
-		f.synAt = monotime()
-		f.iss = s.seq
 		end++
-		f.sndNxt = end
-		f.sndUna = s.seq
+		if !f.sawOurSyn || s.seq != f.iss {
+			f.synAt = monotime()
+			f.iss = s.seq
+			f.sndNxt = end
+			f.sndUna = s.seq
+		} else {
+			// A retransmitted SYN leaves SND.UNA alone: netstack's
+			// handshake timer can resend the SYN just as the SYN-ACK
+			// arrives, after the tracker learned the SYN's ACK from it;
+			// moving SND.UNA back left the SYN "unacknowledged" for good
+			// (a DialOffload's quiesce then timed out). Nor does its ACK
+			// give an RTT sample (Karn).
+			f.synAt = 0
+		}
+		f.sawOurSyn = true
 	}
 	if s.flags&tcpFin != 0 {
 		end++

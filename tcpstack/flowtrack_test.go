@@ -154,3 +154,33 @@ func FuzzParseTCPFrame(f *testing.F) {
 		tr.observe(b, true)
 	})
 }
+
+// TestFlowTrackerSYNRetransmitted: netstack's handshake timer resends the
+// SYN just as the SYN-ACK arrives, and the tracker sees the resent SYN after
+// the SYN-ACK. SND.UNA stays past the SYN (it went back to the ISS, and a
+// DialOffload then waited for an ACK that never came), and the handshake
+// gives no RTT sample (Karn: the ACK may be the first SYN's or the second's).
+func TestFlowTrackerSYNRetransmitted(t *testing.T) {
+	for _, synAckFirst := range []bool{true, false} {
+		var tr flowTracker
+		k := FlowKey{LocalIP: hostIP, RemoteIP: peerIP, LocalPort: 40000, RemotePort: 80}
+		tr.addNew(k)
+		syn := tcpFrame(true, 1000, 0, tcpSyn, 65535, synOpts, 0)
+		synAck := tcpFrame(false, 5000, 1001, tcpSyn|tcpAck, 28960, []byte{2, 4, 0x05, 0x78, 4, 2}, 0)
+		tr.observe(syn, true)
+		if synAckFirst {
+			tr.observe(synAck, false)
+			tr.observe(syn, true)
+		} else {
+			tr.observe(syn, true)
+			tr.observe(synAck, false)
+		}
+		fi, _ := tr.snapshot(k)
+		if fi.sndUna != 1001 || fi.sndNxt != 1001 || fi.iss != 1000 || !fi.sawOurSyn || !fi.sawPeerSyn {
+			t.Errorf("SYN-ACK first %v: SND.UNA %d SND.NXT %d ISS %d, want 1001 1001 1000", synAckFirst, fi.sndUna, fi.sndNxt, fi.iss)
+		}
+		if !synAckFirst && fi.rtt != 0 {
+			t.Errorf("an RTT of %v from a retransmitted SYN's ACK", fi.rtt)
+		}
+	}
+}

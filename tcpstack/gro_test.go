@@ -10,10 +10,10 @@ import (
 // coalesced: the driver's interrupt handler merges the segments of a
 // batch of legacy frames into fewer, larger packets (RxGROMerged counts
 // the frames merged, RxGROHeaderBytes their headers), every byte intact
-// both ways; without DriverConfig.GRO (the default) nothing is merged.
+// both ways; with DriverConfig.NoGRO nothing is merged.
 func TestGRO(t *testing.T) {
 	for _, off := range []bool{false, true} {
-		a, b, _ := gateHosts(t, nil, func(c *HostConfig) { c.Driver.GRO = !off })
+		a, b, _ := gateHosts(t, nil, func(c *HostConfig) { c.Driver.NoGRO = off })
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		nc, peer := dialAccepted(t, ctx, a.Dial, b, 5050, listenAll(t, b.Listen, 5050))
 		transfer(t, peer, nc, 8<<20) // b -> a: a's driver coalesces

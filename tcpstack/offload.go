@@ -193,7 +193,7 @@ func (o *offloader) delegate(ep tcpip.Endpoint, wq *waiter.Queue, key FlowKey, a
 		select {
 		case <-acked:
 		case <-timer.C:
-			return nil, fmt.Errorf("%w: %d bytes still unacknowledged, %d unsent", ErrNotDelegated, fi.sndNxt-fi.sndUna, written-min(sent, written))
+			return nil, fmt.Errorf("%w: %d bytes still unacknowledged, %d unsent (the NIC saw %d segments out, %d in)", ErrNotDelegated, fi.sndNxt-fi.sndUna, written-min(sent, written), fi.outSegments, fi.inSegments)
 		}
 	}
 	unfreeze := thaw
