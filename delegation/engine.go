@@ -113,7 +113,8 @@ const NoDeadline = math.MaxInt64
 // Counters count every segment, drop and rejection. Fields are
 // free-running; read them with Engine.Counters.
 type Counters struct {
-	RxSegments    uint64 // segments that passed the header and checksum checks
+	RxSegments    uint64 // segments that passed the header and checksum checks (a super-frame: the segments it stands for)
+	RxLRO         uint64 // super-frames taken whole (InputLRO)
 	RxBytes       uint64 // payload bytes accepted in order (placed in host memory)
 	TxSegments    uint64 // frames transmitted
 	TxBytes       uint64 // payload bytes transmitted, retransmissions included

@@ -33,6 +33,21 @@ func (e *Engine) Input(idx uint32, ipHdr, tcpSeg []byte) {
 // the flow up, and summing it again here cost a second pass over every
 // payload byte). Everything else is checked as Input checks it.
 func (e *Engine) InputFlags(idx uint32, ipHdr, tcpSeg []byte, fl RxFlags) {
+	e.input(idx, ipHdr, tcpSeg, fl, 1)
+}
+
+// InputLRO is InputFlags for a super-frame the device took whole (large
+// receive offload): a TCP segment standing for segs wire segments (a TAP
+// hands the kernel's 64 KiB TSO output over as one). Its payload is placed
+// in one pass; the ACK rules count it as segs segments (RFC 5681's ACK for
+// every second one, maxStretch), as a Linux receiver counts a GRO packet.
+// RxSegments counts segs, RxLRO the super-frames.
+func (e *Engine) InputLRO(idx uint32, ipHdr, tcpSeg []byte, fl RxFlags, segs int) {
+	e.ctr.RxLRO++
+	e.input(idx, ipHdr, tcpSeg, fl, max(segs, 1))
+}
+
+func (e *Engine) input(idx uint32, ipHdr, tcpSeg []byte, fl RxFlags, segs int) {
 	if len(e.pendList) > 0 {
 		e.flushNotify(e.env.NowNanos())
 	}
@@ -89,7 +104,8 @@ func (e *Engine) InputFlags(idx uint32, ipHdr, tcpSeg []byte, fl RxFlags) {
 		e.ctr.DropBadOptions++
 		return
 	}
-	e.ctr.RxSegments++
+	e.ctr.RxSegments += uint64(segs)
+	s.segs = uint32(segs)
 	now := e.env.NowNanos()
 	c.input(now, &s)
 	e.schedule(c)
@@ -579,7 +595,7 @@ func (c *conn) processData(now int64, s *segment) {
 		return
 	}
 	if len(data) > 0 {
-		c.segsUnacked++
+		c.segsUnacked += int(max(s.segs, 1))
 		switch {
 		case c.segsUnacked >= maxStretch || c.segsUnacked >= 2 && !e.inBurst:
 			c.ackNow = true

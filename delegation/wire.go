@@ -74,6 +74,9 @@ type segment struct {
 	tsEcr   uint32
 	nSACK   int
 	sack    [maxSACKBlocks]sackBlock
+	// segs is how many wire segments this one stands for: more than one
+	// for a super-frame the device took whole (Engine.InputLRO).
+	segs uint32
 }
 
 // seqLen is the sequence space the segment occupies (SYN and FIN count one).

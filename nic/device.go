@@ -55,6 +55,14 @@ type Config struct {
 	// Engine configures the delegated TCP engine (connection table size,
 	// timers, buffer limits).
 	Engine delegation.Config
+	// NoLRO turns off large receive offload. By default a port that hands
+	// over TCP super-frames whole (port.LROReader: a TAP with offloads)
+	// gets a receive FIFO of super-frame slots (at most lroFIFODepth),
+	// and a super-frame of a delegated flow goes to the engine as one
+	// segment: its payload placed in one pass, its segments counted for
+	// the ACKs. A super-frame of any other flow is cut into its wire
+	// segments in the unit and goes on as they would have.
+	NoLRO bool
 
 	// Tracer, when set, sees everything that crosses the device's
 	// boundary (package trace records and replays with it): it wraps host
@@ -187,8 +195,10 @@ type Device struct {
 	stats  [rings.NumStats]atomic.Uint64
 	parked atomic.Bool
 
-	poll       PollPort    // non-nil: the unit polls the port (no MAC goroutine)
-	macWaiting atomic.Bool // the MAC waits for FIFO space (flow control)
+	poll       PollPort       // non-nil: the unit polls the port (no MAC goroutine)
+	lro        port.LROReader // non-nil: the MAC takes super-frames whole (Config.NoLRO)
+	lroSplit   port.Splitter  // the unit's cut of a super-frame of a flow the engine does not own
+	macWaiting atomic.Bool    // the MAC waits for FIFO space (flow control)
 	macBell    *rings.Bell
 
 	// rxStallSince is when the frame at the FIFO head started waiting for
@@ -303,7 +313,16 @@ func (d *Device) Start(rc RingConfig, vec Vectors) error {
 		return fmt.Errorf("nic: receive ring: %w", err)
 	}
 	d.vec = vec
-	d.fifo = newRxFIFO(d.cfg.RxFIFODepth, d.maxFrame)
+	if lr, ok := d.port.(port.LROReader); ok && !d.cfg.NoLRO && !d.traced && !d.cfg.Manual {
+		if _, polled := d.port.(PollPort); !polled {
+			d.lro = lr
+		}
+	}
+	if d.lro != nil {
+		d.fifo = newRxFIFO(min(d.cfg.RxFIFODepth, lroFIFODepth), port.LROBufferSize)
+	} else {
+		d.fifo = newRxFIFO(d.cfg.RxFIFODepth, d.maxFrame)
+	}
 	d.eng = delegation.NewEngine(d.cfg.Engine, engineEnv{d})
 	d.rdmaInit()
 	d.timer = time.NewTimer(time.Hour)
@@ -401,16 +420,21 @@ func (d *Device) mac() {
 		full := slot == nil
 		if full {
 			if spill == nil {
-				spill = make([]byte, d.maxFrame)
+				spill = make([]byte, len(d.fifo.slots[0]))
 			}
 			slot = spill
 		}
 		var n int
 		var err error
 		verified := false
-		if cr != nil {
+		lf := port.LROFrame{Segs: 1}
+		switch {
+		case d.lro != nil:
+			lf, err = d.lro.ReadFrameLRO(slot)
+			n, verified = lf.N, lf.L4Verified
+		case cr != nil:
 			n, verified, err = cr.ReadFrameCsum(slot)
-		} else {
+		default:
 			n, err = d.port.ReadFrame(slot)
 		}
 		if err != nil {
@@ -420,13 +444,19 @@ func (d *Device) mac() {
 			}
 			return // closed
 		}
-		d.count(rings.StatRxFrames)
-		d.stats[rings.StatRxBytes].Add(uint64(n))
+		if lf.GSOSize > 0 {
+			// A super-frame counts as the wire frames it stands for.
+			d.stats[rings.StatRxFrames].Add(uint64(lf.Segs))
+			d.stats[rings.StatRxBytes].Add(uint64(lf.WireBytes))
+		} else {
+			d.count(rings.StatRxFrames)
+			d.stats[rings.StatRxBytes].Add(uint64(n))
+		}
 		if full {
-			d.count(rings.StatRxDropFIFO)
+			d.stats[rings.StatRxDropFIFO].Add(uint64(lf.Segs))
 			continue
 		}
-		d.fifo.pushCsum(n, verified)
+		d.fifo.pushLRO(lf.Off, n, verified, lf.GSOSize, lf.Segs)
 		if d.parked.Load() {
 			d.bell.Kick()
 		}

@@ -2,13 +2,23 @@ package nic
 
 import "sync/atomic"
 
+// With large receive offload (Config.NoLRO) the FIFO's slots hold a
+// super-frame each: fewer of them, lroFIFODepth at most (8 MiB).
+const (
+	lroFrameSize = 65535 + EthHeaderLen
+	lroFIFODepth = 128
+)
+
 // rxFIFO is the receive FIFO between the MAC (the goroutine reading the
 // port) and the offload unit: fixed frame slots allocated once, free-running
 // indices, no allocation per frame. One writer, one reader.
 type rxFIFO struct {
 	slots [][]byte
 	lens  []int
-	ok    []bool // the port vouched for the frame's transport checksum
+	offs  []int   // where the frame starts in its slot (port.LROFrame.Off)
+	ok    []bool  // the port vouched for the frame's transport checksum
+	gso   []int32 // > 0: a super-frame of segments of this payload size (Config.NoLRO)
+	segs  []int32 // the wire frames a super-frame stands for
 	mask  uint32
 	head  atomic.Uint32 // next slot the unit reads; written by the unit
 	_     [60]byte
@@ -20,7 +30,7 @@ func newRxFIFO(depth, frameSize int) *rxFIFO {
 	for n < depth {
 		n <<= 1
 	}
-	f := &rxFIFO{slots: make([][]byte, n), lens: make([]int, n), ok: make([]bool, n), mask: uint32(n - 1)}
+	f := &rxFIFO{slots: make([][]byte, n), lens: make([]int, n), offs: make([]int, n), ok: make([]bool, n), gso: make([]int32, n), segs: make([]int32, n), mask: uint32(n - 1)}
 	backing := make([]byte, n*frameSize)
 	for i := range f.slots {
 		f.slots[i] = backing[i*frameSize : (i+1)*frameSize : (i+1)*frameSize]
@@ -42,11 +52,25 @@ func (f *rxFIFO) push(n int) { f.pushCsum(n, false) }
 
 // pushCsum is push, saying whether the port verified the frame's transport
 // checksum (port.CsumReader).
-func (f *rxFIFO) pushCsum(n int, l4OK bool) {
+func (f *rxFIFO) pushCsum(n int, l4OK bool) { f.pushLRO(0, n, l4OK, 0, 1) }
+
+// pushLRO is pushCsum for a frame at off in its slot that may be a
+// super-frame of segs segments of gso payload bytes (gso 0: an ordinary
+// frame).
+func (f *rxFIFO) pushLRO(off, n int, l4OK bool, gso, segs int) {
 	t := f.tail.Load()
+	f.offs[t&f.mask] = off
 	f.lens[t&f.mask] = n
 	f.ok[t&f.mask] = l4OK
+	f.gso[t&f.mask], f.segs[t&f.mask] = int32(gso), int32(segs)
 	f.tail.Store(t + 1)
+}
+
+// headLRO returns the oldest frame's GSO size (0: not a super-frame) and
+// the segments it stands for.
+func (f *rxFIFO) headLRO() (gso, segs int) {
+	i := f.head.Load() & f.mask
+	return int(f.gso[i]), int(f.segs[i])
 }
 
 // headVerified reports whether the port verified the oldest frame's
@@ -60,7 +84,7 @@ func (f *rxFIFO) peek() []byte {
 		return nil
 	}
 	i := h & f.mask
-	return f.slots[i][:f.lens[i]]
+	return f.slots[i][f.offs[i] : f.offs[i]+f.lens[i]]
 }
 
 func (f *rxFIFO) pop() { f.head.Add(1) }

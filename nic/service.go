@@ -128,11 +128,35 @@ func (d *Device) serviceRx() int {
 	d.eng.BeginBurst()
 	defer d.eng.EndBurst(d.now)
 	for ; n < d.cfg.Burst; n++ {
-		f := d.fifo.peek()
-		if f == nil {
-			break
+		// The next frame: a wire segment of a super-frame being cut, or
+		// the FIFO's head.
+		var f []byte
+		var verified bool
+		cut := d.lroSplit.Pending()
+		if cut {
+			f, verified = d.lroSplit.Peek(), true
+		} else {
+			if f = d.fifo.peek(); f == nil {
+				break
+			}
+			verified = d.fifo.headVerified()
+			if gso, segs := d.fifo.headLRO(); gso > 0 {
+				if d.inputLRO(f, segs, &pf) {
+					d.popFIFO()
+					continue
+				}
+				// Not a delegated flow's: it goes on as the wire
+				// segments it stands for.
+				err := d.lroSplit.Split(gso, f)
+				d.popFIFO()
+				if err != nil { // the port checked it: only a port bug gets here
+					d.stats[rings.StatRxDropShort].Add(uint64(segs))
+					continue
+				}
+				f, cut = d.lroSplit.Peek(), true
+			}
 		}
-		switch classify(f, d.cfg.MAC, d.maxFrame, &pf, d.fifo.headVerified()) {
+		switch classify(f, d.cfg.MAC, d.maxFrame, &pf, verified) {
 		case rxLegacy:
 			if pf.proto == ProtoTCP && !pf.fragment && pf.etherType == EtherTypeIPv4 {
 				ip, seg := f[pf.ipOff:pf.l4Off], f[pf.l4Off:pf.l4Off+pf.l4Len]
@@ -147,6 +171,7 @@ func (d *Device) serviceRx() int {
 				}
 			}
 			if !d.upload(f) {
+				// It waits (a cut super-frame keeps its place).
 				d.rx.Release()
 				return n
 			}
@@ -161,9 +186,10 @@ func (d *Device) serviceRx() int {
 		case rxDropNotForUs:
 			d.count(rings.StatRxDropNotForUs)
 		}
-		d.fifo.pop()
-		if d.macWaiting.Load() {
-			d.macBell.Kick()
+		if cut {
+			d.lroSplit.Pop()
+		} else {
+			d.popFIFO()
 		}
 	}
 	// Release consumed receive descriptors before the notifications that
@@ -171,6 +197,32 @@ func (d *Device) serviceRx() int {
 	// reposts a buffer as soon as it is told always finds its slot free.
 	d.rx.Release()
 	return n
+}
+
+// popFIFO frees the FIFO's head slot, waking the MAC if it waits for one.
+func (d *Device) popFIFO() {
+	d.fifo.pop()
+	if d.macWaiting.Load() {
+		d.macBell.Kick()
+	}
+}
+
+// inputLRO gives a super-frame (Config.NoLRO) of a delegated flow to the
+// engine whole, as the segs segments it stands for. False: it is not a
+// delegated flow's (nor a well-formed TCP/IPv4 frame for us), and goes on
+// as its wire segments.
+func (d *Device) inputLRO(f []byte, segs int, pf *parsedFrame) bool {
+	if classify(f, d.cfg.MAC, lroFrameSize, pf, true) != rxLegacy ||
+		pf.proto != ProtoTCP || pf.fragment || pf.etherType != EtherTypeIPv4 {
+		return false
+	}
+	ip, seg := f[pf.ipOff:pf.l4Off], f[pf.l4Off:pf.l4Off+pf.l4Len]
+	idx, ok := d.eng.LookupSegment(ip, seg)
+	if !ok {
+		return false
+	}
+	d.eng.InputLRO(idx, ip, seg, pf.engineFlags(), segs)
+	return true
 }
 
 // upload DMAs a frame into the next legacy buffer. It returns false when the

@@ -648,8 +648,9 @@ func TestTAPOffloadAcceptBurst(t *testing.T) {
 }
 
 // TestTAPOffloadsBothWays: over a TAP with offloads the kernel hands the
-// NIC super-frames and the engine hands the kernel super-frames (TSO), and
-// both streams arrive intact; a TAP opened without offloads sees neither.
+// NIC super-frames, which the engine takes whole (LRO), and the engine
+// hands the kernel super-frames (TSO), and both streams arrive intact; a
+// TAP opened without offloads sees neither.
 func TestTAPOffloadsBothWays(t *testing.T) {
 	for _, plain := range []bool{false, true} {
 		lab := newTAPOffloadLabWith(t, byte(map[bool]int{false: 90, true: 91}[plain]), port.TAPOptions{NoOffload: plain})
@@ -694,7 +695,7 @@ func TestTAPOffloadsBothWays(t *testing.T) {
 		// (engine()); read while it runs, they are its last park's.
 		lab.close()
 		st, eng := lab.tap.Stats(), lab.engine()
-		t.Logf("plain %v: %d super-frames in, %d out; engine TSO frames %d, %d segments", plain, st.RxGSOFrames, st.TxGSOFrames, eng.TSOFrames, eng.TxSegments)
+		t.Logf("plain %v: %d super-frames in (%d taken whole), %d out; engine TSO frames %d, %d segments", plain, st.RxGSOFrames, eng.RxLRO, st.TxGSOFrames, eng.TSOFrames, eng.TxSegments)
 		// A split device (EMUNIC_SPLIT=1) gets its frames through a socket
 		// the host splices to the TAP: the port still takes super-frames
 		// apart, but the engine has no TSO behind a socket.
@@ -707,6 +708,12 @@ func TestTAPOffloadsBothWays(t *testing.T) {
 		}
 		if st.RxDropBadGSO != 0 {
 			t.Errorf("plain %v: %d super-frames dropped as malformed", plain, st.RxDropBadGSO)
+		}
+		// LRO (nic.Config.NoLRO): the delegated stream's super-frames
+		// reach the engine whole. Only what came before the delegation
+		// (netstack's, cut into segments in the unit) does not.
+		if lro := !plain && !split; lro != (eng.RxLRO > 0) || eng.RxLRO > st.RxGSOFrames || lro && eng.RxLRO < st.RxGSOFrames/2 {
+			t.Errorf("plain %v split %v: the engine took %d of the port's %d super-frames whole", plain, split, eng.RxLRO, st.RxGSOFrames)
 		}
 	}
 }

@@ -148,33 +148,13 @@ func (s *gsoSplitter) pop(buf []byte, csum bool) (int, error) {
 // computed whole.
 func (s *gsoSplitter) split(h *VnetHdr, frame []byte) error {
 	s.next, s.count, s.ends = 0, 0, s.ends[:0]
-	if h.GSOType&^VnetGSOECN != VnetGSOTCPv4 {
-		return fmt.Errorf("%w: GSO type %#x (only TCP/IPv4 is enabled)", ErrBadGSO, h.GSOType)
+	sf, err := parseSuper(h, frame)
+	if err != nil {
+		return err
 	}
-	if len(frame) < hdr.EthernetSize || hdr.Ethernet(frame).Type() != hdr.EtherTypeIPv4 {
-		return fmt.Errorf("%w: a TCP/IPv4 super-frame that is not IPv4", ErrBadGSO)
-	}
-	ip := hdr.IPv4(frame[hdr.EthernetSize:])
-	if len(ip) < hdr.IPv4MinSize || ip.Version() != 4 || ip.HeaderLen() < hdr.IPv4MinSize || len(ip) < ip.HeaderLen()+hdr.TCPMinSize || ip.Proto() != hdr.ProtoTCP {
-		return fmt.Errorf("%w: bad IPv4 header in a super-frame", ErrBadGSO)
-	}
-	ihl := ip.HeaderLen()
-	tcp := hdr.TCP(ip[ihl:])
-	thl := tcp.HeaderLen()
-	if thl < hdr.TCPMinSize || thl > len(tcp) {
-		return fmt.Errorf("%w: bad TCP header in a super-frame", ErrBadGSO)
-	}
-	// The IP length field, not the read, says where the packet ends.
-	if tl := int(ip.TotalLen()); tl >= ihl+thl && tl <= len(ip) {
-		ip, tcp = ip[:tl], tcp[:tl-ihl]
-	}
-	mss := int(h.GSOSize)
-	payload := tcp[thl:]
-	if mss <= 0 {
-		return fmt.Errorf("%w: GSO size 0", ErrBadGSO)
-	}
-	hl := hdr.EthernetSize + ihl + thl
-	nseg := max(1, (len(payload)+mss-1)/mss)
+	ip, tcp, payload, mss := sf.ip, sf.tcp, sf.payload, sf.mss
+	ihl, thl := ip.HeaderLen(), tcp.HeaderLen()
+	hl, nseg := sf.hl, sf.segs
 	if need := nseg*hl + len(payload); cap(s.out) < need {
 		s.out = make([]byte, 0, need)
 	}
@@ -205,4 +185,113 @@ func (s *gsoSplitter) split(h *VnetHdr, frame []byte) error {
 	}
 	s.count, s.src, s.dst, s.l4 = nseg, src, dst, hdr.EthernetSize+ihl
 	return nil
+}
+
+// gsoFrame is a TCP/IPv4 super-frame the kernel handed over, checked.
+type gsoFrame struct {
+	ip      hdr.IPv4 // up to the IP total length
+	tcp     hdr.TCP
+	payload []byte
+	mss     int // payload bytes per segment (GSO size)
+	hl      int // Ethernet + IP + TCP header bytes of every segment
+	segs    int // the wire segments it stands for
+}
+
+// wireBytes is what its segments weigh on the wire.
+func (sf *gsoFrame) wireBytes() int { return sf.segs*sf.hl + len(sf.payload) }
+
+// parseSuper checks a super-frame and its virtio-net header: TCP/IPv4, a
+// GSO size, headers whole. The IP length field, not the read, says where
+// the packet ends.
+func parseSuper(h *VnetHdr, frame []byte) (gsoFrame, error) {
+	if h.GSOType&^VnetGSOECN != VnetGSOTCPv4 {
+		return gsoFrame{}, fmt.Errorf("%w: GSO type %#x (only TCP/IPv4 is enabled)", ErrBadGSO, h.GSOType)
+	}
+	if len(frame) < hdr.EthernetSize || hdr.Ethernet(frame).Type() != hdr.EtherTypeIPv4 {
+		return gsoFrame{}, fmt.Errorf("%w: a TCP/IPv4 super-frame that is not IPv4", ErrBadGSO)
+	}
+	ip := hdr.IPv4(frame[hdr.EthernetSize:])
+	if len(ip) < hdr.IPv4MinSize || ip.Version() != 4 || ip.HeaderLen() < hdr.IPv4MinSize || len(ip) < ip.HeaderLen()+hdr.TCPMinSize || ip.Proto() != hdr.ProtoTCP {
+		return gsoFrame{}, fmt.Errorf("%w: bad IPv4 header in a super-frame", ErrBadGSO)
+	}
+	ihl := ip.HeaderLen()
+	tcp := hdr.TCP(ip[ihl:])
+	thl := tcp.HeaderLen()
+	if thl < hdr.TCPMinSize || thl > len(tcp) {
+		return gsoFrame{}, fmt.Errorf("%w: bad TCP header in a super-frame", ErrBadGSO)
+	}
+	if tl := int(ip.TotalLen()); tl >= ihl+thl && tl <= len(ip) {
+		ip, tcp = ip[:tl], tcp[:tl-ihl]
+	}
+	mss := int(h.GSOSize)
+	if mss <= 0 {
+		return gsoFrame{}, fmt.Errorf("%w: GSO size 0", ErrBadGSO)
+	}
+	payload := tcp[thl:]
+	return gsoFrame{ip: ip, tcp: tcp, payload: payload, mss: mss, hl: hdr.EthernetSize + ihl + thl,
+		segs: max(1, (len(payload)+mss-1)/mss)}, nil
+}
+
+// LROBufferSize is a buffer ReadFrameLRO reads any frame into without a
+// copy (the kernel's virtio-net header before it, LROFrame.Off).
+const LROBufferSize = VnetHdrSize + TAPMaxFrameSize
+
+// LROFrame says what ReadFrameLRO put in the caller's buffer.
+type LROFrame struct {
+	Off, N int // the frame is buf[Off:Off+N]
+	// GSOSize > 0: the frame is a TCP/IPv4 super-frame standing for Segs
+	// wire segments of GSOSize payload bytes (the last one shorter): the
+	// first segment's headers with the IP total length of the whole and a
+	// valid IP header checksum, the TCP checksum not computed
+	// (L4Verified), FIN and PSH as the last segment carries them.
+	GSOSize    int
+	Segs       int  // wire frames it stands for (1 for an ordinary frame)
+	WireBytes  int  // their bytes on the wire (N for an ordinary frame)
+	L4Verified bool // as CsumReader's
+}
+
+// LROReader is a port that can hand over a TCP super-frame whole (large
+// receive offload), for a receiver that places a delegated flow's payload
+// in one pass instead of segment by segment. A super-frame that does not
+// fit buf comes as its segments, one per call, as ReadFrameCsum gives them.
+// Ports that record frames (a Recorder) do not offer it: what they record
+// stays wire-size frames.
+type LROReader interface {
+	ReadFrameLRO(buf []byte) (LROFrame, error)
+}
+
+// Splitter cuts a super-frame that ReadFrameLRO handed over into its wire
+// segments, for a receiver that takes super-frames whole only for some
+// flows (the rest go on as the wire would have carried them). Segments
+// keep the kernel's partial TCP checksum: they are as verified as the
+// super-frame was. No allocation per frame once it has grown.
+type Splitter struct{ s gsoSplitter }
+
+// Split takes frame (an LROFrame of gsoSize) apart; the previous frame's
+// segments not yet taken are dropped.
+func (p *Splitter) Split(gsoSize int, frame []byte) error {
+	h := VnetHdr{GSOType: VnetGSOTCPv4, GSOSize: uint16(gsoSize)}
+	return p.s.split(&h, frame)
+}
+
+// Pending reports whether segments are waiting.
+func (p *Splitter) Pending() bool { return p.s.pending() }
+
+// Peek returns the next segment (valid until the next Split), or nil.
+func (p *Splitter) Peek() []byte {
+	if !p.s.pending() {
+		return nil
+	}
+	start := 0
+	if p.s.next > 0 {
+		start = p.s.ends[p.s.next-1]
+	}
+	return p.s.out[start:p.s.ends[p.s.next]]
+}
+
+// Pop moves past the segment Peek returned.
+func (p *Splitter) Pop() {
+	if p.s.pending() {
+		p.s.next++
+	}
 }

@@ -383,6 +383,95 @@ func (t *TAPPort) readVnetCsum(buf []byte, csum bool) (int, bool, error) {
 	}
 }
 
+// ReadFrameLRO implements LROReader: a super-frame the kernel hands over
+// comes whole into buf when it fits (one copy, no checksum computed, its IP
+// header checksum made valid for the whole), counted as the segments it
+// stands for; anything else comes as ReadFrameCsum gives it.
+func (t *TAPPort) ReadFrameLRO(buf []byte) (LROFrame, error) {
+	if t.closed.Load() {
+		return LROFrame{}, ErrClosed
+	}
+	if !t.vnet {
+		n, ok, err := t.ReadFrameCsum(buf)
+		return LROFrame{N: n, Segs: 1, WireBytes: n, L4Verified: ok}, err
+	}
+	t.rmu.Lock()
+	if t.gso.pending() {
+		// Segments left by a ReadFrame of a super-frame: hand them out first.
+		t.rmu.Unlock()
+		n, ok, err := t.readVnetCsum(buf, false)
+		return LROFrame{N: n, Segs: 1, WireBytes: n, L4Verified: ok}, err
+	}
+	// Any frame fits a buffer of LROBufferSize: read straight into it.
+	rb, direct := t.gbuf, len(buf) >= LROBufferSize
+	if direct {
+		rb = buf
+	}
+	for {
+		n, err := t.file.Read(rb)
+		if err != nil {
+			t.rmu.Unlock()
+			return LROFrame{}, t.readError(err)
+		}
+		var h VnetHdr
+		if err := h.Decode(rb[:n]); err != nil {
+			t.stats.rxDropBadGSO.Add(1)
+			continue
+		}
+		frame := rb[VnetHdrSize:n]
+		if h.GSOType == VnetGSONone {
+			if h.Flags&VnetFlagNeedsCsum != 0 && finishCsum(frame, int(h.CsumStart), int(h.CsumOffset)) != nil {
+				t.stats.rxDropBadGSO.Add(1)
+				continue
+			}
+			t.rmu.Unlock()
+			f := LROFrame{Segs: 1, L4Verified: h.Flags&(VnetFlagNeedsCsum|VnetFlagDataValid) != 0}
+			if direct {
+				f.Off, f.N = VnetHdrSize, len(frame)
+			} else {
+				if len(frame) > len(buf) {
+					t.stats.rxDropTooBig.Add(1)
+					return LROFrame{}, ErrFrameTooBig
+				}
+				f.N = copy(buf, frame)
+			}
+			f.WireBytes = f.N
+			t.stats.rxFrames.Add(1)
+			t.stats.rxBytes.Add(uint64(f.N))
+			return f, nil
+		}
+		sf, err := parseSuper(&h, frame)
+		if err != nil {
+			t.stats.rxDropBadGSO.Add(1)
+			continue
+		}
+		whole := hdr.EthernetSize + len(sf.ip)
+		if !direct && whole > len(buf) {
+			// Too big for the caller: its segments, one per call.
+			if err := t.gso.split(&h, frame); err != nil {
+				t.stats.rxDropBadGSO.Add(1)
+				continue
+			}
+			t.stats.rxGSO.Add(1)
+			t.rmu.Unlock()
+			n, ok, err := t.readVnetCsum(buf, false)
+			return LROFrame{N: n, Segs: 1, WireBytes: n, L4Verified: ok}, err
+		}
+		t.stats.rxGSO.Add(1)
+		t.stats.rxFrames.Add(uint64(sf.segs))
+		t.stats.rxBytes.Add(uint64(sf.wireBytes()))
+		sf.ip.UpdateChecksum()
+		f := LROFrame{GSOSize: sf.mss, Segs: sf.segs, WireBytes: sf.wireBytes(), L4Verified: true}
+		if direct {
+			f.Off, f.N = VnetHdrSize, whole
+		} else {
+			f.N = copy(buf, frame[:whole])
+		}
+		t.rmu.Unlock()
+		return f, nil
+	}
+}
+
 func (t *TAPPort) readError(err error) error {
 	if t.closed.Load() || errors.Is(err, os.ErrClosed) {
 		return ErrClosed
