@@ -193,6 +193,9 @@ func (c *conn) dsack(n uint32) {
 		c.dupAcks = 0
 		c.recover = c.sndUna - 1
 	}
+	// What RACK marked lost was reordered: not to be resent.
+	c.tx.clearLost()
+	c.rack.anyLost = false
 }
 
 // prrStart begins a recovery's rate reduction; flight is what was
@@ -231,17 +234,12 @@ func (c *conn) prrSent(n uint32) {
 }
 
 // pipe is RFC 6675's estimate of the bytes in the network during
-// recovery. With SACK: what went out above the highest SACKed byte plus
-// the retransmissions not yet acknowledged; every hole below it counts as
-// lost (as FACK does). Without: what is outstanding less a segment per
-// duplicate ACK.
+// recovery. With SACK: the un-SACKed bytes RACK has not marked lost, a
+// resent range once (rackPipe). Without: what is outstanding less a
+// segment per duplicate ACK.
 func (c *conn) pipe() uint32 {
-	if c.sacked.n > 0 {
-		p := c.rtxOut
-		if h := c.sacked.high(); c.sndNxt.gt(h) {
-			p += c.sndNxt.sub(h)
-		}
-		return p
+	if c.sackOK {
+		return c.rackPipe()
 	}
 	out := c.sndMax.sub(c.sndUna)
 	return out - min(out, uint32(c.dupAcks)*c.maxPayload()) + c.rtxOut

@@ -140,6 +140,9 @@ type conn struct {
 	tlpOut  int   // probes out since SND.UNA last advanced (at most 2)
 	tlpHigh seq   // SND.MAX when the first probe went
 	rtxAt   int64 // in recovery: when the head was last resent (0: not yet)
+	rackAt  int64 // RACK's reordering timer (rack.go)
+	tx      txLog // what was sent when, for RACK
+	rack    rackState
 
 	// Undoing a spurious RTO (RFC 2883 §5): the congestion state before
 	// it, and the segment it resent.
@@ -156,7 +159,7 @@ type conn struct {
 
 func (c *conn) nextTimer() int64 {
 	d := int64(0)
-	for _, t := range [...]int64{c.rtoAt, c.delackAt, c.kaAt, c.tlpAt} {
+	for _, t := range [...]int64{c.rtoAt, c.delackAt, c.kaAt, c.tlpAt, c.rackAt} {
 		if t != 0 && (d == 0 || t < d) {
 			d = t
 		}
@@ -173,6 +176,10 @@ func (c *conn) runTimers(now int64) {
 			c.e.ctr.DelayedAcks++
 			c.sendAck(now)
 		}
+	}
+	if c.rackAt != 0 && c.rackAt <= now {
+		c.rackAt = 0
+		c.rackTimer(now)
 	}
 	if c.tlpAt != 0 && c.tlpAt <= now {
 		c.tlpAt = 0
@@ -294,7 +301,7 @@ func (c *conn) fail(now int64, flags rings.NotifyFlags, aux uint32) {
 // closeWith is toClosed with aux in the notification.
 func (c *conn) closeWith(flags rings.NotifyFlags, aux uint32) {
 	c.state = rings.StateClosed
-	c.rtoAt, c.delackAt, c.kaAt, c.tlpAt = 0, 0, 0, 0
+	c.rtoAt, c.delackAt, c.kaAt, c.tlpAt, c.rackAt = 0, 0, 0, 0, 0
 	c.persist = false
 	c.txHead, c.txCount = 0, 0
 	c.uqHead, c.uqCount = 0, 0
@@ -329,7 +336,8 @@ func (c *conn) free() {
 	}
 	c.ooo.reset(&e.pool)
 	// Keep the allocated queues for the slot's next life.
-	*c = conn{e: e, idx: c.idx, heapIdx: -1, txq: c.txq, userq: c.userq, pend: c.pend,
+	c.tx.reset()
+	*c = conn{e: e, idx: c.idx, heapIdx: -1, txq: c.txq, userq: c.userq, pend: c.pend, tx: c.tx,
 		ooo: oooQueue{slots: c.ooo.slots}, ulp: ulpConn{buf: c.ulp.buf, rec: c.ulp.rec, hold: c.ulp.hold}}
 }
 

@@ -94,7 +94,7 @@
 //	                 (threshold 0) an ACK freed at least one transmit buffer, or the send
 //	                 queue emptied / our FIN was acknowledged. Seq = SND.NXT. The host frees
 //	                 every transmit buffer whose last byte (FIN included) is below Ack.
-//	NtfDupAck        the third duplicate ACK: fast retransmit/recovery started. Seq = SND.NXT.
+//	NtfDupAck        fast retransmit/recovery started (three duplicate ACKs, or RACK found a loss). Seq = SND.NXT.
 //	NtfSeqThreshold  RCV.NXT reached the armed sequence threshold. Seq = RCV.NXT.
 //	NtfFin           the peer's FIN arrived in order. Seq = RCV.NXT (FIN included).
 //	NtfRst           an acceptable RST arrived (always with NtfClosed).
@@ -136,13 +136,16 @@
 // slow start, then the connection's congestion control (cc.go: CUBIC, RFC
 // 9438, by default; NewReno, RFC 5681 byte counting, selectable in the
 // state block and by UPDATE), limited transmit (RFC 3042), fast retransmit
-// and recovery (RFC 6582's partial ACKs; with SACK a scoreboard of the
-// peer's SACK blocks drives it, RFC 6675 style: the holes below the highest
-// SACKed byte are retransmitted first, the data in flight estimated as FACK
-// does), the window brought down through recovery by Proportional Rate
-// Reduction (RFC 6937), loss detected on SACK evidence before three
-// duplicate ACKs, a resent head that brings no ACK in two round trips
-// resent again, the tail loss probe (RFC 8985 §7), D-SACK undo of spurious
+// and recovery (RFC 6582's partial ACKs without SACK; with SACK, RACK,
+// RFC 8985, rack.go: a log of when each range was last sent marks lost
+// whatever was sent before a range the peer has since acknowledged or
+// SACKed, once a reordering window has passed: a quarter of the minimum
+// RTT once the path has shown reordering, widened by D-SACKs; a reordering
+// timer for what is not old enough yet; retransmissions lost again are
+// found the same way; the pipe is the un-SACKed bytes not marked lost), the
+// window brought down through recovery by Proportional Rate Reduction (RFC
+// 6937), a resent head that brings no ACK in two round trips resent again,
+// the tail loss probe (RFC 8985 §7), D-SACK undo of spurious recoveries and
 // timeouts (RFC 2883), Nagle's algorithm when the host asks for it, RTO
 // per RFC 6298 (timestamps or Karn samples, Config.MinRTO, exponential
 // backoff, Config.MaxRetries → NtfTimeout + RST; after a timeout the engine
@@ -210,8 +213,7 @@
 // ULP methods are called from inside engine methods and must not call the
 // engine; Info reports ULP, ULPHeld and SegPayload (the MULPDU basis).
 //
-// Not implemented (TODO): the full RFC 6675 pipe/IsLost rules and RACK-TLP
-// (a lost retransmission waits for the RTO), Nagle, urgent data (URG is
-// ignored), D-SACK, ECN, path MTU changes, IP options on output, upload of a
-// connection back to the host stack.
+// Not implemented (TODO): urgent data (URG is ignored), ECN, path MTU
+// changes, IP options on output, upload of a connection back to the host
+// stack.
 package delegation

@@ -185,7 +185,9 @@ type Counters struct {
 	SpuriousTimeouts   uint64 // RTOs a D-SACK showed needless (RFC 2883 §5): the congestion state was restored
 	LostRetransmits    uint64 // heads resent again in recovery: their retransmission brought no ACK in a probe timeout (RFC 8985 §6.2's lost retransmission)
 	SpuriousRecoveries uint64 // fast recoveries undone: D-SACKs showed every retransmission needless (RFC 2883 §5)
-	SACKRecoveries     uint64 // recoveries entered on SACK evidence before three duplicate ACKs (RFC 6675 IsLost, or a probe SACKed)
+	RACKLost           uint64 // ranges RACK marked lost (RFC 8985: sent before a delivered one, the reordering window passed)
+	RACKTimeouts       uint64 // reordering timer expiries that found a loss
+	SACKRecoveries     uint64 // recoveries entered on SACK evidence before three duplicate ACKs (RACK, rack.go)
 }
 
 // Engine is the device-side delegated TCP engine. It is not safe for

@@ -318,13 +318,19 @@ func (c *conn) processAck(now int64, s *segment, pure bool) {
 	if c.undoOK {
 		c.undoSpuriousRTO(s)
 	}
-	if c.sackOK && s.nSACK > 0 && c.cc.recUndo {
+	if c.sackOK && s.nSACK > 0 {
 		// A D-SACK (RFC 2883 §4): the first block below the cumulative
-		// ACK, or inside the second.
+		// ACK, or inside the second. It widens RACK's reordering window
+		// and may show the last recovery spurious.
 		b := s.sack[0]
 		if b.start.lt(b.end) && (b.end.le(s.ack) || s.nSACK > 1 && s.sack[1].start.le(b.start) && b.end.le(s.sack[1].end)) {
+			c.rackDSACK()
 			c.dsack(b.end.sub(b.start))
 		}
+	}
+	var before scoreboard
+	if c.sackOK {
+		before = c.sacked
 	}
 	if c.sackOK && s.nSACK > 0 {
 		span := c.sndMax.sub(c.sndUna)
@@ -338,6 +344,11 @@ func (c *conn) processAck(now int64, s *segment, pure bool) {
 			}
 		}
 	}
+	if c.sackOK && c.sndMax.gt(c.sndUna) {
+		// RACK (rack.go): what this ACK delivered dates what is lost.
+		c.rackDelivered(now, s.ack, &before)
+		c.rackDetect(now, seqMax(s.ack, c.sndUna))
+	}
 	switch {
 	case s.ack.gt(c.sndUna):
 		c.newAck(now, s)
@@ -347,6 +358,10 @@ func (c *conn) processAck(now int64, s *segment, pure bool) {
 		// its window (RFC 6675 §2): Linux grows its window in the very
 		// duplicate ACKs that report the hole.
 		c.dupAck(now)
+	}
+	if c.sackOK && c.rack.anyLost && !c.inRecovery && c.sndUna.gt(c.recover) && c.sndMax.gt(c.sndUna) {
+		// RACK found a loss on an ACK that also moved SND.UNA.
+		c.enterRecovery(now)
 	}
 	if c.inRecovery {
 		delivered := int64(c.sndUna.sub(una)) + int64(c.sacked.below(c.sndMax)) - int64(sackedBefore)
@@ -366,6 +381,7 @@ func (c *conn) newAck(now int64, s *segment) {
 		c.sndNxt = c.sndUna // the peer had data we were about to resend
 	}
 	c.sacked.trim(c.sndUna)
+	c.tx.trim(c.sndUna)
 	if !c.highRxt.gt(c.sndUna) {
 		c.highRxt = c.sndUna
 		c.rtxOut = 0
@@ -394,11 +410,14 @@ func (c *conn) newAck(now int64, s *segment) {
 			c.cwnd = c.ssthresh
 			c.inRecovery = false
 			c.dupAcks = 0
+			c.rackRecoveryDone()
 		} else {
-			// Partial ACK: retransmit the next hole (unless SACK-driven
-			// recovery already did); PRR paces the rest (processAck).
+			// Partial ACK: retransmit the next hole (RFC 6582), unless it
+			// was resent, or SACK blocks tell what is missing (what RACK
+			// marks lost goes out in output); PRR paces the rest
+			// (processAck).
 			e.ctr.PartialAcks++
-			if !c.highRxt.gt(c.sndUna) {
+			if !c.highRxt.gt(c.sndUna) && (!c.sackOK || c.sacked.n == 0) {
 				c.retransmitHead(now)
 			} else {
 				// The new head was resent before the ACK that
@@ -460,24 +479,31 @@ func (c *conn) dupAck(now int64) {
 	switch {
 	case c.inRecovery:
 		// PRR lets what left the network be replaced (processAck).
-	case (c.dupAcks >= 3 || c.sackLost()) && c.sndUna.gt(c.recover):
-		if c.dupAcks < 3 {
-			e.ctr.SACKRecoveries++
-		}
-		e.ctr.FastRetransmits++
-		c.tlpAt = 0
-		flight := c.sndMax.sub(c.sndUna)
-		c.recoveryUndoStart()
-		c.ccLoss(flight)
-		c.prrStart(flight)
-		c.recover = c.sndMax - 1
-		c.inRecovery = true
-		c.partialSeen = false
-		c.timing = false
-		c.highRxt, c.rtxOut = c.sndUna, 0
-		c.retransmitHead(now)
-		c.notify(rings.NtfDupAck, c.sndNxt, 0, 0)
+	case (c.dupAcks >= 3 || c.sackOK && c.rack.anyLost) && c.sndUna.gt(c.recover):
+		c.enterRecovery(now)
 	}
+}
+
+// enterRecovery starts a fast recovery (RFC 6675 §5 with RFC 6937's rate
+// reduction): on three duplicate ACKs, or on RACK's evidence before them.
+func (c *conn) enterRecovery(now int64) {
+	e := c.e
+	if c.dupAcks < 3 {
+		e.ctr.SACKRecoveries++
+	}
+	e.ctr.FastRetransmits++
+	c.tlpAt = 0
+	flight := c.sndMax.sub(c.sndUna)
+	c.recoveryUndoStart()
+	c.ccLoss(flight)
+	c.prrStart(flight)
+	c.recover = c.sndMax - 1
+	c.inRecovery = true
+	c.partialSeen = false
+	c.timing = false
+	c.highRxt, c.rtxOut = c.sndUna, 0
+	c.retransmitHead(now)
+	c.notify(rings.NtfDupAck, c.sndNxt, 0, 0)
 }
 
 // undoSpuriousRTO looks at the first ACK after an RTO: if its first SACK
@@ -495,6 +521,8 @@ func (c *conn) undoSpuriousRTO(s *segment) {
 		return
 	}
 	c.e.ctr.SpuriousTimeouts++
+	c.tx.clearLost()
+	c.rack.anyLost = false
 	c.cwnd = max(c.cwnd, c.undoCwnd)
 	c.ssthresh = max(c.ssthresh, c.undoSsthresh)
 	c.cc.wMax, c.cc.epoch = max(c.cc.wMax, c.cc.undoWMax), 0
@@ -502,21 +530,6 @@ func (c *conn) undoSpuriousRTO(s *segment) {
 	if c.sndNxt.lt(c.sndMax) && s.ack.ge(c.sndNxt) {
 		c.sndNxt = seqMin(s.ack, c.sndMax)
 	}
-}
-
-// sackLost reports SACK evidence that the segment at SND.UNA is lost before
-// three duplicate ACKs have come (some were lost, or too little was in
-// flight to make them): a tail loss probe was SACKed while the head was
-// not, or the peer holds at least three segments' worth above the head
-// (RFC 6675 §4, IsLost with DupThresh 3).
-func (c *conn) sackLost() bool {
-	if !c.sackOK || c.sacked.n == 0 {
-		return false
-	}
-	if c.tlpOut > 0 && c.sacked.high().ge(c.tlpHigh) {
-		return true
-	}
-	return c.sacked.below(c.sndMax) >= 3*c.maxPayload()
 }
 
 // processData places the segment's payload and FIN (the segment is

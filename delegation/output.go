@@ -69,12 +69,12 @@ func (c *conn) output(now int64) {
 		} else if cw > inflight+c.rtxOut {
 			room = cw - inflight - c.rtxOut
 		}
-		// The holes below the highest SACKed byte go first.
-		if c.inRecovery && c.sacked.n > 0 && room > 0 {
-			from := seqMax(c.sndUna, c.highRxt)
+		// What RACK marked lost goes first (rack.go): holes below SACKed
+		// data, and retransmissions lost again.
+		if c.inRecovery && c.sackOK && room > 0 {
 			// With TSO a hole goes in super-frames, as much of it as the
 			// room allows (one segment at least, as without).
-			if h, n := c.sacked.hole(from, min(c.sendLimit(mss), max(room, mss))); n > 0 && h.lt(c.sndEnd) {
+			if h, n := c.nextLost(min(c.sendLimit(mss), max(room, mss))); n > 0 && h.lt(c.sndEnd) {
 				n = min(n, c.sndEnd.sub(h))
 				if c.ulp.u != nil {
 					if cut := c.ulpCut(h, n); cut > 0 {
@@ -85,7 +85,7 @@ func (c *conn) output(now int64) {
 					c.fail(now, rings.NtfError, AuxErrorDMA)
 					return
 				}
-				c.highRxt = h.add(n)
+				c.highRxt = seqMax(c.highRxt, h.add(n))
 				c.rtxOut += n
 				if h == c.sndUna {
 					c.rtxAt = now
@@ -381,6 +381,8 @@ func (c *conn) rtoExpired(now int64) {
 	}
 	c.backoff++
 	c.highRxt, c.rtxOut = c.sndUna, 0
+	c.tx.markAllLost() // RFC 8985 §6.3
+	c.rack.anyLost = true
 	c.sndNxt = c.sndUna // go back: resend from the hole, in slow start
 	if !c.retransmitHead(now) {
 		return
@@ -610,6 +612,7 @@ func (c *conn) emit(now int64, sq seq, n uint32, flags uint8, probe bool) bool {
 	tcp[:segLen].UpdateChecksum(c.localIP, c.remoteIP)
 
 	if (n > 0 || flags&flFIN != 0) && !probe {
+		c.txSent(now, sq, n, flags&flFIN != 0)
 		if c.inRecovery {
 			c.prrSent(n)
 		}

@@ -66,10 +66,10 @@ func TestRecoveryTwoPercent(t *testing.T) {
 // 200 µs) and loses none. Each reordering deep enough to look like a loss
 // starts a fast recovery; the receiving engine reports the needless
 // retransmissions with D-SACKs (RFC 2883), and the sender puts its window
-// back (RFC 2883 §5): most recoveries are undone. (The sender does not
-// yet learn the path's reordering from them, as Linux raises its
-// tp->reordering and RACK its reordering window: each deep reordering
-// still costs a needless recovery and its retransmissions.)
+// back (RFC 2883 §5): most recoveries are undone. RACK learns the path
+// reorders and waits a reordering window before it marks a hole lost,
+// widened by each D-SACK round, up to SRTT; reordering deeper than that
+// (200 µs on a path of about 100) still costs a needless recovery.
 func TestReorderingUndone(t *testing.T) {
 	size := int64(8 << 20)
 	if testing.Short() || raceEnabled {

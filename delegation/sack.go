@@ -99,6 +99,24 @@ func (b *scoreboard) covering(s seq) (seq, bool) {
 	return 0, false
 }
 
+// covers reports whether [s, e) is SACKed whole.
+func (b *scoreboard) covers(s, e seq) bool {
+	end, ok := b.covering(s)
+	return ok && !end.lt(e)
+}
+
+// within is the number of SACKed bytes in [s, e).
+func (b *scoreboard) within(s, e seq) uint32 {
+	n := uint32(0)
+	for i := 0; i < b.n; i++ {
+		lo, up := seqMax(b.r[i].start, s), seqMin(b.r[i].end, e)
+		if lo.lt(up) {
+			n += up.sub(lo)
+		}
+	}
+	return n
+}
+
 // below is the number of SACKed bytes before s.
 func (b *scoreboard) below(s seq) uint32 {
 	n := uint32(0)

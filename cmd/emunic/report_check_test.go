@@ -656,7 +656,7 @@ func checkHosts(c *checker, rep *demoReport, lab *demoLab, stages []stageView, f
 			"fast_retransmits": true, "partial_acks": true, "ooo_segments": true, "ooo_bytes_restored": true,
 			"notify_coalesced": true, "notify_full": true, "time_wait_expired": true, "time_wait_entered": true,
 			"time_wait_reopened": true, "ulp_held": true, "tail_loss_probes": true, "spurious_timeouts": true,
-			"sack_recoveries": true, "lost_retransmits": true, "spurious_recoveries": true,
+			"sack_recoveries": true, "lost_retransmits": true, "spurious_recoveries": true, "rack_lost": true, "rack_timeouts": true, "rx_lro": true,
 			"challenge_acks": true, "persist_probes": true, "keepalive_probes": true, "rst_accepted": true, "syn_received": true}
 		for _, ec := range engineCounters(eng) {
 			if ec.v != 0 && !ec.drop && !engChecked[ec.name] && !internal[ec.name] {
