@@ -8,16 +8,10 @@ import "testing"
 // flight went with (for the peer to echo), first the flight's size.
 func rackRig(t *testing.T, segs int) (r *rig, at func(int) uint32, ts uint32, first int) {
 	t.Helper()
-	r = newRig(t, defaultRigOpts())
-	r.in(pseg{seq: 5000, ack: 1000, flags: flACK, wnd: 0xFFFF})
-	const mss = 1448
-	r.h.sendTotal = int64(segs * mss)
-	r.h.txSize = 16 << 10
-	r.h.start()
+	r, at, sent := bulkRig(t, segs)
 	ts = r.lastTSval()
-	first = len(r.take())
 	r.advance(10e6)
-	return r, func(i int) uint32 { return 1000 + uint32(i)*mss }, ts, first
+	return r, at, ts, len(sent)
 }
 
 // sent returns the starts of the data segments in o.
