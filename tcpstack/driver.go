@@ -186,6 +186,11 @@ type Driver struct {
 	// layer takes payload sent to an RDMA listener before the connection
 	// is delegated, and hands it to the unit behind the QP's CREATE_QP).
 	rxHold atomic.Pointer[func([]byte) bool]
+	// netstackDrop, when set (tests), sees every legacy frame after the
+	// flow tracker and drops those it returns true for, as netstack
+	// drops a segment it was handed (a listener completing a handshake
+	// from a SYN cookie drops data racing it).
+	netstackDrop atomic.Pointer[func([]byte) bool]
 
 	flows   flowTracker
 	ackFix  ackRepair
@@ -446,6 +451,9 @@ func (d *Driver) deliverFrame(frame []byte, viaGRO bool) {
 		return
 	}
 	if d.flows.observe(frame, false) {
+		return
+	}
+	if h := d.netstackDrop.Load(); h != nil && (*h)(frame) {
 		return
 	}
 	if fix := d.ackFix.inbound(frame); fix != nil {

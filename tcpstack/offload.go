@@ -96,7 +96,18 @@ type offloader struct {
 	quarantined map[uint32]error
 
 	rdma rdmaSlot // the RDMA provider, once attached (rdmahost.go)
+
+	// quiesceRetries counts delegations that let a frozen flow through
+	// again because netstack had not taken what the driver handed it
+	// (OffloadUsage.QuiesceRetries).
+	quiesceRetries atomic.Uint64
 }
+
+// quiesceStall is how long a delegation waits, its flow frozen, for
+// netstack to take bytes the driver handed it before it concludes netstack
+// dropped them and lets the peer's resend through. netstack's own
+// processing lag is microseconds; a resend takes the peer's RTO.
+const quiesceStall = 20 * time.Millisecond
 
 func newOffloader(drv *Driver, cfg OffloadConfig) (*offloader, error) {
 	cfg.setDefaults()
@@ -162,7 +173,16 @@ func (o *offloader) delegate(ep tcpip.Endpoint, wq *waiter.Queue, key FlowKey, a
 	}
 	timer := time.NewTimer(o.cfg.QuiesceTimeout)
 	defer timer.Stop()
+	// The endpoint's readable event says when netstack has taken more of
+	// what the driver handed it (below).
+	we, readable := waiter.NewChannelEntry(waiter.ReadableEvents)
+	wq.EventRegister(&we)
+	defer wq.EventUnregister(&we)
+	var stall *time.Timer
 	var fi flowInfo
+	var pre bytes.Buffer
+	var want uint64
+quiesce:
 	for {
 		var ok bool
 		fi, ok = t.freeze(key, true)
@@ -180,56 +200,72 @@ func (o *offloader) delegate(ep tcpip.Endpoint, wq *waiter.Queue, key FlowKey, a
 		if fi.ourFin {
 			sent--
 		}
-		if fi.sndUna == fi.sndNxt && sent >= written {
-			break
+		if fi.sndUna != fi.sndNxt || sent < written {
+			// Data in flight: let netstack finish it and try again at
+			// the next ACK that moves SND.UNA.
+			thaw()
+			acked, ok := t.ackedChan(key)
+			if !ok {
+				return nil, fmt.Errorf("%w: flow %v not tracked", ErrNotDelegated, key)
+			}
+			select {
+			case <-acked:
+			case <-timer.C:
+				return nil, fmt.Errorf("%w: %d bytes still unacknowledged, %d unsent (the NIC saw %d segments out, %d in)", ErrNotDelegated, fi.sndNxt-fi.sndUna, written-min(sent, written), fi.outSegments, fi.inSegments)
+			}
+			continue
 		}
-		// Data in flight: let netstack finish it and try again at the
-		// next ACK that moves SND.UNA.
-		thaw()
-		acked, ok := t.ackedChan(key)
-		if !ok {
-			return nil, fmt.Errorf("%w: flow %v not tracked", ErrNotDelegated, key)
+
+		// Whatever netstack already received becomes the first bytes the
+		// application reads. The driver counted every in-order byte it
+		// handed netstack (RCV.NXT); netstack may still be processing some
+		// of them, so read until all have arrived: a byte the NIC
+		// acknowledged on netstack's behalf must never be lost. Peek
+		// only: the bytes stay netstack's until the unit has taken the
+		// connection (then netstack's endpoint goes), so a connection the
+		// unit refuses falls back to netstack intact.
+		want = uint64(fi.rcvNxt-fi.irs-1) - alreadyRead
+		if fi.peerFin {
+			want--
 		}
-		select {
-		case <-acked:
-		case <-timer.C:
-			return nil, fmt.Errorf("%w: %d bytes still unacknowledged, %d unsent (the NIC saw %d segments out, %d in)", ErrNotDelegated, fi.sndNxt-fi.sndUna, written-min(sent, written), fi.outSegments, fi.inSegments)
+		for {
+			pre.Reset()
+			_, _ = ep.Read(&pre, tcpip.ReadOptions{Peek: true})
+			if uint64(pre.Len()) >= want {
+				break quiesce
+			}
+			if stall == nil {
+				stall = time.NewTimer(quiesceStall)
+				defer stall.Stop()
+			} else {
+				stall.Reset(quiesceStall)
+			}
+			select {
+			case <-readable:
+				continue // more arrived: look again, the flow still frozen
+			case <-stall.C:
+			case <-timer.C:
+				thaw()
+				return nil, fmt.Errorf("%w: netstack holds %d of the %d bytes it received", ErrNotDelegated, pre.Len(), want)
+			}
+			// Nothing for quiesceStall: netstack dropped what the driver
+			// handed it (its listener drops data that races a handshake
+			// it completes from a SYN cookie) and has not acknowledged
+			// it. The peer resends it, and a frozen flow would hold the
+			// resend: let the flow through until netstack takes more,
+			// then freeze it and look again.
+			o.quiesceRetries.Add(1)
+			thaw()
+			select {
+			case <-readable:
+			case <-timer.C:
+				return nil, fmt.Errorf("%w: netstack holds %d of the %d bytes it received", ErrNotDelegated, pre.Len(), want)
+			}
+			continue quiesce
 		}
 	}
 	unfreeze := thaw
 	flow := t.entry(key)
-
-	// Whatever netstack already received becomes the first bytes the
-	// application reads. The driver counted every in-order byte it handed
-	// netstack (RCV.NXT); netstack may still be processing some of them, so
-	// read until all have arrived: a byte the NIC acknowledged on netstack's
-	// behalf must never be lost.
-	want := uint64(fi.rcvNxt-fi.irs-1) - alreadyRead
-	if fi.peerFin {
-		want--
-	}
-	// Peek only: the bytes stay netstack's until the unit has taken the
-	// connection (then netstack's endpoint goes), so a connection the unit
-	// refuses falls back to netstack intact. The endpoint's readable event
-	// says when more arrived.
-	we, readable := waiter.NewChannelEntry(waiter.ReadableEvents)
-	wq.EventRegister(&we)
-	var pre bytes.Buffer
-	for {
-		pre.Reset()
-		_, _ = ep.Read(&pre, tcpip.ReadOptions{Peek: true})
-		if uint64(pre.Len()) >= want {
-			break
-		}
-		select {
-		case <-readable:
-		case <-timer.C:
-			wq.EventUnregister(&we)
-			unfreeze()
-			return nil, fmt.Errorf("%w: netstack holds %d of the %d bytes it received", ErrNotDelegated, pre.Len(), want)
-		}
-	}
-	wq.EventUnregister(&we)
 
 	o.mu.Lock()
 	if len(o.freeIdx) == 0 {
@@ -867,6 +903,10 @@ type OffloadUsage struct {
 	Quarantined int // indices held back for a command the device has not answered
 	Flows       int // flows (and listeners) the driver tracks
 	Pool        PoolStats
+	// QuiesceRetries counts delegations that found netstack short of
+	// bytes the driver had handed it (it had dropped them) and let the
+	// flow through again for the peer's resend.
+	QuiesceRetries uint64
 }
 
 // OffloadUsage returns the host's delegation usage (zero before delegation
@@ -883,6 +923,7 @@ func (h *Host) OffloadUsage() OffloadUsage {
 	u.Conns, u.FreeIdx, u.Quarantined = len(o.conns), len(o.freeIdx), len(o.quarantined)
 	o.mu.Unlock()
 	u.Pool = o.pool.stats()
+	u.QuiesceRetries = o.quiesceRetries.Load()
 	return u
 }
 
