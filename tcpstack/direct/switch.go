@@ -53,6 +53,16 @@ type Config struct {
 	NegotiateTimeout time.Duration
 	// Linger bounds Close's wait for data in flight (default 5 s).
 	Linger time.Duration
+	// CRC asks MPA for a CRC-32C trailer on every FPDU of the
+	// connection's RDMA stream (RFC 5044; it is used both ways when
+	// either end asks). Off by default: the application asked for a TCP
+	// stream, and TCP's checksum over every segment is all the integrity
+	// a plain TCP socket gives it, while the devices compute the CRC over
+	// every byte twice (framing and placing), a cost the A/B run in
+	// docs/benchmarks.md measures. A listener's choice is its host
+	// switch's, set by the first Listen with RDMA on the host (as the pool
+	// geometry is).
+	CRC bool
 }
 
 func (c Config) withDefaults() Config {
@@ -231,7 +241,7 @@ func (sw *hostSwitch) forget(c *Conn) {
 
 func (sw *hostSwitch) qpAttr(cfg Config, hello []byte, made func(*Conn)) verbs.QPAttr {
 	return verbs.QPAttr{PD: sw.pd, SendCQ: sw.cq, RecvCQ: sw.cq, SQDepth: sqDepth, RQDepth: cfg.Pool + cfg.Slots,
-		ORD: 16, IRD: 16, PrivateData: hello,
+		ORD: 16, IRD: 16, PrivateData: hello, NoCRC: !cfg.CRC,
 		Setup: func(qp *verbs.QP) error {
 			c, err := newConn(sw, cfg, qp)
 			if err != nil {
@@ -529,7 +539,7 @@ func (sw *hostSwitch) serve(rl *verbs.RDMAListener) {
 			// set up with.
 			a := sw.acceptCfg
 			cfg = l.cfg
-			cfg.Pool, cfg.Slots, cfg.MaxInline, cfg.ChunkSize, cfg.Chunks = a.Pool, a.Slots, a.MaxInline, a.ChunkSize, a.Chunks
+			cfg.Pool, cfg.Slots, cfg.MaxInline, cfg.ChunkSize, cfg.Chunks, cfg.CRC = a.Pool, a.Slots, a.MaxInline, a.ChunkSize, a.Chunks, a.CRC
 		}
 		sw.mu.Unlock()
 		if c == nil || herr != nil || peer.Reply || l == nil {
