@@ -31,9 +31,10 @@ type Config struct {
 	// NoRDMARead and NoRDMAWrite take back what this side does as a
 	// sink: without Read, a peer that prefers RDMA Read writes instead.
 	NoRDMARead, NoRDMAWrite bool
-	// Threshold is the copy/zero-copy threshold: runs of at least this
-	// many bytes of one Write go by RDMA, shorter ones inline (default
-	// 64 KiB, as SDP's zero-copy threshold).
+	// Threshold is the copy/zero-copy threshold: a Write of at least this
+	// many bytes goes by RDMA, shorter ones inline unless a source chunk
+	// being filled takes them (default 64 KiB, as SDP's zero-copy
+	// threshold).
 	Threshold int
 	// MaxInline is the most stream bytes one DATA message carries to us
 	// (default 8 KiB); the control buffers are this plus the header.
@@ -109,6 +110,7 @@ type Stats struct {
 	PeerFailures             uint64 // QPs that failed or lost the connection mid-stream
 	NoBuffers                uint64 // ErrNoBuffers: staging memory not allocated or registered
 	InlineBytes, RDMABytes   uint64 // stream bytes sent inline / by RDMA
+	RDMATransfers            uint64 // SRC_AVAIL or RDMA Write transfers sent (chunks)
 }
 
 type counter = atomic.Uint64
@@ -116,7 +118,7 @@ type counter = atomic.Uint64
 type switchStats struct {
 	dialed, accepted, closed, fallbacks                       counter
 	badMessages, creditViolations, remoteAccess, peerFailures counter
-	noBuffers, inlineBytes, rdmaBytes                         counter
+	noBuffers, inlineBytes, rdmaBytes, rdmaTransfers          counter
 }
 
 // hostSwitch is one host's sockets-direct switch: the verbs objects every
@@ -195,7 +197,7 @@ func HostStats(h *tcpstack.Host) Stats {
 	return Stats{Dialed: s.dialed.Load(), Accepted: s.accepted.Load(), Closed: s.closed.Load(),
 		Fallbacks: s.fallbacks.Load(), BadMessages: s.badMessages.Load(), CreditViolations: s.creditViolations.Load(),
 		RemoteAccessErrors: s.remoteAccess.Load(), PeerFailures: s.peerFailures.Load(), NoBuffers: s.noBuffers.Load(),
-		InlineBytes: s.inlineBytes.Load(), RDMABytes: s.rdmaBytes.Load()}
+		InlineBytes: s.inlineBytes.Load(), RDMABytes: s.rdmaBytes.Load(), RDMATransfers: s.rdmaTransfers.Load()}
 }
 
 // poll takes the completions of every connection of the host and hands
