@@ -355,7 +355,7 @@ func (c *Conn) flushLocked() {
 	}
 	for len(c.ctlQ) > 0 && len(c.free) > 0 && c.cs.canSend(classCtl) {
 		m := c.ctlQ[0]
-		c.ctlQ = c.ctlQ[1:]
+		c.ctlQ = popFront(c.ctlQ)
 		if c.postLocked(m, nil, -1, nil) != nil {
 			return
 		}
@@ -445,7 +445,7 @@ const corkAt = 2
 // corkLocked says whether the open chunk waits for more bytes: it is not
 // full, transfers are in flight, and no FIN waits behind it.
 func (c *Conn) corkLocked() bool {
-	return c.openN < c.openCap && c.inFlight >= corkAt && !c.finQ && !c.closing
+	return c.openN < c.openCap && c.inFlight >= corkAt && !c.finQ && !c.closing && !c.cfg.noCork
 }
 
 // writeRDMALocked copies a first part of b into the open source chunk,
@@ -533,7 +533,7 @@ func (c *Conn) announceLocked() error {
 		return c.postLocked(Msg{Type: TypeSrcAvail, Len: uint32(n), ID: ch.id, STag: mr.RKey, TO: to}, nil, -1, nil)
 	}
 	adv := c.sinkAdv[0]
-	c.sinkAdv = c.sinkAdv[1:]
+	c.sinkAdv = popFront(c.sinkAdv)
 	w := rings.SendWR{Opcode: rings.WRRDMAWrite, WRID: wrWrite | c.gen | uint64(ci), RemoteAddr: adv.TO, RKey: adv.STag, NumSGE: 1}
 	w.SGL[0] = rings.SGE{Addr: to, Length: uint32(n), LKey: mr.LKey}
 	return c.postLocked(Msg{Type: TypeWrDone, Len: uint32(n), ID: adv.ID}, nil, ci, &w)
@@ -641,8 +641,7 @@ func (c *Conn) readLocked(p []byte) int {
 		// The message's bytes are all read: its buffer's credit goes
 		// back, and its sink chunk is free again.
 		sink := s.sink
-		c.rq[0] = rseg{}
-		c.rq = c.rq[1:]
+		c.rq = popFront(c.rq)
 		c.cs.consumed()
 		if sink >= 0 {
 			c.sinkFreeLocked(sink)
@@ -896,6 +895,17 @@ func (c *Conn) failLocked(err error, counter interface{ Add(uint64) uint64 }) {
 	c.cond.Broadcast()
 	qp := c.qp
 	go func() { _ = qp.Destroy() }()
+}
+
+// popFront removes q's first item and moves the rest to the front of its
+// array, so that appends reuse the array: the conn's queues (received
+// segments, control messages, advertised regions) are short, and popping
+// by reslicing would make every append past the end allocate anew.
+func popFront[T any](q []T) []T {
+	n := copy(q, q[1:])
+	var zero T
+	q[n] = zero // no stale reference past the end
+	return q[:n]
 }
 
 // ---- waiting, deadlines, close ------------------------------------------------
