@@ -64,6 +64,11 @@ type Config struct {
 	// switch's, set by the first Listen with RDMA on the host (as the pool
 	// geometry is).
 	CRC bool
+
+	// noCork sends every source chunk at once, full or not (the sender's
+	// behaviour before coalescing): for the benchmark's before/after
+	// comparison in one run.
+	noCork bool
 }
 
 func (c Config) withDefaults() Config {
