@@ -147,7 +147,10 @@ func (r rdmaHost) Command(c rings.Command, late func(rings.Command, error)) (rin
 }
 
 func (r rdmaHost) SubmitAsync(cmds []HostCommand, done func([]rings.Command, error)) error {
-	return r.o.drv.submitAsync(cmdReqs(cmds), done)
+	// A doorbell per post (sockets direct) comes here: the requests are
+	// copied into the ticket, so a short batch needs no heap slice.
+	var small [4]cmdReq
+	return r.o.drv.submitAsync(appendCmdReqs(small[:0], cmds), done)
 }
 
 func (r rdmaHost) SetRxHold(hold func(frame []byte) bool) { r.o.drv.setRxHold(hold) }
@@ -174,9 +177,13 @@ func (r rdmaHost) Release(c *DelegatedConn) {
 
 // cmdReqs converts a provider's commands to the command path's requests.
 func cmdReqs(cmds []HostCommand) []cmdReq {
-	reqs := make([]cmdReq, len(cmds))
-	for i, c := range cmds {
-		reqs[i] = cmdReq{c: c.Cmd, param: c.Param}
+	return appendCmdReqs(make([]cmdReq, 0, len(cmds)), cmds)
+}
+
+// appendCmdReqs appends cmds to reqs as the command path's requests.
+func appendCmdReqs(reqs []cmdReq, cmds []HostCommand) []cmdReq {
+	for _, c := range cmds {
+		reqs = append(reqs, cmdReq{c: c.Cmd, param: c.Param})
 	}
 	return reqs
 }

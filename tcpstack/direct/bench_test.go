@@ -2,6 +2,7 @@ package direct
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -54,9 +55,13 @@ var benchPort = uint16(9500)
 // benchCfg is the sockets-direct configuration the benchmark uses.
 var benchCfg = Config{}
 
-// noSplit runs without the CPU split (for -cpuprofile, which it would
-// conflict with).
-var noSplit = false
+// noSplit says to run without the CPU split: under -cpuprofile, which it
+// would conflict with (a profile of one path: go test -run '^$' -bench
+// 'Direct/stream/1MiB/direct$' -benchtime 4000x -cpuprofile cpu.prof).
+func noSplit() bool {
+	f := flag.Lookup("test.cpuprofile")
+	return f != nil && f.Value.String() != ""
+}
 
 // benchPair connects the two hosts of a fresh rig on path p; serve runs on
 // the accepted side.
@@ -128,10 +133,15 @@ func benchStream(b *testing.B, path string, size int) {
 	b.ResetTimer()
 	var werr error
 	measure := cpusplit.Measure
-	if noSplit {
-		measure = func(f func()) (cpusplit.Split, error) { f(); return cpusplit.Split{Wall: 1}, nil }
+	split := !noSplit()
+	if !split {
+		measure = func(f func()) (cpusplit.Split, error) {
+			start := time.Now()
+			f()
+			return cpusplit.Split{Wall: time.Since(start)}, nil
+		}
 	}
-	split, err := measure(func() {
+	sp, err := measure(func() {
 		for range b.N * batch {
 			if _, werr = c.Write(buf); werr != nil {
 				return
@@ -147,9 +157,11 @@ func benchStream(b *testing.B, path string, size int) {
 	}
 	n := float64(b.N * batch)
 	gib := n * float64(size) / (1 << 30)
-	b.ReportMetric(split.Wall.Seconds()*1e9/n, "ns/write")
-	b.ReportMetric(split.Host.Seconds()/gib, "host-cpu-s/GiB")
-	b.ReportMetric(split.Device.Seconds()/gib, "dev-cpu-s/GiB")
+	b.ReportMetric(sp.Wall.Seconds()*1e9/n, "ns/write")
+	if split {
+		b.ReportMetric(sp.Host.Seconds()/gib, "host-cpu-s/GiB")
+		b.ReportMetric(sp.Device.Seconds()/gib, "dev-cpu-s/GiB")
+	}
 }
 
 func benchPingPong(b *testing.B, path string) {
@@ -177,12 +189,15 @@ func benchPingPong(b *testing.B, path string) {
 }
 
 // BenchmarkDirectVsDelegated measures the bar's ratio the way the rings'
-// RingVsChannel does: a sockets-direct and a delegated TCP connection
-// between the same two hosts, both open, written in alternating chunks of
-// 32 MiB (each timed until the reader on B has received the whole chunk),
-// so both see the same machine from one moment to the next; it reports
-// the median per-round ratio of direct's throughput to delegated's and
-// both medians. b.N is the number of rounds. Run with:
+// RingVsChannel does: sockets-direct and delegated TCP connections between
+// the same two hosts, all open, written in turn in chunks of 32 MiB (each
+// timed until the reader on B has received the whole chunk), so all see
+// the same machine from one moment to the next; it reports the median
+// per-round ratio of direct's throughput to delegated's and the medians.
+// direct is the default configuration; crc the same with MPA's CRC
+// (Config.CRC); before is the sender as it was before MPA CRC went off by
+// default and chunks were coalesced (CRC on, every chunk sent at once),
+// all in the same rounds. b.N is the number of rounds. Run with:
 //
 //	go test ./tcpstack/direct -run '^$' -bench DirectVsDelegated -benchtime 9x
 func BenchmarkDirectVsDelegated(b *testing.B) {
@@ -233,41 +248,47 @@ func (s *countingSink) until(want int64) bool {
 
 func benchVs(b *testing.B, size int, tr Transfer) {
 	a, h := rig(b)
-	benchPort++
-	port := benchPort
-	dl, err := Listen(h, port, Config{Transfer: tr})
-	if err != nil {
-		b.Fatal(err)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var conns []net.Conn
+	var sinks []*countingSink
+	accept := func(l net.Listener) {
+		s, err := l.Accept()
+		if err != nil {
+			b.Fatal(err)
+		}
+		sinks = append(sinks, newCountingSink(s))
 	}
-	defer dl.Close()
-	ol, err := h.ListenOffload(port + 1000)
+	// direct, crc, before, delegated.
+	for _, cfg := range []Config{{Transfer: tr}, {Transfer: tr, CRC: true}, {Transfer: tr, CRC: true, noCork: true}} {
+		benchPort++
+		dl, err := Listen(h, benchPort, cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer dl.Close()
+		dc, err := Dial(ctx, a, netip.AddrPortFrom(h.Addr(), benchPort), cfg)
+		if err != nil || PathOf(dc).Path != PathRDMA {
+			b.Fatalf("direct: %v %v", err, PathOf(dc))
+		}
+		defer dc.Close()
+		conns = append(conns, dc)
+		accept(dl)
+	}
+	benchPort++
+	ol, err := h.ListenOffload(benchPort + 1000)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer ol.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	dc, err := Dial(ctx, a, netip.AddrPortFrom(h.Addr(), port), Config{Transfer: tr})
-	if err != nil || PathOf(dc).Path != PathRDMA {
-		b.Fatalf("direct: %v %v", err, PathOf(dc))
-	}
-	defer dc.Close()
-	ds, err := dl.Accept()
-	if err != nil {
-		b.Fatal(err)
-	}
-	oc, err := a.DialOffload(ctx, netip.AddrPortFrom(h.Addr(), port+1000))
+	oc, err := a.DialOffload(ctx, netip.AddrPortFrom(h.Addr(), benchPort+1000))
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer oc.Close()
-	os, err := ol.Accept()
-	if err != nil {
-		b.Fatal(err)
-	}
-	sinks := []*countingSink{newCountingSink(ds), newCountingSink(os)}
-	conns := []net.Conn{dc, oc}
-	sent := []int64{0, 0}
+	conns = append(conns, oc)
+	accept(ol)
+	sent := make([]int64, len(conns))
 	buf := make([]byte, size)
 	const chunk = 32 << 20
 	round := func(i int) time.Duration {
@@ -283,20 +304,33 @@ func benchVs(b *testing.B, size int, tr Transfer) {
 		}
 		return time.Since(start)
 	}
-	round(0) // warm up both
-	round(1)
-	var ratios, direct, deleg []float64
+	for i := range conns { // warm up
+		round(i)
+	}
+	names := []string{"direct", "crc", "before", "delegated"}
+	ratios := make([][]float64, len(conns)) // to delegated's time
+	mbs := make([][]float64, len(conns))
+	var gain []float64 // direct against before
 	b.ResetTimer()
 	for range b.N {
-		td, to := round(0), round(1)
-		ratios = append(ratios, to.Seconds()/td.Seconds())
-		direct = append(direct, chunk/td.Seconds()/1e6)
-		deleg = append(deleg, chunk/to.Seconds()/1e6)
+		t := make([]time.Duration, len(conns))
+		for i := range conns {
+			t[i] = round(i)
+			mbs[i] = append(mbs[i], chunk/t[i].Seconds()/1e6)
+		}
+		for i := range conns {
+			ratios[i] = append(ratios[i], t[len(t)-1].Seconds()/t[i].Seconds())
+		}
+		gain = append(gain, t[2].Seconds()/t[0].Seconds())
 	}
 	b.StopTimer()
-	b.ReportMetric(median(ratios), "direct/delegated")
-	b.ReportMetric(median(direct), "direct-MB/s")
-	b.ReportMetric(median(deleg), "delegated-MB/s")
+	for i, n := range names {
+		b.ReportMetric(median(mbs[i]), n+"-MB/s")
+		if i < len(names)-1 {
+			b.ReportMetric(median(ratios[i]), n+"/delegated")
+		}
+	}
+	b.ReportMetric(median(gain), "direct/before")
 }
 
 func median(v []float64) float64 {

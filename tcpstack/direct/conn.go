@@ -125,14 +125,19 @@ type Conn struct {
 
 	txMode, rxMode Transfer
 	src            *area // our large sends
-	sink           *area // the peer's large sends
-	nextID         uint32
-	sinkAdv        []Msg // the peer's advertised regions (Write mode), in order
-	reposts        []rings.RecvWR
-	readsOut       int
-	flushed        bool   // a flushed completion was seen
-	bareSeen       bool   // the peer's one CREDIT without credits was seen
-	gen            uint64 // the conn's generation, in place in its WRIDs
+	// open is the source chunk being filled and not yet announced (-1:
+	// none), openN its bytes, openCap the most it takes; inFlight counts
+	// the announced transfers not yet done (corkLocked).
+	open, openN, openCap int
+	inFlight             int
+	sink                 *area // the peer's large sends
+	nextID               uint32
+	sinkAdv              []Msg // the peer's advertised regions (Write mode), in order
+	reposts              []rings.RecvWR
+	readsOut             int
+	flushed              bool   // a flushed completion was seen
+	bareSeen             bool   // the peer's one CREDIT without credits was seen
+	gen                  uint64 // the conn's generation, in place in its WRIDs
 }
 
 // PathInfo says which path a connection took and why.
@@ -178,7 +183,7 @@ func (c *Conn) PathInfo() PathInfo { return c.info }
 // newConn allocates a conn's control pool and posts its receives (from
 // the QP's Setup, before the connection is established).
 func newConn(sw *hostSwitch, cfg Config, qp *verbs.QP) (*Conn, error) {
-	c := &Conn{sw: sw, qp: qp, cfg: cfg, maxIn: cfg.MaxInline, gen: uint64(connGen.Add(1)&0xFFFFFF) << wrGenSh}
+	c := &Conn{sw: sw, qp: qp, cfg: cfg, maxIn: cfg.MaxInline, gen: uint64(connGen.Add(1)&0xFFFFFF) << wrGenSh, open: -1}
 	c.cond = sync.NewCond(&c.mu)
 	c.bufSize = HeaderSize + cfg.MaxInline
 	c.nRecv = cfg.Pool + cfg.Slots
@@ -350,12 +355,15 @@ func (c *Conn) flushLocked() {
 	}
 	for len(c.ctlQ) > 0 && len(c.free) > 0 && c.cs.canSend(classCtl) {
 		m := c.ctlQ[0]
-		c.ctlQ = c.ctlQ[1:]
+		c.ctlQ = popFront(c.ctlQ)
 		if c.postLocked(m, nil, -1, nil) != nil {
 			return
 		}
 	}
-	if len(c.ctlQ) == 0 && c.finQ && !c.finSent && !c.writing && len(c.free) > 0 && c.cs.canSend(classCtl) {
+	if c.open >= 0 && !c.corkLocked() && c.announceLocked() != nil {
+		return
+	}
+	if len(c.ctlQ) == 0 && c.open < 0 && c.finQ && !c.finSent && !c.writing && len(c.free) > 0 && c.cs.canSend(classCtl) {
 		if c.postLocked(Msg{Type: TypeFin}, nil, -1, nil) != nil {
 			return
 		}
@@ -367,6 +375,9 @@ func (c *Conn) flushLocked() {
 
 // Write implements net.Conn. Bytes below the copy threshold travel inline;
 // runs of at least Threshold bytes go by RDMA Read or Write in chunks.
+// Write returns once its bytes are sent or copied into a source chunk: the
+// last chunk of a Write may be held for the next Writes to fill while
+// transfers are in flight (corkLocked), and goes when they are done.
 func (c *Conn) Write(b []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -382,8 +393,9 @@ func (c *Conn) Write(b []byte) (int, error) {
 		c.cond.Broadcast()
 	}()
 	total := 0
+	large := len(b) >= c.cfg.Threshold
 	for len(b) > 0 {
-		n, err := c.writeOnceLocked(b)
+		n, err := c.writeOnceLocked(b, large)
 		total += n
 		b = b[n:]
 		if err != nil {
@@ -393,7 +405,9 @@ func (c *Conn) Write(b []byte) (int, error) {
 	return total, nil
 }
 
-func (c *Conn) writeOnceLocked(b []byte) (int, error) {
+// writeOnceLocked sends or stages a first part of b; large says b's Write
+// was at least Threshold bytes long, so even its tail goes by RDMA.
+func (c *Conn) writeOnceLocked(b []byte, large bool) (int, error) {
 	for {
 		if err := c.sendErrLocked(); err != nil {
 			return 0, err
@@ -401,7 +415,9 @@ func (c *Conn) writeOnceLocked(b []byte) (int, error) {
 		if c.wdl.passed() {
 			return 0, os.ErrDeadlineExceeded
 		}
-		if c.txMode != TransferInline && len(b) >= c.cfg.Threshold {
+		if c.txMode != TransferInline && (large || len(b) >= c.cfg.Threshold || c.open >= 0) {
+			// A chunk being filled takes short writes too: they may not
+			// overtake its bytes, and joining it costs no message.
 			n, done, err := c.writeRDMALocked(b)
 			if done || err != nil {
 				return n, err
@@ -418,29 +434,61 @@ func (c *Conn) writeOnceLocked(b []byte) (int, error) {
 	}
 }
 
-// writeRDMALocked sends one chunk of b by RDMA, if a chunk, a credit and
-// (Write mode) an advertised sink region are available; done false means
+// corkAt is how many transfers may be in flight before a chunk that is not
+// full is held for later Writes to fill: a stream of writes shorter than a
+// chunk then moves in fuller chunks, with fewer control messages and RDMA
+// operations per byte, while enough transfers stay queued to keep the
+// connection busy; a chunk held goes as soon as fewer are in flight (the
+// poller's flushLocked after RD_DONE or the WR_DONE send completed).
+const corkAt = 2
+
+// corkLocked says whether the open chunk waits for more bytes: it is not
+// full, transfers are in flight, and no FIN waits behind it.
+func (c *Conn) corkLocked() bool {
+	return c.openN < c.openCap && c.inFlight >= corkAt && !c.finQ && !c.closing && !c.cfg.noCork
+}
+
+// writeRDMALocked copies a first part of b into the open source chunk,
+// opening one if a chunk (and, in Write mode, an advertised sink region)
+// is available, and announces the chunk when it is full; done false means
 // wait and try again.
 func (c *Conn) writeRDMALocked(b []byte) (int, bool, error) {
+	if c.open >= 0 && c.openN == c.openCap {
+		// Full, waiting for a credit or a send slot.
+		if c.announceLocked() != nil || c.open >= 0 {
+			return 0, false, nil
+		}
+	}
+	if c.open < 0 {
+		if err := c.openLocked(); err != nil || c.open < 0 {
+			return 0, err != nil, err
+		}
+	}
+	ch := &c.src.chunks[c.open]
+	n := copy(c.src.mem[ch.off+c.openN:ch.off+c.openCap], b)
+	c.openN += n
+	var err error
+	if c.openN == c.openCap {
+		err = c.announceLocked()
+	}
+	return n, true, err
+}
+
+// openLocked makes a free source chunk the open one, registered through
+// the registration cache (WSPRegisterRdmaMemory; a hit after the first
+// transfer of the chunk). It leaves c.open -1 when there is no chunk (or,
+// in Write mode, no advertised region) yet.
+func (c *Conn) openLocked() error {
 	if c.src == nil {
 		a, err := c.newArea(0)
 		if err != nil {
 			c.sw.stats.noBuffers.Add(1)
-			return 0, true, ErrNoBuffers
+			return ErrNoBuffers
 		}
 		c.src = a
 	}
-	if len(c.src.free) == 0 || len(c.free) == 0 || !c.cs.canSend(classData) {
-		return 0, false, nil
-	}
-	if c.txMode == TransferWrite && len(c.sinkAdv) == 0 {
-		return 0, false, nil
-	}
-	n := min(len(b), c.cfg.ChunkSize)
-	if c.txMode == TransferWrite {
-		n = min(n, int(c.sinkAdv[0].Len))
-	} else {
-		n = min(n, c.peerXfer)
+	if len(c.src.free) == 0 || c.txMode == TransferWrite && len(c.sinkAdv) == 0 {
+		return nil
 	}
 	ci := c.src.free[len(c.src.free)-1]
 	ch := &c.src.chunks[ci]
@@ -448,29 +496,47 @@ func (c *Conn) writeRDMALocked(b []byte) (int, bool, error) {
 	if c.txMode == TransferRead {
 		access |= verbs.AccessRemoteRead
 	}
-	// WSPRegisterRdmaMemory: through the registration cache (a hit after
-	// the first transfer of the chunk).
 	mr, err := c.sw.cache.Get(c.sw.pd, c.src.buf.Addr+rings.Addr(ch.off), c.cfg.ChunkSize, access)
 	if err != nil {
 		c.sw.stats.noBuffers.Add(1)
-		return 0, true, fmt.Errorf("%w: %v", ErrNoBuffers, err)
+		return fmt.Errorf("%w: %v", ErrNoBuffers, err)
 	}
 	c.src.free = c.src.free[:len(c.src.free)-1]
-	copy(c.src.mem[ch.off:ch.off+n], b[:n])
+	*ch = chunk{idx: ci, off: ch.off, mr: mr, busy: true}
+	c.open, c.openN = ci, 0
+	// The region the chunk will go to is the oldest advertised one (Write
+	// mode): only announcements take regions, in order.
+	c.openCap = min(c.cfg.ChunkSize, c.peerXfer)
+	if c.txMode == TransferWrite {
+		c.openCap = min(c.cfg.ChunkSize, int(c.sinkAdv[0].Len))
+	}
+	return nil
+}
+
+// announceLocked sends the open chunk if a credit and a send slot allow:
+// SRC_AVAIL (Read mode), or the RDMA Write and WR_DONE behind it.
+func (c *Conn) announceLocked() error {
+	if c.open < 0 || c.openN == 0 || len(c.free) == 0 || !c.cs.canSend(classData) {
+		return nil
+	}
+	ci, n := c.open, c.openN
+	ch := &c.src.chunks[ci]
+	c.open, c.openN = -1, 0
+	c.inFlight++
 	c.nextID++
-	*ch = chunk{idx: ci, off: ch.off, id: c.nextID, n: n, mr: mr, busy: true}
+	ch.id, ch.n = c.nextID, n
+	mr := ch.mr
 	to := mr.TO(int(c.src.buf.Addr) + ch.off - int(mr.Addr))
 	c.sw.stats.rdmaBytes.Add(uint64(n))
+	c.sw.stats.rdmaTransfers.Add(1)
 	if c.txMode == TransferRead {
-		err = c.postLocked(Msg{Type: TypeSrcAvail, Len: uint32(n), ID: ch.id, STag: mr.RKey, TO: to}, nil, -1, nil)
-		return n, true, err
+		return c.postLocked(Msg{Type: TypeSrcAvail, Len: uint32(n), ID: ch.id, STag: mr.RKey, TO: to}, nil, -1, nil)
 	}
 	adv := c.sinkAdv[0]
-	c.sinkAdv = c.sinkAdv[1:]
+	c.sinkAdv = popFront(c.sinkAdv)
 	w := rings.SendWR{Opcode: rings.WRRDMAWrite, WRID: wrWrite | c.gen | uint64(ci), RemoteAddr: adv.TO, RKey: adv.STag, NumSGE: 1}
 	w.SGL[0] = rings.SGE{Addr: to, Length: uint32(n), LKey: mr.LKey}
-	err = c.postLocked(Msg{Type: TypeWrDone, Len: uint32(n), ID: adv.ID}, nil, ci, &w)
-	return n, true, err
+	return c.postLocked(Msg{Type: TypeWrDone, Len: uint32(n), ID: adv.ID}, nil, ci, &w)
 }
 
 // releaseSrcLocked gives a source chunk back (its RDMA Read is done, or
@@ -486,6 +552,7 @@ func (c *Conn) releaseSrcLocked(ci int) {
 	}
 	ch.busy = false
 	c.src.free = append(c.src.free, ci)
+	c.inFlight--
 }
 
 func (c *Conn) sendErrLocked() error {
@@ -574,8 +641,7 @@ func (c *Conn) readLocked(p []byte) int {
 		// The message's bytes are all read: its buffer's credit goes
 		// back, and its sink chunk is free again.
 		sink := s.sink
-		c.rq[0] = rseg{}
-		c.rq = c.rq[1:]
+		c.rq = popFront(c.rq)
 		c.cs.consumed()
 		if sink >= 0 {
 			c.sinkFreeLocked(sink)
@@ -772,7 +838,7 @@ func (c *Conn) recvLocked(i, n int) {
 func (c *Conn) releaseByIDLocked(id uint32, n int) bool {
 	for i := range c.src.chunks {
 		ch := &c.src.chunks[i]
-		if ch.busy && ch.id == id && ch.n == n {
+		if ch.busy && ch.id == id && ch.n == n && i != c.open {
 			c.releaseSrcLocked(i)
 			return true
 		}
@@ -829,6 +895,17 @@ func (c *Conn) failLocked(err error, counter interface{ Add(uint64) uint64 }) {
 	c.cond.Broadcast()
 	qp := c.qp
 	go func() { _ = qp.Destroy() }()
+}
+
+// popFront removes q's first item and moves the rest to the front of its
+// array, so that appends reuse the array: the conn's queues (received
+// segments, control messages, advertised regions) are short, and popping
+// by reslicing would make every append past the end allocate anew.
+func popFront[T any](q []T) []T {
+	n := copy(q, q[1:])
+	var zero T
+	q[n] = zero // no stale reference past the end
+	return q[:n]
 }
 
 // ---- waiting, deadlines, close ------------------------------------------------

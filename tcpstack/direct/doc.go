@@ -23,8 +23,9 @@
 // control-message buffers, Pool+Slots posted for receives and re-posted
 // as soon as a batch of completions is consumed, the rest for sends.
 // Control messages (msg.go) are a 32-byte header and, for DATA, inline
-// stream bytes. Writes below Config.Threshold travel inline; longer runs
-// go in chunks by RDMA: with RDMA Read, the source copies a chunk into its
+// stream bytes. Writes below Config.Threshold travel inline; longer ones
+// go in chunks by RDMA (a chunk not full is held for the next Writes while
+// transfers are in flight): with RDMA Read, the source copies a chunk into its
 // staging area, registers it for remote read through the registration
 // cache (WSPRegisterRdmaMemory), and sends SRC_AVAIL; the sink pulls it
 // with RDMA Read as soon as a sink chunk is free and answers RD_DONE, upon

@@ -31,9 +31,10 @@ type Config struct {
 	// NoRDMARead and NoRDMAWrite take back what this side does as a
 	// sink: without Read, a peer that prefers RDMA Read writes instead.
 	NoRDMARead, NoRDMAWrite bool
-	// Threshold is the copy/zero-copy threshold: runs of at least this
-	// many bytes of one Write go by RDMA, shorter ones inline (default
-	// 64 KiB, as SDP's zero-copy threshold).
+	// Threshold is the copy/zero-copy threshold: a Write of at least this
+	// many bytes goes by RDMA, shorter ones inline unless a source chunk
+	// being filled takes them (default 64 KiB, as SDP's zero-copy
+	// threshold).
 	Threshold int
 	// MaxInline is the most stream bytes one DATA message carries to us
 	// (default 8 KiB); the control buffers are this plus the header.
@@ -53,6 +54,21 @@ type Config struct {
 	NegotiateTimeout time.Duration
 	// Linger bounds Close's wait for data in flight (default 5 s).
 	Linger time.Duration
+	// CRC asks MPA for a CRC-32C trailer on every FPDU of the
+	// connection's RDMA stream (RFC 5044; it is used both ways when
+	// either end asks). Off by default: the application asked for a TCP
+	// stream, and TCP's checksum over every segment is all the integrity
+	// a plain TCP socket gives it, while the devices compute the CRC over
+	// every byte twice (framing and placing), a cost the A/B run in
+	// docs/benchmarks.md measures. A listener's choice is its host
+	// switch's, set by the first Listen with RDMA on the host (as the pool
+	// geometry is).
+	CRC bool
+
+	// noCork sends every source chunk at once, full or not (the sender's
+	// behaviour before coalescing): for the benchmark's before/after
+	// comparison in one run.
+	noCork bool
 }
 
 func (c Config) withDefaults() Config {
@@ -99,6 +115,7 @@ type Stats struct {
 	PeerFailures             uint64 // QPs that failed or lost the connection mid-stream
 	NoBuffers                uint64 // ErrNoBuffers: staging memory not allocated or registered
 	InlineBytes, RDMABytes   uint64 // stream bytes sent inline / by RDMA
+	RDMATransfers            uint64 // SRC_AVAIL or RDMA Write transfers sent (chunks)
 }
 
 type counter = atomic.Uint64
@@ -106,7 +123,7 @@ type counter = atomic.Uint64
 type switchStats struct {
 	dialed, accepted, closed, fallbacks                       counter
 	badMessages, creditViolations, remoteAccess, peerFailures counter
-	noBuffers, inlineBytes, rdmaBytes                         counter
+	noBuffers, inlineBytes, rdmaBytes, rdmaTransfers          counter
 }
 
 // hostSwitch is one host's sockets-direct switch: the verbs objects every
@@ -185,7 +202,7 @@ func HostStats(h *tcpstack.Host) Stats {
 	return Stats{Dialed: s.dialed.Load(), Accepted: s.accepted.Load(), Closed: s.closed.Load(),
 		Fallbacks: s.fallbacks.Load(), BadMessages: s.badMessages.Load(), CreditViolations: s.creditViolations.Load(),
 		RemoteAccessErrors: s.remoteAccess.Load(), PeerFailures: s.peerFailures.Load(), NoBuffers: s.noBuffers.Load(),
-		InlineBytes: s.inlineBytes.Load(), RDMABytes: s.rdmaBytes.Load()}
+		InlineBytes: s.inlineBytes.Load(), RDMABytes: s.rdmaBytes.Load(), RDMATransfers: s.rdmaTransfers.Load()}
 }
 
 // poll takes the completions of every connection of the host and hands
@@ -231,7 +248,7 @@ func (sw *hostSwitch) forget(c *Conn) {
 
 func (sw *hostSwitch) qpAttr(cfg Config, hello []byte, made func(*Conn)) verbs.QPAttr {
 	return verbs.QPAttr{PD: sw.pd, SendCQ: sw.cq, RecvCQ: sw.cq, SQDepth: sqDepth, RQDepth: cfg.Pool + cfg.Slots,
-		ORD: 16, IRD: 16, PrivateData: hello,
+		ORD: 16, IRD: 16, PrivateData: hello, NoCRC: !cfg.CRC,
 		Setup: func(qp *verbs.QP) error {
 			c, err := newConn(sw, cfg, qp)
 			if err != nil {
@@ -529,7 +546,7 @@ func (sw *hostSwitch) serve(rl *verbs.RDMAListener) {
 			// set up with.
 			a := sw.acceptCfg
 			cfg = l.cfg
-			cfg.Pool, cfg.Slots, cfg.MaxInline, cfg.ChunkSize, cfg.Chunks = a.Pool, a.Slots, a.MaxInline, a.ChunkSize, a.Chunks
+			cfg.Pool, cfg.Slots, cfg.MaxInline, cfg.ChunkSize, cfg.Chunks, cfg.CRC = a.Pool, a.Slots, a.MaxInline, a.ChunkSize, a.Chunks, a.CRC
 		}
 		sw.mu.Unlock()
 		if c == nil || herr != nil || peer.Reply || l == nil {

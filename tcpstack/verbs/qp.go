@@ -113,15 +113,21 @@ type QP struct {
 	initiator bool
 	adoptable bool // made by prepareQP, not yet taken by adoptQP (under v.mu)
 
-	cfgBase       rings.Addr // config block at +0, private data at +qpPrivOff
-	sqL, rqL      rings.Layout
-	sqMu, rqMu    sync.Mutex
-	sq, rq        *rings.Producer
-	sqDead        bool // under sqMu
-	rqDead        bool // under rqMu
-	ctlMu         sync.Mutex
-	ctlBusy       atomic.Bool // a MODIFY_QP with private data is unanswered
-	asyncDB       atomic.Bool // SetAsyncDoorbell
+	cfgBase    rings.Addr // config block at +0, private data at +qpPrivOff
+	sqL, rqL   rings.Layout
+	sqMu, rqMu sync.Mutex
+	sq, rq     *rings.Producer
+	sqDead     bool // under sqMu
+	rqDead     bool // under rqMu
+	ctlMu      sync.Mutex
+	ctlBusy    atomic.Bool // a MODIFY_QP with private data is unanswered
+	asyncDB    atomic.Bool // SetAsyncDoorbell
+	// An asynchronous doorbell's command and outcome function, made once
+	// (SubmitAsync copies the command before it returns): a post then
+	// allocates nothing.
+	dbMu          sync.Mutex
+	dbCmd         [1]tcpstack.HostCommand
+	dbDone        func([]rings.Command, error)
 	destroyOnce   sync.Once
 	destroyErr    error
 	local, remote net.Addr
@@ -622,25 +628,13 @@ func (qp *QP) SetAsyncDoorbell(on bool) { qp.asyncDB.Store(on) }
 // QP in ERROR is allowed (the work completes flushed, as in verbs).
 func (qp *QP) doorbell() error {
 	if qp.asyncDB.Load() {
-		c := rings.Command{Opcode: rings.OpQPDoorbell, Conn: qp.qpn}
-		err := qp.v.host.SubmitAsync([]tcpstack.HostCommand{{Cmd: c}}, func(res []rings.Command, err error) {
-			if err == nil && len(res) == 1 && res[0].Status == rings.StatusOK {
-				return
-			}
-			if err == nil && len(res) == 1 {
-				err = &CommandError{Op: rings.OpQPDoorbell, Status: res[0].Status}
-			}
-			// Whatever state the QP is in, the work behind this doorbell
-			// will never complete: Failed must close.
-			qp.mu.Lock()
-			e := fmt.Errorf("%w: %w: %v", ErrQPError, ErrDoorbell, err)
-			if qp.dbErr == nil {
-				qp.dbErr = e
-			}
-			qp.failLocked(e)
-			qp.changedLocked()
-			qp.mu.Unlock()
-		})
+		qp.dbMu.Lock()
+		if qp.dbDone == nil {
+			qp.dbDone = qp.doorbellDone
+		}
+		qp.dbCmd[0] = tcpstack.HostCommand{Cmd: rings.Command{Opcode: rings.OpQPDoorbell, Conn: qp.qpn}}
+		err := qp.v.host.SubmitAsync(qp.dbCmd[:], qp.dbDone)
+		qp.dbMu.Unlock()
 		if err != nil {
 			return fmt.Errorf("verbs: QP %d doorbell (work request queued): %w", qp.qpn, err)
 		}
@@ -651,6 +645,26 @@ func (qp *QP) doorbell() error {
 		return fmt.Errorf("verbs: QP %d doorbell (work request queued): %w", qp.qpn, err)
 	}
 	return nil
+}
+
+// doorbellDone is an asynchronous doorbell's outcome.
+func (qp *QP) doorbellDone(res []rings.Command, err error) {
+	if err == nil && len(res) == 1 && res[0].Status == rings.StatusOK {
+		return
+	}
+	if err == nil && len(res) == 1 {
+		err = &CommandError{Op: rings.OpQPDoorbell, Status: res[0].Status}
+	}
+	// Whatever state the QP is in, the work behind this doorbell will
+	// never complete: Failed must close.
+	qp.mu.Lock()
+	e := fmt.Errorf("%w: %w: %v", ErrQPError, ErrDoorbell, err)
+	if qp.dbErr == nil {
+		qp.dbErr = e
+	}
+	qp.failLocked(e)
+	qp.changedLocked()
+	qp.mu.Unlock()
 }
 
 // SendQueueFree is how many send work requests can be posted now.
