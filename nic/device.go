@@ -190,6 +190,9 @@ type Device struct {
 	poll       PollPort    // non-nil: the unit polls the port (no MAC goroutine)
 	macWaiting atomic.Bool // the MAC waits for FIFO space (flow control)
 	macBell    *rings.Bell
+	// burst is the port when it wakes its far end once per burst
+	// (port.BurstWriter): the unit flushes its wake-ups after every pass.
+	burst port.BurstWriter
 
 	// rxStallSince is when the frame at the FIFO head started waiting for
 	// a legacy buffer or notification space (0: not stalled).
@@ -312,6 +315,13 @@ func (d *Device) Start(rc RingConfig, vec Vectors) error {
 	if d.traced || d.cfg.Manual {
 		d.startStepped()
 		return nil
+	}
+	if bw, ok := d.port.(port.BurstWriter); ok {
+		// Every frame the unit writes in a pass goes out with one
+		// wake-up of the far end at the pass's end, not one per frame
+		// that finds it parked.
+		bw.DeferWakeups()
+		d.burst = bw
 	}
 	if pp, ok := d.port.(PollPort); ok {
 		// The unit polls the port itself: no MAC goroutine in between.
@@ -485,6 +495,9 @@ func (d *Device) unit() {
 		work += d.serviceTx()
 		work += d.serviceRx()
 		work += d.serviceTimers()
+		if d.burst != nil {
+			d.burst.FlushWakeups()
+		}
 		d.moderate(work == 0)
 		if work > 0 {
 			idle = 0
@@ -510,6 +523,9 @@ func (d *Device) flushOnStop() {
 	d.rx.Release()
 	d.notify.Publish()
 	d.raiseInterrupt()
+	if d.burst != nil {
+		d.burst.FlushWakeups()
+	}
 	d.snapshot()
 	d.publishStats(true)
 }

@@ -87,6 +87,17 @@ type ShmPort struct {
 	closed atomic.Bool
 	done   chan struct{}
 	max    int
+
+	// deferWake (set once, before the first write) makes WriteFrame
+	// publish without kicking; owed says a frame was published since the
+	// last FlushWakeups. Both belong to the writer goroutine.
+	deferWake bool
+	owed      bool
+
+	// wait bounds a park for a frame or for space (10 ms; 0 for ever). A
+	// kick ends it; the bound only limits what a lost kick would cost.
+	// Tests set 0 so that a lost kick hangs instead of costing time.
+	wait time.Duration
 }
 
 // OpenShmPort opens side (0 or 1) of the link in mem (size bytes, entry as
@@ -141,7 +152,7 @@ func OpenShmPort(mem *os.File, size int, entry uint32, side int, wake, peer *os.
 	}
 	ls := shmLayouts(entry)
 	p := &ShmPort{mem: b, wake: wake, peer: peer, rxBell: rings.NewBell(), txBell: rings.NewBell(), done: make(chan struct{}),
-		max: int(entry) - shmHdr}
+		max: int(entry) - shmHdr, wait: 10 * time.Millisecond}
 	if p.tx, err = rings.NewProducer(a, ls[side], 32, efd{peer}); err != nil {
 		return nil, err
 	}
@@ -181,7 +192,12 @@ func (p *ShmPort) WriteFrame(frame []byte) error {
 			le32put(e[shmOffLen:], uint32(len(frame)))
 			copy(e[shmHdr:], frame)
 			p.tx.Commit()
-			p.tx.Publish()
+			if p.deferWake {
+				p.tx.PublishNoKick()
+				p.owed = true
+			} else {
+				p.tx.Publish()
+			}
 			p.stats.txFrames.Add(1)
 			p.stats.txBytes.Add(uint64(len(frame)))
 			return nil
@@ -190,7 +206,34 @@ func (p *ShmPort) WriteFrame(frame []byte) error {
 			p.stats.txDropClosed.Add(1)
 			return ErrClosed
 		}
-		p.tx.WaitSpace(p.txBell, 10*time.Millisecond)
+		// The reader must see what is published before we wait for it
+		// to make room.
+		p.FlushWakeups()
+		p.tx.WaitSpace(p.txBell, p.wait)
+	}
+}
+
+// DeferWakeups implements BurstWriter: from now on WriteFrame publishes
+// each frame at once but leaves waking a parked reader to FlushWakeups, so
+// that a burst of frames costs the far end one wake-up (an eventfd write
+// and a thread wake-up in another process) instead of one for the first
+// frame and one for every frame that finds it parked again. Call it
+// before the first WriteFrame, from the writer goroutine.
+func (p *ShmPort) DeferWakeups() { p.deferWake = true }
+
+// FlushWakeups implements BurstWriter: it kicks the reader if it is parked
+// and a frame was published since the last flush. The index store of
+// PublishNoKick and the flag load here pair with the reader's flag store
+// and index re-check in Park, as Publish's do: a reader that parked after
+// the frame was published saw it; one that parked before is kicked.
+func (p *ShmPort) FlushWakeups() {
+	if !p.owed {
+		return
+	}
+	p.owed = false
+	if p.tx.PeerSleeping() {
+		p.tx.Kicked()
+		efd{p.peer}.Kick()
 	}
 }
 
@@ -209,7 +252,7 @@ func (p *ShmPort) ReadFrame(buf []byte) (int, error) {
 			continue
 		}
 		if e == nil {
-			p.rx.Park(p.rxBell, 64, 10*time.Millisecond)
+			p.rx.Park(p.rxBell, 64, p.wait)
 			continue
 		}
 		n := int(le32(e[shmOffLen:]))
