@@ -8,6 +8,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	eventfd "github.com/emunic/emunic/internal/efd"
+
 	"github.com/emunic/emunic/rings"
 )
 
@@ -69,10 +71,7 @@ func NewShmLinkMemory(size int) (*os.File, error) {
 // efd is an eventfd doorbell.
 type efd struct{ f *os.File }
 
-func (e efd) Kick() {
-	one := [8]byte{1}
-	_, _ = e.f.Write(one[:])
-}
+func (e efd) Kick() { eventfd.Kick(e.f) }
 
 // ShmPort is one side of a shared-memory link.
 type ShmPort struct {
@@ -168,16 +167,12 @@ func OpenShmPort(mem *os.File, size int, entry uint32, side int, wake, peer *os.
 // spurious wake-up only makes a waiter look again).
 func (p *ShmPort) forward() {
 	defer close(p.done)
-	var b [8]byte
-	for {
-		if _, err := p.wake.Read(b[:]); err != nil {
-			p.rxBell.Kick()
-			p.txBell.Kick()
-			return
-		}
+	kick := func(uint64) {
 		p.rxBell.Kick()
 		p.txBell.Kick()
 	}
+	eventfd.Forward(p.wake, kick)
+	kick(0) // closed: the waiters look and find it so
 }
 
 // WriteFrame puts frame in the next slot of the transmit ring (waiting for
