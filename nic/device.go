@@ -193,6 +193,10 @@ type Device struct {
 	// burst is the port when it wakes its far end once per burst
 	// (port.BurstWriter): the unit flushes its wake-ups after every pass.
 	burst port.BurstWriter
+	// pollWake is the polled port when its writer wakes only a reader
+	// that announced it parks (WakeupPort): the unit announces its parks.
+	pollWake WakeupPort
+	spill    []byte // drainBlocked's frame when the FIFO is full
 
 	// rxStallSince is when the frame at the FIFO head started waiting for
 	// a legacy buffer or notification space (0: not stalled).
@@ -326,6 +330,10 @@ func (d *Device) Start(rc RingConfig, vec Vectors) error {
 	if pp, ok := d.port.(PollPort); ok {
 		// The unit polls the port itself: no MAC goroutine in between.
 		d.poll = pp
+		d.pollWake, _ = pp.(WakeupPort)
+		if bp, ok := pp.(BlockingPort); ok {
+			bp.SetBlockedFunc(d.drainBlocked)
+		}
 		pp.SetReadableFunc(func() {
 			if d.parked.Load() {
 				d.bell.Kick()
@@ -451,6 +459,60 @@ type PollPort interface {
 	Pending() int
 }
 
+// WakeupPort is a PollPort whose writer wakes the reader (calls the
+// readable function) only after the reader announced that it parks, as a
+// ring's NEED_WAKEUP does: the shared-memory link. SetNeedWakeup(true)
+// comes before the unit's last look at Pending, false after it wakes.
+type WakeupPort interface {
+	PollPort
+	SetNeedWakeup(on bool)
+}
+
+// BlockingPort is a polled port whose WriteFrame waits for room when the
+// far end is behind (the shared-memory link's flow control). The unit is
+// both its writer and its only reader, so the port calls the function set
+// here, on the writer's goroutine, whenever it finds no room and before it
+// waits: the unit takes what arrived meanwhile. Two devices each waiting
+// to send to the other would otherwise wait for good.
+type BlockingPort interface {
+	SetBlockedFunc(fn func())
+}
+
+// drainBlocked is a BlockingPort's blocked function: it moves every frame
+// waiting on the port into the receive FIFO while the FIFO has room and
+// drops the rest (counted in StatRxDropFIFO, a MAC's FIFO overflow), so
+// that the far end, maybe blocked on us as we are on it, always gets its
+// room back. The unit is inside a pass, waiting to transmit; the FIFO is
+// its own and takes a push at any time.
+func (d *Device) drainBlocked() {
+	for {
+		if !d.fifoFull() {
+			took := d.fifo.tail.Load()
+			d.pollPort()
+			if d.fifo.tail.Load() == took {
+				return // nothing waiting (or nothing readable yet)
+			}
+			continue
+		}
+		if d.spill == nil {
+			d.spill = make([]byte, d.maxFrame)
+		}
+		n, ok, err := d.poll.TryReadFrame(d.spill)
+		switch {
+		case !ok:
+			return
+		case errors.Is(err, port.ErrFrameTooBig):
+			d.count(rings.StatRxDropOversize)
+		case err != nil:
+			return
+		default:
+			d.count(rings.StatRxFrames)
+			d.stats[rings.StatRxBytes].Add(uint64(n))
+			d.count(rings.StatRxDropFIFO)
+		}
+	}
+}
+
 // pollPort moves up to Burst frames from a polled port into the receive
 // FIFO. When the FIFO is full the frames stay queued on the wire (flow
 // control), which drops only when its own queue overflows.
@@ -539,6 +601,9 @@ func (d *Device) park() {
 	d.parked.Store(true)
 	d.cmd.SetNeedWakeup(true)
 	d.tx.SetNeedWakeup(true)
+	if d.pollWake != nil {
+		d.pollWake.SetNeedWakeup(true)
+	}
 	stalled := d.rxStallSince != 0
 	if stalled {
 		// Waiting for the host: a legacy buffer posted or notification
@@ -575,6 +640,9 @@ func (d *Device) park() {
 	d.parked.Store(false)
 	d.cmd.SetNeedWakeup(false)
 	d.tx.SetNeedWakeup(false)
+	if d.pollWake != nil {
+		d.pollWake.SetNeedWakeup(false)
+	}
 	if stalled {
 		d.rx.SetNeedWakeup(false)
 		d.notify.SetNeedWakeup(false)

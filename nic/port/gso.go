@@ -100,10 +100,10 @@ type CsumReader interface {
 }
 
 // BurstWriter is a port that can wake its far end once per burst of
-// frames rather than per frame: after DeferWakeups, WriteFrame makes each
-// frame visible at once but a parked reader is woken only by FlushWakeups,
-// which the writer must call at the end of every burst (before it waits
-// for anything itself). Only the writer goroutine calls either. A port
+// frames rather than per frame: after DeferWakeups, the frames WriteFrame
+// takes are visible to the far end, and a parked reader woken, by
+// FlushWakeups at the latest, which the writer must call at the end of
+// every burst (before it waits for anything itself). Only the writer goroutine calls either. A port
 // whose wake-up is a system call into another process (the shared-memory
 // link) saves one per frame that finds the reader parked.
 type BurstWriter interface {

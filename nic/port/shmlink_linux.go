@@ -28,6 +28,13 @@ import (
 // ShmLinkCount is the slots per direction.
 const ShmLinkCount = 512
 
+// shmBatch is how many frames the writer commits before it publishes
+// them by itself; WriteFrame publishes every frame unless its wake-ups are
+// deferred (DeferWakeups), and then FlushWakeups publishes the rest. One
+// index store per frame was a sixth of a sending device's time: the line
+// it lives on goes back and forth to the reader polling it.
+const shmBatch = 32
+
 const shmOffLen = 4
 const shmHdr = 8
 
@@ -92,6 +99,8 @@ type ShmPort struct {
 	// last FlushWakeups. Both belong to the writer goroutine.
 	deferWake bool
 	owed      bool
+	onKick    atomic.Pointer[func()] // a polling reader's wake-up
+	blocked   func()                 // SetBlockedFunc's
 
 	// wait bounds a park for a frame or for space (10 ms; 0 for ever). A
 	// kick ends it; the bound only limits what a lost kick would cost.
@@ -152,7 +161,7 @@ func OpenShmPort(mem *os.File, size int, entry uint32, side int, wake, peer *os.
 	ls := shmLayouts(entry)
 	p := &ShmPort{mem: b, wake: wake, peer: peer, rxBell: rings.NewBell(), txBell: rings.NewBell(), done: make(chan struct{}),
 		max: int(entry) - shmHdr, wait: 10 * time.Millisecond}
-	if p.tx, err = rings.NewProducer(a, ls[side], 32, efd{peer}); err != nil {
+	if p.tx, err = rings.NewProducer(a, ls[side], shmBatch, efd{peer}); err != nil {
 		return nil, err
 	}
 	if p.rx, err = rings.NewConsumer(a, ls[1-side], 32, efd{peer}); err != nil {
@@ -170,6 +179,9 @@ func (p *ShmPort) forward() {
 	kick := func(uint64) {
 		p.rxBell.Kick()
 		p.txBell.Kick()
+		if fn := p.onKick.Load(); fn != nil {
+			(*fn)()
+		}
 	}
 	eventfd.Forward(p.wake, kick)
 	kick(0) // closed: the waiters look and find it so
@@ -188,7 +200,6 @@ func (p *ShmPort) WriteFrame(frame []byte) error {
 			copy(e[shmHdr:], frame)
 			p.tx.Commit()
 			if p.deferWake {
-				p.tx.PublishNoKick()
 				p.owed = true
 			} else {
 				p.tx.Publish()
@@ -204,29 +215,41 @@ func (p *ShmPort) WriteFrame(frame []byte) error {
 		// The reader must see what is published before we wait for it
 		// to make room.
 		p.FlushWakeups()
+		if p.blocked != nil {
+			// A polling reader on this goroutine takes what came in,
+			// and the far end gets the slots back at once: it may be
+			// waiting for them to send to us as we wait to send to it.
+			p.blocked()
+			p.rx.Release()
+			if p.tx.Free() > 0 {
+				continue
+			}
+		}
 		p.tx.WaitSpace(p.txBell, p.wait)
 	}
 }
 
 // DeferWakeups implements BurstWriter: from now on WriteFrame publishes
-// each frame at once but leaves waking a parked reader to FlushWakeups, so
-// that a burst of frames costs the far end one wake-up (an eventfd write
-// and a thread wake-up in another process) instead of one for the first
-// frame and one for every frame that finds it parked again. Call it
-// before the first WriteFrame, from the writer goroutine.
+// frames only every shmBatch of them (waking a parked reader then, so that
+// it starts on a long burst early) and leaves the rest, and the wake-up for
+// them, to FlushWakeups. A burst of frames then costs the far end one
+// wake-up (an eventfd write and a thread wake-up in another process), not
+// one for every frame that finds it parked. Call it before the first
+// WriteFrame, from the writer goroutine.
 func (p *ShmPort) DeferWakeups() { p.deferWake = true }
 
-// FlushWakeups implements BurstWriter: it kicks the reader if it is parked
-// and a frame was published since the last flush. The index store of
-// PublishNoKick and the flag load here pair with the reader's flag store
-// and index re-check in Park, as Publish's do: a reader that parked after
-// the frame was published saw it; one that parked before is kicked.
+// FlushWakeups implements BurstWriter: it publishes the frames written
+// since the last flush and kicks the reader if it is parked. The index
+// store and the flag load of PublishNoKick pair with the reader's flag
+// store and index re-check before it parks (Park, or a polling reader's
+// SetNeedWakeup and Pending), as Publish's do: a reader that parked after
+// the store saw the frames; one that parked before it is kicked.
 func (p *ShmPort) FlushWakeups() {
 	if !p.owed {
 		return
 	}
 	p.owed = false
-	if p.tx.PeerSleeping() {
+	if p.tx.PublishNoKick() {
 		p.tx.Kicked()
 		efd{p.peer}.Kick()
 	}
@@ -236,37 +259,73 @@ func (p *ShmPort) FlushWakeups() {
 // peer's kick) when it is empty. One reader goroutine at a time.
 func (p *ShmPort) ReadFrame(buf []byte) (int, error) {
 	for {
-		if p.closed.Load() {
-			return 0, ErrClosed
+		n, ok, err := p.TryReadFrame(buf)
+		if ok || err != nil {
+			return n, err
 		}
-		e, err := p.rx.Peek()
-		if err != nil {
+		if p.rx.Available() > 0 {
 			// A phase error: the peer published before writing. Look again
 			// after a pause; the entry becomes valid or stays counted.
 			p.rx.Park(p.rxBell, 0, time.Millisecond)
 			continue
 		}
-		if e == nil {
-			p.rx.Park(p.rxBell, 64, p.wait)
-			continue
-		}
-		n := int(le32(e[shmOffLen:]))
-		if n > len(e)-shmHdr {
-			p.rx.Pop()
-			p.stats.rxDropTooBig.Add(1)
-			return 0, fmt.Errorf("shared-memory link: a slot says %d bytes, more than it holds", n)
-		}
-		if n > len(buf) {
-			p.rx.Pop()
-			p.stats.rxDropTooBig.Add(1)
-			return 0, ErrFrameTooBig
-		}
-		copy(buf, e[shmHdr:shmHdr+n])
-		p.rx.Pop()
-		p.stats.rxFrames.Add(1)
-		p.stats.rxBytes.Add(uint64(n))
-		return n, nil
+		p.rx.Park(p.rxBell, 64, p.wait)
 	}
+}
+
+// TryReadFrame is ReadFrame without waiting (nic.PollPort): ok is false
+// when no frame is ready. A device polls the link from its own loop this
+// way, and parks with the link's NEED_WAKEUP announced (SetNeedWakeup), so
+// that the frames of a burst cost it no hand-off from a reader goroutine.
+func (p *ShmPort) TryReadFrame(buf []byte) (n int, ok bool, err error) {
+	if p.closed.Load() {
+		return 0, false, ErrClosed
+	}
+	e, err := p.rx.Peek()
+	if err != nil || e == nil {
+		return 0, false, nil // a phase error is looked at again later
+	}
+	n = int(le32(e[shmOffLen:]))
+	if n > len(e)-shmHdr {
+		p.rx.Pop()
+		p.stats.rxDropTooBig.Add(1)
+		return 0, true, fmt.Errorf("shared-memory link: a slot says %d bytes, more than it holds", n)
+	}
+	if n > len(buf) {
+		p.rx.Pop()
+		p.stats.rxDropTooBig.Add(1)
+		return 0, true, ErrFrameTooBig
+	}
+	copy(buf, e[shmHdr:shmHdr+n])
+	p.rx.Pop()
+	p.stats.rxFrames.Add(1)
+	p.stats.rxBytes.Add(uint64(n))
+	return n, true, nil
+}
+
+// SetReadableFunc installs fn, called when the peer kicks this side (nil
+// removes it); fn must not block.
+func (p *ShmPort) SetReadableFunc(fn func()) { storeFunc(&p.onKick, fn) }
+
+// SetBlockedFunc installs fn, which WriteFrame calls on the writer's
+// goroutine each time it finds the transmit ring full, before it waits for
+// room (nic.BlockingPort): a device that both writes the link and polls it
+// from one goroutine reads what came in meanwhile. Set it before the first
+// WriteFrame.
+func (p *ShmPort) SetBlockedFunc(fn func()) { p.blocked = fn }
+
+// Pending is how many frames are published and not yet read.
+func (p *ShmPort) Pending() int { return p.rx.Available() }
+
+// SetNeedWakeup announces (on) that the polling reader is about to park,
+// after giving back the slots it read, or withdraws it. After announcing,
+// the reader must look at Pending again before it sleeps: a frame published
+// before the writer saw the flag came with no kick.
+func (p *ShmPort) SetNeedWakeup(on bool) {
+	if on {
+		p.rx.Release()
+	}
+	p.rx.SetNeedWakeup(on)
 }
 
 // Close stops the port (a blocked reader or writer returns ErrClosed) and

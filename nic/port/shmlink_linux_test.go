@@ -3,8 +3,10 @@ package port
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -96,6 +98,24 @@ func recvNumbered(p *ShmPort, tag byte, n int) error {
 	return nil
 }
 
+// waitAll takes k results from errs, failing at the first error, or after
+// 60 s without all of them: the sides park without a time bound, so a
+// wake-up lost hangs them.
+func waitAll(t *testing.T, errs <-chan error, k int) {
+	t.Helper()
+	deadline := time.After(60 * time.Second)
+	for range k {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-deadline:
+			t.Fatal("no progress for 60 s: a wake-up was lost")
+		}
+	}
+}
+
 // TestShmLinkCloseWakesReader: a reader parked on an empty ring returns
 // ErrClosed when its port closes; oversize frames are refused.
 func TestShmLinkCloseWakesReader(t *testing.T) {
@@ -129,7 +149,8 @@ func TestShmLinkCloseWakesReader(t *testing.T) {
 // hang the test instead of costing 10 ms. Bursts are of 1 to 64 frames, in
 // both directions at once, and the writers also fill the ring and wait for
 // space. Every frame arrives in order, and the far end is kicked at most
-// once per burst (plus once per wait for space).
+// once per burst, per shmBatch frames (a long burst's early publishes) and
+// per wait for space.
 func TestShmLinkBurstWakeups(t *testing.T) {
 	a, b := shmPair(t, 1514)
 	for _, p := range []*ShmPort{a, b} {
@@ -169,22 +190,111 @@ func TestShmLinkBurstWakeups(t *testing.T) {
 	go func() { errs <- send(b, 2, &bursts[1]) }()
 	go func() { errs <- recvNumbered(b, 1, n) }()
 	go func() { errs <- recvNumbered(a, 2, n) }()
-	deadline := time.After(60 * time.Second)
-	for range 4 {
-		select {
-		case err := <-errs:
-			if err != nil {
-				t.Fatal(err)
-			}
-		case <-deadline:
-			t.Fatal("no progress for 60 s: a wake-up was lost")
-		}
-	}
+	waitAll(t, errs, 4)
 	for i, p := range []*ShmPort{a, b} {
 		st := p.tx.Stats()
-		if st.Kicks > uint64(bursts[i])+st.Full {
-			t.Errorf("side %d: %d kicks for %d bursts and %d full rings", i, st.Kicks, bursts[i], st.Full)
+		if max := uint64(bursts[i]+n/shmBatch) + st.Full; st.Kicks > max {
+			t.Errorf("side %d: %d kicks for %d bursts of %d frames and %d full rings: want at most %d", i, st.Kicks, bursts[i], n, st.Full, max)
 		}
 		t.Logf("side %d: %d frames in %d bursts, %d kicks, %d parks of the reader, ring full %d times", i, n, bursts[i], st.Kicks, p.rx.Stats().Parks, st.Full)
+	}
+}
+
+// TestShmLinkPolled: the reader polls the link as a device's unit does
+// (TryReadFrame, then SetNeedWakeup, a last look at Pending, and a sleep
+// until the readable function kicks it, with no time bound), while the
+// writer defers its wake-ups to the end of each burst. A wake-up lost
+// between the writer's publish and the reader's announcement would hang
+// the test. Both directions at once; each side's writer is also its
+// reader, on one goroutine, taking what came in while it waits for room
+// (SetBlockedFunc), so two sides that fill each other's rings still make
+// progress.
+func TestShmLinkPolled(t *testing.T) {
+	a, b := shmPair(t, 1514)
+	n := 200000
+	if testing.Short() {
+		n = 50000
+	}
+	side := func(p *ShmPort, tag, peerTag byte) error {
+		p.wait = 0
+		p.DeferWakeups()
+		bell := make(chan struct{}, 1)
+		var parked atomic.Bool
+		p.SetReadableFunc(func() {
+			if parked.Load() {
+				select {
+				case bell <- struct{}{}:
+				default:
+				}
+			}
+		})
+		buf := make([]byte, 2048)
+		got, parks := 0, 0
+		var bad error
+		take := func() {
+			for {
+				m, ok, err := p.TryReadFrame(buf)
+				if !ok || err != nil {
+					if err != nil && bad == nil {
+						bad = err
+					}
+					return
+				}
+				if m != 60+got%1455 || buf[0] != peerTag || binary.BigEndian.Uint32(buf[14:]) != uint32(got) {
+					if bad == nil {
+						bad = fmt.Errorf("frame %d out of order or damaged", got)
+					}
+				}
+				got++
+			}
+		}
+		p.SetBlockedFunc(take)
+		f := make([]byte, 1514)
+		rng := uint32(tag) * 2654435761
+		for sent := 0; sent < n || got < n; {
+			if sent < n {
+				rng = rng*1664525 + 1013904223
+				for k := min(1+int(rng>>26), n-sent); k > 0; k-- {
+					binary.BigEndian.PutUint32(f[14:], uint32(sent))
+					f[0] = tag
+					if err := p.WriteFrame(f[:60+sent%1455]); err != nil {
+						return err
+					}
+					sent++
+				}
+				p.FlushWakeups()
+			}
+			take()
+			if bad != nil {
+				return bad
+			}
+			if sent < n && rng&0x300 == 0 {
+				runtime.Gosched() // let the other side catch up and park
+			}
+			// Side 2 also pretends to be idle now and then while it has
+			// frames to send (side 1 sends until it has sent all, so
+			// side 2's frames still come); side 1 parks only when idle.
+			if got < n && (sent == n || tag == 2 && rng&0x700 == 0) {
+				// Announce the park, look once more, then sleep until
+				// kicked.
+				parks++
+				parked.Store(true)
+				p.SetNeedWakeup(true)
+				if p.Pending() == 0 {
+					<-bell
+				}
+				p.SetNeedWakeup(false)
+				parked.Store(false)
+			}
+		}
+		t.Logf("side %d: %d parks, %d kicks sent", tag, parks, p.tx.Stats().Kicks)
+		return nil
+	}
+	errs := make(chan error, 2)
+	go func() { errs <- side(a, 1, 2) }()
+	go func() { errs <- side(b, 2, 1) }()
+	waitAll(t, errs, 2)
+	if sa, sb := a.Stats(), b.Stats(); sa.TxFrames != uint64(n) || sb.RxFrames != uint64(n) || sb.TxFrames != uint64(n) || sa.RxFrames != uint64(n) {
+		t.Fatalf("counters %v / %v", sa, sb)
 	}
 }
