@@ -314,8 +314,20 @@ func (p *ShmPort) SetReadableFunc(fn func()) { storeFunc(&p.onKick, fn) }
 // WriteFrame.
 func (p *ShmPort) SetBlockedFunc(fn func()) { p.blocked = fn }
 
-// Pending is how many frames are published and not yet read.
-func (p *ShmPort) Pending() int { return p.rx.Available() }
+// Pending is how many frames are published and not yet read, or 0 when
+// the next one is not readable (a peer that published a slot before
+// writing it): the reader then parks, and its park's time bound (the
+// unit's 5 ms for a polled port) paces the next look instead of a busy
+// loop over the broken slot.
+func (p *ShmPort) Pending() int {
+	n := p.rx.Available()
+	if n > 0 {
+		if _, err := p.rx.Peek(); err != nil {
+			return 0
+		}
+	}
+	return n
+}
 
 // SetNeedWakeup announces (on) that the polling reader is about to park,
 // after giving back the slots it read, or withdraws it. After announcing,

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/emunic/emunic/rings"
 )
 
 // shmPair opens both sides of one link in this process, as two device
@@ -296,5 +298,25 @@ func TestShmLinkPolled(t *testing.T) {
 	waitAll(t, errs, 2)
 	if sa, sb := a.Stats(), b.Stats(); sa.TxFrames != uint64(n) || sb.RxFrames != uint64(n) || sb.TxFrames != uint64(n) || sa.RxFrames != uint64(n) {
 		t.Fatalf("counters %v / %v", sa, sb)
+	}
+}
+
+// TestShmLinkPolledBadSlot: a peer that publishes a slot it never wrote
+// (the producer index moved, the phase tag not) gives a polling reader
+// nothing to read and nothing pending, so it parks (its park's time bound
+// paces the next look) instead of looping over the slot.
+func TestShmLinkPolledBadSlot(t *testing.T) {
+	a, b := shmPair(t, 1514)
+	// Side 0's ring is the first in the link's memory: publish one entry
+	// by hand, as a broken peer would.
+	binary.LittleEndian.PutUint32(a.mem[rings.OffProducerIndex:], 1)
+	if n := b.Pending(); n != 0 {
+		t.Fatalf("Pending %d with only a bad slot published", n)
+	}
+	if _, ok, err := b.TryReadFrame(make([]byte, 2048)); ok || err != nil {
+		t.Fatalf("TryReadFrame of a bad slot: ok %v, %v", ok, err)
+	}
+	if b.rx.Stats().PhaseErrs == 0 {
+		t.Fatal("the bad slot was not counted")
 	}
 }
