@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -301,16 +300,6 @@ func (ss *session) config(body []byte, pf *os.File) Reply {
 			pf.Close()
 		}
 		return ss.refuse(StatusBadConfig, "configuration: %v", err)
-	}
-	if cfg.SpinPolls == 0 && runtime.GOMAXPROCS(0) == 1 {
-		// The unit's idle spin yields with runtime.Gosched. In the
-		// host's process that hands the processor to host goroutines;
-		// in a device process with one processor (a spawned device on
-		// two CPUs) there is nobody to hand it to, and the spin is a busy
-		// wait holding a CPU the host and the other device are waiting
-		// for. One idle pass, then park: split-shm delegated went 5.2 ->
-		// 6.6 Gbit/s (medians of 5, same run; docs/benchmarks.md).
-		cfg.SpinPolls = 1
 	}
 	var p port.Port
 	if ss.link != nil {
