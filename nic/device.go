@@ -200,6 +200,13 @@ type Device struct {
 	lroSplit   port.Splitter  // the unit's cut of a super-frame of a flow the engine does not own
 	macWaiting atomic.Bool    // the MAC waits for FIFO space (flow control)
 	macBell    *rings.Bell
+	// burst is the port when it wakes its far end once per burst
+	// (port.BurstWriter): the unit flushes its wake-ups after every pass.
+	burst port.BurstWriter
+	// pollWake is the polled port when its writer wakes only a reader
+	// that announced it parks (WakeupPort): the unit announces its parks.
+	pollWake WakeupPort
+	spill    []byte // drainBlocked's frame when the FIFO is full
 
 	// rxStallSince is when the frame at the FIFO head started waiting for
 	// a legacy buffer or notification space (0: not stalled).
@@ -332,9 +339,20 @@ func (d *Device) Start(rc RingConfig, vec Vectors) error {
 		d.startStepped()
 		return nil
 	}
+	if bw, ok := d.port.(port.BurstWriter); ok {
+		// Every frame the unit writes in a pass goes out with one
+		// wake-up of the far end at the pass's end, not one per frame
+		// that finds it parked.
+		bw.DeferWakeups()
+		d.burst = bw
+	}
 	if pp, ok := d.port.(PollPort); ok {
 		// The unit polls the port itself: no MAC goroutine in between.
 		d.poll = pp
+		d.pollWake, _ = pp.(WakeupPort)
+		if bp, ok := pp.(BlockingPort); ok {
+			bp.SetBlockedFunc(d.drainBlocked)
+		}
 		pp.SetReadableFunc(func() {
 			if d.parked.Load() {
 				d.bell.Kick()
@@ -471,6 +489,60 @@ type PollPort interface {
 	Pending() int
 }
 
+// WakeupPort is a PollPort whose writer wakes the reader (calls the
+// readable function) only after the reader announced that it parks, as a
+// ring's NEED_WAKEUP does: the shared-memory link. SetNeedWakeup(true)
+// comes before the unit's last look at Pending, false after it wakes.
+type WakeupPort interface {
+	PollPort
+	SetNeedWakeup(on bool)
+}
+
+// BlockingPort is a polled port whose WriteFrame waits for room when the
+// far end is behind (the shared-memory link's flow control). The unit is
+// both its writer and its only reader, so the port calls the function set
+// here, on the writer's goroutine, whenever it finds no room and before it
+// waits: the unit takes what arrived meanwhile. Two devices each waiting
+// to send to the other would otherwise wait for good.
+type BlockingPort interface {
+	SetBlockedFunc(fn func())
+}
+
+// drainBlocked is a BlockingPort's blocked function: it moves every frame
+// waiting on the port into the receive FIFO while the FIFO has room and
+// drops the rest (counted in StatRxDropFIFO, a MAC's FIFO overflow), so
+// that the far end, maybe blocked on us as we are on it, always gets its
+// room back. The unit is inside a pass, waiting to transmit; the FIFO is
+// its own and takes a push at any time.
+func (d *Device) drainBlocked() {
+	for {
+		if !d.fifoFull() {
+			took := d.fifo.tail.Load()
+			d.pollPort()
+			if d.fifo.tail.Load() == took {
+				return // nothing waiting (or nothing readable yet)
+			}
+			continue
+		}
+		if d.spill == nil {
+			d.spill = make([]byte, d.maxFrame)
+		}
+		n, ok, err := d.poll.TryReadFrame(d.spill)
+		switch {
+		case !ok:
+			return
+		case errors.Is(err, port.ErrFrameTooBig):
+			d.count(rings.StatRxDropOversize)
+		case err != nil:
+			return
+		default:
+			d.count(rings.StatRxFrames)
+			d.stats[rings.StatRxBytes].Add(uint64(n))
+			d.count(rings.StatRxDropFIFO)
+		}
+	}
+}
+
 // pollPort moves up to Burst frames from a polled port into the receive
 // FIFO. When the FIFO is full the frames stay queued on the wire (flow
 // control), which drops only when its own queue overflows.
@@ -515,6 +587,9 @@ func (d *Device) unit() {
 		work += d.serviceTx()
 		work += d.serviceRx()
 		work += d.serviceTimers()
+		if d.burst != nil {
+			d.burst.FlushWakeups()
+		}
 		d.moderate(work == 0)
 		if work > 0 {
 			idle = 0
@@ -540,6 +615,9 @@ func (d *Device) flushOnStop() {
 	d.rx.Release()
 	d.notify.Publish()
 	d.raiseInterrupt()
+	if d.burst != nil {
+		d.burst.FlushWakeups()
+	}
 	d.snapshot()
 	d.publishStats(true)
 }
@@ -553,6 +631,9 @@ func (d *Device) park() {
 	d.parked.Store(true)
 	d.cmd.SetNeedWakeup(true)
 	d.tx.SetNeedWakeup(true)
+	if d.pollWake != nil {
+		d.pollWake.SetNeedWakeup(true)
+	}
 	stalled := d.rxStallSince != 0
 	if stalled {
 		// Waiting for the host: a legacy buffer posted or notification
@@ -589,6 +670,9 @@ func (d *Device) park() {
 	d.parked.Store(false)
 	d.cmd.SetNeedWakeup(false)
 	d.tx.SetNeedWakeup(false)
+	if d.pollWake != nil {
+		d.pollWake.SetNeedWakeup(false)
+	}
 	if stalled {
 		d.rx.SetNeedWakeup(false)
 		d.notify.SetNeedWakeup(false)

@@ -61,6 +61,9 @@ func (d *Device) startStepped() {
 	d.rx.SetNeedWakeup(true)
 	d.notify.SetNeedWakeup(true)
 	d.poll = d.port.(PollPort)
+	if wp, ok := d.poll.(WakeupPort); ok {
+		wp.SetNeedWakeup(true) // as the rings': the stepper wants every kick
+	}
 	if d.cfg.Manual {
 		return
 	}

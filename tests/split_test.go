@@ -2,11 +2,16 @@ package tests
 
 import (
 	"bytes"
+	"fmt"
 	"io"
+	"net"
+	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/emunic/emunic/internal/hostrig"
+	"github.com/emunic/emunic/nic"
+	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/tcpstack"
 )
 
@@ -92,4 +97,74 @@ func TestSplitPolling(t *testing.T) {
 		t.Fatalf("echo of %d bytes: %v", len(msg), err)
 	}
 	t.Logf("netstack 2 MiB in %v; delegated echo intact", d)
+}
+
+// TestShmLinkDevicesBothWays: two devices in this process cabled by a
+// shared-memory link, each unit polling the link and writing it from one
+// goroutine, with receive FIFOs of 8 frames so that a unit waiting for room
+// on the link finds its own FIFO full. Six delegated connections carry data
+// both ways at once, more than the link's rings hold, and all complete
+// intact: a unit waiting for room takes in (or, its FIFO full, drops) what
+// the other sends, so two units each waiting to send to the other do not
+// wait for good.
+func TestShmLinkDevicesBothWays(t *testing.T) {
+	ea, eb, err := tcpstack.NewShmLink(1500)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := func(e *tcpstack.ShmLinkEnd, mac [6]byte, addr netip.Prefix) *tcpstack.Host {
+		p, err := port.OpenShmPort(e.Mem, e.Size, e.Entry, e.Side, e.Wake, e.Peer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := tcpstack.NewHost(tcpstack.HostConfig{MAC: mac, Addr: addr, Device: nic.Config{RxFIFODepth: 8}}, p)
+		if err != nil {
+			p.Close()
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { h.Close() })
+		return h
+	}
+	a := host(ea, hostrig.MACA, hostrig.PrefixA)
+	b := host(eb, hostrig.MACB, hostrig.PrefixB)
+	n := int64(8 << 20)
+	if testing.Short() {
+		n = 2 << 20
+	}
+	type result struct {
+		name      string
+		got, want [32]byte
+		n         int64
+		err       error
+	}
+	const conns = 6
+	results := make(chan result, 2*conns)
+	for i := range conns {
+		ca, cb := delegatedPair(t, a, b, uint16(6311+i))
+		for _, dir := range []struct {
+			name     string
+			from, to net.Conn
+		}{{fmt.Sprintf("A→B #%d", i), ca, cb}, {fmt.Sprintf("B→A #%d", i), cb, ca}} {
+			got := make(chan result, 1)
+			go func() { s, m, err := hashAll(dir.to); got <- result{got: s, n: m, err: err} }()
+			go func() {
+				want := sendRandom(t, dir.from, n, byte(2*i+len(dir.name)))
+				dir.from.(*tcpstack.DelegatedConn).CloseWrite()
+				r := <-got
+				r.name, r.want = dir.name, want
+				results <- r
+			}()
+		}
+	}
+	for range 2 * conns {
+		select {
+		case r := <-results:
+			if r.err != nil || r.n != n || r.got != r.want {
+				t.Fatalf("%s: %d of %d bytes (%v), hash match %v", r.name, r.n, n, r.err, r.got == r.want)
+			}
+		case <-time.After(2 * time.Minute):
+			t.Fatalf("stuck; device A %v; device B %v", stats(a), stats(b))
+		}
+	}
+	t.Logf("device A %v; device B %v", stats(a), stats(b))
 }

@@ -99,6 +99,18 @@ type CsumReader interface {
 	ReadFrameCsum(buf []byte) (n int, l4Verified bool, err error)
 }
 
+// BurstWriter is a port that can wake its far end once per burst of
+// frames rather than per frame: after DeferWakeups, the frames WriteFrame
+// takes are visible to the far end, and a parked reader woken, by
+// FlushWakeups at the latest, which the writer must call at the end of
+// every burst (before it waits for anything itself). Only the writer goroutine calls either. A port
+// whose wake-up is a system call into another process (the shared-memory
+// link) saves one per frame that finds the reader parked.
+type BurstWriter interface {
+	DeferWakeups()
+	FlushWakeups()
+}
+
 // TSOWriter is a port that segments TCP itself: WriteFrameTSO takes a
 // TCP/IPv4 super-frame (whole checksums) and puts it on the wire as
 // segments of mss payload bytes. TSO reports whether the port does (a TAP

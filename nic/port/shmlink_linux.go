@@ -8,6 +8,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	eventfd "github.com/emunic/emunic/internal/efd"
+
 	"github.com/emunic/emunic/rings"
 )
 
@@ -25,6 +27,13 @@ import (
 
 // ShmLinkCount is the slots per direction.
 const ShmLinkCount = 512
+
+// shmBatch is how many frames the writer commits before it publishes
+// them by itself; WriteFrame publishes every frame unless its wake-ups are
+// deferred (DeferWakeups), and then FlushWakeups publishes the rest. One
+// index store per frame was a sixth of a sending device's time: the line
+// it lives on goes back and forth to the reader polling it.
+const shmBatch = 32
 
 const shmOffLen = 4
 const shmHdr = 8
@@ -69,10 +78,7 @@ func NewShmLinkMemory(size int) (*os.File, error) {
 // efd is an eventfd doorbell.
 type efd struct{ f *os.File }
 
-func (e efd) Kick() {
-	one := [8]byte{1}
-	_, _ = e.f.Write(one[:])
-}
+func (e efd) Kick() { eventfd.Kick(e.f) }
 
 // ShmPort is one side of a shared-memory link.
 type ShmPort struct {
@@ -87,6 +93,19 @@ type ShmPort struct {
 	closed atomic.Bool
 	done   chan struct{}
 	max    int
+
+	// deferWake (set once, before the first write) makes WriteFrame
+	// publish without kicking; owed says a frame was published since the
+	// last FlushWakeups. Both belong to the writer goroutine.
+	deferWake bool
+	owed      bool
+	onKick    atomic.Pointer[func()] // a polling reader's wake-up
+	blocked   func()                 // SetBlockedFunc's
+
+	// wait bounds a park for a frame or for space (10 ms; 0 for ever). A
+	// kick ends it; the bound only limits what a lost kick would cost.
+	// Tests set 0 so that a lost kick hangs instead of costing time.
+	wait time.Duration
 }
 
 // OpenShmPort opens side (0 or 1) of the link in mem (size bytes, entry as
@@ -141,8 +160,8 @@ func OpenShmPort(mem *os.File, size int, entry uint32, side int, wake, peer *os.
 	}
 	ls := shmLayouts(entry)
 	p := &ShmPort{mem: b, wake: wake, peer: peer, rxBell: rings.NewBell(), txBell: rings.NewBell(), done: make(chan struct{}),
-		max: int(entry) - shmHdr}
-	if p.tx, err = rings.NewProducer(a, ls[side], 32, efd{peer}); err != nil {
+		max: int(entry) - shmHdr, wait: 10 * time.Millisecond}
+	if p.tx, err = rings.NewProducer(a, ls[side], shmBatch, efd{peer}); err != nil {
 		return nil, err
 	}
 	if p.rx, err = rings.NewConsumer(a, ls[1-side], 32, efd{peer}); err != nil {
@@ -157,16 +176,15 @@ func OpenShmPort(mem *os.File, size int, entry uint32, side int, wake, peer *os.
 // spurious wake-up only makes a waiter look again).
 func (p *ShmPort) forward() {
 	defer close(p.done)
-	var b [8]byte
-	for {
-		if _, err := p.wake.Read(b[:]); err != nil {
-			p.rxBell.Kick()
-			p.txBell.Kick()
-			return
-		}
+	kick := func(uint64) {
 		p.rxBell.Kick()
 		p.txBell.Kick()
+		if fn := p.onKick.Load(); fn != nil {
+			(*fn)()
+		}
 	}
+	eventfd.Forward(p.wake, kick)
+	kick(0) // closed: the waiters look and find it so
 }
 
 // WriteFrame puts frame in the next slot of the transmit ring (waiting for
@@ -181,7 +199,11 @@ func (p *ShmPort) WriteFrame(frame []byte) error {
 			le32put(e[shmOffLen:], uint32(len(frame)))
 			copy(e[shmHdr:], frame)
 			p.tx.Commit()
-			p.tx.Publish()
+			if p.deferWake {
+				p.owed = true
+			} else {
+				p.tx.Publish()
+			}
 			p.stats.txFrames.Add(1)
 			p.stats.txBytes.Add(uint64(len(frame)))
 			return nil
@@ -190,7 +212,46 @@ func (p *ShmPort) WriteFrame(frame []byte) error {
 			p.stats.txDropClosed.Add(1)
 			return ErrClosed
 		}
-		p.tx.WaitSpace(p.txBell, 10*time.Millisecond)
+		// The reader must see what is published before we wait for it
+		// to make room.
+		p.FlushWakeups()
+		if p.blocked != nil {
+			// A polling reader on this goroutine takes what came in,
+			// and the far end gets the slots back at once: it may be
+			// waiting for them to send to us as we wait to send to it.
+			p.blocked()
+			p.rx.Release()
+			if p.tx.Free() > 0 {
+				continue
+			}
+		}
+		p.tx.WaitSpace(p.txBell, p.wait)
+	}
+}
+
+// DeferWakeups implements BurstWriter: from now on WriteFrame publishes
+// frames only every shmBatch of them (waking a parked reader then, so that
+// it starts on a long burst early) and leaves the rest, and the wake-up for
+// them, to FlushWakeups. A burst of frames then costs the far end one
+// wake-up (an eventfd write and a thread wake-up in another process), not
+// one for every frame that finds it parked. Call it before the first
+// WriteFrame, from the writer goroutine.
+func (p *ShmPort) DeferWakeups() { p.deferWake = true }
+
+// FlushWakeups implements BurstWriter: it publishes the frames written
+// since the last flush and kicks the reader if it is parked. The index
+// store and the flag load of PublishNoKick pair with the reader's flag
+// store and index re-check before it parks (Park, or a polling reader's
+// SetNeedWakeup and Pending), as Publish's do: a reader that parked after
+// the store saw the frames; one that parked before it is kicked.
+func (p *ShmPort) FlushWakeups() {
+	if !p.owed {
+		return
+	}
+	p.owed = false
+	if p.tx.PublishNoKick() {
+		p.tx.Kicked()
+		efd{p.peer}.Kick()
 	}
 }
 
@@ -198,37 +259,85 @@ func (p *ShmPort) WriteFrame(frame []byte) error {
 // peer's kick) when it is empty. One reader goroutine at a time.
 func (p *ShmPort) ReadFrame(buf []byte) (int, error) {
 	for {
-		if p.closed.Load() {
-			return 0, ErrClosed
+		n, ok, err := p.TryReadFrame(buf)
+		if ok || err != nil {
+			return n, err
 		}
-		e, err := p.rx.Peek()
-		if err != nil {
+		if p.rx.Available() > 0 {
 			// A phase error: the peer published before writing. Look again
 			// after a pause; the entry becomes valid or stays counted.
 			p.rx.Park(p.rxBell, 0, time.Millisecond)
 			continue
 		}
-		if e == nil {
-			p.rx.Park(p.rxBell, 64, 10*time.Millisecond)
-			continue
-		}
-		n := int(le32(e[shmOffLen:]))
-		if n > len(e)-shmHdr {
-			p.rx.Pop()
-			p.stats.rxDropTooBig.Add(1)
-			return 0, fmt.Errorf("shared-memory link: a slot says %d bytes, more than it holds", n)
-		}
-		if n > len(buf) {
-			p.rx.Pop()
-			p.stats.rxDropTooBig.Add(1)
-			return 0, ErrFrameTooBig
-		}
-		copy(buf, e[shmHdr:shmHdr+n])
-		p.rx.Pop()
-		p.stats.rxFrames.Add(1)
-		p.stats.rxBytes.Add(uint64(n))
-		return n, nil
+		p.rx.Park(p.rxBell, 64, p.wait)
 	}
+}
+
+// TryReadFrame is ReadFrame without waiting (nic.PollPort): ok is false
+// when no frame is ready. A device polls the link from its own loop this
+// way, and parks with the link's NEED_WAKEUP announced (SetNeedWakeup), so
+// that the frames of a burst cost it no hand-off from a reader goroutine.
+func (p *ShmPort) TryReadFrame(buf []byte) (n int, ok bool, err error) {
+	if p.closed.Load() {
+		return 0, false, ErrClosed
+	}
+	e, err := p.rx.Peek()
+	if err != nil || e == nil {
+		return 0, false, nil // a phase error is looked at again later
+	}
+	n = int(le32(e[shmOffLen:]))
+	if n > len(e)-shmHdr {
+		p.rx.Pop()
+		p.stats.rxDropTooBig.Add(1)
+		return 0, true, fmt.Errorf("shared-memory link: a slot says %d bytes, more than it holds", n)
+	}
+	if n > len(buf) {
+		p.rx.Pop()
+		p.stats.rxDropTooBig.Add(1)
+		return 0, true, ErrFrameTooBig
+	}
+	copy(buf, e[shmHdr:shmHdr+n])
+	p.rx.Pop()
+	p.stats.rxFrames.Add(1)
+	p.stats.rxBytes.Add(uint64(n))
+	return n, true, nil
+}
+
+// SetReadableFunc installs fn, called when the peer kicks this side (nil
+// removes it); fn must not block.
+func (p *ShmPort) SetReadableFunc(fn func()) { storeFunc(&p.onKick, fn) }
+
+// SetBlockedFunc installs fn, which WriteFrame calls on the writer's
+// goroutine each time it finds the transmit ring full, before it waits for
+// room (nic.BlockingPort): a device that both writes the link and polls it
+// from one goroutine reads what came in meanwhile. Set it before the first
+// WriteFrame.
+func (p *ShmPort) SetBlockedFunc(fn func()) { p.blocked = fn }
+
+// Pending is how many frames are published and not yet read, or 0 when
+// the next one is not readable (a peer that published a slot before
+// writing it): the reader then parks, and its park's time bound (the
+// unit's 5 ms for a polled port) paces the next look instead of a busy
+// loop over the broken slot.
+func (p *ShmPort) Pending() int {
+	n := p.rx.Available()
+	if n > 0 {
+		if _, err := p.rx.Peek(); err != nil {
+			return 0
+		}
+	}
+	return n
+}
+
+// SetNeedWakeup announces (on) that the polling reader is about to park,
+// after giving back the slots it read, or withdraws it. After announcing,
+// the reader must look at Pending again before it sleeps: a frame published
+// before the writer saw the flag came with no kick.
+func (p *ShmPort) SetNeedWakeup(on bool) {
+	if on {
+		p.rx.Release()
+	}
+	p.rx.SetNeedWakeup(on)
 }
 
 // Close stops the port (a blocked reader or writer returns ErrClosed) and

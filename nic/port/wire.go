@@ -193,12 +193,16 @@ func (p *WirePort) TryReadFrame(buf []byte) (n int, ok bool, err error) {
 
 // SetReadableFunc installs fn, called (on the writer's goroutine) each time
 // a frame is queued for this port; nil removes it. fn must not block.
-func (p *WirePort) SetReadableFunc(fn func()) {
+func (p *WirePort) SetReadableFunc(fn func()) { storeFunc(&p.onReadable, fn) }
+
+// storeFunc stores fn in v, or nil for a nil fn (a pointer to a nil func
+// would be called).
+func storeFunc(v *atomic.Pointer[func()], fn func()) {
 	if fn == nil {
-		p.onReadable.Store(nil)
+		v.Store(nil)
 		return
 	}
-	p.onReadable.Store(&fn)
+	v.Store(&fn)
 }
 
 // ReadFrame waits for the next frame from the peer and copies it into buf.

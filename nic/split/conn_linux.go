@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/emunic/emunic/internal/efd"
 )
 
 // Conn is one end of the setup socket (SOCK_SEQPACKET: one message per
@@ -147,9 +149,8 @@ func (e *EventFD) File() *os.File { return e.f }
 // unread kicks) cannot happen between two live sides; errors after Close
 // are ignored.
 func (e *EventFD) Kick() {
-	var one = [8]byte{1}
 	e.kicks.Add(1)
-	_, _ = e.f.Write(one[:])
+	efd.Kick(e.f)
 }
 
 // Kicks is how many times Kick was called.
@@ -160,18 +161,14 @@ func (e *EventFD) Kicks() uint64 { return e.kicks.Load() }
 // counter): a doorbell or vector coalesces kicks itself, and whoever
 // counts them sees each one, as with an in-process device.
 func (e *EventFD) Forward(to interface{ Kick() }) {
-	var b [8]byte
-	for {
-		if _, err := e.f.Read(b[:]); err != nil {
+	efd.Forward(e.f, func(n uint64) {
+		if to == nil {
 			return
 		}
-		if to == nil {
-			continue
-		}
-		for n := le.Uint64(b[:]); n > 0; n-- {
+		for ; n > 0; n-- {
 			to.Kick()
 		}
-	}
+	})
 }
 
 // Close closes the descriptor and ends Forward.
