@@ -30,8 +30,12 @@
 // do not match go to the legacy path. Input verifies the TCP checksum; a
 // device whose receive parser already did (nic's classify does, for every
 // unfragmented TCP segment) calls e.InputFlags(idx, ipHdr, ipPayload,
-// RxTCPChecksumOK) instead, and the segment is summed once. The wire
-// formats and the checksum are package nic/hdr's.
+// RxTCPChecksumOK) instead, and the segment is summed once. A device that
+// takes a TCP super-frame whole (large receive offload: nic with a TAP
+// that hands over the kernel's 64 KiB frames) calls e.InputLRO with the
+// number of wire segments it stands for: one placement pass, the ACK rules
+// counting every segment. The wire formats and the checksum are package
+// nic/hdr's.
 //
 // Commands (rings.Command → engine; write the Status, and the Result where
 // noted, back into the entry):
