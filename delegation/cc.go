@@ -194,8 +194,7 @@ func (c *conn) dsack(n uint32) {
 		c.recover = c.sndUna - 1
 	}
 	// What RACK marked lost was reordered: not to be resent.
-	c.tx.clearLost()
-	c.rack.anyLost = false
+	c.setLost(false)
 }
 
 // prrStart begins a recovery's rate reduction; flight is what was

@@ -360,7 +360,7 @@ func (c *conn) processAck(now int64, s *segment, pure bool) {
 		c.dupAck(now)
 	}
 	if c.sackOK && c.rack.anyLost && !c.inRecovery && c.sndUna.gt(c.recover) && c.sndMax.gt(c.sndUna) {
-		// RACK found a loss on an ACK that also moved SND.UNA.
+		// RACK found a loss, on a duplicate ACK or one that moved SND.UNA.
 		c.enterRecovery(now)
 	}
 	if c.inRecovery {
@@ -479,7 +479,8 @@ func (c *conn) dupAck(now int64) {
 	switch {
 	case c.inRecovery:
 		// PRR lets what left the network be replaced (processAck).
-	case (c.dupAcks >= 3 || c.sackOK && c.rack.anyLost) && c.sndUna.gt(c.recover):
+	case c.dupAcks >= 3 && c.sndUna.gt(c.recover):
+		// (RACK's evidence before three starts it in processAck.)
 		c.enterRecovery(now)
 	}
 }
@@ -521,8 +522,7 @@ func (c *conn) undoSpuriousRTO(s *segment) {
 		return
 	}
 	c.e.ctr.SpuriousTimeouts++
-	c.tx.clearLost()
-	c.rack.anyLost = false
+	c.setLost(false)
 	c.cwnd = max(c.cwnd, c.undoCwnd)
 	c.ssthresh = max(c.ssthresh, c.undoSsthresh)
 	c.cc.wMax, c.cc.epoch = max(c.cc.wMax, c.cc.undoWMax), 0

@@ -381,8 +381,7 @@ func (c *conn) rtoExpired(now int64) {
 	}
 	c.backoff++
 	c.highRxt, c.rtxOut = c.sndUna, 0
-	c.tx.markAllLost() // RFC 8985 §6.3
-	c.rack.anyLost = true
+	c.setLost(true)     // RFC 8985 §6.3
 	c.sndNxt = c.sndUna // go back: resend from the hole, in slow start
 	if !c.retransmitHead(now) {
 		return

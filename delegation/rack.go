@@ -1,5 +1,7 @@
 package delegation
 
+import "slices"
+
 // RACK (RFC 8985): loss detection by time. The sender keeps, for the
 // sequence space it has sent and not had acknowledged, when each range was
 // last sent (txLog). An ACK or SACK that delivers a range tells the sender
@@ -90,7 +92,7 @@ func (l *txLog) sent(s, e seq, now int64, rtx bool) {
 		parts[k].start = e
 		k++
 	}
-	l.replace(i, j, parts[:k])
+	l.replace(i, j, parts[:k]...)
 }
 
 // push appends r, compacting the slice when its dead head is large.
@@ -103,19 +105,8 @@ func (l *txLog) push(r txRange) {
 }
 
 // replace puts parts in place of live ranges [i, j).
-func (l *txLog) replace(i, j int, parts []txRange) {
-	i, j = i+l.head, j+l.head
-	grow := len(parts) - (j - i)
-	if grow > 0 {
-		for range grow {
-			l.r = append(l.r, txRange{})
-		}
-		copy(l.r[j+grow:], l.r[j:len(l.r)-grow])
-	} else if grow < 0 {
-		copy(l.r[j+grow:], l.r[j:])
-		l.r = l.r[:len(l.r)+grow]
-	}
-	copy(l.r[i:], parts)
+func (l *txLog) replace(i, j int, parts ...txRange) {
+	l.r = slices.Replace(l.r, l.head+i, l.head+j, parts...)
 }
 
 // split cuts the live range holding s in two at s (if s is inside one).
@@ -125,7 +116,7 @@ func (l *txLog) split(s seq) {
 		if live[i].start.lt(s) && s.lt(live[i].end) {
 			a, b := live[i], live[i]
 			a.end, b.start = s, s
-			l.replace(i, i+1, []txRange{a, b})
+			l.replace(i, i+1, a, b)
 			return
 		}
 	}
@@ -145,21 +136,14 @@ func (l *txLog) trim(una seq) {
 	}
 }
 
-// markAllLost marks every range lost (a retransmission timeout, RFC 8985
-// §6.3).
-func (l *txLog) markAllLost() {
-	live := l.live()
+// setLost marks every range lost (a retransmission timeout, RFC 8985
+// §6.3) or none (a recovery or timeout shown spurious).
+func (c *conn) setLost(lost bool) {
+	live := c.tx.live()
 	for i := range live {
-		live[i].lost = true
+		live[i].lost = lost
 	}
-}
-
-// clearLost forgets the loss marks (a recovery or timeout shown spurious).
-func (l *txLog) clearLost() {
-	live := l.live()
-	for i := range live {
-		live[i].lost = false
-	}
+	c.rack.anyLost = lost
 }
 
 // rackState is the sender's RACK state (RFC 8985 §6.1).
@@ -259,21 +243,16 @@ func (c *conn) rackDelivered(now int64, ack seq, before *scoreboard) {
 // now covers (nil: all of it) and before did not.
 func newlyCovered(now, before *scoreboard, s, e seq) (lo, hi seq, found bool) {
 	visit := func(a, b seq) {
-		// Walk the part of [a, b) before did not cover.
-		for p := a; p.lt(b); {
-			if end, ok := before.covering(p); ok {
-				p = end
-				continue
-			}
-			q := b
-			if nx, ok := before.next(p); ok && nx.lt(q) {
-				q = nx
+		// Each run of [a, b) before did not cover.
+		for {
+			g0, g1, ok := before.gap(a, b)
+			if !ok {
+				return
 			}
 			if !found {
-				lo, found = p, true
+				lo, found = g0, true
 			}
-			hi = q
-			p = q
+			hi, a = g1, g1
 		}
 	}
 	if now == nil {
@@ -393,17 +372,8 @@ func (c *conn) nextLost(limit uint32) (seq, uint32) {
 		if !t.lost {
 			continue
 		}
-		s := seqMax(t.start, c.sndUna)
-		for s.lt(t.end) {
-			if end, ok := c.sacked.covering(s); ok {
-				s = end
-				continue
-			}
-			n := t.end.sub(s)
-			if nx, ok := c.sacked.next(s); ok && nx.lt(t.end) {
-				n = nx.sub(s)
-			}
-			return s, min(n, limit)
+		if s, e, ok := c.sacked.gap(seqMax(t.start, c.sndUna), t.end); ok {
+			return s, min(e.sub(s), limit)
 		}
 		t.lost = false // all of it SACKed since
 	}

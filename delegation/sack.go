@@ -61,11 +61,10 @@ func (b *scoreboard) trim(una seq) {
 // high is the end of the highest SACKed range (valid when n > 0).
 func (b *scoreboard) high() seq { return b.r[b.n-1].end }
 
-// skip returns the first sequence number at or after s that is not SACKed,
-// and the length of the un-SACKed run there, capped at limit (0 if the run
-// reaches past the highest range: "no hole").
-func (b *scoreboard) hole(s seq, limit uint32) (seq, uint32) {
-	for i := 0; i < b.n; i++ {
+// gap returns the first run of [s, e) the peer has not SACKed:
+// [start, end) (ok false: all of it is).
+func (b *scoreboard) gap(s, e seq) (start, end seq, ok bool) {
+	for i := 0; i < b.n && s.lt(e); i++ {
 		r := b.r[i]
 		if r.end.le(s) {
 			continue
@@ -74,9 +73,12 @@ func (b *scoreboard) hole(s seq, limit uint32) (seq, uint32) {
 			s = r.end // inside a SACKed range: skip it
 			continue
 		}
-		return s, min(r.start.sub(s), limit)
+		return s, seqMin(r.start, e), true
 	}
-	return s, 0
+	if s.lt(e) {
+		return s, e, true
+	}
+	return 0, 0, false
 }
 
 // next returns where the next SACKed range after s starts (ok false: none).

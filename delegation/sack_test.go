@@ -15,17 +15,20 @@ func TestScoreboard(t *testing.T) {
 	if b.n != len(want) || b.r[0] != want[0] || b.r[1] != want[1] {
 		t.Fatalf("ranges %v", b.r[:b.n])
 	}
-	if h, n := b.hole(50, 1000); h != 50 || n != 50 {
-		t.Fatalf("hole before: %d %d", h, n)
+	if s, e, ok := b.gap(50, 1000); !ok || s != 50 || e != 100 {
+		t.Fatalf("gap before: %d %d %v", s, e, ok)
 	}
-	if h, n := b.hole(120, 1000); h != 250 || n != 50 {
-		t.Fatalf("hole after a range: %d %d", h, n)
+	if s, e, ok := b.gap(120, 1000); !ok || s != 250 || e != 300 {
+		t.Fatalf("gap after a range: %d %d %v", s, e, ok)
 	}
-	if h, n := b.hole(260, 20); h != 260 || n != 20 {
-		t.Fatalf("hole capped: %d %d", h, n)
+	if s, e, ok := b.gap(260, 280); !ok || s != 260 || e != 280 {
+		t.Fatalf("gap capped: %d %d %v", s, e, ok)
 	}
-	if _, n := b.hole(600, 1000); n != 0 {
-		t.Fatal("hole past the highest range")
+	if _, _, ok := b.gap(310, 600); ok {
+		t.Fatal("gap inside a range")
+	}
+	if s, e, ok := b.gap(550, 1000); !ok || s != 600 || e != 1000 {
+		t.Fatalf("gap past the highest range: %d %d %v", s, e, ok)
 	}
 	if e, ok := b.covering(310); !ok || e != 600 {
 		t.Fatal("covering")
@@ -56,11 +59,11 @@ func TestScoreboard(t *testing.T) {
 	b.reset()
 	b.add(0xFFFFFF00, 0x10)
 	b.add(0x20, 0x30)
-	if h, n := b.hole(0xFFFFFE00, 1<<20); h != 0xFFFFFE00 || n != 0x100 {
-		t.Fatalf("wrap hole %x %d", h, n)
+	if s, e, ok := b.gap(0xFFFFFE00, 0x1000); !ok || s != 0xFFFFFE00 || e != 0xFFFFFF00 {
+		t.Fatalf("wrap gap %x %x", s, e)
 	}
-	if h, n := b.hole(0xFFFFFF80, 1<<20); h != 0x10 || n != 0x10 {
-		t.Fatalf("wrap hole %x %d", h, n)
+	if s, e, ok := b.gap(0xFFFFFF80, 0x1000); !ok || s != 0x10 || e != 0x20 {
+		t.Fatalf("wrap gap %x %x", s, e)
 	}
 }
 
