@@ -442,18 +442,15 @@ func (d *Device) mac() {
 			}
 			slot = spill
 		}
-		var n int
+		var lf port.LROFrame
 		var err error
-		verified := false
-		lf := port.LROFrame{Segs: 1}
 		switch {
 		case d.lro != nil:
 			lf, err = d.lro.ReadFrameLRO(slot)
-			n, verified = lf.N, lf.L4Verified
 		case cr != nil:
-			n, verified, err = cr.ReadFrameCsum(slot)
+			lf.N, lf.L4Verified, err = cr.ReadFrameCsum(slot)
 		default:
-			n, err = d.port.ReadFrame(slot)
+			lf.N, err = d.port.ReadFrame(slot)
 		}
 		if err != nil {
 			if errors.Is(err, port.ErrFrameTooBig) {
@@ -462,19 +459,17 @@ func (d *Device) mac() {
 			}
 			return // closed
 		}
-		if lf.GSOSize > 0 {
-			// A super-frame counts as the wire frames it stands for.
-			d.stats[rings.StatRxFrames].Add(uint64(lf.Segs))
-			d.stats[rings.StatRxBytes].Add(uint64(lf.WireBytes))
-		} else {
-			d.count(rings.StatRxFrames)
-			d.stats[rings.StatRxBytes].Add(uint64(n))
+		if lf.GSOSize == 0 {
+			lf.Segs, lf.WireBytes = 1, lf.N
 		}
+		// A super-frame counts as the wire frames it stands for.
+		d.stats[rings.StatRxFrames].Add(uint64(lf.Segs))
+		d.stats[rings.StatRxBytes].Add(uint64(lf.WireBytes))
 		if full {
 			d.stats[rings.StatRxDropFIFO].Add(uint64(lf.Segs))
 			continue
 		}
-		d.fifo.pushLRO(lf.Off, n, verified, lf.GSOSize, lf.Segs)
+		d.fifo.pushLRO(lf.Off, lf.N, lf.L4Verified, lf.GSOSize, lf.Segs)
 		if d.parked.Load() {
 			d.bell.Kick()
 		}

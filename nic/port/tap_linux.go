@@ -323,64 +323,15 @@ func (t *TAPPort) ReadFrameCsum(buf []byte) (int, bool, error) {
 		n, err := t.ReadFrame(buf)
 		return n, false, err
 	}
-	return t.readVnetCsum(buf, false)
+	f, err := t.readVnetFrame(buf, false, false)
+	return f.N, f.L4Verified, err
 }
 
 // readVnet is ReadFrame with the virtio-net header: the next segment of the
 // last super-frame, or the next read, with its checksum finished or split.
 func (t *TAPPort) readVnet(buf []byte) (int, error) {
-	n, _, err := t.readVnetCsum(buf, true)
-	return n, err
-}
-
-// readVnetCsum is readVnet; with csum false the transport checksums of
-// segments are left to the kernel's word (verified true).
-func (t *TAPPort) readVnetCsum(buf []byte, csum bool) (int, bool, error) {
-	t.rmu.Lock()
-	defer t.rmu.Unlock()
-	for {
-		if t.gso.pending() {
-			n, err := t.gso.pop(buf, csum)
-			if err != nil {
-				t.stats.rxDropTooBig.Add(1)
-				return 0, false, err
-			}
-			t.stats.rxFrames.Add(1)
-			t.stats.rxBytes.Add(uint64(n))
-			return n, !csum, nil
-		}
-		n, err := t.file.Read(t.gbuf)
-		if err != nil {
-			return 0, false, t.readError(err)
-		}
-		var h VnetHdr
-		if err := h.Decode(t.gbuf[:n]); err != nil {
-			t.stats.rxDropBadGSO.Add(1)
-			continue
-		}
-		frame := t.gbuf[VnetHdrSize:n]
-		if h.GSOType == VnetGSONone {
-			if h.Flags&VnetFlagNeedsCsum != 0 {
-				if finishCsum(frame, int(h.CsumStart), int(h.CsumOffset)) != nil {
-					t.stats.rxDropBadGSO.Add(1)
-					continue
-				}
-			}
-			if len(frame) > len(buf) {
-				t.stats.rxDropTooBig.Add(1)
-				return 0, false, ErrFrameTooBig
-			}
-			t.stats.rxFrames.Add(1)
-			t.stats.rxBytes.Add(uint64(len(frame)))
-			verified := h.Flags&(VnetFlagNeedsCsum|VnetFlagDataValid) != 0 && !csum
-			return copy(buf, frame), verified, nil
-		}
-		if err := t.gso.split(&h, frame); err != nil {
-			t.stats.rxDropBadGSO.Add(1)
-			continue
-		}
-		t.stats.rxGSO.Add(1)
-	}
+	f, err := t.readVnetFrame(buf, true, false)
+	return f.N, err
 }
 
 // ReadFrameLRO implements LROReader: a super-frame the kernel hands over
@@ -395,22 +346,35 @@ func (t *TAPPort) ReadFrameLRO(buf []byte) (LROFrame, error) {
 		n, ok, err := t.ReadFrameCsum(buf)
 		return LROFrame{N: n, Segs: 1, WireBytes: n, L4Verified: ok}, err
 	}
+	return t.readVnetFrame(buf, false, true)
+}
+
+// readVnetFrame reads through the virtio-net header: the next segment of
+// the last super-frame cut, or the next read. With csum a segment's
+// transport checksum is computed; without, it is left to the kernel's word
+// (verified). With lro a super-frame that fits buf comes whole (the
+// segments it stands for counted), read straight into a buf of
+// LROBufferSize; otherwise it is cut and its segments come one per call.
+func (t *TAPPort) readVnetFrame(buf []byte, csum, lro bool) (LROFrame, error) {
 	t.rmu.Lock()
-	if t.gso.pending() {
-		// Segments left by a ReadFrame of a super-frame: hand them out first.
-		t.rmu.Unlock()
-		n, ok, err := t.readVnetCsum(buf, false)
-		return LROFrame{N: n, Segs: 1, WireBytes: n, L4Verified: ok}, err
-	}
-	// Any frame fits a buffer of LROBufferSize: read straight into it.
-	rb, direct := t.gbuf, len(buf) >= LROBufferSize
+	defer t.rmu.Unlock()
+	rb, direct := t.gbuf, lro && len(buf) >= LROBufferSize
 	if direct {
 		rb = buf
 	}
 	for {
+		if t.gso.pending() {
+			n, err := t.gso.pop(buf, csum)
+			if err != nil {
+				t.stats.rxDropTooBig.Add(1)
+				return LROFrame{}, err
+			}
+			t.stats.rxFrames.Add(1)
+			t.stats.rxBytes.Add(uint64(n))
+			return LROFrame{N: n, Segs: 1, WireBytes: n, L4Verified: !csum}, nil
+		}
 		n, err := t.file.Read(rb)
 		if err != nil {
-			t.rmu.Unlock()
 			return LROFrame{}, t.readError(err)
 		}
 		var h VnetHdr
@@ -424,8 +388,7 @@ func (t *TAPPort) ReadFrameLRO(buf []byte) (LROFrame, error) {
 				t.stats.rxDropBadGSO.Add(1)
 				continue
 			}
-			t.rmu.Unlock()
-			f := LROFrame{Segs: 1, L4Verified: h.Flags&(VnetFlagNeedsCsum|VnetFlagDataValid) != 0}
+			f := LROFrame{Segs: 1, L4Verified: h.Flags&(VnetFlagNeedsCsum|VnetFlagDataValid) != 0 && !csum}
 			if direct {
 				f.Off, f.N = VnetHdrSize, len(frame)
 			} else {
@@ -440,35 +403,32 @@ func (t *TAPPort) ReadFrameLRO(buf []byte) (LROFrame, error) {
 			t.stats.rxBytes.Add(uint64(f.N))
 			return f, nil
 		}
-		sf, err := parseSuper(&h, frame)
-		if err != nil {
-			t.stats.rxDropBadGSO.Add(1)
-			continue
-		}
-		whole := hdr.EthernetSize + len(sf.ip)
-		if !direct && whole > len(buf) {
-			// Too big for the caller: its segments, one per call.
-			if err := t.gso.split(&h, frame); err != nil {
+		if lro {
+			sf, err := parseSuper(&h, frame)
+			if err != nil {
 				t.stats.rxDropBadGSO.Add(1)
 				continue
 			}
-			t.stats.rxGSO.Add(1)
-			t.rmu.Unlock()
-			n, ok, err := t.readVnetCsum(buf, false)
-			return LROFrame{N: n, Segs: 1, WireBytes: n, L4Verified: ok}, err
+			if whole := hdr.EthernetSize + len(sf.ip); direct || whole <= len(buf) {
+				t.stats.rxGSO.Add(1)
+				t.stats.rxFrames.Add(uint64(sf.segs))
+				t.stats.rxBytes.Add(uint64(sf.wireBytes()))
+				sf.ip.UpdateChecksum()
+				f := LROFrame{GSOSize: sf.mss, Segs: sf.segs, WireBytes: sf.wireBytes(), L4Verified: true}
+				if direct {
+					f.Off, f.N = VnetHdrSize, whole
+				} else {
+					f.N = copy(buf, frame[:whole])
+				}
+				return f, nil
+			}
+			// Too big for the caller: its segments, one per call.
+		}
+		if err := t.gso.split(&h, frame); err != nil {
+			t.stats.rxDropBadGSO.Add(1)
+			continue
 		}
 		t.stats.rxGSO.Add(1)
-		t.stats.rxFrames.Add(uint64(sf.segs))
-		t.stats.rxBytes.Add(uint64(sf.wireBytes()))
-		sf.ip.UpdateChecksum()
-		f := LROFrame{GSOSize: sf.mss, Segs: sf.segs, WireBytes: sf.wireBytes(), L4Verified: true}
-		if direct {
-			f.Off, f.N = VnetHdrSize, whole
-		} else {
-			f.N = copy(buf, frame[:whole])
-		}
-		t.rmu.Unlock()
-		return f, nil
 	}
 }
 
