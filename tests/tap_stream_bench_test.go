@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -27,7 +28,11 @@ import (
 // at random each way (nftables in the client's namespace). Each iteration
 // moves EMUNIC_TAP_STREAM_MB MiB (default 256); the metric is MB/s.
 // EMUNIC_TAP_STREAM_DEBUG=1 logs the delegated engines' recovery counters
-// and the TAP's (super-frames, drops) for each run. Root only:
+// and the TAP's (super-frames, drops) for each run. cpu-s/GiB is the test
+// process's CPU time per GiB moved: the emulated host and device, and the
+// kernel's socket calls on the process's threads (the client's, and the
+// kernel server's), not the kernel's work elsewhere (softirq threads).
+// Root only:
 //
 //	go test ./tests -run '^$' -bench TAPStream -benchtime 1x -count 3
 func BenchmarkTAPStream(b *testing.B) {
@@ -69,14 +74,16 @@ func BenchmarkTAPStream(b *testing.B) {
 		for _, dir := range []string{"to-server", "from-server"} {
 			for _, v := range variants {
 				b.Run(fmt.Sprintf("loss=%d%%/%s/%s", loss, dir, v), func(b *testing.B) {
-					var total time.Duration
+					var total, cpu time.Duration
 					lab := s.lab
 					if v == "delegated-plain" {
 						lab = plain
 					}
 					e0 := lab.engine()
 					for i := 0; i < b.N; i++ {
+						c0 := processCPU()
 						total += s.stream(b, v, dir == "to-server", size)
+						cpu += processCPU() - c0
 					}
 					if os.Getenv("EMUNIC_TAP_STREAM_DEBUG") != "" && strings.HasPrefix(v, "delegated") {
 						e := lab.engine()
@@ -86,10 +93,23 @@ func BenchmarkTAPStream(b *testing.B) {
 						b.Logf("probes %d, spurious RTOs %d, SACK recoveries %d; legacy uploads %d, user buffers %d, zero windows %d, ACKs %d", e.TailLossProbes-e0.TailLossProbes, e.SpuriousTimeouts-e0.SpuriousTimeouts, e.SACKRecoveries-e0.SACKRecoveries, e.LegacyUploads-e0.LegacyUploads, e.UserBufsDone-e0.UserBufsDone, e.ZeroWindowsSent-e0.ZeroWindowsSent, e.AcksSent-e0.AcksSent)
 					}
 					b.ReportMetric(float64(size)*float64(b.N)/total.Seconds()/1e6, "MB/s")
+					// The test process's CPU (both ends: the kernel's
+					// sending or receiving socket runs on its threads
+					// too), per GiB moved.
+					b.ReportMetric(cpu.Seconds()/(float64(size)*float64(b.N)/(1<<30)), "cpu-s/GiB")
 				})
 			}
 		}
 	}
+}
+
+// processCPU is the process's CPU time so far (user and system).
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // stream moves size bytes between the kernel client and variant v and
