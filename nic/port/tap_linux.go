@@ -208,8 +208,13 @@ func (t *TAPPort) WriteFrame(frame []byte) error {
 	}
 	var err error
 	if t.vnet {
-		// A zero header: a whole frame, its checksums done.
+		// A zero header: a whole frame, its checksums done. Zeroed
+		// every time: WriteFrameTSO writes its header in the same
+		// buffer, and a frame after it would go out asking for
+		// segmentation (the kernel refuses one shorter than the
+		// header length it names, an ARP reply among them).
 		t.wmu.Lock()
+		clear(t.wbuf[:VnetHdrSize])
 		n := copy(t.wbuf[VnetHdrSize:], frame)
 		_, err = t.file.Write(t.wbuf[:VnetHdrSize+n])
 		t.wmu.Unlock()

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/emunic/emunic/nic/hdr"
 	"golang.org/x/sys/unix"
 )
 
@@ -322,4 +323,103 @@ func TestTAPErrorMessages(t *testing.T) {
 	if err := tapError("emu0", "TUNSETIFF", unix.EPERM); !errors.Is(err, os.ErrPermission) {
 		t.Errorf("EPERM is not os.ErrPermission: %v", err)
 	}
+}
+
+// TestTAPWriteAfterTSO: a plain frame written after a TCP super-frame goes
+// out as the whole frame it is. WriteFrameTSO and WriteFrame share the
+// write buffer, and a frame once went out with the super-frame's
+// virtio-net header still in front of it: asking the kernel to segment it,
+// which the kernel refused for any frame shorter than the header length
+// that header named (EINVAL: bare ACKs and RSTs, ARP replies) and took the
+// rest as TCP with a partial checksum.
+func TestTAPWriteAfterTSO(t *testing.T) {
+	defer checkGoroutines(t)()
+	inNetns(t, func() error {
+		tap, err := OpenTAP("emutso%d")
+		if err != nil {
+			return err
+		}
+		defer tap.Close()
+		if !tap.TSO() {
+			return fmt.Errorf("TAP %s opened without offloads", tap.Name())
+		}
+		if err := tap.SetUp(true); err != nil {
+			return err
+		}
+		if err := ipCmd("addr", "add", "10.99.1.1/24", "dev", tap.Name()); err != nil {
+			return err
+		}
+		hostMAC, err := tap.HardwareAddr()
+		if err != nil {
+			return err
+		}
+		myMAC := net.HardwareAddr{0x02, 0, 0, 0, 0, 0x03}
+		peer, host := net.IPv4(10, 99, 1, 2), net.IPv4(10, 99, 1, 1)
+		if err := ipCmd("neigh", "add", peer.String(), "lladdr", myMAC.String(), "dev", tap.Name()); err != nil {
+			return err
+		}
+
+		// A TCP super-frame of 3 segments' payload, with timestamps
+		// (66 bytes of headers), to a port nobody listens on: the
+		// kernel takes it (and answers with a RST).
+		ts := []byte{1, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 0}
+		super := tcpFrame(hostMAC, myMAC, peer, host, 40000, 9, ts, make([]byte, 3*1448))
+		if err := tap.WriteFrameTSO(super, 1448); err != nil {
+			return fmt.Errorf("WriteFrameTSO: %w", err)
+		}
+		// Then a bare TCP segment (shorter than the super-frame's
+		// headers) and a UDP datagram to a socket, both whole frames.
+		if err := tap.WriteFrame(tcpFrame(hostMAC, myMAC, peer, host, 40001, 9, nil, nil)); err != nil {
+			return fmt.Errorf("WriteFrame of a bare TCP segment after a super-frame: %w", err)
+		}
+		l, err := net.ListenUDP("udp4", &net.UDPAddr{IP: host})
+		if err != nil {
+			return err
+		}
+		defer l.Close()
+		payload := []byte("after the super-frame")
+		if err := tap.WriteFrame(udpFrame(hostMAC, myMAC, peer, host, 5555, l.LocalAddr().(*net.UDPAddr).Port, payload)); err != nil {
+			return fmt.Errorf("WriteFrame of a UDP datagram after a super-frame: %w", err)
+		}
+		l.SetReadDeadline(time.Now().Add(5 * time.Second))
+		got := make([]byte, 100)
+		n, _, err := l.ReadFromUDP(got)
+		if err != nil || !bytes.Equal(got[:n], payload) {
+			return fmt.Errorf("kernel received %q, %v; want %q", got[:n], err, payload)
+		}
+		if s := tap.Stats(); s.TxErrors != 0 || s.TxGSOFrames != 1 || s.TxFrames != 3 {
+			return fmt.Errorf("counters: %v", s)
+		}
+		return nil
+	})
+}
+
+// tcpFrame builds an Ethernet/IPv4/TCP frame (ACK set, checksums done) with
+// TCP options opts (a multiple of 4 bytes) and payload.
+func tcpFrame(dstMAC, srcMAC net.HardwareAddr, src, dst net.IP, sport, dport int, opts, payload []byte) []byte {
+	hl := 20 + len(opts)
+	f := make([]byte, 34+hl+len(payload))
+	copy(f[0:6], dstMAC)
+	copy(f[6:12], srcMAC)
+	binary.BigEndian.PutUint16(f[12:14], 0x0800)
+	ip := hdr.IPv4(f[14:34])
+	ip[0] = 0x45
+	binary.BigEndian.PutUint16(ip[2:4], uint16(20+hl+len(payload)))
+	ip[8] = 64
+	ip[9] = 6 // TCP
+	copy(ip[12:16], src.To4())
+	copy(ip[16:20], dst.To4())
+	ip.UpdateChecksum()
+	tcp := hdr.TCP(f[34:])
+	binary.BigEndian.PutUint16(tcp[0:2], uint16(sport))
+	binary.BigEndian.PutUint16(tcp[2:4], uint16(dport))
+	binary.BigEndian.PutUint32(tcp[4:8], 1000)
+	binary.BigEndian.PutUint32(tcp[8:12], 1)
+	tcp[12] = byte(hl/4) << 4
+	tcp[13] = 0x10 // ACK
+	binary.BigEndian.PutUint16(tcp[14:16], 65535)
+	copy(tcp[20:], opts)
+	copy(tcp[hl:], payload)
+	tcp.UpdateChecksum(hdr.IPv4Addr(src.To4()), hdr.IPv4Addr(dst.To4()))
+	return f
 }
