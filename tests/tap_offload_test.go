@@ -709,6 +709,9 @@ func TestTAPOffloadsBothWays(t *testing.T) {
 		if st.RxDropBadGSO != 0 {
 			t.Errorf("plain %v: %d super-frames dropped as malformed", plain, st.RxDropBadGSO)
 		}
+		if st.TxErrors != 0 {
+			t.Errorf("plain %v: the kernel refused %d frames the port wrote", plain, st.TxErrors)
+		}
 		// LRO (nic.Config.NoLRO): the delegated stream's super-frames
 		// reach the engine whole. Only what came before the delegation
 		// (netstack's, cut into segments in the unit) does not.
