@@ -20,6 +20,11 @@ import "slices"
 // earlier: the timers cover the rest).
 const maxTxRanges = 1024
 
+// keepTxRanges is the most a log keeps allocated for a connection slot's
+// next life (reset): a log grows past a handful of ranges only under loss,
+// and 10,000 slots that each once reached maxTxRanges would hold 320 MB.
+const keepTxRanges = 64
+
 // txRange is a range of sequence space with its last transmission.
 type txRange struct {
 	start, end seq
@@ -40,7 +45,12 @@ type txLog struct {
 
 func (l *txLog) live() []txRange { return l.r[l.head:] }
 
-func (l *txLog) reset() { l.r, l.head, l.ord = l.r[:0], 0, 0 }
+func (l *txLog) reset() {
+	if cap(l.r) > keepTxRanges {
+		l.r = nil
+	}
+	l.r, l.head, l.ord = l.r[:0], 0, 0
+}
 
 // sent records [s, e) sent at now (rtx: a retransmission).
 func (l *txLog) sent(s, e seq, now int64, rtx bool) {

@@ -142,6 +142,33 @@ func TestRACKReorderingWindow(t *testing.T) {
 // TestTxLog: the transmission log keeps [SND.UNA, SND.MAX) as ranges in
 // sequence order, merging a pass's ranges, splitting where a
 // retransmission overwrites, trimming below SND.UNA.
+// TestTxLogBounded: a log stops growing at maxTxRanges (a new range then
+// merges into the last), and a slot's next life keeps at most keepTxRanges
+// of what it allocated.
+func TestTxLogBounded(t *testing.T) {
+	var l txLog
+	for i := range seq(3 * maxTxRanges) {
+		l.sent(i*10, i*10+10, int64(i), false) // a pass each: a range each
+	}
+	live := l.live()
+	if len(live) != maxTxRanges || live[0].start != 0 || live[len(live)-1].end != 3*maxTxRanges*10 {
+		t.Fatalf("%d ranges [%v, %v), want %d covering all", len(live), live[0].start, live[len(live)-1].end, maxTxRanges)
+	}
+	l.reset()
+	if cap(l.r) > keepTxRanges || len(l.live()) != 0 {
+		t.Fatalf("after reset: %d ranges, %d allocated; want none, at most %d", len(l.live()), cap(l.r), keepTxRanges)
+	}
+	var small txLog
+	for i := range seq(8) {
+		small.sent(i*10, i*10+10, int64(i), false)
+	}
+	c := cap(small.r)
+	small.reset()
+	if cap(small.r) != c {
+		t.Errorf("a small log's array was not kept: cap %d, was %d", cap(small.r), c)
+	}
+}
+
 func TestTxLog(t *testing.T) {
 	var l txLog
 	l.sent(100, 200, 1, false)
