@@ -19,6 +19,16 @@ import (
 	"github.com/emunic/emunic/rings"
 )
 
+// DefaultIdleYieldMicros is how long, in µs, a device served here goes on
+// polling when idle, with sched_yield between passes, before it parks
+// (nic.Config's IdleYield, when the host's configuration leaves it 0;
+// negative: none).
+// The device process shares the machine's CPUs with its host: a park and
+// the doorbell that ends it cost a system call and a thread wake-up on
+// each side, which the host's next post within these 50 µs no longer
+// pays, while a yield gives the CPU to whichever thread wants it.
+const DefaultIdleYieldMicros = 50
+
 // ServerConfig configures the device side.
 type ServerConfig struct {
 	// OpenPort opens the device's port for a session whose host does not
@@ -310,6 +320,9 @@ func (ss *session) config(body []byte, pf *os.File) Reply {
 			pf.Close()
 		}
 		return ss.refuse(StatusBadConfig, "configuration: %v", err)
+	}
+	if cfg.IdleYield == 0 {
+		cfg.IdleYield = DefaultIdleYieldMicros * time.Microsecond
 	}
 	var p port.Port
 	if ss.link != nil {
