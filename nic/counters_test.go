@@ -128,3 +128,25 @@ func TestCountersSettled(t *testing.T) {
 		time.Sleep(100 * time.Microsecond)
 	}
 }
+
+// TestIdleYield: with Config.IdleYield the idle unit goes on serving
+// without parking for that long, so commands posted meanwhile need no
+// doorbell, and then parks as before, to be rung again.
+func TestIdleYield(t *testing.T) {
+	t0 := time.Now()
+	h := newHostSideConfig(t, 0, Config{IdleYield: time.Second})
+	nop := rings.Command{Opcode: rings.OpNop, Conn: rings.NoConn}
+	for range 3 {
+		h.command(nop)
+	}
+	// Only well inside the window is it certain the unit has not parked
+	// (a slow machine may have let it pass).
+	if time.Since(t0) < 500*time.Millisecond {
+		if p, db := h.dev.Stat(rings.StatParks), h.dev.Stat(rings.StatDoorbells); p != 0 || db != 0 {
+			t.Fatalf("inside the yield window: %d parks, %d doorbells, want none", p, db)
+		}
+	}
+	h.waitStat(rings.StatParks, 1)
+	h.command(nop)
+	h.waitStat(rings.StatDoorbells, 1)
+}

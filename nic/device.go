@@ -39,6 +39,15 @@ type Config struct {
 	// SpinPolls is how many idle passes the unit makes before it parks.
 	// Default 64.
 	SpinPolls int
+	// IdleYield, when positive, is how long the unit goes on polling after
+	// its SpinPolls passes, handing the CPU to the operating system between
+	// passes (sched_yield), before it parks. It is for a device in a
+	// process of its own on CPUs it shares with its host (split mode): a
+	// park costs both sides a system call and a thread wake-up when the
+	// host next rings, while a yield costs little and runs whichever other
+	// thread wants the CPU first. Zero or negative: no yielding (the default;
+	// a split device's server sets split.DefaultIdleYieldMicros).
+	IdleYield time.Duration
 	// Burst is the most entries taken from one source per pass, so no ring
 	// starves another. Default 64.
 	Burst int
@@ -568,11 +577,12 @@ func (d *Device) fifoFull() bool { return d.fifo.reserve() == nil }
 
 // unit is the offload unit's main loop: one goroutine, like the
 // microcontroller or state machine on a real card. It polls its sources in
-// bounded bursts, spins briefly when idle, then parks with every ring's
-// NEED_WAKEUP flag set.
+// bounded bursts, spins briefly when idle (and yields for IdleYield), then
+// parks with every ring's NEED_WAKEUP flag set.
 func (d *Device) unit() {
 	defer d.wg.Done()
 	idle := 0
+	var idleSince int64 // device clock when the yielding began (0: not yet)
 	for !d.stop.Load() {
 		d.now = nanotime() // one clock read per pass
 		if d.poll != nil {
@@ -587,7 +597,7 @@ func (d *Device) unit() {
 		}
 		d.moderate(work == 0)
 		if work > 0 {
-			idle = 0
+			idle, idleSince = 0, 0
 			continue
 		}
 		idle++
@@ -595,7 +605,16 @@ func (d *Device) unit() {
 			runtime.Gosched()
 			continue
 		}
-		idle = 0
+		if d.cfg.IdleYield > 0 {
+			if idleSince == 0 {
+				idleSince = d.now
+			}
+			if d.now-idleSince < int64(d.cfg.IdleYield) {
+				osYield()
+				continue
+			}
+		}
+		idle, idleSince = 0, 0
 		d.park()
 	}
 	d.flushOnStop()
@@ -662,6 +681,7 @@ func (d *Device) park() {
 		// the MAC's, or a kick latched before the unit parked.
 		d.sleep(wait)
 	}
+	d.unparkStats()
 	d.parked.Store(false)
 	d.cmd.SetNeedWakeup(false)
 	d.tx.SetNeedWakeup(false)

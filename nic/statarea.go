@@ -61,6 +61,9 @@ type statArea struct {
 	qpCap int
 	gen   uint64
 	qpIdx []uint32 // scratch: QP indices in order
+	// flags is the header's flags word as last published (Flags and
+	// NumQPs), for unparkStats.
+	flags uint64
 }
 
 // setStatArea executes STATS with StatsFlagPublish: Addr/Len is the area
@@ -85,6 +88,38 @@ func (d *Device) setStatArea(ce rings.CommandEntry) (rings.Status, uint64) {
 	return rings.StatusOK, uint64(n)
 }
 
+// areaMem maps the counter area (d.area, not nil); a mapping that fails
+// stops the publishing, counted as a DMA error.
+func (d *Device) areaMem() []byte {
+	b, err := rings.MapOut(d.mem, d.area.addr, d.area.n)
+	if err != nil {
+		d.count(rings.StatDMAErrors)
+		d.area = nil
+		return nil
+	}
+	return b
+}
+
+// unparkStats withdraws the area's StatAreaParked as the unit wakes, before
+// it does anything: a reader that finds the flag takes the copy for
+// everything the unit has done, and the unit publishes again only at its
+// next idle point, which with Config.IdleYield can be that much later.
+// The flags word alone is rewritten, outside the sequence lock: a reader
+// whose copy holds the flag read it before the unit woke.
+func (d *Device) unparkStats() {
+	a := d.area
+	if a == nil || a.flags&rings.StatAreaParked == 0 {
+		return
+	}
+	b := d.areaMem()
+	if b == nil {
+		return
+	}
+	a.flags &^= rings.StatAreaParked
+	rings.AtomicStore64(b, rings.SaOffFlags, a.flags)
+	rings.Wrote(d.mem, a.addr+rings.SaOffFlags, b[rings.SaOffFlags:rings.SaOffFlags+8])
+}
+
 // publishStats rewrites the area (unit goroutine only). Nothing here
 // allocates: it runs at every idle point.
 func (d *Device) publishStats(parking bool) {
@@ -92,10 +127,8 @@ func (d *Device) publishStats(parking bool) {
 	if a == nil {
 		return
 	}
-	b, err := rings.MapOut(d.mem, a.addr, a.n)
-	if err != nil {
-		d.count(rings.StatDMAErrors)
-		d.area = nil
+	b := d.areaMem()
+	if b == nil {
 		return
 	}
 	lay := StatAreaLayout()
@@ -111,7 +144,8 @@ func (d *Device) publishStats(parking bool) {
 	}
 	sort.Slice(a.qpIdx, func(i, j int) bool { return a.qpIdx[i] < a.qpIdx[j] })
 	nqp := min(len(a.qpIdx), a.qpCap)
-	rings.AtomicStore64(b, rings.SaOffFlags, flags|uint64(nqp)<<32)
+	a.flags = flags | uint64(nqp)<<32
+	rings.AtomicStore64(b, rings.SaOffFlags, a.flags)
 	rings.AtomicStore64(b, rings.SaOffEngineN, uint64(lay.EngineN)|uint64(a.qpCap)<<32)
 	rings.AtomicStore64(b, rings.SaOffRingN, uint64(rings.RingCounterCount)|uint64(lay.QPN)<<32)
 	rings.AtomicStore64(b, rings.SaOffOccN, uint64(lay.OccN)) // with the first reserved word

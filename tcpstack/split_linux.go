@@ -11,7 +11,9 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -41,6 +43,10 @@ type SplitConfig struct {
 	// device without a system call while they flow. The port given to
 	// NewHost is then nil.
 	ShmLink *ShmLinkEnd
+	// NoKickWords does not ask for kick words (split.FeatureKickWords):
+	// every doorbell and interrupt is an eventfd write, as with a device
+	// that lacks the feature.
+	NoKickWords bool
 }
 
 // ShmLinkEnd is one side of a shared-memory link between two devices.
@@ -159,8 +165,11 @@ type splitDevice struct {
 	mtu   int
 	poll  time.Duration // 0: eventfds
 
-	memfd *os.File
-	mem   []byte
+	memfd    *os.File
+	mem      []byte
+	arena    *rings.Arena
+	features uint64 // granted in HELLO
+	badWords atomic.Uint64
 
 	mu      sync.Mutex
 	seq     uint32
@@ -203,19 +212,24 @@ func dialSplit(sc SplitConfig, size int, withPort bool) (*splitDevice, *rings.Ar
 	case !withPort:
 		portFeature = 0 // the device's own port
 	}
-	want := split.FeatureEventFD | portFeature
+	need := split.FeatureEventFD | portFeature
 	if sc.Poll {
-		want = split.FeaturePoll | portFeature
+		need = split.FeaturePoll | portFeature
+	}
+	want := need
+	if !sc.Poll && !sc.NoKickWords {
+		want |= split.FeatureKickWords // used if granted
 	}
 	r, err := d.request(split.MsgHello, split.EncodeU64(want))
 	if err != nil {
 		d.close()
 		return nil, nil, err
 	}
-	if r.Value&want != want {
+	if r.Value&need != need {
 		d.close()
-		return nil, nil, fmt.Errorf("split device: features %#x, the host needs %#x", r.Value, want)
+		return nil, nil, fmt.Errorf("split device: features %#x, the host needs %#x", r.Value, need)
 	}
+	d.features = r.Value & want
 	size = (size + rings.CacheLine - 1) &^ (rings.CacheLine - 1)
 	fd, err := unix.MemfdCreate("emunic-host-memory", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
@@ -242,6 +256,7 @@ func dialSplit(sc SplitConfig, size int, withPort bool) (*splitDevice, *rings.Ar
 		d.close()
 		return nil, nil, err
 	}
+	d.arena = arena
 	if _, err := d.request(split.MsgMemory, split.EncodeU64(uint64(size)), d.memfd); err != nil {
 		d.close()
 		return nil, nil, err
@@ -468,7 +483,26 @@ func (d *splitDevice) Start(rc nic.RingConfig, vec nic.Vectors) error {
 			d.efds = append(d.efds, e)
 		}
 		files := []*os.File{d.efds[0].File(), d.efds[1].File(), d.efds[2].File(), d.efds[3].File()}
-		if _, err := d.request(split.MsgVectors, split.EncodeVectors(split.VectorEventFD, 0), files...); err != nil {
+		body := split.EncodeVectors(split.VectorEventFD, 0)
+		if d.features&split.FeatureKickWords != 0 {
+			// A kick word per eventfd (docs/split.md): a doorbell or
+			// interrupt while the other side has not yet answered the
+			// last one costs an atomic add, not a write and a wake-up.
+			addr, err := d.arena.Alloc(split.KickWordsSize, split.KickWordsAlign)
+			if err != nil {
+				return fmt.Errorf("split device: kick words: %w", err)
+			}
+			words, err := d.arena.Map(addr, split.KickWordsSize)
+			if err != nil {
+				return fmt.Errorf("split device: kick words: %w", err)
+			}
+			clear(words)
+			for i, e := range d.efds {
+				e.UseWord((*uint32)(unsafe.Pointer(&words[i*split.KickWordStride])), &d.badWords)
+			}
+			body = split.EncodeVectorsKick(split.VectorEventFD, 0, addr)
+		}
+		if _, err := d.request(split.MsgVectors, body, files...); err != nil {
 			return err
 		}
 		d.door = d.efds[0]

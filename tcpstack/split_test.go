@@ -5,12 +5,16 @@ package tcpstack
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/netip"
+	"runtime"
 	"testing"
 	"time"
 
 	"github.com/emunic/emunic/nic/port"
+	"github.com/emunic/emunic/nic/split"
+	"github.com/emunic/emunic/rings"
 )
 
 func splitPair(t *testing.T) (a, b *Host) {
@@ -101,6 +105,88 @@ func TestSplitDeviceKilled(t *testing.T) {
 				t.Errorf("DeviceErr() = %v, want ErrDeviceGone", a.DeviceErr())
 			}
 			t.Logf("write failed %v after the kill: %v; host: %v", time.Since(killed), err, a.DeviceErr())
+		})
+	}
+}
+
+// TestSplitKickWords: a delegated transfer with the kick words
+// (split.FeatureKickWords, the default) and without (the protocol's older
+// path), every byte through, and the interrupts the devices raised are the
+// ones the drivers received, as without the words.
+func TestSplitKickWords(t *testing.T) {
+	for _, noKick := range []bool{false, true} {
+		t.Run(map[bool]string{false: "words", true: "eventfds"}[noKick], func(t *testing.T) {
+			pa, pb := port.MustNewWire(port.WireConfig{})
+			cfg := func(mac byte, addr string) HostConfig {
+				return HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, mac}, Addr: netip.MustParsePrefix(addr),
+					Split: &SplitConfig{NoKickWords: noKick}}
+			}
+			a, err := NewHost(cfg(1, "10.0.0.1/24"), pa)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			b, err := NewHost(cfg(2, "10.0.0.2/24"), pb)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			for _, h := range []*Host{a, b} {
+				if got := h.split.features&split.FeatureKickWords != 0; got == noKick {
+					t.Fatalf("kick words in use: %v, want %v", got, !noKick)
+				}
+			}
+			l, err := b.ListenOffload(9)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			const total = 16 << 20
+			got := make(chan int64, 1)
+			go func() {
+				c, err := l.Accept()
+				if err != nil {
+					got <- -1
+					return
+				}
+				n, _ := io.Copy(io.Discard, c)
+				got <- n
+			}()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			c, err := a.DialOffload(ctx, netip.MustParseAddrPort("10.0.0.2:9"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.SetDeadline(time.Now().Add(30 * time.Second))
+			buf := make([]byte, 1<<20)
+			for range total / len(buf) {
+				if _, err := c.Write(buf); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c.Close()
+			if n := <-got; n != total {
+				t.Fatalf("received %d bytes, want %d", n, total)
+			}
+			for _, h := range []*Host{a, b} {
+				var dc DeviceCounters
+				deadline := time.Now().Add(5 * time.Second)
+				for {
+					if dc, err = h.Counters(); err != nil {
+						t.Fatal(err)
+					}
+					if dc.Parked && dc.Stat(rings.StatInterrupts) == h.Driver.Stats().Interrupts {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("the device raised %d interrupts, the driver received %d", dc.Stat(rings.StatInterrupts), h.Driver.Stats().Interrupts)
+					}
+					runtime.Gosched()
+				}
+				ds := h.Driver.Stats()
+				t.Logf("interrupts %d, doorbells written %d, received while parked %d", ds.Interrupts, ds.DoorbellKicks, dc.Stat(rings.StatDoorbells))
+			}
 		})
 	}
 }

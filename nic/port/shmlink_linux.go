@@ -99,8 +99,11 @@ type ShmPort struct {
 	// last FlushWakeups. Both belong to the writer goroutine.
 	deferWake bool
 	owed      bool
-	onKick    atomic.Pointer[func()] // a polling reader's wake-up
-	blocked   func()                 // SetBlockedFunc's
+	// owedFrames and owedBytes are the frames written since the last
+	// flush, counted in stats there.
+	owedFrames, owedBytes uint64
+	onKick                atomic.Pointer[func()] // a polling reader's wake-up
+	blocked               func()                 // SetBlockedFunc's
 
 	// wait bounds a park for a frame or for space (10 ms; 0 for ever). A
 	// kick ends it; the bound only limits what a lost kick would cost.
@@ -200,12 +203,16 @@ func (p *ShmPort) WriteFrame(frame []byte) error {
 			copy(e[shmHdr:], frame)
 			p.tx.Commit()
 			if p.deferWake {
+				// Counted at the flush: an atomic add here waits for
+				// the frame's stores into the far end's lines to drain.
 				p.owed = true
+				p.owedFrames++
+				p.owedBytes += uint64(len(frame))
 			} else {
 				p.tx.Publish()
+				p.stats.txFrames.Add(1)
+				p.stats.txBytes.Add(uint64(len(frame)))
 			}
-			p.stats.txFrames.Add(1)
-			p.stats.txBytes.Add(uint64(len(frame)))
 			return nil
 		}
 		if p.closed.Load() {
@@ -234,8 +241,9 @@ func (p *ShmPort) WriteFrame(frame []byte) error {
 // it starts on a long burst early) and leaves the rest, and the wake-up for
 // them, to FlushWakeups. A burst of frames then costs the far end one
 // wake-up (an eventfd write and a thread wake-up in another process), not
-// one for every frame that finds it parked. Call it before the first
-// WriteFrame, from the writer goroutine.
+// one for every frame that finds it parked. The frames are counted in the
+// port's counters at the flush too. Call it before the first WriteFrame,
+// from the writer goroutine.
 func (p *ShmPort) DeferWakeups() { p.deferWake = true }
 
 // FlushWakeups implements BurstWriter: it publishes the frames written
@@ -249,6 +257,9 @@ func (p *ShmPort) FlushWakeups() {
 		return
 	}
 	p.owed = false
+	p.stats.txFrames.Add(p.owedFrames)
+	p.stats.txBytes.Add(p.owedBytes)
+	p.owedFrames, p.owedBytes = 0, 0
 	if p.tx.PublishNoKick() {
 		p.tx.Kicked()
 		efd{p.peer}.Kick()

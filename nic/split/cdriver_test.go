@@ -12,7 +12,8 @@ import (
 // process against a device served here: it negotiates, maps the memory,
 // posts commands and reads their statuses back, registers and reads the
 // counter area, sends a frame through the transmit ring and receives one
-// through a legacy buffer and its notification.
+// through a legacy buffer and its notification; the second and third time
+// through the kick words (FeatureKickWords).
 func TestCDriver(t *testing.T) {
 	gcc, err := exec.LookPath("gcc")
 	if err != nil {
@@ -25,13 +26,17 @@ func TestCDriver(t *testing.T) {
 	}
 	s, path := testServer(t)
 	for round := range 3 { // the device serves one C host after another
-		out, err := exec.Command(bin, path).CombinedOutput()
+		args := []string{path}
+		if round > 0 {
+			args = append(args, "kick-words")
+		}
+		out, err := exec.Command(bin, args...).CombinedOutput()
 		if err != nil || strings.TrimSpace(string(out)) != "ok" {
 			t.Fatalf("round %d: hostdrv: %v\n%s", round, err, out)
 		}
 	}
 	st := s.Stats()
-	if st.Started != 3 || st.BadMessages != 0 || st.OutOfOrder != 0 {
+	if st.Started != 3 || st.BadMessages != 0 || st.OutOfOrder != 0 || st.Refused != 0 || st.BadKickWords != 0 {
 		t.Fatalf("server counters %+v", st)
 	}
 }

@@ -106,11 +106,17 @@ func closeAll(files []*os.File) {
 
 // EventFD is an eventfd used as a doorbell or an interrupt vector between
 // the processes: Kick adds one (a write), Forward turns its events into
-// kicks of a Go doorbell in this process.
+// kicks of a Go doorbell in this process. With a kick word (UseWord,
+// FeatureKickWords) a kick writes the eventfd only when the reader has
+// taken every kick before it: the word is the in-process doorbell's
+// one-deep latch, in memory both sides map.
 type EventFD struct {
-	f      *os.File
-	kicks  atomic.Uint64
-	closed atomic.Bool
+	f          *os.File
+	word       *uint32        // the kick word in host memory, or nil
+	bad        *atomic.Uint64 // where garbage found in the word is counted
+	kicks      atomic.Uint64
+	suppressed atomic.Uint64
+	closed     atomic.Bool
 }
 
 // NewEventFD makes a non-blocking eventfd.
@@ -145,23 +151,64 @@ func EventFDOf(f *os.File) (*EventFD, error) {
 // File is the descriptor, to send.
 func (e *EventFD) File() *os.File { return e.f }
 
-// Kick implements rings.Doorbell: one write of 1. A full counter (2^64-2
-// unread kicks) cannot happen between two live sides; errors after Close
-// are ignored.
+// UseWord gives the eventfd its kick word (docs/split.md, "Kick words"):
+// w, a u32 in memory the other side maps too, and bad, where values of it
+// that no well-behaved peer writes are counted. Call it before the first
+// Kick or Forward; both sides of one eventfd must use the word, or
+// neither.
+func (e *EventFD) UseWord(w *uint32, bad *atomic.Uint64) {
+	e.word, e.bad = w, bad
+}
+
+// Kick implements rings.Doorbell: one write of 1, or with a kick word one
+// added to the word and the write only if it was zero. A word that was
+// not zero has a write outstanding that the reader has not answered yet;
+// the reader takes the word after that read, this kick included. A full
+// counter (2^64-2 unread kicks) cannot happen between two live sides;
+// errors after Close are ignored.
 func (e *EventFD) Kick() {
 	e.kicks.Add(1)
+	if w := e.word; w != nil {
+		old := atomic.AddUint32(w, 1) - 1
+		if old != 0 {
+			if old <= MaxPendingKicks {
+				e.suppressed.Add(1)
+				return
+			}
+			// Garbage (the peer wrote it): the word cannot be trusted
+			// to say a write is outstanding, so write.
+			e.bad.Add(1)
+		}
+	}
 	efd.Kick(e.f)
 }
 
 // Kicks is how many times Kick was called.
 func (e *EventFD) Kicks() uint64 { return e.kicks.Load() }
 
+// Suppressed is how many kicks the kick word spared a write.
+func (e *EventFD) Suppressed() uint64 { return e.suppressed.Load() }
+
 // Forward reads the eventfd until it is closed and kicks to once for
-// every write the other side made since the last read (the eventfd's
-// counter): a doorbell or vector coalesces kicks itself, and whoever
-// counts them sees each one, as with an in-process device.
+// every kick the other side made since the last read: the eventfd's
+// counter, or with a kick word the word's, which it takes (sets to zero)
+// after each read, before it kicks. A doorbell or vector coalesces kicks
+// itself, and whoever counts them sees each one, as with an in-process
+// device. A word over MaxPendingKicks is garbage: counted, and one kick.
 func (e *EventFD) Forward(to interface{ Kick() }) {
 	efd.Forward(e.f, func(n uint64) {
+		if w := e.word; w != nil {
+			// After the read: a writer whose add comes later sees zero
+			// and writes again. Before the kick: whatever the kick's
+			// waiter then looks at was published before the writer's
+			// add, or kicks again.
+			k := atomic.SwapUint32(w, 0)
+			if k > MaxPendingKicks {
+				e.bad.Add(1)
+				k = 1
+			}
+			n = uint64(k)
+		}
 		if to == nil {
 			return
 		}

@@ -64,7 +64,11 @@ const (
 	FeaturePoll    uint64 = 1 << 1 // no fds: both sides poll the rings
 	FeaturePortFD  uint64 = 1 << 2 // the host supplies the device's port with CONFIG
 	FeatureShmLink uint64 = 1 << 3 // the device's port is a shared-memory link to another device (LINK)
-	FeaturesAll           = FeatureEventFD | FeaturePoll | FeaturePortFD | FeatureShmLink
+	// FeatureKickWords: each eventfd has a word in host memory counting the
+	// kicks its reader has not taken yet, and a kick writes the eventfd only
+	// when that count was zero (VECTORS carries the words' address).
+	FeatureKickWords uint64 = 1 << 4
+	FeaturesAll             = FeatureEventFD | FeaturePoll | FeaturePortFD | FeatureShmLink | FeatureKickWords
 )
 
 // Reply body.
@@ -147,6 +151,27 @@ const (
 	VectorPoll        = 1    // no fds: the device polls its doorbell, the host its vectors
 	DefaultPollMicros = 50
 	MaxPollMicros     = 100000
+
+	// With FeatureKickWords the body may be VectorsKickBodySize bytes: the
+	// kick words' DMA address follows (0: none, the eventfds alone).
+	VectorsKickBodySize = 16
+	VecOffKickWords     = 0x08 // u64 DMA address of the kick words, KickWordsAlign-aligned, or 0
+)
+
+// Kick words (FeatureKickWords): one u32 per eventfd of VECTORS, in the
+// same order, each on a cache line of its own, since each is written by
+// both sides.
+const (
+	KickWordsSize   = 4 * KickWordStride // bytes at the kick words' address
+	KickWordStride  = 64                 // bytes from one word to the next
+	KickWordsAlign  = 64                 // the address is a multiple of this
+	KickWordDoor    = 0                  // the doorbell's word (the host adds, the device takes)
+	KickWordNotify  = 1                  // the notification vector's (the device adds, the host takes)
+	KickWordTxSpace = 2                  // the transmit-space vector's
+	KickWordCommand = 3                  // the command vector's
+	// MaxPendingKicks is the most kicks a word may count: a reader that
+	// takes more has found garbage, counts it and takes one kick.
+	MaxPendingKicks = 1 << 20
 )
 
 // Errors of the codec.
@@ -283,12 +308,25 @@ func EncodeVectors(mode, pollMicros uint32) []byte {
 	return b
 }
 
-// DecodeVectors reads a VECTORS body.
-func DecodeVectors(b []byte) (mode, pollMicros uint32, err error) {
-	if len(b) != VectorsBodySize {
-		return 0, 0, fmt.Errorf("VECTORS body of %d bytes, want %d", len(b), VectorsBodySize)
+// EncodeVectorsKick returns the VECTORS body with the kick words' address
+// (FeatureKickWords).
+func EncodeVectorsKick(mode, pollMicros uint32, words rings.Addr) []byte {
+	b := make([]byte, VectorsKickBodySize)
+	copy(b, EncodeVectors(mode, pollMicros))
+	le.PutUint64(b[VecOffKickWords:], uint64(words))
+	return b
+}
+
+// DecodeVectors reads a VECTORS body of either size; words is 0 in the
+// short one.
+func DecodeVectors(b []byte) (mode, pollMicros uint32, words rings.Addr, err error) {
+	if len(b) != VectorsBodySize && len(b) != VectorsKickBodySize {
+		return 0, 0, 0, fmt.Errorf("VECTORS body of %d bytes, want %d or %d", len(b), VectorsBodySize, VectorsKickBodySize)
 	}
-	return le.Uint32(b[VecOffMode:]), le.Uint32(b[VecOffPollMicros:]), nil
+	if len(b) == VectorsKickBodySize {
+		words = rings.Addr(le.Uint64(b[VecOffKickWords:]))
+	}
+	return le.Uint32(b[VecOffMode:]), le.Uint32(b[VecOffPollMicros:]), words, nil
 }
 
 // EncodeU64 is the body of HELLO and MEMORY.

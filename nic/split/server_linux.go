@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -17,6 +18,16 @@ import (
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/rings"
 )
+
+// DefaultIdleYieldMicros is how long, in µs, a device served here goes on
+// polling when idle, with sched_yield between passes, before it parks
+// (nic.Config's IdleYield, when the host's configuration leaves it 0;
+// negative: none).
+// The device process shares the machine's CPUs with its host: a park and
+// the doorbell that ends it cost a system call and a thread wake-up on
+// each side, which the host's next post within these 50 µs no longer
+// pays, while a yield gives the CPU to whichever thread wants it.
+const DefaultIdleYieldMicros = 50
 
 // ServerConfig configures the device side.
 type ServerConfig struct {
@@ -36,6 +47,10 @@ type Stats struct {
 	OutOfOrder  uint64 // requests not valid in the session's state
 	Refused     uint64 // well-formed requests refused (memory, config, rings, start, features)
 	HostsGone   uint64 // sessions ended by the host closing or dying
+	// BadKickWords counts garbage found in kick words (FeatureKickWords):
+	// a count over MaxPendingKicks taken from the doorbell's word, or
+	// found in a vector's word by a kick.
+	BadKickWords uint64
 }
 
 // Server is a NIC in its own process, serving one host at a time.
@@ -43,6 +58,7 @@ type Server struct {
 	cfg ServerConfig
 
 	sessions, started, bad, order, refused, gone atomic.Uint64
+	badWords                                     atomic.Uint64
 
 	mu  sync.Mutex
 	dev *nic.Device // the running session's device, for the process's own report
@@ -54,7 +70,7 @@ func NewServer(cfg ServerConfig) *Server { return &Server{cfg: cfg} }
 // Stats returns the server's counters.
 func (s *Server) Stats() Stats {
 	return Stats{Sessions: s.sessions.Load(), Started: s.started.Load(), BadMessages: s.bad.Load(),
-		OutOfOrder: s.order.Load(), Refused: s.refused.Load(), HostsGone: s.gone.Load()}
+		OutOfOrder: s.order.Load(), Refused: s.refused.Load(), HostsGone: s.gone.Load(), BadKickWords: s.badWords.Load()}
 }
 
 // Device is the running session's device, or nil.
@@ -112,10 +128,14 @@ type session struct {
 	mode     uint32
 	poll     time.Duration
 	efds     []*EventFD // doorbell, notify, txspace, command
-	dev      *nic.Device
-	link     port.Port // LINK's port, for CONFIG
-	stopPoll chan struct{}
-	wg       sync.WaitGroup
+	words    []byte     // the kick words (FeatureKickWords), or nil
+	// badWords0 is the server's BadKickWords when the session started
+	// with kick words, to report the session's own at its end.
+	badWords0 uint64
+	dev       *nic.Device
+	link      port.Port // LINK's port, for CONFIG
+	stopPoll  chan struct{}
+	wg        sync.WaitGroup
 }
 
 // ServeConn serves one host on c until it closes (nil) or the socket
@@ -178,7 +198,7 @@ func wantFDs(t MsgType, features uint64, body []byte) (min, max int) {
 			return 0, 1
 		}
 	case MsgVectors:
-		if mode, _, err := DecodeVectors(body); err == nil && mode == VectorEventFD {
+		if mode, _, _, err := DecodeVectors(body); err == nil && mode == VectorEventFD {
 			return 4, 4
 		}
 	case MsgLink:
@@ -301,6 +321,9 @@ func (ss *session) config(body []byte, pf *os.File) Reply {
 		}
 		return ss.refuse(StatusBadConfig, "configuration: %v", err)
 	}
+	if cfg.IdleYield == 0 {
+		cfg.IdleYield = DefaultIdleYieldMicros * time.Microsecond
+	}
 	var p port.Port
 	if ss.link != nil {
 		if pf != nil {
@@ -382,10 +405,32 @@ func (ss *session) rings(body []byte) Reply {
 }
 
 func (ss *session) vectors(body []byte, files []*os.File) Reply {
-	mode, us, err := DecodeVectors(body)
+	mode, us, words, err := DecodeVectors(body)
 	if err != nil {
 		closeAll(files)
 		return ss.refuse(StatusBadMessage, "%v", err)
+	}
+	if len(body) == VectorsKickBodySize && ss.features&FeatureKickWords == 0 {
+		closeAll(files)
+		return ss.refuse(StatusUnsupported, "VECTORS with kick words: FeatureKickWords was not negotiated in HELLO")
+	}
+	var wm []byte
+	if words != 0 {
+		if mode != VectorEventFD {
+			closeAll(files)
+			return ss.refuse(StatusBadMessage, "kick words in polling mode: they belong to eventfds")
+		}
+		if uint64(words)%KickWordsAlign != 0 || !ss.arena.Contains(words, KickWordsSize) {
+			closeAll(files)
+			return ss.refuse(StatusBadMemory, "kick words at %#x (%d bytes): want a multiple of %d inside the %d bytes of memory at %#x",
+				uint64(words), KickWordsSize, KickWordsAlign, ss.arena.Size(), uint64(ss.arena.Base()))
+		}
+		m, err := ss.arena.Map(words, KickWordsSize)
+		if err != nil {
+			closeAll(files)
+			return ss.refuse(StatusBadMemory, "kick words: %v", err)
+		}
+		wm = m
 	}
 	switch mode {
 	case VectorEventFD:
@@ -419,13 +464,18 @@ func (ss *session) vectors(body []byte, files []*os.File) Reply {
 	default:
 		return ss.refuse(StatusBadMessage, "vector mode %d", mode)
 	}
-	ss.mode = mode
+	ss.mode, ss.words, ss.badWords0 = mode, wm, ss.s.badWords.Load()
 	return Reply{}
 }
 
 func (ss *session) start() Reply {
 	var vec nic.Vectors
 	if ss.mode == VectorEventFD {
+		if ss.words != nil {
+			for i, e := range ss.efds {
+				e.UseWord(kickWord(ss.words, i), &ss.s.badWords)
+			}
+		}
 		vec = nic.Vectors{Notify: ss.efds[1], TxSpace: ss.efds[2], Command: ss.efds[3]}
 	}
 	if err := ss.dev.Start(ss.rc, vec); err != nil {
@@ -473,7 +523,12 @@ func (ss *session) teardown() {
 		e.Close()
 	}
 	ss.wg.Wait()
-	ss.efds = nil
+	if ss.words != nil {
+		if n := ss.s.badWords.Load() - ss.badWords0; n > 0 {
+			ss.s.logf("the host's kick words held garbage %d times (counts over %d)", n, MaxPendingKicks)
+		}
+	}
+	ss.efds, ss.words = nil, nil
 	if ss.mem != nil {
 		unix.Munmap(ss.mem)
 		ss.mem, ss.arena = nil, nil
@@ -481,4 +536,10 @@ func (ss *session) teardown() {
 	ss.s.mu.Lock()
 	ss.s.dev = nil
 	ss.s.mu.Unlock()
+}
+
+// KickWord is eventfd i's kick word in words, the KickWordsSize bytes at
+// the kick words' address.
+func kickWord(words []byte, i int) *uint32 {
+	return (*uint32)(unsafe.Pointer(&words[i*KickWordStride]))
 }

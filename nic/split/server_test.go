@@ -6,6 +6,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -97,6 +99,23 @@ func memfdSealed(t *testing.T, size int, seal bool) (*os.File, []byte) {
 	}
 	t.Cleanup(func() { unix.Munmap(mem); f.Close() })
 	return f, mem
+}
+
+// eventFDs makes VECTORS' four eventfds (closed when the test ends) and
+// their files.
+func eventFDs(t *testing.T) ([]*EventFD, []*os.File) {
+	t.Helper()
+	var efds []*EventFD
+	var files []*os.File
+	for range 4 {
+		e, err := NewEventFD()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close() })
+		efds, files = append(efds, e), append(files, e.File())
+	}
+	return efds, files
 }
 
 func want(t *testing.T, what string, r Reply, st ReplyStatus) {
@@ -225,15 +244,7 @@ func TestServerNextHostAfterDeath(t *testing.T) {
 		want(t, "RINGS", h.req(MsgRings, EncodeRings([4]rings.Layout{lay(rings.ArenaBase, rings.CommandEntrySize),
 			lay(rings.ArenaBase+0x1000, rings.NotificationEntrySize), lay(rings.ArenaBase+0x2000, rings.TxDescSize),
 			lay(rings.ArenaBase+0x3000, rings.RxDescSize)})), StatusOK)
-		var efds []*os.File
-		for range 4 {
-			e, err := NewEventFD()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer e.Close()
-			efds = append(efds, e.File())
-		}
+		_, efds := eventFDs(t)
 		want(t, "VECTORS", h.req(MsgVectors, EncodeVectors(VectorEventFD, 0), efds...), StatusOK)
 		want(t, "START", h.req(MsgStart, nil), StatusOK)
 		if s.Device() == nil {
@@ -272,5 +283,145 @@ func TestHeaderCodec(t *testing.T) {
 	big := Message(MsgConfig, 1, make([]byte, MaxBody+1))
 	if err := h.Decode(big); !errors.Is(err, ErrTooLong) {
 		t.Fatalf("oversize body: %v", err)
+	}
+}
+
+// countKicks counts the kicks it forwards to a bell.
+type countKicks struct {
+	n    atomic.Uint64
+	bell *rings.Bell
+}
+
+func (c *countKicks) Kick() { c.n.Add(1); c.bell.Kick() }
+
+// TestServerKickWords: VECTORS refuses kick words that are not negotiated,
+// in polling mode, unaligned or outside the memory; with them, commands
+// complete with the doorbell and the command vector going through the
+// words, the device takes every doorbell word it is rung for, the host
+// receives exactly the command interrupts the device raised, and garbage in
+// the doorbell word is counted while the device keeps serving.
+func TestServerKickWords(t *testing.T) {
+	s, path := testServer(t)
+	h := dialRaw(t, path)
+	all := FeatureEventFD | FeaturePortFD | FeaturePoll | FeatureKickWords
+	if r := h.req(MsgHello, EncodeU64(all)); r.Status != StatusOK || r.Value != all {
+		t.Fatalf("HELLO: %v %#x", r.Status, r.Value)
+	}
+	const size = 1 << 20
+	f, mem := memfd(t, size)
+	want(t, "MEMORY", h.req(MsgMemory, EncodeU64(size), f), StatusOK)
+	arena, err := rings.NewArenaOn(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pa, pb, err := port.SocketPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pa.Close()
+	cfg, _ := json.Marshal(nic.Config{MAC: [6]byte{2, 0, 0, 0, 0, 7}})
+	want(t, "CONFIG", h.req(MsgConfig, cfg, pb.File()), StatusOK)
+	pb.Close()
+	lay := func(base rings.Addr, es uint32) rings.Layout {
+		return rings.Layout{Base: base, Count: 16, EntrySize: es}
+	}
+	ls := [4]rings.Layout{lay(rings.ArenaBase, rings.CommandEntrySize), lay(rings.ArenaBase+0x1000, rings.NotificationEntrySize),
+		lay(rings.ArenaBase+0x2000, rings.TxDescSize), lay(rings.ArenaBase+0x3000, rings.RxDescSize)}
+	want(t, "RINGS", h.req(MsgRings, EncodeRings(ls)), StatusOK)
+
+	efds, files := eventFDs(t)
+	words := rings.ArenaBase + 0x8000
+	want(t, "VECTORS words while polling", h.req(MsgVectors, EncodeVectorsKick(VectorPoll, 0, words)), StatusBadMessage)
+	want(t, "VECTORS words unaligned", h.req(MsgVectors, EncodeVectorsKick(VectorEventFD, 0, words+4), files...), StatusBadMemory)
+	want(t, "VECTORS words outside", h.req(MsgVectors, EncodeVectorsKick(VectorEventFD, 0, rings.ArenaBase+size-64), files...), StatusBadMemory)
+	want(t, "VECTORS words below", h.req(MsgVectors, EncodeVectorsKick(VectorEventFD, 0, 64), files...), StatusBadMemory)
+	want(t, "VECTORS bad size", h.req(MsgVectors, EncodeVectorsKick(VectorEventFD, 0, words)[:12], files...), StatusBadMessage)
+	if st := s.Stats(); st.BadMessages != 2 || st.Refused != 3 {
+		t.Fatalf("refusals not counted: %+v", st)
+	}
+	want(t, "VECTORS", h.req(MsgVectors, EncodeVectorsKick(VectorEventFD, 0, words), files...), StatusOK)
+	want(t, "START", h.req(MsgStart, nil), StatusOK)
+
+	wm, err := arena.Map(words, KickWordsSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hostBad atomic.Uint64
+	for i, e := range efds {
+		e.UseWord(kickWord(wm, i), &hostBad)
+	}
+	cmdDone := &countKicks{bell: rings.NewBell()}
+	go efds[KickWordCommand].Forward(cmdDone)
+	cmd, err := rings.NewProducer(arena, ls[RingIdxCommand], 1, efds[KickWordDoor])
+	if err != nil {
+		t.Fatal(err)
+	}
+	nop := func(i int) {
+		t.Helper()
+		idx := cmd.Tail()
+		e := cmd.Next()
+		if e == nil {
+			t.Fatalf("NOP %d: no free command slot", i)
+		}
+		c := rings.Command{Opcode: rings.OpNop, Conn: rings.NoConn, Tag: uint64(i)}
+		c.Encode(rings.CommandEntry(e))
+		cmd.Commit()
+		cmd.Publish()
+		deadline := time.Now().Add(5 * time.Second)
+		for !rings.IsDone(&cmd.Ring, idx) {
+			// Announce the wait, look again, sleep on the vector.
+			cmd.SetNeedWakeup(true)
+			if rings.IsDone(&cmd.Ring, idx) {
+				break
+			}
+			if !cmdDone.bell.Wait(time.Until(deadline)) {
+				t.Fatalf("NOP %d: no completion in 5 s", i)
+			}
+		}
+		cmd.SetNeedWakeup(false)
+	}
+	for i := range 300 {
+		nop(i)
+	}
+	dev := s.Device()
+	// The doorbell word is taken whenever the device was rung; the
+	// command vector's kicks all reach the host, none lost or doubled.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		rc := dev.RingCounters()
+		settled := atomic.LoadUint32(kickWord(wm, KickWordDoor)) == 0 && atomic.LoadUint32(kickWord(wm, KickWordCommand)) == 0
+		if settled && rc.Command.Kicks == cmdDone.n.Load() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("words %d/%d, command interrupts raised %d, received %d", atomic.LoadUint32(kickWord(wm, KickWordDoor)),
+				atomic.LoadUint32(kickWord(wm, KickWordCommand)), rc.Command.Kicks, cmdDone.n.Load())
+		}
+		runtime.Gosched()
+	}
+	if db := dev.Stat(rings.StatDoorbells); db > efds[KickWordDoor].Kicks() {
+		t.Fatalf("the device counted %d doorbells, the host rang %d", db, efds[KickWordDoor].Kicks())
+	}
+	t.Logf("doorbells %d (%d without a write), command interrupts raised %d, received %d", efds[KickWordDoor].Kicks(),
+		efds[KickWordDoor].Suppressed(), dev.RingCounters().Command.Kicks, cmdDone.n.Load())
+
+	// Garbage in the doorbell word: counted by both sides (the host's
+	// kick found it, the device's take found it), and the device serves on.
+	atomic.StoreUint32(kickWord(wm, KickWordDoor), 0xDEADBEEF)
+	efds[KickWordDoor].Kick()
+	for s.Stats().BadKickWords != 1 {
+		if time.Now().After(deadline.Add(5 * time.Second)) {
+			t.Fatalf("garbage in the doorbell word not counted: %+v", s.Stats())
+		}
+		runtime.Gosched()
+	}
+	if hostBad.Load() != 1 {
+		t.Fatalf("the host's kick counted %d bad words, want 1", hostBad.Load())
+	}
+	for i := range 20 {
+		nop(1000 + i)
+	}
+	if st := s.Stats(); st.BadKickWords != 1 {
+		t.Fatalf("%+v", st)
 	}
 }

@@ -13,8 +13,12 @@
  *     and checks it left on the port, injects a frame on the port and
  *     consumes its LEGACY_UPLOAD notification and the buffer's bytes.
  *
- * Usage: hostdrv SOCKET_PATH. Exit 0 with "ok" on success; otherwise 1 and
- * one line saying what failed. Little-endian Linux hosts.
+ * With "kick-words" it also negotiates FEATURE_KICK_WORDS and rings the
+ * doorbell and takes the vectors through the kick words (docs/split.md,
+ * "Kick words").
+ *
+ * Usage: hostdrv SOCKET_PATH [kick-words]. Exit 0 with "ok" on success;
+ * otherwise 1 and one line saying what failed. Little-endian Linux hosts.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -46,6 +50,9 @@
 #define MSG_REPLY_BIT 0x8000
 #define FEATURE_EVENTFD 1ull
 #define FEATURE_PORTFD 4ull
+#define FEATURE_KICK_WORDS 16ull
+#define KICK_WORD_STRIDE 64
+#define KICK_WORDS_SIZE (4 * KICK_WORD_STRIDE)
 
 static void die(const char *fmt, ...) {
 	va_list ap;
@@ -133,11 +140,17 @@ static void ring_init(struct ring *r, uint64_t base, uint32_t count, uint32_t es
 	while ((1u << r->log2) < count) r->log2++;
 }
 
-static int doorbell; /* eventfd: host → device */
+static int efd[4];           /* doorbell, notify, txspace, command */
+static uint64_t kick_words; /* their kick words' address, or 0 */
 
-static void kick(int fd) {
+static uint32_t *kick_word(int i) { return at(kick_words + (uint64_t)i * KICK_WORD_STRIDE); }
+
+/* kick rings eventfd i: with kick words, only if its reader has taken
+ * every kick before this one (the word was zero). */
+static void kick(int i) {
+	if (kick_words && __atomic_fetch_add(kick_word(i), 1, __ATOMIC_SEQ_CST) != 0) return;
 	uint64_t one = 1;
-	if (write(fd, &one, 8) != 8) die("kick: %s", strerror(errno));
+	if (write(efd[i], &one, 8) != 8) die("kick: %s", strerror(errno));
 }
 
 /* commit writes entry i's control byte (phase), after its body. */
@@ -150,7 +163,7 @@ static void commit(struct ring *r) {
 /* publish stores PI and rings the doorbell if the device asked for it. */
 static void publish(struct ring *r) {
 	__atomic_store_n(hdr32(r, EMUNIC_OFF_PRODUCER_INDEX), r->local, __ATOMIC_SEQ_CST);
-	if (__atomic_load_n(hdr32(r, EMUNIC_OFF_CONSUMER_FLAGS), __ATOMIC_SEQ_CST) & EMUNIC_FLAG_NEED_WAKEUP) kick(doorbell);
+	if (__atomic_load_n(hdr32(r, EMUNIC_OFF_CONSUMER_FLAGS), __ATOMIC_SEQ_CST) & EMUNIC_FLAG_NEED_WAKEUP) kick(0);
 }
 
 static double now(void) {
@@ -159,17 +172,20 @@ static double now(void) {
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-/* wait_vector waits (bounded) for a kick on a vector eventfd. */
-static void wait_vector(int fd, int ms) {
-	struct pollfd p = {fd, POLLIN, 0};
+/* wait_vector waits (bounded) for a kick on vector eventfd i; after a
+ * read it takes the vector's kick word, if any (after, never before: see
+ * docs/split.md). */
+static void wait_vector(int i, int ms) {
+	struct pollfd p = {efd[i], POLLIN, 0};
 	if (poll(&p, 1, ms) > 0) {
 		uint64_t v;
-		if (read(fd, &v, 8) != 8) die("vector read: %s", strerror(errno));
+		if (read(efd[i], &v, 8) != 8) die("vector read: %s", strerror(errno));
+		if (kick_words && __atomic_exchange_n(kick_word(i), 0, __ATOMIC_SEQ_CST) > (1u << 20)) die("vector %d: garbage in its kick word", i);
 	}
 }
 
 static struct ring cmd, ntf, tx, rx;
-static int vec_notify, vec_tx, vec_cmd;
+enum { VEC_NOTIFY = 1, VEC_TX = 2, VEC_CMD = 3 };
 
 /* command posts one command and waits for its DONE; returns the entry. */
 static struct emunic_command_ring_entry command(uint16_t op, uint16_t flags, uint64_t addr, uint32_t len) {
@@ -188,7 +204,7 @@ static struct emunic_command_ring_entry command(uint16_t op, uint16_t flags, uin
 		uint32_t ctl = __atomic_load_n(&e->ctl, __ATOMIC_ACQUIRE);
 		uint32_t donephase = (ctl & EMUNIC_CTL_DONE_PHASE) ? 1 : 0;
 		if ((ctl & EMUNIC_CTL_DONE) && donephase == phase(&cmd, i)) return *e;
-		wait_vector(vec_cmd, 1);
+		wait_vector(VEC_CMD, 1);
 	}
 	die("command %u: no DONE in 5 s", op);
 	return *e;
@@ -206,10 +222,10 @@ static struct emunic_notification_ring_entry next_notification(void) {
 			struct emunic_notification_ring_entry n = *e;
 			ntf.local++;
 			__atomic_store_n(hdr32(&ntf, EMUNIC_OFF_CONSUMER_INDEX), ntf.local, __ATOMIC_SEQ_CST);
-			if (__atomic_load_n(hdr32(&ntf, EMUNIC_OFF_PRODUCER_FLAGS), __ATOMIC_SEQ_CST) & EMUNIC_FLAG_NEED_WAKEUP) kick(doorbell);
+			if (__atomic_load_n(hdr32(&ntf, EMUNIC_OFF_PRODUCER_FLAGS), __ATOMIC_SEQ_CST) & EMUNIC_FLAG_NEED_WAKEUP) kick(0);
 			return n;
 		}
-		wait_vector(vec_notify, 1);
+		wait_vector(VEC_NOTIFY, 1);
 	}
 	die("no notification in 5 s");
 	struct emunic_notification_ring_entry z = {0};
@@ -217,13 +233,14 @@ static struct emunic_notification_ring_entry next_notification(void) {
 }
 
 int main(int argc, char **argv) {
-	if (argc != 2) die("usage: hostdrv SOCKET_PATH");
+	int use_words = argc == 3 && strcmp(argv[2], "kick-words") == 0;
+	if (argc != 2 && !use_words) die("usage: hostdrv SOCKET_PATH [kick-words]");
 	setup_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	strncpy(sa.sun_path, argv[1], sizeof sa.sun_path - 1);
 	if (connect(setup_fd, (struct sockaddr *)&sa, sizeof sa) < 0) die("connect %s: %s", argv[1], strerror(errno));
 
-	uint64_t want = FEATURE_EVENTFD | FEATURE_PORTFD;
+	uint64_t want = FEATURE_EVENTFD | FEATURE_PORTFD | (use_words ? FEATURE_KICK_WORDS : 0);
 	if (request(MSG_HELLO, &want, 8, NULL, 0) != want) die("features not granted");
 
 	int mfd = memfd_create("hostdrv-memory", MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -254,17 +271,16 @@ int main(int argc, char **argv) {
 	} rl[4] = {{cmd.base, cmd.count, cmd.esize}, {ntf.base, ntf.count, ntf.esize}, {tx.base, tx.count, tx.esize}, {rx.base, rx.count, rx.esize}};
 	request(MSG_RINGS, rl, sizeof rl, NULL, 0);
 
-	int efd[4];
 	for (int i = 0; i < 4; i++) {
 		efd[i] = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 		if (efd[i] < 0) die("eventfd: %s", strerror(errno));
 	}
-	doorbell = efd[0];
-	vec_notify = efd[1];
-	vec_tx = efd[2];
-	vec_cmd = efd[3];
-	uint32_t vecs[2] = {0, 0}; /* eventfd mode */
-	request(MSG_VECTORS, vecs, sizeof vecs, efd, 4);
+	struct {
+		uint32_t mode, poll_us; /* eventfd mode */
+		uint64_t kick_words;    /* FEATURE_KICK_WORDS: their address (the memfd's pages start zeroed) */
+	} vecs = {0, 0, use_words ? b + 0x8000 : 0};
+	request(MSG_VECTORS, &vecs, use_words ? 16 : 8, efd, 4);
+	kick_words = vecs.kick_words;
 	request(MSG_START, NULL, 0, NULL, 0);
 
 	/* Commands: NOP, then STATS into a buffer, then the counter area. */
@@ -336,7 +352,7 @@ int main(int argc, char **argv) {
 	/* The counter area: a consistent copy under the sequence lock shows
 	 * the frames counted. */
 	uint64_t *words = at(area);
-	for (double end = now() + 5;; wait_vector(vec_notify, 1)) {
+	for (double end = now() + 5;; wait_vector(VEC_NOTIFY, 1)) {
 		if (now() > end) die("the counter area never showed the frames");
 		uint64_t g1 = __atomic_load_n(&words[0], __ATOMIC_ACQUIRE);
 		if (g1 & 1) continue;
