@@ -223,11 +223,14 @@ type Host struct {
 // about to tell the device it sleeps (a completion loop arming its CQ)
 // calls it, so that the command does not race whatever the goroutines it
 // woke are doing. key orders the host's yielders that wait at the same
-// time (lowest first; 0 is the interrupt handler's).
-func (h *Host) Yield(key uint32) {
-	if h.lockstep != nil {
-		h.lockstep.Yield(key)
+// time (lowest first; 0 is the interrupt handler's). It says whether it
+// waited.
+func (h *Host) Yield(key uint32) bool {
+	if h.lockstep == nil {
+		return false
 	}
+	h.lockstep.Yield(key)
+	return true
 }
 
 // AtClose registers f to run when the host closes, before its

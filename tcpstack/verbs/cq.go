@@ -229,10 +229,9 @@ func (cq *CQ) PollWait(ctx context.Context, wc []rings.Completion, solicitedOnly
 		if n := cq.Poll(wc); n > 0 {
 			return n, nil
 		}
-		if cq.v.h != nil {
+		if cq.v.h != nil && cq.v.h.Yield(1+cq.num) {
 			// (A lockstep run: arm only once the goroutines this
 			// loop's completions woke have done their work.)
-			cq.v.h.Yield(1 + cq.num)
 			if n := cq.Poll(wc); n > 0 {
 				return n, nil
 			}
