@@ -551,6 +551,11 @@ func (c *sconn) cancelLocked(fid uint16) {
 }
 
 // worker runs queued reads and writes.
+// workerYieldKey orders a file worker among its host's yielders in a
+// lockstep run (tcpstack.Host.Yield): after the completion loops (CQ
+// numbers), by QP number.
+const workerYieldKey = 1 << 31
+
 func (c *sconn) worker() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -575,6 +580,10 @@ func (c *sconn) worker() {
 			}
 		}
 		c.mu.Unlock()
+		// (A lockstep run: the completion loop that queued r and woke
+		// us goes on first, so its posts and ours reach the device
+		// in the same order every time.)
+		c.s.h.Yield(workerYieldKey | c.qp.QPN())
 		if hook := testHookIO.Load(); hook != nil {
 			(*hook)(r.h.Opcode)
 		}

@@ -226,7 +226,7 @@ type Host struct {
 // time (lowest first; 0 is the interrupt handler's). It says whether it
 // waited.
 func (h *Host) Yield(key uint32) bool {
-	if h.lockstep == nil {
+	if h == nil || h.lockstep == nil {
 		return false
 	}
 	h.lockstep.Yield(key)

@@ -143,6 +143,7 @@ func (h *timerHeap) Pop() any {
 // settler waits for the process's goroutines to block.
 type settler struct {
 	samples []metrics.Sample
+	pauses  []metrics.Sample
 	// parked is how many goroutines sat in a system call for good when
 	// the run began: os/signal's receiver waits for signals in one.
 	parked uint64
@@ -153,6 +154,9 @@ func newSettler() *settler {
 		{Name: "/sched/goroutines/running:goroutines"},
 		{Name: "/sched/goroutines/runnable:goroutines"},
 		{Name: "/sched/goroutines/not-in-go:goroutines"},
+	}, pauses: []metrics.Sample{
+		{Name: "/sched/pauses/total/gc:seconds"},
+		{Name: "/sched/pauses/total/other:seconds"},
 	}}
 	s.parked = ^uint64(0)
 	for range 16 {
@@ -163,27 +167,55 @@ func newSettler() *settler {
 	return s
 }
 
+// quiet reads the scheduler's counts once: nothing running but the
+// caller, nothing runnable, nothing in a system call.
+func (s *settler) quiet() bool {
+	metrics.Read(s.samples)
+	return s.samples[0].Value.Uint64() <= 1 && s.samples[1].Value.Uint64() == 0 && s.samples[2].Value.Uint64() <= s.parked
+}
+
+// stops counts the stop-the-world pauses so far. A goroutine whose P is
+// stopping for one is in none of the counts quiet reads; the pause is
+// counted once the world starts again.
+func (s *settler) stops() uint64 {
+	metrics.Read(s.pauses)
+	var n uint64
+	for _, p := range s.pauses {
+		for _, c := range p.Value.Float64Histogram().Counts {
+			n += c
+		}
+	}
+	return n
+}
+
 // settle returns once no other goroutine of the process is running,
 // runnable or in a system call (beyond those that were there for good when
 // the run began): every one is blocked, and only another could wake it
 // (or a timer of the real clock, which a deterministic run must not
 // depend on). It reads the scheduler's counts (runtime/metrics) until two
-// readings in a row, a yield apart, say so.
+// readings in a row, a yield apart, say so, with no stop of the world
+// begun or ended around them (the yield after the second waits for one in
+// progress).
 func (s *settler) settle() {
-	quiet := 0
-	for spins := 0; quiet < 2; spins++ {
-		metrics.Read(s.samples)
-		if s.samples[0].Value.Uint64() <= 1 && s.samples[1].Value.Uint64() == 0 && s.samples[2].Value.Uint64() <= s.parked {
-			quiet++
-		} else {
-			quiet = 0
-		}
-		if quiet > 0 || spins < 64 {
-			runtime.Gosched()
-		} else {
+	for spins := 0; ; spins++ {
+		if spins >= 64 {
 			// A goroutine in a system call (a file written) can take
 			// a while; do not burn the CPU it needs.
 			time.Sleep(20 * time.Microsecond)
+		}
+		stw := s.stops()
+		if !s.quiet() {
+			runtime.Gosched()
+			continue
+		}
+		runtime.Gosched()
+		if !s.quiet() {
+			runtime.Gosched()
+			continue
+		}
+		runtime.Gosched()
+		if s.stops() == stw {
+			return
 		}
 	}
 }
