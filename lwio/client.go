@@ -43,6 +43,9 @@ type ClientConfig struct {
 	PageSize int
 	// Timeout bounds discovery and authentication (10 s).
 	Timeout time.Duration
+	// Seed, when not zero, seeds the client's key in NEGOTIATE: for
+	// repeatable runs only (a deterministic demo).
+	Seed uint64
 }
 
 func (c ClientConfig) withDefaults() ClientConfig {
@@ -279,6 +282,9 @@ func Dial(ctx context.Context, h *tcpstack.Host, server netip.Addr, cfg ClientCo
 
 func (c *Client) negotiate() (netip.AddrPort, error) {
 	key := uuid.New()
+	if c.cfg.Seed != 0 {
+		key, _ = uuid.NewRandomFromReader(newSeededReader(c.cfg.Seed))
+	}
 	req := Negotiate{Request: true, Name: c.cfg.Name, Key: key, ResponseLen: MaxControlMessage,
 		Providers: []Provider{{Name: ProviderName, Instances: []Instance{c.instance()}}}}
 	m, err := req.Append(nil)

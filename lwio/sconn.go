@@ -1,14 +1,12 @@
 package lwio
 
 import (
-	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/emunic/emunic/rings"
 	"github.com/emunic/emunic/tcpstack/verbs"
@@ -45,7 +43,7 @@ type sconn struct {
 	sessionID int64
 	sess      *session
 	peer      AuthParams
-	timer     *time.Timer
+	stopTimer func() bool // the authentication timeout's (on the host's clock)
 	denied    bool
 	peerEnded bool // a completion error ended the connection (teardown counts how)
 
@@ -147,7 +145,7 @@ func newSconn(s *Server, qp *verbs.QP) (*sconn, error) {
 	// watchDoorbell turns into the end of the connection.
 	qp.SetAsyncDoorbell(true)
 	go c.watchDoorbell()
-	c.timer = time.AfterFunc(s.cfg.AuthTimeout, func() {
+	c.stopTimer = s.h.AfterFunc(s.cfg.AuthTimeout, func() {
 		c.mu.Lock()
 		authed := c.authed
 		c.mu.Unlock()
@@ -348,10 +346,10 @@ func (c *sconn) auth(slot int, h *Header, msg []byte) {
 		return
 	}
 	var sid [8]byte
-	_, _ = rand.Read(sid[:])
+	_, _ = io.ReadFull(c.s.rnd, sid[:])
 	c.sessionID = int64(binary.LittleEndian.Uint64(sid[:]) &^ (1 << 63))
 	c.peer, c.sess, c.credits, c.authed = a, ss, got, true
-	c.timer.Stop()
+	c.stopTimer()
 	c.s.st.authed.Add(1)
 	mine := AuthParams{RevID: RevID, Endian: EndianPtr64, PageSize: uint16(c.s.cfg.PageSize),
 		BaseSequence: a.BaseSequence + 1, MaxRdmaWindowSize: uint32(c.s.cfg.MaxRdmaWindow),
@@ -553,6 +551,11 @@ func (c *sconn) cancelLocked(fid uint16) {
 }
 
 // worker runs queued reads and writes.
+// workerYieldKey orders a file worker among its host's yielders in a
+// lockstep run (tcpstack.Host.Yield): after the completion loops (CQ
+// numbers), by QP number.
+const workerYieldKey = 1 << 31
+
 func (c *sconn) worker() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -577,6 +580,10 @@ func (c *sconn) worker() {
 			}
 		}
 		c.mu.Unlock()
+		// (A lockstep run: the completion loop that queued r and woke
+		// us goes on first, so its posts and ours reach the device
+		// in the same order every time.)
+		c.s.h.Yield(workerYieldKey | c.qp.QPN())
 		if hook := testHookIO.Load(); hook != nil {
 			(*hook)(r.h.Opcode)
 		}
@@ -871,7 +878,7 @@ func (c *sconn) failLocked(err error) {
 		return
 	}
 	c.err = err
-	c.timer.Stop()
+	c.stopTimer()
 	c.cond.Broadcast()
 	go c.teardown()
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	mrand "math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
@@ -71,6 +72,11 @@ type ServerConfig struct {
 	CreditPolicy func(credits, hint int) int
 	// PageSize is the server's page size in AUTH_PARAMS (4096).
 	PageSize int
+	// Seed, when not zero, seeds the server's random choices (session
+	// keys, resume keys, session IDs) and stands for the process ID and
+	// session start time in resume keys: for repeatable runs only (a
+	// deterministic demo), never for a server others can reach.
+	Seed uint64
 }
 
 func (c ServerConfig) withDefaults() ServerConfig {
@@ -166,6 +172,7 @@ type Server struct {
 	pipe net.Listener
 	rl   *verbs.RDMAListener
 	pid  uint64
+	rnd  io.Reader // crypto/rand's, or seeded (ServerConfig.Seed)
 
 	mu       sync.Mutex
 	sessions map[uuid.UUID]*session
@@ -208,8 +215,11 @@ func NewServer(h *tcpstack.Host, exp *Export, cfg ServerConfig) (*Server, error)
 	if err != nil {
 		return nil, fmt.Errorf("lwio: server: %w", err)
 	}
-	s := &Server{cfg: cfg, h: h, v: v, pd: v.AllocPD(), exp: exp, pid: uint64(os.Getpid()),
+	s := &Server{cfg: cfg, h: h, v: v, pd: v.AllocPD(), exp: exp, pid: uint64(os.Getpid()), rnd: rand.Reader,
 		sessions: map[uuid.UUID]*session{}, conns: map[uint32]*sconn{}, pipes: map[net.Conn]struct{}{}, done: make(chan struct{})}
+	if cfg.Seed != 0 {
+		s.pid, s.rnd = cfg.Seed, newSeededReader(cfg.Seed)
+	}
 	// Every outstanding request of every connection can have its whole
 	// data transfer and completion in the CQ at once.
 	if s.cq, err = v.CreateCQ(serverCQEntries); err != nil {
@@ -419,7 +429,7 @@ func (s *Server) negotiate(m []byte) (*session, []byte, error) {
 		return nil, nil, err
 	}
 	s.st.negotiates.Add(1)
-	key, err := uuid.NewRandom()
+	key, err := uuid.NewRandomFromReader(s.rnd)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -437,7 +447,7 @@ func (s *Server) negotiate(m []byte) (*session, []byte, error) {
 	if req.ResponseLen != 0 && int(req.ResponseLen) < len(out) {
 		return nil, nil, fmt.Errorf("lwio: client's response buffer of %d bytes, the response is %d", req.ResponseLen, len(out))
 	}
-	ss := &session{key: key, open: map[uint64]*file{}, ts: uint64(time.Now().UnixNano())}
+	ss := &session{key: key, open: map[uint64]*file{}, ts: s.now()}
 	s.mu.Lock()
 	s.sessions[key] = ss
 	s.mu.Unlock()
@@ -481,7 +491,7 @@ func (s *Server) open(ss *session, o *OpenRequest) ([]byte, error) {
 		} else {
 			rsp.Size = uint64(size)
 			var rk [8]byte
-			_, _ = rand.Read(rk[:])
+			_, _ = io.ReadFull(s.rnd, rk[:])
 			k := binary.LittleEndian.Uint64(rk[:]) | 1
 			ss.mu.Lock()
 			ss.open[k] = f
@@ -619,4 +629,31 @@ func (s *Server) giveCredits(n int) {
 	s.mu.Lock()
 	s.pool -= n
 	s.mu.Unlock()
+}
+
+// now is a session's start time for its resume keys.
+func (s *Server) now() uint64 {
+	if s.cfg.Seed != 0 {
+		return s.cfg.Seed
+	}
+	return uint64(time.Now().UnixNano())
+}
+
+// seededReader is an io.Reader of seeded pseudo-random bytes (ChaCha8),
+// safe for concurrent use.
+type seededReader struct {
+	mu sync.Mutex
+	c  *mrand.ChaCha8
+}
+
+func newSeededReader(seed uint64) *seededReader {
+	var key [32]byte
+	binary.LittleEndian.PutUint64(key[:], seed)
+	return &seededReader{c: mrand.NewChaCha8(key)}
+}
+
+func (r *seededReader) Read(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.c.Read(p)
 }

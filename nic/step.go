@@ -140,3 +140,8 @@ func (d *Device) stepper() {
 	}
 	d.finalStep(nanotime())
 }
+
+// WatchPort has f called (on the writer's goroutine) whenever a frame
+// reaches a started manual device's port: a harness that steps the device
+// sleeps until one comes.
+func (d *Device) WatchPort(f func()) { d.poll.SetReadableFunc(f) }

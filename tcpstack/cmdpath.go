@@ -561,7 +561,7 @@ func (d *Driver) wait(t *cmdTicket, timeout time.Duration, late lateFunc, out []
 		}
 		cp.mu.Unlock()
 		cp.wakeVector()
-		timer := time.NewTimer(timeout)
+		timer := d.newTimer(timeout)
 		defer timer.Stop()
 		for !t.done.Load() {
 			select {

@@ -43,6 +43,18 @@ type DriverConfig struct {
 	// processes a burst once, which nearly doubles its receive rate from
 	// a TAP with offloads.
 	NoGRO bool
+	// Yield, when set, is called by the interrupt handler after each
+	// packet it hands netstack and each notification of a delegated
+	// connection: a lockstep harness (tcpstack/lockstep) holds it there
+	// until the host has done all that packet caused, so that how many
+	// segments netstack's processor takes in one pass does not depend on
+	// timing.
+	Yield func() `json:"-"`
+	// Clock, when set, is the host's clock for its own timers (command,
+	// transmit-space and delegation waits, Host.NewTimer) and the
+	// handshake round trip the flow tracker measures for OFFLOAD: a
+	// lockstep run's virtual clock. Default: the real one.
+	Clock tcpip.Clock `json:"-"`
 }
 
 func (c *DriverConfig) setDefaults() {
@@ -227,6 +239,9 @@ func NewDriver(mem *rings.Arena, dev Device, cfg DriverConfig) (*Driver, error) 
 		done: make(chan struct{}),
 	}
 	d.gro.Init(!cfg.NoGRO)
+	if cfg.Clock != nil {
+		d.flows.now = d.nanos
+	}
 	// Every ring the driver opens kicks the device through it: counted.
 	d.door = d.stats.doorbell.on(dev.Doorbell())
 	// Buffers hold a whole frame, rounded to a cache line.
@@ -395,6 +410,9 @@ func (d *Driver) handle(n *rings.Notification) {
 	if n.Conn != rings.NoConn {
 		if h := d.delegated.Load(); h != nil {
 			(*h)(n)
+			if d.cfg.Yield != nil {
+				d.cfg.Yield()
+			}
 		}
 		return
 	}
@@ -428,6 +446,9 @@ func (d *Driver) deliver(frame []byte) {
 	d.stats.rxFrames.Add(1)
 	d.stats.rxBytes.Add(uint64(len(frame)))
 	d.deliverFrame(frame, d.inGRO)
+	if d.cfg.Yield != nil && !d.inGRO {
+		d.cfg.Yield() // (through GRO: as the coalescer hands each packet up)
+	}
 }
 
 // redeliver hands netstack frames the driver held back while their flow
@@ -497,7 +518,7 @@ func (d *Driver) startGRO() {
 	d.mu.RUnlock()
 	d.inGRO = disp != nil
 	if d.inGRO && d.groDisp.NetworkDispatcher != disp {
-		d.groDisp = groCounter{disp, &d.stats}
+		d.groDisp = groCounter{disp, &d.stats, d.cfg.Yield}
 		d.gro.Dispatcher = &d.groDisp
 	}
 }
@@ -506,13 +527,17 @@ func (d *Driver) startGRO() {
 // comes out of it (DriverStats.RxGROMerged).
 type groCounter struct {
 	stack.NetworkDispatcher
-	s *driverCounters
+	s     *driverCounters
+	yield func() // DriverConfig.Yield
 }
 
 func (g *groCounter) DeliverNetworkPacket(p tcpip.NetworkProtocolNumber, pkt *stack.PacketBuffer) {
 	g.s.groOut.Add(1)
 	g.s.groOutBytes.Add(uint64(pkt.Data().Size()))
 	g.NetworkDispatcher.DeliverNetworkPacket(p, pkt)
+	if g.yield != nil {
+		g.yield()
+	}
 }
 
 // flushGRO hands netstack what the batch coalesced.
@@ -609,7 +634,7 @@ func (d *Driver) waitTxSpace() []byte {
 		}
 		runtime.Gosched()
 	}
-	timer := time.NewTimer(legacyTxWait)
+	timer := d.newTimer(legacyTxWait)
 	defer timer.Stop()
 	for {
 		if e := d.tx.Next(); e != nil {

@@ -76,6 +76,16 @@ type flowTracker struct {
 	// heldIn counts the frames of frozen flows held (not dropped) while
 	// their delegation was in progress.
 	heldIn atomic.Uint64
+	// now, when set, is the clock the handshake's RTT is measured with
+	// (DriverConfig.Now); monotime otherwise.
+	now func() int64
+}
+
+func (t *flowTracker) clock() int64 {
+	if t.now != nil {
+		return t.now()
+	}
+	return monotime()
 }
 
 type listenKey struct {
@@ -273,9 +283,9 @@ func (t *flowTracker) observe(frame []byte, outbound bool) (drop bool) {
 		return true
 	}
 	if outbound {
-		f.learnOut(frame, &seg)
+		f.learnOut(frame, &seg, t.clock)
 	} else {
-		f.learnIn(frame, &seg)
+		f.learnIn(frame, &seg, t.clock)
 	}
 	return false
 }
@@ -293,7 +303,7 @@ var trackEpoch = time.Now()
 
 func monotime() int64 { return int64(time.Since(trackEpoch)) }
 
-func (f *flowInfo) learnOut(frame []byte, s *tcpSeg) {
+func (f *flowInfo) learnOut(frame []byte, s *tcpSeg, now func() int64) {
 	f.outSegments++
 	copy(f.localMAC[:], frame[6:12])
 	copy(f.nextHopMAC[:], frame[0:6])
@@ -310,7 +320,7 @@ func (f *flowInfo) learnOut(frame []byte, s *tcpSeg) {
 		}
 		end++
 		if !f.sawOurSyn || s.seq != f.iss {
-			f.synAt = monotime()
+			f.synAt = now()
 			f.iss = s.seq
 			f.sndNxt = end
 			f.sndUna = s.seq
@@ -340,7 +350,7 @@ func (f *flowInfo) learnOut(frame []byte, s *tcpSeg) {
 	}
 }
 
-func (f *flowInfo) learnIn(frame []byte, s *tcpSeg) {
+func (f *flowInfo) learnIn(frame []byte, s *tcpSeg, now func() int64) {
 	f.inSegments++
 	if f.nextHopMAC == ([6]byte{}) {
 		copy(f.nextHopMAC[:], frame[6:12])
@@ -357,7 +367,7 @@ func (f *flowInfo) learnIn(frame []byte, s *tcpSeg) {
 			// The ACK of our SYN (active open: the SYN-ACK; passive: the
 			// handshake's last ACK) gives the first RTT sample, so the
 			// engine starts from a measured RTO instead of the 1 s default.
-			f.rtt = monotime() - f.synAt
+			f.rtt = now() - f.synAt
 		}
 		f.sndUna = s.ack
 		if f.acked != nil {

@@ -171,14 +171,14 @@ func (o *offloader) delegate(ep tcpip.Endpoint, wq *waiter.Queue, key FlowKey, a
 			o.drv.redeliver(fi.held)
 		}
 	}
-	timer := time.NewTimer(o.cfg.QuiesceTimeout)
+	timer := o.drv.newTimer(o.cfg.QuiesceTimeout)
 	defer timer.Stop()
 	// The endpoint's readable event says when netstack has taken more of
 	// what the driver handed it (below).
 	we, readable := waiter.NewChannelEntry(waiter.ReadableEvents)
 	wq.EventRegister(&we)
 	defer wq.EventUnregister(&we)
-	var stall *time.Timer
+	var stall *Timer
 	var fi flowInfo
 	var pre bytes.Buffer
 	var want uint64
@@ -235,7 +235,7 @@ quiesce:
 				break quiesce
 			}
 			if stall == nil {
-				stall = time.NewTimer(quiesceStall)
+				stall = o.drv.newTimer(quiesceStall)
 				defer stall.Stop()
 			} else {
 				stall.Reset(quiesceStall)

@@ -15,6 +15,7 @@ import (
 	"github.com/emunic/emunic/nic"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/rings"
+	"github.com/emunic/emunic/tcpstack/lockstep"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
@@ -41,6 +42,9 @@ type StackConfig struct {
 	// ports, its "secure" random numbers): for repeatable runs only, never
 	// for a stack that talks to a network it should not trust.
 	Seed uint64
+	// Clock, when set, is netstack's clock (its timers, timestamps and
+	// RTTs): a lockstep run's virtual clock.
+	Clock tcpip.Clock
 }
 
 // lockedSource is a rand.Source safe for concurrent use (netstack's
@@ -86,6 +90,7 @@ func NewStack(ep stack.LinkEndpoint, cfg StackConfig) (*Stack, error) {
 	opts := stack.Options{
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, arp.NewProtocol},
 		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol, icmp.NewProtocol4},
+		Clock:              cfg.Clock,
 	}
 	if cfg.Seed != 0 {
 		var key [32]byte
@@ -177,6 +182,11 @@ type HostConfig struct {
 	ArenaSize int
 	Device    nic.Config
 	Driver    DriverConfig
+	// Lockstep, when set, runs the device in manual mode under that
+	// harness (package lockstep): stepped on its clock, in turn with the
+	// other devices, while this host's goroutines are all blocked. For
+	// deterministic runs; the device runs in this process.
+	Lockstep *lockstep.Sched
 	// Split, when set, runs the NIC in its own process (docs/split.md): host
 	// memory is a memfd both map and the doorbell and vectors are eventfds.
 	// Setting EMUNIC_SPLIT=1 in the environment does the same for every host
@@ -204,6 +214,23 @@ type Host struct {
 	closeMu    sync.Mutex
 	closeHooks []func()
 	closed     bool
+
+	lockstep *lockstep.Dev // HostConfig.Lockstep's handle on the device
+}
+
+// Yield, in a lockstep run (HostConfig.Lockstep), returns once every other
+// goroutine of the run is blocked; elsewhere at once. A host goroutine
+// about to tell the device it sleeps (a completion loop arming its CQ)
+// calls it, so that the command does not race whatever the goroutines it
+// woke are doing. key orders the host's yielders that wait at the same
+// time (lowest first; 0 is the interrupt handler's). It says whether it
+// waited.
+func (h *Host) Yield(key uint32) bool {
+	if h == nil || h.lockstep == nil {
+		return false
+	}
+	h.lockstep.Yield(key)
+	return true
 }
 
 // AtClose registers f to run when the host closes, before its
@@ -264,18 +291,22 @@ func newHost(cfg HostConfig, p port.Port, wrap func(*nic.Device, *rings.Arena) D
 		// 2%-loss transfer to the Linux kernel 7.5x faster.
 		dc.Engine.MinRTO = DefaultMinRTO
 	}
-	if cfg.Split == nil && wrap == nil && cfg.Device.Tracer == nil && !cfg.Device.Manual && splitFromEnv() {
+	if cfg.Lockstep != nil {
+		dc.Manual = true
+	}
+	if cfg.Split == nil && wrap == nil && cfg.Device.Tracer == nil && !dc.Manual && splitFromEnv() {
 		// (A traced or manually stepped device runs in this process.)
 		cfg.Split = &SplitConfig{}
 	}
 	var (
-		mem *rings.Arena
-		dev *nic.Device
-		d   Device
-		sd  *splitDevice
-		err error
+		lockDev *lockstep.Dev
+		mem     *rings.Arena
+		dev     *nic.Device
+		d       Device
+		sd      *splitDevice
+		err     error
 	)
-	if cfg.Split != nil && (cfg.Device.Tracer != nil || cfg.Device.Manual) {
+	if cfg.Split != nil && (cfg.Device.Tracer != nil || dc.Manual) {
 		return nil, errors.New("tcpstack: a traced or manually stepped device runs in the host's process, not split")
 	}
 	if cfg.Split != nil {
@@ -316,6 +347,13 @@ func newHost(cfg HostConfig, p port.Port, wrap func(*nic.Device, *rings.Arena) D
 			return nil, err
 		}
 		d = dev
+		if cfg.Lockstep != nil {
+			ld := cfg.Lockstep.Device(dev)
+			lockDev = ld
+			d = ld
+			cfg.Driver.Yield = func() { ld.Yield(0) }
+			cfg.Driver.Clock = cfg.Lockstep.Clock()
+		}
 		if wrap != nil {
 			d = wrap(dev, mem)
 		}
@@ -332,12 +370,15 @@ func newHost(cfg HostConfig, p port.Port, wrap func(*nic.Device, *rings.Arena) D
 	}
 	sc := cfg.Stack
 	sc.Addr = cfg.Addr
+	if cfg.Lockstep != nil {
+		sc.Clock = cfg.Lockstep.Clock()
+	}
 	st, err := NewStack(drv, sc)
 	if err != nil {
 		drv.Close()
 		return nil, err
 	}
-	h := &Host{Stack: st, Mem: mem, Device: dev, Driver: drv, split: sd}
+	h := &Host{Stack: st, Mem: mem, Device: dev, Driver: drv, split: sd, lockstep: lockDev}
 	if wrap == nil { // a test's wrapped device sees exactly the commands it expects
 		if err := h.registerStatArea(); err != nil {
 			h.Close()

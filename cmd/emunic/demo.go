@@ -19,6 +19,7 @@ import (
 	"github.com/emunic/emunic/nic"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/tcpstack"
+	"github.com/emunic/emunic/tcpstack/lockstep"
 	"github.com/emunic/emunic/tcpstack/services"
 	"github.com/emunic/emunic/trace"
 )
@@ -120,6 +121,9 @@ type demoConfig struct {
 	hooks *demoHooks
 	// trace, when not nil, records both devices ('emunic trace record').
 	trace *trace.Writer
+	// lockstep, when not nil, steps both devices in lockstep with the
+	// hosts on its clock (a deterministic run).
+	lockstep *lockstep.Sched
 }
 
 // demoHooks let a test look at the lab from another side than the
@@ -342,6 +346,8 @@ type demoLab struct {
 	closeErr error
 
 	lw *lwioDemo // the file paths' file and counters (--lwio)
+
+	lockstep bool // the devices run in lockstep with the hosts (demoConfig.lockstep)
 }
 
 var (
@@ -355,9 +361,13 @@ func wireConfig(cfg demoConfig) port.WireConfig {
 }
 
 func newDemoLab(cfg demoConfig) (*demoLab, error) {
-	lab := &demoLab{}
+	lab := &demoLab{lockstep: cfg.lockstep != nil}
 	var err error
-	if lab.pa, lab.pb, err = port.NewWire(wireConfig(cfg)); err != nil {
+	wc := wireConfig(cfg)
+	if cfg.lockstep != nil {
+		wc.Clock = cfg.lockstep.Clock().Wire()
+	}
+	if lab.pa, lab.pb, err = port.NewWire(wc); err != nil {
 		return nil, err
 	}
 	var pa port.Port = lab.pa
@@ -384,7 +394,7 @@ func newDemoLab(cfg demoConfig) (*demoLab, error) {
 		devB = nic.Config{Tracer: cfg.trace.NewDevice("B"), STagSeed: cfg.Seed*2 + 2}
 		stA.Seed, stB.Seed = cfg.Seed*2+1, cfg.Seed*2+2
 	}
-	lab.a, err = tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 1}, Addr: demoAddrA, MTU: cfg.MTU, Split: split, Device: devA, Stack: stA}, pa)
+	lab.a, err = tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 1}, Addr: demoAddrA, MTU: cfg.MTU, Split: split, Device: devA, Stack: stA, Lockstep: cfg.lockstep}, pa)
 	if err != nil {
 		pa.Close()
 		lab.pb.Close()
@@ -402,13 +412,23 @@ func newDemoLab(cfg demoConfig) (*demoLab, error) {
 	// B is built under the label side=server (its goroutines inherit it),
 	// so the file paths can tell the client's CPU (A) from the server's.
 	inB(func() {
-		lab.b, err = tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 2}, Addr: demoAddrB, MTU: cfg.MTU, Split: split, Device: devB, Stack: stB}, pb)
+		lab.b, err = tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 2}, Addr: demoAddrB, MTU: cfg.MTU, Split: split, Device: devB, Stack: stB, Lockstep: cfg.lockstep}, pb)
 	})
 	if err != nil {
 		lab.a.Close()
 		return nil, fmt.Errorf("host B: %w", err)
 	}
 	return lab, nil
+}
+
+// seed is what seeds host n's (1: A, 2: B) random choices above the stack
+// in a deterministic run (the LWIO client's and server's keys), or 0 (a
+// random seed) in any other.
+func (l *demoLab) seed(cfg demoConfig, n uint64) uint64 {
+	if !l.lockstep {
+		return 0
+	}
+	return cfg.Seed*2 + n
 }
 
 // Close stops both hosts (and so their ports and the recorder) and returns

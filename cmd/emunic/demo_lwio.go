@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -77,10 +78,16 @@ func (lab *demoLab) lwioFile(cfg demoConfig) (*lwioDemo, error) {
 
 // clientCPU runs f and returns the wall time, the process's CPU time, and
 // host A's host-side CPU (every sample not labelled device or server); the
-// last is 0 when a CPU profile is already running.
-func clientCPU(f func()) (wall, cpu, client time.Duration) {
+// last is 0 when a CPU profile is already running, or when the lab runs
+// in lockstep (the profiler's reader sits in a system call the whole time,
+// and the lockstep harness waits for every goroutine to block).
+func clientCPU(lab *demoLab, f func()) (wall, cpu, client time.Duration) {
 	cpu0 := processCPU()
-	s, err := cpusplit.Measure(f)
+	var s cpusplit.Split
+	err := errLockstepCPU
+	if !lab.lockstep {
+		s, err = cpusplit.Measure(f)
+	}
 	cpu = processCPU() - cpu0
 	if err != nil {
 		start := time.Now()
@@ -89,6 +96,19 @@ func clientCPU(f func()) (wall, cpu, client time.Duration) {
 	}
 	return s.Wall, cpu, s.Host - s.Server
 }
+
+// lwioServerConfig is the demo's LWIO server: the defaults, but in a
+// deterministic run seeded and with one file I/O worker per connection
+// (several would take requests in whatever order they woke, and post the
+// RDMA Writes of their replies in that order).
+func (l *demoLab) lwioServerConfig(cfg demoConfig) lwio.ServerConfig {
+	if !l.lockstep {
+		return lwio.ServerConfig{}
+	}
+	return lwio.ServerConfig{Seed: l.seed(cfg, 2), Workers: 1}
+}
+
+var errLockstepCPU = errors.New("no CPU split in lockstep")
 
 // lwioTransfer reads the file from B over LWIO.
 func lwioTransfer(ctx context.Context, lab *demoLab, cfg demoConfig) (res transferResult, err error) {
@@ -101,7 +121,7 @@ func lwioTransfer(ctx context.Context, lab *demoLab, cfg demoConfig) (res transf
 		return res, err
 	}
 	defer exp.Close()
-	inB(func() { lw.srv, err = lwio.NewServer(lab.b, exp, lwio.ServerConfig{}) })
+	inB(func() { lw.srv, err = lwio.NewServer(lab.b, exp, lab.lwioServerConfig(cfg)) })
 	if err != nil {
 		return res, fmt.Errorf("B: %w", err)
 	}
@@ -111,7 +131,7 @@ func lwioTransfer(ctx context.Context, lab *demoLab, cfg demoConfig) (res transf
 	}()
 	dctx, cancel := context.WithTimeout(ctx, cfg.Idle)
 	defer cancel()
-	c, err := lwio.Dial(dctx, lab.a, demoAddrB.Addr(), lwio.ClientConfig{Credits: demoLWIOWin})
+	c, err := lwio.Dial(dctx, lab.a, demoAddrB.Addr(), lwio.ClientConfig{Credits: demoLWIOWin, Seed: lab.seed(cfg, 1)})
 	if err != nil {
 		return res, fmt.Errorf("A: %w", err)
 	}
@@ -127,7 +147,7 @@ func lwioTransfer(ctx context.Context, lab *demoLab, cfg demoConfig) (res transf
 	}
 	h := sha256.New()
 	var rerr error
-	res.elapsed, res.cpu, res.clientCPU = clientCPU(func() {
+	res.elapsed, res.cpu, res.clientCPU = clientCPU(lab, func() {
 		// A window of reads, taken in order so the hash runs over the
 		// file's bytes in order; each piece's memory is reused once it is
 		// hashed.
@@ -225,7 +245,7 @@ func tcpFileTransfer(ctx context.Context, lab *demoLab, cfg demoConfig) (res tra
 	buf := make([]byte, demoLWIOWin*demoLWIOPiece)
 	h := sha256.New()
 	var rerr error
-	res.elapsed, res.cpu, res.clientCPU = clientCPU(func() {
+	res.elapsed, res.cpu, res.clientCPU = clientCPU(lab, func() {
 		for off := int64(0); off < cfg.Bytes; {
 			conn.SetDeadline(time.Now().Add(cfg.Idle))
 			n := int(min(int64(len(buf)), cfg.Bytes-off))

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/emunic/emunic/nic"
+	"github.com/emunic/emunic/tcpstack/lockstep"
 	"github.com/emunic/emunic/trace"
 )
 
@@ -23,9 +24,10 @@ and status the device wrote back, every DMA read and write of host memory,
 every frame at the port and every interrupt, grouped in the unit's steps, each
 step with the device clock (docs/trace.md has the format).
 
-  emunic trace record --out FILE [-- DEMO FLAGS]
+  emunic trace record --out FILE [--deterministic] [-- DEMO FLAGS]
         run 'emunic demo' with its flags (default --bytes 1MiB) and record
-        both devices
+        both devices; --deterministic runs devices and hosts in lockstep on
+        a virtual clock, so two recordings of one demo are the same file
   emunic trace replay FILE
         feed each recorded device's inputs, step by step, to a fresh device
         and check that it does exactly what the trace says; exit 1 with the
@@ -40,6 +42,7 @@ A replay is exact because a traced device runs in steps whose clock is fixed
 and keeps NEED_WAKEUP set on every ring it consumes, so what it does in a
 step depends only on what it was given.`,
 	examples: `  emunic trace record --out offload.trace -- --path offload --bytes 256KiB
+  emunic trace record --deterministic --out a.trace -- --path both --seed 7
   emunic trace record --out rdma.trace -- --rdma --bytes 128KiB
   emunic trace show offload.trace | less
   emunic trace replay offload.trace
@@ -47,10 +50,17 @@ step depends only on what it was given.`,
 }
 
 var traceSub = map[string]*command{
-	"record": {name: "trace record", synopsis: "--out FILE [--full-writes] [-- DEMO FLAGS]", about: `
+	"record": {name: "trace record", synopsis: "--out FILE [--deterministic] [--full-writes] [-- DEMO FLAGS]", about: `
 Runs the demo (see 'emunic demo --help'; --bytes defaults to 1MiB here, since
 every byte moved is in the trace) with both devices traced, and writes the
-trace to FILE. --pcap and --split are not supported while tracing.`},
+trace to FILE. --pcap and --split are not supported while tracing.
+
+--deterministic makes the run repeat exactly: the devices step in turn, each
+step once every goroutine of the hosts has blocked, on a virtual clock that
+is also netstack's and the hosts' timers', with every random choice seeded
+by the demo's --seed. Two recordings with the same demo flags are then the
+same file, byte for byte (docs/trace.md, "Deterministic runs"). Such a run
+is slower, and its throughput figures are of no use.`},
 	"replay": {name: "trace replay", synopsis: "FILE", about: `
 Replays every device of the trace on a fresh device and checks each of its
 outputs against the trace. Exit status 0 when all agree, 1 at the first
@@ -75,6 +85,7 @@ func runTraceCommand(ctx context.Context, args []string, stdout, stderr io.Write
 	hexOut := fs.Bool("hex", false, "print the bytes of entries, reads and frames")
 	fullWrites := fs.Bool("full-writes", false, "keep the bytes of every DMA write (by default those over 64 bytes are a SHA-256)")
 	idle := fs.Bool("idle", false, "print steps in which nothing happened")
+	deterministic := fs.Bool("deterministic", false, "run the devices in lockstep with the hosts on a virtual clock: two recordings of one demo are the same file")
 	rest := args[1:]
 	var demoArgs []string
 	if sub == "record" {
@@ -97,7 +108,7 @@ func runTraceCommand(ctx context.Context, args []string, stdout, stderr io.Write
 		if *out == "" {
 			return usagef("--out FILE is required (see 'emunic trace record --help')")
 		}
-		return traceRecord(ctx, *out, *fullWrites, demoArgs, stdout)
+		return traceRecord(ctx, recordOptions{out: *out, full: *fullWrites, deterministic: *deterministic}, demoArgs, stdout)
 	case "replay":
 		return traceReplay(fs.Arg(0), stdout)
 	case "diff":
@@ -122,7 +133,17 @@ func runTraceCommand(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 }
 
-func traceRecord(ctx context.Context, out string, full bool, demoArgs []string, stdout io.Writer) error {
+// recordOptions are 'emunic trace record”s own flags.
+type recordOptions struct {
+	out  string // the trace file
+	full bool   // --full-writes
+	// deterministic runs the devices in lockstep with the hosts on a
+	// virtual clock (package lockstep).
+	deterministic bool
+}
+
+func traceRecord(ctx context.Context, opt recordOptions, demoArgs []string, stdout io.Writer) error {
+	out := opt.out
 	cfg, err := parseDemoFlags(demoArgs, stdout)
 	if err != nil {
 		return err
@@ -137,13 +158,23 @@ func traceRecord(ctx context.Context, out string, full bool, demoArgs []string, 
 	if err != nil {
 		return err
 	}
-	w, err := trace.NewWriter(f, trace.Header{Args: demoArgs, Clock: "monotonic", FullWrites: full})
+	clock := "monotonic"
+	if opt.deterministic {
+		clock = "virtual"
+	}
+	w, err := trace.NewWriter(f, trace.Header{Args: demoArgs, Clock: clock, FullWrites: opt.full})
 	if err != nil {
 		f.Close()
 		return err
 	}
 	cfg.trace = w
+	if opt.deterministic {
+		cfg.lockstep = lockstep.New()
+	}
 	derr := runDemo(ctx, cfg, stdout)
+	if cfg.lockstep != nil {
+		cfg.lockstep.Close()
+	}
 	if err := w.Close(); err != nil {
 		return fmt.Errorf("trace %s: %w", out, err)
 	}

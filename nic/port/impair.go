@@ -133,9 +133,10 @@ type direction struct {
 	stopped  bool
 	rng      [numStreams]*rand.Rand
 	held     []heldFrame // reorder stage, oldest first
-	holdTime *time.Timer
+	holdTime clockTimer
 	line     *delayLine
 	epoch    time.Time
+	clock    Clock // WireConfig.Clock, or nil: the real clock
 	lineFree int64 // rate: when the line finishes serializing the last accepted frame
 	lastDue  int64 // due time of the last frame put on the delay line
 	queueLen int
@@ -155,6 +156,7 @@ func newDirection(tx, rx *WirePort, cfg WireConfig, imp Impairments, index uint6
 		maxFrame: cfg.MaxFrameSize,
 		pool:     newBufferPool(cfg.MaxFrameSize, cfg.QueueLen, cfg.QueueBytes),
 		epoch:    time.Now(),
+		clock:    cfg.Clock,
 		queueLen: cfg.QueueLen,
 		queueB:   cfg.QueueBytes,
 		held:     make([]heldFrame, 0, maxHeld),
@@ -164,7 +166,11 @@ func newDirection(tx, rx *WirePort, cfg WireConfig, imp Impairments, index uint6
 		s := cfg.Seed ^ (index+1)*0x9e3779b97f4a7c15 ^ uint64(i+1)*0xbf58476d1ce4e5b9
 		d.rng[i] = rand.New(rand.NewPCG(splitmix64(s), splitmix64(s+1)))
 	}
-	d.holdTime = time.AfterFunc(time.Hour, d.holdExpired)
+	if d.clock != nil {
+		d.holdTime = d.clock.AfterFunc(time.Hour, d.holdExpired)
+	} else {
+		d.holdTime = realTimer{time.AfterFunc(time.Hour, d.holdExpired)}
+	}
 	d.holdTime.Stop()
 	d.configure(imp.withDefaults())
 	return d
@@ -221,7 +227,36 @@ func (d *direction) chance(stream int, percent float64) bool {
 	return percent > 0 && d.rng[stream].Float64()*100 < percent
 }
 
-func (d *direction) now() int64 { return int64(time.Since(d.epoch)) }
+func (d *direction) now() int64 {
+	if d.clock != nil {
+		return d.clock.Nanos()
+	}
+	return int64(time.Since(d.epoch))
+}
+
+// Clock is a clock other than the real one for the impairments' timing
+// (WireConfig.Clock).
+type Clock interface {
+	// Nanos is the time in ns (only differences matter).
+	Nanos() int64
+	// AfterFunc calls f in its own goroutine once d has passed.
+	AfterFunc(d time.Duration, f func()) interface {
+		Stop() bool
+		Reset(time.Duration)
+	}
+}
+
+// clockTimer is the reorder stage's hold timer on either clock.
+type clockTimer interface {
+	Stop() bool
+	Reset(time.Duration)
+}
+
+// realTimer is a time.Timer as a clockTimer.
+type realTimer struct{ t *time.Timer }
+
+func (r realTimer) Stop() bool            { return r.t.Stop() }
+func (r realTimer) Reset(d time.Duration) { r.t.Reset(d) }
 
 // transmit is WriteFrame's impaired path.
 func (d *direction) transmit(b []byte) {

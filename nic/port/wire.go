@@ -35,6 +35,12 @@ type WireConfig struct {
 	Seed uint64
 	// AToB and BToA impair frames written to A (read from B) and written to B (read from A).
 	AToB, BToA Impairments
+	// Clock, when set, times the reorder stage's holds (ReorderHoldMax)
+	// instead of the real clock: a deterministic run's virtual clock, on
+	// which the wire releases a held frame at the same point of the run
+	// each time. The delay line (Delay, Jitter, RateBps) always runs on
+	// the real clock.
+	Clock Clock `json:"-"`
 }
 
 // Validate reports the first problem with c, or nil (NewWire returns it).
@@ -57,6 +63,9 @@ func (c WireConfig) Validate() error {
 	}
 	if err := c.BToA.Validate(); err != nil {
 		return fmt.Errorf("wire: BToA: %w", err)
+	}
+	if c.Clock != nil && (c.AToB.needsDelayLine() || c.BToA.needsDelayLine()) {
+		return fmt.Errorf("wire: the delay line (Delay, Jitter, RateBps) runs on the real clock only, not on WireConfig.Clock")
 	}
 	return nil
 }

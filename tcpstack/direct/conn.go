@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/emunic/emunic/rings"
@@ -44,8 +43,6 @@ const (
 	wrGenMsk = 0xFFFFFF << wrGenSh
 	wrIdxMsk = 0xFFFFFFFF
 )
-
-var connGen atomic.Uint32
 
 // chunk is one staging region of a transfer: a slice of the conn's source
 // or sink area.
@@ -183,7 +180,7 @@ func (c *Conn) PathInfo() PathInfo { return c.info }
 // newConn allocates a conn's control pool and posts its receives (from
 // the QP's Setup, before the connection is established).
 func newConn(sw *hostSwitch, cfg Config, qp *verbs.QP) (*Conn, error) {
-	c := &Conn{sw: sw, qp: qp, cfg: cfg, maxIn: cfg.MaxInline, gen: uint64(connGen.Add(1)&0xFFFFFF) << wrGenSh, open: -1}
+	c := &Conn{sw: sw, qp: qp, cfg: cfg, maxIn: cfg.MaxInline, gen: uint64(sw.connGen.Add(1)&0xFFFFFF) << wrGenSh, open: -1}
 	c.cond = sync.NewCond(&c.mu)
 	c.bufSize = HeaderSize + cfg.MaxInline
 	c.nRecv = cfg.Pool + cfg.Slots
@@ -1017,16 +1014,17 @@ func (c *Conn) Close() error {
 	}
 	c.finQ = true
 	c.flushLocked()
-	limit := time.Now().Add(c.cfg.Linger)
-	t := time.AfterFunc(c.cfg.Linger, func() {
+	expired := false
+	stop := c.sw.h.AfterFunc(c.cfg.Linger, func() {
 		c.mu.Lock()
+		expired = true
 		c.cond.Broadcast()
 		c.mu.Unlock()
 	})
-	for c.err == nil && time.Now().Before(limit) && !c.drainedLocked() {
+	for c.err == nil && !expired && !c.drainedLocked() {
 		c.cond.Wait()
 	}
-	t.Stop()
+	stop()
 	c.closed = true
 	c.cond.Broadcast()
 	c.mu.Unlock()

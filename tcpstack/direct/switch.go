@@ -137,6 +137,11 @@ type hostSwitch struct {
 	cq    *verbs.CQ
 	cache *verbs.RegCache
 	stats switchStats
+	// connGen numbers the switch's conns, for their WRIDs: a completion
+	// on its CQ of an earlier conn with the same QP number is told by
+	// it. Per switch (per host), not per process, so that a run's WRIDs
+	// do not depend on what ran before it in the process.
+	connGen atomic.Uint32
 
 	mu        sync.Mutex
 	conns     map[uint32]*Conn

@@ -66,7 +66,7 @@ func (v *Provider) DialRDMA(ctx context.Context, dst netip.AddrPort, attr QPAttr
 	if attr.PeerToPeer {
 		// The engine sends the RTR at the first doorbell after the reply.
 		if attr.RTRDelay > 0 {
-			t := time.NewTimer(attr.RTRDelay)
+			t := v.h.NewTimer(attr.RTRDelay)
 			select {
 			case <-t.C:
 			case <-ctx.Done():

@@ -229,6 +229,13 @@ func (cq *CQ) PollWait(ctx context.Context, wc []rings.Completion, solicitedOnly
 		if n := cq.Poll(wc); n > 0 {
 			return n, nil
 		}
+		if cq.v.h != nil && cq.v.h.Yield(1+cq.num) {
+			// (A lockstep run: arm only once the goroutines this
+			// loop's completions woke have done their work.)
+			if n := cq.Poll(wc); n > 0 {
+				return n, nil
+			}
+		}
 		if err := cq.ReqNotify(solicitedOnly); err != nil {
 			return 0, err
 		}
