@@ -38,10 +38,10 @@ var deterministicRuns = [][]string{
 // TestTraceDeterministic records every path of the demo twice in lockstep:
 // the two traces must be the same file, byte for byte, step times
 // included (on a difference, the first is printed as 'emunic trace diff'
-// prints it). The trace replays, like any other. Under the race detector
-// the comparison is only logged: its scheduler runs the goroutines a host
-// wakes together in a random order on purpose, and two places where that
-// still changes a frame are known (docs/trace.md).
+// prints it). The trace replays, like any other. This holds under the race
+// detector too, whose scheduler runs the goroutines a host wakes together
+// in a random order on purpose: a deterministic run has one processor
+// (docs/trace.md).
 func TestTraceDeterministic(t *testing.T) {
 	runs := deterministicRuns
 	if testing.Short() {
@@ -61,11 +61,7 @@ func TestTraceDeterministic(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !bytes.Equal(ba, bb) && raceEnabled {
-				// Still recorded and replayed, for the race
-				// detector's sake.
-				t.Logf("the two runs differ under the race detector (not a failure there)")
-			} else if !bytes.Equal(ba, bb) {
+			if !bytes.Equal(ba, bb) {
 				var report bytes.Buffer
 				derr := traceDiff(a, b, trace.DiffOptions{}, &report)
 				t.Fatalf("two deterministic runs differ (%d and %d bytes): %v\n%s", len(ba), len(bb), derr, report.String())

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strings"
 
 	"github.com/emunic/emunic/nic"
@@ -169,6 +170,12 @@ func traceRecord(ctx context.Context, opt recordOptions, demoArgs []string, stdo
 	}
 	cfg.trace = w
 	if opt.deterministic {
+		// One processor: the goroutines a host wakes together then run
+		// one after the other, each until it blocks, instead of at once
+		// on two processors, where the order in which they met on a
+		// connection could change a frame (a receive window; see
+		// docs/trace.md). Throughput is of no use in this mode anyway.
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 		cfg.lockstep = lockstep.New()
 	}
 	derr := runDemo(ctx, cfg, stdout)
