@@ -66,7 +66,7 @@ type Config struct {
 	Engine delegation.Config
 	// NoLRO turns off large receive offload. By default a port that hands
 	// over TCP super-frames whole (port.LROReader: a TAP with offloads)
-	// gets a receive FIFO of super-frame slots (at most lroFIFODepth),
+	// gets a receive FIFO of a few super-frame slots (lroFIFODepth),
 	// and a super-frame of a delegated flow goes to the engine as one
 	// segment: its payload placed in one pass, its segments counted for
 	// the ACKs. A super-frame of any other flow is cut into its wire
@@ -335,7 +335,11 @@ func (d *Device) Start(rc RingConfig, vec Vectors) error {
 		}
 	}
 	if d.lro != nil {
-		d.fifo = newRxFIFO(min(d.cfg.RxFIFODepth, lroFIFODepth), port.LROBufferSize)
+		depth := lroFIFODepth
+		if d.cfg.DropWhenFull {
+			depth = lroDropFIFODepth
+		}
+		d.fifo = newRxFIFO(min(d.cfg.RxFIFODepth, depth), port.LROBufferSize)
 	} else {
 		d.fifo = newRxFIFO(d.cfg.RxFIFODepth, d.maxFrame)
 	}

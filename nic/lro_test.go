@@ -177,3 +177,17 @@ func TestLRO(t *testing.T) {
 		t.Errorf("the engine took %d super-frames, want 1 (the second is not its flow's)", ec.RxLRO)
 	}
 }
+
+// TestLROFIFODepth: with LRO the receive FIFO has lroFIFODepth super-frame
+// slots (the MAC waits for one, the rest wait in the port), and
+// lroDropFIFODepth for a MAC that drops when the FIFO is full.
+func TestLROFIFODepth(t *testing.T) {
+	for _, drop := range []bool{false, true} {
+		lp, w := newLROPort()
+		h := newHostSideOn(t, 8, Config{MAC: devMAC, DropWhenFull: drop}, lp, w)
+		want := map[bool]int{false: lroFIFODepth, true: lroDropFIFODepth}[drop]
+		if h.dev.lro == nil || len(h.dev.fifo.slots) != want || len(h.dev.fifo.slots[0]) != port.LROBufferSize {
+			t.Errorf("DropWhenFull %v: LRO %v, %d slots of %d bytes; want %d of %d", drop, h.dev.lro != nil, len(h.dev.fifo.slots), len(h.dev.fifo.slots[0]), want, port.LROBufferSize)
+		}
+	}
+}
