@@ -13,7 +13,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -498,7 +497,7 @@ func (d *splitDevice) Start(rc nic.RingConfig, vec nic.Vectors) error {
 			}
 			clear(words)
 			for i, e := range d.efds {
-				e.UseWord((*uint32)(unsafe.Pointer(&words[i*split.KickWordStride])), &d.badWords)
+				e.UseWord(split.KickWord(words, i), &d.badWords)
 			}
 			body = split.EncodeVectorsKick(split.VectorEventFD, 0, addr)
 		}

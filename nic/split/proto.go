@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"unsafe"
 
 	"github.com/emunic/emunic/rings"
 )
@@ -173,6 +174,12 @@ const (
 	// takes more has found garbage, counts it and takes one kick.
 	MaxPendingKicks = 1 << 20
 )
+
+// KickWord is eventfd i's kick word (KickWordDoor, ...) in words, the
+// KickWordsSize bytes at the kick words' address as mapped here.
+func KickWord(words []byte, i int) *uint32 {
+	return (*uint32)(unsafe.Pointer(&words[i*KickWordStride]))
+}
 
 // Errors of the codec.
 var (

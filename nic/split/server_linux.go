@@ -10,7 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -473,7 +472,7 @@ func (ss *session) start() Reply {
 	if ss.mode == VectorEventFD {
 		if ss.words != nil {
 			for i, e := range ss.efds {
-				e.UseWord(kickWord(ss.words, i), &ss.s.badWords)
+				e.UseWord(KickWord(ss.words, i), &ss.s.badWords)
 			}
 		}
 		vec = nic.Vectors{Notify: ss.efds[1], TxSpace: ss.efds[2], Command: ss.efds[3]}
@@ -536,10 +535,4 @@ func (ss *session) teardown() {
 	ss.s.mu.Lock()
 	ss.s.dev = nil
 	ss.s.mu.Unlock()
-}
-
-// KickWord is eventfd i's kick word in words, the KickWordsSize bytes at
-// the kick words' address.
-func kickWord(words []byte, i int) *uint32 {
-	return (*uint32)(unsafe.Pointer(&words[i*KickWordStride]))
 }

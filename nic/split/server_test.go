@@ -348,7 +348,7 @@ func TestServerKickWords(t *testing.T) {
 	}
 	var hostBad atomic.Uint64
 	for i, e := range efds {
-		e.UseWord(kickWord(wm, i), &hostBad)
+		e.UseWord(KickWord(wm, i), &hostBad)
 	}
 	cmdDone := &countKicks{bell: rings.NewBell()}
 	go efds[KickWordCommand].Forward(cmdDone)
@@ -389,13 +389,13 @@ func TestServerKickWords(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		rc := dev.RingCounters()
-		settled := atomic.LoadUint32(kickWord(wm, KickWordDoor)) == 0 && atomic.LoadUint32(kickWord(wm, KickWordCommand)) == 0
+		settled := atomic.LoadUint32(KickWord(wm, KickWordDoor)) == 0 && atomic.LoadUint32(KickWord(wm, KickWordCommand)) == 0
 		if settled && rc.Command.Kicks == cmdDone.n.Load() {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("words %d/%d, command interrupts raised %d, received %d", atomic.LoadUint32(kickWord(wm, KickWordDoor)),
-				atomic.LoadUint32(kickWord(wm, KickWordCommand)), rc.Command.Kicks, cmdDone.n.Load())
+			t.Fatalf("words %d/%d, command interrupts raised %d, received %d", atomic.LoadUint32(KickWord(wm, KickWordDoor)),
+				atomic.LoadUint32(KickWord(wm, KickWordCommand)), rc.Command.Kicks, cmdDone.n.Load())
 		}
 		runtime.Gosched()
 	}
@@ -407,7 +407,7 @@ func TestServerKickWords(t *testing.T) {
 
 	// Garbage in the doorbell word: counted by both sides (the host's
 	// kick found it, the device's take found it), and the device serves on.
-	atomic.StoreUint32(kickWord(wm, KickWordDoor), 0xDEADBEEF)
+	atomic.StoreUint32(KickWord(wm, KickWordDoor), 0xDEADBEEF)
 	efds[KickWordDoor].Kick()
 	for s.Stats().BadKickWords != 1 {
 		if time.Now().After(deadline.Add(5 * time.Second)) {
