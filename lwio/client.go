@@ -283,7 +283,7 @@ func Dial(ctx context.Context, h *tcpstack.Host, server netip.Addr, cfg ClientCo
 func (c *Client) negotiate() (netip.AddrPort, error) {
 	key := uuid.New()
 	if c.cfg.Seed != 0 {
-		key, _ = uuid.NewRandomFromReader(newSeededReader(c.cfg.Seed))
+		key, _ = uuid.NewRandomFromReader(tcpstack.NewSeededReader(c.cfg.Seed))
 	}
 	req := Negotiate{Request: true, Name: c.cfg.Name, Key: key, ResponseLen: MaxControlMessage,
 		Providers: []Provider{{Name: ProviderName, Instances: []Instance{c.instance()}}}}

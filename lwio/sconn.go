@@ -550,12 +550,12 @@ func (c *sconn) cancelLocked(fid uint16) {
 	c.queue = q
 }
 
-// worker runs queued reads and writes.
 // workerYieldKey orders a file worker among its host's yielders in a
 // lockstep run (tcpstack.Host.Yield): after the completion loops (CQ
 // numbers), by QP number.
 const workerYieldKey = 1 << 31
 
+// worker runs queued reads and writes.
 func (c *sconn) worker() {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	mrand "math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
@@ -218,7 +217,7 @@ func NewServer(h *tcpstack.Host, exp *Export, cfg ServerConfig) (*Server, error)
 	s := &Server{cfg: cfg, h: h, v: v, pd: v.AllocPD(), exp: exp, pid: uint64(os.Getpid()), rnd: rand.Reader,
 		sessions: map[uuid.UUID]*session{}, conns: map[uint32]*sconn{}, pipes: map[net.Conn]struct{}{}, done: make(chan struct{})}
 	if cfg.Seed != 0 {
-		s.pid, s.rnd = cfg.Seed, newSeededReader(cfg.Seed)
+		s.pid, s.rnd = cfg.Seed, tcpstack.NewSeededReader(cfg.Seed)
 	}
 	// Every outstanding request of every connection can have its whole
 	// data transfer and completion in the CQ at once.
@@ -637,23 +636,4 @@ func (s *Server) now() uint64 {
 		return s.cfg.Seed
 	}
 	return uint64(time.Now().UnixNano())
-}
-
-// seededReader is an io.Reader of seeded pseudo-random bytes (ChaCha8),
-// safe for concurrent use.
-type seededReader struct {
-	mu sync.Mutex
-	c  *mrand.ChaCha8
-}
-
-func newSeededReader(seed uint64) *seededReader {
-	var key [32]byte
-	binary.LittleEndian.PutUint64(key[:], seed)
-	return &seededReader{c: mrand.NewChaCha8(key)}
-}
-
-func (r *seededReader) Read(p []byte) (int, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.c.Read(p)
 }

@@ -77,7 +77,7 @@ type flowTracker struct {
 	// their delegation was in progress.
 	heldIn atomic.Uint64
 	// now, when set, is the clock the handshake's RTT is measured with
-	// (DriverConfig.Now); monotime otherwise.
+	// (DriverConfig.Clock, through Driver.nanos); monotime otherwise.
 	now func() int64
 }
 

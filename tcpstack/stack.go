@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	mrand "math/rand"
 	"math/rand/v2"
 	"net"
@@ -62,10 +63,22 @@ func (s *lockedSource) Int63() int64 {
 
 func (s *lockedSource) Seed(int64) {}
 
-// seededReader is an io.Reader of seeded pseudo-random bytes (ChaCha8).
+// seededReader is an io.Reader of seeded pseudo-random bytes (ChaCha8),
+// safe for concurrent use.
 type seededReader struct {
 	mu sync.Mutex
 	c  *rand.ChaCha8
+}
+
+// NewSeededReader returns an io.Reader of pseudo-random bytes seeded by
+// seed (ChaCha8), safe for concurrent use: what StackConfig.Seed gives
+// netstack for its "secure" random numbers, for the layers above it that
+// seed theirs the same way (repeatable runs only, never where a peer may
+// guess to its advantage).
+func NewSeededReader(seed uint64) io.Reader {
+	var key [32]byte
+	binary.LittleEndian.PutUint64(key[:], seed)
+	return &seededReader{c: rand.NewChaCha8(key)}
 }
 
 func (r *seededReader) Read(p []byte) (int, error) {
@@ -93,10 +106,8 @@ func NewStack(ep stack.LinkEndpoint, cfg StackConfig) (*Stack, error) {
 		Clock:              cfg.Clock,
 	}
 	if cfg.Seed != 0 {
-		var key [32]byte
-		binary.LittleEndian.PutUint64(key[:], cfg.Seed)
 		opts.RandSource = &lockedSource{r: mrand.New(mrand.NewSource(int64(cfg.Seed)))}
-		opts.SecureRNG = &seededReader{c: rand.NewChaCha8(key)}
+		opts.SecureRNG = NewSeededReader(cfg.Seed)
 	}
 	s := stack.New(opts)
 	if err := s.CreateNIC(nicID, ep); err != nil {
