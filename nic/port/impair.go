@@ -133,7 +133,7 @@ type direction struct {
 	stopped  bool
 	rng      [numStreams]*rand.Rand
 	held     []heldFrame // reorder stage, oldest first
-	holdTime clockTimer
+	holdTime ClockTimer
 	line     *delayLine
 	epoch    time.Time
 	clock    Clock // WireConfig.Clock, or nil: the real clock
@@ -240,19 +240,17 @@ type Clock interface {
 	// Nanos is the time in ns (only differences matter).
 	Nanos() int64
 	// AfterFunc calls f in its own goroutine once d has passed.
-	AfterFunc(d time.Duration, f func()) interface {
-		Stop() bool
-		Reset(time.Duration)
-	}
+	AfterFunc(d time.Duration, f func()) ClockTimer
 }
 
-// clockTimer is the reorder stage's hold timer on either clock.
-type clockTimer interface {
+// ClockTimer is a Clock's timer (and the reorder stage's hold timer on
+// either clock): time.Timer's Stop and Reset.
+type ClockTimer interface {
 	Stop() bool
 	Reset(time.Duration)
 }
 
-// realTimer is a time.Timer as a clockTimer.
+// realTimer is a time.Timer as a ClockTimer.
 type realTimer struct{ t *time.Timer }
 
 func (r realTimer) Stop() bool            { return r.t.Stop() }

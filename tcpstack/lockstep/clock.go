@@ -226,9 +226,6 @@ func (c *Clock) Wire() port.Clock { return wireClock{c} }
 type wireClock struct{ c *Clock }
 
 func (w wireClock) Nanos() int64 { return w.c.Nanos() }
-func (w wireClock) AfterFunc(d time.Duration, f func()) interface {
-	Stop() bool
-	Reset(time.Duration)
-} {
+func (w wireClock) AfterFunc(d time.Duration, f func()) port.ClockTimer {
 	return w.c.AfterFunc(d, f)
 }
