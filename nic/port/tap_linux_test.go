@@ -88,33 +88,46 @@ func isARPRequestFor(ip net.IP) func([]byte) bool {
 	}
 }
 
-// udpFrame builds an Ethernet/IPv4/UDP frame (UDP checksum 0, which IPv4 allows).
-func udpFrame(dstMAC, srcMAC net.HardwareAddr, src, dst net.IP, sport, dport int, payload []byte) []byte {
-	f := make([]byte, 14+20+8+len(payload))
+// ipv4Frame returns an Ethernet/IPv4 frame with room for l4 bytes after
+// the IP header (no options, TTL 64, protocol proto), its headers and IP
+// checksum done.
+func ipv4Frame(dstMAC, srcMAC net.HardwareAddr, src, dst net.IP, proto byte, l4 int) []byte {
+	f := make([]byte, 14+20+l4)
 	copy(f[0:6], dstMAC)
 	copy(f[6:12], srcMAC)
 	binary.BigEndian.PutUint16(f[12:14], 0x0800)
-	ip := f[14:34]
+	ip := hdr.IPv4(f[14:34])
 	ip[0] = 0x45
-	binary.BigEndian.PutUint16(ip[2:4], uint16(20+8+len(payload)))
+	binary.BigEndian.PutUint16(ip[2:4], uint16(20+l4))
 	ip[8] = 64 // TTL
-	ip[9] = 17 // UDP
+	ip[9] = proto
 	copy(ip[12:16], src.To4())
 	copy(ip[16:20], dst.To4())
-	var sum uint32
-	for i := 0; i < 20; i += 2 {
-		sum += uint32(binary.BigEndian.Uint16(ip[i:]))
-	}
-	for sum > 0xffff {
-		sum = sum&0xffff + sum>>16
-	}
-	binary.BigEndian.PutUint16(ip[10:12], ^uint16(sum))
+	ip.UpdateChecksum()
+	return f
+}
+
+// udpFrame builds an Ethernet/IPv4/UDP frame (UDP checksum 0, which IPv4 allows).
+func udpFrame(dstMAC, srcMAC net.HardwareAddr, src, dst net.IP, sport, dport int, payload []byte) []byte {
+	f := ipv4Frame(dstMAC, srcMAC, src, dst, 17, 8+len(payload))
 	udp := f[34:42]
 	binary.BigEndian.PutUint16(udp[0:2], uint16(sport))
 	binary.BigEndian.PutUint16(udp[2:4], uint16(dport))
 	binary.BigEndian.PutUint16(udp[4:6], uint16(8+len(payload)))
 	copy(f[42:], payload)
 	return f
+}
+
+// upTAP brings tap up with address cidr and returns the MAC address of
+// the kernel's side.
+func upTAP(tap *TAPPort, cidr string) (net.HardwareAddr, error) {
+	if err := tap.SetUp(true); err != nil {
+		return nil, err
+	}
+	if err := ipCmd("addr", "add", cidr, "dev", tap.Name()); err != nil {
+		return nil, err
+	}
+	return tap.HardwareAddr()
 }
 
 // TestTAPExchangesFramesWithKernel: a frame the kernel sends (an ARP request, provoked by a UDP
@@ -137,13 +150,7 @@ func TestTAPExchangesFramesWithKernel(t *testing.T) {
 		if mtu, err := tap.MTU(); err != nil || mtu != 9000 {
 			return fmt.Errorf("MTU() = %d, %v after SetMTU(9000)", mtu, err)
 		}
-		if err := tap.SetUp(true); err != nil {
-			return err
-		}
-		if err := ipCmd("addr", "add", "10.99.0.1/24", "dev", tap.Name()); err != nil {
-			return err
-		}
-		hostMAC, err := tap.HardwareAddr()
+		hostMAC, err := upTAP(tap, "10.99.0.1/24")
 		if err != nil {
 			return err
 		}
@@ -343,13 +350,7 @@ func TestTAPWriteAfterTSO(t *testing.T) {
 		if !tap.TSO() {
 			return fmt.Errorf("TAP %s opened without offloads", tap.Name())
 		}
-		if err := tap.SetUp(true); err != nil {
-			return err
-		}
-		if err := ipCmd("addr", "add", "10.99.1.1/24", "dev", tap.Name()); err != nil {
-			return err
-		}
-		hostMAC, err := tap.HardwareAddr()
+		hostMAC, err := upTAP(tap, "10.99.1.1/24")
 		if err != nil {
 			return err
 		}
@@ -398,18 +399,7 @@ func TestTAPWriteAfterTSO(t *testing.T) {
 // TCP options opts (a multiple of 4 bytes) and payload.
 func tcpFrame(dstMAC, srcMAC net.HardwareAddr, src, dst net.IP, sport, dport int, opts, payload []byte) []byte {
 	hl := 20 + len(opts)
-	f := make([]byte, 34+hl+len(payload))
-	copy(f[0:6], dstMAC)
-	copy(f[6:12], srcMAC)
-	binary.BigEndian.PutUint16(f[12:14], 0x0800)
-	ip := hdr.IPv4(f[14:34])
-	ip[0] = 0x45
-	binary.BigEndian.PutUint16(ip[2:4], uint16(20+hl+len(payload)))
-	ip[8] = 64
-	ip[9] = 6 // TCP
-	copy(ip[12:16], src.To4())
-	copy(ip[16:20], dst.To4())
-	ip.UpdateChecksum()
+	f := ipv4Frame(dstMAC, srcMAC, src, dst, 6, hl+len(payload))
 	tcp := hdr.TCP(f[34:])
 	binary.BigEndian.PutUint16(tcp[0:2], uint16(sport))
 	binary.BigEndian.PutUint16(tcp[2:4], uint16(dport))
