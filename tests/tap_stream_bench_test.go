@@ -8,10 +8,10 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/emunic/emunic/internal/cpusplit"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/tcpstack/services"
 )
@@ -81,9 +81,9 @@ func BenchmarkTAPStream(b *testing.B) {
 					}
 					e0 := lab.engine()
 					for i := 0; i < b.N; i++ {
-						c0 := processCPU()
+						c0 := cpusplit.Process()
 						total += s.stream(b, v, dir == "to-server", size)
-						cpu += processCPU() - c0
+						cpu += cpusplit.Process() - c0
 					}
 					if os.Getenv("EMUNIC_TAP_STREAM_DEBUG") != "" && strings.HasPrefix(v, "delegated") {
 						e := lab.engine()
@@ -101,15 +101,6 @@ func BenchmarkTAPStream(b *testing.B) {
 			}
 		}
 	}
-}
-
-// processCPU is the process's CPU time so far (user and system).
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // stream moves size bytes between the kernel client and variant v and

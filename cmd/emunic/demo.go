@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/emunic/emunic/internal/cpusplit"
 	"github.com/emunic/emunic/nic"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/tcpstack"
@@ -550,7 +551,7 @@ func moveData(ctx context.Context, c, s net.Conn, cfg demoConfig) (res transferR
 		err error
 	}
 	done := make(chan recvResult, 1)
-	start, cpu0 := time.Now(), processCPU()
+	start, cpu0 := time.Now(), cpusplit.Process()
 	go func() {
 		h := sha256.New()
 		n, err := copyIdle(h, s, cfg.Idle)
@@ -573,7 +574,7 @@ func moveData(ctx context.Context, c, s net.Conn, cfg demoConfig) (res transferR
 		s.Close() // the receiver would otherwise wait for the idle timeout
 	}
 	r := <-done
-	res.elapsed, res.cpu = time.Since(start), processCPU()-cpu0
+	res.elapsed, res.cpu = time.Since(start), cpusplit.Process()-cpu0
 	if sendErr == nil && r.err == nil {
 		// Wait for B's FIN, so that the connection closes the ordinary way
 		// before the hosts are stopped (and a capture ends cleanly).

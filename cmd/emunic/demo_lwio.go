@@ -82,17 +82,17 @@ func (lab *demoLab) lwioFile(cfg demoConfig) (*lwioDemo, error) {
 // in lockstep (the profiler's reader sits in a system call the whole time,
 // and the lockstep harness waits for every goroutine to block).
 func clientCPU(lab *demoLab, f func()) (wall, cpu, client time.Duration) {
-	cpu0 := processCPU()
+	cpu0 := cpusplit.Process()
 	var s cpusplit.Split
 	err := errLockstepCPU
 	if !lab.lockstep {
 		s, err = cpusplit.Measure(f)
 	}
-	cpu = processCPU() - cpu0
+	cpu = cpusplit.Process() - cpu0
 	if err != nil {
 		start := time.Now()
 		f()
-		return time.Since(start), processCPU() - cpu0, 0
+		return time.Since(start), cpusplit.Process() - cpu0, 0
 	}
 	return s.Wall, cpu, s.Host - s.Server
 }

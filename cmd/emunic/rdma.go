@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/emunic/emunic/delegation/iwarp"
+	"github.com/emunic/emunic/internal/cpusplit"
 	"github.com/emunic/emunic/rings"
 	"github.com/emunic/emunic/tcpstack"
 	"github.com/emunic/emunic/tcpstack/services"
@@ -526,7 +527,7 @@ func rdmaWriteRun(ctx context.Context, a, b *rdmaEnd, cfg demoConfig, rep *rdmaR
 	wrs := make([]rings.SendWR, 0, rdmaWindow)
 	wc := make([]rings.Completion, 16)
 	posted, done := 0, 0
-	start, cpu0 := time.Now(), processCPU()
+	start, cpu0 := time.Now(), cpusplit.Process()
 	for done < total {
 		if ctx.Err() != nil {
 			return res, fmt.Errorf("interrupted after %d of %d Writes", done, total)
@@ -572,7 +573,7 @@ func rdmaWriteRun(ctx context.Context, a, b *rdmaEnd, cfg demoConfig, rep *rdmaR
 	if _, err := b.waitOne(wctx, rings.WCRecv); err != nil {
 		return res, fmt.Errorf("B: %w", err)
 	}
-	res.elapsed, res.cpu = time.Since(start), processCPU()-cpu0
+	res.elapsed, res.cpu = time.Since(start), cpusplit.Process()-cpu0
 	if _, err := a.waitOne(wctx, rings.WCSend); err != nil {
 		return res, fmt.Errorf("A: %w", err)
 	}

@@ -1,14 +1,16 @@
 //go:build unix
 
-package main
+package cpusplit
 
 import (
 	"syscall"
 	"time"
 )
 
-// processCPU is the CPU time (user and system) the process has used.
-func processCPU() time.Duration {
+// Process is the CPU time (user and system) the process has used so far,
+// every thread's: what a section of work cost is the difference of two
+// readings.
+func Process() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0
