@@ -42,6 +42,16 @@ type parsedFrame struct {
 	l4CsumOK  bool // the TCP or UDP checksum was verified (not just absent)
 }
 
+// tcp4 returns a classified frame's IPv4 header and TCP segment, and true,
+// when it is an unfragmented TCP/IPv4 packet: one the offload engine may
+// own.
+func (pf *parsedFrame) tcp4(f []byte) (ip, seg []byte, ok bool) {
+	if pf.proto != ProtoTCP || pf.fragment || pf.etherType != EtherTypeIPv4 {
+		return nil, nil, false
+	}
+	return f[pf.ipOff:pf.l4Off], f[pf.l4Off : pf.l4Off+pf.l4Len], true
+}
+
 // engineFlags is what classify established about a frame, for the offload
 // engine: a TCP segment whose checksum it verified is not summed again.
 func (pf *parsedFrame) engineFlags() delegation.RxFlags {

@@ -158,8 +158,7 @@ func (d *Device) serviceRx() int {
 		}
 		switch classify(f, d.cfg.MAC, d.maxFrame, &pf, verified) {
 		case rxLegacy:
-			if pf.proto == ProtoTCP && !pf.fragment && pf.etherType == EtherTypeIPv4 {
-				ip, seg := f[pf.ipOff:pf.l4Off], f[pf.l4Off:pf.l4Off+pf.l4Len]
+			if ip, seg, isTCP := pf.tcp4(f); isTCP {
 				if idx, ok := d.eng.LookupSegment(ip, seg); ok {
 					// A delegated flow: the engine owns it.
 					d.eng.InputFlags(idx, ip, seg, pf.engineFlags())
@@ -212,11 +211,13 @@ func (d *Device) popFIFO() {
 // delegated flow's (nor a well-formed TCP/IPv4 frame for us), and goes on
 // as its wire segments.
 func (d *Device) inputLRO(f []byte, segs int, pf *parsedFrame) bool {
-	if classify(f, d.cfg.MAC, lroFrameSize, pf, true) != rxLegacy ||
-		pf.proto != ProtoTCP || pf.fragment || pf.etherType != EtherTypeIPv4 {
+	if classify(f, d.cfg.MAC, lroFrameSize, pf, true) != rxLegacy {
 		return false
 	}
-	ip, seg := f[pf.ipOff:pf.l4Off], f[pf.l4Off:pf.l4Off+pf.l4Len]
+	ip, seg, isTCP := pf.tcp4(f)
+	if !isTCP {
+		return false
+	}
 	idx, ok := d.eng.LookupSegment(ip, seg)
 	if !ok {
 		return false
