@@ -25,7 +25,7 @@ for arg in "$@"; do
 	--rebuild) rebuild=1 ;;
 	--update) update=1 ;;
 	-h | --help)
-		sed -n '2,13p' "$0"
+		sed -n '2,13s/^# \{0,1\}//p' "$0"
 		exit 0
 		;;
 	*)

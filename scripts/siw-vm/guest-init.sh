@@ -95,5 +95,7 @@ if [ "$VM_DMESG" = 1 ]; then
 	dmesg
 	echo "SIWVM-DMESG-END"
 fi
-echo "SIWVM-RESULT rc=$rc t=$(uptime_s)"
+# The empty line first: a script whose output ends without a newline would otherwise
+# push the result into the middle of a line, where no harness looks for it.
+printf '\nSIWVM-RESULT rc=%s t=%s\n' "$rc" "$(uptime_s)"
 power_off

@@ -33,7 +33,7 @@ out=${SIWVM_OUT:-$here/out}
 tap='' addr='' bridge='' host_ip='' rm_tap=0 mtu='' pcap='' log='' timeout_s=300 mem=512M dmesg=0
 modparams=()
 usage() {
-	sed -n '2,27p' "$0"
+	sed -n '2,27s/^# \{0,1\}//p' "$0"
 	exit "$1"
 }
 while [ $# -gt 0 ]; do
