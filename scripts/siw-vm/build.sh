@@ -89,8 +89,12 @@ if [ -z "$release" ] || [ "$update" = 1 ]; then
 	[ -n "$latest" ] || fail "apt knows no linux-image-$series-amd64"
 	if [ "$latest" != "$release" ]; then
 		say "kernel $latest${release:+ (was $release)}"
+		# The old release's packages and trees go: linux-source-6.12's .deb is named
+		# by series, and must not be mistaken for the new release's.
+		rm -rf "$out"/kernel-* "$out"/headers-* "$out"/siw-src-* "$out/debs"
 		release=$latest
 		rebuild=1
+		echo "$release" >"$out/kernel.release"
 	fi
 fi
 abi=${release%-amd64} # the headers' common and kbuild packages are named without the flavour
@@ -295,7 +299,6 @@ install -m 0755 "$here/guest-init.sh" "$root/init"
 mv "$out/initramfs.tmp" "$out/initramfs.cpio.gz"
 cp "$image/boot/vmlinuz-$release" "$out/vmlinuz"
 rm -rf "$root" "$work"
-echo "$release" >"$out/kernel.release"
 
 # build.info is written last: run.sh and the tests take its presence as "built".
 cat >"$out/build.info" <<EOF
