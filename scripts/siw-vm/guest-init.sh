@@ -82,7 +82,7 @@ fi
 # rping and friends register their buffers.
 ulimit -l unlimited
 
-cd /root
+cd /root || setup_failed "no /root"
 echo "SIWVM-READY addr=${VM_ADDR:-none} kernel=$(uname -r) t=$(uptime_s)"
 rc=0
 if [ -f /siwvm-run/script ]; then

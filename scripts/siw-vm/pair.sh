@@ -40,10 +40,10 @@ while [ $# -gt 0 ]; do
 	esac
 	shift
 done
-[ -n "$server_cmd" ] && [ -n "$client_cmd" ] || {
+if [ -z "$server_cmd" ] || [ -z "$client_cmd" ]; then
 	echo "pair.sh: --server and --client are both needed" >&2
 	exit 2
-}
+fi
 "$here/run.sh" --check
 
 # Names of our own for this run, so that two pairs, or a test, never share a device.
