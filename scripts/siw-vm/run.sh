@@ -56,7 +56,7 @@ while [ $# -gt 0 ]; do
 			echo "qemu-system-x86_64 is not installed: run $here/build.sh as root" >&2
 			exit 1
 		fi
-		echo "the siw VM is not built in $out: run $here/build.sh as root (a few minutes the first time)" >&2
+		echo "the siw VM is not built in $out: run $here/build.sh as root (about a minute the first time)" >&2
 		exit 1
 		;;
 	-h | --help) usage 0 ;;
