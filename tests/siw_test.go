@@ -23,7 +23,7 @@ import (
 )
 
 // The tests in this file put Linux's own iWARP stack on the other end: the
-// siw VM of ../shared/siw-vm (QEMU, software emulation, Debian's 6.12
+// siw VM that scripts/siw-vm builds (QEMU, software emulation, Debian's 6.12
 // kernel with siw and librdmacm's rping, rdma_client/rdma_server and
 // ucmatose), on one Linux bridge with the emulated hosts' TAPs. The VM
 // boots once per group of sessions (one set of siw module parameters) and
@@ -33,13 +33,13 @@ import (
 // by its output (the pings and messages counted on both sides) and by
 // tshark's decoding of emunic's capture.
 
-// siwVMDir is the siw VM's directory: $SIWVM_DIR, else ../shared/siw-vm
-// beside the repository.
+// siwVMDir is the directory of the siw VM's scripts: $SIWVM_DIR (another
+// checkout's scripts/siw-vm, say), else this repository's.
 func siwVMDir() string {
 	if d := os.Getenv("SIWVM_DIR"); d != "" {
 		return d
 	}
-	return filepath.Join("..", "..", "shared", "siw-vm")
+	return filepath.Join("..", "scripts", "siw-vm")
 }
 
 // requireSiwVM skips the test, saying why, when the VM cannot run here.
@@ -49,22 +49,16 @@ func requireSiwVM(t *testing.T) string {
 		t.Skip("skipped in -short mode: boots QEMU VMs (about a minute)")
 	}
 	requireTAP(t)
-	dir := siwVMDir()
-	run := filepath.Join(dir, "run.sh")
-	if _, err := os.Stat(run); err != nil {
-		t.Skipf("skipped: no siw VM at %s (%v); set SIWVM_DIR or put ../shared/siw-vm beside the repository", dir, err)
+	run, err := filepath.Abs(filepath.Join(siwVMDir(), "run.sh"))
+	if err == nil {
+		_, err = os.Stat(run)
 	}
-	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
-		t.Skipf("skipped: qemu-system-x86_64 is not installed; %s/build.sh installs it", dir)
+	if err != nil {
+		t.Skipf("skipped: no siw VM scripts (%v); SIWVM_DIR names their directory", err)
 	}
-	cache := os.Getenv("SIWVM_CACHE")
-	if cache == "" {
-		if c, err := os.UserCacheDir(); err == nil {
-			cache = filepath.Join(c, "siw-vm")
-		}
-	}
-	if _, err := os.Stat(filepath.Join(cache, "build.info")); err != nil {
-		t.Skipf("skipped: the siw VM is not built (no %s): run %s/build.sh (root, about a minute)", filepath.Join(cache, "build.info"), dir)
+	// run.sh knows where build.sh puts the VM, and whether QEMU is there.
+	if out, err := exec.Command(run, "--check").CombinedOutput(); err != nil {
+		t.Skipf("skipped: %s (%v)", strings.TrimSpace(string(out)), err)
 	}
 	return run
 }
