@@ -13,11 +13,11 @@ import (
 
 // sconn is the server side of one RDMA connection. The server's poller
 // hands it every completion (completion); the first message is AUTH (auth,
-// here), every later one goes through the request table (srequest.go):
+// here), every later one goes through the request table (sconn_request.go):
 // the cheap requests (REGISTER, CLOSE, CANCEL, CREDIT, INTERRUPT) are
 // answered there, reads and writes go to the connection's queue, which
-// Workers goroutines drain with the file I/O outside the lock (sio.go).
-// Credits are in scredit.go. This file holds the connection's life: its
+// Workers goroutines drain with the file I/O outside the lock (sconn_io.go).
+// Credits are in sconn_credit.go. This file holds the connection's life: its
 // buffers, authentication and teardown.
 //
 // Invariants, under mu:
