@@ -2,54 +2,45 @@ package iwarp
 
 import (
 	"fmt"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/emunic/emunic/internal/abidoc"
 )
 
 // docOpcodeRow is one row of docs/iwarp.md's RDMAP opcode table.
 type docOpcodeRow struct {
-	op             Opcode
-	name, ddp, pay string
+	op                    Opcode
+	where, name, ddp, pay string
 }
 
-// docOpcodes reads the RDMAP opcode table ("| opcode | message | DDP |
-// payload |") from docs/iwarp.md.
+// docOpcodes reads the RDMAP opcode table (opcode, message, DDP, payload)
+// from docs/iwarp.md.
 func docOpcodes(t *testing.T) []docOpcodeRow {
 	t.Helper()
-	b, err := os.ReadFile("../../docs/iwarp.md")
+	d, err := abidoc.ParseFile("../../docs/iwarp.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rows []docOpcodeRow
-	in := false
-	for _, l := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(l, "| opcode | message | DDP | payload |") {
-			in = true
+	for _, tb := range d.Tables {
+		if !tb.Has("opcode", "message", "ddp", "payload") {
 			continue
 		}
-		if !in || strings.HasPrefix(l, "|---") {
-			continue
+		var rows []docOpcodeRow
+		for _, r := range tb.Rows {
+			cell := func(col string) string { c, _ := tb.Cell(r, col); return c }
+			n, err := abidoc.Num(cell("opcode"))
+			if err != nil || n > RDMAPMaskOpcode {
+				t.Fatalf("%s: bad opcode %q", tb.Where(r), cell("opcode"))
+			}
+			rows = append(rows, docOpcodeRow{Opcode(n), tb.Where(r), cell("message"), cell("ddp"), cell("payload")})
 		}
-		if !strings.HasPrefix(l, "|") {
-			break
-		}
-		f := strings.Split(strings.Trim(l, "|"), "|")
-		if len(f) != 4 {
-			t.Fatalf("docs/iwarp.md RDMAP table: %q has %d columns", l, len(f))
-		}
-		n, err := strconv.Atoi(strings.TrimSpace(f[0]))
-		if err != nil || n > RDMAPMaskOpcode {
-			t.Fatalf("docs/iwarp.md RDMAP table: bad opcode in %q", l)
-		}
-		rows = append(rows, docOpcodeRow{Opcode(n), strings.TrimSpace(f[1]), f[2], f[3]})
+		return rows
 	}
-	if len(rows) == 0 {
-		t.Fatal("docs/iwarp.md has no RDMAP opcode table")
-	}
-	return rows
+	t.Fatal("docs/iwarp.md has no RDMAP opcode table")
+	return nil
 }
 
 // The RFC a message comes from is noted in the doc's name, not the table's.
@@ -57,7 +48,7 @@ var rfcNote = regexp.MustCompile(` \(RFC \d+\)$`)
 
 var (
 	docQN    = regexp.MustCompile(`QN (\d+)`)
-	docBytes = regexp.MustCompile(`^ *(\d+) bytes`)
+	docBytes = regexp.MustCompile(`^(\d+) bytes`)
 )
 
 // TestRxOpsMatchDoc holds rxOps to docs/iwarp.md's RDMAP table both ways:
@@ -89,32 +80,32 @@ func TestRxOpsCheckCatchesMissingHandler(t *testing.T) {
 
 func rxOpsProblems(rows []docOpcodeRow, ops *[RDMAPMaskOpcode + 1]rxOp) []string {
 	var problems []string
-	t := problemList{&problems}
+	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 	listed := map[Opcode]bool{}
 	for _, r := range rows {
 		listed[r.op] = true
 		e := &ops[r.op]
 		if e.name == "" {
-			t.Errorf("opcode %d (%s) is in docs/iwarp.md but has no receive entry", r.op, r.name)
+			add("%s: opcode %d (%s) has no receive entry", r.where, r.op, r.name)
 			continue
 		}
 		if e.op != r.op {
-			t.Errorf("entry %d says opcode %d", r.op, e.op)
+			add("entry %d says opcode %d", r.op, e.op)
 		}
 		if name := rfcNote.ReplaceAllString(r.name, ""); e.name != name {
-			t.Errorf("opcode %d: entry %q, doc %q", r.op, e.name, name)
+			add("opcode %d: entry %q, doc %q", r.op, e.name, name)
 		}
-		tagged := strings.HasPrefix(strings.TrimSpace(r.ddp), "tagged")
+		tagged := strings.HasPrefix(r.ddp, "tagged")
 		if e.tagged != tagged || e.tagged != r.op.Tagged() {
-			t.Errorf("opcode %d (%s): entry tagged %v, doc %q", r.op, e.name, e.tagged, r.ddp)
+			add("opcode %d (%s): entry tagged %v, doc %q", r.op, e.name, e.tagged, r.ddp)
 		}
 		if want := DDPHeaderLen(map[bool]uint8{true: DDPFlagTagged}[e.tagged]); e.hdrLen != want {
-			t.Errorf("opcode %d (%s): header length %d, want %d", r.op, e.name, e.hdrLen, want)
+			add("opcode %d (%s): header length %d, want %d", r.op, e.name, e.hdrLen, want)
 		}
 		if !tagged {
 			m := docQN.FindStringSubmatch(r.ddp)
 			if m == nil || m[1] != strconv.Itoa(int(e.qn)) || e.qn != r.op.QN() {
-				t.Errorf("opcode %d (%s): entry QN %d, doc %q", r.op, e.name, e.qn, r.ddp)
+				add("opcode %d (%s): entry QN %d, doc %q", r.op, e.name, e.qn, r.ddp)
 			}
 		}
 		pay := 0
@@ -122,28 +113,20 @@ func rxOpsProblems(rows []docOpcodeRow, ops *[RDMAPMaskOpcode + 1]rxOp) []string
 			pay, _ = strconv.Atoi(m[1])
 		}
 		if e.payload != pay {
-			t.Errorf("opcode %d (%s): fixed payload %d, doc %q", r.op, e.name, e.payload, r.pay)
+			add("opcode %d (%s): fixed payload %d, doc %q", r.op, e.name, e.payload, r.pay)
 		}
 		notExecuted := strings.Contains(r.pay, "encoded/decoded only")
 		switch {
 		case e.handle == nil && !notExecuted:
-			t.Errorf("opcode %d (%s) has no handler (the doc does not say it is only encoded and decoded)", r.op, e.name)
+			add("opcode %d (%s) has no handler (the doc does not say it is only encoded and decoded)", r.op, e.name)
 		case e.handle != nil && notExecuted:
-			t.Errorf("opcode %d (%s) has a handler but the doc says it is only encoded and decoded", r.op, e.name)
+			add("opcode %d (%s) has a handler but the doc says it is only encoded and decoded", r.op, e.name)
 		}
 	}
 	for i := range ops {
 		if e := &ops[i]; (e.name != "" || e.handle != nil) && !listed[Opcode(i)] {
-			t.Errorf("receive entry %d (%s) is not in docs/iwarp.md's RDMAP table", i, e.name)
+			add("receive entry %d (%s) is not in docs/iwarp.md's RDMAP table", i, e.name)
 		}
 	}
 	return problems
-}
-
-// problemList collects what rxOpsProblems finds, so that a test can check
-// the check itself.
-type problemList struct{ p *[]string }
-
-func (l problemList) Errorf(format string, args ...any) {
-	*l.p = append(*l.p, fmt.Sprintf(format, args...))
 }
