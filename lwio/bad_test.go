@@ -174,6 +174,12 @@ func TestBadRequests(t *testing.T) {
 		{"credit without a grant", lwio.Header{Opcode: lwio.OpCredit, Flags: lwio.FlagInterrupt}, nil, lwio.StatusInvalidParameter},
 		{"register a bad key", lwio.Header{Opcode: lwio.OpRegister, Flags: lwio.FlagInterrupt}, make([]byte, lwio.FidParamsSize), lwio.StatusAccessDenied},
 		{"close an unknown fid", lwio.Header{Opcode: lwio.OpClose, Flags: lwio.FlagInterrupt, Fid: 77}, nil, lwio.StatusInvalidHandle},
+		// One per check of the server's request table.
+		{"auth after auth", lwio.Header{Opcode: lwio.OpAuth, Flags: lwio.FlagInterrupt}, nil, lwio.StatusInvalidDeviceReq},
+		{"cancel an unknown fid", lwio.Header{Opcode: lwio.OpCancel, Flags: lwio.FlagInterrupt, Fid: 77}, nil, lwio.StatusInvalidHandle},
+		{"read with bytes after the header", lwio.Header{Opcode: lwio.OpRead, Flags: lwio.FlagInterrupt, Fid: f.Fid(), Marker: uint8(io), Length: 10}, make([]byte, 4), lwio.StatusInvalidParameter},
+		{"register without its parameters", lwio.Header{Opcode: lwio.OpRegister, Flags: lwio.FlagInterrupt}, make([]byte, lwio.FidParamsSize-1), lwio.StatusInvalidParameter},
+		{"interrupt without the control flag", lwio.Header{Opcode: lwio.OpInterrupt, Flags: lwio.FlagInterrupt}, nil, lwio.StatusInvalidParameter},
 	}
 	// A vectored read whose region shape is wrong.
 	var reg [lwio.RegionSize]byte

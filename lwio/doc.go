@@ -1,6 +1,6 @@
-// Package lwio is the LWIO lightweight file-I/O protocol (seeds 000 and 001)
-// over the RDMA verbs of delegated connections: discovery over a pipe (a
-// plain TCP connection on the host stack), authentication, file
+// Package lwio is the LWIO lightweight file-I/O protocol (the LWIO protocol
+// specification) over the RDMA verbs of delegated connections: discovery
+// over a pipe (a plain TCP connection on the host stack), authentication, file
 // registration, reads as RDMA Writes into client memory, writes as sends,
 // vectored I/O, cancel, delta credits, and polling or interrupt completion.
 //
@@ -18,12 +18,17 @@
 // (pipe.go), the authentication parameters with their options and MD5
 // signature (auth.go), the status block and response, the file
 // registration parameters and the RDMA region (status.go). The server is
-// server.go (the pipe, the listener, one completion poller) and sconn.go
-// (one RDMA connection: authentication, requests, workers, credits); the
-// export of a local directory is export.go; the client is client.go (the
-// connection, admission by credits, the completion loop) and file.go (the
-// file API). docs/lwio.md gives every byte and every choice where the
-// source is open, and the doc test holds it to these constants.
+// server.go (the pipe, the listener, one completion poller) and, per RDMA
+// connection, sconn.go (its buffers, authentication and teardown),
+// sconn_request.go (the request table: one entry per opcode),
+// sconn_io.go (the workers and the answers) and sconn_credit.go; the
+// export of a local directory is export.go. The client is client.go (the
+// configuration, discovery, the connection and its authentication, close),
+// client_request.go (admission by credits, building and posting a
+// request), client_completion.go (the completion loop and the credit
+// messages) and file.go (the file API). docs/lwio.md gives every byte and
+// every choice where the source is open, and the doc tests hold it to
+// these constants and to the request table.
 //
 // lwio is host side, above tcpstack and tcpstack/verbs; the device never
 // imports it.

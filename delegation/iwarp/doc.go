@@ -29,7 +29,10 @@
 //	qp.Receive(payload)
 //
 // It takes all bytes; an incomplete FPDU is held in the QP (at most one,
-// 64 KiB). Nothing of an FPDU is placed before its CRC is verified.
+// 64 KiB). Nothing of an FPDU is placed before its CRC is verified. Each
+// DDP segment is then dispatched through one table indexed by RDMAP
+// opcode (rxOps, rxops.go: header length, queue, validator, handler); the
+// handlers are in rx.go.
 //
 // Transmit: the QP never pushes; the TCP engine pulls when it has room in
 // its send buffer:

@@ -312,48 +312,6 @@ func (qp *QP) fpdu(f []byte) {
 	qp.ulpdu(FPDU(f).ULPDU())
 }
 
-// ulpdu validates and executes one DDP segment.
-func (qp *QP) ulpdu(u []byte) {
-	if len(u) == 0 || len(u) < DDPHeaderLen(u[0]) {
-		qp.terminate(TermError{LayerDDP, ETypeDDPCatastrophic, 0}, nil, false, false)
-		return
-	}
-	h := DDPHeader(u)
-	if h.Version() != DDPVersion {
-		if h.Tagged() {
-			qp.terminate(TermError{LayerDDP, ETypeTaggedBuffer, CodeTInvalidVersion}, nil, false, false)
-		} else {
-			qp.terminate(TermError{LayerDDP, ETypeUntaggedBuffer, CodeUInvalidVersion}, nil, false, false)
-		}
-		return
-	}
-	if h.RDMAPVer() != RDMAPVersion {
-		qp.terminate(TermError{LayerRDMAP, ETypeRemoteOperation, CodeInvalidRDMAPVer}, nil, false, false)
-		return
-	}
-	op := h.Opcode()
-	if op > OpImmediateSE || op.Tagged() != h.Tagged() {
-		qp.terminate(TermError{LayerRDMAP, ETypeRemoteOperation, CodeUnexpectedOpcode}, u, true, false)
-		return
-	}
-	if !op.Tagged() && h.QN() != op.QN() {
-		qp.terminate(TermError{LayerDDP, ETypeUntaggedBuffer, CodeUInvalidQN}, u, true, false)
-		return
-	}
-	switch op {
-	case OpWrite:
-		qp.rxWrite(u)
-	case OpReadResponse:
-		qp.rxReadResponse(u)
-	case OpReadRequest:
-		qp.rxReadRequest(u)
-	case OpTerminate:
-		qp.rxTerminate(u)
-	default: // Sends and Immediate Data
-		qp.rxSend(u, op)
-	}
-}
-
 // taggedError maps a failed tagged placement to its Terminate error: DDP
 // tagged buffer errors, except missing rights, which only RDMAP can name.
 func taggedError(e AccessError) TermError {
@@ -401,9 +359,9 @@ func (qp *QP) place(p []byte, a rings.Addr) bool {
 
 // rxWrite places a tagged RDMA Write segment straight into the region its
 // STag names.
-func (qp *QP) rxWrite(u []byte) {
+func (qp *QP) rxWrite(u []byte, e *rxOp) {
 	h := DDPHeader(u)
-	p := u[DDPTaggedHeaderLen:]
+	p := u[e.hdrLen:]
 	if qp.rtrIn && len(p) == 0 && h.Last() && qp.neg.RTR == RTRWrite {
 		qp.stats.RTRsRecv++
 		return
@@ -423,14 +381,11 @@ func (qp *QP) rxWrite(u []byte) {
 }
 
 // rxReadResponse places a Read Response segment into the sink of the oldest
-// outstanding RDMA Read, which it must continue exactly.
-func (qp *QP) rxReadResponse(u []byte) {
-	if qp.orqN == 0 {
-		qp.terminate(TermError{LayerRDMAP, ETypeRemoteOperation, CodeUnexpectedOpcode}, u, true, false)
-		return
-	}
+// outstanding RDMA Read (validateReadResponse made sure there is one), which
+// it must continue exactly.
+func (qp *QP) rxReadResponse(u []byte, op *rxOp) {
 	h := DDPHeader(u)
-	p := u[DDPTaggedHeaderLen:]
+	p := u[op.hdrLen:]
 	e := &qp.orq[qp.orqHead]
 	w := &qp.sqWork[e.sqIdx&qp.sqMask]
 	switch {
@@ -471,22 +426,11 @@ func (qp *QP) rxReadResponse(u []byte) {
 	qp.drainSendCompletions()
 }
 
-// rxReadRequest queues an inbound RDMA Read for its response after checking
-// the source region.
-func (qp *QP) rxReadRequest(u []byte) {
+// rxReadRequest queues an inbound RDMA Read (validateReadRequest judged its
+// framing) for its response after checking the source region.
+func (qp *QP) rxReadRequest(u []byte, e *rxOp) {
 	h := DDPHeader(u)
-	p := u[DDPUntaggedHeaderLen:]
-	switch {
-	case h.MSN() != qp.rxMSN[QNReadRequest]:
-		qp.terminate(TermError{LayerDDP, ETypeUntaggedBuffer, CodeUMSNRange}, u, true, false)
-		return
-	case h.MO() != 0:
-		qp.terminate(TermError{LayerDDP, ETypeUntaggedBuffer, CodeUInvalidMO}, u, true, false)
-		return
-	case !h.Last() || len(p) != ReadRequestLen:
-		qp.terminate(TermError{LayerRDMAP, ETypeRemoteOperation, CodeUnspecified}, u, true, false)
-		return
-	}
+	p := u[e.hdrLen:]
 	var rr ReadRequest
 	_, _ = rr.Decode(p)
 	rtr := qp.rtrIn && rr.Size == 0 && qp.neg.RTR == RTRRead
@@ -516,11 +460,11 @@ func (qp *QP) rxReadRequest(u []byte) {
 }
 
 // rxTerminate handles the peer's Terminate: the stream is dead.
-func (qp *QP) rxTerminate(u []byte) {
+func (qp *QP) rxTerminate(u []byte, e *rxOp) {
 	qp.stats.TerminatesRecv++
 	qp.stats.RxMessages++
 	var t Terminate
-	if _, err := t.Decode(u[DDPUntaggedHeaderLen:]); err == nil {
+	if _, err := t.Decode(u[e.hdrLen:]); err == nil {
 		qp.peerTerm, qp.hasPeerTerm = t.TermError, true
 	}
 	st := WCRemOpErr
@@ -557,19 +501,14 @@ func (qp *QP) takeRecv(w *RecvWR) (ok bool) {
 // rxSend places a segment of a Send (or an Immediate Data message) into the
 // current receive work request, taking the next one at a message's first
 // segment.
-func (qp *QP) rxSend(u []byte, op Opcode) {
+func (qp *QP) rxSend(u []byte, e *rxOp) {
 	h := DDPHeader(u)
-	p := u[DDPUntaggedHeaderLen:]
+	p := u[e.hdrLen:]
+	op := e.op
 	r := &qp.rx
+	// validateSend judged MSN, MO and the opcode against the message in
+	// progress.
 	if !r.active {
-		switch {
-		case h.MSN() != qp.rxMSN[QNSend]:
-			qp.terminate(TermError{LayerDDP, ETypeUntaggedBuffer, CodeUMSNRange}, u, true, false)
-			return
-		case h.MO() != 0:
-			qp.terminate(TermError{LayerDDP, ETypeUntaggedBuffer, CodeUInvalidMO}, u, true, false)
-			return
-		}
 		if !qp.takeRecv(&r.wr) {
 			qp.terminate(TermError{LayerDDP, ETypeUntaggedBuffer, CodeUNoBuffer}, u, true, false)
 			return
@@ -584,21 +523,11 @@ func (qp *QP) rxSend(u []byte, op Opcode) {
 		for i := range r.wr.NumSGE {
 			r.cap += uint64(r.wr.SGL[i].Length)
 		}
-	} else {
-		switch {
-		case h.MSN() != qp.rxMSN[QNSend]:
-			qp.terminate(TermError{LayerDDP, ETypeUntaggedBuffer, CodeUMSNRange}, u, true, false)
-			return
-		case h.MO() != r.off:
-			qp.terminate(TermError{LayerDDP, ETypeUntaggedBuffer, CodeUInvalidMO}, u, true, false)
-			return
-		case op != r.op:
-			qp.terminate(TermError{LayerRDMAP, ETypeRemoteOperation, CodeUnexpectedOpcode}, u, true, false)
-			return
-		}
 	}
 	if op == OpImmediate || op == OpImmediateSE {
-		if !h.Last() || len(p) != ImmediateDataLen {
+		// Judged after the receive is taken: a malformed Immediate Data
+		// message with no receive posted is answered "no buffer".
+		if !h.Last() || len(p) != e.payload {
 			qp.terminate(TermError{LayerRDMAP, ETypeRemoteOperation, CodeUnspecified}, u, true, false)
 			return
 		}

@@ -1,0 +1,125 @@
+package lwio
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/emunic/emunic/rings"
+)
+
+// The client's requests: a call takes a credit and a slot, fills the
+// header and posts the Send; wait blocks until its completion.
+
+// limitLocked is how many requests may be in flight: the credits, the
+// client's own bound, and in polling mode one credit kept for INTERRUPT.
+func (c *Client) limitLocked() int {
+	l := min(c.credits, c.cfg.MaxOutstanding)
+	if c.cfg.Polling && l >= 2 {
+		l--
+	}
+	return l
+}
+
+// fill builds a request in its slot: it sets the header fields it owns
+// and returns the SGEs of the send after the header's own.
+type fill func(cl *Call, h *Header, slot []byte) ([]rings.SGE, error)
+
+// start admits a request (waiting for a credit), builds it and posts it.
+func (c *Client) start(ctx context.Context, op Opcode, f fill) (*Call, error) {
+	return c.startTo(ctx, op, nil, f)
+}
+
+// startTo is start with the channel the Call goes to when done (nil: a new
+// one). It is set before the request is posted: the answer can come before
+// startTo returns.
+func (c *Client) startTo(ctx context.Context, op Opcode, done chan *Call, f fill) (*Call, error) {
+	if done == nil {
+		done = make(chan *Call, 1)
+	}
+	cl := &Call{Op: op, c: c, Done: done}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.waiting++
+	for c.err == nil && (c.outstanding >= c.limitLocked() || c.retireNext != 0 || c.ackGrant || len(c.freeSlots) == 0) {
+		if ctx.Err() != nil {
+			c.waiting--
+			return nil, ctx.Err()
+		}
+		c.cond.Wait()
+	}
+	c.waiting--
+	if c.err != nil {
+		return nil, c.err
+	}
+	return cl, c.postLocked(cl, f)
+}
+
+// postLocked builds cl in a free slot and sends it.
+func (c *Client) postLocked(cl *Call, f fill) error {
+	cl.slot = c.freeSlots[len(c.freeSlots)-1]
+	c.freeSlots = c.freeSlots[:len(c.freeSlots)-1]
+	c.cookie++
+	if uint32(c.cookie) == 0 {
+		c.cookie++
+	}
+	cl.cookie = c.cookie
+	slot := c.slots.Bytes()[cl.slot*slotSize : (cl.slot+1)*slotSize]
+	h := Header{Opcode: cl.Op, Flags: FlagInterrupt, Credits: uint8(min(c.outstanding+c.waiting+1, MaxCredits)),
+		Cookie: cl.cookie, ImmCookie: uint32(cl.cookie)}
+	if c.cfg.Polling && isIO(cl.Op) {
+		h.Flags = 0
+		h.IosVa, h.IosMh = c.smr.TO(cl.slot*slotSize+slotIOSB), c.smr.RKey
+		atomic.StoreUint64(c.iosbWord(cl.slot), uint64(StatusPending)<<32)
+	}
+	sges, err := f(cl, &h, slot)
+	if err != nil {
+		c.freeSlots = append(c.freeSlots, cl.slot)
+		return err
+	}
+	h.Encode(slot)
+	w := rings.SendWR{Opcode: rings.WRSend, Flags: rings.WRSignaled, WRID: cl.cookie}
+	if len(sges) > rings.MaxSendSGE {
+		c.freeSlots = append(c.freeSlots, cl.slot)
+		return fmt.Errorf("lwio: %d SGEs", len(sges))
+	}
+	w.NumSGE = copy(w.SGL[:], sges)
+	c.byCookie[cl.cookie] = cl
+	c.outstanding++
+	c.maxSeen = max(c.maxSeen, c.outstanding)
+	if c.cfg.Polling && isIO(cl.Op) {
+		c.polling = append(c.polling, cl)
+	}
+	if err := c.qp.PostSend(&w); err != nil {
+		delete(c.byCookie, cl.cookie)
+		c.outstanding--
+		c.failLocked(err)
+		return err
+	}
+	c.st.requests.Add(1)
+	return nil
+}
+
+func isIO(op Opcode) bool { return op <= OpVecWrite }
+
+func (c *Client) iosbWord(slot int) *uint64 {
+	return (*uint64)(unsafe.Pointer(&c.slots.Bytes()[slot*slotSize+slotIOSB]))
+}
+
+// wait waits for cl and returns its error.
+func (c *Client) wait(ctx context.Context, cl *Call) error {
+	select {
+	case <-cl.Done:
+		return cl.Err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (c *Client) freeSlot(cl *Call) {
+	c.mu.Lock()
+	c.freeSlots = append(c.freeSlots, cl.slot)
+	c.cond.Broadcast()
+	c.mu.Unlock()
+}

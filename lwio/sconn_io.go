@@ -1,0 +1,245 @@
+package lwio
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"sync/atomic"
+
+	"github.com/emunic/emunic/rings"
+	"github.com/emunic/emunic/tcpstack/verbs"
+)
+
+// The server connection's I/O: the workers that run reads and writes
+// outside the lock, and the completions (status responses, status blocks,
+// Immediate Data) that answer every request.
+
+// workerYieldKey orders a file worker among its host's yielders in a
+// lockstep run (tcpstack.Host.Yield): after the completion loops (CQ
+// numbers), by QP number.
+const workerYieldKey = 1 << 31
+
+// worker runs queued reads and writes.
+func (c *sconn) worker() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for {
+		for len(c.queue) == 0 && c.err == nil {
+			c.cond.Wait()
+		}
+		if c.err != nil {
+			c.workers--
+			c.cond.Broadcast()
+			return
+		}
+		r := c.queue[0]
+		c.queue[0] = nil
+		c.queue = c.queue[1:]
+		var stage *stageSlot
+		if r.h.Opcode == OpRead || r.h.Opcode == OpVecRead {
+			var err error
+			if stage, err = c.stageLocked(); err != nil {
+				c.finishLocked(r, StatusInsufficientRes, 0, nil, nil)
+				continue
+			}
+		}
+		c.mu.Unlock()
+		// (A lockstep run: the completion loop that queued r and woke
+		// us goes on first, so its posts and ours reach the device
+		// in the same order every time.)
+		c.s.h.Yield(workerYieldKey | c.qp.QPN())
+		if hook := testHookIO.Load(); hook != nil {
+			(*hook)(r.h.Opcode)
+		}
+		st, info, wrs := c.do(r, stage)
+		c.mu.Lock()
+		if c.err != nil {
+			continue
+		}
+		c.finishLocked(r, st, info, wrs, stage)
+	}
+}
+
+// testHookIO, when set (tests only), runs before every read or write a
+// worker does: a test stalls the workers with it to queue requests.
+var testHookIO atomic.Pointer[func(Opcode)]
+
+// do runs the file I/O of r (no lock held) and returns its status, its
+// Information and, for reads, the RDMA Writes of the data.
+func (c *sconn) do(r *sreq, stage *stageSlot) (uint32, uint32, []rings.SendWR) {
+	h, f := &r.h, r.fe.f
+	direct := r.fe.flags&FileNoIntermediate != 0
+	switch h.Opcode {
+	case OpRead, OpVecRead:
+		b := stage.b[:h.Length]
+		n, err := f.readAt(b, int64(h.Offset), direct)
+		if err != nil && err != io.EOF {
+			return StatusIOError, 0, nil
+		}
+		if n == 0 {
+			return StatusEndOfFile, 0, nil
+		}
+		if f.dfd != nil && direct && f.direct(b, int64(h.Offset), len(b)) != nil {
+			c.s.st.direct.Add(1)
+		}
+		if h.Opcode == OpRead {
+			c.s.st.reads.Add(1)
+			c.s.st.bytesRead.Add(uint64(n))
+			w := rings.SendWR{Opcode: rings.WRRDMAWrite, RemoteAddr: h.DataVa, RKey: h.DataMh, NumSGE: 1}
+			w.SGL[0] = stage.mr.SGE(0, n)
+			return StatusSuccess, uint32(n), []rings.SendWR{w}
+		}
+		c.s.st.vecReads.Add(1)
+		c.s.st.bytesRead.Add(uint64(n))
+		wrs := make([]rings.SendWR, 0, len(r.regions))
+		for off, i := 0, 0; off < n; i++ {
+			l := min(int(r.regions[i].Length), n-off)
+			w := rings.SendWR{Opcode: rings.WRRDMAWrite, RemoteAddr: r.regions[i].DataVa, RKey: r.regions[i].DataMh, NumSGE: 1}
+			w.SGL[0] = stage.mr.SGE(off, l)
+			wrs = append(wrs, w)
+			off += l
+		}
+		return StatusSuccess, uint32(n), wrs
+	case OpWrite:
+		c.s.st.writes.Add(1)
+		if _, err := f.writeAt(r.data, int64(h.Offset), direct); err != nil {
+			return StatusIOError, 0, nil
+		}
+		c.s.st.bytesWritten.Add(uint64(len(r.data)))
+		return StatusSuccess, h.Length, nil
+	default: // OpVecWrite
+		c.s.st.vecWrites.Add(1)
+		if h.Flags&FlagCollapseIO == 0 {
+			if _, err := f.writeAt(r.data, int64(h.Offset), direct); err != nil {
+				return StatusIOError, 0, nil
+			}
+		} else {
+			ps := int(h.PageSize)
+			for i := range int(h.NumPages) {
+				l := min(ps, int(h.Length)-i*ps)
+				if _, err := f.writeAt(r.data[:l], int64(h.Offset)+int64(i*ps), direct); err != nil {
+					return StatusIOError, 0, nil
+				}
+			}
+		}
+		c.s.st.bytesWritten.Add(uint64(h.Length))
+		return StatusSuccess, h.Length, nil
+	}
+}
+
+// StatusIOError is an I/O error of the server's file system
+// (STATUS_UNEXPECTED_IO_ERROR).
+const StatusIOError = 0xC00000E9
+
+// finishLocked completes an I/O request: its receive buffer goes back,
+// then the data Writes and the completion are posted, then a waiting
+// interrupt request is answered.
+func (c *sconn) finishLocked(r *sreq, st, info uint32, wrs []rings.SendWR, stage *stageSlot) {
+	if r.slot >= 0 {
+		c.repostLocked(r.slot)
+		r.slot, r.data = -1, nil
+	}
+	r.fe.busy--
+	if r.fe.closed && r.fe.busy == 0 {
+		c.s.unref(r.fe.f)
+	}
+	h := &r.h
+	// Immediate Data carries no byte count: only a read that moved all it
+	// asked for completes that way.
+	if st == StatusSuccess && len(wrs) > 0 && info == h.Length && !h.Polling() && c.s.cfg.ImmediateReads && h.ImmCookie != 0 {
+		last := &wrs[len(wrs)-1]
+		last.Opcode, last.ImmData = rings.WRRDMAWriteImm, uint64(h.ImmCookie)
+		c.s.st.imm.Add(1)
+		c.postLocked(wrs, stage, false)
+		c.outstanding--
+	} else {
+		if st != StatusSuccess {
+			wrs = nil
+		}
+		c.answerLocked(h, st, info, wrs, stage)
+	}
+}
+
+// answerLocked posts before (data Writes), then the request's completion:
+// a status response by Send, or in polling mode its status block by RDMA
+// Write to IosVa/IosMh. The request is no longer outstanding.
+func (c *sconn) answerLocked(h *Header, st, info uint32, before []rings.SendWR, stage *stageSlot) {
+	var w rings.SendWR
+	if h.Polling() {
+		w = rings.SendWR{Opcode: rings.WRRDMAWrite, Flags: rings.WRInline, RemoteAddr: h.IosVa, RKey: h.IosMh, InlineLen: IOSBSize}
+		(&IOSB{Information: info, Status: st}).Encode(w.InlineData[:])
+		c.s.st.polled.Add(1)
+	} else {
+		w = rings.SendWR{Opcode: rings.WRSend, Flags: rings.WRInline | rings.WRSolicited, InlineLen: StatusResponseSize}
+		(&StatusResponse{Cookie: h.Cookie, IOSB: IOSB{Information: info, Status: st}}).Encode(w.InlineData[:])
+		c.s.st.intrDone.Add(1)
+	}
+	wrs := append(before, w)
+	c.postLocked(wrs, stage, c.denied)
+	c.outstanding--
+	if h.Polling() {
+		// A status block written: the completion a sleeping polling client
+		// may be waiting for, whatever its status (a refused request
+		// included), so it answers a held interrupt request, or lets the
+		// next one be answered at once.
+		if c.intrPending {
+			c.intrPending = false // answerLocked retires the interrupt request
+			c.answerLocked(&Header{Flags: FlagInterrupt | FlagControl, Cookie: c.intrCookie}, StatusSuccess, 0, nil, nil)
+		} else {
+			c.completedIO = true
+		}
+	}
+}
+
+// postLocked posts wrs in order, the last signaled; it waits for send
+// queue room.
+func (c *sconn) postLocked(wrs []rings.SendWR, stage *stageSlot, deny bool) {
+	if c.err != nil {
+		return
+	}
+	if c.sqUsed+len(wrs) > c.sqDepth {
+		// The send queue is sized for every request of every credit at
+		// once (sqDepthFor); this is a bug, not back pressure.
+		c.failLocked(fmt.Errorf("lwio: send queue overflow (%d + %d of %d)", c.sqUsed, len(wrs), c.sqDepth))
+		return
+	}
+	c.wrid++
+	last := &wrs[len(wrs)-1]
+	last.Flags |= rings.WRSignaled
+	last.WRID = c.wrid
+	if n, err := c.qp.PostSendList(wrs); err != nil {
+		if n > 0 {
+			c.s.st.connErr.Add(1)
+		}
+		c.failLocked(fmt.Errorf("lwio: post: %w", err))
+		return
+	}
+	c.sqUsed += len(wrs)
+	c.inflight[c.wrid] = posted{n: len(wrs), stage: stage, deny: deny}
+}
+
+// stageLocked takes a staging slot for a read's data.
+func (c *sconn) stageLocked() (*stageSlot, error) {
+	if n := len(c.stageFree); n > 0 {
+		s := c.stageFree[n-1]
+		c.stageFree = c.stageFree[:n-1]
+		return s, nil
+	}
+	if len(c.stageAll) >= c.nslots {
+		return nil, errors.New("lwio: staging exhausted")
+	}
+	size := c.s.cfg.MaxRdmaWindow
+	buf, err := c.s.v.AllocBuffer(size + directAlign)
+	if err != nil {
+		return nil, err
+	}
+	pad := int((directAlign - uint64(buf.Addr)%directAlign) % directAlign)
+	mr, err := c.s.v.RegMRAddr(c.s.pd, buf.Addr+rings.Addr(pad), size, verbs.AccessLocalWrite)
+	if err != nil {
+		_ = buf.Free()
+		return nil, err
+	}
+	s := &stageSlot{buf: buf, mr: mr, b: buf.Bytes()[pad : pad+size]}
+	c.stageAll = append(c.stageAll, s)
+	return s, nil
+}
