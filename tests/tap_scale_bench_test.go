@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/tcpstack/services"
 )
 
@@ -284,7 +285,7 @@ func BenchmarkTAPHeld(b *testing.B) {
 			}); err != nil {
 				b.Fatal(err)
 			}
-			waitUntil(b, "every connection accepted", 60*time.Second, func() bool { return count() == n })
+			testutil.Eventually(b, "every connection accepted", 60*time.Second, func() bool { return count() == n })
 			h1, a1, s1 := heap(), s.lab.host.Mem.InUse(), meminfoKiB("Slab")
 			slab := (s1 - s0) << 10 / int64(n)
 			perConn := (h1 - h0 + a1 - a0) / int64(n)
