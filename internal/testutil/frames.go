@@ -8,7 +8,11 @@ import "github.com/emunic/emunic/nic/hdr"
 
 // TCPFrame returns the Ethernet/IPv4/TCP frame f describes, in a buffer of
 // its own, with both checksums computed.
-func TCPFrame(f hdr.TCPFrameFields) []byte { return f.Append(nil) }
+func TCPFrame(f hdr.TCPFrameFields) []byte {
+	b := make([]byte, f.Len())
+	f.Encode(b)
+	return b
+}
 
 // TCPPacket returns the IPv4 header and the TCP segment (options and
 // payload included) of the frame f describes: what the offload engine's
@@ -16,7 +20,7 @@ func TCPFrame(f hdr.TCPFrameFields) []byte { return f.Append(nil) }
 // slices of one buffer, each with no room past its end, so a test that
 // appends to either (Ethernet padding) copies rather than overwrites.
 func TCPPacket(f hdr.TCPFrameFields) (ip hdr.IPv4, tcp hdr.TCP) {
-	b := f.Append(nil)
+	b := TCPFrame(f)
 	const ipEnd = hdr.EthernetSize + hdr.IPv4MinSize
 	return hdr.IPv4(b[hdr.EthernetSize:ipEnd:ipEnd]), hdr.TCP(b[ipEnd:])
 }
@@ -26,7 +30,7 @@ func TCPPacket(f hdr.TCPFrameFields) (ip hdr.IPv4, tcp hdr.TCP) {
 // that of the whole, and the TCP checksum field holding only the
 // pseudo-header's sum, for the segmenter to finish per segment.
 func TSOFrame(f hdr.TCPFrameFields) []byte {
-	b := f.Append(nil)
+	b := TCPFrame(f)
 	tcp := hdr.TCP(b[hdr.EthernetSize+hdr.IPv4MinSize:])
 	tcp.SetChecksum(hdr.Fold(hdr.PseudoHeaderSum(hdr.ProtoTCP, f.Src, f.Dst, len(tcp))))
 	return b
