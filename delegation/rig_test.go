@@ -3,6 +3,7 @@ package delegation
 import (
 	"testing"
 
+	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/rings"
 )
@@ -132,30 +133,10 @@ func (r *rig) build(p pseg) (ipHdr, tcpSeg []byte) {
 			}
 		}
 	}
-	for len(opts)%4 != 0 {
-		opts = append(opts, optEOL)
-	}
-	hl := tcpHdrLen + len(opts)
-	tcp := make([]byte, hl+len(p.payload))
-	be.PutUint16(tcp[0:], r.st.RemotePort)
-	be.PutUint16(tcp[2:], r.st.LocalPort)
-	be.PutUint32(tcp[4:], p.seq)
-	be.PutUint32(tcp[8:], p.ack)
-	tcp[12] = byte(hl/4) << 4
-	tcp[13] = p.flags
-	be.PutUint16(tcp[14:], p.wnd)
-	copy(tcp[tcpHdrLen:], opts)
-	copy(tcp[hl:], p.payload)
-	be.PutUint16(tcp[16:], hdr.TransportChecksum(hdr.ProtoTCP, r.st.RemoteIP, r.st.LocalIP, tcp))
-	ip := make([]byte, ipHdrLen)
-	ip[0] = 0x45
-	be.PutUint16(ip[2:], uint16(ipHdrLen+len(tcp)))
-	be.PutUint16(ip[6:], ipFlagDF)
-	ip[8] = 64
-	ip[9] = ipProtoTCP
-	copy(ip[12:], r.st.RemoteIP[:])
-	copy(ip[16:], r.st.LocalIP[:])
-	be.PutUint16(ip[10:], ^hdr.Checksum(ip, 0))
+	// Options are padded with End of Option List to a multiple of 4.
+	ip, tcp := testutil.TCPPacket(hdr.TCPFrameFields{Src: r.st.RemoteIP, Dst: r.st.LocalIP, DontFragment: true,
+		TCP:     hdr.TCPFields{SrcPort: r.st.RemotePort, DstPort: r.st.LocalPort, Seq: p.seq, Ack: p.ack, Flags: p.flags, Window: p.wnd},
+		Options: opts, Payload: p.payload})
 	return ip, tcp
 }
 

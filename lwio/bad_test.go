@@ -13,23 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/lwio"
 	"github.com/emunic/emunic/rings"
 	"github.com/emunic/emunic/tcpstack/verbs"
 )
-
-// eventually waits (bounded) for cond, which reads counters the server
-// updates asynchronously.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
 
 // stall holds every server worker at its next read or write until the
 // returned release is called.
@@ -96,7 +84,7 @@ func TestAuthRefused(t *testing.T) {
 			}
 		})
 	}
-	eventually(t, "the refused connections to close", func() bool { return r.srv.Stats().ConnsOpen == 0 })
+	testutil.Eventually(t, "the refused connections to close", 10*time.Second, func() bool { return r.srv.Stats().ConnsOpen == 0 })
 	if st := r.srv.Stats(); st.AuthFailures != 2 || st.Authenticated != 0 {
 		t.Errorf("stats %+v", st)
 	}
@@ -143,7 +131,7 @@ func TestAuthTimeout(t *testing.T) {
 	if err != nil || n == 0 || wc[0].Status == rings.WCSuccess {
 		t.Fatalf("completion %v, %v; want the receive flushed", wc[:n], err)
 	}
-	eventually(t, "the timeout to be counted", func() bool { return r.srv.Stats().AuthTimeouts == 1 })
+	testutil.Eventually(t, "the timeout to be counted", 10*time.Second, func() bool { return r.srv.Stats().AuthTimeouts == 1 })
 }
 
 // TestBadRequests sends requests the server must refuse one by one on one
@@ -299,7 +287,7 @@ func TestConnectionKillers(t *testing.T) {
 		if _, err := f.ReadAt(make([]byte, 10), 0); err == nil {
 			t.Errorf("%s: the connection still works", k.name)
 		}
-		eventually(t, k.name+": the server to drop the connection", func() bool {
+		testutil.Eventually(t, k.name+": the server to drop the connection", 10*time.Second, func() bool {
 			s := r.srv.Stats()
 			return s.ProtocolErrors+s.ConnErrors > before.ProtocolErrors+before.ConnErrors && s.ConnsOpen == before.ConnsOpen-1
 		})
@@ -346,7 +334,7 @@ func TestClosedFid(t *testing.T) {
 				t.Errorf("polling %v, %v after CLOSE: %v, want FILE_CLOSED", polling, op, err)
 			}
 		}
-		eventually(t, "the file to close on the server", func() bool { return r.srv.Stats().FilesOpen == 1 })
+		testutil.Eventually(t, "the file to close on the server", 10*time.Second, func() bool { return r.srv.Stats().FilesOpen == 1 })
 	}
 }
 
@@ -366,7 +354,7 @@ func TestCreditViolation(t *testing.T) {
 	}
 	calls := startReads(t, f, 4, 4096)
 	<-entered
-	eventually(t, "two violations", func() bool { return r.srv.Stats().CreditViolations == 2 })
+	testutil.Eventually(t, "two violations", 10*time.Second, func() bool { return r.srv.Stats().CreditViolations == 2 })
 	release()
 	ok, refused := tally(t, calls, lwio.StatusInsufficientRes)
 	if ok != 2 || refused != 2 {
@@ -416,7 +404,7 @@ func TestInterruptWakes(t *testing.T) {
 			t.Fatal(err)
 		}
 		<-entered
-		eventually(t, "the client to ask for an interrupt", func() bool { return r.srv.Stats().Interrupts > before })
+		testutil.Eventually(t, "the client to ask for an interrupt", 10*time.Second, func() bool { return r.srv.Stats().Interrupts > before })
 		release()
 		if err := cl.Wait(ctx); err != nil {
 			t.Fatal(err)
@@ -448,7 +436,7 @@ func TestPeerVanishes(t *testing.T) {
 		}
 	}
 	release()
-	eventually(t, "the server to free the connection and the file", func() bool {
+	testutil.Eventually(t, "the server to free the connection and the file", 10*time.Second, func() bool {
 		s := r.srv.Stats()
 		return s.ConnsOpen == 0 && s.FilesOpen == 0 && s.CreditsInUse == 0
 	})
@@ -475,7 +463,7 @@ func TestPipeGarbage(t *testing.T) {
 			t.Errorf("message %d: %v", i, err)
 		}
 		conn.Close()
-		eventually(t, "the pipe error to be counted", func() bool { return r.srv.Stats().PipeErrors == uint64(i+1) })
+		testutil.Eventually(t, "the pipe error to be counted", 10*time.Second, func() bool { return r.srv.Stats().PipeErrors == uint64(i+1) })
 	}
 	r.put(t, "f", []byte("abc"))
 	c := r.dial(t, lwio.ClientConfig{})
@@ -499,5 +487,5 @@ func TestPipeSilent(t *testing.T) {
 	if _, err := io.ReadAll(conn); err != nil && !strings.Contains(err.Error(), "reset") {
 		t.Fatalf("the server did not close the silent pipe: %v", err)
 	}
-	eventually(t, "the timeout to be counted", func() bool { return r.srv.Stats().PipeTimeouts == 1 })
+	testutil.Eventually(t, "the timeout to be counted", 10*time.Second, func() bool { return r.srv.Stats().PipeTimeouts == 1 })
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/nic/port/porttest"
@@ -202,27 +203,12 @@ func TestCommandStatusWriteBack(t *testing.T) {
 
 // frame builds an Ethernet/IPv4/UDP frame with valid checksums.
 func frame(dst [6]byte, payload int) []byte {
-	f := make([]byte, EthHeaderLen+20+8+payload)
-	copy(f[0:], dst[:])
-	copy(f[6:], peerMAC[:])
-	binary.BigEndian.PutUint16(f[12:], EtherTypeIPv4)
-	ip := f[EthHeaderLen:]
-	ip[0] = 0x45
-	binary.BigEndian.PutUint16(ip[2:], uint16(20+8+payload))
-	ip[8] = 64
-	ip[9] = ProtoUDP
-	copy(ip[12:], []byte{10, 0, 0, 2})
-	copy(ip[16:], []byte{10, 0, 0, 1})
-	hdr.IPv4(ip).UpdateChecksum()
-	udp := ip[20:]
-	binary.BigEndian.PutUint16(udp[0:], 1000)
-	binary.BigEndian.PutUint16(udp[2:], 2000)
-	binary.BigEndian.PutUint16(udp[4:], uint16(8+payload))
-	for i := range payload {
-		udp[8+i] = byte(i)
+	data := make([]byte, payload)
+	for i := range data {
+		data[i] = byte(i)
 	}
-	hdr.UDP(udp).UpdateChecksum(hdr.IPv4(ip).Src(), hdr.IPv4(ip).Dst())
-	return f
+	return testutil.UDPFrame(testutil.UDPFrameFields{DstMAC: dst, SrcMAC: peerMAC, Src: hdr.IPv4Addr{10, 0, 0, 2}, Dst: hdr.IPv4Addr{10, 0, 0, 1},
+		SrcPort: 1000, DstPort: 2000, Payload: data})
 }
 
 func TestReceiveBadFramesCountedAndDropped(t *testing.T) {

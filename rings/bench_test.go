@@ -2,11 +2,12 @@ package rings
 
 import (
 	"runtime"
-	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/emunic/emunic/internal/testutil"
 )
 
 // Benchmarks for the ring mechanism against a buffered Go channel, on the
@@ -167,8 +168,9 @@ const (
 	// modeBurst: as modeFull, through the batch calls: the producer
 	// reserves up to a batch of slots, fills them and commits them at once
 	// (Reserve, CommitN), the consumer takes what is published in one burst
-	// (Burst, PopN), as DESIGN.md has it: producers publish in batches,
-	// consumers drain in bursts.
+	// (Burst, PopN): the rings' rule that producers publish in batches and
+	// consumers drain in bursts, so one index store and one doorbell serve
+	// many entries.
 	modeBurst
 )
 
@@ -367,7 +369,7 @@ func BenchmarkRingVsChannel(b *testing.B) {
 				v = append(v, f(c))
 			}
 		}
-		return median(v), len(v)
+		return testutil.Median(v), len(v)
 	}
 	all := func(chunk) bool { return true }
 	near := func(c chunk) bool { return c.handoff >= 0 && c.handoff < nearHandoff }
@@ -400,18 +402,6 @@ func BenchmarkRingVsChannel(b *testing.B) {
 
 // nearHandoff splits the two placements BenchmarkRingVsChannel sees.
 const nearHandoff = 100 // ns
-
-// median of v (0 for none); v is reordered.
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	slices.Sort(v)
-	if len(v)%2 == 1 {
-		return v[len(v)/2]
-	}
-	return (v[len(v)/2-1] + v[len(v)/2]) / 2
-}
 
 // cmdDevice runs a device that completes every command in place with
 // StatusOK and Result = Tag+1, until stop is closed.

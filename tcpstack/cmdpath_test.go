@@ -5,28 +5,15 @@ import (
 	"io"
 	"net"
 	"os"
-	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
 
+	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/rings"
 )
-
-// waitUntil waits (yielding, never sleeping) until cond holds, for at most
-// five seconds.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		runtime.Gosched()
-	}
-}
 
 // cmdDev plays a misbehaving device on the command ring of a driver on a
 // ringDevice: the test takes each command and decides what the device
@@ -170,7 +157,7 @@ func TestCommandTimeoutKeepsSlot(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the late answer was not reaped")
 	}
-	waitUntil(t, "nothing in flight", func() bool { return d.Stats().CmdInFlight == 0 })
+	testutil.WaitFor(t, "nothing in flight", func() bool { return d.Stats().CmdInFlight == 0 })
 	if s := d.Stats(); s.CmdLate != 1 || s.CmdBadWriteBacks != 0 || s.CmdStrayDone != 0 {
 		t.Fatalf("stats %+v", s)
 	}
@@ -208,7 +195,7 @@ func TestCommandStrayAndBadWriteBacks(t *testing.T) {
 	// The device writes DONE, with the right phase, into slot 0 before
 	// the host issued index 0.
 	c.writeBack(0, rings.StatusOK, 99, true)
-	waitUntil(t, "the stray DONE counted", func() bool { return d.Stats().CmdStrayDone == 1 })
+	testutil.WaitFor(t, "the stray DONE counted", func() bool { return d.Stats().CmdStrayDone == 1 })
 	res := make(chan error, 1)
 	var got rings.Command
 	go func() {
@@ -219,7 +206,7 @@ func TestCommandStrayAndBadWriteBacks(t *testing.T) {
 	c.published(0)
 	// A DONE with the wrong phase on the issued command: not trusted.
 	c.writeBack(0, rings.StatusOK, 98, false)
-	waitUntil(t, "the bad write-back counted", func() bool { return d.Stats().CmdBadWriteBacks == 1 })
+	testutil.WaitFor(t, "the bad write-back counted", func() bool { return d.Stats().CmdBadWriteBacks == 1 })
 	d.reap()
 	select {
 	case err := <-res:
@@ -229,7 +216,7 @@ func TestCommandStrayAndBadWriteBacks(t *testing.T) {
 	// A stray DONE on the next free slot (index 1), seen on the next
 	// completion interrupt.
 	c.writeBack(1, rings.StatusOK, 97, true)
-	waitUntil(t, "the second stray DONE counted", func() bool { return d.Stats().CmdStrayDone == 2 })
+	testutil.WaitFor(t, "the second stray DONE counted", func() bool { return d.Stats().CmdStrayDone == 2 })
 	// The real answer.
 	c.writeBack(0, rings.StatusOK, 5, true)
 	c.release(1)
@@ -364,7 +351,7 @@ func (r *offloadRig) conn(idx uint32) *DelegatedConn {
 func (r *offloadRig) takeRx() uint32 {
 	r.t.Helper()
 	var e []byte
-	waitUntil(r.t, "a legacy buffer", func() bool { e, _ = r.rx.Peek(); return e != nil })
+	testutil.WaitFor(r.t, "a legacy buffer", func() bool { e, _ = r.rx.Peek(); return e != nil })
 	id := rings.RxDesc(e).BufID()
 	r.rx.Pop()
 	r.rx.Release()
@@ -410,7 +397,7 @@ func TestNotifyNeverWaitsForCommands(t *testing.T) {
 	for range frames {
 		post(rings.Notification{Flags: rings.NtfLegacyUpload, Conn: rings.NoConn, Aux: takeRx(), Len: 60})
 	}
-	waitUntil(t, "the legacy frames handled", func() bool { return d.Stats().RxFrames == uint64(frames) })
+	testutil.WaitFor(t, "the legacy frames handled", func() bool { return d.Stats().RxFrames == uint64(frames) })
 	// The device refuses the POST_BUFFERS: the blocked Read returns it.
 	c.writeBack(0, rings.StatusNoResources, 0, true)
 	c.release(1)
@@ -437,7 +424,7 @@ func TestNotifyNeverWaitsForCommands(t *testing.T) {
 	}
 	c.writeBack(1, rings.StatusBadParam, 0, true)
 	c.release(2)
-	waitUntil(t, "the UPDATE failure recorded", func() bool {
+	testutil.WaitFor(t, "the UPDATE failure recorded", func() bool {
 		c2.mu.Lock()
 		defer c2.mu.Unlock()
 		return c2.cmdErr != nil
@@ -536,7 +523,7 @@ func TestWriteWaitsForTransmitRing(t *testing.T) {
 		_, err := dc.Write(p[:ring*1024])
 		res <- err
 	}()
-	waitUntil(t, "the Write waiting for the ring", full)
+	testutil.WaitFor(t, "the Write waiting for the ring", full)
 	slow := time.NewTimer(150 * time.Millisecond) // the slow device, not a synchronisation
 	<-slow.C
 	select {
@@ -546,7 +533,7 @@ func TestWriteWaitsForTransmitRing(t *testing.T) {
 	}
 	for k := 0; k < 2*ring; k++ {
 		var e []byte
-		waitUntil(t, "a transmit descriptor", func() bool { e, _ = tx.Peek(); return e != nil })
+		testutil.WaitFor(t, "a transmit descriptor", func() bool { e, _ = tx.Peek(); return e != nil })
 		tx.Pop()
 		tx.Release() // kicks the transmit-space vector
 	}
@@ -561,7 +548,7 @@ func TestWriteWaitsForTransmitRing(t *testing.T) {
 		_, err := dc.Write(p)
 		res <- err
 	}()
-	waitUntil(t, "the Write waiting again", func() bool { return d.Stats().TxRingFull > before })
+	testutil.WaitFor(t, "the Write waiting again", func() bool { return d.Stats().TxRingFull > before })
 	if err := dc.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -577,7 +564,7 @@ func TestWriteWaitsForTransmitRing(t *testing.T) {
 	}
 	for k := 0; k <= ring; k++ { // the ring, then the FIN from the backlog
 		var e []byte
-		waitUntil(t, "a transmit descriptor", func() bool { e, _ = tx.Peek(); return e != nil })
+		testutil.WaitFor(t, "a transmit descriptor", func() bool { e, _ = tx.Peek(); return e != nil })
 		var desc rings.Tx
 		_ = desc.Decode(rings.TxDesc(e))
 		if k == ring && desc.Flags != rings.TxFin {
@@ -633,7 +620,7 @@ func TestCreditsCoalesce(t *testing.T) {
 	// 1048 more: one UPDATE of 2048, which the device sits on.
 	upload(1048)
 	read(1048)
-	waitUntil(t, "an UPDATE", func() bool { return len(updates()) == 1 })
+	testutil.WaitFor(t, "an UPDATE", func() bool { return len(updates()) == 1 })
 	first := updates()[0]
 	if cmd := c.published(first); cmd.Arg0 != 2048 {
 		t.Fatalf("command %+v", cmd)
@@ -654,13 +641,13 @@ func TestCreditsCoalesce(t *testing.T) {
 		c.release(upTo)
 	}
 	answer(c.cons.ProducerIndex())
-	waitUntil(t, "a second UPDATE", func() bool { return len(updates()) == 2 })
+	testutil.WaitFor(t, "a second UPDATE", func() bool { return len(updates()) == 2 })
 	second := updates()[1]
 	if cmd := c.published(second); cmd.Arg0 != 6000 {
 		t.Fatalf("command %+v", cmd)
 	}
 	answer(c.cons.ProducerIndex())
-	waitUntil(t, "the UPDATE answered", func() bool {
+	testutil.WaitFor(t, "the UPDATE answered", func() bool {
 		dc.mu.Lock()
 		defer dc.mu.Unlock()
 		return !dc.creditBusy

@@ -2,20 +2,10 @@ package tcpstack
 
 import (
 	"testing"
-	"time"
 
+	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/rings"
 )
-
-// waitFor polls cond for up to 5 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
 
 // TestDriverFrameTooLarge: a FRAME_TOO_LARGE notification (the device
 // dropped a frame longer than the buffer and returned the buffer) is
@@ -42,7 +32,7 @@ func TestDriverFrameTooLarge(t *testing.T) {
 	n.Encode(rings.NotificationEntry(ntf.Next()))
 	ntf.Commit()
 	ntf.Publish()
-	waitFor(t, "the notification", func() bool { return d.Stats().Notifications == 1 })
+	testutil.WaitFor(t, "the notification", func() bool { return d.Stats().Notifications == 1 })
 	s := d.Stats()
 	if s.RxFrameTooLarge != 1 || s.RxErrors != 0 || s.RxFrames != 0 {
 		t.Fatalf("driver stats %+v: want 1 frame too large, no errors, no frames", s)
@@ -51,7 +41,7 @@ func TestDriverFrameTooLarge(t *testing.T) {
 		t.Errorf("NotificationCounts: %d FRAME_TOO_LARGE, want 1", got)
 	}
 	// The driver reposted exactly that buffer, behind the ones left.
-	waitFor(t, "the repost", func() bool { return rx.ProducerIndex() == uint32(posted)+1 })
+	testutil.WaitFor(t, "the repost", func() bool { return rx.ProducerIndex() == uint32(posted)+1 })
 	for range posted - 6 {
 		rx.Pop()
 	}

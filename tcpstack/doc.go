@@ -13,13 +13,20 @@
 //     receive filter.
 //   - cmdpath.go: the command path: command batches, their write-backs,
 //     timeouts and late answers, quarantine.
+//   - txspace.go: the transmit ring's free space for delegated
+//     connections: waiting for slots, the backlog of descriptors.
 //   - counters.go: the driver's counters (DriverStats, notification
 //     counts).
 //   - flowtrack.go: the flow tracker, which follows the TCP state of the
 //     connections that may be delegated.
 //   - ackrepair.go: the ACK repair of segments netstack would ignore.
-//   - offload.go: delegation: OFFLOAD and its outcomes, DialOffload,
-//     TrackedConn and Delegate, OffloadListener.
+//   - offload.go: the offloader: OffloadConfig, connection indices and
+//     their quarantine, the commands of a delegated connection's life
+//     (receive buffers, credit, RELEASE), OffloadUsage.
+//   - delegate.go: the delegation steps (freeze, drain, install: OFFLOAD
+//     and its outcomes).
+//   - tracked.go: TrackedConn, DialTracked, Delegate and DialOffload.
+//   - listener.go: OffloadListener.
 //   - dconn.go: DelegatedConn, a net.Conn run by the offload unit.
 //   - rdmahost.go: the host's RDMA provider seam (RDMAHooks, RDMAHost,
 //     Host.AttachRDMA): all that tcpstack/verbs uses of delegation.

@@ -12,6 +12,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/nic"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/rings"
@@ -456,7 +457,7 @@ func slicesContains(s []uint32, v uint32) bool {
 func quarantineResolved(t *testing.T, a *Host, idx uint32, key FlowKey) {
 	t.Helper()
 	o := a.off
-	waitUntil(t, "the quarantine resolved", func() bool {
+	testutil.WaitFor(t, "the quarantine resolved", func() bool {
 		o.mu.Lock()
 		defer o.mu.Unlock()
 		_, q := o.quarantined[idx]
@@ -582,7 +583,7 @@ func TestDelegateWithDataArriving(t *testing.T) {
 	if _, err := peer.Write(pattern(0, 1000)); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "netstack holding 1000 bytes", func() bool {
+	testutil.WaitFor(t, "netstack holding 1000 bytes", func() bool {
 		fi, _ := a.Driver.flows.snapshot(nc.key)
 		return fi.rcvNxt-fi.irs-1 == 1000
 	})
@@ -603,7 +604,7 @@ func TestDelegateWithDataArriving(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := a.off
-	waitUntil(t, "the unit's bytes handed to the connection", func() bool {
+	testutil.WaitFor(t, "the unit's bytes handed to the connection", func() bool {
 		o.mu.Lock()
 		c := o.conns[h.cmd.Conn]
 		o.mu.Unlock()

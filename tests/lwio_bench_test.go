@@ -8,12 +8,12 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/emunic/emunic/internal/cpusplit"
 	"github.com/emunic/emunic/internal/hostrig"
+	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/lwio"
 	"github.com/emunic/emunic/lwio/tcpfile"
 	"github.com/emunic/emunic/tcpstack"
@@ -204,13 +204,13 @@ func measureClient(b *testing.B, bytes, ops int, f func()) benchRound {
 		cpu: client.Seconds() / (float64(bytes) / (1 << 30))}
 }
 
+// median is the median of f over the rounds.
 func median(rs []benchRound, f func(benchRound) float64) float64 {
 	v := make([]float64, len(rs))
 	for i, r := range rs {
 		v[i] = f(r)
 	}
-	slices.Sort(v)
-	return v[len(v)/2]
+	return testutil.Median(v)
 }
 
 // BenchmarkLWIO is the bar: 64 KiB reads with 16 outstanding, LWIO

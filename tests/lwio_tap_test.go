@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/emunic/emunic/internal/testutil"
 )
 
 // TestTAPLWIOCommands is README's LWIO recipe: two emunic processes, each
@@ -19,18 +21,18 @@ import (
 // other, the file checked by SHA-256 at each step; then the server stops
 // with SIGINT and its counters must agree with what moved.
 func TestTAPLWIOCommands(t *testing.T) {
-	requireTAP(t)
+	testutil.RequireTAP(t)
 	exe := buildEmunic(t)
 	br, tapS, tapC := uniqueName("lwbr", 10), uniqueName("lws", 10), uniqueName("lwc", 10)
-	ipCmd(t, "link", "add", br, "type", "bridge")
+	testutil.IP(t, "link", "add", br, "type", "bridge")
 	t.Cleanup(func() { exec.Command("ip", "link", "del", br).Run() })
 	for _, tap := range []string{tapS, tapC} {
-		ipCmd(t, "tuntap", "add", "dev", tap, "mode", "tap")
+		testutil.IP(t, "tuntap", "add", "dev", tap, "mode", "tap")
 		t.Cleanup(func() { exec.Command("ip", "link", "del", tap).Run() })
-		ipCmd(t, "link", "set", tap, "master", br)
-		ipCmd(t, "link", "set", tap, "up")
+		testutil.IP(t, "link", "set", tap, "master", br)
+		testutil.IP(t, "link", "set", tap, "up")
 	}
-	ipCmd(t, "link", "set", br, "up")
+	testutil.IP(t, "link", "set", br, "up")
 
 	export, work := t.TempDir(), t.TempDir()
 	const size = 24<<20 + 12345

@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"encoding/binary"
 	"errors"
 	"io"
 	"net"
@@ -11,9 +10,9 @@ import (
 
 	"github.com/emunic/emunic/delegation"
 	"github.com/emunic/emunic/internal/hostrig"
+	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/tcpstack"
-	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 )
 
 // spyPort wraps a port and keeps the last TCP frame written through it, so
@@ -165,26 +164,17 @@ func TestDelegatedPeerVanishes(t *testing.T) {
 // forge rewrites the spied frame into a segment with the given sequence
 // offset, flags and payload, with valid checksums.
 func forge(last []byte, seqDelta uint32, flags byte, payload []byte) []byte {
-	ihl := int(last[14]&0xf) * 4
-	tcpOff := 14 + ihl
-	doff := int(last[tcpOff+12]>>4) * 4
-	f := append([]byte(nil), last[:tcpOff+doff]...)
+	ip := hdr.IPv4(last[hdr.EthernetSize:])
+	tcpOff := hdr.EthernetSize + ip.HeaderLen()
+	f := append([]byte(nil), last[:tcpOff+hdr.TCP(last[tcpOff:]).HeaderLen()]...)
 	f = append(f, payload...)
-	ip := f[14:]
-	binary.BigEndian.PutUint16(ip[2:], uint16(len(f)-14))
-	ip[10], ip[11] = 0, 0
-	binary.BigEndian.PutUint16(ip[10:], ^checksum.Checksum(ip[:ihl], 0))
-	tcp := f[tcpOff:]
-	seq := binary.BigEndian.Uint32(tcp[4:]) + seqDelta
-	binary.BigEndian.PutUint32(tcp[4:], seq)
-	tcp[13] = flags
-	tcp[16], tcp[17] = 0, 0
-	var ph [12]byte
-	copy(ph[0:4], ip[12:16])
-	copy(ph[4:8], ip[16:20])
-	ph[9] = 6
-	binary.BigEndian.PutUint16(ph[10:], uint16(len(tcp)))
-	binary.BigEndian.PutUint16(tcp[16:], ^checksum.Checksum(tcp, checksum.Checksum(ph[:], 0)))
+	ip = hdr.IPv4(f[hdr.EthernetSize:])
+	ip.SetTotalLen(uint16(len(ip)))
+	ip.UpdateChecksum()
+	tcp := hdr.TCP(f[tcpOff:])
+	tcp.SetSeq(tcp.Seq() + seqDelta)
+	tcp.SetFlags(flags)
+	tcp.UpdateChecksum(ip.Src(), ip.Dst())
 	return f
 }
 

@@ -48,7 +48,7 @@ func requireSiwVM(t *testing.T) string {
 	if testing.Short() {
 		t.Skip("skipped in -short mode: boots QEMU VMs (about a minute)")
 	}
-	requireTAP(t)
+	testutil.RequireTAP(t)
 	run, err := filepath.Abs(filepath.Join(siwVMDir(), "run.sh"))
 	if err == nil {
 		_, err = os.Stat(run)
@@ -238,10 +238,10 @@ func runSiwGroup(t *testing.T, run, exe string, g siwGroup, gi int) {
 	subnet := fmt.Sprintf("10.78.%d.", 10+gi)
 	vmIP := subnet + "2"
 	br := uniqueName("siwbr", 10)
-	ipCmd(t, "link", "add", br, "type", "bridge")
+	testutil.IP(t, "link", "add", br, "type", "bridge")
 	t.Cleanup(func() { exec.Command("ip", "link", "del", br).Run() })
 	noIPv6(br)
-	ipCmd(t, "link", "set", br, "up")
+	testutil.IP(t, "link", "set", br, "up")
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -252,11 +252,11 @@ func runSiwGroup(t *testing.T, run, exe string, g siwGroup, gi int) {
 		s := &emuSession{c: c, tap: uniqueName("siwe", 10), addr: netip.MustParsePrefix(fmt.Sprintf("%s%d/24", subnet, 10+i)),
 			pcap: filepath.Join(dir, c.name+".pcap"), done: make(chan error, 1), ready: make(chan struct{})}
 		sessions[i] = s
-		ipCmd(t, "tuntap", "add", "dev", s.tap, "mode", "tap")
+		testutil.IP(t, "tuntap", "add", "dev", s.tap, "mode", "tap")
 		t.Cleanup(func() { exec.Command("ip", "link", "del", s.tap).Run() })
 		noIPv6(s.tap)
-		ipCmd(t, "link", "set", s.tap, "master", br)
-		ipCmd(t, "link", "set", s.tap, "up")
+		testutil.IP(t, "link", "set", s.tap, "master", br)
+		testutil.IP(t, "link", "set", s.tap, "up")
 		cmd := c.vmCmd
 		if strings.Contains(cmd, "%s") {
 			cmd = fmt.Sprintf(cmd, s.addr.Addr())

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/rings"
 	"github.com/emunic/emunic/tcpstack"
 	"github.com/emunic/emunic/tcpstack/services"
@@ -19,7 +20,7 @@ import (
 // host and moves 8 MiB through its echo service; the device process exits
 // 0 on SIGINT, reporting the one host.
 func TestTAPDeviceProcess(t *testing.T) {
-	requireTAP(t)
+	testutil.RequireTAP(t)
 	exe := buildEmunic(t)
 	ns := newNetns(t)
 	name := uniqueName("emud", 10)

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/tcpstack"
 	"github.com/emunic/emunic/tcpstack/services"
@@ -123,7 +124,7 @@ func parallelEchoes(t *testing.T, clients int, n int64, limit time.Duration, dia
 // (then rounds of four clients at once), on the netstack path and on the
 // offload path. Every exchange must complete with equal hashes within 30 s.
 func TestTAPEchoStress(t *testing.T) {
-	requireTAP(t)
+	testutil.RequireTAP(t)
 	exe := buildEmunic(t)
 	rounds := stressRounds(t, 3)
 	multi := max(1, rounds*2/5)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/emunic/emunic/delegation"
+	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/tcpstack"
 	"github.com/emunic/emunic/tcpstack/services"
@@ -51,7 +52,7 @@ func newTAPOffloadLab(t testing.TB, subnet byte) *tapOffloadLab {
 // newTAPOffloadLabWith is newTAPOffloadLab with the TAP opened with opt.
 func newTAPOffloadLabWith(t testing.TB, subnet byte, opt port.TAPOptions) *tapOffloadLab {
 	t.Helper()
-	requireTAP(t)
+	testutil.RequireTAP(t)
 	lab := &tapOffloadLab{ns: newNetns(t)}
 	name := uniqueName("emuo", 10)
 	tap, err := port.OpenTAPWith(name, opt)
@@ -486,7 +487,7 @@ func TestTAPOffloadLossy(t *testing.T) {
 // "delegated as conn N"), the data must come back intact, and the exit
 // report must carry the engine's counters.
 func TestTAPOffloadServeCommand(t *testing.T) {
-	requireTAP(t)
+	testutil.RequireTAP(t)
 	exe := buildEmunic(t)
 	ns := newNetns(t)
 	name := uniqueName("emuf", 10)

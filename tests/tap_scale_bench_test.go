@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/tcpstack/services"
 )
 
@@ -82,13 +83,13 @@ func newScaleBench(b *testing.B, subnet byte) *scaleBench {
 	// The kernel server: a veth pair between the client's namespace and
 	// the server's.
 	va, vb := uniqueName("vea", 10), uniqueName("veb", 10)
-	ipCmd(b, "-n", lab.ns.name, "link", "add", va, "type", "veth", "peer", "name", vb, "netns", s.srvNS.name)
+	testutil.IP(b, "-n", lab.ns.name, "link", "add", va, "type", "veth", "peer", "name", vb, "netns", s.srvNS.name)
 	cli := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, subnet, 1, 1}), 24)
 	srv := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, subnet, 1, 2}), 24)
-	ipCmd(b, "-n", lab.ns.name, "addr", "add", cli.String(), "dev", va)
-	ipCmd(b, "-n", lab.ns.name, "link", "set", va, "up")
-	ipCmd(b, "-n", s.srvNS.name, "addr", "add", srv.String(), "dev", vb)
-	ipCmd(b, "-n", s.srvNS.name, "link", "set", vb, "up")
+	testutil.IP(b, "-n", lab.ns.name, "addr", "add", cli.String(), "dev", va)
+	testutil.IP(b, "-n", lab.ns.name, "link", "set", va, "up")
+	testutil.IP(b, "-n", s.srvNS.name, "addr", "add", srv.String(), "dev", vb)
+	testutil.IP(b, "-n", s.srvNS.name, "link", "set", vb, "up")
 	s.targets["kernel"] = srv.Addr()
 
 	s.listen = map[string]func(port uint16) (net.Listener, error){
@@ -147,7 +148,7 @@ func (s *scaleBench) connRate(b *testing.B, dst netip.AddrPort, n, conc int, ser
 //
 //	go test ./tests/ -run '^$' -bench TAPScale -benchtime 4000x -count 5
 func BenchmarkTAPScale(b *testing.B) {
-	requireTAP(b)
+	testutil.RequireTAP(b)
 	s := newScaleBench(b, 95)
 	for _, kind := range []struct {
 		name        string
@@ -222,7 +223,7 @@ func meminfoKiB(field string) int64 {
 //
 //	go test ./tests/ -run '^$' -bench TAPHeld -benchtime 1x -count 5
 func BenchmarkTAPHeld(b *testing.B) {
-	requireTAP(b)
+	testutil.RequireTAP(b)
 	// 5,000 a variant by default: the three share the client namespace's
 	// ~28,000 ephemeral ports (held in TIME_WAIT after), and the kernel
 	// variant needs a descriptor for both ends of each in this process.
@@ -284,7 +285,7 @@ func BenchmarkTAPHeld(b *testing.B) {
 			}); err != nil {
 				b.Fatal(err)
 			}
-			waitUntil(b, "every connection accepted", 60*time.Second, func() bool { return count() == n })
+			testutil.Eventually(b, "every connection accepted", 60*time.Second, func() bool { return count() == n })
 			h1, a1, s1 := heap(), s.lab.host.Mem.InUse(), meminfoKiB("Slab")
 			slab := (s1 - s0) << 10 / int64(n)
 			perConn := (h1 - h0 + a1 - a0) / int64(n)

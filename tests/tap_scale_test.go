@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/tcpstack/services"
 )
 
@@ -83,7 +84,7 @@ func TestTAPScaleEchoHeld(t *testing.T) {
 	}
 	opened := time.Since(start)
 	// Every one held, delegated: the echo server has them all.
-	waitUntil(t, "every connection accepted", 60*time.Second, func() bool { return echo.Stats().Active == uint64(n) })
+	testutil.Eventually(t, "every connection accepted", 60*time.Second, func() bool { return echo.Stats().Active == uint64(n) })
 	if f, l := ln.Fallbacks(), ln.Lost(); f+l != 0 {
 		t.Fatalf("%d of %d connections not delegated (%d lost): %v", f+l, n, l, ln.FallbackErr())
 	}
@@ -141,7 +142,7 @@ func TestTAPScaleEchoHeld(t *testing.T) {
 		c.Close()
 	}
 	conns = nil
-	waitUntil(t, "every connection released", 60*time.Second, func() bool {
+	testutil.Eventually(t, "every connection released", 60*time.Second, func() bool {
 		u := lab.host.OffloadUsage()
 		return u.Conns == 0 && u.Pool.InUse == 0 && echo.Stats().Active == 0
 	})
@@ -246,7 +247,7 @@ func TestTAPScaleQOTD(t *testing.T) {
 	if f, l := off.Fallbacks(), off.Lost(); f+l != 0 {
 		t.Errorf("%d of %d qotd connections not delegated (%d lost): %v", f+l, n, l, off.FallbackErr())
 	}
-	waitUntil(t, "every qotd connection released", 30*time.Second, func() bool {
+	testutil.Eventually(t, "every qotd connection released", 30*time.Second, func() bool {
 		u := lab.host.OffloadUsage()
 		return u.Conns == 0 && u.Pool.InUse == 0 && qOff.Stats().Active == 0
 	})
@@ -269,17 +270,5 @@ func TestTAPScaleQOTD(t *testing.T) {
 		} else {
 			t.Logf("below the bar this run: delegated qotd at %.0f/s, 0.8 × netstack's %.0f/s is %.0f (EMUNIC_TAP_QOTD_BAR=1 makes it fail)", rOff, rNet, 0.8*rNet)
 		}
-	}
-}
-
-// waitUntil polls cond (published counters and usage: no event to wait
-// on) until it holds, failing the test after within.
-func waitUntil(t testing.TB, what string, within time.Duration, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(within); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -25,7 +25,6 @@ import (
 	"github.com/emunic/emunic/rings"
 	"github.com/emunic/emunic/tcpstack"
 	"github.com/emunic/emunic/tcpstack/services"
-	"golang.org/x/sys/unix"
 )
 
 // The tests in this file put a real Linux peer on the other end of the
@@ -34,35 +33,11 @@ import (
 // network. The kernel's TCP and ICMP in that namespace talk to the emulated
 // host; the test reaches them from a thread that has entered the namespace.
 
-// requireTAP skips the test, saying why, when it cannot make TAP devices
-// and network namespaces.
-func requireTAP(t testing.TB) {
-	t.Helper()
-	if uid := os.Geteuid(); uid != 0 {
-		t.Skipf("skipped: needs root to create a TAP device and a network namespace (running as uid %d)", uid)
-	}
-	if _, err := os.Stat("/dev/net/tun"); err != nil {
-		t.Skipf("skipped: no /dev/net/tun (%v): load the tun module or give the container the device", err)
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("skipped: the ip command (iproute2) is not installed")
-	}
-}
-
 // uniqueName returns prefix followed by random hex digits, n characters in
 // all: unique per run, so parallel or leftover runs never collide.
 func uniqueName(prefix string, n int) string {
 	s := prefix + fmt.Sprintf("%016x", rand.Uint64())
 	return s[:n]
-}
-
-// ipCmd runs ip with args and fails the test with its output if it fails.
-func ipCmd(t testing.TB, args ...string) {
-	t.Helper()
-	out, err := exec.Command("ip", args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
-	}
 }
 
 // netns is a network namespace made for one test.
@@ -77,13 +52,13 @@ func newNetns(t testing.TB) *netns {
 	t.Helper()
 	ns := &netns{name: uniqueName("emunic-test-", 20)}
 	ns.path = filepath.Join("/var/run/netns", ns.name)
-	ipCmd(t, "netns", "add", ns.name)
+	testutil.IP(t, "netns", "add", ns.name)
 	t.Cleanup(func() {
 		if out, err := exec.Command("ip", "netns", "del", ns.name).CombinedOutput(); err != nil {
 			t.Errorf("cleanup: ip netns del %s: %v: %s", ns.name, err, bytes.TrimSpace(out))
 		}
 	})
-	ipCmd(t, "-n", ns.name, "link", "set", "lo", "up")
+	testutil.IP(t, "-n", ns.name, "link", "set", "lo", "up")
 	return ns
 }
 
@@ -91,9 +66,9 @@ func newNetns(t testing.TB) *netns {
 // side there: address kernelAddr, up.
 func (ns *netns) moveTAP(t testing.TB, name string, kernelAddr netip.Prefix) {
 	t.Helper()
-	ipCmd(t, "link", "set", name, "netns", ns.name)
-	ipCmd(t, "-n", ns.name, "addr", "add", kernelAddr.String(), "dev", name)
-	ipCmd(t, "-n", ns.name, "link", "set", name, "up")
+	testutil.IP(t, "link", "set", name, "netns", ns.name)
+	testutil.IP(t, "-n", ns.name, "addr", "add", kernelAddr.String(), "dev", name)
+	testutil.IP(t, "-n", ns.name, "link", "set", name, "up")
 }
 
 // do runs fn on an OS thread that has entered the namespace. Sockets fn
@@ -101,22 +76,7 @@ func (ns *netns) moveTAP(t testing.TB, name string, kernelAddr netip.Prefix) {
 // any goroutine afterwards. The thread is never returned to the runtime's
 // pool: its goroutine exits still locked, and Go then ends the thread.
 func (ns *netns) do(fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		f, err := os.Open(ns.path)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer f.Close()
-		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("setns %s: %w", ns.name, err)
-			return
-		}
-		errc <- fn()
-	}()
-	return <-errc
+	return testutil.InNetns(ns.path, fn)
 }
 
 // dial opens a TCP connection from the namespace's kernel stack.
@@ -237,7 +197,7 @@ func echoExchange(t *testing.T, c net.Conn, n int64) {
 // is in a network namespace, runs the echo service on it, and has the
 // kernel's TCP exchange 16 MiB with it; also pings it from the kernel.
 func TestTAPKernelPeerEcho(t *testing.T) {
-	requireTAP(t)
+	testutil.RequireTAP(t)
 	ns := newNetns(t)
 	name := uniqueName("emut", 10)
 	tap, err := port.OpenTAP(name)
@@ -381,7 +341,7 @@ func (p *serveProc) interrupt() string {
 // kernel there; then stops it with SIGINT and checks it exits 0 with its
 // counters, and that the TAP went away with it.
 func TestTAPServeCommand(t *testing.T) {
-	requireTAP(t)
+	testutil.RequireTAP(t)
 	exe := buildEmunic(t)
 	ns := newNetns(t)
 	name := uniqueName("emus", 10)

@@ -1,8 +1,13 @@
 // Package testutil holds the helpers that tests in several packages share:
 // running Debian's tshark on a capture and reading what its iWARP
-// dissectors made of it, and waiting for RDMA completions. It is imported
-// by tests only; it imports nothing of the project above rings, so any
-// package's internal tests can use it without an import cycle.
+// dissectors made of it, waiting for RDMA completions and for conditions
+// (wait.go), the median of benchmark rounds (median.go), TAP devices and
+// network namespaces (tap_linux.go), and Ethernet/IPv4/TCP frames built on
+// nic/hdr's encoders (frames.go). It is imported by tests only, and
+// imports nothing of the project but nic/hdr, the leaf both the host and
+// the device share: so any package's internal tests can use it without an
+// import cycle, and a device package's tests reach no host package
+// through it (nor the other way).
 package testutil
 
 import (
@@ -14,8 +19,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/emunic/emunic/rings"
 )
 
 // NeedTshark returns tshark's path, or skips the test saying why.
@@ -28,9 +31,12 @@ func NeedTshark(t testing.TB) string {
 	return p
 }
 
-// IWARPOptions are DESIGN.md's tshark options for iWARP captures: MPA found
-// heuristically on any port and tried first, the RDMA upper layers that
-// would claim the Sends' payload off, and IP and TCP checksums verified.
+// IWARPOptions are the tshark options every iWARP capture is decoded with:
+// MPA found heuristically on any port and tried first (iWARP has no port
+// of its own, and the tests use any), the RDMA upper layers that would
+// claim the Sends' payload off (rpcordma, smb_direct), and IP and TCP
+// checksums verified. The heuristic finds MPA by its request and reply, so
+// a capture must include them.
 var IWARPOptions = []string{"--enable-heuristic", "iwarp_mpa_tcp", "-o", "tcp.try_heuristic_first:TRUE",
 	"--disable-protocol", "rpcordma", "--disable-protocol", "smb_direct",
 	"-o", "ip.check_checksum:TRUE", "-o", "tcp.check_checksum:TRUE"}
@@ -155,17 +161,19 @@ func mpaRev2Warning(m string) bool {
 		strings.HasPrefix(m, "Rev field is NOT set to one as required by RFC 5044")
 }
 
-// Poller is a completion queue: verbs.CQ (tcpstack/verbs).
-type Poller interface {
-	Poll(wc []rings.Completion) int
+// Poller is a completion queue: verbs.CQ (tcpstack/verbs), whose C is
+// rings.Completion. It is generic so that this package imports nothing of
+// the project's: the rings package's own tests can use it.
+type Poller[C any] interface {
+	Poll(wc []C) int
 }
 
 // WaitCompletions busy-polls cq until n completions arrived and returns
 // them; after 10 s it fails the test with what did arrive.
-func WaitCompletions(t testing.TB, cq Poller, n int) []rings.Completion {
+func WaitCompletions[C any](t testing.TB, cq Poller[C], n int) []C {
 	t.Helper()
-	out := make([]rings.Completion, 0, n)
-	wc := make([]rings.Completion, 64)
+	out := make([]C, 0, n)
+	wc := make([]C, 64)
 	deadline := time.Now().Add(10 * time.Second)
 	for len(out) < n {
 		k := cq.Poll(wc[:min(len(wc), n-len(out))])

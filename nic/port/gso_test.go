@@ -2,10 +2,10 @@ package port
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"testing"
 
+	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/nic/hdr"
 )
 
@@ -14,22 +14,8 @@ import (
 // field holding the pseudo-header's sum only.
 func superFrame(t testing.TB, payload []byte, flags uint8) []byte {
 	t.Helper()
-	src, dst := hdr.IPv4Addr{10, 0, 0, 1}, hdr.IPv4Addr{10, 0, 0, 2}
-	f := make([]byte, hdr.EthernetSize+hdr.IPv4MinSize+hdr.TCPMinSize+len(payload))
-	binary.BigEndian.PutUint16(f[12:], hdr.EtherTypeIPv4)
-	ip := hdr.IPv4(f[hdr.EthernetSize:])
-	(&hdr.IPv4Fields{TotalLen: uint16(len(ip)), ID: 100, TTL: 64, Proto: hdr.ProtoTCP, Src: src, Dst: dst}).Encode(ip)
-	tcp := hdr.TCP(ip[hdr.IPv4MinSize:])
-	tcp.SetSrcPort(1234)
-	tcp.SetDstPort(9)
-	tcp.SetSeq(1000)
-	tcp.SetAck(5)
-	tcp.SetHeaderLen(hdr.TCPMinSize)
-	tcp.SetFlags(flags)
-	tcp.SetWindow(1000)
-	copy(tcp[hdr.TCPMinSize:], payload)
-	binary.BigEndian.PutUint16(tcp[16:], hdr.Fold(hdr.PseudoHeaderSum(hdr.ProtoTCP, src, dst, len(tcp))))
-	return f
+	return testutil.TSOFrame(hdr.TCPFrameFields{Src: hdr.IPv4Addr{10, 0, 0, 1}, Dst: hdr.IPv4Addr{10, 0, 0, 2}, ID: 100,
+		TCP: hdr.TCPFields{SrcPort: 1234, DstPort: 9, Seq: 1000, Ack: 5, Flags: flags, Window: 1000}, Payload: payload})
 }
 
 func TestGSOSplit(t *testing.T) {

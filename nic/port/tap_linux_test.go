@@ -7,63 +7,14 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/nic/hdr"
 	"golang.org/x/sys/unix"
 )
-
-// requireTAP skips the test, saying why, when this machine cannot create TAP devices.
-func requireTAP(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creating a TAP device and a network namespace requires CAP_NET_ADMIN and CAP_SYS_ADMIN")
-	}
-	if _, err := os.Stat("/dev/net/tun"); err != nil {
-		t.Skipf("needs /dev/net/tun (load the tun module or run the container with --device /dev/net/tun): %v", err)
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("needs the iproute2 'ip' command to configure the TAP interface")
-	}
-}
-
-// inNetns runs fn on a thread of its own in a new, empty network namespace, so that the test's
-// interfaces and addresses cannot clash with the machine's or with other tests'. Sockets and
-// `ip` commands made by fn live in that namespace too (a child process inherits the forking
-// thread's namespaces).
-func inNetns(t *testing.T, fn func() error) {
-	t.Helper()
-	requireTAP(t)
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		// No UnlockOSThread: the thread is in the private namespace, so it must not run any
-		// other goroutine; the runtime destroys it when this goroutine returns.
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("unshare(CLONE_NEWNET): %w", err)
-			return
-		}
-		errc <- fn()
-	}()
-	if err := <-errc; err != nil {
-		if errors.Is(err, unix.EPERM) && strings.HasPrefix(err.Error(), "unshare") {
-			t.Skipf("needs CAP_SYS_ADMIN to create a network namespace: %v", err)
-		}
-		t.Fatal(err)
-	}
-}
-
-func ipCmd(args ...string) error {
-	out, err := exec.Command("ip", args...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
-	}
-	return nil
-}
 
 // readUntil reads frames from p until match accepts one, or fails after timeout (by closing p,
 // which must unblock the read).
@@ -88,34 +39,11 @@ func isARPRequestFor(ip net.IP) func([]byte) bool {
 	}
 }
 
-// ipv4Frame returns an Ethernet/IPv4 frame with room for l4 bytes after
-// the IP header (no options, TTL 64, protocol proto), its headers and IP
-// checksum done.
-func ipv4Frame(dstMAC, srcMAC net.HardwareAddr, src, dst net.IP, proto byte, l4 int) []byte {
-	f := make([]byte, 14+20+l4)
-	copy(f[0:6], dstMAC)
-	copy(f[6:12], srcMAC)
-	binary.BigEndian.PutUint16(f[12:14], 0x0800)
-	ip := hdr.IPv4(f[14:34])
-	ip[0] = 0x45
-	binary.BigEndian.PutUint16(ip[2:4], uint16(20+l4))
-	ip[8] = 64 // TTL
-	ip[9] = proto
-	copy(ip[12:16], src.To4())
-	copy(ip[16:20], dst.To4())
-	ip.UpdateChecksum()
-	return f
-}
-
 // udpFrame builds an Ethernet/IPv4/UDP frame (UDP checksum 0, which IPv4 allows).
 func udpFrame(dstMAC, srcMAC net.HardwareAddr, src, dst net.IP, sport, dport int, payload []byte) []byte {
-	f := ipv4Frame(dstMAC, srcMAC, src, dst, 17, 8+len(payload))
-	udp := f[34:42]
-	binary.BigEndian.PutUint16(udp[0:2], uint16(sport))
-	binary.BigEndian.PutUint16(udp[2:4], uint16(dport))
-	binary.BigEndian.PutUint16(udp[4:6], uint16(8+len(payload)))
-	copy(f[42:], payload)
-	return f
+	return testutil.UDPFrame(testutil.UDPFrameFields{DstMAC: hdr.MAC(dstMAC), SrcMAC: hdr.MAC(srcMAC),
+		Src: hdr.IPv4Addr(src.To4()), Dst: hdr.IPv4Addr(dst.To4()), SrcPort: uint16(sport), DstPort: uint16(dport),
+		NoChecksum: true, Payload: payload})
 }
 
 // upTAP brings tap up with address cidr and returns the MAC address of
@@ -124,7 +52,7 @@ func upTAP(tap *TAPPort, cidr string) (net.HardwareAddr, error) {
 	if err := tap.SetUp(true); err != nil {
 		return nil, err
 	}
-	if err := ipCmd("addr", "add", cidr, "dev", tap.Name()); err != nil {
+	if err := testutil.RunIP("addr", "add", cidr, "dev", tap.Name()); err != nil {
 		return nil, err
 	}
 	return tap.HardwareAddr()
@@ -135,7 +63,7 @@ func upTAP(tap *TAPPort, cidr string) (net.HardwareAddr, error) {
 // UDP datagram) is received by a kernel socket.
 func TestTAPExchangesFramesWithKernel(t *testing.T) {
 	defer checkGoroutines(t)()
-	inNetns(t, func() error {
+	testutil.InNewNetns(t, func() error {
 		tap, err := OpenTAP("emutap%d")
 		if err != nil {
 			return err
@@ -214,7 +142,7 @@ func TestTAPExchangesFramesWithKernel(t *testing.T) {
 }
 
 func TestTAPWriteWhileDownIsCountedDrop(t *testing.T) {
-	inNetns(t, func() error {
+	testutil.InNewNetns(t, func() error {
 		tap, err := OpenTAP("emudown0")
 		if err != nil {
 			return err
@@ -232,7 +160,7 @@ func TestTAPWriteWhileDownIsCountedDrop(t *testing.T) {
 
 func TestTAPCloseUnblocksReader(t *testing.T) {
 	defer checkGoroutines(t)()
-	inNetns(t, func() error {
+	testutil.InNewNetns(t, func() error {
 		tap, err := OpenTAP("emuclose0")
 		if err != nil {
 			return err
@@ -280,7 +208,7 @@ func TestTAPOpenErrors(t *testing.T) {
 		}
 	}
 
-	inNetns(t, func() error {
+	testutil.InNewNetns(t, func() error {
 		first, err := OpenTAP("emubusy0")
 		if err != nil {
 			return err
@@ -341,7 +269,7 @@ func TestTAPErrorMessages(t *testing.T) {
 // rest as TCP with a partial checksum.
 func TestTAPWriteAfterTSO(t *testing.T) {
 	defer checkGoroutines(t)()
-	inNetns(t, func() error {
+	testutil.InNewNetns(t, func() error {
 		tap, err := OpenTAP("emutso%d")
 		if err != nil {
 			return err
@@ -356,7 +284,7 @@ func TestTAPWriteAfterTSO(t *testing.T) {
 		}
 		myMAC := net.HardwareAddr{0x02, 0, 0, 0, 0, 0x03}
 		peer, host := net.IPv4(10, 99, 1, 2), net.IPv4(10, 99, 1, 1)
-		if err := ipCmd("neigh", "add", peer.String(), "lladdr", myMAC.String(), "dev", tap.Name()); err != nil {
+		if err := testutil.RunIP("neigh", "add", peer.String(), "lladdr", myMAC.String(), "dev", tap.Name()); err != nil {
 			return err
 		}
 
@@ -398,18 +326,8 @@ func TestTAPWriteAfterTSO(t *testing.T) {
 // tcpFrame builds an Ethernet/IPv4/TCP frame (ACK set, checksums done) with
 // TCP options opts (a multiple of 4 bytes) and payload.
 func tcpFrame(dstMAC, srcMAC net.HardwareAddr, src, dst net.IP, sport, dport int, opts, payload []byte) []byte {
-	hl := 20 + len(opts)
-	f := ipv4Frame(dstMAC, srcMAC, src, dst, 6, hl+len(payload))
-	tcp := hdr.TCP(f[34:])
-	binary.BigEndian.PutUint16(tcp[0:2], uint16(sport))
-	binary.BigEndian.PutUint16(tcp[2:4], uint16(dport))
-	binary.BigEndian.PutUint32(tcp[4:8], 1000)
-	binary.BigEndian.PutUint32(tcp[8:12], 1)
-	tcp[12] = byte(hl/4) << 4
-	tcp[13] = 0x10 // ACK
-	binary.BigEndian.PutUint16(tcp[14:16], 65535)
-	copy(tcp[20:], opts)
-	copy(tcp[hl:], payload)
-	tcp.UpdateChecksum(hdr.IPv4Addr(src.To4()), hdr.IPv4Addr(dst.To4()))
-	return f
+	return testutil.TCPFrame(hdr.TCPFrameFields{DstMAC: hdr.MAC(dstMAC), SrcMAC: hdr.MAC(srcMAC),
+		Src: hdr.IPv4Addr(src.To4()), Dst: hdr.IPv4Addr(dst.To4()),
+		TCP:     hdr.TCPFields{SrcPort: uint16(sport), DstPort: uint16(dport), Seq: 1000, Ack: 1, Flags: hdr.TCPFlagACK, Window: 65535},
+		Options: opts, Payload: payload})
 }

@@ -7,11 +7,11 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"sort"
 	"testing"
 	"time"
 
 	"github.com/emunic/emunic/internal/cpusplit"
+	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/tcpstack"
 )
 
@@ -325,19 +325,10 @@ func benchVs(b *testing.B, size int, tr Transfer) {
 	}
 	b.StopTimer()
 	for i, n := range names {
-		b.ReportMetric(median(mbs[i]), n+"-MB/s")
+		b.ReportMetric(testutil.Median(mbs[i]), n+"-MB/s")
 		if i < len(names)-1 {
-			b.ReportMetric(median(ratios[i]), n+"/delegated")
+			b.ReportMetric(testutil.Median(ratios[i]), n+"/delegated")
 		}
 	}
-	b.ReportMetric(median(gain), "direct/before")
-}
-
-func median(v []float64) float64 {
-	s := append([]float64(nil), v...)
-	sort.Float64s(s)
-	if len(s) == 0 {
-		return 0
-	}
-	return s[len(s)/2]
+	b.ReportMetric(testutil.Median(gain), "direct/before")
 }

@@ -1,8 +1,9 @@
 // Package direct is sockets direct: a byte-stream net.Conn and
 // net.Listener over an RDMA queue pair, with the session protocol of the
-// Windows Sockets Direct switch (../shared seeds 002 and 003), behind a
-// switch that falls back to plain TCP on netstack when either end has no
-// RDMA.
+// Windows Sockets Direct switch (Microsoft's Windows Sockets Direct
+// documentation: "Using Session Protocol", and "Windows Sockets SPI
+// Extensions for SANs" for the memory registration calls), behind a switch
+// that falls back to plain TCP on netstack when either end has no RDMA.
 //
 //	l, err := direct.Listen(hostB, 80, direct.Config{})
 //	c, err := direct.Dial(ctx, hostA, netip.AddrPortFrom(hostB.Addr(), 80), direct.Config{})
@@ -19,9 +20,11 @@
 // Dial then connects over TCP to the port itself, where the Listener also
 // accepts (so plain TCP clients reach it too).
 //
-// The session protocol (conn.go): each connection has a pool of registered
-// control-message buffers, Pool+Slots posted for receives and re-posted
-// as soon as a batch of completions is consumed, the rest for sends.
+// The session protocol (conn.go; send.go, recv.go and completions.go for
+// its send side, its receive side and its completions): each connection
+// has a pool of registered control-message buffers, Pool+Slots posted for
+// receives and re-posted as soon as a batch of completions is consumed,
+// the rest for sends.
 // Control messages (msg.go) are a 32-byte header and, for DATA, inline
 // stream bytes. Writes below Config.Threshold travel inline; longer ones
 // go in chunks by RDMA (a chunk not full is held for the next Writes while

@@ -482,16 +482,6 @@ func TestVerbsPrivateData(t *testing.T) {
 	}
 }
 
-// waitFor polls cond for up to 5 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
-
 // TestRDMACopyCounter: RDMA Write, Read and Send between registered
 // buffers copy nothing on the host CPU (RDMACopyBytes and HostCopyBytes
 // stay put on both hosts), and the paths that do copy move both: an
@@ -598,7 +588,7 @@ func TestRDMACopyCounterPrivateData(t *testing.T) {
 	// buffer) and handed to the device (a copy into host memory).
 	held := hb.Driver.Stats().RxHeldBytes
 	wantA, wantB := uint64(len(req)+2*len(rep)), uint64(2*len(req)+len(rep))+2*held
-	waitFor(t, "the copy counts", func() bool {
+	testutil.WaitFor(t, "the copy counts", func() bool {
 		return ha.Driver.Stats().RDMACopyBytes >= wantA && hb.Driver.Stats().RDMACopyBytes >= wantB
 	})
 	if ga, gb := ha.Driver.Stats().RDMACopyBytes, hb.Driver.Stats().RDMACopyBytes; ga != wantA || gb != wantB {

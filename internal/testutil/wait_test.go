@@ -1,0 +1,51 @@
+package testutil
+
+import (
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// fatalTB records a Fatalf instead of ending the test, so a failing wait
+// can be checked.
+type fatalTB struct {
+	testing.TB
+	msg string
+}
+
+func (f *fatalTB) Helper() {}
+func (f *fatalTB) Fatalf(format string, args ...any) {
+	f.msg = fmt.Sprintf(format, args...)
+	panic(f)
+}
+
+func TestEventuallySeesAnotherGoroutine(t *testing.T) {
+	var n atomic.Int32
+	go func() {
+		for range 1000 {
+			n.Add(1)
+		}
+	}()
+	WaitFor(t, "the counter at 1000", func() bool { return n.Load() == 1000 })
+}
+
+func TestEventuallyFailsAfterItsBound(t *testing.T) {
+	f := &fatalTB{TB: t}
+	start := time.Now()
+	func() {
+		defer func() {
+			if r := recover(); r != f {
+				t.Fatalf("Eventually on a condition that never holds: recovered %v, want its Fatalf", r)
+			}
+		}()
+		Eventually(f, "never", 30*time.Millisecond, func() bool { return false })
+	}()
+	if el := time.Since(start); el < 30*time.Millisecond {
+		t.Errorf("gave up after %v, before its 30ms bound", el)
+	}
+	if !strings.Contains(f.msg, "timed out") {
+		t.Errorf("failure message %q does not say it timed out", f.msg)
+	}
+}

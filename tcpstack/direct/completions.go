@@ -1,0 +1,220 @@
+package direct
+
+// A connection's completions, taken by the host switch's poller: sends
+// finished, control messages received, RDMA transfers done, and the
+// failures that end the connection.
+
+import (
+	"errors"
+	"fmt"
+	"net"
+
+	"github.com/emunic/emunic/rings"
+)
+
+// handleLocked takes one completion of the conn's QP.
+func (c *Conn) handleLocked(wc *rings.Completion) {
+	if wc.WRID&wrGenMsk != c.gen {
+		return // a completion of an earlier QP with this number
+	}
+	idx := int(wc.WRID & wrIdxMsk)
+	if wc.Status != rings.WCSuccess {
+		if c.closed {
+			return
+		}
+		if wc.WRID&wrKind == wrRead {
+			c.readsOut--
+		}
+		if wc.Status == rings.WCWRFlushErr {
+			// The QP is in ERROR. The device may flush the receives
+			// before it completes the work that failed, so the reason
+			// waits for every outstanding RDMA Read (afterBatchLocked).
+			c.flushed = true
+			return
+		}
+		if wc.Status == rings.WCRemAccessErr || wc.Status == rings.WCLocProtErr || wc.Status == rings.WCRemInvRdReqErr || wc.Status == rings.WCLocAccessErr {
+			c.failLocked(fmt.Errorf("%w: %v on %v (an advertised region is not there)", ErrPeerFailed, wc.Status, wc.Opcode), &c.sw.stats.remoteAccess)
+			return
+		}
+		c.failLocked(fmt.Errorf("%w: %v", ErrPeerFailed, wc.Status), &c.sw.stats.peerFailures)
+		return
+	}
+	switch wc.WRID & wrKind {
+	case wrRecv:
+		if idx >= c.nRecv {
+			return
+		}
+		c.recvLocked(idx, int(wc.ByteLen))
+	case wrSend:
+		if idx >= c.nSend {
+			return
+		}
+		if s := c.sends[idx].src; s >= 0 {
+			c.sends[idx].src = -1
+			c.releaseSrcLocked(s)
+		}
+		c.free = append(c.free, idx)
+	case wrRead:
+		if c.sink == nil || idx >= len(c.sink.chunks) {
+			return
+		}
+		c.readsOut--
+		for i := range c.rq {
+			s := &c.rq[i]
+			if s.sink == idx && !s.ready {
+				ch := &c.sink.chunks[idx]
+				s.ready, s.data = true, c.sink.mem[ch.off:ch.off+s.n]
+				c.ctlQ = append(c.ctlQ, Msg{Type: TypeRdDone, ID: s.srcID, Len: uint32(s.n)})
+				break
+			}
+		}
+	}
+	c.cond.Broadcast()
+}
+
+// recvLocked takes the message in receive buffer i and re-posts the buffer.
+func (c *Conn) recvLocked(i, n int) {
+	o := i * c.bufSize
+	var m Msg
+	payload, err := m.Decode(c.ctrlMem[o:o+min(n, c.bufSize)], c.maxIn)
+	if err == nil && n > c.bufSize {
+		err = fmt.Errorf("%w: %d bytes into a %d-byte buffer", ErrBadMessage, n, c.bufSize)
+	}
+	if err != nil {
+		c.failLocked(fmt.Errorf("%w: %v", ErrProtocol, err), &c.sw.stats.badMessages)
+		return
+	}
+	if m.Type == TypeCredit && m.Credits == 0 {
+		// Only the dialler's first message may grant nothing: the
+		// credit-only slots are sized for messages that grant.
+		if c.bareSeen {
+			c.failLocked(fmt.Errorf("%w: a second CREDIT with no credits", ErrProtocol), &c.sw.stats.creditViolations)
+			return
+		}
+		c.bareSeen = true
+	}
+	if !c.cs.granted(m.Credits) || !c.cs.received(m.Type.class()) {
+		c.failLocked(fmt.Errorf("%w: %v beyond its credits (grant %d)", ErrProtocol, m.Type, m.Credits), &c.sw.stats.creditViolations)
+		return
+	}
+	if c.finRecv && m.Type.class() == classData {
+		c.failLocked(fmt.Errorf("%w: %v after FIN", ErrProtocol, m.Type), &c.sw.stats.badMessages)
+		return
+	}
+	switch m.Type {
+	case TypeData:
+		if c.ilen+len(payload) > len(c.ibuf) {
+			c.failLocked(fmt.Errorf("%w: inline data beyond the pool", ErrProtocol), &c.sw.stats.creditViolations)
+			return
+		}
+		t := (c.ihead + c.ilen) % len(c.ibuf)
+		k := copy(c.ibuf[t:], payload)
+		copy(c.ibuf, payload[k:])
+		c.ilen += len(payload)
+		c.rq = append(c.rq, rseg{n: len(payload), ready: true, sink: -1})
+	case TypeSrcAvail:
+		if c.rxMode != TransferRead || c.sink == nil || int(m.Len) > c.cfg.ChunkSize || m.STag == 0 {
+			c.failLocked(fmt.Errorf("%w: SRC_AVAIL of %d bytes in %v mode", ErrProtocol, m.Len, c.rxMode), &c.sw.stats.badMessages)
+			return
+		}
+		c.rq = append(c.rq, rseg{n: int(m.Len), sink: -1, srcID: m.ID, srcTO: m.TO, stag: m.STag})
+		c.startReadsLocked()
+	case TypeRdDone:
+		if c.txMode != TransferRead || c.src == nil || !c.releaseByIDLocked(m.ID, int(m.Len)) {
+			c.failLocked(fmt.Errorf("%w: RD_DONE of unknown transfer %d", ErrProtocol, m.ID), &c.sw.stats.badMessages)
+			return
+		}
+	case TypeSinkAvail:
+		if c.txMode != TransferWrite || m.STag == 0 || len(c.sinkAdv) >= maxPool {
+			c.failLocked(fmt.Errorf("%w: SINK_AVAIL in %v mode", ErrProtocol, c.txMode), &c.sw.stats.badMessages)
+			return
+		}
+		c.sinkAdv = append(c.sinkAdv, m)
+	case TypeWrDone:
+		ci := c.sinkByIDLocked(m.ID)
+		if c.rxMode != TransferWrite || ci < 0 || int(m.Len) > c.cfg.ChunkSize {
+			c.failLocked(fmt.Errorf("%w: WR_DONE of unknown region %d", ErrProtocol, m.ID), &c.sw.stats.badMessages)
+			return
+		}
+		ch := &c.sink.chunks[ci]
+		ch.n = int(m.Len)
+		ch.id = 0 // used: a second WR_DONE for it is refused
+		c.rq = append(c.rq, rseg{n: ch.n, ready: true, sink: ci, data: c.sink.mem[ch.off : ch.off+ch.n]})
+	case TypeFin:
+		c.finRecv = true
+	}
+	c.reposts = append(c.reposts, c.recvWR(i))
+}
+
+func (c *Conn) releaseByIDLocked(id uint32, n int) bool {
+	for i := range c.src.chunks {
+		ch := &c.src.chunks[i]
+		if ch.busy && ch.id == id && ch.n == n && i != c.open {
+			c.releaseSrcLocked(i)
+			return true
+		}
+	}
+	return false
+}
+
+func (c *Conn) sinkByIDLocked(id uint32) int {
+	if c.sink == nil || id == 0 {
+		return -1
+	}
+	for i := range c.sink.chunks {
+		if ch := &c.sink.chunks[i]; ch.busy && ch.id == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// afterBatchLocked re-posts the receive buffers a batch consumed, then
+// sends what waits: credits are granted only for buffers posted again.
+func (c *Conn) afterBatchLocked() {
+	if c.flushed && c.err == nil && c.readsOut <= 0 {
+		c.failLocked(fmt.Errorf("%w: the QP was flushed (the peer closed or reset the connection)", ErrPeerFailed), &c.sw.stats.peerFailures)
+	}
+	if len(c.reposts) > 0 && c.err == nil && !c.closed {
+		_, err := c.qp.PostRecvList(c.reposts)
+		c.reposts = c.reposts[:0]
+		if err != nil {
+			c.failLocked(fmt.Errorf("%w: re-post receives: %v", ErrPeerFailed, err), &c.sw.stats.peerFailures)
+			return
+		}
+	}
+	c.flushLocked()
+}
+
+// failLocked makes err the conn's error (the first one counts) and tears
+// the QP down so the peer sees it.
+func (c *Conn) failLocked(err error, counter interface{ Add(uint64) uint64 }) {
+	if c.err != nil || c.closed {
+		return
+	}
+	if c.finRecv && c.finSent && errors.Is(err, ErrPeerFailed) && c.readsOut == 0 {
+		// Both FINs went: the peer closing its QP is the end, not a
+		// failure.
+		c.err = net.ErrClosed
+		c.cond.Broadcast()
+		return
+	}
+	c.err = err
+	if counter != nil {
+		counter.Add(1)
+	}
+	c.cond.Broadcast()
+	qp := c.qp
+	go func() { _ = qp.Destroy() }()
+}
+
+// popFront removes q's first item and moves the rest to the front of its
+// array, so that appends reuse the array: the conn's queues (received
+// segments, control messages, advertised regions) are short, and popping
+// by reslicing would make every append past the end allocate anew.
+func popFront[T any](q []T) []T {
+	n := copy(q, q[1:])
+	var zero T
+	q[n] = zero // no stale reference past the end
+	return q[:n]
+}
