@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/emunic/emunic/nic"
 	"github.com/emunic/emunic/rings"
 	"gvisor.dev/gvisor/pkg/buffer"
 	"gvisor.dev/gvisor/pkg/tcpip"
@@ -23,7 +22,7 @@ import (
 type Device interface {
 	MAC() [6]byte
 	MTU() int
-	Start(rc nic.RingConfig, vec nic.Vectors) error
+	Start(rc rings.RingConfig, vec rings.Vectors) error
 	Doorbell() rings.Doorbell
 	Stop() error
 }
@@ -158,7 +157,7 @@ type Driver struct {
 	dev  Device
 	mtu  uint32
 	mac  tcpip.LinkAddress
-	rc   nic.RingConfig
+	rc   rings.RingConfig
 	door rings.Doorbell
 
 	irq     *rings.Bell // notification vector
@@ -255,7 +254,7 @@ func NewDriver(mem *rings.Arena, dev Device, cfg DriverConfig) (*Driver, error) 
 		l, err = rings.AllocRing(mem, count, size)
 		return l
 	}
-	d.rc = nic.RingConfig{
+	d.rc = rings.RingConfig{
 		Command: alloc(cfg.CommandEntries, rings.CommandEntrySize),
 		// Every posted legacy buffer can produce one notification, plus
 		// command and delegated events: size the ring so legacy traffic
@@ -295,7 +294,7 @@ func NewDriver(mem *rings.Arena, dev Device, cfg DriverConfig) (*Driver, error) 
 		d.postRx(i)
 	}
 	d.rx.Publish()
-	vec := nic.Vectors{Notify: d.stats.irqNotify.on(d.irq), TxSpace: d.stats.irqTxSpace.on(d.txSpace),
+	vec := rings.Vectors{Notify: d.stats.irqNotify.on(d.irq), TxSpace: d.stats.irqTxSpace.on(d.txSpace),
 		Command: d.stats.irqCommand.on(d.cmdDone)}
 	if err := dev.Start(d.rc, vec); err != nil {
 		return nil, err
@@ -336,7 +335,7 @@ func (d *Driver) postRx(id uint32) {
 }
 
 // RingConfig returns where the driver put the rings.
-func (d *Driver) RingConfig() nic.RingConfig { return d.rc }
+func (d *Driver) RingConfig() rings.RingConfig { return d.rc }
 
 // Memory returns host memory.
 func (d *Driver) Memory() *rings.Arena { return d.mem }

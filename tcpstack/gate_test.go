@@ -32,7 +32,7 @@ type gateDevice struct {
 
 	bell *rings.Bell // the gate's: host doorbell, device completions, test orders
 	door fanout
-	vec  nic.Vectors
+	vec  rings.Vectors
 	src  *rings.Ring     // the host's command ring
 	dst  *rings.Producer // the device's
 	ctl  chan gateOrder
@@ -77,7 +77,7 @@ func (g *gateDevice) release(h heldCmd, status rings.Status) {
 	g.ctl <- gateOrder{idx: h.idx, status: status, executed: h.executed}
 }
 
-func (g *gateDevice) Start(rc nic.RingConfig, vec nic.Vectors) error {
+func (g *gateDevice) Start(rc rings.RingConfig, vec rings.Vectors) error {
 	shadow, err := rings.AllocRing(g.mem, rc.Command.Count, rings.CommandEntrySize)
 	if err != nil {
 		return err
@@ -93,7 +93,7 @@ func (g *gateDevice) Start(rc nic.RingConfig, vec nic.Vectors) error {
 	g.vec = vec
 	dev := rc
 	dev.Command = shadow
-	if err := g.Device.Start(dev, nic.Vectors{Notify: vec.Notify, TxSpace: vec.TxSpace, Command: g.bell}); err != nil {
+	if err := g.Device.Start(dev, rings.Vectors{Notify: vec.Notify, TxSpace: vec.TxSpace, Command: g.bell}); err != nil {
 		return err
 	}
 	g.wg.Add(1)

@@ -452,7 +452,7 @@ func (d *splitDevice) Kick() {
 }
 
 // Start gives the device the rings and the vectors and starts it.
-func (d *splitDevice) Start(rc nic.RingConfig, vec nic.Vectors) error {
+func (d *splitDevice) Start(rc rings.RingConfig, vec rings.Vectors) error {
 	if _, err := d.request(split.MsgRings, split.EncodeRings([4]rings.Layout{rc.Command, rc.Notify, rc.Tx, rc.Rx})); err != nil {
 		return err
 	}

@@ -59,6 +59,6 @@ func (d *splitDevice) Stop() error              { return nil }
 func (d *splitDevice) MAC() [6]byte             { return [6]byte{} }
 func (d *splitDevice) MTU() int                 { return 0 }
 func (d *splitDevice) Doorbell() rings.Doorbell { return nil }
-func (d *splitDevice) Start(nic.RingConfig, nic.Vectors) error {
+func (d *splitDevice) Start(rings.RingConfig, rings.Vectors) error {
 	return errors.New("split mode needs Linux")
 }

@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/emunic/emunic/delegation"
 	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/tcpstack"
@@ -87,7 +86,7 @@ func (l *tapOffloadLab) close() {
 
 // engine returns the delegated engine's counters; close the lab first for
 // final ones (the unit publishes them when it parks and when it stops).
-func (l *tapOffloadLab) engine() delegation.Counters {
+func (l *tapOffloadLab) engine() tcpstack.EngineCounters {
 	c, _ := l.host.Counters()
 	return c.Engine
 }
@@ -358,13 +357,13 @@ func tapOffloadLossyBytes() int64 {
 }
 
 // logEngine logs the engine's non-zero counters.
-func logEngine(t *testing.T, c delegation.Counters) {
+func logEngine(t *testing.T, c tcpstack.EngineCounters) {
 	t.Helper()
 	t.Logf("engine counters: %s", nonZeroCounters(c))
 }
 
 // nonZeroCounters formats the non-zero fields of c as name=value.
-func nonZeroCounters(c delegation.Counters) string {
+func nonZeroCounters(c tcpstack.EngineCounters) string {
 	s := fmt.Sprintf("%+v", c)
 	s = strings.TrimSuffix(strings.TrimPrefix(s, "{"), "}")
 	var out []string
@@ -378,7 +377,7 @@ func nonZeroCounters(c delegation.Counters) string {
 
 // checkClean fails on engine counters that a clean link must leave at zero:
 // malformed or rejected input.
-func checkClean(t *testing.T, c delegation.Counters) {
+func checkClean(t *testing.T, c tcpstack.EngineCounters) {
 	t.Helper()
 	for name, v := range map[string]uint64{
 		"DropBadChecksum": c.DropBadChecksum, "DropBadIP": c.DropBadIP, "DropShort": c.DropShort,
