@@ -86,3 +86,12 @@ func TestCounterTablesCoverEveryField(t *testing.T) {
 func sameName(field, counter string) bool {
 	return strings.ToLower(field) == strings.ReplaceAll(counter, "_", "")
 }
+
+// TestDefaultConnTable: the host's idea of the device's default delegation
+// table (rings.DefaultConnTable, which a host may use without asking) is
+// the engine's.
+func TestDefaultConnTable(t *testing.T) {
+	if delegation.DefaultMaxConns != rings.DefaultConnTable {
+		t.Fatalf("delegation.DefaultMaxConns %d, rings.DefaultConnTable %d", delegation.DefaultMaxConns, rings.DefaultConnTable)
+	}
+}

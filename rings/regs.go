@@ -108,3 +108,8 @@ func (s *RingStats) Set(id RingCounterID, v uint64) {
 		s.PhaseErrs = v
 	}
 }
+
+// DefaultConnTable is the size of the device's delegation table when its
+// configuration does not say (the engine's default): the connection
+// indices a host may use, 0 to DefaultConnTable-1.
+const DefaultConnTable = 10000

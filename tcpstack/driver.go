@@ -17,8 +17,10 @@ import (
 )
 
 // Device is what the driver needs of the NIC: its identity, its ring and
-// vector registers, and its doorbell. *nic.Device implements it in process;
-// a device in another process would implement it over shared memory.
+// vector registers, and its doorbell, all in rings types (the ABI), so
+// the host never names a device package. The in-process NIC implements
+// it, and so does board's client of a NIC in another process (split mode,
+// over shared memory and eventfds).
 type Device interface {
 	MAC() [6]byte
 	MTU() int
@@ -44,7 +46,7 @@ type DriverConfig struct {
 	NoGRO bool
 	// Yield, when set, is called by the interrupt handler after each
 	// packet it hands netstack and each notification of a delegated
-	// connection: a lockstep harness (tcpstack/lockstep) holds it there
+	// connection: a lockstep harness (board/lockstep) holds it there
 	// until the host has done all that packet caused, so that how many
 	// segments netstack's processor takes in one pass does not depend on
 	// timing.

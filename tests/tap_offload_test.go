@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/emunic/emunic/board"
 	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/tcpstack"
@@ -34,7 +35,7 @@ import (
 type tapOffloadLab struct {
 	ns     *netns
 	tap    *port.TAPPort
-	host   *tcpstack.Host
+	host   *board.Host
 	kernel netip.Prefix // the kernel's address, in the namespace
 	emu    netip.Prefix // the emulated host's address
 	closed bool
@@ -64,7 +65,7 @@ func newTAPOffloadLabWith(t testing.TB, subnet byte, opt port.TAPOptions) *tapOf
 	lab.kernel = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, subnet, 0, 1}), 24)
 	lab.emu = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, subnet, 0, 2}), 24)
 	lab.ns.moveTAP(t, name, lab.kernel)
-	lab.host, err = tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 10, subnet, 0, 2}, Addr: lab.emu}, tap)
+	lab.host, err = board.NewHost(board.HostConfig{MAC: [6]byte{2, 0, 10, subnet, 0, 2}, Addr: lab.emu}, tap)
 	if err != nil {
 		tap.Close()
 		t.Fatal(err)
