@@ -12,9 +12,9 @@ import (
 // process against a device served here: it negotiates, maps the memory,
 // posts commands and reads their statuses back, registers the counter
 // area and reads counters there by ID (the stat block's, the rings', the
-// engine's, the occupancy's), sends a frame through the transmit ring and receives one
-// through a legacy buffer and its notification; the second and third time
-// through the kick words (FeatureKickWords).
+// engine's, the occupancy's), sends a frame through the transmit ring and
+// receives one through a legacy buffer and its notification; the second
+// and third time through the kick words (FeatureKickWords).
 func TestCDriver(t *testing.T) {
 	gcc, err := exec.LookPath("gcc")
 	if err != nil {
