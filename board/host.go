@@ -51,7 +51,6 @@ type Host struct {
 
 // NewHost builds a machine on port p. Close stops everything, including p.
 func NewHost(cfg HostConfig, p port.Port) (*Host, error) {
-
 	if cfg.MTU == 0 {
 		cfg.MTU = 1500
 	}
