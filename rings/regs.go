@@ -68,44 +68,32 @@ func (c *RingCounters) Ring(r AreaRing) *RingStats {
 	}
 }
 
-// Get is the counter id.
-func (s *RingStats) Get(id RingCounterID) uint64 {
-	switch id {
-	case RingCtrEntries:
-		return s.Entries
-	case RingCtrPublishes:
-		return s.Publishes
-	case RingCtrKicks:
-		return s.Kicks
-	case RingCtrSuppressed:
-		return s.Suppressed
-	case RingCtrFull:
-		return s.Full
-	case RingCtrParks:
-		return s.Parks
-	case RingCtrPhaseErrs:
-		return s.PhaseErrs
+// counters is the table from ring counter IDs to RingStats' fields.
+func (s *RingStats) counters() [RingCounterCount]*uint64 {
+	return [...]*uint64{
+		RingCtrEntries:    &s.Entries,
+		RingCtrPublishes:  &s.Publishes,
+		RingCtrKicks:      &s.Kicks,
+		RingCtrSuppressed: &s.Suppressed,
+		RingCtrFull:       &s.Full,
+		RingCtrParks:      &s.Parks,
+		RingCtrPhaseErrs:  &s.PhaseErrs,
 	}
-	return 0
 }
 
-// Set sets the counter id (an unknown ID is ignored: a newer device's).
+// Get is the counter id (0 for an ID this version does not know).
+func (s *RingStats) Get(id RingCounterID) uint64 {
+	if id >= RingCounterCount {
+		return 0
+	}
+	return *s.counters()[id]
+}
+
+// Set sets the counter id (an ID this version does not know, a newer
+// device's, is ignored).
 func (s *RingStats) Set(id RingCounterID, v uint64) {
-	switch id {
-	case RingCtrEntries:
-		s.Entries = v
-	case RingCtrPublishes:
-		s.Publishes = v
-	case RingCtrKicks:
-		s.Kicks = v
-	case RingCtrSuppressed:
-		s.Suppressed = v
-	case RingCtrFull:
-		s.Full = v
-	case RingCtrParks:
-		s.Parks = v
-	case RingCtrPhaseErrs:
-		s.PhaseErrs = v
+	if id < RingCounterCount {
+		*s.counters()[id] = v
 	}
 }
 
