@@ -1,11 +1,12 @@
 // Package hostrig is the two-host test rig the project's tests share: two
 // emulated hosts, A (10.0.0.1) and B (10.0.0.2), each a full machine built
 // by board (a tcpstack.Host with its own host memory and netstack, and its
-// NIC, whose in-process device the rig keeps beside it), joined by an in-memory wire
-// (port.NewWire) with optional seeded impairments, a wrapper on either
-// port (a pcap recorder, a spy), and per-host configuration hooks. On top
-// of it, Node is one host's RDMA verbs objects (provider, PD, CQ, receive
-// and local buffers with their MRs) and Connect makes a connected QP pair.
+// NIC, whose in-process device the rig keeps beside it), joined by an
+// in-memory wire (port.NewWire) with optional seeded impairments, a
+// wrapper on either port (a pcap recorder, a spy), and per-host
+// configuration hooks. On top of it, Node is one host's RDMA verbs objects
+// (provider, PD, CQ, receive and local buffers with their MRs) and Connect
+// makes a connected QP pair.
 //
 // It is imported by tests only (it calls t.Fatal). It imports board,
 // tcpstack and tcpstack/verbs, so the internal tests of those packages
