@@ -14,7 +14,7 @@ func lossyOneWay(size int64, loss float64, seed uint64) simOpts {
 	o.host[1].sendBytes = 0
 	o.link.delay = 50e3
 	o.link.loss = loss
-	o.cfg.MinRTO = 20e6 // the hosts' default (tcpstack.DefaultMinRTO)
+	o.cfg.MinRTO = 20e6 // the hosts' default (board.DefaultMinRTO)
 	return o
 }
 

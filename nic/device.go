@@ -134,51 +134,14 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// RingConfig is what the host driver programs into the device's ring
-// registers: where each ring lives in host memory.
-type RingConfig struct {
-	Command rings.Layout // host → device, 64-byte entries
-	Notify  rings.Layout // device → host, 32-byte entries
-	Tx      rings.Layout // host → device, 32-byte descriptors
-	Rx      rings.Layout // host → device, 32-byte descriptors (legacy buffers)
-}
-
-// Validate checks entry sizes and geometry.
-func (rc RingConfig) Validate() error {
-	for _, r := range []struct {
-		name string
-		l    rings.Layout
-		size uint32
-	}{
-		{"command", rc.Command, rings.CommandEntrySize},
-		{"notification", rc.Notify, rings.NotificationEntrySize},
-		{"transmit", rc.Tx, rings.TxDescSize},
-		{"receive", rc.Rx, rings.RxDescSize},
-	} {
-		if err := r.l.Validate(); err != nil {
-			return fmt.Errorf("%s ring: %w", r.name, err)
-		}
-		if r.l.EntrySize != r.size {
-			return fmt.Errorf("%s ring: entry size %d, want %d", r.name, r.l.EntrySize, r.size)
-		}
-	}
-	return nil
-}
-
-// Vectors are the device's interrupt lines (MSI-X vectors): one per kind of
-// event, so each host waiter has its own and no wake-up is stolen. A nil
-// vector is never raised.
-type Vectors struct {
-	Notify  rings.Doorbell // notifications published while the host sleeps
-	TxSpace rings.Doorbell // transmit slots released while the host waits for space
-	Command rings.Doorbell // command completions while the host waits for them
-}
-
-// RingCounters are the mechanics counters of the four rings as seen by the
-// device.
-type RingCounters struct {
-	Command, Notify, Tx, Rx rings.RingStats
-}
+// RingConfig, Vectors and RingCounters are the register-level types the
+// host driver and the device share; they live in rings, beside the ring
+// ABI, so the host never imports this package.
+type (
+	RingConfig   = rings.RingConfig
+	Vectors      = rings.Vectors
+	RingCounters = rings.RingCounters
+)
 
 // Device is one emulated NIC.
 type Device struct {

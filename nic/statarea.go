@@ -1,7 +1,6 @@
 package nic
 
 import (
-	"fmt"
 	"sort"
 
 	"github.com/emunic/emunic/delegation"
@@ -15,44 +14,123 @@ import (
 // from its own memory (in process or not) as a driver reads a NIC's
 // statistics DMA, and never calls into the device.
 
-var (
-	engineCounterN = mustCounterFields[delegation.Counters]()
-	qpCounterN     = mustCounterFields[iwarp.QPStats]()
-	ringCounterN   = mustCounterFields[rings.RingStats]()
-)
+// The device's side of the counter IDs (rings/counterid.go): an explicit
+// table from each Go counter struct to the IDs, so the area's layout is
+// the IDs' and never these structs' field order. A counter added to the
+// engine or a QP gets the next ID in rings and a row here;
+// TestCounterTablesCoverEveryField fails on a field without one.
 
-func mustCounterFields[T any]() int {
-	n, err := rings.CounterFields[T]()
-	if err != nil {
-		panic(err)
+// engineCounterWords is the engine's counters by EngineCounterID.
+func engineCounterWords(c *delegation.Counters) [rings.EngineCounterCount]uint64 {
+	return [...]uint64{
+		rings.EngRxSegments:         c.RxSegments,
+		rings.EngRxLRO:              c.RxLRO,
+		rings.EngRxBytes:            c.RxBytes,
+		rings.EngTxSegments:         c.TxSegments,
+		rings.EngTxBytes:            c.TxBytes,
+		rings.EngTxRetransSegs:      c.TxRetransSegs,
+		rings.EngTxRetransByte:      c.TxRetransByte,
+		rings.EngTxErrors:           c.TxErrors,
+		rings.EngAcksSent:           c.AcksSent,
+		rings.EngDropNoConn:         c.DropNoConn,
+		rings.EngDropBadIP:          c.DropBadIP,
+		rings.EngDropFragment:       c.DropFragment,
+		rings.EngDropShort:          c.DropShort,
+		rings.EngDropBadOffset:      c.DropBadOffset,
+		rings.EngDropBadOptions:     c.DropBadOptions,
+		rings.EngDropBadChecksum:    c.DropBadChecksum,
+		rings.EngDropTupleMismatch:  c.DropTupleMismatch,
+		rings.EngDropClosed:         c.DropClosed,
+		rings.EngDropOutOfWindow:    c.DropOutOfWindow,
+		rings.EngDropPAWS:           c.DropPAWS,
+		rings.EngDropNoTimestamp:    c.DropNoTimestamp,
+		rings.EngDropNoAck:          c.DropNoAck,
+		rings.EngDropAckUnsent:      c.DropAckUnsent,
+		rings.EngDropAckTooOld:      c.DropAckTooOld,
+		rings.EngDropDataAfterFin:   c.DropDataAfterFin,
+		rings.EngDropNoBuffer:       c.DropNoBuffer,
+		rings.EngDropBackpressure:   c.DropBackpressure,
+		rings.EngDropTimeWait:       c.DropTimeWait,
+		rings.EngOOOSegments:        c.OOOSegments,
+		rings.EngOOOBytesDropped:    c.OOOBytesDropped,
+		rings.EngOOODropRanges:      c.OOODropRanges,
+		rings.EngOOOBytesRestored:   c.OOOBytesRestored,
+		rings.EngRstAccepted:        c.RstAccepted,
+		rings.EngRstOutOfWindow:     c.RstOutOfWindow,
+		rings.EngChallengeAcks:      c.ChallengeAcks,
+		rings.EngChallengeLimited:   c.ChallengeLimited,
+		rings.EngSynReceived:        c.SynReceived,
+		rings.EngDupAcksRx:          c.DupAcksRx,
+		rings.EngFastRetransmits:    c.FastRetransmits,
+		rings.EngPartialAcks:        c.PartialAcks,
+		rings.EngRTOExpired:         c.RTOExpired,
+		rings.EngTimeouts:           c.Timeouts,
+		rings.EngPersistProbes:      c.PersistProbes,
+		rings.EngKeepaliveProbes:    c.KeepaliveProbes,
+		rings.EngDelayedAcks:        c.DelayedAcks,
+		rings.EngZeroWindowsSent:    c.ZeroWindowsSent,
+		rings.EngRTTSamples:         c.RTTSamples,
+		rings.EngLegacyUploads:      c.LegacyUploads,
+		rings.EngUserBufsDone:       c.UserBufsDone,
+		rings.EngNotifyFull:         c.NotifyFull,
+		rings.EngNotifyPosted:       c.NotifyPosted,
+		rings.EngNotifyCoalesced:    c.NotifyCoalesced,
+		rings.EngDMAErrors:          c.DMAErrors,
+		rings.EngTimeWaitEntered:    c.TimeWaitEntered,
+		rings.EngTimeWaitExpired:    c.TimeWaitExpired,
+		rings.EngTimeWaitOverflow:   c.TimeWaitOverflow,
+		rings.EngTimeWaitReopened:   c.TimeWaitReopened,
+		rings.EngULPPulled:          c.ULPPulled,
+		rings.EngULPHeld:            c.ULPHeld,
+		rings.EngULPHoldFull:        c.ULPHoldFull,
+		rings.EngTSOFrames:          c.TSOFrames,
+		rings.EngTailLossProbes:     c.TailLossProbes,
+		rings.EngSpuriousTimeouts:   c.SpuriousTimeouts,
+		rings.EngLostRetransmits:    c.LostRetransmits,
+		rings.EngSpuriousRecoveries: c.SpuriousRecoveries,
+		rings.EngRACKLost:           c.RACKLost,
+		rings.EngRACKTimeouts:       c.RACKTimeouts,
+		rings.EngSACKRecoveries:     c.SACKRecoveries,
 	}
-	return n
 }
 
-func init() {
-	if ringCounterN != rings.RingCounterCount {
-		panic(fmt.Sprintf("nic: rings.RingStats has %d counters, the area holds %d", ringCounterN, rings.RingCounterCount))
+// occupancyWords is the engine's occupancy by OccupancyID.
+func occupancyWords(c *delegation.Occupancy) [rings.OccupancyWords]uint64 {
+	return [...]uint64{
+		rings.OccConns:        uint64(c.Conns),
+		rings.OccControlSlabs: uint64(c.ControlSlabs),
+		rings.OccTimeWait:     uint64(c.TimeWait),
+		rings.OccTimeWaitSlab: uint64(c.TimeWaitSlab),
+		rings.OccTimers:       uint64(c.Timers),
+		rings.OccPending:      uint64(c.Pending),
+		rings.OccOOOPagesUsed: uint64(c.OOOPagesUsed),
 	}
 }
 
-// StatAreaLayout is this device's area layout.
-func StatAreaLayout() rings.StatAreaLayout {
-	return rings.StatAreaLayout{EngineN: engineCounterN, OccN: OccupancyWords, QPN: qpCounterN}
-}
-
-// OccupancyWords is how many words the engine's occupancy takes in the
-// area: delegation.Occupancy's fields, in order.
-const OccupancyWords = 7
-
-// PutOccupancy and GetOccupancy are the occupancy's words.
-func PutOccupancy(o delegation.Occupancy) [OccupancyWords]uint64 {
-	return [OccupancyWords]uint64{uint64(o.Conns), uint64(o.ControlSlabs), uint64(o.TimeWait), uint64(o.TimeWaitSlab),
-		uint64(o.Timers), uint64(o.Pending), uint64(o.OOOPagesUsed)}
-}
-
-func GetOccupancy(w [OccupancyWords]uint64) delegation.Occupancy {
-	return delegation.Occupancy{Conns: int(w[0]), ControlSlabs: int(w[1]), TimeWait: int(w[2]), TimeWaitSlab: int(w[3]),
-		Timers: int(w[4]), Pending: int(w[5]), OOOPagesUsed: int(w[6])}
+// qpCounterWords is a QP's counters by QPCounterID.
+func qpCounterWords(c *iwarp.QPStats) [rings.QPCounterCount]uint64 {
+	return [...]uint64{
+		rings.QPCtrRxFPDUs:           c.RxFPDUs,
+		rings.QPCtrTxFPDUs:           c.TxFPDUs,
+		rings.QPCtrRxBytes:           c.RxBytes,
+		rings.QPCtrTxBytes:           c.TxBytes,
+		rings.QPCtrPlaced:            c.Placed,
+		rings.QPCtrSourced:           c.Sourced,
+		rings.QPCtrRxMessages:        c.RxMessages,
+		rings.QPCtrCRCErrors:         c.CRCErrors,
+		rings.QPCtrTerminatesSent:    c.TerminatesSent,
+		rings.QPCtrTerminatesRecv:    c.TerminatesRecv,
+		rings.QPCtrDiscardedBytes:    c.DiscardedBytes,
+		rings.QPCtrBadHostEntries:    c.BadHostEntries,
+		rings.QPCtrCompletionsLost:   c.CompletionsLost,
+		rings.QPCtrFlushedWRs:        c.FlushedWRs,
+		rings.QPCtrReadRequestsRecv:  c.ReadRequestsRecv,
+		rings.QPCtrReadResponsesSent: c.ReadResponsesSent,
+		rings.QPCtrMPAFailures:       c.MPAFailures,
+		rings.QPCtrIRDORDAdjusted:    c.IRDORDAdjusted,
+		rings.QPCtrRTRsSent:          c.RTRsSent,
+		rings.QPCtrRTRsRecv:          c.RTRsRecv,
+	}
 }
 
 type statArea struct {
@@ -75,7 +153,7 @@ func (d *Device) setStatArea(ce rings.CommandEntry) (rings.Status, uint64) {
 		d.area = nil
 		return rings.StatusOK, 0
 	}
-	lay := StatAreaLayout()
+	lay := rings.CounterAreaLayout
 	if n < lay.MinSize() || ce.Addr()%8 != 0 {
 		return rings.StatusBadParam, 0
 	}
@@ -131,7 +209,7 @@ func (d *Device) publishStats(parking bool) {
 	if b == nil {
 		return
 	}
-	lay := StatAreaLayout()
+	lay := rings.CounterAreaLayout
 	a.gen++ // odd: writing
 	rings.AtomicStore64(b, rings.SaOffGen, 2*a.gen-1)
 	var flags uint64
@@ -155,31 +233,26 @@ func (d *Device) publishStats(parking bool) {
 	for i := range d.stats {
 		rings.AtomicStore64(b, rings.StatAreaStatsOff+8*i, d.stats[i].Load())
 	}
-	off := lay.RingsOff()
-	rs := [rings.StatAreaRings]rings.RingStats{d.cmd.Stats(), d.notify.Stats(), d.tx.Stats(), d.rx.Stats()}
-	for i := range rs {
-		for _, v := range rings.U64s(&rs[i]) {
-			rings.AtomicStore64(b, off, v)
-			off += 8
+	rs := rings.RingCounters{Command: d.cmd.Stats(), Notify: d.notify.Stats(), Tx: d.tx.Stats(), Rx: d.rx.Stats()}
+	for r := range rings.AreaRing(rings.StatAreaRings) {
+		st := rs.Ring(r)
+		for id := range rings.RingCounterID(rings.RingCounterCount) {
+			rings.AtomicStore64(b, lay.Ring(r, id), st.Get(id))
 		}
 	}
 	ec := d.eng.Counters()
-	for _, v := range rings.U64s(&ec) {
-		rings.AtomicStore64(b, off, v)
-		off += 8
+	for id, v := range engineCounterWords(&ec) {
+		rings.AtomicStore64(b, lay.Engine(rings.EngineCounterID(id)), v)
 	}
-	for _, v := range PutOccupancy(d.eng.Occupancy()) {
-		rings.AtomicStore64(b, off, v)
-		off += 8
+	occ := d.eng.Occupancy()
+	for id, v := range occupancyWords(&occ) {
+		rings.AtomicStore64(b, lay.Occupancy(rings.OccupancyID(id)), v)
 	}
 	for i, idx := range a.qpIdx[:nqp] {
-		off = lay.QPOff(i)
-		rings.AtomicStore64(b, off, uint64(idx))
+		rings.AtomicStore64(b, lay.QPOff(i), uint64(idx))
 		st := d.rdma.qps[idx].qp.Stats()
-		off += rings.QPRecordHeader
-		for _, v := range rings.U64s(&st) {
-			rings.AtomicStore64(b, off, v)
-			off += 8
+		for id, v := range qpCounterWords(&st) {
+			rings.AtomicStore64(b, lay.QP(i, rings.QPCounterID(id)), v)
 		}
 	}
 	rings.AtomicStore64(b, rings.SaOffGen, 2*a.gen) // even: stable

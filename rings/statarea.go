@@ -2,7 +2,6 @@ package rings
 
 import (
 	"errors"
-	"reflect"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -33,7 +32,7 @@ const (
 	SaOffReserved      = 0x24 // 28 bytes reserved, zero
 	StatAreaStatsOff   = StatAreaHeaderSize
 
-	RingCounterCount = 7 // RingStats' fields, in order
+	RingCounterCount = 7 // counters per ring: RingCounterID 0 to 6
 	StatAreaRings    = 4 // command, notification, transmit, receive
 	StatAreaParked   = 0x1
 	QPRecordHeader   = 8 // u32 QP index, u32 reserved, then the QP's counters
@@ -78,8 +77,36 @@ func (h *StatAreaHeader) Decode(b []byte) error {
 }
 
 // StatAreaLayout is where things sit in an area for a device with EngineN
-// engine counters, OccN occupancy words and QPN counters per QP.
+// engine counters, OccN occupancy words and QPN counters per QP (the
+// header's counts): a reader takes them from the header it read, so it
+// finds every counter by ID in a device's area whatever that device adds
+// after the IDs the reader knows.
 type StatAreaLayout struct{ EngineN, OccN, QPN int }
+
+// CounterAreaLayout is the layout of this version's device: every counter
+// ID of counterid.go.
+var CounterAreaLayout = StatAreaLayout{EngineN: EngineCounterCount, OccN: OccupancyWords, QPN: QPCounterCount}
+
+// LayoutOf is the layout a header describes.
+func LayoutOf(h StatAreaHeader) StatAreaLayout {
+	return StatAreaLayout{EngineN: int(h.EngineN), OccN: int(h.OccN), QPN: int(h.QPN)}
+}
+
+// Ring is the offset of ring r's counter id (RingN is RingCounterCount in
+// every area so far: a reader refuses another).
+func (l StatAreaLayout) Ring(r AreaRing, id RingCounterID) int {
+	return l.RingsOff() + (int(r)*RingCounterCount+int(id))*8
+}
+
+// Engine is the offset of engine counter id.
+func (l StatAreaLayout) Engine(id EngineCounterID) int { return l.EngineOff() + int(id)*8 }
+
+// Occupancy is the offset of occupancy word id.
+func (l StatAreaLayout) Occupancy(id OccupancyID) int { return l.OccOff() + int(id)*8 }
+
+// QP is the offset of counter id of QP record i (the record's first word
+// is its QP index, at QPOff(i)).
+func (l StatAreaLayout) QP(i int, id QPCounterID) int { return l.QPOff(i) + QPRecordHeader + int(id)*8 }
 
 // RingsOff is the offset of the ring counters (after the stat block).
 func (l StatAreaLayout) RingsOff() int { return StatAreaStatsOff + StatBlockSize }
@@ -116,28 +143,6 @@ func u64p(b []byte, off int) *uint64 {
 // host memory b: the counters areas are read and written only this way.
 func AtomicStore64(b []byte, off int, v uint64) { atomic.StoreUint64(u64p(b, off), v) }
 func AtomicLoad64(b []byte, off int) uint64     { return atomic.LoadUint64(u64p(b, off)) }
-
-// CounterFields checks that T is a struct of uint64 fields only (a
-// counters struct, published as that many words in declaration order) and
-// returns their number. Call it once per type (at init): U64s relies on it.
-func CounterFields[T any]() (int, error) {
-	t := reflect.TypeFor[T]()
-	if t.Kind() != reflect.Struct {
-		return 0, errors.New("rings: " + t.String() + " is not a struct")
-	}
-	for i := range t.NumField() {
-		if f := t.Field(i); f.Type.Kind() != reflect.Uint64 || f.Offset != uintptr(8*i) {
-			return 0, errors.New("rings: " + t.String() + "." + f.Name + " is not a uint64 in sequence: counters structs hold uint64 fields only")
-		}
-	}
-	return t.NumField(), nil
-}
-
-// U64s views a counters struct (checked by CounterFields) as its words,
-// without copying or allocating.
-func U64s[T any](p *T) []uint64 {
-	return unsafe.Slice((*uint64)(unsafe.Pointer(p)), unsafe.Sizeof(*p)/8)
-}
 
 // ErrStatAreaBusy: the device kept rewriting the area while it was read.
 var ErrStatAreaBusy = errors.New("rings: the counters area changed under every read")

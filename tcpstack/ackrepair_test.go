@@ -104,8 +104,8 @@ func (p *zwPeer) recv(d time.Duration) (header.TCP, int, bool) {
 func TestZeroWindowAckRepair(t *testing.T) {
 	a, b := port.MustNewWire(port.WireConfig{})
 	hostMAC := [6]byte{2, 0, 0, 0, 0, 1}
-	h, err := NewHost(HostConfig{MAC: hostMAC, Addr: netip.MustParsePrefix("10.0.0.1/24"),
-		Stack: StackConfig{ReceiveBuffer: 64 << 10}}, a)
+	h, err := testHost(HostConfig{Addr: netip.MustParsePrefix("10.0.0.1/24"),
+		Stack: StackConfig{ReceiveBuffer: 64 << 10}}, hostMAC, a)
 	if err != nil {
 		t.Fatal(err)
 	}

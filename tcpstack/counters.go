@@ -16,7 +16,7 @@ type countedVector struct {
 	n    atomic.Uint64
 }
 
-// on makes v deliver to bell and returns it, for nic.Vectors.
+// on makes v deliver to bell and returns it, for rings.Vectors.
 func (v *countedVector) on(bell *rings.Bell) *countedVector {
 	v.bell = bell
 	return v

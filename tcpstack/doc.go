@@ -4,10 +4,18 @@
 // and net.Conn, and the delegation of established connections to the NIC's
 // offload unit.
 //
+// The host sees the device only through the ABI, as a driver written in C
+// against rings/c/emunic_abi.h would: rings, registers and host memory
+// (the Device interface, in rings types), and the counters the device
+// publishes in host memory, by counter ID. This package and everything
+// built on it import no device package (nic, nic/port, nic/split,
+// delegation; nic/hdr is a shared leaf); package board assembles a device
+// and a Host, and internal/layering's test holds both sides to it.
+//
 // Files:
 //
-//   - stack.go: the netstack instance (Stack) and the emulated machine
-//     (Host: host memory, the NIC device, its driver and a netstack).
+//   - stack.go: the netstack instance (Stack) and the host (Host: host
+//     memory, the driver of its NIC and a netstack), built on a Device.
 //   - driver.go: the NIC driver, netstack's link endpoint: the legacy
 //     transmit and receive rings, the interrupt vectors, the legacy
 //     receive filter.
@@ -17,6 +25,8 @@
 //     connections: waiting for slots, the backlog of descriptors.
 //   - counters.go: the driver's counters (DriverStats, notification
 //     counts).
+//   - devcounters.go: the device's counters, read from the counter area
+//     by ID into the host's types (DeviceCounters).
 //   - flowtrack.go: the flow tracker, which follows the TCP state of the
 //     connections that may be delegated.
 //   - ackrepair.go: the ACK repair of segments netstack would ignore.

@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/emunic/emunic/nic"
 	"github.com/emunic/emunic/rings"
 	"gvisor.dev/gvisor/pkg/buffer"
 	"gvisor.dev/gvisor/pkg/tcpip"
@@ -18,12 +17,14 @@ import (
 )
 
 // Device is what the driver needs of the NIC: its identity, its ring and
-// vector registers, and its doorbell. *nic.Device implements it in process;
-// a device in another process would implement it over shared memory.
+// vector registers, and its doorbell, all in rings types (the ABI), so
+// the host never names a device package. The in-process NIC implements
+// it, and so does board's client of a NIC in another process (split mode,
+// over shared memory and eventfds).
 type Device interface {
 	MAC() [6]byte
 	MTU() int
-	Start(rc nic.RingConfig, vec nic.Vectors) error
+	Start(rc rings.RingConfig, vec rings.Vectors) error
 	Doorbell() rings.Doorbell
 	Stop() error
 }
@@ -45,7 +46,7 @@ type DriverConfig struct {
 	NoGRO bool
 	// Yield, when set, is called by the interrupt handler after each
 	// packet it hands netstack and each notification of a delegated
-	// connection: a lockstep harness (tcpstack/lockstep) holds it there
+	// connection: a lockstep harness (board/lockstep) holds it there
 	// until the host has done all that packet caused, so that how many
 	// segments netstack's processor takes in one pass does not depend on
 	// timing.
@@ -158,7 +159,7 @@ type Driver struct {
 	dev  Device
 	mtu  uint32
 	mac  tcpip.LinkAddress
-	rc   nic.RingConfig
+	rc   rings.RingConfig
 	door rings.Doorbell
 
 	irq     *rings.Bell // notification vector
@@ -255,7 +256,7 @@ func NewDriver(mem *rings.Arena, dev Device, cfg DriverConfig) (*Driver, error) 
 		l, err = rings.AllocRing(mem, count, size)
 		return l
 	}
-	d.rc = nic.RingConfig{
+	d.rc = rings.RingConfig{
 		Command: alloc(cfg.CommandEntries, rings.CommandEntrySize),
 		// Every posted legacy buffer can produce one notification, plus
 		// command and delegated events: size the ring so legacy traffic
@@ -295,7 +296,7 @@ func NewDriver(mem *rings.Arena, dev Device, cfg DriverConfig) (*Driver, error) 
 		d.postRx(i)
 	}
 	d.rx.Publish()
-	vec := nic.Vectors{Notify: d.stats.irqNotify.on(d.irq), TxSpace: d.stats.irqTxSpace.on(d.txSpace),
+	vec := rings.Vectors{Notify: d.stats.irqNotify.on(d.irq), TxSpace: d.stats.irqTxSpace.on(d.txSpace),
 		Command: d.stats.irqCommand.on(d.cmdDone)}
 	if err := dev.Start(d.rc, vec); err != nil {
 		return nil, err
@@ -336,7 +337,7 @@ func (d *Driver) postRx(id uint32) {
 }
 
 // RingConfig returns where the driver put the rings.
-func (d *Driver) RingConfig() nic.RingConfig { return d.rc }
+func (d *Driver) RingConfig() rings.RingConfig { return d.rc }
 
 // Memory returns host memory.
 func (d *Driver) Memory() *rings.Arena { return d.mem }

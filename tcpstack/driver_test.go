@@ -6,21 +6,20 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/emunic/emunic/nic"
 	"github.com/emunic/emunic/rings"
 )
 
 // ringDevice is a Device that only records where the driver put the rings
 // and which vectors to ring: the test plays the device on them.
 type ringDevice struct {
-	rc   nic.RingConfig
-	vec  nic.Vectors
+	rc   rings.RingConfig
+	vec  rings.Vectors
 	bell *rings.Bell
 }
 
 func (d *ringDevice) MAC() [6]byte { return [6]byte{0x02, 0, 0, 0, 0, 1} }
 func (d *ringDevice) MTU() int     { return 1500 }
-func (d *ringDevice) Start(rc nic.RingConfig, vec nic.Vectors) error {
+func (d *ringDevice) Start(rc rings.RingConfig, vec rings.Vectors) error {
 	d.rc, d.vec = rc, vec
 	return nil
 }

@@ -32,7 +32,7 @@ type gateDevice struct {
 
 	bell *rings.Bell // the gate's: host doorbell, device completions, test orders
 	door fanout
-	vec  nic.Vectors
+	vec  rings.Vectors
 	src  *rings.Ring     // the host's command ring
 	dst  *rings.Producer // the device's
 	ctl  chan gateOrder
@@ -77,7 +77,7 @@ func (g *gateDevice) release(h heldCmd, status rings.Status) {
 	g.ctl <- gateOrder{idx: h.idx, status: status, executed: h.executed}
 }
 
-func (g *gateDevice) Start(rc nic.RingConfig, vec nic.Vectors) error {
+func (g *gateDevice) Start(rc rings.RingConfig, vec rings.Vectors) error {
 	shadow, err := rings.AllocRing(g.mem, rc.Command.Count, rings.CommandEntrySize)
 	if err != nil {
 		return err
@@ -93,7 +93,7 @@ func (g *gateDevice) Start(rc nic.RingConfig, vec nic.Vectors) error {
 	g.vec = vec
 	dev := rc
 	dev.Command = shadow
-	if err := g.Device.Start(dev, nic.Vectors{Notify: vec.Notify, TxSpace: vec.TxSpace, Command: g.bell}); err != nil {
+	if err := g.Device.Start(dev, rings.Vectors{Notify: vec.Notify, TxSpace: vec.TxSpace, Command: g.bell}); err != nil {
 		return err
 	}
 	g.wg.Add(1)
@@ -230,16 +230,16 @@ func ringStore(mem *rings.Arena, l rings.Layout, off int, v uint32) {
 func gateHosts(t *testing.T, rule func(rings.Command) gateVerdict, cfgA func(*HostConfig)) (a, b *Host, g *gateDevice) {
 	t.Helper()
 	pa, pb := port.MustNewWire(port.WireConfig{})
-	ca := HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 1}, Addr: mustPrefix("10.0.0.1/24")}
+	ca := HostConfig{Addr: mustPrefix("10.0.0.1/24")}
 	if cfgA != nil {
 		cfgA(&ca)
 	}
 	var err error
-	a, g, err = newGatedHost(ca, pa, rule)
+	a, g, err = newGatedHost(ca, [6]byte{2, 0, 0, 0, 0, 1}, pa, rule)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err = NewHost(HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 2}, Addr: mustPrefix("10.0.0.2/24")}, pb)
+	b, err = testHost(HostConfig{Addr: mustPrefix("10.0.0.2/24")}, [6]byte{2, 0, 0, 0, 0, 2}, pb)
 	if err != nil {
 		a.Close()
 		t.Fatal(err)
@@ -248,9 +248,9 @@ func gateHosts(t *testing.T, rule func(rings.Command) gateVerdict, cfgA func(*Ho
 	return a, b, g
 }
 
-func newGatedHost(cfg HostConfig, p port.Port, rule func(rings.Command) gateVerdict) (*Host, *gateDevice, error) {
+func newGatedHost(cfg HostConfig, mac [6]byte, p port.Port, rule func(rings.Command) gateVerdict) (*Host, *gateDevice, error) {
 	var g *gateDevice
-	h, err := newHost(cfg, p, func(dev *nic.Device, mem *rings.Arena) Device {
+	h, err := testHostWrapped(cfg, mac, p, func(dev *nic.Device, mem *rings.Arena) Device {
 		g = &gateDevice{Device: dev, mem: mem, rule: rule, held: make(chan heldCmd, 64), bell: rings.NewBell(),
 			ctl: make(chan gateOrder), stop: make(chan struct{}), fwd: map[uint32]uint32{}, holdDone: map[uint32]bool{}}
 		g.door = fanout{g.bell, dev.Doorbell()}

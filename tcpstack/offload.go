@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/emunic/emunic/delegation"
 	"github.com/emunic/emunic/rings"
 )
 
@@ -19,7 +18,7 @@ import (
 // (HostConfig.ArenaSize) up to PoolBytes.
 type OffloadConfig struct {
 	// MaxConns is delegated connections at once; default the device's
-	// connection table (delegation.DefaultMaxConns, 10,000).
+	// connection table (rings.DefaultConnTable, 10,000).
 	MaxConns    int
 	RecvBuffers int // user buffers a streaming connection may have posted; default 8
 	RecvBufSize int // bytes per user buffer; default 64 KiB (at most 64 KiB, the pool's largest class)
@@ -44,7 +43,7 @@ type OffloadConfig struct {
 
 func (c *OffloadConfig) setDefaults() {
 	if c.MaxConns == 0 {
-		c.MaxConns = delegation.DefaultMaxConns
+		c.MaxConns = rings.DefaultConnTable
 	}
 	if c.RecvBuffers == 0 {
 		c.RecvBuffers = 8
@@ -364,10 +363,10 @@ func (h *Host) Offload(cfg OffloadConfig) error {
 	if h.off != nil {
 		return nil
 	}
-	if h.Device != nil {
+	if n := h.connTable; n > 0 {
 		// Never more indices than the device's table: an OFFLOAD past
 		// it would only be refused.
-		if n := h.Device.Engine().Config().MaxConns; cfg.MaxConns == 0 || cfg.MaxConns > n {
+		if cfg.MaxConns == 0 || cfg.MaxConns > n {
 			cfg.MaxConns = n
 		}
 	}

@@ -13,10 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/emunic/emunic/nic"
-	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/rings"
-	"github.com/emunic/emunic/tcpstack/lockstep"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
@@ -177,46 +174,63 @@ func (s *Stack) Close() {
 	s.S.Wait()
 }
 
-// DefaultMinRTO is the minimum retransmission timeout NewHost gives the
-// offload engine when HostConfig.Device.Engine.MinRTO is zero (ns).
-const DefaultMinRTO = 20e6
-
-// HostConfig describes one emulated host: a NIC, its host memory and driver,
-// and the netstack on top.
+// HostConfig describes one emulated host as the host sees it: its
+// memory, its driver and the netstack on top. The device it drives is
+// built elsewhere (package board assembles an in-process or split one)
+// and reaches the host only as a Device: rings, registers and host memory.
 type HostConfig struct {
-	MAC   [6]byte
 	Addr  netip.Prefix
-	MTU   int // default 1500
 	Stack StackConfig
-	// ArenaSize is host memory in bytes; 0 sizes it for the rings and
-	// buffers plus 64 MiB for applications.
-	ArenaSize int
-	Device    nic.Config
-	Driver    DriverConfig
-	// Lockstep, when set, runs the device in manual mode under that
-	// harness (package lockstep): stepped on its clock, in turn with the
-	// other devices, while this host's goroutines are all blocked. For
-	// deterministic runs; the device runs in this process.
-	Lockstep *lockstep.Sched
-	// Split, when set, runs the NIC in its own process (docs/split.md): host
-	// memory is a memfd both map and the doorbell and vectors are eventfds.
-	// Setting EMUNIC_SPLIT=1 in the environment does the same for every host
-	// without one. Host.Device is then nil: the device's counters reach the
-	// host by DMA (Host.DeviceCounters).
-	Split *SplitConfig
+	// Driver sizes the driver's rings and buffers.
+	Driver DriverConfig
+	// Stepper, when set, is a lockstep harness's handle on the device
+	// (Host.Yield hands it the host's yields); the harness also sets
+	// Driver.Yield, Driver.Clock and Stack.Clock.
+	Stepper Stepper
+	// ConnTable, when not zero, is how many connections the device's
+	// delegation table holds: Offload never uses more indices (an
+	// OFFLOAD past it would only be refused).
+	ConnTable int
 }
 
-// Host is one emulated machine: host memory, the NIC device, its driver and
-// a netstack.
+// Stepper is what the host needs of a lockstep harness (board/lockstep):
+// a way to wait, in turn with every other goroutine of the run, until
+// they are all blocked.
+type Stepper interface {
+	Yield(key uint32)
+}
+
+// GoneNotifier is implemented by a Device that can go away under the host
+// (one in another process): f is called, once, with why, and at once if
+// it has already gone. The host then fails everything waiting on it.
+type GoneNotifier interface {
+	OnGone(f func(error))
+}
+
+// ErrDeviceGone is the error of a host whose device (process) has gone.
+var ErrDeviceGone = errors.New("the NIC's device process has gone")
+
+// MemorySize is the host memory NewHost's callers give a host of this
+// MTU and driver configuration when they have no size of their own: the
+// rings and their buffers, 1 MiB for the driver's other structures and
+// 64 MiB for applications.
+func MemorySize(mtu int, dc DriverConfig) int {
+	dc.setDefaults()
+	buf := mtu + header.EthernetMinimumSize + rings.CacheLine
+	return int(dc.TxEntries+dc.RxEntries)*buf + 1<<20 + 64<<20
+}
+
+// Host is one emulated machine as its software sees it: host memory, the
+// driver of its NIC and a netstack.
 type Host struct {
 	*Stack
 	Mem    *rings.Arena
-	Device *nic.Device
 	Driver *Driver
 	offMu  sync.Mutex
 	off    *offloader
-	split  *splitDevice
 	gone   atomic.Pointer[error]
+
+	connTable int // HostConfig.ConnTable
 
 	areaMu   sync.Mutex
 	area     []byte // the device's counter publication area, in host memory
@@ -226,10 +240,10 @@ type Host struct {
 	closeHooks []func()
 	closed     bool
 
-	lockstep *lockstep.Dev // HostConfig.Lockstep's handle on the device
+	stepper Stepper // HostConfig.Stepper
 }
 
-// Yield, in a lockstep run (HostConfig.Lockstep), returns once every other
+// Yield, in a lockstep run (HostConfig.Stepper), returns once every other
 // goroutine of the run is blocked; elsewhere at once. A host goroutine
 // about to tell the device it sleeps (a completion loop arming its CQ)
 // calls it, so that the command does not race whatever the goroutines it
@@ -237,10 +251,10 @@ type Host struct {
 // time (lowest first; 0 is the interrupt handler's). It says whether it
 // waited.
 func (h *Host) Yield(key uint32) bool {
-	if h == nil || h.lockstep == nil {
+	if h == nil || h.stepper == nil {
 		return false
 	}
-	h.lockstep.Yield(key)
+	h.stepper.Yield(key)
 	return true
 }
 
@@ -278,131 +292,38 @@ func (h *Host) deviceGone(err error) {
 	go h.Close()
 }
 
-// NewHost builds a host on port p. Close stops everything, including p.
-func NewHost(cfg HostConfig, p port.Port) (*Host, error) { return newHost(cfg, p, nil) }
+// NewHost builds a host on dev, whose host memory is mem: it starts the
+// driver (which programs the device's rings and starts it), registers the
+// counter area and puts a netstack on top. Close stops everything,
+// including dev. On an error dev is stopped.
+func NewHost(cfg HostConfig, mem *rings.Arena, dev Device) (*Host, error) {
+	return newHost(cfg, mem, dev, true)
+}
 
-// newHost is NewHost; wrap, if set (tests), puts something between the
-// driver and the device.
-func newHost(cfg HostConfig, p port.Port, wrap func(*nic.Device, *rings.Arena) Device) (*Host, error) {
-	if cfg.MTU == 0 {
-		cfg.MTU = 1500
-	}
-	cfg.Driver.setDefaults()
-	if cfg.ArenaSize == 0 {
-		buf := cfg.MTU + header.EthernetMinimumSize + rings.CacheLine
-		cfg.ArenaSize = int(cfg.Driver.TxEntries+cfg.Driver.RxEntries)*buf + 1<<20 + 64<<20
-	}
-	dc := cfg.Device
-	dc.MAC, dc.MTU = cfg.MAC, cfg.MTU
-	if dc.Engine.MinRTO == 0 {
-		// The engine's own default is Linux's 200 ms. Emulated hosts talk
-		// over sub-millisecond paths (the in-memory wire, a local TAP),
-		// where a loss the duplicate ACKs cannot repair would otherwise
-		// cost 200 ms each: 20 ms, as datacenter TCP stacks do, made a
-		// 2%-loss transfer to the Linux kernel 7.5x faster.
-		dc.Engine.MinRTO = DefaultMinRTO
-	}
-	if cfg.Lockstep != nil {
-		dc.Manual = true
-	}
-	if cfg.Split == nil && wrap == nil && cfg.Device.Tracer == nil && !dc.Manual && splitFromEnv() {
-		// (A traced or manually stepped device runs in this process.)
-		cfg.Split = &SplitConfig{}
-	}
-	var (
-		lockDev *lockstep.Dev
-		mem     *rings.Arena
-		dev     *nic.Device
-		d       Device
-		sd      *splitDevice
-		err     error
-	)
-	if cfg.Split != nil && (cfg.Device.Tracer != nil || dc.Manual) {
-		return nil, errors.New("tcpstack: a traced or manually stepped device runs in the host's process, not split")
-	}
-	if cfg.Split != nil {
-		if sd, mem, err = dialSplit(*cfg.Split, cfg.ArenaSize, p != nil || cfg.Split.Link != nil); err != nil {
-			if p != nil {
-				_ = p.Close()
-			}
-			return nil, err
-		}
-		links := 0
-		for _, set := range []bool{p != nil, cfg.Split.Link != nil, cfg.Split.ShmLink != nil} {
-			if set {
-				links++
-			}
-		}
-		// No port at all: the device has one of its own ('emunic device
-		// --tap'), which only a device at a socket path can.
-		if links > 1 || links == 0 && cfg.Split.Socket == "" {
-			sd.Stop()
-			if p != nil {
-				_ = p.Close()
-			}
-			return nil, errors.New("tcpstack: a split host takes at most one of a port, a device link (SplitConfig.Link) or a shared-memory link (SplitConfig.ShmLink), and none only for a device at a socket path with a port of its own")
-		}
-		if err := sd.configure(dc, p, cfg.Split.Link, cfg.Split.ShmLink); err != nil {
-			sd.Stop()
-			if p != nil {
-				_ = p.Close()
-			}
-			return nil, err
-		}
-		d = sd
-	} else {
-		if mem, err = rings.NewArena(cfg.ArenaSize); err != nil {
-			return nil, err
-		}
-		if dev, err = nic.New(dc, mem, p); err != nil {
-			return nil, err
-		}
-		d = dev
-		if cfg.Lockstep != nil {
-			ld := cfg.Lockstep.Device(dev)
-			lockDev = ld
-			d = ld
-			cfg.Driver.Yield = func() { ld.Yield(0) }
-			cfg.Driver.Clock = cfg.Lockstep.Clock()
-		}
-		if wrap != nil {
-			d = wrap(dev, mem)
-		}
-	}
-	drv, err := NewDriver(mem, d, cfg.Driver)
+// newHost is NewHost; a test's device that must see exactly the commands
+// it expects gets no counter area (area false).
+func newHost(cfg HostConfig, mem *rings.Arena, dev Device, area bool) (*Host, error) {
+	drv, err := NewDriver(mem, dev, cfg.Driver)
 	if err != nil {
-		if p != nil {
-			_ = p.Close()
-		}
-		if sd != nil {
-			sd.Stop()
-		}
+		_ = dev.Stop()
 		return nil, err
 	}
 	sc := cfg.Stack
 	sc.Addr = cfg.Addr
-	if cfg.Lockstep != nil {
-		sc.Clock = cfg.Lockstep.Clock()
-	}
 	st, err := NewStack(drv, sc)
 	if err != nil {
 		drv.Close()
 		return nil, err
 	}
-	h := &Host{Stack: st, Mem: mem, Device: dev, Driver: drv, split: sd, lockstep: lockDev}
-	if wrap == nil { // a test's wrapped device sees exactly the commands it expects
+	h := &Host{Stack: st, Mem: mem, Driver: drv, stepper: cfg.Stepper, connTable: cfg.ConnTable}
+	if area {
 		if err := h.registerStatArea(); err != nil {
 			h.Close()
 			return nil, err
 		}
 	}
-	if sd != nil {
-		sd.mu.Lock()
-		sd.onDead = h.deviceGone
-		sd.mu.Unlock()
-		if err := sd.Err(); err != nil {
-			go h.deviceGone(err)
-		}
+	if g, ok := dev.(GoneNotifier); ok {
+		g.OnGone(h.deviceGone)
 	}
 	return h, nil
 }

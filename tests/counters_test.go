@@ -3,8 +3,6 @@ package tests
 import (
 	"testing"
 
-	"github.com/emunic/emunic/delegation"
-	"github.com/emunic/emunic/delegation/iwarp"
 	"github.com/emunic/emunic/rings"
 	"github.com/emunic/emunic/tcpstack"
 )
@@ -22,11 +20,11 @@ func counters(t testing.TB, h *tcpstack.Host) tcpstack.DeviceCounters {
 	return c
 }
 
-func engineOf(t testing.TB, h *tcpstack.Host) delegation.Counters { return counters(t, h).Engine }
+func engineOf(t testing.TB, h *tcpstack.Host) tcpstack.EngineCounters { return counters(t, h).Engine }
 
 func statOf(t testing.TB, h *tcpstack.Host, id rings.StatID) uint64 { return counters(t, h).Stats[id] }
 
-func qpStatsOf(t testing.TB, h *tcpstack.Host, qpn uint32) (iwarp.QPStats, bool) {
+func qpStatsOf(t testing.TB, h *tcpstack.Host, qpn uint32) (tcpstack.QPCounters, bool) {
 	st, ok := counters(t, h).QPs[qpn]
 	return st, ok
 }

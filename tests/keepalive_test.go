@@ -88,14 +88,15 @@ func TestDelegatedKeepAlive(t *testing.T) {
 // through each change, and an unknown algorithm or a closed connection is
 // an error.
 func TestDelegatedNagleAndCongestion(t *testing.T) {
-	a, b := hostrig.Pair(t)
+	r := hostrig.New(t, hostrig.Config{})
+	a, b := r.A, r.B
 	ca, cb := delegatedPair(t, a, b, 7401)
 	da := ca.(*tcpstack.DelegatedConn)
 	engine := func() (delegation.ConnInfo, bool) {
-		if a.Device == nil {
+		if r.DevA == nil {
 			return delegation.ConnInfo{}, false // split: the table is in the device's process
 		}
-		return a.Device.Engine().Info(da.Index())
+		return r.DevA.Engine().Info(da.Index())
 	}
 	exchange := func(what string) {
 		t.Helper()

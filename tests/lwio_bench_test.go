@@ -11,12 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/emunic/emunic/board"
 	"github.com/emunic/emunic/internal/cpusplit"
 	"github.com/emunic/emunic/internal/hostrig"
 	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/lwio"
 	"github.com/emunic/emunic/lwio/tcpfile"
-	"github.com/emunic/emunic/tcpstack"
 )
 
 // lwioBench is host B serving one directory three ways (LWIO, and the
@@ -43,7 +43,7 @@ const (
 
 func newLWIOBench(b *testing.B, srvCfg lwio.ServerConfig) *lwioBench {
 	b.Helper()
-	big := func(c *tcpstack.HostConfig) { c.ArenaSize = 512 << 20 }
+	big := func(c *board.HostConfig) { c.ArenaSize = 512 << 20 }
 	r := hostrig.New(b, hostrig.Config{LabelB: "server", HostA: big, HostB: big})
 	dir := b.TempDir()
 	data := make([]byte, benchFile)

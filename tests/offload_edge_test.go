@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/emunic/emunic/board"
 	"github.com/emunic/emunic/delegation"
 	"github.com/emunic/emunic/internal/hostrig"
 	"github.com/emunic/emunic/nic/hdr"
@@ -42,7 +43,7 @@ func (s *spyPort) lastTCP() []byte {
 // a vanished peer is detected in seconds.
 func edgeHosts(t *testing.T) (a, b *tcpstack.Host, spy *spyPort, wa *port.WirePort) {
 	t.Helper()
-	timers := func(c *tcpstack.HostConfig) {
+	timers := func(c *board.HostConfig) {
 		c.Device.Engine = delegation.Config{MinRTO: 50e6, InitialRTO: 200e6, MaxRetries: 5}
 	}
 	r := hostrig.New(t, hostrig.Config{HostA: timers, HostB: timers,

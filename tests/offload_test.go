@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/emunic/emunic/delegation"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/tcpstack"
 )
@@ -173,7 +172,7 @@ func TestDelegatedBothWaysImpaired(t *testing.T) {
 }
 
 // engineDrops lists the non-zero Drop* and OOO* engine counters.
-func engineDrops(c delegation.Counters) string {
+func engineDrops(c tcpstack.EngineCounters) string {
 	v := reflect.ValueOf(c)
 	out := ""
 	for i := 0; i < v.NumField(); i++ {

@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/emunic/emunic/delegation/iwarp"
 	"github.com/emunic/emunic/internal/hostrig"
 	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/rings"
+	"github.com/emunic/emunic/tcpstack"
 	"github.com/emunic/emunic/tcpstack/verbs"
 )
 
@@ -89,8 +89,8 @@ func TestRDMAPcapTshark(t *testing.T) {
 	}
 	testutil.WaitCompletions(t, b.CQ, 1)
 	testutil.WaitCompletions(t, a.CQ, 1)
-	stA := rdmaQPStats(a, func(s iwarp.QPStats) bool { return s.RxMessages >= 2 })
-	stB := rdmaQPStats(b, func(s iwarp.QPStats) bool { return s.RxMessages >= 8 })
+	stA := rdmaQPStats(a, func(s tcpstack.QPCounters) bool { return s.RxMessages >= 2 })
+	stB := rdmaQPStats(b, func(s tcpstack.QPCounters) bool { return s.RxMessages >= 8 })
 	sent := int(stA.TxFPDUs + stB.TxFPDUs)
 	if err := a.QP.Disconnect(ctx); err != nil {
 		t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/emunic/emunic/delegation/iwarp"
 	"github.com/emunic/emunic/internal/hostrig"
 	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/nic/hdr"
@@ -221,8 +220,8 @@ func (g *rdmaGuarded) untouched() bool {
 
 // rdmaQPStats reads n's QP statistics from the device, waiting up to a
 // second for ok (the unit publishes them when it goes idle).
-func rdmaQPStats(n *rdmaNode, ok func(iwarp.QPStats) bool) iwarp.QPStats {
-	var st iwarp.QPStats
+func rdmaQPStats(n *rdmaNode, ok func(tcpstack.QPCounters) bool) tcpstack.QPCounters {
+	var st tcpstack.QPCounters
 	for deadline := time.Now().Add(time.Second); ; {
 		c, _ := n.H.Counters()
 		st = c.QPs[n.QP.QPN()]
@@ -374,8 +373,8 @@ func TestRDMARemoteFaults(t *testing.T) {
 			if len(terms) != 1 || terms[0] != c.want {
 				t.Errorf("B sent Terminates %v, want [%v]", terms, c.want)
 			}
-			stB := rdmaQPStats(b, func(s iwarp.QPStats) bool { return s.TerminatesSent == 1 })
-			stA := rdmaQPStats(a, func(s iwarp.QPStats) bool { return s.TerminatesRecv == 1 })
+			stB := rdmaQPStats(b, func(s tcpstack.QPCounters) bool { return s.TerminatesSent == 1 })
+			stA := rdmaQPStats(a, func(s tcpstack.QPCounters) bool { return s.TerminatesRecv == 1 })
 			if stB.TerminatesSent != 1 || stA.TerminatesRecv != 1 {
 				t.Errorf("Terminates sent by B %d, received by A %d", stB.TerminatesSent, stA.TerminatesRecv)
 			}
@@ -442,7 +441,7 @@ func TestRDMACorruptFPDU(t *testing.T) {
 	if terms := sb.terminates(); len(terms) != 1 || terms[0] != want {
 		t.Errorf("B sent Terminates %v, want [%v]", terms, want)
 	}
-	if st := rdmaQPStats(b, func(s iwarp.QPStats) bool { return s.CRCErrors == 1 }); st.CRCErrors != 1 || st.TerminatesSent != 1 {
+	if st := rdmaQPStats(b, func(s tcpstack.QPCounters) bool { return s.CRCErrors == 1 }); st.CRCErrors != 1 || st.TerminatesSent != 1 {
 		t.Errorf("B's QP stats: %+v, want 1 CRC error and 1 Terminate sent", st)
 	}
 	bc := append(testutil.WaitCompletions(t, b.CQ, rdmaTRecvN), hostrig.Quiet(b.CQ)...)
@@ -575,7 +574,7 @@ func TestRDMAFaultDoesNotStallNeighbour(t *testing.T) {
 	// completions on A, so wait until B's unit reports every byte placed
 	// (its stats snapshot is published under a lock after the placement:
 	// reading the region before that would race with the device's DMA).
-	if st := rdmaQPStats(b2, func(s iwarp.QPStats) bool { return s.Placed >= n*16384 }); st.Placed < n*16384 {
+	if st := rdmaQPStats(b2, func(s tcpstack.QPCounters) bool { return s.Placed >= n*16384 }); st.Placed < n*16384 {
 		t.Fatalf("the neighbour QP placed %d of %d bytes", st.Placed, n*16384)
 	}
 	if !bytes.Equal(dst.region(), a2.Local.Bytes()[:1<<20]) {

@@ -14,10 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/emunic/emunic/board"
 	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/rings"
-	"github.com/emunic/emunic/tcpstack"
 	"github.com/emunic/emunic/tcpstack/verbs"
 	"github.com/emunic/emunic/tcpstack/verbs/rdmatool"
 )
@@ -417,13 +417,13 @@ func siwInProc(ctx context.Context, s *emuSession, server netip.Addr) error {
 		return err
 	}
 	a := s.addr.Addr().As4()
-	h, err := tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{0x02, 0, a[0], a[1], a[2], a[3]}, Addr: s.addr, MTU: 1500}, rec)
+	h, err := board.NewHost(board.HostConfig{MAC: [6]byte{0x02, 0, a[0], a[1], a[2], a[3]}, Addr: s.addr, MTU: 1500}, rec)
 	if err != nil {
 		rec.Close()
 		return err
 	}
 	defer h.Close()
-	v, err := verbs.Open(h)
+	v, err := verbs.Open(h.Host)
 	if err != nil {
 		return err
 	}

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/emunic/emunic/board"
 	"github.com/emunic/emunic/internal/hostrig"
 	"github.com/emunic/emunic/rings"
-	"github.com/emunic/emunic/tcpstack"
 	"golang.org/x/sys/unix"
 )
 
@@ -27,7 +27,7 @@ func BenchmarkSplit(b *testing.B) {
 			cfg := hostrig.Config{}
 			switch mode {
 			case "split":
-				s := func(c *tcpstack.HostConfig) { c.Split = &tcpstack.SplitConfig{} }
+				s := func(c *board.HostConfig) { c.Split = &board.SplitConfig{} }
 				cfg.HostA, cfg.HostB = s, s
 			case "split-link":
 				return splitLinked(b)
@@ -91,17 +91,17 @@ func splitLinked(b testing.TB) *hostrig.Rig {
 		b.Fatal(err)
 	}
 	la, lb := os.NewFile(uintptr(fds[0]), "link-a"), os.NewFile(uintptr(fds[1]), "link-b")
-	a, err := tcpstack.NewHost(tcpstack.HostConfig{MAC: hostrig.MACA, Addr: hostrig.PrefixA, Split: &tcpstack.SplitConfig{Link: la}}, nil)
+	a, err := board.NewHost(board.HostConfig{MAC: hostrig.MACA, Addr: hostrig.PrefixA, Split: &board.SplitConfig{Link: la}}, nil)
 	if err != nil {
 		lb.Close()
 		b.Fatal(err)
 	}
-	bh, err := tcpstack.NewHost(tcpstack.HostConfig{MAC: hostrig.MACB, Addr: hostrig.PrefixB, Split: &tcpstack.SplitConfig{Link: lb}}, nil)
+	bh, err := board.NewHost(board.HostConfig{MAC: hostrig.MACB, Addr: hostrig.PrefixB, Split: &board.SplitConfig{Link: lb}}, nil)
 	if err != nil {
 		a.Close()
 		b.Fatal(err)
 	}
-	r := &hostrig.Rig{A: a, B: bh}
+	r := &hostrig.Rig{A: a.Host, B: bh.Host}
 	b.Cleanup(func() { a.Close(); bh.Close() })
 	return r
 }
@@ -109,19 +109,19 @@ func splitLinked(b testing.TB) *hostrig.Rig {
 // splitShm is two split hosts whose devices are cabled by a shared-memory
 // link (SplitConfig.ShmLink): no system call per frame while frames flow.
 func splitShm(b testing.TB) *hostrig.Rig {
-	ea, eb, err := tcpstack.NewShmLink(1500)
+	ea, eb, err := board.NewShmLink(1500)
 	if err != nil {
 		b.Fatal(err)
 	}
-	a, err := tcpstack.NewHost(tcpstack.HostConfig{MAC: hostrig.MACA, Addr: hostrig.PrefixA, Split: &tcpstack.SplitConfig{ShmLink: ea}}, nil)
+	a, err := board.NewHost(board.HostConfig{MAC: hostrig.MACA, Addr: hostrig.PrefixA, Split: &board.SplitConfig{ShmLink: ea}}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
-	bh, err := tcpstack.NewHost(tcpstack.HostConfig{MAC: hostrig.MACB, Addr: hostrig.PrefixB, Split: &tcpstack.SplitConfig{ShmLink: eb}}, nil)
+	bh, err := board.NewHost(board.HostConfig{MAC: hostrig.MACB, Addr: hostrig.PrefixB, Split: &board.SplitConfig{ShmLink: eb}}, nil)
 	if err != nil {
 		a.Close()
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { a.Close(); bh.Close() })
-	return &hostrig.Rig{A: a, B: bh}
+	return &hostrig.Rig{A: a.Host, B: bh.Host}
 }

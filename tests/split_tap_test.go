@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/emunic/emunic/board"
 	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/rings"
-	"github.com/emunic/emunic/tcpstack"
 	"github.com/emunic/emunic/tcpstack/services"
 )
 
@@ -31,7 +31,7 @@ func TestTAPDeviceProcess(t *testing.T) {
 
 	kernel := netip.MustParsePrefix("10.79.0.1/24")
 	emu := netip.MustParsePrefix("10.79.0.2/24")
-	host, err := tcpstack.NewHost(tcpstack.HostConfig{MAC: macOf(emu), Addr: emu, Split: &tcpstack.SplitConfig{Socket: sock}}, nil)
+	host, err := board.NewHost(board.HostConfig{MAC: macOf(emu), Addr: emu, Split: &board.SplitConfig{Socket: sock}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func TestTAPDeviceProcess(t *testing.T) {
 	}
 	echoExchange(t, c, 8<<20)
 	c.Close()
-	if n := statOf(t, host, rings.StatRxFrames); n == 0 {
+	if n := statOf(t, host.Host, rings.StatRxFrames); n == 0 {
 		t.Error("the device's counter area shows no frames received")
 	}
 	host.Close()

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/emunic/emunic/board"
 	"github.com/emunic/emunic/internal/hostrig"
 	"github.com/emunic/emunic/nic"
 	"github.com/emunic/emunic/nic/port"
@@ -18,7 +19,7 @@ import (
 // splitHosts is the rig with each host's NIC in a process of its own.
 func splitHosts(t *testing.T) *hostrig.Rig {
 	t.Helper()
-	split := func(c *tcpstack.HostConfig) { c.Split = &tcpstack.SplitConfig{} }
+	split := func(c *board.HostConfig) { c.Split = &board.SplitConfig{} }
 	return hostrig.New(t, hostrig.Config{HostA: split, HostB: split})
 }
 
@@ -28,7 +29,7 @@ func splitHosts(t *testing.T) *hostrig.Rig {
 // the wire in this process. Both data paths.
 func TestSplitTransfer(t *testing.T) {
 	r := splitHosts(t)
-	if r.A.Device != nil {
+	if r.DevA != nil {
 		t.Fatal("a split host has an in-process device")
 	}
 	d := transfer(t, r.A, r.B, 8<<20)
@@ -58,7 +59,7 @@ func TestSplitLinked(t *testing.T) {
 	}
 	t.Logf("netstack 4 MiB in %v; delegated echo ok", d)
 	// A port and a link at once is refused.
-	if _, err := tcpstack.NewHost(tcpstack.HostConfig{MAC: hostrig.MACA, Addr: hostrig.PrefixA, Split: &tcpstack.SplitConfig{}}, nil); err == nil {
+	if _, err := board.NewHost(board.HostConfig{MAC: hostrig.MACA, Addr: hostrig.PrefixA, Split: &board.SplitConfig{}}, nil); err == nil {
 		t.Fatal("a split host with neither a port nor a link was made")
 	}
 }
@@ -83,8 +84,8 @@ func TestSplitShmLink(t *testing.T) {
 // polling mode): the device looks at its rings every interval, the host at
 // its vectors; data still arrives intact on both paths.
 func TestSplitPolling(t *testing.T) {
-	poll := func(c *tcpstack.HostConfig) {
-		c.Split = &tcpstack.SplitConfig{Poll: true, PollInterval: 20 * time.Microsecond}
+	poll := func(c *board.HostConfig) {
+		c.Split = &board.SplitConfig{Poll: true, PollInterval: 20 * time.Microsecond}
 	}
 	r := hostrig.New(t, hostrig.Config{HostA: poll, HostB: poll})
 	d := transfer(t, r.A, r.B, 2<<20)
@@ -108,22 +109,22 @@ func TestSplitPolling(t *testing.T) {
 // the other sends, so two units each waiting to send to the other do not
 // wait for good.
 func TestShmLinkDevicesBothWays(t *testing.T) {
-	ea, eb, err := tcpstack.NewShmLink(1500)
+	ea, eb, err := board.NewShmLink(1500)
 	if err != nil {
 		t.Fatal(err)
 	}
-	host := func(e *tcpstack.ShmLinkEnd, mac [6]byte, addr netip.Prefix) *tcpstack.Host {
+	host := func(e *board.ShmLinkEnd, mac [6]byte, addr netip.Prefix) *tcpstack.Host {
 		p, err := port.OpenShmPort(e.Mem, e.Size, e.Entry, e.Side, e.Wake, e.Peer)
 		if err != nil {
 			t.Fatal(err)
 		}
-		h, err := tcpstack.NewHost(tcpstack.HostConfig{MAC: mac, Addr: addr, Device: nic.Config{RxFIFODepth: 8}}, p)
+		h, err := board.NewHost(board.HostConfig{MAC: mac, Addr: addr, Device: nic.Config{RxFIFODepth: 8}}, p)
 		if err != nil {
 			p.Close()
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { h.Close() })
-		return h
+		return h.Host
 	}
 	a := host(ea, hostrig.MACA, hostrig.PrefixA)
 	b := host(eb, hostrig.MACB, hostrig.PrefixB)

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/emunic/emunic/delegation"
+	"github.com/emunic/emunic/board"
 	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/tcpstack"
@@ -35,7 +35,7 @@ import (
 type tapOffloadLab struct {
 	ns     *netns
 	tap    *port.TAPPort
-	host   *tcpstack.Host
+	host   *board.Host
 	kernel netip.Prefix // the kernel's address, in the namespace
 	emu    netip.Prefix // the emulated host's address
 	closed bool
@@ -65,7 +65,7 @@ func newTAPOffloadLabWith(t testing.TB, subnet byte, opt port.TAPOptions) *tapOf
 	lab.kernel = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, subnet, 0, 1}), 24)
 	lab.emu = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, subnet, 0, 2}), 24)
 	lab.ns.moveTAP(t, name, lab.kernel)
-	lab.host, err = tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 10, subnet, 0, 2}, Addr: lab.emu}, tap)
+	lab.host, err = board.NewHost(board.HostConfig{MAC: [6]byte{2, 0, 10, subnet, 0, 2}, Addr: lab.emu}, tap)
 	if err != nil {
 		tap.Close()
 		t.Fatal(err)
@@ -87,7 +87,7 @@ func (l *tapOffloadLab) close() {
 
 // engine returns the delegated engine's counters; close the lab first for
 // final ones (the unit publishes them when it parks and when it stops).
-func (l *tapOffloadLab) engine() delegation.Counters {
+func (l *tapOffloadLab) engine() tcpstack.EngineCounters {
 	c, _ := l.host.Counters()
 	return c.Engine
 }
@@ -358,13 +358,13 @@ func tapOffloadLossyBytes() int64 {
 }
 
 // logEngine logs the engine's non-zero counters.
-func logEngine(t *testing.T, c delegation.Counters) {
+func logEngine(t *testing.T, c tcpstack.EngineCounters) {
 	t.Helper()
 	t.Logf("engine counters: %s", nonZeroCounters(c))
 }
 
 // nonZeroCounters formats the non-zero fields of c as name=value.
-func nonZeroCounters(c delegation.Counters) string {
+func nonZeroCounters(c tcpstack.EngineCounters) string {
 	s := fmt.Sprintf("%+v", c)
 	s = strings.TrimSuffix(strings.TrimPrefix(s, "{"), "}")
 	var out []string
@@ -378,7 +378,7 @@ func nonZeroCounters(c delegation.Counters) string {
 
 // checkClean fails on engine counters that a clean link must leave at zero:
 // malformed or rejected input.
-func checkClean(t *testing.T, c delegation.Counters) {
+func checkClean(t *testing.T, c tcpstack.EngineCounters) {
 	t.Helper()
 	for name, v := range map[string]uint64{
 		"DropBadChecksum": c.DropBadChecksum, "DropBadIP": c.DropBadIP, "DropShort": c.DropShort,

@@ -88,7 +88,7 @@ func TestTAPScaleEchoHeld(t *testing.T) {
 	if f, l := ln.Fallbacks(), ln.Lost(); f+l != 0 {
 		t.Fatalf("%d of %d connections not delegated (%d lost): %v", f+l, n, l, ln.FallbackErr())
 	}
-	u, occ := lab.host.OffloadUsage(), counters(t, lab.host).Occupancy
+	u, occ := lab.host.OffloadUsage(), counters(t, lab.host.Host).Occupancy
 	if u.Conns != n {
 		t.Fatalf("%d delegated connections held, want %d", u.Conns, n)
 	}
@@ -252,7 +252,7 @@ func TestTAPScaleQOTD(t *testing.T) {
 		return u.Conns == 0 && u.Pool.InUse == 0 && qOff.Stats().Active == 0
 	})
 	lab.close()
-	ctr, occ := lab.engine(), counters(t, lab.host).Occupancy
+	ctr, occ := lab.engine(), counters(t, lab.host.Host).Occupancy
 	t.Logf("%d qotd connections from the Linux kernel, %d at a time: delegated %.0f/s, netstack %.0f/s (ratio %.2f); TIME_WAIT entered %d, reopened %d, overflow %d; engine %+v",
 		n, conc, rOff, rNet, rOff/rNet, ctr.TimeWaitEntered, ctr.TimeWaitReopened, ctr.TimeWaitOverflow, occ)
 	if st := qOff.Stats(); st.Accepted != uint64(n) || st.Errors != 0 {

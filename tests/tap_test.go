@@ -20,10 +20,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/emunic/emunic/board"
 	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/rings"
-	"github.com/emunic/emunic/tcpstack"
 	"github.com/emunic/emunic/tcpstack/services"
 )
 
@@ -211,14 +211,14 @@ func TestTAPKernelPeerEcho(t *testing.T) {
 	kernel := netip.MustParsePrefix("10.77.0.1/24")
 	emu := netip.MustParsePrefix("10.77.0.2/24")
 	ns.moveTAP(t, name, kernel)
-	host, err := tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 10, 77, 0, 2}, Addr: emu}, tap)
+	host, err := board.NewHost(board.HostConfig{MAC: [6]byte{2, 0, 10, 77, 0, 2}, Addr: emu}, tap)
 	if err != nil {
 		tap.Close()
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		host.Close()
-		t.Logf("device counters: %v; TAP port: %v", stats(host), tap.Stats())
+		t.Logf("device counters: %v; TAP port: %v", stats(host.Host), tap.Stats())
 	})
 	echo := services.NewEcho(t.Logf)
 	l, err := host.Listen(services.EchoPort)
@@ -241,7 +241,7 @@ func TestTAPKernelPeerEcho(t *testing.T) {
 		defer c.Close()
 		echoExchange(t, c, 16<<20)
 	})
-	if s := statOf(t, host, rings.StatRxFrames); s == 0 {
+	if s := statOf(t, host.Host, rings.StatRxFrames); s == 0 {
 		t.Error("the device counted no received frames")
 	}
 }

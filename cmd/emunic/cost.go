@@ -5,8 +5,6 @@ import (
 	"io"
 	"time"
 
-	"github.com/emunic/emunic/delegation"
-	"github.com/emunic/emunic/nic"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/rings"
 	"github.com/emunic/emunic/tcpstack"
@@ -14,10 +12,10 @@ import (
 
 // hostSnap is what one host's counters said at one moment.
 type hostSnap struct {
-	ring      nic.RingCounters
+	ring      rings.RingCounters
 	stat      [rings.NumStats]uint64
 	drv       tcpstack.DriverStats
-	eng       delegation.Counters
+	eng       tcpstack.EngineCounters
 	nsSent    uint64 // netstack TCP segments sent
 	nsRetrans uint64 // netstack TCP segments retransmitted
 }

@@ -16,11 +16,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/emunic/emunic/board"
+	"github.com/emunic/emunic/board/lockstep"
 	"github.com/emunic/emunic/internal/cpusplit"
 	"github.com/emunic/emunic/nic"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/tcpstack"
-	"github.com/emunic/emunic/tcpstack/lockstep"
 	"github.com/emunic/emunic/tcpstack/services"
 	"github.com/emunic/emunic/trace"
 )
@@ -339,6 +340,7 @@ func demoPaths(cfg demoConfig) []demoPath {
 // host A's end optionally recorded.
 type demoLab struct {
 	a, b   *tcpstack.Host
+	devA   *nic.Device // A's NIC when it runs in this process (nil split)
 	pa, pb *port.WirePort
 	rec    *port.Recorder
 	recB   *port.Recorder // demoHooks.pcapB
@@ -381,9 +383,9 @@ func newDemoLab(cfg demoConfig) (*demoLab, error) {
 		}
 		lab.rec, pa = rec, rec
 	}
-	var split *tcpstack.SplitConfig
+	var split *board.SplitConfig
 	if cfg.Split {
-		split = &tcpstack.SplitConfig{}
+		split = &board.SplitConfig{}
 	}
 	var devA, devB nic.Config
 	var stA, stB tcpstack.StackConfig
@@ -395,12 +397,13 @@ func newDemoLab(cfg demoConfig) (*demoLab, error) {
 		devB = nic.Config{Tracer: cfg.trace.NewDevice("B"), STagSeed: cfg.Seed*2 + 2}
 		stA.Seed, stB.Seed = cfg.Seed*2+1, cfg.Seed*2+2
 	}
-	lab.a, err = tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 1}, Addr: demoAddrA, MTU: cfg.MTU, Split: split, Device: devA, Stack: stA, Lockstep: cfg.lockstep}, pa)
+	ha, err := board.NewHost(board.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 1}, Addr: demoAddrA, MTU: cfg.MTU, Split: split, Device: devA, Stack: stA, Lockstep: cfg.lockstep}, pa)
 	if err != nil {
 		pa.Close()
 		lab.pb.Close()
 		return nil, fmt.Errorf("host A: %w", err)
 	}
+	lab.a, lab.devA = ha.Host, ha.Device
 	var pb port.Port = lab.pb
 	if cfg.hooks != nil && cfg.hooks.pcapB != "" {
 		if lab.recB, err = port.CreateRecorder(lab.pb, cfg.hooks.pcapB); err != nil {
@@ -412,13 +415,15 @@ func newDemoLab(cfg demoConfig) (*demoLab, error) {
 	}
 	// B is built under the label side=server (its goroutines inherit it),
 	// so the file paths can tell the client's CPU (A) from the server's.
+	var hb *board.Host
 	inB(func() {
-		lab.b, err = tcpstack.NewHost(tcpstack.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 2}, Addr: demoAddrB, MTU: cfg.MTU, Split: split, Device: devB, Stack: stB, Lockstep: cfg.lockstep}, pb)
+		hb, err = board.NewHost(board.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 2}, Addr: demoAddrB, MTU: cfg.MTU, Split: split, Device: devB, Stack: stB, Lockstep: cfg.lockstep}, pb)
 	})
 	if err != nil {
 		lab.a.Close()
 		return nil, fmt.Errorf("host B: %w", err)
 	}
+	lab.b = hb.Host
 	return lab, nil
 }
 

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/emunic/emunic/board"
 	"github.com/emunic/emunic/internal/hostrig"
 	"github.com/emunic/emunic/internal/testutil"
-	"github.com/emunic/emunic/tcpstack"
 )
 
 // syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
@@ -45,8 +45,8 @@ func TestDeviceCommand(t *testing.T) {
 		}
 	}
 	r := hostrig.New(t, hostrig.Config{
-		HostA: func(c *tcpstack.HostConfig) { c.Split = &tcpstack.SplitConfig{Socket: socks[0]} },
-		HostB: func(c *tcpstack.HostConfig) { c.Split = &tcpstack.SplitConfig{Socket: socks[1]} },
+		HostA: func(c *board.HostConfig) { c.Split = &board.SplitConfig{Socket: socks[0]} },
+		HostB: func(c *board.HostConfig) { c.Split = &board.SplitConfig{Socket: socks[1]} },
 	})
 	l, err := r.B.ListenOffload(7)
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/emunic/emunic/board"
 	"io"
 	"os"
 	"os/signal"
@@ -65,6 +66,9 @@ func lookup(name string) *entry {
 }
 
 func main() {
+	// A split host ('emunic demo --split', EMUNIC_SPLIT=1) runs this
+	// program again as its NIC's device process: serve as that and exit.
+	board.RunSplitChild()
 	// The first SIGINT or SIGTERM cancels ctx, so a command can stop
 	// cleanly and print its counters; once it has, a second one kills
 	// the process as usual.

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/emunic/emunic/delegation"
+	"github.com/emunic/emunic/tcpstack"
 )
 
 // runCLI runs the command line in process and returns its exit status and
@@ -225,7 +225,7 @@ func TestSnakeCase(t *testing.T) {
 		}
 	}
 	var drops, all int
-	for _, c := range engineCounters(delegation.Counters{}) {
+	for _, c := range engineCounters(tcpstack.EngineCounters{}) {
 		all++
 		if c.drop {
 			drops++

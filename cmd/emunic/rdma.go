@@ -11,7 +11,6 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/emunic/emunic/delegation/iwarp"
 	"github.com/emunic/emunic/internal/cpusplit"
 	"github.com/emunic/emunic/rings"
 	"github.com/emunic/emunic/tcpstack"
@@ -53,7 +52,7 @@ type rdmaReport struct {
 	regionTO   uint64 // RDMA Writes name the region by them)
 	copyA      uint64
 	copyB      uint64
-	qpA, qpB   iwarp.QPStats
+	qpA, qpB   tcpstack.QPCounters
 	qpnA, qpnB uint32
 	haveStats  bool
 }
@@ -220,8 +219,8 @@ func rdmaTransfer(ctx context.Context, lab *demoLab, cfg demoConfig) (res transf
 // and each unit has published them since the last change (the units
 // publish them in the hosts' counter areas when they go idle; see
 // tcpstack.Host.CountersSettled).
-func settledQPStats(lab *demoLab, qa, qb uint32) (sa, sb iwarp.QPStats, ok bool) {
-	qpStats := func(h *tcpstack.Host, idx uint32) (iwarp.QPStats, bool) {
+func settledQPStats(lab *demoLab, qa, qb uint32) (sa, sb tcpstack.QPCounters, ok bool) {
+	qpStats := func(h *tcpstack.Host, idx uint32) (tcpstack.QPCounters, bool) {
 		c, err := h.Counters()
 		st, ok := c.QPs[idx]
 		return st, ok && err == nil
@@ -612,24 +611,24 @@ func printRDMAReport(w io.Writer, rep *rdmaReport) {
 		t.row("", fmt.Sprintf("A QP %d", rep.qpnA), fmt.Sprintf("B QP %d", rep.qpnB))
 		for _, f := range []struct {
 			name string
-			get  func(iwarp.QPStats) uint64
+			get  func(tcpstack.QPCounters) uint64
 		}{
-			{"rx_fpdus", func(s iwarp.QPStats) uint64 { return s.RxFPDUs }},
-			{"tx_fpdus", func(s iwarp.QPStats) uint64 { return s.TxFPDUs }},
-			{"rx_bytes", func(s iwarp.QPStats) uint64 { return s.RxBytes }},
-			{"tx_bytes", func(s iwarp.QPStats) uint64 { return s.TxBytes }},
-			{"placed", func(s iwarp.QPStats) uint64 { return s.Placed }},
-			{"sourced", func(s iwarp.QPStats) uint64 { return s.Sourced }},
-			{"rx_messages", func(s iwarp.QPStats) uint64 { return s.RxMessages }},
-			{"read_requests_recv", func(s iwarp.QPStats) uint64 { return s.ReadRequestsRecv }},
-			{"read_responses_sent", func(s iwarp.QPStats) uint64 { return s.ReadResponsesSent }},
-			{"crc_errors", func(s iwarp.QPStats) uint64 { return s.CRCErrors }},
-			{"terminates_sent", func(s iwarp.QPStats) uint64 { return s.TerminatesSent }},
-			{"terminates_recv", func(s iwarp.QPStats) uint64 { return s.TerminatesRecv }},
-			{"flushed_wrs", func(s iwarp.QPStats) uint64 { return s.FlushedWRs }},
-			{"discarded_bytes", func(s iwarp.QPStats) uint64 { return s.DiscardedBytes }},
-			{"bad_host_entries", func(s iwarp.QPStats) uint64 { return s.BadHostEntries }},
-			{"completions_lost", func(s iwarp.QPStats) uint64 { return s.CompletionsLost }},
+			{"rx_fpdus", func(s tcpstack.QPCounters) uint64 { return s.RxFPDUs }},
+			{"tx_fpdus", func(s tcpstack.QPCounters) uint64 { return s.TxFPDUs }},
+			{"rx_bytes", func(s tcpstack.QPCounters) uint64 { return s.RxBytes }},
+			{"tx_bytes", func(s tcpstack.QPCounters) uint64 { return s.TxBytes }},
+			{"placed", func(s tcpstack.QPCounters) uint64 { return s.Placed }},
+			{"sourced", func(s tcpstack.QPCounters) uint64 { return s.Sourced }},
+			{"rx_messages", func(s tcpstack.QPCounters) uint64 { return s.RxMessages }},
+			{"read_requests_recv", func(s tcpstack.QPCounters) uint64 { return s.ReadRequestsRecv }},
+			{"read_responses_sent", func(s tcpstack.QPCounters) uint64 { return s.ReadResponsesSent }},
+			{"crc_errors", func(s tcpstack.QPCounters) uint64 { return s.CRCErrors }},
+			{"terminates_sent", func(s tcpstack.QPCounters) uint64 { return s.TerminatesSent }},
+			{"terminates_recv", func(s tcpstack.QPCounters) uint64 { return s.TerminatesRecv }},
+			{"flushed_wrs", func(s tcpstack.QPCounters) uint64 { return s.FlushedWRs }},
+			{"discarded_bytes", func(s tcpstack.QPCounters) uint64 { return s.DiscardedBytes }},
+			{"bad_host_entries", func(s tcpstack.QPCounters) uint64 { return s.BadHostEntries }},
+			{"completions_lost", func(s tcpstack.QPCounters) uint64 { return s.CompletionsLost }},
 		} {
 			t.row(f.name, u64(f.get(rep.qpA)), u64(f.get(rep.qpB)))
 		}

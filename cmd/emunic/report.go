@@ -8,7 +8,6 @@ import (
 	"strings"
 	"unicode"
 
-	"github.com/emunic/emunic/delegation"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/rings"
 	"github.com/emunic/emunic/tcpstack"
@@ -307,8 +306,8 @@ type engineCounter struct {
 }
 
 // engineCounters lists every counter of the engine, in the order of
-// delegation.Counters, so new fields show up without a change here.
-func engineCounters(c delegation.Counters) []engineCounter {
+// tcpstack.EngineCounters, so new fields show up without a change here.
+func engineCounters(c tcpstack.EngineCounters) []engineCounter {
 	v := reflect.ValueOf(c)
 	t := v.Type()
 	out := make([]engineCounter, 0, t.NumField())

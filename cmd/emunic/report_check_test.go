@@ -515,7 +515,7 @@ func checkHosts(c *checker, rep *demoReport, lab *demoLab, stages []stageView, f
 		if drops := st[rings.StatTxDropBadDesc] + st[rings.StatTxDropPortError]; drops == 0 {
 			c.eq(n+"driver tx_bytes", drv.TxBytes, legacyBytes+fi.txLeftBytes, "netstack's frames in the capture (and those left in the ring)")
 		} else {
-			c.ok(n+"driver tx_bytes", drv.TxBytes >= legacyBytes+fi.txLeftBytes && drv.TxBytes <= legacyBytes+fi.txLeftBytes+drops*uint64(lab.a.Device.MTU()+14),
+			c.ok(n+"driver tx_bytes", drv.TxBytes >= legacyBytes+fi.txLeftBytes && drv.TxBytes <= legacyBytes+fi.txLeftBytes+drops*uint64(lab.devA.MTU()+14),
 				"%d, the capture shows %d (and %d frames the device dropped)", drv.TxBytes, legacyBytes+fi.txLeftBytes, drops)
 		}
 		// netstack's count is read at the last path's end, with the lab

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/emunic/emunic/board"
 	"github.com/emunic/emunic/delegation"
 	"github.com/emunic/emunic/nic"
 	"github.com/emunic/emunic/nic/port"
@@ -193,14 +194,16 @@ func attachTAP(warnf func(format string, args ...any), name string, addr netip.P
 		}
 		p = th.rec
 	}
-	if th.host, err = tcpstack.NewHost(tcpstack.HostConfig{
+	h, err := board.NewHost(board.HostConfig{
 		MAC: th.mac, Addr: addr, MTU: mtu, ArenaSize: int(arena),
 		Stack:  tcpstack.StackConfig{Gateway: gw},
 		Device: nic.Config{Engine: delegation.Config{MaxConns: maxConns}},
-	}, p); err != nil {
+	}, p)
+	if err != nil {
 		p.Close()
 		return nil, err
 	}
+	th.host = h.Host
 	return th, nil
 }
 

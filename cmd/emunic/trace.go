@@ -9,8 +9,8 @@ import (
 	"runtime"
 	"strings"
 
+	"github.com/emunic/emunic/board/lockstep"
 	"github.com/emunic/emunic/nic"
-	"github.com/emunic/emunic/tcpstack/lockstep"
 	"github.com/emunic/emunic/trace"
 )
 

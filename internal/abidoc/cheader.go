@@ -296,7 +296,10 @@ func snake(s string) string {
 			for j < len(rs) && unicode.IsUpper(rs[j]) {
 				j++
 			}
-			if j < len(rs) && unicode.IsLower(rs[j]) {
+			switch {
+			case j+1 < len(rs) && rs[j] == 's' && unicode.IsUpper(rs[j+1]), j+1 == len(rs) && rs[j] == 's':
+				j++ // an acronym's plural: FPDUs, WRs
+			case j < len(rs) && unicode.IsLower(rs[j]):
 				j--
 			}
 			words = append(words, splitAcronyms(string(rs[i:j]))...)
@@ -340,7 +343,7 @@ var RingsHeader = HeaderSpec{
 	Guard:  "EMUNIC_ABI_H",
 	Prefix: "emunic",
 	Files: []string{"ring.go", "mem.go", "command.go", "notify.go", "desc.go", "stats.go", "le.go",
-		"connstate.go", "rdma.go", "wqe.go", "statarea.go"},
+		"connstate.go", "rdma.go", "wqe.go", "statarea.go", "counterid.go"},
 	IndexDoc:  "../docs/rings.md",
 	IndexHead: "ABI blocks",
 	Generator: `"go generate ./rings" (internal/abidoc/cheader) from the rings package's constants, docs/rings.md and docs/abi-blocks.md`,

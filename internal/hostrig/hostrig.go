@@ -1,15 +1,17 @@
 // Package hostrig is the two-host test rig the project's tests share: two
-// emulated hosts, A (10.0.0.1) and B (10.0.0.2), each a full tcpstack.Host
-// with its own host memory, NIC and netstack, joined by an in-memory wire
-// (port.NewWire) with optional seeded impairments, a wrapper on either
-// port (a pcap recorder, a spy), and per-host configuration hooks. On top
-// of it, Node is one host's RDMA verbs objects (provider, PD, CQ, receive
-// and local buffers with their MRs) and Connect makes a connected QP pair.
+// emulated hosts, A (10.0.0.1) and B (10.0.0.2), each a full machine built
+// by board (a tcpstack.Host with its own host memory and netstack, and its
+// NIC, whose in-process device the rig keeps beside it), joined by an
+// in-memory wire (port.NewWire) with optional seeded impairments, a
+// wrapper on either port (a pcap recorder, a spy), and per-host
+// configuration hooks. On top of it, Node is one host's RDMA verbs objects
+// (provider, PD, CQ, receive and local buffers with their MRs) and Connect
+// makes a connected QP pair.
 //
-// It is imported by tests only (it calls t.Fatal). It imports tcpstack and
-// tcpstack/verbs, so the internal tests of those two packages cannot use it
-// (an import cycle); their tests that need unexported hooks build hosts with
-// the package's own constructors, everything else uses this rig.
+// It is imported by tests only (it calls t.Fatal). It imports board,
+// tcpstack and tcpstack/verbs, so the internal tests of those packages
+// cannot use it (an import cycle); their tests that need unexported hooks
+// build hosts themselves, everything else uses this rig.
 package hostrig
 
 import (
@@ -19,6 +21,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/emunic/emunic/board"
+	"github.com/emunic/emunic/nic"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/tcpstack"
 )
@@ -42,7 +46,7 @@ type Config struct {
 	WrapA, WrapB func(*port.WirePort) (port.Port, error)
 	// HostA and HostB, when set, adjust a host's configuration before it is
 	// built (engine timers, stack buffers, offload table size).
-	HostA, HostB func(*tcpstack.HostConfig)
+	HostA, HostB func(*board.HostConfig)
 	// LabelB, when set, builds host B under the pprof label side=LabelB,
 	// which every goroutine it starts inherits (its device relabels its
 	// own as side=device): internal/cpusplit then tells B's host CPU
@@ -54,6 +58,9 @@ type Config struct {
 // earlier by Close (a capture is complete only once its host is closed).
 type Rig struct {
 	A, B *tcpstack.Host
+	// DevA and DevB are the hosts' NICs when they run in this process
+	// (nil when split): the device side, for a test that reads it.
+	DevA, DevB *nic.Device
 	// PortA and PortB are the wire's two ends, under any wrapper.
 	PortA, PortB *port.WirePort
 
@@ -61,11 +68,11 @@ type Rig struct {
 }
 
 // HostConfig is the rig's configuration for host A (a == true) or B.
-func HostConfig(a bool) tcpstack.HostConfig {
+func HostConfig(a bool) board.HostConfig {
 	if a {
-		return tcpstack.HostConfig{MAC: MACA, Addr: PrefixA}
+		return board.HostConfig{MAC: MACA, Addr: PrefixA}
 	}
-	return tcpstack.HostConfig{MAC: MACB, Addr: PrefixB}
+	return board.HostConfig{MAC: MACB, Addr: PrefixB}
 }
 
 // New builds a rig; a failure fails the test. The hosts close at cleanup.
@@ -95,23 +102,26 @@ func New(t testing.TB, cfg Config) *Rig {
 	if cfg.HostB != nil {
 		cfg.HostB(&cb)
 	}
-	if r.A, err = tcpstack.NewHost(ca, qa); err != nil {
+	a, err := board.NewHost(ca, qa)
+	if err != nil {
 		qa.Close()
 		qb.Close()
 		t.Fatalf("hostrig: host A: %v", err)
 	}
+	var b *board.Host
 	if cfg.LabelB != "" {
 		pprof.Do(context.Background(), pprof.Labels("side", cfg.LabelB), func(context.Context) {
-			r.B, err = tcpstack.NewHost(cb, qb)
+			b, err = board.NewHost(cb, qb)
 		})
 	} else {
-		r.B, err = tcpstack.NewHost(cb, qb)
+		b, err = board.NewHost(cb, qb)
 	}
 	if err != nil {
-		r.A.Close()
+		a.Close()
 		qb.Close()
 		t.Fatalf("hostrig: host B: %v", err)
 	}
+	r.A, r.DevA, r.B, r.DevB = a.Host, a.Device, b.Host, b.Device
 	t.Cleanup(r.Close)
 	return r
 }

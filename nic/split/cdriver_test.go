@@ -10,10 +10,11 @@ import (
 // TestCDriver builds c/hostdrv.c, a host driver written in C against the
 // generated header rings/c/emunic_abi.h only, and runs it as its own
 // process against a device served here: it negotiates, maps the memory,
-// posts commands and reads their statuses back, registers and reads the
-// counter area, sends a frame through the transmit ring and receives one
-// through a legacy buffer and its notification; the second and third time
-// through the kick words (FeatureKickWords).
+// posts commands and reads their statuses back, registers the counter
+// area and reads counters there by ID (the stat block's, the rings', the
+// engine's, the occupancy's), sends a frame through the transmit ring and
+// receives one through a legacy buffer and its notification; the second
+// and third time through the kick words (FeatureKickWords).
 func TestCDriver(t *testing.T) {
 	gcc, err := exec.LookPath("gcc")
 	if err != nil {

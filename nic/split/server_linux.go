@@ -123,7 +123,7 @@ type session struct {
 	arena    *rings.Arena
 	port     port.Port
 	cfg      nic.Config
-	rc       nic.RingConfig
+	rc       rings.RingConfig
 	mode     uint32
 	poll     time.Duration
 	efds     []*EventFD // doorbell, notify, txspace, command
@@ -390,7 +390,7 @@ func (ss *session) rings(body []byte) Reply {
 	if err != nil {
 		return ss.refuse(StatusBadMessage, "%v", err)
 	}
-	rc := nic.RingConfig{Command: ls[RingIdxCommand], Notify: ls[RingIdxNotify], Tx: ls[RingIdxTransmit], Rx: ls[RingIdxReceive]}
+	rc := rings.RingConfig{Command: ls[RingIdxCommand], Notify: ls[RingIdxNotify], Tx: ls[RingIdxTransmit], Rx: ls[RingIdxReceive]}
 	if err := rc.Validate(); err != nil {
 		return ss.refuse(StatusBadRings, "%v", err)
 	}
@@ -468,14 +468,14 @@ func (ss *session) vectors(body []byte, files []*os.File) Reply {
 }
 
 func (ss *session) start() Reply {
-	var vec nic.Vectors
+	var vec rings.Vectors
 	if ss.mode == VectorEventFD {
 		if ss.words != nil {
 			for i, e := range ss.efds {
 				e.UseWord(KickWord(ss.words, i), &ss.s.badWords)
 			}
 		}
-		vec = nic.Vectors{Notify: ss.efds[1], TxSpace: ss.efds[2], Command: ss.efds[3]}
+		vec = rings.Vectors{Notify: ss.efds[1], TxSpace: ss.efds[2], Command: ss.efds[3]}
 	}
 	if err := ss.dev.Start(ss.rc, vec); err != nil {
 		return ss.refuse(StatusStartFailed, "%v", err)

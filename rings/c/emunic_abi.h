@@ -319,7 +319,7 @@
 #define EMUNIC_STAT_AREA_HEADER_SIZE 0x40
 #define EMUNIC_SA_OFF_GEN 0                      /* u64 sequence lock: odd while the device writes the area, +2 per publication */
 #define EMUNIC_SA_OFF_FLAGS 8                    /* u32 StatAreaFlags of this publication */
-#define EMUNIC_SA_OFF_NUM_Q_PS 0xC               /* u32 QP records in this publication */
+#define EMUNIC_SA_OFF_NUM_QPS 0xC                /* u32 QP records in this publication */
 #define EMUNIC_SA_OFF_ENGINE_N 0x10              /* u32 engine counters (u64 each) after the ring counters */
 #define EMUNIC_SA_OFF_QP_CAP 0x14                /* u32 QP records the area has room for */
 #define EMUNIC_SA_OFF_RING_N 0x18                /* u32 counters per ring (RingCounterCount) */
@@ -327,10 +327,121 @@
 #define EMUNIC_SA_OFF_OCC_N 0x20                 /* u32 engine occupancy words after the engine counters */
 #define EMUNIC_SA_OFF_RESERVED 0x24              /* 28 bytes reserved, zero */
 #define EMUNIC_STAT_AREA_STATS_OFF 0x40
-#define EMUNIC_RING_COUNTER_COUNT 7              /* RingStats' fields, in order */
+#define EMUNIC_RING_COUNTER_COUNT 7              /* counters per ring: RingCounterID 0 to 6 */
 #define EMUNIC_STAT_AREA_RINGS 4                 /* command, notification, transmit, receive */
 #define EMUNIC_STAT_AREA_PARKED 1
 #define EMUNIC_QP_RECORD_HEADER 8                /* u32 QP index, u32 reserved, then the QP's counters */
+
+/* counterid.go */
+#define EMUNIC_AREA_RING_COMMAND 0               /* AreaRing: the command ring */
+#define EMUNIC_AREA_RING_NOTIFY 1                /* AreaRing: the notification ring */
+#define EMUNIC_AREA_RING_TX 2                    /* AreaRing: the transmit ring */
+#define EMUNIC_AREA_RING_RX 3                    /* AreaRing: the receive ring */
+#define EMUNIC_ENGINE_COUNTER_COUNT 0x44         /* engine counters */
+#define EMUNIC_OCCUPANCY_WORDS 7                 /* occupancy words */
+#define EMUNIC_QP_COUNTER_COUNT 0x14             /* counters per QP record */
+#define EMUNIC_RING_CTR_ENTRIES 0                /* RingCounterID: entries produced or consumed */
+#define EMUNIC_RING_CTR_PUBLISHES 1              /* RingCounterID: index stores made visible to the peer */
+#define EMUNIC_RING_CTR_KICKS 2                  /* RingCounterID: doorbells rung because the peer was parked */
+#define EMUNIC_RING_CTR_SUPPRESSED 3             /* RingCounterID: publishes that needed no doorbell */
+#define EMUNIC_RING_CTR_FULL 4                   /* RingCounterID: producer found no space */
+#define EMUNIC_RING_CTR_PARKS 5                  /* RingCounterID: this side went to sleep */
+#define EMUNIC_RING_CTR_PHASE_ERRS 6             /* RingCounterID: entries with the wrong phase tag (protocol violation) */
+#define EMUNIC_ENG_RX_SEGMENTS 0                 /* EngineCounterID: segments that passed the header and checksum checks (a super-frame: the segments it stands for) */
+#define EMUNIC_ENG_RX_LRO 1                      /* EngineCounterID: super-frames taken whole (InputLRO) */
+#define EMUNIC_ENG_RX_BYTES 2                    /* EngineCounterID: payload bytes accepted in order (placed in host memory) */
+#define EMUNIC_ENG_TX_SEGMENTS 3                 /* EngineCounterID: frames transmitted */
+#define EMUNIC_ENG_TX_BYTES 4                    /* EngineCounterID: payload bytes transmitted, retransmissions included */
+#define EMUNIC_ENG_TX_RETRANS_SEGS 5             /* EngineCounterID: data/FIN segments sent again */
+#define EMUNIC_ENG_TX_RETRANS_BYTE 6             /* EngineCounterID: payload bytes sent again */
+#define EMUNIC_ENG_TX_ERRORS 7                   /* EngineCounterID: Env.Transmit failed (counted as lost) */
+#define EMUNIC_ENG_ACKS_SENT 8                   /* EngineCounterID: pure ACKs (no data), window updates and challenge ACKs included */
+#define EMUNIC_ENG_DROP_NO_CONN 9                /* EngineCounterID: Input for an index that is not delegated */
+#define EMUNIC_ENG_DROP_BAD_IP 0xA               /* EngineCounterID: IPv4 header not version 4 / bad IHL / not TCP / bad length */
+#define EMUNIC_ENG_DROP_FRAGMENT 0xB             /* EngineCounterID: IPv4 fragment (the engine never reassembles) */
+#define EMUNIC_ENG_DROP_SHORT 0xC                /* EngineCounterID: segment shorter than a TCP header or than the IP length says */
+#define EMUNIC_ENG_DROP_BAD_OFFSET 0xD           /* EngineCounterID: TCP data offset < 5 or past the segment */
+#define EMUNIC_ENG_DROP_BAD_OPTIONS 0xE          /* EngineCounterID: malformed TCP option lengths */
+#define EMUNIC_ENG_DROP_BAD_CHECKSUM 0xF         /* EngineCounterID: TCP checksum wrong */
+#define EMUNIC_ENG_DROP_TUPLE_MISMATCH 0x10      /* EngineCounterID: addresses/ports are not the connection's */
+#define EMUNIC_ENG_DROP_CLOSED 0x11              /* EngineCounterID: segment for a connection already CLOSED (awaiting release) */
+#define EMUNIC_ENG_DROP_OUT_OF_WINDOW 0x12       /* EngineCounterID: RFC 9293 acceptability test failed (ACKed, never accepted) */
+#define EMUNIC_ENG_DROP_PAWS 0x13                /* EngineCounterID: RFC 7323 PAWS: TSval older than TS.Recent */
+#define EMUNIC_ENG_DROP_NO_TIMESTAMP 0x14        /* EngineCounterID: timestamps negotiated but the segment has none */
+#define EMUNIC_ENG_DROP_NO_ACK 0x15              /* EngineCounterID: ACK flag off on a synchronized connection */
+#define EMUNIC_ENG_DROP_ACK_UNSENT 0x16          /* EngineCounterID: ACK for data never sent (answered with an ACK) */
+#define EMUNIC_ENG_DROP_ACK_TOO_OLD 0x17         /* EngineCounterID: ACK below SND.UNA - MAX.SND.WND (RFC 5961 §5) */
+#define EMUNIC_ENG_DROP_DATA_AFTER_FIN 0x18      /* EngineCounterID: payload past the peer's FIN */
+#define EMUNIC_ENG_DROP_NO_BUFFER 0x19           /* EngineCounterID: in-order payload with no user buffer and no legacy buffer */
+#define EMUNIC_ENG_DROP_BACKPRESSURE 0x1A        /* EngineCounterID: payload refused because notifications are backed up */
+#define EMUNIC_ENG_DROP_TIME_WAIT 0x1B           /* EngineCounterID: segments absorbed in TIME_WAIT */
+#define EMUNIC_ENG_OOO_SEGMENTS 0x1C             /* EngineCounterID: out-of-order segments queued */
+#define EMUNIC_ENG_OOO_BYTES_DROPPED 0x1D        /* EngineCounterID: out-of-order bytes refused: over OOOLimit or slab exhausted */
+#define EMUNIC_ENG_OOO_DROP_RANGES 0x1E          /* EngineCounterID: out-of-order segments refused: too many holes */
+#define EMUNIC_ENG_OOO_BYTES_RESTORED 0x1F       /* EngineCounterID: bytes delivered from the out-of-order queue after a hole filled */
+#define EMUNIC_ENG_RST_ACCEPTED 0x20             /* EngineCounterID: RST with SEG.SEQ == RCV.NXT */
+#define EMUNIC_ENG_RST_OUT_OF_WINDOW 0x21        /* EngineCounterID: RST outside the window (ignored) */
+#define EMUNIC_ENG_CHALLENGE_ACKS 0x22           /* EngineCounterID: RFC 5961 challenge ACKs sent (in-window RST, SYN, old ACK) */
+#define EMUNIC_ENG_CHALLENGE_LIMITED 0x23        /* EngineCounterID: challenge ACKs suppressed by the rate limit */
+#define EMUNIC_ENG_SYN_RECEIVED 0x24             /* EngineCounterID: SYN on a synchronized connection */
+#define EMUNIC_ENG_DUP_ACKS_RX 0x25              /* EngineCounterID: duplicate ACKs received */
+#define EMUNIC_ENG_FAST_RETRANSMITS 0x26         /* EngineCounterID: fast retransmit / recovery entered */
+#define EMUNIC_ENG_PARTIAL_ACKS 0x27             /* EngineCounterID: NewReno partial ACKs */
+#define EMUNIC_ENG_RTO_EXPIRED 0x28              /* EngineCounterID: retransmission timer expirations */
+#define EMUNIC_ENG_TIMEOUTS 0x29                 /* EngineCounterID: connections given up after MaxRetries or keepalive */
+#define EMUNIC_ENG_PERSIST_PROBES 0x2A           /* EngineCounterID: zero-window probes */
+#define EMUNIC_ENG_KEEPALIVE_PROBES 0x2B         /* EngineCounterID: keepalive probes */
+#define EMUNIC_ENG_DELAYED_ACKS 0x2C             /* EngineCounterID: ACKs sent by the delayed-ACK timer */
+#define EMUNIC_ENG_ZERO_WINDOWS_SENT 0x2D        /* EngineCounterID: ACKs advertising a zero window */
+#define EMUNIC_ENG_RTT_SAMPLES 0x2E              /* EngineCounterID: RTT samples taken */
+#define EMUNIC_ENG_LEGACY_UPLOADS 0x2F           /* EngineCounterID: legacy buffers filled */
+#define EMUNIC_ENG_USER_BUFS_DONE 0x30           /* EngineCounterID: user buffers completed */
+#define EMUNIC_ENG_NOTIFY_FULL 0x31              /* EngineCounterID: Env.Notify returned false (notification queued for retry) */
+#define EMUNIC_ENG_NOTIFY_POSTED 0x32            /* EngineCounterID: notifications accepted by Env.Notify */
+#define EMUNIC_ENG_NOTIFY_COALESCED 0x33         /* EngineCounterID: notifications merged into a pending one */
+#define EMUNIC_ENG_DMA_ERRORS 0x34               /* EngineCounterID: host memory accesses that faulted */
+#define EMUNIC_ENG_TIME_WAIT_ENTERED 0x35        /* EngineCounterID: connections that entered TIME_WAIT (moved to a record, index released) */
+#define EMUNIC_ENG_TIME_WAIT_EXPIRED 0x36        /* EngineCounterID: TIME_WAIT records that ran out */
+#define EMUNIC_ENG_TIME_WAIT_OVERFLOW 0x37       /* EngineCounterID: TIME_WAIT records dropped early because MaxTimeWait were in use */
+#define EMUNIC_ENG_TIME_WAIT_REOPENED 0x38       /* EngineCounterID: TIME_WAIT records ended by a newer SYN (RFC 6191), which went to the host */
+#define EMUNIC_ENG_ULP_PULLED 0x39               /* EngineCounterID: bytes ULPs wrote into their retransmission buffers (Transmit) */
+#define EMUNIC_ENG_ULP_HELD 0x3A                 /* EngineCounterID: in-order bytes a ULP did not take at once, held and offered again */
+#define EMUNIC_ENG_ULP_HOLD_FULL 0x3B            /* EngineCounterID: in-order bytes refused because a ULP's hold was full (never expected: the window covers it) */
+#define EMUNIC_ENG_TSO_FRAMES 0x3C               /* EngineCounterID: super-frames handed to a port that segments TCP (TSOEnv); each counts once in TxSegments */
+#define EMUNIC_ENG_TAIL_LOSS_PROBES 0x3D         /* EngineCounterID: tail loss probes sent (RFC 8985 §7) */
+#define EMUNIC_ENG_SPURIOUS_TIMEOUTS 0x3E        /* EngineCounterID: RTOs a D-SACK showed needless (RFC 2883 §5): the congestion state was restored */
+#define EMUNIC_ENG_LOST_RETRANSMITS 0x3F         /* EngineCounterID: heads resent again in recovery: their retransmission brought no ACK in a probe timeout (RFC 8985 §6.2's lost retransmission) */
+#define EMUNIC_ENG_SPURIOUS_RECOVERIES 0x40      /* EngineCounterID: fast recoveries undone: D-SACKs showed every retransmission needless (RFC 2883 §5) */
+#define EMUNIC_ENG_RACK_LOST 0x41                /* EngineCounterID: ranges RACK marked lost (RFC 8985: sent before a delivered one, the reordering window passed) */
+#define EMUNIC_ENG_RACK_TIMEOUTS 0x42            /* EngineCounterID: reordering timer expiries that found a loss */
+#define EMUNIC_ENG_SACK_RECOVERIES 0x43          /* EngineCounterID: recoveries entered on SACK evidence before three duplicate ACKs (RACK, rack.go) */
+#define EMUNIC_OCC_CONNS 0                       /* OccupancyID: indices taken (delegated, closed but not yet released) */
+#define EMUNIC_OCC_CONTROL_SLABS 1               /* OccupancyID: indices that have a control block allocated (grown to, reused) */
+#define EMUNIC_OCC_TIME_WAIT 2                   /* OccupancyID: 4-tuples in TIME_WAIT */
+#define EMUNIC_OCC_TIME_WAIT_SLAB 3              /* OccupancyID: TIME_WAIT records allocated (grown to, reused) */
+#define EMUNIC_OCC_TIMERS 4                      /* OccupancyID: connections with a timer armed */
+#define EMUNIC_OCC_PENDING 5                     /* OccupancyID: connections with notifications waiting for ring space */
+#define EMUNIC_OCC_OOO_PAGES_USED 6              /* OccupancyID: out-of-order slab pages held */
+#define EMUNIC_QP_CTR_RX_FPDUS 0                 /* QPCounterID: FPDUs received */
+#define EMUNIC_QP_CTR_TX_FPDUS 1                 /* QPCounterID: FPDUs sent */
+#define EMUNIC_QP_CTR_RX_BYTES 2                 /* QPCounterID: stream bytes received, MPA frames included */
+#define EMUNIC_QP_CTR_TX_BYTES 3                 /* QPCounterID: stream bytes sent, MPA frames included */
+#define EMUNIC_QP_CTR_PLACED 4                   /* QPCounterID: payload bytes written to host memory */
+#define EMUNIC_QP_CTR_SOURCED 5                  /* QPCounterID: payload bytes read from host memory */
+#define EMUNIC_QP_CTR_RX_MESSAGES 6              /* QPCounterID: completed inbound messages of every opcode */
+#define EMUNIC_QP_CTR_CRC_ERRORS 7               /* QPCounterID: FPDUs with a wrong MPA CRC */
+#define EMUNIC_QP_CTR_TERMINATES_SENT 8          /* QPCounterID: Terminate messages sent */
+#define EMUNIC_QP_CTR_TERMINATES_RECV 9          /* QPCounterID: Terminate messages received */
+#define EMUNIC_QP_CTR_DISCARDED_BYTES 0xA        /* QPCounterID: received after the QP stopped processing */
+#define EMUNIC_QP_CTR_BAD_HOST_ENTRIES 0xB       /* QPCounterID: ring entries with a wrong phase or an impossible index */
+#define EMUNIC_QP_CTR_COMPLETIONS_LOST 0xC       /* QPCounterID: CQ overruns */
+#define EMUNIC_QP_CTR_FLUSHED_WRS 0xD            /* QPCounterID: work requests completed in flush */
+#define EMUNIC_QP_CTR_READ_REQUESTS_RECV 0xE     /* QPCounterID: RDMA Read Requests received */
+#define EMUNIC_QP_CTR_READ_RESPONSES_SENT 0xF    /* QPCounterID: RDMA Read Responses sent */
+#define EMUNIC_QP_CTR_MPA_FAILURES 0x10          /* QPCounterID: MPA negotiations that failed here: bad frame, reject sent or received */
+#define EMUNIC_QP_CTR_IRD_ORD_ADJUSTED 0x11      /* QPCounterID: a peer's IRD/ORD we answered with other values (0, or more than we hold) */
+#define EMUNIC_QP_CTR_RTRS_SENT 0x12             /* QPCounterID: peer-to-peer ready-to-receive messages sent (initiator) */
+#define EMUNIC_QP_CTR_RTRS_RECV 0x13             /* QPCounterID: and received (responder) */
 
 /* ring header (HeaderSize, 256 bytes): Ring header */
 struct emunic_ring_header {
@@ -673,7 +784,7 @@ _Static_assert(offsetof(struct emunic_completion_queue_entry, imm_data) == EMUNI
 struct emunic_counter_area_header {
 	uint64_t gen; /* 0x00 SaOffGen: sequence lock: odd while the device writes the area */
 	uint32_t flags; /* 0x08 SaOffFlags: StatAreaParked, or 0 */
-	uint32_t num_q_ps; /* 0x0c SaOffNumQPs: QP records in this publication */
+	uint32_t num_qps; /* 0x0c SaOffNumQPs: QP records in this publication */
 	uint32_t engine_n; /* 0x10 SaOffEngineN: engine counters */
 	uint32_t qp_cap; /* 0x14 SaOffQPCap: QP records the area has room for */
 	uint32_t ring_n; /* 0x18 SaOffRingN: counters per ring, RingCounterCount */
@@ -684,7 +795,7 @@ struct emunic_counter_area_header {
 _Static_assert(sizeof(struct emunic_counter_area_header) == EMUNIC_STAT_AREA_HEADER_SIZE, "counter area header size");
 _Static_assert(offsetof(struct emunic_counter_area_header, gen) == EMUNIC_SA_OFF_GEN, "SaOffGen");
 _Static_assert(offsetof(struct emunic_counter_area_header, flags) == EMUNIC_SA_OFF_FLAGS, "SaOffFlags");
-_Static_assert(offsetof(struct emunic_counter_area_header, num_q_ps) == EMUNIC_SA_OFF_NUM_Q_PS, "SaOffNumQPs");
+_Static_assert(offsetof(struct emunic_counter_area_header, num_qps) == EMUNIC_SA_OFF_NUM_QPS, "SaOffNumQPs");
 _Static_assert(offsetof(struct emunic_counter_area_header, engine_n) == EMUNIC_SA_OFF_ENGINE_N, "SaOffEngineN");
 _Static_assert(offsetof(struct emunic_counter_area_header, qp_cap) == EMUNIC_SA_OFF_QP_CAP, "SaOffQPCap");
 _Static_assert(offsetof(struct emunic_counter_area_header, ring_n) == EMUNIC_SA_OFF_RING_N, "SaOffRingN");

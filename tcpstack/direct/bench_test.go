@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/emunic/emunic/board"
 	"github.com/emunic/emunic/internal/cpusplit"
 	"github.com/emunic/emunic/internal/testutil"
-	"github.com/emunic/emunic/tcpstack"
 )
 
 // BenchmarkDirect compares sockets direct with delegated TCP
@@ -114,7 +114,7 @@ func benchPair(b *testing.B, path string, serve func(net.Conn)) net.Conn {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { c.Close() })
-	_ = tcpstack.DefaultMinRTO
+	_ = board.DefaultMinRTO
 	return c
 }
 

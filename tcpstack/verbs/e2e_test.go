@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/emunic/emunic/board"
 	"github.com/emunic/emunic/internal/hostrig"
 	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/rings"
@@ -605,7 +606,7 @@ func TestRDMACopyCounterPrivateData(t *testing.T) {
 // injected behind the CREATE_QP, so the connection completes at once,
 // although the initiator's engine would not retransmit it for 30 s.
 func TestRDMAEarlyRequestInjected(t *testing.T) {
-	r := hostrig.New(t, hostrig.Config{HostA: func(c *tcpstack.HostConfig) { c.Device.Engine.MinRTO = 30e9 }})
+	r := hostrig.New(t, hostrig.Config{HostA: func(c *board.HostConfig) { c.Device.Engine.MinRTO = 30e9 }})
 	ha, hb := r.A, r.B
 	a, b := hostrig.NewNode(t, ha, hostrig.NodeConfig{}), hostrig.NewNode(t, hb, hostrig.NodeConfig{})
 	held := make(chan struct{})

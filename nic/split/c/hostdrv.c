@@ -8,7 +8,9 @@
  *   - posts NOP and STATS commands and reads their statuses back from the
  *     command entries (DONE / DONE_PHASE);
  *   - registers the counter publication area and reads it under its
- *     sequence lock;
+ *     sequence lock, finding each counter by its ID (the stat block's,
+ *     the rings', the engine's, the occupancy's) at the offset the
+ *     header's counts give;
  *   - posts legacy receive buffers, sends a frame through the transmit ring
  *     and checks it left on the port, injects a frame on the port and
  *     consumes its LEGACY_UPLOAD notification and the buffer's bytes.
@@ -184,6 +186,21 @@ static void wait_vector(int i, int ms) {
 	}
 }
 
+/* Counters by ID (docs/abi-blocks.md, "Counter IDs"): each group's place
+ * follows from the header's counts, never from a struct's layout. */
+static size_t stat_off(uint32_t id) { return EMUNIC_STAT_AREA_STATS_OFF + (size_t)id * 8; }
+static size_t ring_off(uint32_t ring, uint32_t id) {
+	return EMUNIC_STAT_AREA_STATS_OFF + EMUNIC_STAT_BLOCK_SIZE + ((size_t)ring * EMUNIC_RING_COUNTER_COUNT + id) * 8;
+}
+static size_t engine_off(const struct emunic_counter_area_header *h, uint32_t id) {
+	(void)h;
+	return ring_off(EMUNIC_STAT_AREA_RINGS, 0) + (size_t)id * 8;
+}
+static size_t occupancy_off(const struct emunic_counter_area_header *h, uint32_t id) {
+	return engine_off(h, 0) + (size_t)h->engine_n * 8 + (size_t)id * 8;
+}
+static uint64_t area_word(uint64_t *words, size_t off) { return __atomic_load_n(&words[off / 8], __ATOMIC_ACQUIRE); }
+
 static struct ring cmd, ntf, tx, rx;
 enum { VEC_NOTIFY = 1, VEC_TX = 2, VEC_CMD = 3 };
 
@@ -350,17 +367,34 @@ int main(int argc, char **argv) {
 	if (memcmp(at(rxbuf), in, sizeof in) != 0) die("buffer 100 does not hold the frame received");
 
 	/* The counter area: a consistent copy under the sequence lock shows
-	 * the frames counted. */
+	 * the frames counted, each counter found by its ID. */
 	uint64_t *words = at(area);
+	struct emunic_counter_area_header h;
+	uint64_t rxf, txf, cmds, txe, ntfe, rxe, engtx, engrx, conns;
 	for (double end = now() + 5;; wait_vector(VEC_NOTIFY, 1)) {
 		if (now() > end) die("the counter area never showed the frames");
 		uint64_t g1 = __atomic_load_n(&words[0], __ATOMIC_ACQUIRE);
 		if (g1 & 1) continue;
-		uint64_t rxf = __atomic_load_n(&words[EMUNIC_STAT_AREA_STATS_OFF / 8 + EMUNIC_STAT_RX_FRAMES], __ATOMIC_ACQUIRE);
-		uint64_t txf = __atomic_load_n(&words[EMUNIC_STAT_AREA_STATS_OFF / 8 + EMUNIC_STAT_TX_FRAMES], __ATOMIC_ACQUIRE);
+		for (size_t i = 0; i < sizeof h / 8; i++) ((uint64_t *)&h)[i] = __atomic_load_n(&words[i], __ATOMIC_ACQUIRE);
+		rxf = area_word(words, stat_off(EMUNIC_STAT_RX_FRAMES));
+		txf = area_word(words, stat_off(EMUNIC_STAT_TX_FRAMES));
+		cmds = area_word(words, ring_off(EMUNIC_AREA_RING_COMMAND, EMUNIC_RING_CTR_ENTRIES));
+		ntfe = area_word(words, ring_off(EMUNIC_AREA_RING_NOTIFY, EMUNIC_RING_CTR_ENTRIES));
+		txe = area_word(words, ring_off(EMUNIC_AREA_RING_TX, EMUNIC_RING_CTR_ENTRIES));
+		rxe = area_word(words, ring_off(EMUNIC_AREA_RING_RX, EMUNIC_RING_CTR_ENTRIES));
+		engtx = area_word(words, engine_off(&h, EMUNIC_ENG_TX_SEGMENTS));
+		engrx = area_word(words, engine_off(&h, EMUNIC_ENG_RX_SEGMENTS));
+		conns = area_word(words, occupancy_off(&h, EMUNIC_OCC_CONNS));
 		if (__atomic_load_n(&words[0], __ATOMIC_ACQUIRE) != g1) continue;
-		if (rxf >= 1 && txf >= 1) break;
+		if (rxf >= 1 && txf >= 1 && cmds == 4 && txe == 1 && ntfe >= 1 && rxe >= 1) break;
 	}
+	if (h.ring_n != EMUNIC_RING_COUNTER_COUNT || h.engine_n != EMUNIC_ENGINE_COUNTER_COUNT || h.occ_n != EMUNIC_OCCUPANCY_WORDS ||
+	    h.qpn != EMUNIC_QP_COUNTER_COUNT || h.num_qps != 0)
+		die("counter area header: ring_n %u engine_n %u occ_n %u qpn %u num_qps %u", h.ring_n, h.engine_n, h.occ_n, h.qpn, h.num_qps);
+	/* Nothing was delegated: the engine sent and took nothing. */
+	if (engtx != 0 || engrx != 0 || conns != 0)
+		die("engine counters by ID: tx_segments %llu rx_segments %llu, conns %llu; want 0", (unsigned long long)engtx,
+		    (unsigned long long)engrx, (unsigned long long)conns);
 	printf("ok\n");
 	return 0;
 }

@@ -1,4 +1,4 @@
-package tcpstack
+package board
 
 import (
 	"encoding/json"
@@ -20,6 +20,7 @@ import (
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/nic/split"
 	"github.com/emunic/emunic/rings"
+	"github.com/emunic/emunic/tcpstack"
 )
 
 // SplitConfig puts a host's NIC in another process (HostConfig.Split).
@@ -109,19 +110,17 @@ const SplitEnv = "EMUNIC_SPLIT"
 // the setup socket's descriptor number.
 const splitChildEnv = "EMUNIC_SPLIT_CHILD"
 
-// ErrDeviceGone is the error of a host whose device process has gone.
-var ErrDeviceGone = errors.New("the NIC's device process has gone")
-
 func splitFromEnv() bool {
 	v := os.Getenv(SplitEnv)
 	return v != "" && v != "0"
 }
 
 // RunSplitChild serves as a host's device when this process was started
-// as one (the host re-runs its own program with the setup socket as an
-// inherited descriptor) and then exits; otherwise it returns at once. The
-// package runs it at init, so any program that uses tcpstack can be its
-// own device process.
+// as one (a split host re-runs its own program with the setup socket as an
+// inherited descriptor) and then exits; otherwise it returns at once. A
+// program that makes split hosts calls it first thing in main, and a test
+// package that does in TestMain, so that the same binary can be their
+// device process.
 func RunSplitChild() {
 	v := os.Getenv(splitChildEnv)
 	if v == "" {
@@ -150,8 +149,6 @@ func RunSplitChild() {
 	}
 	os.Exit(0)
 }
-
-func init() { RunSplitChild() }
 
 // splitDevice is a Device in another process: the driver's view of it is
 // the same as of an in-process one (rings in host memory, a doorbell,
@@ -282,7 +279,7 @@ func (d *splitDevice) connect(path string) error {
 	}
 	mine, theirs := os.NewFile(uintptr(fds[0]), "setup"), os.NewFile(uintptr(fds[1]), "setup-device")
 	defer theirs.Close()
-	cmd := exec.Command(exe, "-test.run=^$") // a test binary runs no tests; the child exits in init first anyway
+	cmd := exec.Command(exe, "-test.run=^$") // a test binary runs no tests; its TestMain serves first (RunSplitChild)
 	// The host and its device process share the machine as the host and an
 	// in-process device share one Go scheduler: half the CPUs each. With
 	// both runtimes sized for every CPU, their spinning threads
@@ -318,22 +315,22 @@ func (d *splitDevice) reader() {
 		}
 		if err != nil {
 			if errors.Is(err, io.EOF) {
-				err = ErrDeviceGone
+				err = tcpstack.ErrDeviceGone
 			} else {
-				err = fmt.Errorf("%w: %v", ErrDeviceGone, err)
+				err = fmt.Errorf("%w: %v", tcpstack.ErrDeviceGone, err)
 			}
 			d.die(err)
 			return
 		}
 		var r split.Reply
 		if h.Type&split.MsgReplyBit == 0 || r.Decode(body) != nil {
-			d.die(fmt.Errorf("%w: the device sent a malformed message (%v)", ErrDeviceGone, h.Type))
+			d.die(fmt.Errorf("%w: the device sent a malformed message (%v)", tcpstack.ErrDeviceGone, h.Type))
 			return
 		}
 		select {
 		case d.replies <- splitReply{h, r}:
 		default:
-			d.die(fmt.Errorf("%w: the device sent an unrequested reply (%v)", ErrDeviceGone, h.Type))
+			d.die(fmt.Errorf("%w: the device sent an unrequested reply (%v)", tcpstack.ErrDeviceGone, h.Type))
 			return
 		}
 	}
@@ -354,6 +351,48 @@ func (d *splitDevice) die(err error) {
 	if f != nil {
 		f(err)
 	}
+}
+
+// OnGone implements tcpstack.GoneNotifier: f learns when the device
+// process goes (at once if it has).
+func (d *splitDevice) OnGone(f func(error)) {
+	d.mu.Lock()
+	d.onDead = f
+	d.mu.Unlock()
+	if err := d.Err(); err != nil {
+		go f(err)
+	}
+}
+
+// newSplit starts (or connects to) the device process, gives it host
+// memory of size bytes, its configuration dc and its port (p, or one of
+// sc's links), and returns it with that memory as an arena. p is closed
+// on an error.
+func newSplit(sc SplitConfig, dc nic.Config, size int, p port.Port) (*splitDevice, *rings.Arena, error) {
+	sd, mem, err := dialSplit(sc, size, p != nil || sc.Link != nil)
+	if err != nil {
+		closePort(p)
+		return nil, nil, err
+	}
+	links := 0
+	for _, set := range []bool{p != nil, sc.Link != nil, sc.ShmLink != nil} {
+		if set {
+			links++
+		}
+	}
+	// No port at all: the device has one of its own ('emunic device
+	// --tap'), which only a device at a socket path can.
+	if links > 1 || links == 0 && sc.Socket == "" {
+		sd.Stop()
+		closePort(p)
+		return nil, nil, errors.New("board: a split host takes at most one of a port, a device link (SplitConfig.Link) or a shared-memory link (SplitConfig.ShmLink), and none only for a device at a socket path with a port of its own")
+	}
+	if err := sd.configure(dc, p, sc.Link, sc.ShmLink); err != nil {
+		sd.Stop()
+		closePort(p)
+		return nil, nil, err
+	}
+	return sd, mem, nil
 }
 
 // Err is why the device is gone, or nil.
@@ -452,7 +491,7 @@ func (d *splitDevice) Kick() {
 }
 
 // Start gives the device the rings and the vectors and starts it.
-func (d *splitDevice) Start(rc nic.RingConfig, vec nic.Vectors) error {
+func (d *splitDevice) Start(rc rings.RingConfig, vec rings.Vectors) error {
 	if _, err := d.request(split.MsgRings, split.EncodeRings([4]rings.Layout{rc.Command, rc.Notify, rc.Tx, rc.Rx})); err != nil {
 		return err
 	}
@@ -551,4 +590,13 @@ func (d *splitDevice) close() {
 	}
 	// The arena's memory stays mapped: the host's buffers may still be
 	// referenced by late readers; it goes with the process.
+}
+
+// RunTests is the TestMain of a test package that makes hosts: with
+// EMUNIC_SPLIT set each host re-runs the test binary as its device
+// process, which serves here (RunSplitChild) instead of running the
+// tests. Use it as func TestMain(m *testing.M) { board.RunTests(m) }.
+func RunTests(m interface{ Run() int }) {
+	RunSplitChild()
+	os.Exit(m.Run())
 }

@@ -85,7 +85,7 @@ type Dev struct {
 	s   *Sched
 	d   *nic.Device
 	id  int
-	vec nic.Vectors // the host's vectors
+	vec rings.Vectors // the host's vectors
 
 	rang    atomic.Bool    // the host rang since the last step
 	pending [3]atomic.Bool // vectors the current step raised: notify, tx space, command
@@ -119,9 +119,9 @@ func (v *Dev) MTU() int { return v.d.MTU() }
 
 // Start implements tcpstack.Device: the device raises its vectors into the
 // Sched, which passes them on when the step is over.
-func (v *Dev) Start(rc nic.RingConfig, vec nic.Vectors) error {
+func (v *Dev) Start(rc rings.RingConfig, vec rings.Vectors) error {
 	v.vec = vec
-	held := nic.Vectors{}
+	held := rings.Vectors{}
 	if vec.Notify != nil {
 		held.Notify = heldVector{v, 0}
 	}

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package tcpstack
+package board
 
 import (
 	"errors"
@@ -34,9 +34,6 @@ func NewShmLink(int) (a, b *ShmLinkEnd, err error) {
 // SplitEnv is the environment variable that puts every host in split mode.
 const SplitEnv = "EMUNIC_SPLIT"
 
-// ErrDeviceGone is the error of a host whose device process has gone.
-var ErrDeviceGone = errors.New("the NIC's device process has gone")
-
 // RunSplitChild does nothing: split mode needs Linux.
 func RunSplitChild() {}
 
@@ -47,18 +44,20 @@ type splitDevice struct {
 
 func splitFromEnv() bool { return false }
 
-func dialSplit(SplitConfig, int, bool) (*splitDevice, *rings.Arena, error) {
-	return nil, nil, errors.New("split mode needs Linux")
-}
-
-func (d *splitDevice) configure(nic.Config, port.Port, *os.File, *ShmLinkEnd) error {
-	return errors.New("split mode needs Linux")
-}
 func (d *splitDevice) Err() error               { return nil }
 func (d *splitDevice) Stop() error              { return nil }
 func (d *splitDevice) MAC() [6]byte             { return [6]byte{} }
 func (d *splitDevice) MTU() int                 { return 0 }
 func (d *splitDevice) Doorbell() rings.Doorbell { return nil }
-func (d *splitDevice) Start(nic.RingConfig, nic.Vectors) error {
+func (d *splitDevice) Start(rings.RingConfig, rings.Vectors) error {
 	return errors.New("split mode needs Linux")
 }
+
+func (d *splitDevice) OnGone(func(error)) {}
+
+func newSplit(SplitConfig, nic.Config, int, port.Port) (*splitDevice, *rings.Arena, error) {
+	return nil, nil, errors.New("split mode needs Linux")
+}
+
+// RunTests runs the tests (split mode needs Linux).
+func RunTests(m interface{ Run() int }) { os.Exit(m.Run()) }

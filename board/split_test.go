@@ -1,6 +1,6 @@
 //go:build linux
 
-package tcpstack
+package board
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/nic/split"
 	"github.com/emunic/emunic/rings"
+	"github.com/emunic/emunic/tcpstack"
 )
 
 func splitPair(t *testing.T) (a, b *Host) {
@@ -101,7 +102,7 @@ func TestSplitDeviceKilled(t *testing.T) {
 			if d := time.Since(killed); d > time.Second {
 				t.Errorf("the application saw the device's death after %v (%v)", d, err)
 			}
-			if !errors.Is(a.DeviceErr(), ErrDeviceGone) {
+			if !errors.Is(a.DeviceErr(), tcpstack.ErrDeviceGone) {
 				t.Errorf("DeviceErr() = %v, want ErrDeviceGone", a.DeviceErr())
 			}
 			t.Logf("write failed %v after the kill: %v; host: %v", time.Since(killed), err, a.DeviceErr())
@@ -170,7 +171,7 @@ func TestSplitKickWords(t *testing.T) {
 				t.Fatalf("received %d bytes, want %d", n, total)
 			}
 			for _, h := range []*Host{a, b} {
-				var dc DeviceCounters
+				var dc tcpstack.DeviceCounters
 				deadline := time.Now().Add(5 * time.Second)
 				for {
 					if dc, err = h.Counters(); err != nil {

@@ -1,0 +1,5 @@
+package board
+
+import "testing"
+
+func TestMain(m *testing.M) { RunTests(m) }
