@@ -156,7 +156,7 @@ func (e *Engine) Offload(idx uint32, st *rings.ConnState) rings.Status {
 	}
 
 	c.rcvNxt = seq(st.RcvNxt)
-	c.rcvAdvEdge = c.rcvNxt.add(st.RcvAdvertised)
+	c.rcvAdvEdge = c.rcvNxt.Add(st.RcvAdvertised)
 	c.rcvBuf = st.RcvBufSize
 	if c.rcvBuf == 0 {
 		c.rcvBuf = cfg.RcvBufSize
@@ -223,7 +223,7 @@ func (e *Engine) Send(idx uint32, tx *rings.Tx) rings.Status {
 		if err := rings.Check(e.dma, tx.Addr, int(tx.Len)); err != nil {
 			return rings.StatusBadAddress
 		}
-		if c.txCount >= c.maxTx || c.sndEnd.sub(c.sndUna)+tx.Len > maxSendQueue {
+		if c.txCount >= c.maxTx || c.sndEnd.Sub(c.sndUna)+tx.Len > maxSendQueue {
 			return rings.StatusNoResources
 		}
 		if c.txCount == len(c.txq) {
@@ -231,7 +231,7 @@ func (e *Engine) Send(idx uint32, tx *rings.Tx) rings.Status {
 		}
 		*c.txAt(c.txCount) = txBuf{addr: tx.Addr, len: tx.Len, start: c.sndEnd, push: tx.Flags&rings.TxPush != 0}
 		c.txCount++
-		c.sndEnd = c.sndEnd.add(tx.Len)
+		c.sndEnd = c.sndEnd.Add(tx.Len)
 	}
 	if tx.Flags&rings.TxFin != 0 {
 		c.queueFin()
@@ -499,8 +499,8 @@ func (e *Engine) Info(idx uint32) (ConnInfo, bool) {
 		return ConnInfo{}, false
 	}
 	wnd := uint32(0)
-	if c.rcvAdvEdge.gt(c.rcvNxt) {
-		wnd = c.rcvAdvEdge.sub(c.rcvNxt)
+	if c.rcvAdvEdge.GreaterThan(c.rcvNxt) {
+		wnd = c.rcvAdvEdge.Sub(c.rcvNxt)
 	}
 	pend := c.pendCount
 	if c.deferred != 0 {
@@ -540,8 +540,8 @@ func (e *Engine) Snapshot(idx uint32, st *rings.ConnState) rings.Status {
 		flags |= rings.ConnNagle
 	}
 	wnd := uint32(0)
-	if c.rcvAdvEdge.gt(c.rcvNxt) {
-		wnd = c.rcvAdvEdge.sub(c.rcvNxt)
+	if c.rcvAdvEdge.GreaterThan(c.rcvNxt) {
+		wnd = c.rcvAdvEdge.Sub(c.rcvNxt)
 	}
 	*st = rings.ConnState{
 		Version: rings.ConnStateVersion, Flags: flags, State: c.state, TTL: c.ttl, TOS: c.tos,

@@ -421,7 +421,7 @@ func (c *conn) txFind(sq seq) int {
 	lo, hi := 0, c.txCount-1
 	for lo < hi {
 		mid := (lo + hi + 1) / 2
-		if c.txAt(mid).start.le(sq) {
+		if c.txAt(mid).start.LessThanEq(sq) {
 			lo = mid
 		} else {
 			hi = mid - 1
@@ -436,7 +436,7 @@ func (c *conn) readTx(dst []byte, sq seq) (push bool, ok bool) {
 	i := c.txFind(sq)
 	for len(dst) > 0 && i < c.txCount {
 		b := c.txAt(i)
-		off := sq.sub(b.start)
+		off := sq.Sub(b.start)
 		n := b.len - off
 		if n > uint32(len(dst)) {
 			n = uint32(len(dst))
@@ -449,7 +449,7 @@ func (c *conn) readTx(dst []byte, sq seq) (push bool, ok bool) {
 			push = true
 		}
 		dst = dst[n:]
-		sq = sq.add(n)
+		sq = sq.Add(n)
 		i++
 	}
 	return push, len(dst) == 0
@@ -460,7 +460,7 @@ func (c *conn) popAcked() int {
 	n := 0
 	for c.txCount > 0 {
 		b := c.txAt(0)
-		if b.start.add(b.len).gt(c.sndUna) {
+		if b.start.Add(b.len).GreaterThan(c.sndUna) {
 			break
 		}
 		c.txHead = (c.txHead + 1) % len(c.txq)

@@ -5,6 +5,7 @@ import (
 
 	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/rings"
+	"github.com/emunic/emunic/seqnum"
 )
 
 // TestMalformedSegments: every malformed header is dropped and counted by
@@ -200,13 +201,13 @@ func checkInvariants(t testing.TB, e *Engine) {
 		if c.state == rings.StateClosed {
 			continue
 		}
-		if c.sndNxt.gt(c.sndMax) || c.sndUna.gt(c.sndMax) || c.sndMax.gt(c.sndEnd.add(1)) {
+		if c.sndNxt.GreaterThan(c.sndMax) || c.sndUna.GreaterThan(c.sndMax) || c.sndMax.GreaterThan(c.sndEnd.Add(1)) {
 			t.Fatalf("send sequence space broken: una %d nxt %d max %d end %d", c.sndUna, c.sndNxt, c.sndMax, c.sndEnd)
 		}
 		for k := 0; k < c.sacked.n; k++ {
 			rg := c.sacked.r[k]
-			if rg.start.lt(c.sndUna) || rg.end.gt(c.sndMax) || !rg.end.gt(rg.start) ||
-				(k > 0 && rg.start.le(c.sacked.r[k-1].end)) {
+			if rg.start.LessThan(c.sndUna) || rg.end.GreaterThan(c.sndMax) || !rg.end.GreaterThan(rg.start) ||
+				(k > 0 && rg.start.LessThanEq(c.sacked.r[k-1].end)) {
 				t.Fatalf("scoreboard broken at %d: %v (una %d max %d)", k, c.sacked.r[:c.sacked.n], c.sndUna, c.sndMax)
 			}
 		}
@@ -215,7 +216,7 @@ func checkInvariants(t testing.TB, e *Engine) {
 		}
 		for k := 0; k < c.ooo.n; k++ {
 			rg := c.ooo.ranges[k]
-			if rg.start.lt(c.rcvNxt) || !rg.end.gt(rg.start) || (k > 0 && !rg.start.gt(c.ooo.ranges[k-1].end)) {
+			if rg.start.LessThan(c.rcvNxt) || !rg.end.GreaterThan(rg.start) || (k > 0 && !rg.start.GreaterThan(c.ooo.ranges[k-1].end)) {
 				t.Fatalf("out-of-order ranges broken at %d: %+v (rcv.nxt %d)", k, c.ooo.ranges[:c.ooo.n], c.rcvNxt)
 			}
 		}
@@ -237,25 +238,25 @@ func checkULPInvariants(t testing.TB, c *conn) {
 	if p.held < 0 || p.held > len(p.hold) || p.holdHead < 0 || p.holdHead >= len(p.hold) {
 		t.Fatalf("ULP hold broken: held %d head %d of %d", p.held, p.holdHead, len(p.hold))
 	}
-	if c.rcvAdvEdge.gt(c.rcvNxt) && uint32(p.held)+c.rcvAdvEdge.sub(c.rcvNxt) > uint32(len(p.hold)) {
+	if c.rcvAdvEdge.GreaterThan(c.rcvNxt) && uint32(p.held)+c.rcvAdvEdge.Sub(c.rcvNxt) > uint32(len(p.hold)) {
 		t.Fatalf("ULP window promises more than the hold takes: held %d + window %d > %d",
-			p.held, c.rcvAdvEdge.sub(c.rcvNxt), len(p.hold))
+			p.held, c.rcvAdvEdge.Sub(c.rcvNxt), len(p.hold))
 	}
-	if p.una != seqMin(c.sndUna, c.sndEnd) || c.sndEnd.sub(p.una) > uint32(len(p.buf)) {
+	if p.una != seqnum.Min(c.sndUna, c.sndEnd) || c.sndEnd.Sub(p.una) > uint32(len(p.buf)) {
 		t.Fatalf("ULP buffer broken: una %d (SND.UNA %d) end %d size %d", p.una, c.sndUna, c.sndEnd, len(p.buf))
 	}
 	prev := p.una
 	for k := 0; k < p.recN; k++ {
 		e := p.recAt(k)
-		if !e.gt(prev) || e.gt(c.sndEnd) {
+		if !e.GreaterThan(prev) || e.GreaterThan(c.sndEnd) {
 			t.Fatalf("ULP record %d ends at %d (previous %d, SND.END %d)", k, e, prev, c.sndEnd)
 		}
 		prev = e
 	}
-	if c.sndEnd.gt(p.una) && prev != c.sndEnd {
+	if c.sndEnd.GreaterThan(p.una) && prev != c.sndEnd {
 		t.Fatalf("ULP bytes [%d, %d) in no record", prev, c.sndEnd)
 	}
-	if p.recN > 0 && p.lastStart.ge(c.sndEnd) {
+	if p.recN > 0 && p.lastStart.GreaterThanEq(c.sndEnd) {
 		t.Fatalf("newest ULP record starts at %d, SND.END %d", p.lastStart, c.sndEnd)
 	}
 }

@@ -3,6 +3,7 @@ package delegation
 import (
 	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/rings"
+	"github.com/emunic/emunic/seqnum"
 )
 
 // RxFlags is what the device's receive parser already established about a
@@ -134,7 +135,7 @@ func (c *conn) input(now int64, s *segment) {
 			e.ctr.DropNoTimestamp++
 			return
 		}
-		if seq(s.tsVal).lt(seq(c.tsRecent)) && now-c.tsRecentAt < 24*86400e9 {
+		if seq(s.tsVal).LessThan(seq(c.tsRecent)) && now-c.tsRecentAt < 24*86400e9 {
 			e.ctr.DropPAWS++
 			c.sendOOWAck(now, len(s.payload) > 0 || s.flags&flFIN != 0)
 			return
@@ -144,20 +145,20 @@ func (c *conn) input(now int64, s *segment) {
 	// Acceptability (RFC 9293 table): against the window we advertised.
 	segLen := s.seqLen()
 	wnd := uint32(0)
-	if c.rcvAdvEdge.gt(c.rcvNxt) {
-		wnd = c.rcvAdvEdge.sub(c.rcvNxt)
+	if c.rcvAdvEdge.GreaterThan(c.rcvNxt) {
+		wnd = c.rcvAdvEdge.Sub(c.rcvNxt)
 	}
 	var ok bool
 	switch {
 	case segLen == 0 && wnd == 0:
 		ok = s.seq == c.rcvNxt
 	case segLen == 0:
-		ok = s.seq.inRange(c.rcvNxt, c.rcvAdvEdge)
+		ok = s.seq.InRange(c.rcvNxt, c.rcvAdvEdge)
 	case wnd == 0:
 		ok = false
 	default:
-		ok = s.seq.inRange(c.rcvNxt, c.rcvAdvEdge) ||
-			s.seq.add(segLen-1).inRange(c.rcvNxt, c.rcvAdvEdge)
+		ok = s.seq.InRange(c.rcvNxt, c.rcvAdvEdge) ||
+			s.seq.Add(segLen-1).InRange(c.rcvNxt, c.rcvAdvEdge)
 	}
 	if ok || s.seq == c.rcvNxt {
 		// The peer is alive (keepalive, zero-window probing); an
@@ -172,11 +173,11 @@ func (c *conn) input(now int64, s *segment) {
 			return
 		}
 		e.ctr.DropOutOfWindow++
-		if n := uint32(len(s.payload)); n > 0 && c.sackOK && !s.seq.add(n).gt(c.rcvNxt) {
+		if n := uint32(len(s.payload)); n > 0 && c.sackOK && !s.seq.Add(n).GreaterThan(c.rcvNxt) {
 			// Data we already have: its ACK tells the sender so with a
 			// D-SACK (RFC 2883), which lets it undo a needless
 			// retransmission's window cut.
-			c.dsackStart, c.dsackEnd = s.seq, s.seq.add(n)
+			c.dsackStart, c.dsackEnd = s.seq, s.seq.Add(n)
 		}
 		// An unacceptable segment's data is dropped, but a valid ACK in it
 		// still counts (RFC 9293 §3.10.7.4: "special allowance should be
@@ -191,7 +192,7 @@ func (c *conn) input(now int64, s *segment) {
 		// keep an old segment's window out; only the classic zero-window
 		// case (SEQ = RCV.NXT, no data) can count as a duplicate ACK.
 		if s.flags&flACK != 0 && s.flags&flSYN == 0 &&
-			s.ack.le(c.sndMax) && !s.ack.lt(c.sndUna-seq(c.maxSndWnd)) {
+			s.ack.LessThanEq(c.sndMax) && !s.ack.LessThan(c.sndUna-seq(c.maxSndWnd)) {
 			c.processAck(now, s, s.seq == c.rcvNxt && len(s.payload) == 0 && s.flags&flFIN == 0)
 			if c.state == rings.StateClosed || c.state == rings.StateTimeWait {
 				return
@@ -223,19 +224,19 @@ func (c *conn) input(now int64, s *segment) {
 		return
 	}
 	// RFC 9293 / RFC 5961 §5: the acceptable ACK range.
-	if s.ack.gt(c.sndMax) {
+	if s.ack.GreaterThan(c.sndMax) {
 		e.ctr.DropAckUnsent++
 		c.sendOOWAck(now, len(s.payload) > 0 || s.flags&flFIN != 0)
 		return
 	}
-	if s.ack.lt(c.sndUna - seq(c.maxSndWnd)) {
+	if s.ack.LessThan(c.sndUna - seq(c.maxSndWnd)) {
 		e.ctr.DropAckTooOld++
 		c.challengeAck(now)
 		return
 	}
 
 	// RFC 7323 §4.3: remember the peer's timestamp.
-	if c.tsOK && s.hasTS && seq(s.tsVal).ge(seq(c.tsRecent)) && s.seq.le(c.lastAckSent) {
+	if c.tsOK && s.hasTS && seq(s.tsVal).GreaterThanEq(seq(c.tsRecent)) && s.seq.LessThanEq(c.lastAckSent) {
 		c.tsRecent = s.tsVal
 		c.tsRecentAt = now
 	}
@@ -299,7 +300,7 @@ func (c *conn) processAck(now int64, s *segment, pure bool) {
 	// Window update (RFC 9293 §3.10.7.4, SND.WL1/SND.WL2).
 	oldWnd := c.sndWnd
 	wndUpdated := false
-	if c.sndWl1.lt(s.seq) || (c.sndWl1 == s.seq && c.sndWl2.le(s.ack)) {
+	if c.sndWl1.LessThan(s.seq) || (c.sndWl1 == s.seq && c.sndWl2.LessThanEq(s.ack)) {
 		w := uint32(s.wnd) << c.sndScale
 		c.sndWnd = w
 		c.sndWl1, c.sndWl2 = s.seq, s.ack
@@ -323,9 +324,9 @@ func (c *conn) processAck(now int64, s *segment, pure bool) {
 		// ACK, or inside the second. It widens RACK's reordering window
 		// and may show the last recovery spurious.
 		b := s.sack[0]
-		if b.start.lt(b.end) && (b.end.le(s.ack) || s.nSACK > 1 && s.sack[1].start.le(b.start) && b.end.le(s.sack[1].end)) {
+		if b.start.LessThan(b.end) && (b.end.LessThanEq(s.ack) || s.nSACK > 1 && s.sack[1].start.LessThanEq(b.start) && b.end.LessThanEq(s.sack[1].end)) {
 			c.rackDSACK()
-			c.dsack(b.end.sub(b.start))
+			c.dsack(b.end.Sub(b.start))
 		}
 	}
 	var before scoreboard
@@ -333,38 +334,38 @@ func (c *conn) processAck(now int64, s *segment, pure bool) {
 		before = c.sacked
 	}
 	if c.sackOK && s.nSACK > 0 {
-		span := c.sndMax.sub(c.sndUna)
+		span := c.sndMax.Sub(c.sndUna)
 		for i := 0; i < s.nSACK; i++ {
 			b := s.sack[i]
 			// Only blocks inside what we sent and above SND.UNA (D-SACKs
 			// and nonsense are ignored). Offsets from SND.UNA, not
 			// sequence comparisons: a block 2^31 away compares "inside".
-			if b.start.lt(b.end) && b.start.sub(c.sndUna) <= span && b.end.sub(c.sndUna) <= span {
+			if b.start.LessThan(b.end) && b.start.Sub(c.sndUna) <= span && b.end.Sub(c.sndUna) <= span {
 				c.sacked.add(b.start, b.end)
 			}
 		}
 	}
-	if c.sackOK && c.sndMax.gt(c.sndUna) {
+	if c.sackOK && c.sndMax.GreaterThan(c.sndUna) {
 		// RACK (rack.go): what this ACK delivered dates what is lost.
 		c.rackDelivered(now, s.ack, &before)
-		c.rackDetect(now, seqMax(s.ack, c.sndUna))
+		c.rackDetect(now, seqnum.Max(s.ack, c.sndUna))
 	}
 	switch {
-	case s.ack.gt(c.sndUna):
+	case s.ack.GreaterThan(c.sndUna):
 		c.newAck(now, s)
-	case s.ack == c.sndUna && pure && (!wndUpdated || s.nSACK > 0) && c.sndMax.gt(c.sndUna):
+	case s.ack == c.sndUna && pure && (!wndUpdated || s.nSACK > 0) && c.sndMax.GreaterThan(c.sndUna):
 		// A window change normally disqualifies a duplicate ACK (RFC
 		// 5681), but an ACK carrying SACK blocks is a loss signal whatever
 		// its window (RFC 6675 §2): Linux grows its window in the very
 		// duplicate ACKs that report the hole.
 		c.dupAck(now)
 	}
-	if c.sackOK && c.rack.anyLost && !c.inRecovery && c.sndUna.gt(c.recover) && c.sndMax.gt(c.sndUna) {
+	if c.sackOK && c.rack.anyLost && !c.inRecovery && c.sndUna.GreaterThan(c.recover) && c.sndMax.GreaterThan(c.sndUna) {
 		// RACK found a loss, on a duplicate ACK or one that moved SND.UNA.
 		c.enterRecovery(now)
 	}
 	if c.inRecovery {
-		delivered := int64(c.sndUna.sub(una)) + int64(c.sacked.below(c.sndMax)) - int64(sackedBefore)
+		delivered := int64(c.sndUna.Sub(una)) + int64(c.sacked.below(c.sndMax)) - int64(sackedBefore)
 		c.prrAck(uint32(max(delivered, 0)), c.pipe())
 	}
 }
@@ -372,30 +373,30 @@ func (c *conn) processAck(now int64, s *segment, pure bool) {
 // newAck: SEG.ACK advanced SND.UNA.
 func (c *conn) newAck(now int64, s *segment) {
 	e := c.e
-	acked := s.ack.sub(c.sndUna)
+	acked := s.ack.Sub(c.sndUna)
 	c.sndUna = s.ack
 	if c.ulp.u != nil {
 		c.ulpTrim()
 	}
-	if c.sndNxt.lt(c.sndUna) {
+	if c.sndNxt.LessThan(c.sndUna) {
 		c.sndNxt = c.sndUna // the peer had data we were about to resend
 	}
 	c.sacked.trim(c.sndUna)
 	c.tx.trim(c.sndUna)
-	if !c.highRxt.gt(c.sndUna) {
+	if !c.highRxt.GreaterThan(c.sndUna) {
 		c.highRxt = c.sndUna
 		c.rtxOut = 0
-	} else if r := c.highRxt.sub(c.sndUna); r < c.rtxOut {
+	} else if r := c.highRxt.Sub(c.sndUna); r < c.rtxOut {
 		c.rtxOut = r
 	}
-	finAcked := c.finQueued && c.sndUna == c.finSeq.add(1)
+	finAcked := c.finQueued && c.sndUna == c.finSeq.Add(1)
 
 	// RTT (RFC 7323 §4 with timestamps, Karn otherwise).
 	if c.tsOK && s.hasTS && s.tsEcr != 0 {
 		if d := c.tsNow(now) - s.tsEcr; d < 1<<20 {
 			c.rttSample(int64(d) * 1e6)
 		}
-	} else if c.timing && c.sndUna.ge(c.rtSeq) {
+	} else if c.timing && c.sndUna.GreaterThanEq(c.rtSeq) {
 		c.timing = false
 		c.rttSample(now - c.rtStart)
 	}
@@ -404,7 +405,7 @@ func (c *conn) newAck(now int64, s *segment) {
 	c.tlpOut = 0
 	c.rtxAt = 0 // a new head
 	if c.inRecovery {
-		if c.sndUna.gt(c.recover) {
+		if c.sndUna.GreaterThan(c.recover) {
 			// Full ACK (RFC 6582 §3.2 step 3): the window is where PRR
 			// brought it, ssthresh (RFC 6937 §3).
 			c.cwnd = c.ssthresh
@@ -417,7 +418,7 @@ func (c *conn) newAck(now int64, s *segment) {
 			// marks lost goes out in output); PRR paces the rest
 			// (processAck).
 			e.ctr.PartialAcks++
-			if !c.highRxt.gt(c.sndUna) && (!c.sackOK || c.sacked.n == 0) {
+			if !c.highRxt.GreaterThan(c.sndUna) && (!c.sackOK || c.sacked.n == 0) {
 				c.retransmitHead(now)
 			} else {
 				// The new head was resent before the ACK that
@@ -479,7 +480,7 @@ func (c *conn) dupAck(now int64) {
 	switch {
 	case c.inRecovery:
 		// PRR lets what left the network be replaced (processAck).
-	case c.dupAcks >= 3 && c.sndUna.gt(c.recover):
+	case c.dupAcks >= 3 && c.sndUna.GreaterThan(c.recover):
 		// (RACK's evidence before three starts it in processAck.)
 		c.enterRecovery(now)
 	}
@@ -494,7 +495,7 @@ func (c *conn) enterRecovery(now int64) {
 	}
 	e.ctr.FastRetransmits++
 	c.tlpAt = 0
-	flight := c.sndMax.sub(c.sndUna)
+	flight := c.sndMax.Sub(c.sndUna)
 	c.recoveryUndoStart()
 	c.ccLoss(flight)
 	c.prrStart(flight)
@@ -518,7 +519,7 @@ func (c *conn) undoSpuriousRTO(s *segment) {
 		return
 	}
 	b := s.sack[0]
-	if !b.end.le(s.ack) || !b.start.le(c.undoSeq) || !c.undoSeq.lt(b.end) {
+	if !b.end.LessThanEq(s.ack) || !b.start.LessThanEq(c.undoSeq) || !c.undoSeq.LessThan(b.end) {
 		return
 	}
 	c.e.ctr.SpuriousTimeouts++
@@ -527,8 +528,8 @@ func (c *conn) undoSpuriousRTO(s *segment) {
 	c.ssthresh = max(c.ssthresh, c.undoSsthresh)
 	c.cc.wMax, c.cc.epoch = max(c.cc.wMax, c.cc.undoWMax), 0
 	c.backoff = 0
-	if c.sndNxt.lt(c.sndMax) && s.ack.ge(c.sndNxt) {
-		c.sndNxt = seqMin(s.ack, c.sndMax)
+	if c.sndNxt.LessThan(c.sndMax) && s.ack.GreaterThanEq(c.sndNxt) {
+		c.sndNxt = seqnum.Min(s.ack, c.sndMax)
 	}
 }
 
@@ -548,35 +549,35 @@ func (c *conn) processData(now int64, s *segment) {
 		return
 	}
 	// Trim what we already have.
-	if start.lt(c.rcvNxt) {
-		d := c.rcvNxt.sub(start)
+	if start.LessThan(c.rcvNxt) {
+		d := c.rcvNxt.Sub(start)
 		if d >= uint32(len(data)) {
 			d = uint32(len(data))
 		}
 		data = data[d:]
-		start = start.add(d)
-		if start.lt(c.rcvNxt) { // the FIN itself is old
+		start = start.Add(d)
+		if start.LessThan(c.rcvNxt) { // the FIN itself is old
 			c.ackNow = true
 			return
 		}
 	}
 	// Trim what lies beyond the window we advertised.
-	if end := start.add(uint32(len(data))); end.gt(c.rcvAdvEdge) {
+	if end := start.Add(uint32(len(data))); end.GreaterThan(c.rcvAdvEdge) {
 		keep := uint32(0)
-		if c.rcvAdvEdge.gt(start) {
-			keep = c.rcvAdvEdge.sub(start)
+		if c.rcvAdvEdge.GreaterThan(start) {
+			keep = c.rcvAdvEdge.Sub(start)
 		}
 		data = data[:keep]
 		fin = false
 		push = false
 		c.ackNow = true
 	}
-	if c.oooFin && start.add(uint32(len(data))).gt(c.oooFinSeq) {
+	if c.oooFin && start.Add(uint32(len(data))).GreaterThan(c.oooFinSeq) {
 		// Data past a FIN we already hold: the peer is confused.
 		e.ctr.DropDataAfterFin++
 		keep := uint32(0)
-		if c.oooFinSeq.gt(start) {
-			keep = c.oooFinSeq.sub(start)
+		if c.oooFinSeq.GreaterThan(start) {
+			keep = c.oooFinSeq.Sub(start)
 		}
 		data = data[:keep]
 		fin = false
@@ -667,11 +668,11 @@ func (c *conn) queueOOO(start seq, data []byte, fin, push bool) {
 	if len(data) == 0 {
 		return
 	}
-	limit := c.rcvNxt.add(e.cfg.OOOLimit)
-	if end := start.add(uint32(len(data))); end.gt(limit) {
+	limit := c.rcvNxt.Add(e.cfg.OOOLimit)
+	if end := start.Add(uint32(len(data))); end.GreaterThan(limit) {
 		keep := uint32(0)
-		if limit.gt(start) {
-			keep = limit.sub(start)
+		if limit.GreaterThan(start) {
+			keep = limit.Sub(start)
 		}
 		e.ctr.OOOBytesDropped += uint64(uint32(len(data)) - keep)
 		data = data[:keep]
@@ -680,7 +681,7 @@ func (c *conn) queueOOO(start seq, data []byte, fin, push bool) {
 			return
 		}
 	}
-	end := start.add(uint32(len(data)))
+	end := start.Add(uint32(len(data)))
 	if !c.ooo.canAdd(start, end) {
 		e.ctr.OOODropRanges++
 		return
@@ -692,7 +693,7 @@ func (c *conn) queueOOO(start seq, data []byte, fin, push bool) {
 		if n == 0 {
 			return
 		}
-		end = start.add(uint32(n))
+		end = start.Add(uint32(n))
 	}
 	e.ctr.OOOSegments++
 	c.ooo.add(start, end, push)
@@ -704,10 +705,10 @@ func (c *conn) queueOOO(start seq, data []byte, fin, push bool) {
 // drainOOO delivers held data that RCV.NXT has reached.
 func (c *conn) drainOOO() {
 	e := c.e
-	for c.ooo.n > 0 && c.ooo.ranges[0].start.le(c.rcvNxt) {
+	for c.ooo.n > 0 && c.ooo.ranges[0].start.LessThanEq(c.rcvNxt) {
 		r := c.ooo.ranges[0]
-		for c.rcvNxt.lt(r.end) {
-			chunk := c.ooo.read(&e.pool, c.rcvNxt, r.end.sub(c.rcvNxt))
+		for c.rcvNxt.LessThan(r.end) {
+			chunk := c.ooo.read(&e.pool, c.rcvNxt, r.end.Sub(c.rcvNxt))
 			placed := c.deliver(chunk, false)
 			e.ctr.OOOBytesRestored += uint64(placed)
 			if placed < len(chunk) {
@@ -728,7 +729,7 @@ func (c *conn) drainOOO() {
 // buffer then (called when buffers may have appeared). It ACKs progress at
 // once, as for a filled hole.
 func (c *conn) retryOOO(now int64) {
-	if c.ooo.n == 0 || c.ooo.ranges[0].start.gt(c.rcvNxt) || c.finRcvd {
+	if c.ooo.n == 0 || c.ooo.ranges[0].start.GreaterThan(c.rcvNxt) || c.finRcvd {
 		return
 	}
 	old := c.rcvNxt
@@ -744,7 +745,7 @@ func (c *conn) retryOOO(now int64) {
 // rcvFin: RCV.NXT reached the peer's FIN.
 func (c *conn) rcvFin(now int64) {
 	c.completeUserBuf()
-	c.rcvNxt = c.rcvNxt.add(1)
+	c.rcvNxt = c.rcvNxt.Add(1)
 	c.finRcvd = true
 	c.oooFin = false
 	c.ooo.reset(&c.e.pool)
@@ -772,7 +773,7 @@ func (c *conn) deliver(data []byte, push bool) int {
 	old := c.rcvNxt
 	if c.ulp.u != nil {
 		placed = c.deliverULP(data)
-		c.rcvNxt = c.rcvNxt.add(uint32(placed))
+		c.rcvNxt = c.rcvNxt.Add(uint32(placed))
 	}
 	for placed < len(data) && c.ulp.u == nil {
 		rest := data[placed:]
@@ -804,7 +805,7 @@ func (c *conn) deliver(data []byte, push bool) int {
 				ub.first = c.rcvNxt
 			}
 			ub.filled += n
-			c.rcvNxt = c.rcvNxt.add(n)
+			c.rcvNxt = c.rcvNxt.Add(n)
 			placed += int(n)
 			if ub.filled == ub.len {
 				c.completeUserBuf()
@@ -839,7 +840,7 @@ func (c *conn) deliver(data []byte, push bool) int {
 		e.ctr.LegacyUploads++
 		c.legacyUncredited += n
 		c.notify(flags, c.rcvNxt, n, id)
-		c.rcvNxt = c.rcvNxt.add(n)
+		c.rcvNxt = c.rcvNxt.Add(n)
 		placed += int(n)
 	}
 	if placed > 0 {
@@ -872,7 +873,7 @@ func (c *conn) completeUserBuf() {
 }
 
 func (c *conn) checkSeqThreshold() {
-	if c.seqArmed && c.rcvNxt.ge(c.seqThresh) {
+	if c.seqArmed && c.rcvNxt.GreaterThanEq(c.seqThresh) {
 		c.seqArmed = false
 		c.notify(rings.NtfSeqThreshold, c.rcvNxt, 0, 0)
 	}

@@ -214,9 +214,9 @@ func (e *Engine) InputUnmatched(ipHdr, tcpSeg []byte, fl RxFlags) bool {
 	case s.flags&flRST != 0:
 		return true // RFC 1337: an RST does not end TIME_WAIT
 	case s.flags&flSYN != 0 && s.flags&flACK == 0:
-		newer := seq(s.seq).gt(seq(r.rcvNxt))
+		newer := seq(s.seq).GreaterThan(seq(r.rcvNxt))
 		if r.tsOK && s.hasTS {
-			newer = seq(s.tsVal).gt(seq(r.tsRecent))
+			newer = seq(s.tsVal).GreaterThan(seq(r.tsRecent))
 		}
 		if newer {
 			e.ctr.TimeWaitReopened++
@@ -224,7 +224,7 @@ func (e *Engine) InputUnmatched(ipHdr, tcpSeg []byte, fl RxFlags) bool {
 			return false
 		}
 		e.twAck(r, now)
-	case r.tsOK && s.hasTS && seq(s.tsVal).lt(seq(r.tsRecent)):
+	case r.tsOK && s.hasTS && seq(s.tsVal).LessThan(seq(r.tsRecent)):
 		e.ctr.DropPAWS++
 	case s.flags&flFIN != 0:
 		// The peer did not hear our ACK of its FIN: ACK again, and

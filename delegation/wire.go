@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 
 	"github.com/emunic/emunic/nic/hdr"
+	"github.com/emunic/emunic/seqnum"
 )
 
 var be = binary.BigEndian
@@ -141,3 +142,8 @@ func parseTCP(b []byte, s *segment) int {
 	}
 	return parseOK
 }
+
+// seq is the engine's name for a TCP sequence number, package seqnum's
+// Value: the engine has hundreds of them in fields and signatures, and a
+// short name keeps those readable.
+type seq = seqnum.Value
