@@ -52,7 +52,7 @@ func TestOffloadValidation(t *testing.T) {
 	if got := e.Offload(2, &good); got != rings.StatusBadState {
 		t.Errorf("duplicate 4-tuple: %v", got)
 	}
-	if idx, ok := e.Lookup(ipB, ipA, portB, portA); !ok || idx != 1 {
+	if idx, ok := e.Lookup(rxTuple(ipB, ipA, portB, portA)); !ok || idx != 1 {
 		t.Fatalf("lookup: %d %v", idx, ok)
 	}
 	// The edges that must pass.

@@ -1,6 +1,8 @@
 package delegation
 
 import (
+	"net/netip"
+
 	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/rings"
 )
@@ -81,11 +83,12 @@ func (e *Engine) Offload(idx uint32, st *rings.ConnState) rings.Status {
 		st.KeepaliveIdleMs != 0 && (st.KeepaliveIntervalMs == 0 || st.KeepaliveCount == 0):
 		return rings.StatusBadParam
 	}
-	ips, ports := tupleKey(st.RemoteIP, st.LocalIP, st.RemotePort, st.LocalPort)
-	if _, dup := e.table.get(ips, ports); dup {
+	key := hdr.Tuple{LocalIP: netip.AddrFrom4(st.LocalIP), RemoteIP: netip.AddrFrom4(st.RemoteIP),
+		LocalPort: st.LocalPort, RemotePort: st.RemotePort}
+	if _, dup := e.table.get(&key); dup {
 		return rings.StatusBadState
 	}
-	if i, ok := e.tw.table.get(ips, ports); ok {
+	if i, ok := e.tw.table.get(&key); ok {
 		// The host opened a new connection on a 4-tuple in TIME_WAIT
 		// (its stack accepted the SYN): the record has no say any more.
 		e.ctr.TimeWaitReopened++
@@ -109,8 +112,7 @@ func (e *Engine) Offload(idx uint32, st *rings.ConnState) rings.Status {
 
 	c.inUse = true
 	c.state = st.State
-	c.localIP, c.remoteIP = st.LocalIP, st.RemoteIP
-	c.localPort, c.remotePort = st.LocalPort, st.RemotePort
+	c.tuple = key
 	c.sackOK = st.Flags&rings.ConnSACKPermitted != 0
 	c.tsOK = st.Flags&rings.ConnTimestamps != 0
 	c.sndScale, c.rcvScale = st.SndWndScale, st.RcvWndScale
@@ -174,7 +176,7 @@ func (e *Engine) Offload(idx uint32, st *rings.ConnState) rings.Status {
 	c.lastRecv = now
 	c.setKeepalive(now, st.KeepaliveIdleMs, st.KeepaliveIntervalMs, st.KeepaliveCount)
 
-	e.table.put(ips, ports, idx)
+	e.table.put(&key, idx)
 	e.nConns++
 	c.checkSeqThreshold()
 	e.schedule(c)
@@ -446,9 +448,7 @@ func (e *Engine) Update(idx uint32, u *rings.ConnUpdate) rings.Status {
 		if c.ttl == 0 {
 			c.ttl = 64
 		}
-		ip := hdr.IPv4(c.tmpl[ethHdrLen:])
-		ip.SetTOS(c.tos)
-		ip.SetTTL(c.ttl)
+		setNetTTLTOS(c.tmpl[:], c.ttl, c.tos)
 	}
 	if u.Flags&rings.UpdNextHopMAC != 0 {
 		hdr.Ethernet(c.tmpl[:]).SetDst(u.NextHopMAC)
@@ -545,7 +545,7 @@ func (e *Engine) Snapshot(idx uint32, st *rings.ConnState) rings.Status {
 	}
 	*st = rings.ConnState{
 		Version: rings.ConnStateVersion, Flags: flags, State: c.state, TTL: c.ttl, TOS: c.tos,
-		LocalIP: c.localIP, RemoteIP: c.remoteIP, LocalPort: c.localPort, RemotePort: c.remotePort,
+		LocalIP: c.tuple.LocalIP.As4(), RemoteIP: c.tuple.RemoteIP.As4(), LocalPort: c.tuple.LocalPort, RemotePort: c.tuple.RemotePort,
 		LocalMAC: hdr.Ethernet(c.tmpl[:]).Src(), NextHopMAC: hdr.Ethernet(c.tmpl[:]).Dst(),
 		SndUna: uint32(c.sndUna), SndNxt: uint32(c.sndNxt), RcvNxt: uint32(c.rcvNxt),
 		SndWnd: uint16(min(c.sndWnd>>c.sndScale, 0xFFFF)), SndWndScale: c.sndScale, RcvWndScale: c.rcvScale,

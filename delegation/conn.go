@@ -40,14 +40,13 @@ type conn struct {
 	deadline int64
 
 	// Constant state.
-	localIP, remoteIP     [4]byte
-	localPort, remotePort uint16
-	tmpl                  [hdrsLen]byte // Ethernet + IPv4 + TCP header template
-	sackOK, tsOK          bool
-	sndScale, rcvScale    uint8
-	mss                   uint32 // send MSS
-	ttl, tos              uint8
-	ipID                  uint16
+	tuple              hdr.Tuple     // the connection from our end: local is us
+	tmpl               [hdrsLen]byte // Ethernet + network + TCP header template (netlayer.go)
+	sackOK, tsOK       bool
+	sndScale, rcvScale uint8
+	mss                uint32 // send MSS
+	ttl, tos           uint8
+	ipID               uint16
 
 	// Send sequence space: SND.UNA <= SND.NXT <= SND.MAX <= sndEnd (+FIN).
 	sndUna, sndNxt, sndMax seq
@@ -314,11 +313,10 @@ func (c *conn) closeWith(flags rings.NotifyFlags, aux uint32) {
 func (c *conn) free() {
 	e := c.e
 	e.nConns--
-	ips, ports := tupleKey(c.remoteIP, c.localIP, c.remotePort, c.localPort)
-	if got, ok := e.table.get(ips, ports); ok && got == c.idx {
+	if got, ok := e.table.get(&c.tuple); ok && got == c.idx {
 		// Only its own entry: a connection that went through TIME_WAIT
 		// gave its tuple up already, and a new connection may have it.
-		e.table.del(ips, ports)
+		e.table.del(&c.tuple)
 	}
 	if c.heapIdx >= 0 {
 		e.heapRemove(c.heapIdx)
@@ -405,10 +403,8 @@ func (c *conn) buildTemplate(localMAC, nextHop [6]byte) {
 	// Fixed per connection; emit fills in lengths, IDs, sequence numbers,
 	// flags, window and checksums.
 	t := c.tmpl[:]
-	n := (&hdr.EthernetFields{Dst: nextHop, Src: localMAC, Type: etherIPv4}).Encode(t)
-	n += (&hdr.IPv4Fields{TOS: c.tos, FlagsFrag: ipFlagDF, TTL: c.ttl, Proto: ipProtoTCP,
-		Src: c.localIP, Dst: c.remoteIP}).Encode(t[n:])
-	(&hdr.TCPFields{SrcPort: c.localPort, DstPort: c.remotePort}).Encode(t[n:])
+	n := encodeNetHeader(t, &c.tuple, localMAC, nextHop, c.ttl, c.tos)
+	(&hdr.TCPFields{SrcPort: c.tuple.LocalPort, DstPort: c.tuple.RemotePort}).Encode(t[n:])
 }
 
 // --- send queue -----------------------------------------------------------

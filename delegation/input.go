@@ -12,51 +12,50 @@ import (
 type RxFlags uint8
 
 const (
-	// RxTCPChecksumOK: the device verified the TCP checksum over the IPv4
-	// pseudo-header (from ipHdr) and the whole segment (tcpSeg up to the
-	// IPv4 total length), the bytes Input parses. Input does not sum the
-	// segment a second time.
+	// RxTCPChecksumOK: the device verified the TCP checksum over the
+	// pseudo-header and the whole segment (tcpSeg up to the network
+	// header's length), the bytes the engine parses. The engine does not
+	// sum the segment a second time.
 	RxTCPChecksumOK RxFlags = 1 << iota
 )
 
-// Input processes one received TCP segment of delegated connection idx.
-// ipHdr is its IPv4 header (options included), tcpSeg the IPv4 payload: the
-// TCP header and data. Link padding past the IPv4 total length is ignored.
-// The segment is parsed in place and never retained; the TCP checksum is
-// verified here. Every rejection is counted.
-func (e *Engine) Input(idx uint32, ipHdr, tcpSeg []byte) {
-	e.InputFlags(idx, ipHdr, tcpSeg, 0)
+// InputSegment processes one received TCP segment of delegated connection
+// idx. t is the tuple the network layer read from the packet, as its
+// receiver sees it (local: the destination); tcpSeg is the network
+// payload, the TCP header and data, cut to the length the network header
+// gives. The segment is parsed in place and never retained; its checksum
+// is verified here against t's pseudo-header unless fl has
+// RxTCPChecksumOK. Every rejection is counted.
+func (e *Engine) InputSegment(idx uint32, t *hdr.Tuple, tcpSeg []byte, fl RxFlags) {
+	e.input(idx, t, tcpSeg, fl, 1)
 }
 
-// InputFlags is Input for a segment the device has already checked: with
-// RxTCPChecksumOK the TCP checksum is taken as verified (the device's
-// receive classifier sums every unfragmented TCP segment before it looks
-// the flow up, and summing it again here cost a second pass over every
-// payload byte). Everything else is checked as Input checks it.
-func (e *Engine) InputFlags(idx uint32, ipHdr, tcpSeg []byte, fl RxFlags) {
-	e.input(idx, ipHdr, tcpSeg, fl, 1)
-}
-
-// InputLRO is InputFlags for a super-frame the device took whole (large
-// receive offload): a TCP segment standing for segs wire segments (a TAP
-// hands the kernel's 64 KiB TSO output over as one). Its payload is placed
-// in one pass; the ACK rules count it as segs segments (RFC 5681's ACK for
-// every second one, maxStretch), as a Linux receiver counts a GRO packet.
-// RxSegments counts segs, RxLRO the super-frames.
-func (e *Engine) InputLRO(idx uint32, ipHdr, tcpSeg []byte, fl RxFlags, segs int) {
+// InputSegmentLRO is InputSegment for a super-frame the device took whole
+// (large receive offload): a TCP segment standing for segs wire segments
+// (a TAP hands the kernel's 64 KiB TSO output over as one). Its payload is
+// placed in one pass; the ACK rules count it as segs segments (RFC 5681's
+// ACK for every second one, maxStretch), as a Linux receiver counts a GRO
+// packet. RxSegments counts segs, RxLRO the super-frames.
+func (e *Engine) InputSegmentLRO(idx uint32, t *hdr.Tuple, tcpSeg []byte, fl RxFlags, segs int) {
 	e.ctr.RxLRO++
-	e.input(idx, ipHdr, tcpSeg, fl, max(segs, 1))
+	e.input(idx, t, tcpSeg, fl, max(segs, 1))
 }
 
-func (e *Engine) input(idx uint32, ipHdr, tcpSeg []byte, fl RxFlags, segs int) {
+// inputConn starts every input: pending notifications go first, then the
+// connection at idx (nil: none).
+func (e *Engine) inputConn(idx uint32) *conn {
 	if len(e.pendList) > 0 {
 		e.flushNotify(e.env.NowNanos())
 	}
-	c := e.get(idx)
+	return e.get(idx)
+}
+
+func (e *Engine) input(idx uint32, t *hdr.Tuple, tcpSeg []byte, fl RxFlags, segs int) {
+	c := e.inputConn(idx)
 	if c == nil || c.state == rings.StateClosed {
 		// The index's connection is gone or closing; a segment of a
 		// 4-tuple in TIME_WAIT is the record's (timewait.go).
-		if e.InputUnmatched(ipHdr, tcpSeg, fl) {
+		if e.InputUnmatchedSegment(t, tcpSeg, fl) {
 			return
 		}
 		if c == nil {
@@ -64,32 +63,20 @@ func (e *Engine) input(idx uint32, ipHdr, tcpSeg []byte, fl RxFlags, segs int) {
 			return
 		}
 	}
-	ip, err := hdr.ParseIPv4Header(ipHdr)
-	if err != nil || ip.Proto() != hdr.ProtoTCP {
-		e.ctr.DropBadIP++
-		return
-	}
-	if ip.IsFragment() {
-		e.ctr.DropFragment++
-		return
-	}
-	l4 := int(ip.TotalLen()) - ip.HeaderLen()
-	if l4 > len(tcpSeg) {
-		e.ctr.DropShort++
-		return
-	}
-	tcpSeg = tcpSeg[:l4]
+	e.inputSegment(c, t, tcpSeg, fl, segs)
+}
+
+// inputSegment is input from the tuple check on, for a connection found.
+func (e *Engine) inputSegment(c *conn, t *hdr.Tuple, tcpSeg []byte, fl RxFlags, segs int) {
 	if len(tcpSeg) < hdr.TCPMinSize {
 		e.ctr.DropShort++
 		return
 	}
-	tcp := hdr.TCP(tcpSeg) // the fixed header is there; parseTCP checks the rest
-	src, dst := ip.Src(), ip.Dst()
-	if src != c.remoteIP || dst != c.localIP || tcp.SrcPort() != c.remotePort || tcp.DstPort() != c.localPort {
+	if *t != c.tuple {
 		e.ctr.DropTupleMismatch++
 		return
 	}
-	if fl&RxTCPChecksumOK == 0 && !tcp.ChecksumOK(src, dst) {
+	if fl&RxTCPChecksumOK == 0 && !hdr.TCP(tcpSeg).ChecksumOKAddr(t.RemoteIP, t.LocalIP) {
 		e.ctr.DropBadChecksum++
 		return
 	}

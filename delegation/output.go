@@ -538,8 +538,7 @@ func (c *conn) emit(now int64, sq seq, n uint32, flags uint8, probe bool) bool {
 	e := c.e
 	f := e.frame
 	copy(f, c.tmpl[:])
-	ip := hdr.IPv4(f[ethHdrLen:])
-	tcp := hdr.TCP(ip[ipHdrLen:])
+	tcp := hdr.TCP(f[ethHdrLen+ipHdrLen:])
 	opt := tcp[tcpHdrLen:]
 	ol := 0
 	if c.tsOK {
@@ -605,11 +604,8 @@ func (c *conn) emit(now int64, sq seq, n uint32, flags uint8, probe bool) bool {
 	tcp.SetWindow(c.lastWnd)
 	tcp.SetUrgent(0)
 	segLen := hl + int(n)
-	ip.SetTotalLen(uint16(ipHdrLen + segLen))
 	c.ipID++
-	ip.SetID(c.ipID)
-	ip.UpdateChecksum()
-	tcp[:segLen].UpdateChecksum(c.localIP, c.remoteIP)
+	finishNetHeader(f, &c.tuple, c.ipID, tcp[:segLen])
 
 	if (n > 0 || flags&flFIN != 0) && !probe {
 		c.txSent(now, sq, n, flags&flFIN != 0)

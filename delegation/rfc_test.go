@@ -91,7 +91,7 @@ func TestRFC5961Reset(t *testing.T) {
 	if st := r.e.Release(0); st != rings.StatusOK {
 		t.Fatalf("release: %v", st)
 	}
-	if _, ok := r.e.Lookup(ipB, ipA, portB, portA); ok {
+	if _, ok := r.e.Lookup(rxTuple(ipB, ipA, portB, portA)); ok {
 		t.Fatal("tuple still steered after release")
 	}
 }

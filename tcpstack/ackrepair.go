@@ -70,7 +70,7 @@ func (a *ackRepair) outbound(frame []byte) {
 	if !zero && a.n.Load() == 0 {
 		return // the fast path: nothing tracked, nothing to track
 	}
-	k := hdr.TxTuple(ip, tcp)
+	k := ip.TxTuple(tcp)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if !zero {
@@ -103,7 +103,7 @@ func (a *ackRepair) inbound(frame []byte) []byte {
 	if !ok {
 		return nil
 	}
-	k := hdr.RxTuple(ip, tcp)
+	k := ip.RxTuple(tcp)
 	fl := tcp.Flags()
 	a.mu.Lock()
 	rcvNxt, tracked := a.zero[k]

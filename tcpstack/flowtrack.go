@@ -408,7 +408,7 @@ func parseTCPFrame(b []byte, s *tcpSeg) bool {
 	if err != nil {
 		return false
 	}
-	s.rx = hdr.RxTuple(ip, t)
+	s.rx = ip.RxTuple(t)
 	s.seq, s.ack = t.Seq(), t.Ack()
 	s.flags = t.Flags()
 	s.window = t.Window()

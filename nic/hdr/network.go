@@ -43,21 +43,50 @@ type Tuple struct {
 	LocalPort, RemotePort uint16
 }
 
-// RxTuple (generic so that an IPv4 view is never boxed in an interface on
-// the receive path) is the tuple of the connection that receives a segment carried in
-// n: the receiver is the destination.
-func RxTuple[N Network](n N, t TCP) Tuple {
+// RxTuple is the tuple of the connection that receives the TCP segment t
+// carried in h: the receiver is the destination. (A method on each family's
+// view, not a function of Network: the receive path builds one per packet,
+// and an interface or generic call there costs more than the lookup.)
+func (h IPv4) RxTuple(t TCP) Tuple {
 	return Tuple{
-		LocalIP: n.DestinationAddress(), RemoteIP: n.SourceAddress(),
+		LocalIP: netip.AddrFrom4(h.Dst()), RemoteIP: netip.AddrFrom4(h.Src()),
 		LocalPort: t.DstPort(), RemotePort: t.SrcPort(),
 	}
 }
 
-// TxTuple is the tuple of the connection that sends a segment carried in n:
-// the sender is the source.
-func TxTuple[N Network](n N, t TCP) Tuple {
+// TxTuple is the tuple of the connection that sends the TCP segment t
+// carried in h: the sender is the source.
+func (h IPv4) TxTuple(t TCP) Tuple {
 	return Tuple{
-		LocalIP: n.SourceAddress(), RemoteIP: n.DestinationAddress(),
+		LocalIP: netip.AddrFrom4(h.Src()), RemoteIP: netip.AddrFrom4(h.Dst()),
 		LocalPort: t.SrcPort(), RemotePort: t.DstPort(),
 	}
+}
+
+// PseudoHeaderSumAddr is PseudoHeaderSum for either family: the IPv4
+// pseudo-header for IPv4 addresses, the IPv6 one (RFC 8200 §8.1: source,
+// destination, 32-bit upper-layer length, next header) otherwise. The sums
+// agree because the one's complement sum does not care how the words are
+// grouped.
+func PseudoHeaderSumAddr(proto uint8, src, dst netip.Addr, l4Len int) uint64 {
+	if src.Is4() {
+		return PseudoHeaderSum(proto, src.As4(), dst.As4(), l4Len)
+	}
+	s, d := src.As16(), dst.As16()
+	acc := uint64(proto) + uint64(l4Len)
+	for i := 0; i < 16; i += 4 {
+		acc += uint64(be.Uint32(s[i:])) + uint64(be.Uint32(d[i:]))
+	}
+	return acc
+}
+
+// ChecksumOKAddr is ChecksumOK for addresses of either family.
+func (t TCP) ChecksumOKAddr(src, dst netip.Addr) bool {
+	return Fold(Sum(PseudoHeaderSumAddr(ProtoTCP, src, dst, len(t)), t)) == 0xFFFF
+}
+
+// UpdateChecksumAddr is UpdateChecksum for addresses of either family.
+func (t TCP) UpdateChecksumAddr(src, dst netip.Addr) {
+	t.SetChecksum(0)
+	t.SetChecksum(^Fold(Sum(PseudoHeaderSumAddr(ProtoTCP, src, dst, len(t)), t)))
 }

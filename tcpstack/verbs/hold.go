@@ -51,7 +51,7 @@ func (v *Provider) holdEarlyData(frame []byte) bool {
 	if err != nil || len(tcp.Payload()) == 0 {
 		return false
 	}
-	key := hdr.RxTuple(ip, tcp)
+	key := ip.RxTuple(tcp)
 	if _, ok := (*m)[listenKey{key.LocalIP, key.LocalPort}]; !ok {
 		return false
 	}
