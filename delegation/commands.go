@@ -1,8 +1,6 @@
 package delegation
 
 import (
-	"net/netip"
-
 	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/rings"
 )
@@ -45,7 +43,23 @@ func (e *Engine) OffloadAt(idx uint32, addr rings.Addr, n uint32) rings.Status {
 	if err := st.Decode(b); err != nil {
 		return rings.StatusBadParam
 	}
-	return e.Offload(idx, &st)
+	if st.Version != rings.ConnStateVersion2 {
+		return e.Offload(idx, &st)
+	}
+	// Version 2: the addresses follow the block.
+	if n < rings.ConnStateSizeV2 {
+		return rings.StatusBadParam
+	}
+	xb, err := e.dma.Map(addr+rings.ConnStateSize, rings.ConnAddrExtSize)
+	if err != nil {
+		e.ctr.DMAErrors++
+		return rings.StatusBadAddress
+	}
+	var x rings.ConnAddrExt
+	if err := x.Decode(xb); err != nil {
+		return rings.StatusBadParam
+	}
+	return e.OffloadAddrs(idx, &st, &x)
 }
 
 // Offload installs delegated connection idx from the host's state. It
@@ -57,6 +71,14 @@ func (e *Engine) OffloadAt(idx uint32, addr rings.Addr, n uint32) rings.Status {
 //	                scale > 14, MSS < 64 or > 65495, SND.UNA != SND.NXT,
 //	                zero address or port, unknown flags, buffer sizes)
 func (e *Engine) Offload(idx uint32, st *rings.ConnState) rings.Status {
+	return e.OffloadAddrs(idx, st, nil)
+}
+
+// OffloadAddrs is Offload for a state block of either version: x is a
+// version-2 block's address extension (nil for version 1). The addresses
+// must be IPv4 ones (the engine's network layer builds IPv4 frames only);
+// an IPv6 connection is StatusBadParam until it has another.
+func (e *Engine) OffloadAddrs(idx uint32, st *rings.ConnState, x *rings.ConnAddrExt) rings.Status {
 	if idx >= uint32(len(e.conns)) {
 		return rings.StatusBadConn
 	}
@@ -69,22 +91,22 @@ func (e *Engine) Offload(idx uint32, st *rings.ConnState) rings.Status {
 	if c.inUse {
 		return rings.StatusBadState
 	}
+	local, remote, addrsOK := st.Addrs(x)
 	switch {
-	case st.Version != rings.ConnStateVersion,
+	case !addrsOK, !local.Is4(), !remote.Is4(),
+		st.Version == rings.ConnStateVersion && st.Family != 0,
 		!st.Flags.KnownFlags(),
 		st.State != rings.StateEstablished && st.State != rings.StateCloseWait,
 		st.SndWndScale > maxWindowScale, st.RcvWndScale > maxWindowScale,
 		st.MSS < minMSS, st.MSS > maxMSS,
 		st.SndUna != st.SndNxt,
-		st.LocalIP == [4]byte{}, st.RemoteIP == [4]byte{},
 		st.LocalPort == 0, st.RemotePort == 0,
 		st.RcvBufSize > maxWindowBytes, st.RcvAdvertised > maxWindowBytes,
 		!st.Congestion.Known(),
 		st.KeepaliveIdleMs != 0 && (st.KeepaliveIntervalMs == 0 || st.KeepaliveCount == 0):
 		return rings.StatusBadParam
 	}
-	key := hdr.Tuple{LocalIP: netip.AddrFrom4(st.LocalIP), RemoteIP: netip.AddrFrom4(st.RemoteIP),
-		LocalPort: st.LocalPort, RemotePort: st.RemotePort}
+	key := hdr.Tuple{LocalIP: local, RemoteIP: remote, LocalPort: st.LocalPort, RemotePort: st.RemotePort}
 	if _, dup := e.table.get(&key); dup {
 		return rings.StatusBadState
 	}
