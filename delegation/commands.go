@@ -97,7 +97,7 @@ func (e *Engine) OffloadAddrs(idx uint32, st *rings.ConnState, x *rings.ConnAddr
 		st.Version == rings.ConnStateVersion && st.Family != 0,
 		!st.Flags.KnownFlags(),
 		st.State != rings.StateEstablished && st.State != rings.StateCloseWait,
-		st.SndWndScale > maxWindowScale, st.RcvWndScale > maxWindowScale,
+		st.SndWndScale > hdr.TCPMaxWindowShift, st.RcvWndScale > hdr.TCPMaxWindowShift,
 		st.MSS < minMSS, st.MSS > maxMSS,
 		st.SndUna != st.SndNxt,
 		st.LocalPort == 0, st.RemotePort == 0,

@@ -267,7 +267,7 @@ func (e *Engine) setTSO(t TSOEnv) {
 	if t == nil {
 		return
 	}
-	if m := min(t.TSOMax(), hdr.IPv4MaxTotalLen-ipHdrLen-tcpHdrLen-40); m > 0 {
+	if m := min(t.TSOMax(), hdr.IPv4MaxTotalLen-netHdrLen-hdr.TCPMinSize-40); m > 0 {
 		e.tso, e.tsoMax = t, m
 	}
 }

@@ -114,7 +114,7 @@ func (c *conn) input(now int64, s *segment) {
 	if c.ooo.n > 0 {
 		c.retryOOO(now)
 	}
-	rst := s.flags&flRST != 0
+	rst := s.flags&hdr.TCPFlagRST != 0
 
 	// RFC 7323: timestamps, then PAWS.
 	if c.tsOK && !rst {
@@ -124,7 +124,7 @@ func (c *conn) input(now int64, s *segment) {
 		}
 		if seq(s.tsVal).LessThan(seq(c.tsRecent)) && now-c.tsRecentAt < 24*86400e9 {
 			e.ctr.DropPAWS++
-			c.sendOOWAck(now, len(s.payload) > 0 || s.flags&flFIN != 0)
+			c.sendOOWAck(now, len(s.payload) > 0 || s.flags&hdr.TCPFlagFIN != 0)
 			return
 		}
 	}
@@ -178,15 +178,15 @@ func (c *conn) input(now int64, s *segment) {
 		// The ACK must still be in the RFC 5961 §5 range, and SND.WL1/WL2
 		// keep an old segment's window out; only the classic zero-window
 		// case (SEQ = RCV.NXT, no data) can count as a duplicate ACK.
-		if s.flags&flACK != 0 && s.flags&flSYN == 0 &&
+		if s.flags&hdr.TCPFlagACK != 0 && s.flags&hdr.TCPFlagSYN == 0 &&
 			s.ack.LessThanEq(c.sndMax) && !s.ack.LessThan(c.sndUna-seq(c.maxSndWnd)) {
-			c.processAck(now, s, s.seq == c.rcvNxt && len(s.payload) == 0 && s.flags&flFIN == 0)
+			c.processAck(now, s, s.seq == c.rcvNxt && len(s.payload) == 0 && s.flags&hdr.TCPFlagFIN == 0)
 			if c.state == rings.StateClosed || c.state == rings.StateTimeWait {
 				return
 			}
 			c.output(now)
 		}
-		c.sendOOWAck(now, len(s.payload) > 0 || s.flags&flFIN != 0)
+		c.sendOOWAck(now, len(s.payload) > 0 || s.flags&hdr.TCPFlagFIN != 0)
 		return
 	}
 
@@ -201,19 +201,19 @@ func (c *conn) input(now int64, s *segment) {
 		return
 	}
 	// RFC 5961 §4: any SYN on a synchronized connection.
-	if s.flags&flSYN != 0 {
+	if s.flags&hdr.TCPFlagSYN != 0 {
 		e.ctr.SynReceived++
 		c.challengeAck(now)
 		return
 	}
-	if s.flags&flACK == 0 {
+	if s.flags&hdr.TCPFlagACK == 0 {
 		e.ctr.DropNoAck++
 		return
 	}
 	// RFC 9293 / RFC 5961 §5: the acceptable ACK range.
 	if s.ack.GreaterThan(c.sndMax) {
 		e.ctr.DropAckUnsent++
-		c.sendOOWAck(now, len(s.payload) > 0 || s.flags&flFIN != 0)
+		c.sendOOWAck(now, len(s.payload) > 0 || s.flags&hdr.TCPFlagFIN != 0)
 		return
 	}
 	if s.ack.LessThan(c.sndUna - seq(c.maxSndWnd)) {
@@ -228,7 +228,7 @@ func (c *conn) input(now int64, s *segment) {
 		c.tsRecentAt = now
 	}
 
-	c.processAck(now, s, len(s.payload) == 0 && s.flags&flFIN == 0)
+	c.processAck(now, s, len(s.payload) == 0 && s.flags&hdr.TCPFlagFIN == 0)
 	switch c.state {
 	case rings.StateClosed:
 		return
@@ -526,8 +526,8 @@ func (c *conn) processData(now int64, s *segment) {
 	e := c.e
 	data := s.payload
 	start := s.seq
-	fin := s.flags&flFIN != 0
-	push := s.flags&flPSH != 0
+	fin := s.flags&hdr.TCPFlagFIN != 0
+	push := s.flags&hdr.TCPFlagPSH != 0
 	if c.finRcvd {
 		if len(data) > 0 {
 			e.ctr.DropDataAfterFin++

@@ -1,6 +1,10 @@
 package delegation
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/emunic/emunic/nic/hdr"
+)
 
 // BenchmarkLookup: the receive path's connection lookup, a hit and a miss
 // (another port) per op, with 1000 connections installed so the table is
@@ -16,7 +20,7 @@ func BenchmarkLookup(b *testing.B) {
 			b.Fatal(s)
 		}
 	}
-	ip, tcp := r.build(pseg{seq: 5000, ack: 1000, flags: flACK})
+	ip, tcp := r.build(pseg{seq: 5000, ack: 1000, flags: hdr.TCPFlagACK})
 	miss := append([]byte(nil), tcp...)
 	be.PutUint16(miss[2:], portA+2000)
 	b.ReportAllocs()

@@ -58,7 +58,7 @@ func TestLookupAllocs(t *testing.T) {
 		t.Skip("the race detector allocates")
 	}
 	r := newRig(t, defaultRigOpts())
-	ip, tcp := r.build(pseg{seq: 5000, ack: 1000, flags: flACK})
+	ip, tcp := r.build(pseg{seq: 5000, ack: 1000, flags: hdr.TCPFlagACK})
 	miss := rxTuple(ipB, ipA, portB, portA+1)
 	n := testing.AllocsPerRun(1000, func() {
 		if idx, ok := r.e.LookupSegment(ip, tcp); !ok || idx != 0 {

@@ -17,8 +17,8 @@ import (
 // into b (the template's start) and returns their length. Lengths, IDs and
 // checksums are finishNetHeader's, per frame.
 func encodeNetHeader(b []byte, t *hdr.Tuple, localMAC, nextHop [6]byte, ttl, tos uint8) int {
-	n := (&hdr.EthernetFields{Dst: nextHop, Src: localMAC, Type: etherIPv4}).Encode(b)
-	n += (&hdr.IPv4Fields{TOS: tos, FlagsFrag: ipFlagDF, TTL: ttl, Proto: ipProtoTCP,
+	n := (&hdr.EthernetFields{Dst: nextHop, Src: localMAC, Type: hdr.EtherTypeIPv4}).Encode(b)
+	n += (&hdr.IPv4Fields{TOS: tos, FlagsFrag: hdr.IPv4FlagDF, TTL: ttl, Proto: hdr.ProtoTCP,
 		Src: t.LocalIP.As4(), Dst: t.RemoteIP.As4()}).Encode(b[n:])
 	return n
 }
@@ -26,7 +26,7 @@ func encodeNetHeader(b []byte, t *hdr.Tuple, localMAC, nextHop [6]byte, ttl, tos
 // setNetTTLTOS changes the hop limit and traffic class of a template built
 // by encodeNetHeader.
 func setNetTTLTOS(tmpl []byte, ttl, tos uint8) {
-	ip := hdr.IPv4(tmpl[ethHdrLen:])
+	ip := hdr.IPv4(tmpl[hdr.EthernetSize:])
 	ip.SetTOS(tos)
 	ip.SetTTL(ttl)
 }
@@ -36,8 +36,8 @@ func setNetTTLTOS(tmpl []byte, ttl, tos uint8) {
 // network header's length, ID and checksum, then the TCP checksum over the
 // pseudo-header of t's addresses.
 func finishNetHeader(f []byte, t *hdr.Tuple, id uint16, tcp hdr.TCP) {
-	ip := hdr.IPv4(f[ethHdrLen:])
-	ip.SetTotalLen(uint16(ipHdrLen + len(tcp)))
+	ip := hdr.IPv4(f[hdr.EthernetSize:])
+	ip.SetTotalLen(uint16(netHdrLen + len(tcp)))
 	ip.SetID(id)
 	ip.UpdateChecksum()
 	tcp.UpdateChecksumAddr(t.LocalIP, t.RemoteIP)

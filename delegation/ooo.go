@@ -1,5 +1,7 @@
 package delegation
 
+import "github.com/emunic/emunic/nic/hdr"
+
 // Out-of-order reassembly.
 //
 // Segments that arrive beyond RCV.NXT are held in device memory: an
@@ -215,7 +217,7 @@ func (q *oooQueue) trimBelow(sq seq) {
 }
 
 // sackBlocks writes up to max blocks, most recently updated first.
-func (q *oooQueue) sackBlocks(dst *[maxSACKBlocks]sackBlock, max int) int {
+func (q *oooQueue) sackBlocks(dst *[hdr.TCPMaxSACKBlocks]sackBlock, max int) int {
 	if max > q.n {
 		max = q.n
 	}

@@ -82,7 +82,7 @@ func (c *conn) output(now int64) {
 						n = cut
 					}
 				}
-				if !c.emit(now, h, n, flACK, false) {
+				if !c.emit(now, h, n, hdr.TCPFlagACK, false) {
 					c.fail(now, rings.NtfError, AuxErrorDMA)
 					return
 				}
@@ -106,7 +106,7 @@ func (c *conn) output(now int64) {
 		}
 		if avail == 0 {
 			if c.finQueued && c.sndNxt == c.finSeq {
-				c.emit(now, c.sndNxt, 0, flACK|flFIN, false)
+				c.emit(now, c.sndNxt, 0, hdr.TCPFlagACK|hdr.TCPFlagFIN, false)
 				c.sndNxt = c.sndNxt.Add(1)
 				c.sndMax = seqnum.Max(c.sndMax, c.sndNxt)
 			}
@@ -184,10 +184,10 @@ func (c *conn) sendLimit(mss uint32) uint32 {
 // sendNext sends n bytes from SND.NXT (with the FIN when they end where it
 // goes) and advances SND.NXT and SND.MAX. False: the connection failed.
 func (c *conn) sendNext(now int64, n uint32) bool {
-	flags := uint8(flACK)
+	flags := uint8(hdr.TCPFlagACK)
 	fin := c.finQueued && c.sndNxt.Add(n) == c.finSeq
 	if fin {
-		flags |= flFIN
+		flags |= hdr.TCPFlagFIN
 	}
 	if !c.emit(now, c.sndNxt, n, flags, false) {
 		c.fail(now, rings.NtfError, AuxErrorDMA)
@@ -214,13 +214,13 @@ func (c *conn) retransmitHead(now int64) bool {
 			}
 		}
 	}
-	flags := uint8(flACK)
+	flags := uint8(hdr.TCPFlagACK)
 	end := sq.Add(n)
 	if c.finQueued && end == c.finSeq && c.sndMax.GreaterThan(c.finSeq) {
-		flags |= flFIN
+		flags |= hdr.TCPFlagFIN
 		end = end.Add(1)
 	}
-	if n == 0 && flags&flFIN == 0 {
+	if n == 0 && flags&hdr.TCPFlagFIN == 0 {
 		return true
 	}
 	if !c.emit(now, sq, n, flags, false) {
@@ -325,7 +325,7 @@ func (c *conn) probeTail(now int64) {
 		if n == 0 {
 			return
 		}
-		if !c.emit(now, sq, n, flACK, false) { // counted as a retransmission there
+		if !c.emit(now, sq, n, hdr.TCPFlagACK, false) { // counted as a retransmission there
 			c.fail(now, rings.NtfError, AuxErrorDMA)
 			return
 		}
@@ -415,7 +415,7 @@ func (c *conn) persistExpired(now int64) {
 	}
 	c.probes++
 	e.ctr.PersistProbes++
-	c.emit(now, c.sndUna-1, 1, flACK, true)
+	c.emit(now, c.sndUna-1, 1, hdr.TCPFlagACK, true)
 	c.backoff++
 	c.persist = true
 	c.rtoAt = now + c.curRTO()
@@ -444,7 +444,7 @@ func (c *conn) keepaliveExpired(now int64) {
 	}
 	c.kaSent++
 	e.ctr.KeepaliveProbes++
-	c.emit(now, c.sndUna-1, 1, flACK, true)
+	c.emit(now, c.sndUna-1, 1, hdr.TCPFlagACK, true)
 	c.kaAt = now + c.kaIntvl
 }
 
@@ -456,12 +456,12 @@ func (c *conn) keepaliveExpired(now int64) {
 // needs.
 func (c *conn) sendAck(now int64) {
 	c.e.ctr.AcksSent++
-	c.emit(now, c.sndMax, 0, flACK, false)
+	c.emit(now, c.sndMax, 0, hdr.TCPFlagACK, false)
 }
 
 // sendRst resets the connection at the peer (ABORT, timeouts).
 func (c *conn) sendRst(now int64) {
-	c.emit(now, c.sndMax, 0, flRST|flACK, false)
+	c.emit(now, c.sndMax, 0, hdr.TCPFlagRST|hdr.TCPFlagACK, false)
 }
 
 // windowField computes the window to advertise and moves the advertised
@@ -538,26 +538,26 @@ func (c *conn) emit(now int64, sq seq, n uint32, flags uint8, probe bool) bool {
 	e := c.e
 	f := e.frame
 	copy(f, c.tmpl[:])
-	tcp := hdr.TCP(f[ethHdrLen+ipHdrLen:])
-	opt := tcp[tcpHdrLen:]
+	tcp := hdr.TCP(f[hdr.EthernetSize+netHdrLen:])
+	opt := tcp[hdr.TCPMinSize:]
 	ol := 0
 	if c.tsOK {
-		opt[0], opt[1] = optNOP, optNOP
+		opt[0], opt[1] = hdr.TCPOptNOP, hdr.TCPOptNOP
 		ol = 2 + hdr.PutTCPOptTimestamp(opt[2:], c.tsNow(now), c.tsRecent)
 	}
-	if c.sackOK && (c.ooo.n > 0 || c.dsackEnd != c.dsackStart) && flags&flRST == 0 {
-		maxB := maxSACKBlocks
+	if c.sackOK && (c.ooo.n > 0 || c.dsackEnd != c.dsackStart) && flags&hdr.TCPFlagRST == 0 {
+		maxB := hdr.TCPMaxSACKBlocks
 		if c.tsOK {
 			maxB = maxSACKWithTS
 		}
 		if n > 0 || probe {
 			space := int(c.mss) - ol - int(n)
-			if fit := (space - sackOptHdrLen) / sackBlockLen; fit < maxB {
+			if fit := (space - sackOptHdrLen) / hdr.TCPSACKBlockLen; fit < maxB {
 				maxB = fit
 			}
 		}
 		if maxB > 0 {
-			var blocks [maxSACKBlocks]sackBlock
+			var blocks [hdr.TCPMaxSACKBlocks]sackBlock
 			k := 0
 			if c.dsackEnd != c.dsackStart {
 				// A D-SACK first (RFC 2883 §4), reported once.
@@ -565,25 +565,25 @@ func (c *conn) emit(now int64, sq seq, n uint32, flags uint8, probe bool) bool {
 				c.dsackStart = c.dsackEnd
 				k = 1
 			}
-			var rest [maxSACKBlocks]sackBlock
+			var rest [hdr.TCPMaxSACKBlocks]sackBlock
 			m := c.ooo.sackBlocks(&rest, maxB-k)
 			k += copy(blocks[k:], rest[:m])
 			o := opt[ol:]
-			o[0], o[1] = optNOP, optNOP
+			o[0], o[1] = hdr.TCPOptNOP, hdr.TCPOptNOP
 			ol += 2 + hdr.PutTCPOptSACK(o[2:], k)
 			for i := 0; i < k; i++ {
 				hdr.PutTCPSACKBlock(o[2:], i, uint32(blocks[i].start), uint32(blocks[i].end))
 			}
 		}
 	}
-	hl := tcpHdrLen + ol
+	hl := hdr.TCPMinSize + ol
 	payload := tcp[hl : hl+int(n)]
 	if probe {
 		payload[0] = e.zero[0]
 	} else if n > 0 && c.ulp.u != nil {
 		c.ulpRead(payload, sq)
 		if sq.Add(n) == c.sndEnd {
-			flags |= flPSH
+			flags |= hdr.TCPFlagPSH
 		}
 	} else if n > 0 {
 		push, ok := c.readTx(payload, sq)
@@ -591,11 +591,11 @@ func (c *conn) emit(now int64, sq seq, n uint32, flags uint8, probe bool) bool {
 			return false
 		}
 		if push || sq.Add(n) == c.sndEnd {
-			flags |= flPSH
+			flags |= hdr.TCPFlagPSH
 		}
 	}
 	tcp.SetSeq(uint32(sq))
-	if flags&flACK != 0 {
+	if flags&hdr.TCPFlagACK != 0 {
 		tcp.SetAck(uint32(c.rcvNxt))
 	}
 	tcp.SetHeaderLen(hl)
@@ -607,8 +607,8 @@ func (c *conn) emit(now int64, sq seq, n uint32, flags uint8, probe bool) bool {
 	c.ipID++
 	finishNetHeader(f, &c.tuple, c.ipID, tcp[:segLen])
 
-	if (n > 0 || flags&flFIN != 0) && !probe {
-		c.txSent(now, sq, n, flags&flFIN != 0)
+	if (n > 0 || flags&hdr.TCPFlagFIN != 0) && !probe {
+		c.txSent(now, sq, n, flags&hdr.TCPFlagFIN != 0)
 		if c.inRecovery {
 			c.prrSent(n)
 		}
@@ -625,10 +625,10 @@ func (c *conn) emit(now int64, sq seq, n uint32, flags uint8, probe bool) bool {
 			c.rtStart = now
 		}
 	}
-	fl := ethHdrLen + ipHdrLen + segLen
-	if fl < minFrame {
-		clear(f[fl:minFrame]) // the MAC pads short frames
-		fl = minFrame
+	fl := hdr.EthernetSize + netHdrLen + segLen
+	if fl < hdr.EthernetMinFrame {
+		clear(f[fl:hdr.EthernetMinFrame]) // the MAC pads short frames
+		fl = hdr.EthernetMinFrame
 	}
 	var err error
 	if mss := c.maxPayload(); n > mss && e.tso != nil {
@@ -645,7 +645,7 @@ func (c *conn) emit(now int64, sq seq, n uint32, flags uint8, probe bool) bool {
 		e.ctr.TxSegments++
 		e.ctr.TxBytes += uint64(n)
 	}
-	if flags&flACK != 0 && flags&flRST == 0 {
+	if flags&hdr.TCPFlagACK != 0 && flags&hdr.TCPFlagRST == 0 {
 		c.lastAckSent = c.rcvNxt
 		c.segsUnacked = 0
 		c.delackAt = 0

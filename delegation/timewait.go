@@ -216,9 +216,9 @@ func (e *Engine) twInput(i int32, now int64, t *hdr.Tuple, tcpSeg []byte, fl RxF
 	e.ctr.DropTimeWait++
 	r := &e.tw.recs[i]
 	switch {
-	case s.flags&flRST != 0:
+	case s.flags&hdr.TCPFlagRST != 0:
 		return true // RFC 1337: an RST does not end TIME_WAIT
-	case s.flags&flSYN != 0 && s.flags&flACK == 0:
+	case s.flags&hdr.TCPFlagSYN != 0 && s.flags&hdr.TCPFlagACK == 0:
 		newer := seq(s.seq).GreaterThan(seq(r.rcvNxt))
 		if r.tsOK && s.hasTS {
 			newer = seq(s.tsVal).GreaterThan(seq(r.tsRecent))
@@ -231,7 +231,7 @@ func (e *Engine) twInput(i int32, now int64, t *hdr.Tuple, tcpSeg []byte, fl RxF
 		e.twAck(r, now)
 	case r.tsOK && s.hasTS && seq(s.tsVal).LessThan(seq(r.tsRecent)):
 		e.ctr.DropPAWS++
-	case s.flags&flFIN != 0:
+	case s.flags&hdr.TCPFlagFIN != 0:
 		// The peer did not hear our ACK of its FIN: ACK again, and
 		// TIME_WAIT starts over (RFC 9293 §3.10.7.4).
 		r.expire = now + e.cfg.TimeWait
@@ -254,16 +254,16 @@ func (e *Engine) twInput(i int32, now int64, t *hdr.Tuple, tcpSeg []byte, fl RxF
 // segments, which the new connection's sequence numbers also reject. Cheap
 // when nothing is in TIME_WAIT (the caller checks TimeWaitConns first).
 func (e *Engine) OutboundSYN(frame []byte) {
-	if e.tw.n == 0 || len(frame) < ethHdrLen+hdr.IPv4MinSize+hdr.TCPMinSize ||
-		hdr.Ethernet(frame).Type() != etherIPv4 {
+	if e.tw.n == 0 || len(frame) < hdr.EthernetSize+hdr.IPv4MinSize+hdr.TCPMinSize ||
+		hdr.Ethernet(frame).Type() != hdr.EtherTypeIPv4 {
 		return
 	}
-	ip := hdr.IPv4(frame[ethHdrLen:])
+	ip := hdr.IPv4(frame[hdr.EthernetSize:])
 	if ip.Proto() != hdr.ProtoTCP || ip.HeaderLen() < hdr.IPv4MinSize || len(ip) < ip.HeaderLen()+hdr.TCPMinSize {
 		return
 	}
 	tcp := hdr.TCP(ip[ip.HeaderLen():])
-	if tcp.Flags()&(flSYN|flACK) != flSYN {
+	if tcp.Flags()&(hdr.TCPFlagSYN|hdr.TCPFlagACK) != hdr.TCPFlagSYN {
 		return
 	}
 	// Our SYN: we are the source, the record's key is (remote, local).
@@ -279,30 +279,30 @@ func (e *Engine) OutboundSYN(frame []byte) {
 func (e *Engine) twAck(r *twRecord, now int64) {
 	f := e.frame
 	copy(f, r.tmpl[:])
-	tcp := hdr.TCP(f[ethHdrLen+ipHdrLen:])
-	hl := tcpHdrLen
+	tcp := hdr.TCP(f[hdr.EthernetSize+netHdrLen:])
+	hl := hdr.TCPMinSize
 	if r.tsOK {
 		v := r.tsBase + uint32((now-r.tsBaseNow)/1e6)
 		if int32(v-r.lastTSval) < 0 {
 			v = r.lastTSval
 		}
 		r.lastTSval = v
-		opt := tcp[tcpHdrLen:]
-		opt[0], opt[1] = optNOP, optNOP
+		opt := tcp[hdr.TCPMinSize:]
+		opt[0], opt[1] = hdr.TCPOptNOP, hdr.TCPOptNOP
 		hl += 2 + hdr.PutTCPOptTimestamp(opt[2:], v, r.tsRecent)
 	}
 	tcp.SetSeq(r.sndNxt)
 	tcp.SetAck(r.rcvNxt)
 	tcp.SetHeaderLen(hl)
-	tcp.SetFlags(flACK)
+	tcp.SetFlags(hdr.TCPFlagACK)
 	tcp.SetWindow(r.wnd)
 	tcp.SetUrgent(0)
 	r.ipID++
 	finishNetHeader(f, &r.key, r.ipID, tcp[:hl])
-	fl := ethHdrLen + ipHdrLen + hl
-	if fl < minFrame {
-		clear(f[fl:minFrame])
-		fl = minFrame
+	fl := hdr.EthernetSize + netHdrLen + hl
+	if fl < hdr.EthernetMinFrame {
+		clear(f[fl:hdr.EthernetMinFrame])
+		fl = hdr.EthernetMinFrame
 	}
 	e.ctr.AcksSent++
 	if err := e.env.Transmit(f[:fl]); err != nil {
