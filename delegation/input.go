@@ -100,12 +100,11 @@ func (e *Engine) inputSegment(c *conn, t *hdr.Tuple, tcpSeg []byte, fl RxFlags, 
 }
 
 // input is RFC 9293 §3.10.7.4 (segment arrives, synchronized states) with
-// RFC 5961 and RFC 7323 checks.
+// RFC 5961 and RFC 7323 checks: one function per step, in the RFC's order,
+// each returning false when the segment stops there.
 func (c *conn) input(now int64, s *segment) {
-	e := c.e
-	switch c.state {
-	case rings.StateClosed:
-		e.ctr.DropClosed++
+	if c.state == rings.StateClosed {
+		c.e.ctr.DropClosed++
 		return
 	}
 	if c.ulp.held > 0 {
@@ -114,39 +113,56 @@ func (c *conn) input(now int64, s *segment) {
 	if c.ooo.n > 0 {
 		c.retryOOO(now)
 	}
-	rst := s.flags&hdr.TCPFlagRST != 0
-
-	// RFC 7323: timestamps, then PAWS.
-	if c.tsOK && !rst {
-		if !s.hasTS {
-			e.ctr.DropNoTimestamp++
-			return
-		}
-		if seq(s.tsVal).LessThan(seq(c.tsRecent)) && now-c.tsRecentAt < 24*86400e9 {
-			e.ctr.DropPAWS++
-			c.sendOOWAck(now, len(s.payload) > 0 || s.flags&hdr.TCPFlagFIN != 0)
-			return
-		}
+	if !c.inputTimestamps(now, s) || !c.inputSequence(now, s) || !c.inputControl(now, s) {
+		return
 	}
+	c.inputEstablished(now, s)
+}
 
-	// Acceptability (RFC 9293 table): against the window we advertised.
+// inputTimestamps is RFC 7323: a connection with timestamps drops a
+// segment without one, and PAWS drops an old one (with an ACK).
+func (c *conn) inputTimestamps(now int64, s *segment) bool {
+	if !c.tsOK || s.flags&hdr.TCPFlagRST != 0 {
+		return true
+	}
+	if !s.hasTS {
+		c.e.ctr.DropNoTimestamp++
+		return false
+	}
+	if seq(s.tsVal).LessThan(seq(c.tsRecent)) && now-c.tsRecentAt < 24*86400e9 {
+		c.e.ctr.DropPAWS++
+		c.sendOOWAck(now, len(s.payload) > 0 || s.flags&hdr.TCPFlagFIN != 0)
+		return false
+	}
+	return true
+}
+
+// acceptable is RFC 9293's acceptability table, against the window we
+// advertised.
+func (c *conn) acceptable(s *segment) bool {
 	segLen := s.seqLen()
 	wnd := uint32(0)
 	if c.rcvAdvEdge.GreaterThan(c.rcvNxt) {
 		wnd = c.rcvAdvEdge.Sub(c.rcvNxt)
 	}
-	var ok bool
 	switch {
 	case segLen == 0 && wnd == 0:
-		ok = s.seq == c.rcvNxt
+		return s.seq == c.rcvNxt
 	case segLen == 0:
-		ok = s.seq.InRange(c.rcvNxt, c.rcvAdvEdge)
+		return s.seq.InRange(c.rcvNxt, c.rcvAdvEdge)
 	case wnd == 0:
-		ok = false
+		return false
 	default:
-		ok = s.seq.InRange(c.rcvNxt, c.rcvAdvEdge) ||
+		return s.seq.InRange(c.rcvNxt, c.rcvAdvEdge) ||
 			s.seq.Add(segLen-1).InRange(c.rcvNxt, c.rcvAdvEdge)
 	}
+}
+
+// inputSequence is the first check, the sequence number: an unacceptable
+// segment is dropped, though a valid ACK in it still counts.
+func (c *conn) inputSequence(now int64, s *segment) bool {
+	e := c.e
+	ok := c.acceptable(s)
 	if ok || s.seq == c.rcvNxt {
 		// The peer is alive (keepalive, zero-window probing); an
 		// out-of-window segment proves less, so it does not count.
@@ -154,80 +170,89 @@ func (c *conn) input(now int64, s *segment) {
 		c.kaSent = 0
 		c.probes = 0
 	}
-	if !ok {
-		if rst {
-			e.ctr.RstOutOfWindow++
-			return
-		}
-		e.ctr.DropOutOfWindow++
-		if n := uint32(len(s.payload)); n > 0 && c.sackOK && !s.seq.Add(n).GreaterThan(c.rcvNxt) {
-			// Data we already have: its ACK tells the sender so with a
-			// D-SACK (RFC 2883), which lets it undo a needless
-			// retransmission's window cut.
-			c.dsackStart, c.dsackEnd = s.seq, s.seq.Add(n)
-		}
-		// An unacceptable segment's data is dropped, but a valid ACK in it
-		// still counts (RFC 9293 §3.10.7.4: "special allowance should be
-		// made to accept valid ACKs"), whatever its SEG.SEQ. A peer whose
-		// bytes this end refused (no buffer posted, a window that closed)
-		// sends every later ACK at its SND.NXT, past RCV.NXT: ignoring
-		// those deadlocks an application that writes before it reads
-		// (its send side never hears the ACKs, so it never reads, so the
-		// window never opens). Seen with four full-duplex echoes between
-		// two engines; netstack has the same flaw (tcpstack's ackRepair).
-		// The ACK must still be in the RFC 5961 §5 range, and SND.WL1/WL2
-		// keep an old segment's window out; only the classic zero-window
-		// case (SEQ = RCV.NXT, no data) can count as a duplicate ACK.
-		if s.flags&hdr.TCPFlagACK != 0 && s.flags&hdr.TCPFlagSYN == 0 &&
-			s.ack.LessThanEq(c.sndMax) && !s.ack.LessThan(c.sndUna-seq(c.maxSndWnd)) {
-			c.processAck(now, s, s.seq == c.rcvNxt && len(s.payload) == 0 && s.flags&hdr.TCPFlagFIN == 0)
-			if c.state == rings.StateClosed || c.state == rings.StateTimeWait {
-				return
-			}
-			c.output(now)
-		}
-		c.sendOOWAck(now, len(s.payload) > 0 || s.flags&hdr.TCPFlagFIN != 0)
-		return
+	if ok {
+		return true
 	}
+	if s.flags&hdr.TCPFlagRST != 0 {
+		e.ctr.RstOutOfWindow++
+		return false
+	}
+	e.ctr.DropOutOfWindow++
+	if n := uint32(len(s.payload)); n > 0 && c.sackOK && !s.seq.Add(n).GreaterThan(c.rcvNxt) {
+		// Data we already have: its ACK tells the sender so with a
+		// D-SACK (RFC 2883), which lets it undo a needless
+		// retransmission's window cut.
+		c.dsackStart, c.dsackEnd = s.seq, s.seq.Add(n)
+	}
+	// An unacceptable segment's data is dropped, but a valid ACK in it
+	// still counts (RFC 9293 §3.10.7.4: "special allowance should be
+	// made to accept valid ACKs"), whatever its SEG.SEQ. A peer whose
+	// bytes this end refused (no buffer posted, a window that closed)
+	// sends every later ACK at its SND.NXT, past RCV.NXT: ignoring
+	// those deadlocks an application that writes before it reads
+	// (its send side never hears the ACKs, so it never reads, so the
+	// window never opens). Seen with four full-duplex echoes between
+	// two engines; netstack has the same flaw (tcpstack's ackRepair).
+	// The ACK must still be in the RFC 5961 §5 range, and SND.WL1/WL2
+	// keep an old segment's window out; only the classic zero-window
+	// case (SEQ = RCV.NXT, no data) can count as a duplicate ACK.
+	if s.flags&hdr.TCPFlagACK != 0 && s.flags&hdr.TCPFlagSYN == 0 &&
+		s.ack.LessThanEq(c.sndMax) && !s.ack.LessThan(c.sndUna-seq(c.maxSndWnd)) {
+		c.processAck(now, s, s.seq == c.rcvNxt && len(s.payload) == 0 && s.flags&hdr.TCPFlagFIN == 0)
+		if c.state == rings.StateClosed || c.state == rings.StateTimeWait {
+			return false
+		}
+		c.output(now)
+	}
+	c.sendOOWAck(now, len(s.payload) > 0 || s.flags&hdr.TCPFlagFIN != 0)
+	return false
+}
 
-	// RFC 5961 §3: an RST is accepted only at exactly RCV.NXT.
-	if rst {
+// inputControl is the second to fifth checks of an acceptable segment:
+// RST (RFC 5961 §3: only at exactly RCV.NXT), SYN (RFC 5961 §4: always a
+// challenge), the ACK bit, and the acceptable ACK range (RFC 5961 §5).
+func (c *conn) inputControl(now int64, s *segment) bool {
+	e := c.e
+	if s.flags&hdr.TCPFlagRST != 0 {
 		if s.seq == c.rcvNxt {
 			e.ctr.RstAccepted++
 			c.toClosed(rings.NtfRst)
-			return
+			return false
 		}
 		c.challengeAck(now)
-		return
+		return false
 	}
-	// RFC 5961 §4: any SYN on a synchronized connection.
 	if s.flags&hdr.TCPFlagSYN != 0 {
 		e.ctr.SynReceived++
 		c.challengeAck(now)
-		return
+		return false
 	}
 	if s.flags&hdr.TCPFlagACK == 0 {
 		e.ctr.DropNoAck++
-		return
+		return false
 	}
-	// RFC 9293 / RFC 5961 §5: the acceptable ACK range.
 	if s.ack.GreaterThan(c.sndMax) {
 		e.ctr.DropAckUnsent++
 		c.sendOOWAck(now, len(s.payload) > 0 || s.flags&hdr.TCPFlagFIN != 0)
-		return
+		return false
 	}
 	if s.ack.LessThan(c.sndUna - seq(c.maxSndWnd)) {
 		e.ctr.DropAckTooOld++
 		c.challengeAck(now)
-		return
+		return false
 	}
+	return true
+}
 
-	// RFC 7323 §4.3: remember the peer's timestamp.
+// inputEstablished is a segment that passed every check: its timestamp
+// (RFC 7323 §4.3), its ACK, then, by the state the ACK left, its data and
+// FIN, and what the connection sends in answer.
+func (c *conn) inputEstablished(now int64, s *segment) {
 	if c.tsOK && s.hasTS && seq(s.tsVal).GreaterThanEq(seq(c.tsRecent)) && s.seq.LessThanEq(c.lastAckSent) {
 		c.tsRecent = s.tsVal
 		c.tsRecentAt = now
 	}
-
+	segLen := s.seqLen()
 	c.processAck(now, s, len(s.payload) == 0 && s.flags&hdr.TCPFlagFIN == 0)
 	switch c.state {
 	case rings.StateClosed:
@@ -247,7 +272,7 @@ func (c *conn) input(now int64, s *segment) {
 	if c.ackNow {
 		c.sendAck(now)
 	} else if c.segsUnacked > 0 && c.delackAt == 0 {
-		c.delackAt = now + e.cfg.DelayedAck
+		c.delackAt = now + c.e.cfg.DelayedAck
 	}
 }
 
@@ -641,227 +666,4 @@ func (e *Engine) EndBurst(now int64) {
 		}
 	}
 	e.burstConns = e.burstConns[:0]
-}
-
-// queueOOO holds an out-of-order segment.
-func (c *conn) queueOOO(start seq, data []byte, fin, push bool) {
-	e := c.e
-	if fin && len(data) == 0 {
-		if !c.oooFin {
-			c.oooFin, c.oooFinSeq = true, start
-		}
-		return
-	}
-	if len(data) == 0 {
-		return
-	}
-	limit := c.rcvNxt.Add(e.cfg.OOOLimit)
-	if end := start.Add(uint32(len(data))); end.GreaterThan(limit) {
-		keep := uint32(0)
-		if limit.GreaterThan(start) {
-			keep = limit.Sub(start)
-		}
-		e.ctr.OOOBytesDropped += uint64(uint32(len(data)) - keep)
-		data = data[:keep]
-		fin = false
-		if keep == 0 {
-			return
-		}
-	}
-	end := start.Add(uint32(len(data)))
-	if !c.ooo.canAdd(start, end) {
-		e.ctr.OOODropRanges++
-		return
-	}
-	n := c.ooo.write(&e.pool, start, data)
-	if n < len(data) {
-		e.ctr.OOOBytesDropped += uint64(len(data) - n)
-		fin = false
-		if n == 0 {
-			return
-		}
-		end = start.Add(uint32(n))
-	}
-	e.ctr.OOOSegments++
-	c.ooo.add(start, end, push)
-	if fin {
-		c.oooFin, c.oooFinSeq = true, end
-	}
-}
-
-// drainOOO delivers held data that RCV.NXT has reached.
-func (c *conn) drainOOO() {
-	e := c.e
-	for c.ooo.n > 0 && c.ooo.ranges[0].start.LessThanEq(c.rcvNxt) {
-		r := c.ooo.ranges[0]
-		for c.rcvNxt.LessThan(r.end) {
-			chunk := c.ooo.read(&e.pool, c.rcvNxt, r.end.Sub(c.rcvNxt))
-			placed := c.deliver(chunk, false)
-			e.ctr.OOOBytesRestored += uint64(placed)
-			if placed < len(chunk) {
-				c.ooo.trimBelow(c.rcvNxt)
-				return
-			}
-		}
-		c.ooo.trimBelow(c.rcvNxt)
-		if r.push {
-			c.completeUserBuf()
-		}
-	}
-	c.ooo.trimBelow(c.rcvNxt)
-	c.ooo.releaseBelow(&e.pool, c.rcvNxt, c.rcvNxt)
-}
-
-// retryOOO delivers held data that became in-order earlier but found no
-// buffer then (called when buffers may have appeared). It ACKs progress at
-// once, as for a filled hole.
-func (c *conn) retryOOO(now int64) {
-	if c.ooo.n == 0 || c.ooo.ranges[0].start.GreaterThan(c.rcvNxt) || c.finRcvd {
-		return
-	}
-	old := c.rcvNxt
-	c.drainOOO()
-	if c.oooFin && c.rcvNxt == c.oooFinSeq {
-		c.rcvFin(now)
-	}
-	if c.rcvNxt != old && c.state != rings.StateClosed {
-		c.sendAck(now)
-	}
-}
-
-// rcvFin: RCV.NXT reached the peer's FIN.
-func (c *conn) rcvFin(now int64) {
-	c.completeUserBuf()
-	c.rcvNxt = c.rcvNxt.Add(1)
-	c.finRcvd = true
-	c.oooFin = false
-	c.ooo.reset(&c.e.pool)
-	c.ackNow = true
-	c.checkSeqThreshold()
-	c.notify(rings.NtfFin, c.rcvNxt, 0, 0)
-	switch c.state {
-	case rings.StateEstablished:
-		c.state = rings.StateCloseWait
-	case rings.StateFinWait1:
-		c.state = rings.StateClosing
-	case rings.StateFinWait2:
-		c.sendAck(now)
-		c.enterTimeWait(now)
-	}
-}
-
-// deliver places in-order payload at RCV.NXT: into posted user buffers, else
-// into legacy buffers, or on a ULP connection to the ULP. It returns the
-// bytes placed (fewer when buffers or notification room ran out) and
-// advances RCV.NXT over them.
-func (c *conn) deliver(data []byte, push bool) int {
-	e := c.e
-	placed := 0
-	old := c.rcvNxt
-	if c.ulp.u != nil {
-		placed = c.deliverULP(data)
-		c.rcvNxt = c.rcvNxt.Add(uint32(placed))
-	}
-	for placed < len(data) && c.ulp.u == nil {
-		rest := data[placed:]
-		if !c.ntfRoom() {
-			// Every placement may end in a notification (buffer full,
-			// PSH, FIN): keep the reserve for control events.
-			e.ctr.DropBackpressure++
-			break
-		}
-		if c.uqCount > 0 {
-			ub := &c.userq[c.uqHead]
-			n := ub.len - ub.filled
-			if n > uint32(len(rest)) {
-				n = uint32(len(rest))
-			}
-			if err := e.dma.WriteAt(rest[:n], ub.addr+rings.Addr(ub.filled)); err != nil {
-				// The buffer stopped being host memory: hand it back
-				// with an error and go on with the next one.
-				e.ctr.DMAErrors++
-				if ub.filled == 0 {
-					ub.first = c.rcvNxt
-				}
-				c.notify(rings.NtfUserBufDone|rings.NtfError, ub.first, ub.filled, ub.id)
-				c.uqHead = (c.uqHead + 1) % len(c.userq)
-				c.uqCount--
-				continue
-			}
-			if ub.filled == 0 {
-				ub.first = c.rcvNxt
-			}
-			ub.filled += n
-			c.rcvNxt = c.rcvNxt.Add(n)
-			placed += int(n)
-			if ub.filled == ub.len {
-				c.completeUserBuf()
-			}
-			continue
-		}
-		id, addr, capacity, ok := e.env.TakeLegacyBuffer()
-		if !ok || capacity == 0 {
-			e.ctr.DropNoBuffer++
-			if !c.userBufReqSent {
-				c.userBufReqSent = true
-				c.notify(rings.NtfUserBufReq, c.rcvNxt, 0, 0)
-			}
-			break
-		}
-		n := capacity
-		if n > uint32(len(rest)) {
-			n = uint32(len(rest))
-		}
-		if err := e.dma.WriteAt(rest[:n], addr); err != nil {
-			// The host posted a buffer outside its memory: report it
-			// as an empty upload so the buffer is not lost.
-			e.ctr.DMAErrors++
-			c.notify(rings.NtfLegacyUpload|rings.NtfError, c.rcvNxt, 0, id)
-			break
-		}
-		flags := rings.NtfLegacyUpload
-		if !c.userBufReqSent {
-			c.userBufReqSent = true
-			flags |= rings.NtfUserBufReq
-		}
-		e.ctr.LegacyUploads++
-		c.legacyUncredited += n
-		c.notify(flags, c.rcvNxt, n, id)
-		c.rcvNxt = c.rcvNxt.Add(n)
-		placed += int(n)
-	}
-	if placed > 0 {
-		e.ctr.RxBytes += uint64(placed)
-		if c.ooo.pages > 0 {
-			c.ooo.trimBelow(c.rcvNxt)
-			c.ooo.releaseBelow(&e.pool, old, c.rcvNxt)
-		}
-		c.checkSeqThreshold()
-	}
-	if push && placed == len(data) {
-		c.completeUserBuf()
-	}
-	return placed
-}
-
-// completeUserBuf returns the current user buffer if it holds any data.
-func (c *conn) completeUserBuf() {
-	if c.uqCount == 0 {
-		return
-	}
-	ub := &c.userq[c.uqHead]
-	if ub.filled == 0 {
-		return
-	}
-	c.e.ctr.UserBufsDone++
-	c.notify(rings.NtfUserBufDone, ub.first, ub.filled, ub.id)
-	c.uqHead = (c.uqHead + 1) % len(c.userq)
-	c.uqCount--
-}
-
-func (c *conn) checkSeqThreshold() {
-	if c.seqArmed && c.rcvNxt.GreaterThanEq(c.seqThresh) {
-		c.seqArmed = false
-		c.notify(rings.NtfSeqThreshold, c.rcvNxt, 0, 0)
-	}
 }
