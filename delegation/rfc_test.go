@@ -17,25 +17,21 @@ func pattern(n int, seed byte) []byte {
 }
 
 func TestInOrderPlacementAndDelayedAck(t *testing.T) {
-	r := newRig(t, defaultRigOpts())
-	r.h.start()
+	r := newContext(t)
 	p := pattern(3000, 1)
-	r.data(p[:1000], 0)
+	r.sendData(p[:1000], 0)
 	r.expectNone("first segment (delayed ACK)")
 	if d := r.e.NextDeadline(); d != r.now+40e6 {
 		t.Fatalf("delayed ACK timer at %d, want %d", d, r.now+40e6)
 	}
-	r.data(p[1000:2000], 0)
-	ack := r.takeOne("second segment")
-	if !ack.has(hdr.TCPFlagACK) || uint32(ack.ack) != 7000 || len(ack.payload) != 0 {
-		t.Fatalf("ACK %d flags %#x, want ack 7000", ack.ack, ack.flags)
-	}
-	r.data(p[2000:], hdr.TCPFlagPSH)
+	r.sendData(p[1000:2000], 0)
+	r.expect("second segment", ackNum(7000), payloadLen(0))
+	r.sendData(p[2000:], hdr.TCPFlagPSH)
 	r.expectNone("third segment")
 	r.advance(40e6)
-	ack = r.takeOne("delayed ACK")
-	if uint32(ack.ack) != 8000 || r.e.Counters().DelayedAcks != 1 {
-		t.Fatalf("delayed ACK ack %d", ack.ack)
+	ack := r.expect("delayed ACK", ackNum(8000))
+	if r.e.Counters().DelayedAcks != 1 {
+		t.Fatalf("delayed ACKs %d, want 1", r.e.Counters().DelayedAcks)
 	}
 	// PSH completed the user buffer with the 3000 bytes.
 	var done *rings.Notification
@@ -58,23 +54,19 @@ func TestInOrderPlacementAndDelayedAck(t *testing.T) {
 }
 
 func TestRFC5961Reset(t *testing.T) {
-	r := newRig(t, defaultRigOpts())
-	r.h.start()
+	r := newContext(t)
 	// In the window but not RCV.NXT: challenge ACK, connection survives.
-	r.in(pseg{seq: 5000 + 10, flags: hdr.TCPFlagRST})
-	ack := r.takeOne("in-window RST")
-	if ack.flags != hdr.TCPFlagACK || uint32(ack.ack) != 5000 || uint32(ack.seq) != 1000 {
-		t.Fatalf("challenge ACK flags %#x seq %d ack %d", ack.flags, ack.seq, ack.ack)
-	}
+	r.send(pseg{seq: 5000 + 10, flags: hdr.TCPFlagRST})
+	r.expect("in-window RST", flags(hdr.TCPFlagACK), seqNum(1000), ackNum(5000))
 	if r.info().State != rings.StateEstablished || r.h.rst {
 		t.Fatal("in-window RST was accepted")
 	}
 	// Outside the window: silently ignored.
-	r.in(pseg{seq: 5000 + 1<<20, flags: hdr.TCPFlagRST})
+	r.send(pseg{seq: 5000 + 1<<20, flags: hdr.TCPFlagRST})
 	r.expectNone("out-of-window RST")
 	// SYN (even at RCV.NXT): challenge ACK.
-	r.in(pseg{seq: 5000, flags: hdr.TCPFlagSYN})
-	r.takeOne("SYN")
+	r.send(pseg{seq: 5000, flags: hdr.TCPFlagSYN})
+	r.expect("SYN", flags(hdr.TCPFlagACK), ackNum(5000))
 	c := r.e.Counters()
 	if c.ChallengeAcks != 2 || c.RstOutOfWindow != 1 || c.SynReceived != 1 {
 		t.Fatalf("counters %+v", c)
