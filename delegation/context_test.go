@@ -27,6 +27,7 @@ func newContext(t testing.TB, opts ...func(*rigOpts)) *tcpContext {
 		f(&o)
 	}
 	c := &tcpContext{newRig(t, o)}
+	c.deliver = c.send // rig.data goes through the tuple input too
 	c.h.start()
 	return c
 }
@@ -42,16 +43,6 @@ func (c *tcpContext) send(p pseg) {
 	}
 	c.e.InputSegment(idx, &t, tcp, 0)
 	c.h.drain()
-}
-
-// sendData sends payload at the peer's SND.NXT, acknowledging everything
-// the engine sent, and advances the peer's SND.NXT.
-func (c *tcpContext) sendData(payload []byte, flags uint8) {
-	c.send(pseg{seq: c.peerSeq, ack: c.info().SndUna, flags: hdr.TCPFlagACK | flags, wnd: 0xFFFF, payload: payload})
-	c.peerSeq += uint32(len(payload))
-	if flags&hdr.TCPFlagFIN != 0 {
-		c.peerSeq++
-	}
 }
 
 // expect takes the one frame the engine sent and applies every check.
@@ -128,7 +119,7 @@ func tsEcr(v uint32) segCheck {
 // checksum is verified over the tuple's pseudo-header.
 func TestInputSegmentTuple(t *testing.T) {
 	c := newContext(t)
-	c.sendData(pattern(1000, 3), hdr.TCPFlagPSH)
+	c.data(pattern(1000, 3), hdr.TCPFlagPSH)
 	if got := c.e.Counters().RxSegments; got != 1 {
 		t.Fatalf("RxSegments %d after one segment", got)
 	}

@@ -19,14 +19,14 @@ func pattern(n int, seed byte) []byte {
 func TestInOrderPlacementAndDelayedAck(t *testing.T) {
 	r := newContext(t)
 	p := pattern(3000, 1)
-	r.sendData(p[:1000], 0)
+	r.data(p[:1000], 0)
 	r.expectNone("first segment (delayed ACK)")
 	if d := r.e.NextDeadline(); d != r.now+40e6 {
 		t.Fatalf("delayed ACK timer at %d, want %d", d, r.now+40e6)
 	}
-	r.sendData(p[1000:2000], 0)
+	r.data(p[1000:2000], 0)
 	r.expect("second segment", ackNum(7000), payloadLen(0))
-	r.sendData(p[2000:], hdr.TCPFlagPSH)
+	r.data(p[2000:], hdr.TCPFlagPSH)
 	r.expectNone("third segment")
 	r.advance(40e6)
 	ack := r.expect("delayed ACK", ackNum(8000))

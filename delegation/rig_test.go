@@ -21,6 +21,10 @@ type rig struct {
 
 	peerSeq uint32 // the peer's SND.NXT
 	peerTS  uint32
+
+	// deliver is how data hands the engine a segment: in, or the test
+	// context's send.
+	deliver func(pseg)
 }
 
 // outSeg is a frame the engine transmitted, parsed.
@@ -50,6 +54,7 @@ func defaultRigOpts() rigOpts {
 
 func newRig(t testing.TB, o rigOpts) *rig {
 	r := &rig{t: t, now: 1e9}
+	r.deliver = r.in
 	r.env = newTestEnv(t, 4<<20, &r.now)
 	r.env.transmit = func(f []byte) error {
 		raw := append([]byte(nil), f...)
@@ -155,7 +160,7 @@ func (r *rig) in(p pseg) {
 // data sends payload at the peer's SND.NXT acknowledging ack, and advances
 // the peer's SND.NXT.
 func (r *rig) data(payload []byte, flags uint8) {
-	r.in(pseg{seq: r.peerSeq, ack: r.info().SndUna, flags: hdr.TCPFlagACK | flags, wnd: 0xFFFF, payload: payload})
+	r.deliver(pseg{seq: r.peerSeq, ack: r.info().SndUna, flags: hdr.TCPFlagACK | flags, wnd: 0xFFFF, payload: payload})
 	r.peerSeq += uint32(len(payload))
 	if flags&hdr.TCPFlagFIN != 0 {
 		r.peerSeq++
