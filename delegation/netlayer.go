@@ -43,14 +43,15 @@ func finishNetHeader(f []byte, t *hdr.Tuple, id uint16, tcp hdr.TCP) {
 	tcp.UpdateChecksumAddr(t.LocalIP, t.RemoteIP)
 }
 
-// rxTupleIPv4 is the tuple of the connection that receives a segment with
-// the IPv4 header ipHdr and TCP header tcpSeg, read without checking more
-// than that both headers' fixed parts are there.
-func rxTupleIPv4(ipHdr, tcpSeg []byte) (hdr.Tuple, bool) {
+// rxTupleIPv4 reads into *t the tuple of the connection that receives a
+// segment with the IPv4 header ipHdr and TCP header tcpSeg, checking no
+// more than that both headers' fixed parts are there.
+func rxTupleIPv4(t *hdr.Tuple, ipHdr, tcpSeg []byte) bool {
 	if len(ipHdr) < hdr.IPv4MinSize || len(tcpSeg) < hdr.TCPOffDstPort+2 {
-		return hdr.Tuple{}, false
+		return false
 	}
-	return hdr.IPv4(ipHdr).RxTuple(hdr.TCP(tcpSeg)), true
+	hdr.IPv4(ipHdr).ReadRxTuple(t, hdr.TCP(tcpSeg))
+	return true
 }
 
 // ipv4Segment checks the IPv4 header of a received segment and returns the
@@ -121,7 +122,8 @@ func (e *Engine) inputIPv4(idx uint32, ipHdr, tcpSeg []byte, fl RxFlags, segs in
 	if !ok {
 		return
 	}
-	t := hdr.IPv4(ipHdr).RxTuple(hdr.TCP(seg))
+	var t hdr.Tuple
+	hdr.IPv4(ipHdr).ReadRxTuple(&t, hdr.TCP(seg))
 	e.inputSegment(c, &t, seg, fl, segs)
 }
 
@@ -129,8 +131,8 @@ func (e *Engine) inputIPv4(idx uint32, ipHdr, tcpSeg []byte, fl RxFlags, segs in
 // segment behind it). It returns false for anything too short to carry the
 // tuple.
 func (e *Engine) LookupSegment(ipHdr, tcpSeg []byte) (uint32, bool) {
-	t, ok := rxTupleIPv4(ipHdr, tcpSeg)
-	if !ok {
+	var t hdr.Tuple
+	if !rxTupleIPv4(&t, ipHdr, tcpSeg) {
 		return 0, false
 	}
 	return e.table.get(&t)
@@ -141,8 +143,8 @@ func (e *Engine) InputUnmatched(ipHdr, tcpSeg []byte, fl RxFlags) bool {
 	if e.tw.n == 0 || len(tcpSeg) < hdr.TCPMinSize {
 		return false
 	}
-	t, ok := rxTupleIPv4(ipHdr, tcpSeg)
-	if !ok {
+	var t hdr.Tuple
+	if !rxTupleIPv4(&t, ipHdr, tcpSeg) {
 		return false
 	}
 	i, now, ok := e.twFind(&t)

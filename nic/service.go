@@ -1,6 +1,9 @@
 package nic
 
-import "github.com/emunic/emunic/rings"
+import (
+	"github.com/emunic/emunic/nic/hdr"
+	"github.com/emunic/emunic/rings"
+)
 
 const (
 	ringCmd = iota
@@ -158,7 +161,8 @@ func (d *Device) serviceRx() int {
 		}
 		switch classify(f, d.cfg.MAC, d.maxFrame, &pf, verified) {
 		case rxLegacy:
-			if t, seg, isTCP := pf.tcpSegment(f); isTCP {
+			var t hdr.Tuple
+			if seg, isTCP := pf.tcpSegment(f, &t); isTCP {
 				if idx, ok := d.eng.Lookup(&t); ok {
 					// A delegated flow: the engine owns it.
 					d.eng.InputSegment(idx, &t, seg, pf.engineFlags())
@@ -214,7 +218,8 @@ func (d *Device) inputLRO(f []byte, segs int, pf *parsedFrame) bool {
 	if classify(f, d.cfg.MAC, lroFrameSize, pf, true) != rxLegacy {
 		return false
 	}
-	t, seg, isTCP := pf.tcpSegment(f)
+	var t hdr.Tuple
+	seg, isTCP := pf.tcpSegment(f, &t)
 	if !isTCP {
 		return false
 	}

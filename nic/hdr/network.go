@@ -48,10 +48,16 @@ type Tuple struct {
 // view, not a function of Network: the receive path builds one per packet,
 // and an interface or generic call there costs more than the lookup.)
 func (h IPv4) RxTuple(t TCP) Tuple {
-	return Tuple{
-		LocalIP: netip.AddrFrom4(h.Dst()), RemoteIP: netip.AddrFrom4(h.Src()),
-		LocalPort: t.DstPort(), RemotePort: t.SrcPort(),
-	}
+	var k Tuple
+	h.ReadRxTuple(&k, t)
+	return k
+}
+
+// ReadRxTuple is RxTuple into *k, for the per-packet path: filling the
+// caller's tuple in place saves copying 56 bytes through temporaries.
+func (h IPv4) ReadRxTuple(k *Tuple, t TCP) {
+	k.LocalIP, k.RemoteIP = netip.AddrFrom4(h.Dst()), netip.AddrFrom4(h.Src())
+	k.LocalPort, k.RemotePort = t.DstPort(), t.SrcPort()
 }
 
 // TxTuple is the tuple of the connection that sends the TCP segment t
