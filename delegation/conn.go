@@ -345,7 +345,7 @@ func (c *conn) free() {
 // tick, never going backwards.
 func (c *conn) tsNow(now int64) uint32 {
 	v := c.tsBase + uint32((now-c.tsBaseNow)/1e6)
-	if int32(v-c.lastTSval) < 0 {
+	if seq(v).LessThan(seq(c.lastTSval)) {
 		v = c.lastTSval
 	}
 	c.lastTSval = v

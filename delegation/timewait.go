@@ -283,7 +283,7 @@ func (e *Engine) twAck(r *twRecord, now int64) {
 	hl := hdr.TCPMinSize
 	if r.tsOK {
 		v := r.tsBase + uint32((now-r.tsBaseNow)/1e6)
-		if int32(v-r.lastTSval) < 0 {
+		if seq(v).LessThan(seq(r.lastTSval)) {
 			v = r.lastTSval
 		}
 		r.lastTSval = v
