@@ -75,7 +75,7 @@ func (h IPv4) TxTuple(t TCP) Tuple {
 // agree because the one's complement sum does not care how the words are
 // grouped.
 func PseudoHeaderSumAddr(proto uint8, src, dst netip.Addr, l4Len int) uint64 {
-	if src.Is4() {
+	if src.Is4() && dst.Is4() {
 		return PseudoHeaderSum(proto, src.As4(), dst.As4(), l4Len)
 	}
 	s, d := src.As16(), dst.As16()
