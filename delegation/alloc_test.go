@@ -25,12 +25,12 @@ func TestAllocsReceiveInOrder(t *testing.T) {
 	o.host.userBufs, o.host.userSize = 8, 16<<10
 	r := quietRig(t, o)
 	r.h.start()
-	ip, tcp := r.build(pseg{seq: 5000, ack: 1000, flags: flACK, wnd: 0xFFFF, payload: pattern(1448, 1)})
+	ip, tcp := r.build(pseg{seq: 5000, ack: 1000, flags: hdr.TCPFlagACK, wnd: 0xFFFF, payload: pattern(1448, 1)})
 	sq := uint32(5000)
 	ts := uint32(8000)
 	step := func() {
 		be.PutUint32(tcp[4:], sq)
-		be.PutUint32(tcp[tcpHdrLen+4:], ts) // TSval (NOP NOP TS first)
+		be.PutUint32(tcp[hdr.TCPMinSize+4:], ts) // TSval (NOP NOP TS first)
 		tcp[16], tcp[17] = 0, 0
 		be.PutUint16(tcp[16:], hdr.TransportChecksum(hdr.ProtoTCP, ipB, ipA, tcp))
 		r.e.Input(0, ip, tcp)
@@ -59,12 +59,12 @@ func TestAllocsReceiveOutOfOrder(t *testing.T) {
 	o.host.userBufs, o.host.userSize = 8, 16<<10
 	r := quietRig(t, o)
 	r.h.start()
-	ip, tcp := r.build(pseg{seq: 5000, ack: 1000, flags: flACK, wnd: 0xFFFF, payload: pattern(1000, 1)})
+	ip, tcp := r.build(pseg{seq: 5000, ack: 1000, flags: hdr.TCPFlagACK, wnd: 0xFFFF, payload: pattern(1000, 1)})
 	sq := uint32(5000)
 	ts := uint32(8000)
 	send := func(s uint32) {
 		be.PutUint32(tcp[4:], s)
-		be.PutUint32(tcp[tcpHdrLen+4:], ts)
+		be.PutUint32(tcp[hdr.TCPMinSize+4:], ts)
 		tcp[16], tcp[17] = 0, 0
 		be.PutUint16(tcp[16:], hdr.TransportChecksum(hdr.ProtoTCP, ipB, ipA, tcp))
 		r.e.Input(0, ip, tcp)
@@ -107,13 +107,13 @@ func TestAllocsSend(t *testing.T) {
 	}
 	queue()
 	queue()
-	ip, tcp := r.build(pseg{seq: 5000, ack: 1000, flags: flACK, wnd: 0xFFFF})
+	ip, tcp := r.build(pseg{seq: 5000, ack: 1000, flags: hdr.TCPFlagACK, wnd: 0xFFFF})
 	ack := uint32(1000)
 	ts := uint32(8000)
 	step := func() {
 		ack += 2 * 1448
 		be.PutUint32(tcp[8:], ack)
-		be.PutUint32(tcp[tcpHdrLen+4:], ts)
+		be.PutUint32(tcp[hdr.TCPMinSize+4:], ts)
 		tcp[16], tcp[17] = 0, 0
 		be.PutUint16(tcp[16:], hdr.TransportChecksum(hdr.ProtoTCP, ipB, ipA, tcp))
 		before := r.e.Counters().TxSegments

@@ -240,6 +240,6 @@ func (c *conn) pipe() uint32 {
 	if c.sackOK {
 		return c.rackPipe()
 	}
-	out := c.sndMax.sub(c.sndUna)
+	out := c.sndMax.Sub(c.sndUna)
 	return out - min(out, uint32(c.dupAcks)*c.maxPayload()) + c.rtxOut
 }

@@ -4,6 +4,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/rings"
 )
 
@@ -127,7 +128,7 @@ func prrRig(t *testing.T, algo rings.CongestionControl) (*rig, func(int) uint32)
 	o.pair.cwnd = 20 * 1448
 	o.pair.initialWnd = 0xFFFF
 	r := newRig(t, o)
-	r.in(pseg{seq: 5000, ack: 1000, flags: flACK, wnd: 0xFFFF})
+	r.in(pseg{seq: 5000, ack: 1000, flags: hdr.TCPFlagACK, wnd: 0xFFFF})
 	r.h.sendTotal = 60 * 1448
 	r.h.txSize = 16 << 10
 	r.h.start()
@@ -161,7 +162,7 @@ func TestPRR(t *testing.T) {
 			high := at(20)
 			var perAck []int
 			for k := 1; k <= 19; k++ {
-				r.in(pseg{seq: 5000, ack: at(0), flags: flACK, wnd: 0xFFFF, sack: []sackBlock{{seq(at(1)), seq(at(1 + k))}}})
+				r.in(pseg{seq: 5000, ack: at(0), flags: hdr.TCPFlagACK, wnd: 0xFFFF, sack: []sackBlock{{seq(at(1)), seq(at(1 + k))}}})
 				n := 0
 				for _, s := range r.take() {
 					if len(s.payload) > 0 {
@@ -197,7 +198,7 @@ func TestPRR(t *testing.T) {
 				}
 			}
 			ss := r.info().Ssthresh
-			r.in(pseg{seq: 5000, ack: high, flags: flACK, wnd: 0xFFFF})
+			r.in(pseg{seq: 5000, ack: high, flags: hdr.TCPFlagACK, wnd: 0xFFFF})
 			if i := r.info(); i.InRecovery || i.Cwnd != ss {
 				t.Errorf("after the full ACK: in recovery %v, cwnd %d, ssthresh %d", i.InRecovery, i.Cwnd, ss)
 			}
@@ -213,7 +214,7 @@ func TestNagle(t *testing.T) {
 	o := defaultRigOpts()
 	o.pair.nagle = true
 	r := newRig(t, o)
-	r.in(pseg{seq: 5000, ack: 1000, flags: flACK, wnd: 0xFFFF})
+	r.in(pseg{seq: 5000, ack: 1000, flags: hdr.TCPFlagACK, wnd: 0xFFFF})
 	if !r.info().Nagle {
 		t.Fatal("ConnNagle not taken")
 	}
@@ -239,7 +240,7 @@ func TestNagle(t *testing.T) {
 	if got := payloads(); len(got) != 0 {
 		t.Fatalf("sent %v with data unacknowledged", got)
 	}
-	r.in(pseg{seq: 5000, ack: 1005, flags: flACK, wnd: 0xFFFF})
+	r.in(pseg{seq: 5000, ack: 1005, flags: hdr.TCPFlagACK, wnd: 0xFFFF})
 	if got := payloads(); len(got) != 1 || got[0] != 11 {
 		t.Fatalf("the ACK released %v, want one segment of both writes", got)
 	}
@@ -310,7 +311,7 @@ func TestSpuriousRecoveryUndo(t *testing.T) {
 		r, at := prrRig(t, rings.CCCubic)
 		before := r.info().Cwnd
 		for k := 1; k <= 3; k++ {
-			r.in(pseg{seq: 5000, ack: at(0), flags: flACK, wnd: 0xFFFF, sack: []sackBlock{{seq(at(1)), seq(at(1 + k))}}})
+			r.in(pseg{seq: 5000, ack: at(0), flags: hdr.TCPFlagACK, wnd: 0xFFFF, sack: []sackBlock{{seq(at(1)), seq(at(1 + k))}}})
 		}
 		if !r.info().InRecovery {
 			t.Fatal("no recovery")
@@ -331,7 +332,7 @@ func TestSpuriousRecoveryUndo(t *testing.T) {
 		if partial {
 			// A second hole resent too (the peer SACKs around it),
 			// which no D-SACK will report.
-			r.in(pseg{seq: 5000, ack: at(0), flags: flACK, wnd: 0xFFFF, sack: []sackBlock{{seq(at(6)), seq(at(12))}, {seq(at(1)), seq(at(5))}}})
+			r.in(pseg{seq: 5000, ack: at(0), flags: hdr.TCPFlagACK, wnd: 0xFFFF, sack: []sackBlock{{seq(at(6)), seq(at(12))}, {seq(at(1)), seq(at(5))}}})
 			for _, s := range r.take() {
 				if len(s.payload) > 0 {
 					high = max(high, uint32(s.seq)+uint32(len(s.payload)))
@@ -339,8 +340,8 @@ func TestSpuriousRecoveryUndo(t *testing.T) {
 			}
 		}
 		cut := r.info().Cwnd
-		r.in(pseg{seq: 5000, ack: high, flags: flACK, wnd: 0xFFFF})
-		r.in(pseg{seq: 5000, ack: high, flags: flACK, wnd: 0xFFFF, sack: []sackBlock{{seq(at(0)), seq(at(1))}}})
+		r.in(pseg{seq: 5000, ack: high, flags: hdr.TCPFlagACK, wnd: 0xFFFF})
+		r.in(pseg{seq: 5000, ack: high, flags: hdr.TCPFlagACK, wnd: 0xFFFF, sack: []sackBlock{{seq(at(0)), seq(at(1))}}})
 		i, c := r.info(), r.e.Counters()
 		if partial {
 			if c.SpuriousRecoveries != 0 || i.Cwnd >= before {
@@ -359,16 +360,16 @@ func TestSpuriousRecoveryUndo(t *testing.T) {
 // the first SACK block (RFC 2883 §4), once; the ACK after has none.
 func TestDSACKSent(t *testing.T) {
 	r := newRig(t, defaultRigOpts())
-	r.data(make([]byte, 1000), flACK|flPSH)
+	r.data(make([]byte, 1000), hdr.TCPFlagACK|hdr.TCPFlagPSH)
 	r.take()
 	// The same 1000 bytes again.
 	r.peerSeq -= 1000
-	r.data(make([]byte, 1000), flACK|flPSH)
+	r.data(make([]byte, 1000), hdr.TCPFlagACK|hdr.TCPFlagPSH)
 	acks := r.take()
 	if len(acks) != 1 || acks[0].nSACK != 1 || uint32(acks[0].sack[0].start) != 5000 || uint32(acks[0].sack[0].end) != 6000 || uint32(acks[0].ack) != 6000 {
 		t.Fatalf("ACK of a duplicate: %+v", acks)
 	}
-	r.data(make([]byte, 100), flACK|flPSH)
+	r.data(make([]byte, 100), hdr.TCPFlagACK|hdr.TCPFlagPSH)
 	r.advance(r.e.cfg.DelayedAck + 1)
 	for _, a := range r.take() {
 		if a.nSACK != 0 {

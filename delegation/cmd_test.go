@@ -3,6 +3,7 @@ package delegation
 import (
 	"testing"
 
+	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/rings"
 )
 
@@ -52,7 +53,7 @@ func TestOffloadValidation(t *testing.T) {
 	if got := e.Offload(2, &good); got != rings.StatusBadState {
 		t.Errorf("duplicate 4-tuple: %v", got)
 	}
-	if idx, ok := e.Lookup(ipB, ipA, portB, portA); !ok || idx != 1 {
+	if idx, ok := e.Lookup(rxTuple(ipB, ipA, portB, portA)); !ok || idx != 1 {
 		t.Fatalf("lookup: %d %v", idx, ok)
 	}
 	// The edges that must pass.
@@ -130,7 +131,7 @@ func TestCommandsValidation(t *testing.T) {
 	o := defaultRigOpts()
 	o.mutate = func(s *rings.ConnState) { s.MaxTxBuffers = 3 }
 	r2 := newRig(t, o)
-	r2.in(pseg{seq: 5000, ack: 1000, flags: flACK, wnd: 0}) // zero window: nothing leaves
+	r2.in(pseg{seq: 5000, ack: 1000, flags: hdr.TCPFlagACK, wnd: 0}) // zero window: nothing leaves
 	for i := 0; i < 4; i++ {
 		tx := rings.Tx{Addr: buf, Len: 100}
 		want := rings.StatusOK
@@ -192,8 +193,8 @@ func TestCommandsValidation(t *testing.T) {
 		t.Fatal("update refused")
 	}
 	f := r.takeOne("ACK now").raw
-	if f[ethHdrLen+8] != 9 || f[ethHdrLen+1] != 0x20 || f[0] != 1 || f[5] != 6 {
-		t.Fatalf("TTL/TOS/MAC not applied: % x", f[:ethHdrLen+12])
+	if f[hdr.EthernetSize+8] != 9 || f[hdr.EthernetSize+1] != 0x20 || f[0] != 1 || f[5] != 6 {
+		t.Fatalf("TTL/TOS/MAC not applied: % x", f[:hdr.EthernetSize+12])
 	}
 
 	// Release only when closed; Close twice is fine; Abort frees at once.
@@ -208,7 +209,7 @@ func TestCommandsValidation(t *testing.T) {
 		t.Fatal("abort")
 	}
 	rst := r.takeOne("abort")
-	if !rst.has(flRST) {
+	if !rst.has(hdr.TCPFlagRST) {
 		t.Fatal("no RST on abort")
 	}
 	if _, ok := e.Info(0); ok {

@@ -43,7 +43,23 @@ func (e *Engine) OffloadAt(idx uint32, addr rings.Addr, n uint32) rings.Status {
 	if err := st.Decode(b); err != nil {
 		return rings.StatusBadParam
 	}
-	return e.Offload(idx, &st)
+	if st.Version != rings.ConnStateVersion2 {
+		return e.Offload(idx, &st)
+	}
+	// Version 2: the addresses follow the block.
+	if n < rings.ConnStateSizeV2 {
+		return rings.StatusBadParam
+	}
+	xb, err := e.dma.Map(addr+rings.ConnStateSize, rings.ConnAddrExtSize)
+	if err != nil {
+		e.ctr.DMAErrors++
+		return rings.StatusBadAddress
+	}
+	var x rings.ConnAddrExt
+	if err := x.Decode(xb); err != nil {
+		return rings.StatusBadParam
+	}
+	return e.OffloadAddrs(idx, &st, &x)
 }
 
 // Offload installs delegated connection idx from the host's state. It
@@ -55,6 +71,14 @@ func (e *Engine) OffloadAt(idx uint32, addr rings.Addr, n uint32) rings.Status {
 //	                scale > 14, MSS < 64 or > 65495, SND.UNA != SND.NXT,
 //	                zero address or port, unknown flags, buffer sizes)
 func (e *Engine) Offload(idx uint32, st *rings.ConnState) rings.Status {
+	return e.OffloadAddrs(idx, st, nil)
+}
+
+// OffloadAddrs is Offload for a state block of either version: x is a
+// version-2 block's address extension (nil for version 1). The addresses
+// must be IPv4 ones (the engine's network layer builds IPv4 frames only);
+// an IPv6 connection is StatusBadParam until it has another.
+func (e *Engine) OffloadAddrs(idx uint32, st *rings.ConnState, x *rings.ConnAddrExt) rings.Status {
 	if idx >= uint32(len(e.conns)) {
 		return rings.StatusBadConn
 	}
@@ -67,25 +91,26 @@ func (e *Engine) Offload(idx uint32, st *rings.ConnState) rings.Status {
 	if c.inUse {
 		return rings.StatusBadState
 	}
+	local, remote, addrsOK := st.Addrs(x)
 	switch {
-	case st.Version != rings.ConnStateVersion,
+	case !addrsOK, !local.Is4(), !remote.Is4(),
+		st.Version == rings.ConnStateVersion && st.Family != 0,
 		!st.Flags.KnownFlags(),
 		st.State != rings.StateEstablished && st.State != rings.StateCloseWait,
-		st.SndWndScale > maxWindowScale, st.RcvWndScale > maxWindowScale,
+		st.SndWndScale > hdr.TCPMaxWindowShift, st.RcvWndScale > hdr.TCPMaxWindowShift,
 		st.MSS < minMSS, st.MSS > maxMSS,
 		st.SndUna != st.SndNxt,
-		st.LocalIP == [4]byte{}, st.RemoteIP == [4]byte{},
 		st.LocalPort == 0, st.RemotePort == 0,
 		st.RcvBufSize > maxWindowBytes, st.RcvAdvertised > maxWindowBytes,
 		!st.Congestion.Known(),
 		st.KeepaliveIdleMs != 0 && (st.KeepaliveIntervalMs == 0 || st.KeepaliveCount == 0):
 		return rings.StatusBadParam
 	}
-	ips, ports := tupleKey(st.RemoteIP, st.LocalIP, st.RemotePort, st.LocalPort)
-	if _, dup := e.table.get(ips, ports); dup {
+	key := hdr.Tuple{LocalIP: local, RemoteIP: remote, LocalPort: st.LocalPort, RemotePort: st.RemotePort}
+	if _, dup := e.table.get(&key); dup {
 		return rings.StatusBadState
 	}
-	if i, ok := e.tw.table.get(ips, ports); ok {
+	if i, ok := e.tw.table.get(&key); ok {
 		// The host opened a new connection on a 4-tuple in TIME_WAIT
 		// (its stack accepted the SYN): the record has no say any more.
 		e.ctr.TimeWaitReopened++
@@ -109,8 +134,7 @@ func (e *Engine) Offload(idx uint32, st *rings.ConnState) rings.Status {
 
 	c.inUse = true
 	c.state = st.State
-	c.localIP, c.remoteIP = st.LocalIP, st.RemoteIP
-	c.localPort, c.remotePort = st.LocalPort, st.RemotePort
+	c.tuple = key
 	c.sackOK = st.Flags&rings.ConnSACKPermitted != 0
 	c.tsOK = st.Flags&rings.ConnTimestamps != 0
 	c.sndScale, c.rcvScale = st.SndWndScale, st.RcvWndScale
@@ -156,7 +180,7 @@ func (e *Engine) Offload(idx uint32, st *rings.ConnState) rings.Status {
 	}
 
 	c.rcvNxt = seq(st.RcvNxt)
-	c.rcvAdvEdge = c.rcvNxt.add(st.RcvAdvertised)
+	c.rcvAdvEdge = c.rcvNxt.Add(st.RcvAdvertised)
 	c.rcvBuf = st.RcvBufSize
 	if c.rcvBuf == 0 {
 		c.rcvBuf = cfg.RcvBufSize
@@ -174,7 +198,7 @@ func (e *Engine) Offload(idx uint32, st *rings.ConnState) rings.Status {
 	c.lastRecv = now
 	c.setKeepalive(now, st.KeepaliveIdleMs, st.KeepaliveIntervalMs, st.KeepaliveCount)
 
-	e.table.put(ips, ports, idx)
+	e.table.put(&key, idx)
 	e.nConns++
 	c.checkSeqThreshold()
 	e.schedule(c)
@@ -223,7 +247,7 @@ func (e *Engine) Send(idx uint32, tx *rings.Tx) rings.Status {
 		if err := rings.Check(e.dma, tx.Addr, int(tx.Len)); err != nil {
 			return rings.StatusBadAddress
 		}
-		if c.txCount >= c.maxTx || c.sndEnd.sub(c.sndUna)+tx.Len > maxSendQueue {
+		if c.txCount >= c.maxTx || c.sndEnd.Sub(c.sndUna)+tx.Len > maxSendQueue {
 			return rings.StatusNoResources
 		}
 		if c.txCount == len(c.txq) {
@@ -231,7 +255,7 @@ func (e *Engine) Send(idx uint32, tx *rings.Tx) rings.Status {
 		}
 		*c.txAt(c.txCount) = txBuf{addr: tx.Addr, len: tx.Len, start: c.sndEnd, push: tx.Flags&rings.TxPush != 0}
 		c.txCount++
-		c.sndEnd = c.sndEnd.add(tx.Len)
+		c.sndEnd = c.sndEnd.Add(tx.Len)
 	}
 	if tx.Flags&rings.TxFin != 0 {
 		c.queueFin()
@@ -446,9 +470,7 @@ func (e *Engine) Update(idx uint32, u *rings.ConnUpdate) rings.Status {
 		if c.ttl == 0 {
 			c.ttl = 64
 		}
-		ip := hdr.IPv4(c.tmpl[ethHdrLen:])
-		ip.SetTOS(c.tos)
-		ip.SetTTL(c.ttl)
+		setNetTTLTOS(c.tmpl[:], c.ttl, c.tos)
 	}
 	if u.Flags&rings.UpdNextHopMAC != 0 {
 		hdr.Ethernet(c.tmpl[:]).SetDst(u.NextHopMAC)
@@ -499,8 +521,8 @@ func (e *Engine) Info(idx uint32) (ConnInfo, bool) {
 		return ConnInfo{}, false
 	}
 	wnd := uint32(0)
-	if c.rcvAdvEdge.gt(c.rcvNxt) {
-		wnd = c.rcvAdvEdge.sub(c.rcvNxt)
+	if c.rcvAdvEdge.GreaterThan(c.rcvNxt) {
+		wnd = c.rcvAdvEdge.Sub(c.rcvNxt)
 	}
 	pend := c.pendCount
 	if c.deferred != 0 {
@@ -540,12 +562,12 @@ func (e *Engine) Snapshot(idx uint32, st *rings.ConnState) rings.Status {
 		flags |= rings.ConnNagle
 	}
 	wnd := uint32(0)
-	if c.rcvAdvEdge.gt(c.rcvNxt) {
-		wnd = c.rcvAdvEdge.sub(c.rcvNxt)
+	if c.rcvAdvEdge.GreaterThan(c.rcvNxt) {
+		wnd = c.rcvAdvEdge.Sub(c.rcvNxt)
 	}
 	*st = rings.ConnState{
 		Version: rings.ConnStateVersion, Flags: flags, State: c.state, TTL: c.ttl, TOS: c.tos,
-		LocalIP: c.localIP, RemoteIP: c.remoteIP, LocalPort: c.localPort, RemotePort: c.remotePort,
+		LocalIP: c.tuple.LocalIP.As4(), RemoteIP: c.tuple.RemoteIP.As4(), LocalPort: c.tuple.LocalPort, RemotePort: c.tuple.RemotePort,
 		LocalMAC: hdr.Ethernet(c.tmpl[:]).Src(), NextHopMAC: hdr.Ethernet(c.tmpl[:]).Dst(),
 		SndUna: uint32(c.sndUna), SndNxt: uint32(c.sndNxt), RcvNxt: uint32(c.rcvNxt),
 		SndWnd: uint16(min(c.sndWnd>>c.sndScale, 0xFFFF)), SndWndScale: c.sndScale, RcvWndScale: c.rcvScale,

@@ -40,14 +40,13 @@ type conn struct {
 	deadline int64
 
 	// Constant state.
-	localIP, remoteIP     [4]byte
-	localPort, remotePort uint16
-	tmpl                  [hdrsLen]byte // Ethernet + IPv4 + TCP header template
-	sackOK, tsOK          bool
-	sndScale, rcvScale    uint8
-	mss                   uint32 // send MSS
-	ttl, tos              uint8
-	ipID                  uint16
+	tuple              hdr.Tuple     // the connection from our end: local is us
+	tmpl               [hdrsLen]byte // Ethernet + network + TCP header template (netlayer.go)
+	sackOK, tsOK       bool
+	sndScale, rcvScale uint8
+	mss                uint32 // send MSS
+	ttl, tos           uint8
+	ipID               uint16
 
 	// Send sequence space: SND.UNA <= SND.NXT <= SND.MAX <= sndEnd (+FIN).
 	sndUna, sndNxt, sndMax seq
@@ -314,11 +313,10 @@ func (c *conn) closeWith(flags rings.NotifyFlags, aux uint32) {
 func (c *conn) free() {
 	e := c.e
 	e.nConns--
-	ips, ports := tupleKey(c.remoteIP, c.localIP, c.remotePort, c.localPort)
-	if got, ok := e.table.get(ips, ports); ok && got == c.idx {
+	if got, ok := e.table.get(&c.tuple); ok && got == c.idx {
 		// Only its own entry: a connection that went through TIME_WAIT
 		// gave its tuple up already, and a new connection may have it.
-		e.table.del(ips, ports)
+		e.table.del(&c.tuple)
 	}
 	if c.heapIdx >= 0 {
 		e.heapRemove(c.heapIdx)
@@ -347,7 +345,7 @@ func (c *conn) free() {
 // tick, never going backwards.
 func (c *conn) tsNow(now int64) uint32 {
 	v := c.tsBase + uint32((now-c.tsBaseNow)/1e6)
-	if int32(v-c.lastTSval) < 0 {
+	if seq(v).LessThan(seq(c.lastTSval)) {
 		v = c.lastTSval
 	}
 	c.lastTSval = v
@@ -405,10 +403,8 @@ func (c *conn) buildTemplate(localMAC, nextHop [6]byte) {
 	// Fixed per connection; emit fills in lengths, IDs, sequence numbers,
 	// flags, window and checksums.
 	t := c.tmpl[:]
-	n := (&hdr.EthernetFields{Dst: nextHop, Src: localMAC, Type: etherIPv4}).Encode(t)
-	n += (&hdr.IPv4Fields{TOS: c.tos, FlagsFrag: ipFlagDF, TTL: c.ttl, Proto: ipProtoTCP,
-		Src: c.localIP, Dst: c.remoteIP}).Encode(t[n:])
-	(&hdr.TCPFields{SrcPort: c.localPort, DstPort: c.remotePort}).Encode(t[n:])
+	n := encodeNetHeader(t, &c.tuple, localMAC, nextHop, c.ttl, c.tos)
+	(&hdr.TCPFields{SrcPort: c.tuple.LocalPort, DstPort: c.tuple.RemotePort}).Encode(t[n:])
 }
 
 // --- send queue -----------------------------------------------------------
@@ -421,7 +417,7 @@ func (c *conn) txFind(sq seq) int {
 	lo, hi := 0, c.txCount-1
 	for lo < hi {
 		mid := (lo + hi + 1) / 2
-		if c.txAt(mid).start.le(sq) {
+		if c.txAt(mid).start.LessThanEq(sq) {
 			lo = mid
 		} else {
 			hi = mid - 1
@@ -436,7 +432,7 @@ func (c *conn) readTx(dst []byte, sq seq) (push bool, ok bool) {
 	i := c.txFind(sq)
 	for len(dst) > 0 && i < c.txCount {
 		b := c.txAt(i)
-		off := sq.sub(b.start)
+		off := sq.Sub(b.start)
 		n := b.len - off
 		if n > uint32(len(dst)) {
 			n = uint32(len(dst))
@@ -449,7 +445,7 @@ func (c *conn) readTx(dst []byte, sq seq) (push bool, ok bool) {
 			push = true
 		}
 		dst = dst[n:]
-		sq = sq.add(n)
+		sq = sq.Add(n)
 		i++
 	}
 	return push, len(dst) == 0
@@ -460,7 +456,7 @@ func (c *conn) popAcked() int {
 	n := 0
 	for c.txCount > 0 {
 		b := c.txAt(0)
-		if b.start.add(b.len).gt(c.sndUna) {
+		if b.start.Add(b.len).GreaterThan(c.sndUna) {
 			break
 		}
 		c.txHead = (c.txHead + 1) % len(c.txq)

@@ -3,6 +3,7 @@ package delegation
 import (
 	"testing"
 
+	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/rings"
 )
 
@@ -41,7 +42,7 @@ func TestDMAFaultUserBuffer(t *testing.T) {
 	r.h.start()
 	fd.bad, fd.badLen, fd.faulting = r.h.userBufs[0], int(r.h.userSize), true
 	p := pattern(3000, 1)
-	r.data(p, flPSH)
+	r.data(p, hdr.TCPFlagPSH)
 	var failed, done *rings.Notification
 	for i := range r.h.ntfs {
 		n := &r.h.ntfs[i]
@@ -67,16 +68,16 @@ func TestDMAFaultTransmitBuffer(t *testing.T) {
 	o := defaultRigOpts()
 	o.dma = func(a *rings.Arena) rings.DMA { fd = &faultyDMA{Arena: a}; return fd }
 	r := newRig(t, o)
-	r.in(pseg{seq: 5000, ack: 1000, flags: flACK, wnd: 0})
+	r.in(pseg{seq: 5000, ack: 1000, flags: hdr.TCPFlagACK, wnd: 0})
 	buf, _ := r.env.arena.Alloc(4096, 64)
 	tx := rings.Tx{Addr: buf, Len: 4096}
 	if st := r.e.Send(0, &tx); st != rings.StatusOK {
 		t.Fatal(st)
 	}
 	fd.bad, fd.badLen, fd.faulting = buf, 4096, true
-	r.in(pseg{seq: 5000, ack: 1000, flags: flACK, wnd: 0xFFFF}) // the window opens: the read faults
+	r.in(pseg{seq: 5000, ack: 1000, flags: hdr.TCPFlagACK, wnd: 0xFFFF}) // the window opens: the read faults
 	o2 := r.take()
-	if len(o2) != 1 || !o2[0].has(flRST) {
+	if len(o2) != 1 || !o2[0].has(hdr.TCPFlagRST) {
 		t.Fatalf("%d frames, want one RST", len(o2))
 	}
 	if r.h.flags&(rings.NtfError|rings.NtfClosed) != rings.NtfError|rings.NtfClosed || r.info().State != rings.StateClosed {

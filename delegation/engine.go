@@ -267,7 +267,7 @@ func (e *Engine) setTSO(t TSOEnv) {
 	if t == nil {
 		return
 	}
-	if m := min(t.TSOMax(), hdr.IPv4MaxTotalLen-ipHdrLen-tcpHdrLen-40); m > 0 {
+	if m := min(t.TSOMax(), hdr.IPv4MaxTotalLen-netHdrLen-hdr.TCPMinSize-40); m > 0 {
 		e.tso, e.tsoMax = t, m
 	}
 }
@@ -297,23 +297,11 @@ func (e *Engine) Config() Config { return e.cfg }
 // Counters returns a copy of the counters.
 func (e *Engine) Counters() Counters { return e.ctr }
 
-// Lookup finds the delegated connection a received segment belongs to: src
-// and dst are the IPv4 header's source and destination (the peer and us),
-// sport and dport the TCP header's. It never allocates.
-func (e *Engine) Lookup(src, dst [4]byte, sport, dport uint16) (uint32, bool) {
-	ips, ports := tupleKey(src, dst, sport, dport)
-	return e.table.get(ips, ports)
-}
-
-// LookupSegment is Lookup on raw headers (an IPv4 header and the TCP
-// segment behind it). It returns false for anything too short to carry the
-// tuple.
-func (e *Engine) LookupSegment(ipHdr, tcpSeg []byte) (uint32, bool) {
-	if len(ipHdr) < hdr.IPv4MinSize || len(tcpSeg) < hdr.TCPOffDstPort+2 {
-		return 0, false
-	}
-	ip, tcp := hdr.IPv4(ipHdr), hdr.TCP(tcpSeg) // only the addresses and the ports are read
-	return e.Lookup(ip.Src(), ip.Dst(), tcp.SrcPort(), tcp.DstPort())
+// Lookup finds the delegated connection a received segment belongs to: t
+// is the segment's tuple as its receiver sees it (local: the destination).
+// It never allocates.
+func (e *Engine) Lookup(t *hdr.Tuple) (uint32, bool) {
+	return e.table.get(t)
 }
 
 // get returns the delegated connection at idx, or nil.

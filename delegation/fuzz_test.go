@@ -5,6 +5,7 @@ import (
 
 	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/rings"
+	"github.com/emunic/emunic/seqnum"
 )
 
 // TestMalformedSegments: every malformed header is dropped and counted by
@@ -13,14 +14,14 @@ func TestMalformedSegments(t *testing.T) {
 	r := newRig(t, defaultRigOpts())
 	r.h.start()
 	good := func() ([]byte, []byte) {
-		return r.build(pseg{seq: 5000, ack: 1000, flags: flACK, wnd: 100, payload: []byte("hello")})
+		return r.build(pseg{seq: 5000, ack: 1000, flags: hdr.TCPFlagACK, wnd: 100, payload: []byte("hello")})
 	}
 	fix := func(tcp []byte) {
 		tcp[16], tcp[17] = 0, 0
 		be.PutUint16(tcp[16:], hdr.TransportChecksum(hdr.ProtoTCP, ipB, ipA, tcp))
 	}
 	withOpts := func(opts ...byte) ([]byte, []byte) {
-		return r.build(pseg{seq: 5000, ack: 1000, flags: flACK, wnd: 100, rawOpts: opts, payload: []byte("x")})
+		return r.build(pseg{seq: 5000, ack: 1000, flags: hdr.TCPFlagACK, wnd: 100, rawOpts: opts, payload: []byte("x")})
 	}
 	cases := []struct {
 		name string
@@ -29,12 +30,12 @@ func TestMalformedSegments(t *testing.T) {
 	}{
 		{"truncated header", func() ([]byte, []byte) {
 			ip, tcp := good()
-			be.PutUint16(ip[2:], ipHdrLen+19)
+			be.PutUint16(ip[2:], netHdrLen+19)
 			return ip, tcp[:19]
 		}, func(c Counters) uint64 { return c.DropShort }},
 		{"IP length past the data", func() ([]byte, []byte) {
 			ip, tcp := good()
-			be.PutUint16(ip[2:], uint16(ipHdrLen+len(tcp)+1))
+			be.PutUint16(ip[2:], uint16(netHdrLen+len(tcp)+1))
 			return ip, tcp
 		}, func(c Counters) uint64 { return c.DropShort }},
 		{"data offset 4", func() ([]byte, []byte) {
@@ -54,23 +55,23 @@ func TestMalformedSegments(t *testing.T) {
 			tcp[len(tcp)-1] ^= 1
 			return ip, tcp
 		}, func(c Counters) uint64 { return c.DropBadChecksum }},
-		{"option length 0", func() ([]byte, []byte) { return withOpts(optTimestamp, 0, 0, 0) },
+		{"option length 0", func() ([]byte, []byte) { return withOpts(hdr.TCPOptTimestamp, 0, 0, 0) },
 			func(c Counters) uint64 { return c.DropBadOptions }},
 		{"option length 1", func() ([]byte, []byte) { return withOpts(99, 1, 0, 0) },
 			func(c Counters) uint64 { return c.DropBadOptions }},
-		{"option past the header", func() ([]byte, []byte) { return withOpts(optNOP, 99, 8, 0) },
+		{"option past the header", func() ([]byte, []byte) { return withOpts(hdr.TCPOptNOP, 99, 8, 0) },
 			func(c Counters) uint64 { return c.DropBadOptions }},
-		{"kind without length", func() ([]byte, []byte) { return withOpts(optNOP, optNOP, optNOP, optMSS) },
+		{"kind without length", func() ([]byte, []byte) { return withOpts(hdr.TCPOptNOP, hdr.TCPOptNOP, hdr.TCPOptNOP, hdr.TCPOptMSS) },
 			func(c Counters) uint64 { return c.DropBadOptions }},
 		{"timestamp length 9", func() ([]byte, []byte) {
-			return withOpts(optTimestamp, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+			return withOpts(hdr.TCPOptTimestamp, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
 		}, func(c Counters) uint64 { return c.DropBadOptions }},
 		{"SACK length 11", func() ([]byte, []byte) {
-			return withOpts(optSACK, 11, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+			return withOpts(hdr.TCPOptSACK, 11, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
 		}, func(c Counters) uint64 { return c.DropBadOptions }},
-		{"MSS length 3", func() ([]byte, []byte) { return withOpts(optMSS, 3, 5, 0) },
+		{"MSS length 3", func() ([]byte, []byte) { return withOpts(hdr.TCPOptMSS, 3, 5, 0) },
 			func(c Counters) uint64 { return c.DropBadOptions }},
-		{"window scale length 4", func() ([]byte, []byte) { return withOpts(optWS, 4, 5, 0) },
+		{"window scale length 4", func() ([]byte, []byte) { return withOpts(hdr.TCPOptWS, 4, 5, 0) },
 			func(c Counters) uint64 { return c.DropBadOptions }},
 		{"not IPv4", func() ([]byte, []byte) {
 			ip, tcp := good()
@@ -119,7 +120,7 @@ func TestMalformedSegments(t *testing.T) {
 	}
 	// Unknown options are skipped and EOL ends the list: the segment parses
 	// (and is then dropped for lacking the negotiated timestamp).
-	ip, tcp := withOpts(optNOP, 200, 4, 0, 0, optEOL, 7, 7)
+	ip, tcp := withOpts(hdr.TCPOptNOP, 200, 4, 0, 0, hdr.TCPOptEOL, 7, 7)
 	r.e.Input(0, ip, tcp)
 	if c := r.e.Counters(); c.RxSegments != 1 || c.DropNoTimestamp != 1 {
 		t.Fatalf("unknown option not skipped: %+v", c)
@@ -142,15 +143,15 @@ func FuzzInput(f *testing.F) {
 		_, tcp := seedRig.build(p)
 		f.Add(tcp, fixup)
 	}
-	add(pseg{seq: 5000, ack: 1000, flags: flACK, wnd: 100, payload: []byte("data")}, true)
-	add(pseg{seq: 5000, ack: 1000, flags: flACK | flFIN | flPSH, wnd: 100, payload: []byte("fin")}, true)
-	add(pseg{seq: 5000, flags: flRST}, true)
-	add(pseg{seq: 5010, flags: flRST | flACK}, true)
-	add(pseg{seq: 5000, flags: flSYN}, true)
-	add(pseg{seq: 6000, ack: 1000, flags: flACK, wnd: 0, payload: make([]byte, 1500)}, true)
-	add(pseg{seq: 5000, ack: 1400, flags: flACK, wnd: 7, sack: []sackBlock{{1100, 1200}, {1300, 1400}}}, true)
-	add(pseg{seq: 5000, ack: 1000, flags: flACK, wnd: 100, rawOpts: []byte{optMSS, 4, 5, 180, optWS, 3, 7, optSACKPerm, 2, 0, 0, 0}}, true)
-	add(pseg{seq: 5000, ack: 1000, flags: flACK, wnd: 100, rawOpts: []byte{optSACK, 10, 0, 0, 0, 0, 0, 0, 0}}, false)
+	add(pseg{seq: 5000, ack: 1000, flags: hdr.TCPFlagACK, wnd: 100, payload: []byte("data")}, true)
+	add(pseg{seq: 5000, ack: 1000, flags: hdr.TCPFlagACK | hdr.TCPFlagFIN | hdr.TCPFlagPSH, wnd: 100, payload: []byte("fin")}, true)
+	add(pseg{seq: 5000, flags: hdr.TCPFlagRST}, true)
+	add(pseg{seq: 5010, flags: hdr.TCPFlagRST | hdr.TCPFlagACK}, true)
+	add(pseg{seq: 5000, flags: hdr.TCPFlagSYN}, true)
+	add(pseg{seq: 6000, ack: 1000, flags: hdr.TCPFlagACK, wnd: 0, payload: make([]byte, 1500)}, true)
+	add(pseg{seq: 5000, ack: 1400, flags: hdr.TCPFlagACK, wnd: 7, sack: []sackBlock{{1100, 1200}, {1300, 1400}}}, true)
+	add(pseg{seq: 5000, ack: 1000, flags: hdr.TCPFlagACK, wnd: 100, rawOpts: []byte{hdr.TCPOptMSS, 4, 5, 180, hdr.TCPOptWS, 3, 7, hdr.TCPOptSACKPermitted, 2, 0, 0, 0}}, true)
+	add(pseg{seq: 5000, ack: 1000, flags: hdr.TCPFlagACK, wnd: 100, rawOpts: []byte{hdr.TCPOptSACK, 10, 0, 0, 0, 0, 0, 0, 0}}, false)
 	f.Add([]byte{}, true)
 	f.Add(make([]byte, 19), true)
 	f.Add(make([]byte, 20), true)
@@ -165,18 +166,18 @@ func FuzzInput(f *testing.F) {
 		buf, _ := r.env.arena.Alloc(8192, 64)
 		tx := rings.Tx{Addr: buf, Len: 8192}
 		r.e.Send(0, &tx)
-		r.in(pseg{seq: 5000 + 2000, ack: 1000, flags: flACK, wnd: 0xFFFF, payload: pattern(500, 1)})
+		r.in(pseg{seq: 5000 + 2000, ack: 1000, flags: hdr.TCPFlagACK, wnd: 0xFFFF, payload: pattern(500, 1)})
 
 		if len(tcp) >= 4 {
 			be.PutUint16(tcp[0:], portB) // reach the connection most of the time
 			be.PutUint16(tcp[2:], portA)
 		}
-		if fixup && len(tcp) >= tcpHdrLen {
+		if fixup && len(tcp) >= hdr.TCPMinSize {
 			tcp[16], tcp[17] = 0, 0
 			be.PutUint16(tcp[16:], hdr.TransportChecksum(hdr.ProtoTCP, ipB, ipA, tcp))
 		}
 		ip, _ := r.build(pseg{})
-		be.PutUint16(ip[2:], uint16(ipHdrLen+len(tcp)))
+		be.PutUint16(ip[2:], uint16(netHdrLen+len(tcp)))
 		ip[10], ip[11] = 0, 0
 		be.PutUint16(ip[10:], ^hdr.Checksum(ip, 0))
 		r.e.Input(0, ip, tcp)
@@ -200,13 +201,13 @@ func checkInvariants(t testing.TB, e *Engine) {
 		if c.state == rings.StateClosed {
 			continue
 		}
-		if c.sndNxt.gt(c.sndMax) || c.sndUna.gt(c.sndMax) || c.sndMax.gt(c.sndEnd.add(1)) {
+		if c.sndNxt.GreaterThan(c.sndMax) || c.sndUna.GreaterThan(c.sndMax) || c.sndMax.GreaterThan(c.sndEnd.Add(1)) {
 			t.Fatalf("send sequence space broken: una %d nxt %d max %d end %d", c.sndUna, c.sndNxt, c.sndMax, c.sndEnd)
 		}
 		for k := 0; k < c.sacked.n; k++ {
 			rg := c.sacked.r[k]
-			if rg.start.lt(c.sndUna) || rg.end.gt(c.sndMax) || !rg.end.gt(rg.start) ||
-				(k > 0 && rg.start.le(c.sacked.r[k-1].end)) {
+			if rg.start.LessThan(c.sndUna) || rg.end.GreaterThan(c.sndMax) || !rg.end.GreaterThan(rg.start) ||
+				(k > 0 && rg.start.LessThanEq(c.sacked.r[k-1].end)) {
 				t.Fatalf("scoreboard broken at %d: %v (una %d max %d)", k, c.sacked.r[:c.sacked.n], c.sndUna, c.sndMax)
 			}
 		}
@@ -215,7 +216,7 @@ func checkInvariants(t testing.TB, e *Engine) {
 		}
 		for k := 0; k < c.ooo.n; k++ {
 			rg := c.ooo.ranges[k]
-			if rg.start.lt(c.rcvNxt) || !rg.end.gt(rg.start) || (k > 0 && !rg.start.gt(c.ooo.ranges[k-1].end)) {
+			if rg.start.LessThan(c.rcvNxt) || !rg.end.GreaterThan(rg.start) || (k > 0 && !rg.start.GreaterThan(c.ooo.ranges[k-1].end)) {
 				t.Fatalf("out-of-order ranges broken at %d: %+v (rcv.nxt %d)", k, c.ooo.ranges[:c.ooo.n], c.rcvNxt)
 			}
 		}
@@ -237,25 +238,25 @@ func checkULPInvariants(t testing.TB, c *conn) {
 	if p.held < 0 || p.held > len(p.hold) || p.holdHead < 0 || p.holdHead >= len(p.hold) {
 		t.Fatalf("ULP hold broken: held %d head %d of %d", p.held, p.holdHead, len(p.hold))
 	}
-	if c.rcvAdvEdge.gt(c.rcvNxt) && uint32(p.held)+c.rcvAdvEdge.sub(c.rcvNxt) > uint32(len(p.hold)) {
+	if c.rcvAdvEdge.GreaterThan(c.rcvNxt) && uint32(p.held)+c.rcvAdvEdge.Sub(c.rcvNxt) > uint32(len(p.hold)) {
 		t.Fatalf("ULP window promises more than the hold takes: held %d + window %d > %d",
-			p.held, c.rcvAdvEdge.sub(c.rcvNxt), len(p.hold))
+			p.held, c.rcvAdvEdge.Sub(c.rcvNxt), len(p.hold))
 	}
-	if p.una != seqMin(c.sndUna, c.sndEnd) || c.sndEnd.sub(p.una) > uint32(len(p.buf)) {
+	if p.una != seqnum.Min(c.sndUna, c.sndEnd) || c.sndEnd.Sub(p.una) > uint32(len(p.buf)) {
 		t.Fatalf("ULP buffer broken: una %d (SND.UNA %d) end %d size %d", p.una, c.sndUna, c.sndEnd, len(p.buf))
 	}
 	prev := p.una
 	for k := 0; k < p.recN; k++ {
 		e := p.recAt(k)
-		if !e.gt(prev) || e.gt(c.sndEnd) {
+		if !e.GreaterThan(prev) || e.GreaterThan(c.sndEnd) {
 			t.Fatalf("ULP record %d ends at %d (previous %d, SND.END %d)", k, e, prev, c.sndEnd)
 		}
 		prev = e
 	}
-	if c.sndEnd.gt(p.una) && prev != c.sndEnd {
+	if c.sndEnd.GreaterThan(p.una) && prev != c.sndEnd {
 		t.Fatalf("ULP bytes [%d, %d) in no record", prev, c.sndEnd)
 	}
-	if p.recN > 0 && p.lastStart.ge(c.sndEnd) {
+	if p.recN > 0 && p.lastStart.GreaterThanEq(c.sndEnd) {
 		t.Fatalf("newest ULP record starts at %d, SND.END %d", p.lastStart, c.sndEnd)
 	}
 }

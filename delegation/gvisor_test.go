@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/emunic/emunic/rings"
 	"gvisor.dev/gvisor/pkg/buffer"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
@@ -22,6 +21,9 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 	"gvisor.dev/gvisor/pkg/waiter"
+
+	"github.com/emunic/emunic/nic/hdr"
+	"github.com/emunic/emunic/rings"
 )
 
 // The engine against gVisor's netstack as the real peer, by the delegation
@@ -53,11 +55,11 @@ type flowTracker struct {
 }
 
 func (ft *flowTracker) see(from int, pkt []byte) {
-	if len(pkt) < ipHdrLen {
+	if len(pkt) < netHdrLen {
 		return
 	}
 	ihl := int(pkt[0]&0xF) * 4
-	if pkt[9] != ipProtoTCP || len(pkt) < ihl+tcpHdrLen {
+	if pkt[9] != hdr.ProtoTCP || len(pkt) < ihl+hdr.TCPMinSize {
 		return
 	}
 	tcpb := pkt[ihl:]
@@ -69,28 +71,28 @@ func (ft *flowTracker) see(from int, pkt []byte) {
 	defer ft.mu.Unlock()
 	fs := &ft.side[from]
 	fs.segs++
-	if s.flags&flSYN != 0 {
+	if s.flags&hdr.TCPFlagSYN != 0 {
 		fs.synSeen = true
 		fs.ws = -1
-		opts := tcpb[tcpHdrLen : int(tcpb[12]>>4)*4]
+		opts := tcpb[hdr.TCPMinSize : int(tcpb[12]>>4)*4]
 		for i := 0; i < len(opts); {
 			switch opts[i] {
-			case optEOL:
+			case hdr.TCPOptEOL:
 				i = len(opts)
 				continue
-			case optNOP:
+			case hdr.TCPOptNOP:
 				i++
 				continue
 			}
 			l := int(opts[i+1])
 			switch opts[i] {
-			case optMSS:
+			case hdr.TCPOptMSS:
 				fs.mss = be.Uint16(opts[i+2:])
-			case optWS:
+			case hdr.TCPOptWS:
 				fs.ws = int(opts[i+2])
-			case optSACKPerm:
+			case hdr.TCPOptSACKPermitted:
 				fs.sackPerm = true
-			case optTimestamp:
+			case hdr.TCPOptTimestamp:
 				fs.tsOK = true
 			}
 			i += l
@@ -99,7 +101,7 @@ func (ft *flowTracker) see(from int, pkt []byte) {
 	if end := uint32(s.seq) + s.seqLen(); fs.segs == 1 || int32(end-fs.sndNxt) > 0 {
 		fs.sndNxt = end
 	}
-	if s.flags&flACK != 0 {
+	if s.flags&hdr.TCPFlagACK != 0 {
 		fs.ack = uint32(s.ack)
 		fs.wnd = s.wnd
 	}
@@ -434,7 +436,7 @@ func setupGVisor(t *testing.T, lossy bool, ho hostOpts) *gvSetup {
 		if lose() {
 			return nil
 		}
-		inject(epB, append([]byte(nil), f[ethHdrLen:]...))
+		inject(epB, append([]byte(nil), f[hdr.EthernetSize:]...))
 		return nil
 	}
 	d.e = NewEngine(Config{MaxConns: 4, TimeWait: 100e6, MinRTO: 50e6}, d.env)

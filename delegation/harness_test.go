@@ -115,18 +115,18 @@ func (v *testEnv) addLegacy(t testing.TB, n int, size uint32) {
 // IPv4 (header checksum verified) → Lookup → Input. It returns false if the
 // frame is not for a delegated connection.
 func inputFrame(e *Engine, f []byte) bool {
-	if len(f) < ethHdrLen+ipHdrLen || be.Uint16(f[12:]) != etherIPv4 {
+	if len(f) < hdr.EthernetSize+netHdrLen || be.Uint16(f[12:]) != hdr.EtherTypeIPv4 {
 		return false
 	}
-	return inputIP(e, f[ethHdrLen:])
+	return inputIP(e, f[hdr.EthernetSize:])
 }
 
 func inputIP(e *Engine, p []byte) bool {
-	if len(p) < ipHdrLen {
+	if len(p) < netHdrLen {
 		return false
 	}
 	ihl := int(p[0]&0xF) * 4
-	if ihl < ipHdrLen || len(p) < ihl || hdr.Checksum(p[:ihl], 0) != 0xFFFF {
+	if ihl < netHdrLen || len(p) < ihl || hdr.Checksum(p[:ihl], 0) != 0xFFFF {
 		return false
 	}
 	idx, ok := e.LookupSegment(p[:ihl], p[ihl:])

@@ -3,6 +3,7 @@ package delegation
 import (
 	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/rings"
+	"github.com/emunic/emunic/seqnum"
 )
 
 // RxFlags is what the device's receive parser already established about a
@@ -11,51 +12,50 @@ import (
 type RxFlags uint8
 
 const (
-	// RxTCPChecksumOK: the device verified the TCP checksum over the IPv4
-	// pseudo-header (from ipHdr) and the whole segment (tcpSeg up to the
-	// IPv4 total length), the bytes Input parses. Input does not sum the
-	// segment a second time.
+	// RxTCPChecksumOK: the device verified the TCP checksum over the
+	// pseudo-header and the whole segment (tcpSeg up to the network
+	// header's length), the bytes the engine parses. The engine does not
+	// sum the segment a second time.
 	RxTCPChecksumOK RxFlags = 1 << iota
 )
 
-// Input processes one received TCP segment of delegated connection idx.
-// ipHdr is its IPv4 header (options included), tcpSeg the IPv4 payload: the
-// TCP header and data. Link padding past the IPv4 total length is ignored.
-// The segment is parsed in place and never retained; the TCP checksum is
-// verified here. Every rejection is counted.
-func (e *Engine) Input(idx uint32, ipHdr, tcpSeg []byte) {
-	e.InputFlags(idx, ipHdr, tcpSeg, 0)
+// InputSegment processes one received TCP segment of delegated connection
+// idx. t is the tuple the network layer read from the packet, as its
+// receiver sees it (local: the destination); tcpSeg is the network
+// payload, the TCP header and data, cut to the length the network header
+// gives. The segment is parsed in place and never retained; its checksum
+// is verified here against t's pseudo-header unless fl has
+// RxTCPChecksumOK. Every rejection is counted.
+func (e *Engine) InputSegment(idx uint32, t *hdr.Tuple, tcpSeg []byte, fl RxFlags) {
+	e.input(idx, t, tcpSeg, fl, 1)
 }
 
-// InputFlags is Input for a segment the device has already checked: with
-// RxTCPChecksumOK the TCP checksum is taken as verified (the device's
-// receive classifier sums every unfragmented TCP segment before it looks
-// the flow up, and summing it again here cost a second pass over every
-// payload byte). Everything else is checked as Input checks it.
-func (e *Engine) InputFlags(idx uint32, ipHdr, tcpSeg []byte, fl RxFlags) {
-	e.input(idx, ipHdr, tcpSeg, fl, 1)
-}
-
-// InputLRO is InputFlags for a super-frame the device took whole (large
-// receive offload): a TCP segment standing for segs wire segments (a TAP
-// hands the kernel's 64 KiB TSO output over as one). Its payload is placed
-// in one pass; the ACK rules count it as segs segments (RFC 5681's ACK for
-// every second one, maxStretch), as a Linux receiver counts a GRO packet.
-// RxSegments counts segs, RxLRO the super-frames.
-func (e *Engine) InputLRO(idx uint32, ipHdr, tcpSeg []byte, fl RxFlags, segs int) {
+// InputSegmentLRO is InputSegment for a super-frame the device took whole
+// (large receive offload): a TCP segment standing for segs wire segments
+// (a TAP hands the kernel's 64 KiB TSO output over as one). Its payload is
+// placed in one pass; the ACK rules count it as segs segments (RFC 5681's
+// ACK for every second one, maxStretch), as a Linux receiver counts a GRO
+// packet. RxSegments counts segs, RxLRO the super-frames.
+func (e *Engine) InputSegmentLRO(idx uint32, t *hdr.Tuple, tcpSeg []byte, fl RxFlags, segs int) {
 	e.ctr.RxLRO++
-	e.input(idx, ipHdr, tcpSeg, fl, max(segs, 1))
+	e.input(idx, t, tcpSeg, fl, max(segs, 1))
 }
 
-func (e *Engine) input(idx uint32, ipHdr, tcpSeg []byte, fl RxFlags, segs int) {
+// inputConn starts every input: pending notifications go first, then the
+// connection at idx (nil: none).
+func (e *Engine) inputConn(idx uint32) *conn {
 	if len(e.pendList) > 0 {
 		e.flushNotify(e.env.NowNanos())
 	}
-	c := e.get(idx)
+	return e.get(idx)
+}
+
+func (e *Engine) input(idx uint32, t *hdr.Tuple, tcpSeg []byte, fl RxFlags, segs int) {
+	c := e.inputConn(idx)
 	if c == nil || c.state == rings.StateClosed {
 		// The index's connection is gone or closing; a segment of a
 		// 4-tuple in TIME_WAIT is the record's (timewait.go).
-		if e.InputUnmatched(ipHdr, tcpSeg, fl) {
+		if e.InputUnmatchedSegment(t, tcpSeg, fl) {
 			return
 		}
 		if c == nil {
@@ -63,32 +63,20 @@ func (e *Engine) input(idx uint32, ipHdr, tcpSeg []byte, fl RxFlags, segs int) {
 			return
 		}
 	}
-	ip, err := hdr.ParseIPv4Header(ipHdr)
-	if err != nil || ip.Proto() != hdr.ProtoTCP {
-		e.ctr.DropBadIP++
-		return
-	}
-	if ip.IsFragment() {
-		e.ctr.DropFragment++
-		return
-	}
-	l4 := int(ip.TotalLen()) - ip.HeaderLen()
-	if l4 > len(tcpSeg) {
-		e.ctr.DropShort++
-		return
-	}
-	tcpSeg = tcpSeg[:l4]
+	e.inputSegment(c, t, tcpSeg, fl, segs)
+}
+
+// inputSegment is input from the tuple check on, for a connection found.
+func (e *Engine) inputSegment(c *conn, t *hdr.Tuple, tcpSeg []byte, fl RxFlags, segs int) {
 	if len(tcpSeg) < hdr.TCPMinSize {
 		e.ctr.DropShort++
 		return
 	}
-	tcp := hdr.TCP(tcpSeg) // the fixed header is there; parseTCP checks the rest
-	src, dst := ip.Src(), ip.Dst()
-	if src != c.remoteIP || dst != c.localIP || tcp.SrcPort() != c.remotePort || tcp.DstPort() != c.localPort {
+	if *t != c.tuple {
 		e.ctr.DropTupleMismatch++
 		return
 	}
-	if fl&RxTCPChecksumOK == 0 && !tcp.ChecksumOK(src, dst) {
+	if fl&RxTCPChecksumOK == 0 && !hdr.TCP(tcpSeg).ChecksumOKAddr(t.RemoteIP, t.LocalIP) {
 		e.ctr.DropBadChecksum++
 		return
 	}
@@ -112,12 +100,11 @@ func (e *Engine) input(idx uint32, ipHdr, tcpSeg []byte, fl RxFlags, segs int) {
 }
 
 // input is RFC 9293 §3.10.7.4 (segment arrives, synchronized states) with
-// RFC 5961 and RFC 7323 checks.
+// RFC 5961 and RFC 7323 checks: one function per step, in the RFC's order,
+// each returning false when the segment stops there.
 func (c *conn) input(now int64, s *segment) {
-	e := c.e
-	switch c.state {
-	case rings.StateClosed:
-		e.ctr.DropClosed++
+	if c.state == rings.StateClosed {
+		c.e.ctr.DropClosed++
 		return
 	}
 	if c.ulp.held > 0 {
@@ -126,39 +113,56 @@ func (c *conn) input(now int64, s *segment) {
 	if c.ooo.n > 0 {
 		c.retryOOO(now)
 	}
-	rst := s.flags&flRST != 0
-
-	// RFC 7323: timestamps, then PAWS.
-	if c.tsOK && !rst {
-		if !s.hasTS {
-			e.ctr.DropNoTimestamp++
-			return
-		}
-		if seq(s.tsVal).lt(seq(c.tsRecent)) && now-c.tsRecentAt < 24*86400e9 {
-			e.ctr.DropPAWS++
-			c.sendOOWAck(now, len(s.payload) > 0 || s.flags&flFIN != 0)
-			return
-		}
+	if !c.inputTimestamps(now, s) || !c.inputSequence(now, s) || !c.inputControl(now, s) {
+		return
 	}
+	c.inputEstablished(now, s)
+}
 
-	// Acceptability (RFC 9293 table): against the window we advertised.
+// inputTimestamps is RFC 7323: a connection with timestamps drops a
+// segment without one, and PAWS drops an old one (with an ACK).
+func (c *conn) inputTimestamps(now int64, s *segment) bool {
+	if !c.tsOK || s.flags&hdr.TCPFlagRST != 0 {
+		return true
+	}
+	if !s.hasTS {
+		c.e.ctr.DropNoTimestamp++
+		return false
+	}
+	if seq(s.tsVal).LessThan(seq(c.tsRecent)) && now-c.tsRecentAt < 24*86400e9 {
+		c.e.ctr.DropPAWS++
+		c.sendOOWAck(now, len(s.payload) > 0 || s.flags&hdr.TCPFlagFIN != 0)
+		return false
+	}
+	return true
+}
+
+// acceptable is RFC 9293's acceptability table, against the window we
+// advertised.
+func (c *conn) acceptable(s *segment) bool {
 	segLen := s.seqLen()
 	wnd := uint32(0)
-	if c.rcvAdvEdge.gt(c.rcvNxt) {
-		wnd = c.rcvAdvEdge.sub(c.rcvNxt)
+	if c.rcvAdvEdge.GreaterThan(c.rcvNxt) {
+		wnd = c.rcvAdvEdge.Sub(c.rcvNxt)
 	}
-	var ok bool
 	switch {
 	case segLen == 0 && wnd == 0:
-		ok = s.seq == c.rcvNxt
+		return s.seq == c.rcvNxt
 	case segLen == 0:
-		ok = s.seq.inRange(c.rcvNxt, c.rcvAdvEdge)
+		return s.seq.InRange(c.rcvNxt, c.rcvAdvEdge)
 	case wnd == 0:
-		ok = false
+		return false
 	default:
-		ok = s.seq.inRange(c.rcvNxt, c.rcvAdvEdge) ||
-			s.seq.add(segLen-1).inRange(c.rcvNxt, c.rcvAdvEdge)
+		return s.seq.InRange(c.rcvNxt, c.rcvAdvEdge) ||
+			s.seq.Add(segLen-1).InRange(c.rcvNxt, c.rcvAdvEdge)
 	}
+}
+
+// inputSequence is the first check, the sequence number: an unacceptable
+// segment is dropped, though a valid ACK in it still counts.
+func (c *conn) inputSequence(now int64, s *segment) bool {
+	e := c.e
+	ok := c.acceptable(s)
 	if ok || s.seq == c.rcvNxt {
 		// The peer is alive (keepalive, zero-window probing); an
 		// out-of-window segment proves less, so it does not count.
@@ -166,81 +170,90 @@ func (c *conn) input(now int64, s *segment) {
 		c.kaSent = 0
 		c.probes = 0
 	}
-	if !ok {
-		if rst {
-			e.ctr.RstOutOfWindow++
-			return
-		}
-		e.ctr.DropOutOfWindow++
-		if n := uint32(len(s.payload)); n > 0 && c.sackOK && !s.seq.add(n).gt(c.rcvNxt) {
-			// Data we already have: its ACK tells the sender so with a
-			// D-SACK (RFC 2883), which lets it undo a needless
-			// retransmission's window cut.
-			c.dsackStart, c.dsackEnd = s.seq, s.seq.add(n)
-		}
-		// An unacceptable segment's data is dropped, but a valid ACK in it
-		// still counts (RFC 9293 §3.10.7.4: "special allowance should be
-		// made to accept valid ACKs"), whatever its SEG.SEQ. A peer whose
-		// bytes this end refused (no buffer posted, a window that closed)
-		// sends every later ACK at its SND.NXT, past RCV.NXT: ignoring
-		// those deadlocks an application that writes before it reads
-		// (its send side never hears the ACKs, so it never reads, so the
-		// window never opens). Seen with four full-duplex echoes between
-		// two engines; netstack has the same flaw (tcpstack's ackRepair).
-		// The ACK must still be in the RFC 5961 §5 range, and SND.WL1/WL2
-		// keep an old segment's window out; only the classic zero-window
-		// case (SEQ = RCV.NXT, no data) can count as a duplicate ACK.
-		if s.flags&flACK != 0 && s.flags&flSYN == 0 &&
-			s.ack.le(c.sndMax) && !s.ack.lt(c.sndUna-seq(c.maxSndWnd)) {
-			c.processAck(now, s, s.seq == c.rcvNxt && len(s.payload) == 0 && s.flags&flFIN == 0)
-			if c.state == rings.StateClosed || c.state == rings.StateTimeWait {
-				return
-			}
-			c.output(now)
-		}
-		c.sendOOWAck(now, len(s.payload) > 0 || s.flags&flFIN != 0)
-		return
+	if ok {
+		return true
 	}
+	if s.flags&hdr.TCPFlagRST != 0 {
+		e.ctr.RstOutOfWindow++
+		return false
+	}
+	e.ctr.DropOutOfWindow++
+	if n := uint32(len(s.payload)); n > 0 && c.sackOK && !s.seq.Add(n).GreaterThan(c.rcvNxt) {
+		// Data we already have: its ACK tells the sender so with a
+		// D-SACK (RFC 2883), which lets it undo a needless
+		// retransmission's window cut.
+		c.dsackStart, c.dsackEnd = s.seq, s.seq.Add(n)
+	}
+	// An unacceptable segment's data is dropped, but a valid ACK in it
+	// still counts (RFC 9293 §3.10.7.4: "special allowance should be
+	// made to accept valid ACKs"), whatever its SEG.SEQ. A peer whose
+	// bytes this end refused (no buffer posted, a window that closed)
+	// sends every later ACK at its SND.NXT, past RCV.NXT: ignoring
+	// those deadlocks an application that writes before it reads
+	// (its send side never hears the ACKs, so it never reads, so the
+	// window never opens). Seen with four full-duplex echoes between
+	// two engines; netstack has the same flaw (tcpstack's ackRepair).
+	// The ACK must still be in the RFC 5961 §5 range, and SND.WL1/WL2
+	// keep an old segment's window out; only the classic zero-window
+	// case (SEQ = RCV.NXT, no data) can count as a duplicate ACK.
+	if s.flags&hdr.TCPFlagACK != 0 && s.flags&hdr.TCPFlagSYN == 0 &&
+		s.ack.LessThanEq(c.sndMax) && !s.ack.LessThan(c.sndUna-seq(c.maxSndWnd)) {
+		c.processAck(now, s, s.seq == c.rcvNxt && len(s.payload) == 0 && s.flags&hdr.TCPFlagFIN == 0)
+		if c.state == rings.StateClosed || c.state == rings.StateTimeWait {
+			return false
+		}
+		c.output(now)
+	}
+	c.sendOOWAck(now, len(s.payload) > 0 || s.flags&hdr.TCPFlagFIN != 0)
+	return false
+}
 
-	// RFC 5961 §3: an RST is accepted only at exactly RCV.NXT.
-	if rst {
+// inputControl is the second to fifth checks of an acceptable segment:
+// RST (RFC 5961 §3: only at exactly RCV.NXT), SYN (RFC 5961 §4: always a
+// challenge), the ACK bit, and the acceptable ACK range (RFC 5961 §5).
+func (c *conn) inputControl(now int64, s *segment) bool {
+	e := c.e
+	if s.flags&hdr.TCPFlagRST != 0 {
 		if s.seq == c.rcvNxt {
 			e.ctr.RstAccepted++
 			c.toClosed(rings.NtfRst)
-			return
+			return false
 		}
 		c.challengeAck(now)
-		return
+		return false
 	}
-	// RFC 5961 §4: any SYN on a synchronized connection.
-	if s.flags&flSYN != 0 {
+	if s.flags&hdr.TCPFlagSYN != 0 {
 		e.ctr.SynReceived++
 		c.challengeAck(now)
-		return
+		return false
 	}
-	if s.flags&flACK == 0 {
+	if s.flags&hdr.TCPFlagACK == 0 {
 		e.ctr.DropNoAck++
-		return
+		return false
 	}
-	// RFC 9293 / RFC 5961 §5: the acceptable ACK range.
-	if s.ack.gt(c.sndMax) {
+	if s.ack.GreaterThan(c.sndMax) {
 		e.ctr.DropAckUnsent++
-		c.sendOOWAck(now, len(s.payload) > 0 || s.flags&flFIN != 0)
-		return
+		c.sendOOWAck(now, len(s.payload) > 0 || s.flags&hdr.TCPFlagFIN != 0)
+		return false
 	}
-	if s.ack.lt(c.sndUna - seq(c.maxSndWnd)) {
+	if s.ack.LessThan(c.sndUna - seq(c.maxSndWnd)) {
 		e.ctr.DropAckTooOld++
 		c.challengeAck(now)
-		return
+		return false
 	}
+	return true
+}
 
-	// RFC 7323 §4.3: remember the peer's timestamp.
-	if c.tsOK && s.hasTS && seq(s.tsVal).ge(seq(c.tsRecent)) && s.seq.le(c.lastAckSent) {
+// inputEstablished is a segment that passed every check: its timestamp
+// (RFC 7323 §4.3), its ACK, then, by the state the ACK left, its data and
+// FIN, and what the connection sends in answer.
+func (c *conn) inputEstablished(now int64, s *segment) {
+	if c.tsOK && s.hasTS && seq(s.tsVal).GreaterThanEq(seq(c.tsRecent)) && s.seq.LessThanEq(c.lastAckSent) {
 		c.tsRecent = s.tsVal
 		c.tsRecentAt = now
 	}
-
-	c.processAck(now, s, len(s.payload) == 0 && s.flags&flFIN == 0)
+	segLen := s.seqLen()
+	c.processAck(now, s, len(s.payload) == 0 && s.flags&hdr.TCPFlagFIN == 0)
 	switch c.state {
 	case rings.StateClosed:
 		return
@@ -259,7 +272,7 @@ func (c *conn) input(now int64, s *segment) {
 	if c.ackNow {
 		c.sendAck(now)
 	} else if c.segsUnacked > 0 && c.delackAt == 0 {
-		c.delackAt = now + e.cfg.DelayedAck
+		c.delackAt = now + c.e.cfg.DelayedAck
 	}
 }
 
@@ -299,7 +312,7 @@ func (c *conn) processAck(now int64, s *segment, pure bool) {
 	// Window update (RFC 9293 §3.10.7.4, SND.WL1/SND.WL2).
 	oldWnd := c.sndWnd
 	wndUpdated := false
-	if c.sndWl1.lt(s.seq) || (c.sndWl1 == s.seq && c.sndWl2.le(s.ack)) {
+	if c.sndWl1.LessThan(s.seq) || (c.sndWl1 == s.seq && c.sndWl2.LessThanEq(s.ack)) {
 		w := uint32(s.wnd) << c.sndScale
 		c.sndWnd = w
 		c.sndWl1, c.sndWl2 = s.seq, s.ack
@@ -323,9 +336,9 @@ func (c *conn) processAck(now int64, s *segment, pure bool) {
 		// ACK, or inside the second. It widens RACK's reordering window
 		// and may show the last recovery spurious.
 		b := s.sack[0]
-		if b.start.lt(b.end) && (b.end.le(s.ack) || s.nSACK > 1 && s.sack[1].start.le(b.start) && b.end.le(s.sack[1].end)) {
+		if b.start.LessThan(b.end) && (b.end.LessThanEq(s.ack) || s.nSACK > 1 && s.sack[1].start.LessThanEq(b.start) && b.end.LessThanEq(s.sack[1].end)) {
 			c.rackDSACK()
-			c.dsack(b.end.sub(b.start))
+			c.dsack(b.end.Sub(b.start))
 		}
 	}
 	var before scoreboard
@@ -333,38 +346,38 @@ func (c *conn) processAck(now int64, s *segment, pure bool) {
 		before = c.sacked
 	}
 	if c.sackOK && s.nSACK > 0 {
-		span := c.sndMax.sub(c.sndUna)
+		span := c.sndMax.Sub(c.sndUna)
 		for i := 0; i < s.nSACK; i++ {
 			b := s.sack[i]
 			// Only blocks inside what we sent and above SND.UNA (D-SACKs
 			// and nonsense are ignored). Offsets from SND.UNA, not
 			// sequence comparisons: a block 2^31 away compares "inside".
-			if b.start.lt(b.end) && b.start.sub(c.sndUna) <= span && b.end.sub(c.sndUna) <= span {
+			if b.start.LessThan(b.end) && b.start.Sub(c.sndUna) <= span && b.end.Sub(c.sndUna) <= span {
 				c.sacked.add(b.start, b.end)
 			}
 		}
 	}
-	if c.sackOK && c.sndMax.gt(c.sndUna) {
+	if c.sackOK && c.sndMax.GreaterThan(c.sndUna) {
 		// RACK (rack.go): what this ACK delivered dates what is lost.
 		c.rackDelivered(now, s.ack, &before)
-		c.rackDetect(now, seqMax(s.ack, c.sndUna))
+		c.rackDetect(now, seqnum.Max(s.ack, c.sndUna))
 	}
 	switch {
-	case s.ack.gt(c.sndUna):
+	case s.ack.GreaterThan(c.sndUna):
 		c.newAck(now, s)
-	case s.ack == c.sndUna && pure && (!wndUpdated || s.nSACK > 0) && c.sndMax.gt(c.sndUna):
+	case s.ack == c.sndUna && pure && (!wndUpdated || s.nSACK > 0) && c.sndMax.GreaterThan(c.sndUna):
 		// A window change normally disqualifies a duplicate ACK (RFC
 		// 5681), but an ACK carrying SACK blocks is a loss signal whatever
 		// its window (RFC 6675 §2): Linux grows its window in the very
 		// duplicate ACKs that report the hole.
 		c.dupAck(now)
 	}
-	if c.sackOK && c.rack.anyLost && !c.inRecovery && c.sndUna.gt(c.recover) && c.sndMax.gt(c.sndUna) {
+	if c.sackOK && c.rack.anyLost && !c.inRecovery && c.sndUna.GreaterThan(c.recover) && c.sndMax.GreaterThan(c.sndUna) {
 		// RACK found a loss, on a duplicate ACK or one that moved SND.UNA.
 		c.enterRecovery(now)
 	}
 	if c.inRecovery {
-		delivered := int64(c.sndUna.sub(una)) + int64(c.sacked.below(c.sndMax)) - int64(sackedBefore)
+		delivered := int64(c.sndUna.Sub(una)) + int64(c.sacked.below(c.sndMax)) - int64(sackedBefore)
 		c.prrAck(uint32(max(delivered, 0)), c.pipe())
 	}
 }
@@ -372,30 +385,30 @@ func (c *conn) processAck(now int64, s *segment, pure bool) {
 // newAck: SEG.ACK advanced SND.UNA.
 func (c *conn) newAck(now int64, s *segment) {
 	e := c.e
-	acked := s.ack.sub(c.sndUna)
+	acked := s.ack.Sub(c.sndUna)
 	c.sndUna = s.ack
 	if c.ulp.u != nil {
 		c.ulpTrim()
 	}
-	if c.sndNxt.lt(c.sndUna) {
+	if c.sndNxt.LessThan(c.sndUna) {
 		c.sndNxt = c.sndUna // the peer had data we were about to resend
 	}
 	c.sacked.trim(c.sndUna)
 	c.tx.trim(c.sndUna)
-	if !c.highRxt.gt(c.sndUna) {
+	if !c.highRxt.GreaterThan(c.sndUna) {
 		c.highRxt = c.sndUna
 		c.rtxOut = 0
-	} else if r := c.highRxt.sub(c.sndUna); r < c.rtxOut {
+	} else if r := c.highRxt.Sub(c.sndUna); r < c.rtxOut {
 		c.rtxOut = r
 	}
-	finAcked := c.finQueued && c.sndUna == c.finSeq.add(1)
+	finAcked := c.finQueued && c.sndUna == c.finSeq.Add(1)
 
 	// RTT (RFC 7323 §4 with timestamps, Karn otherwise).
 	if c.tsOK && s.hasTS && s.tsEcr != 0 {
 		if d := c.tsNow(now) - s.tsEcr; d < 1<<20 {
 			c.rttSample(int64(d) * 1e6)
 		}
-	} else if c.timing && c.sndUna.ge(c.rtSeq) {
+	} else if c.timing && c.sndUna.GreaterThanEq(c.rtSeq) {
 		c.timing = false
 		c.rttSample(now - c.rtStart)
 	}
@@ -404,7 +417,7 @@ func (c *conn) newAck(now int64, s *segment) {
 	c.tlpOut = 0
 	c.rtxAt = 0 // a new head
 	if c.inRecovery {
-		if c.sndUna.gt(c.recover) {
+		if c.sndUna.GreaterThan(c.recover) {
 			// Full ACK (RFC 6582 §3.2 step 3): the window is where PRR
 			// brought it, ssthresh (RFC 6937 §3).
 			c.cwnd = c.ssthresh
@@ -417,7 +430,7 @@ func (c *conn) newAck(now int64, s *segment) {
 			// marks lost goes out in output); PRR paces the rest
 			// (processAck).
 			e.ctr.PartialAcks++
-			if !c.highRxt.gt(c.sndUna) && (!c.sackOK || c.sacked.n == 0) {
+			if !c.highRxt.GreaterThan(c.sndUna) && (!c.sackOK || c.sacked.n == 0) {
 				c.retransmitHead(now)
 			} else {
 				// The new head was resent before the ACK that
@@ -479,7 +492,7 @@ func (c *conn) dupAck(now int64) {
 	switch {
 	case c.inRecovery:
 		// PRR lets what left the network be replaced (processAck).
-	case c.dupAcks >= 3 && c.sndUna.gt(c.recover):
+	case c.dupAcks >= 3 && c.sndUna.GreaterThan(c.recover):
 		// (RACK's evidence before three starts it in processAck.)
 		c.enterRecovery(now)
 	}
@@ -494,7 +507,7 @@ func (c *conn) enterRecovery(now int64) {
 	}
 	e.ctr.FastRetransmits++
 	c.tlpAt = 0
-	flight := c.sndMax.sub(c.sndUna)
+	flight := c.sndMax.Sub(c.sndUna)
 	c.recoveryUndoStart()
 	c.ccLoss(flight)
 	c.prrStart(flight)
@@ -518,7 +531,7 @@ func (c *conn) undoSpuriousRTO(s *segment) {
 		return
 	}
 	b := s.sack[0]
-	if !b.end.le(s.ack) || !b.start.le(c.undoSeq) || !c.undoSeq.lt(b.end) {
+	if !b.end.LessThanEq(s.ack) || !b.start.LessThanEq(c.undoSeq) || !c.undoSeq.LessThan(b.end) {
 		return
 	}
 	c.e.ctr.SpuriousTimeouts++
@@ -527,8 +540,8 @@ func (c *conn) undoSpuriousRTO(s *segment) {
 	c.ssthresh = max(c.ssthresh, c.undoSsthresh)
 	c.cc.wMax, c.cc.epoch = max(c.cc.wMax, c.cc.undoWMax), 0
 	c.backoff = 0
-	if c.sndNxt.lt(c.sndMax) && s.ack.ge(c.sndNxt) {
-		c.sndNxt = seqMin(s.ack, c.sndMax)
+	if c.sndNxt.LessThan(c.sndMax) && s.ack.GreaterThanEq(c.sndNxt) {
+		c.sndNxt = seqnum.Min(s.ack, c.sndMax)
 	}
 }
 
@@ -538,8 +551,8 @@ func (c *conn) processData(now int64, s *segment) {
 	e := c.e
 	data := s.payload
 	start := s.seq
-	fin := s.flags&flFIN != 0
-	push := s.flags&flPSH != 0
+	fin := s.flags&hdr.TCPFlagFIN != 0
+	push := s.flags&hdr.TCPFlagPSH != 0
 	if c.finRcvd {
 		if len(data) > 0 {
 			e.ctr.DropDataAfterFin++
@@ -548,35 +561,35 @@ func (c *conn) processData(now int64, s *segment) {
 		return
 	}
 	// Trim what we already have.
-	if start.lt(c.rcvNxt) {
-		d := c.rcvNxt.sub(start)
+	if start.LessThan(c.rcvNxt) {
+		d := c.rcvNxt.Sub(start)
 		if d >= uint32(len(data)) {
 			d = uint32(len(data))
 		}
 		data = data[d:]
-		start = start.add(d)
-		if start.lt(c.rcvNxt) { // the FIN itself is old
+		start = start.Add(d)
+		if start.LessThan(c.rcvNxt) { // the FIN itself is old
 			c.ackNow = true
 			return
 		}
 	}
 	// Trim what lies beyond the window we advertised.
-	if end := start.add(uint32(len(data))); end.gt(c.rcvAdvEdge) {
+	if end := start.Add(uint32(len(data))); end.GreaterThan(c.rcvAdvEdge) {
 		keep := uint32(0)
-		if c.rcvAdvEdge.gt(start) {
-			keep = c.rcvAdvEdge.sub(start)
+		if c.rcvAdvEdge.GreaterThan(start) {
+			keep = c.rcvAdvEdge.Sub(start)
 		}
 		data = data[:keep]
 		fin = false
 		push = false
 		c.ackNow = true
 	}
-	if c.oooFin && start.add(uint32(len(data))).gt(c.oooFinSeq) {
+	if c.oooFin && start.Add(uint32(len(data))).GreaterThan(c.oooFinSeq) {
 		// Data past a FIN we already hold: the peer is confused.
 		e.ctr.DropDataAfterFin++
 		keep := uint32(0)
-		if c.oooFinSeq.gt(start) {
-			keep = c.oooFinSeq.sub(start)
+		if c.oooFinSeq.GreaterThan(start) {
+			keep = c.oooFinSeq.Sub(start)
 		}
 		data = data[:keep]
 		fin = false
@@ -653,227 +666,4 @@ func (e *Engine) EndBurst(now int64) {
 		}
 	}
 	e.burstConns = e.burstConns[:0]
-}
-
-// queueOOO holds an out-of-order segment.
-func (c *conn) queueOOO(start seq, data []byte, fin, push bool) {
-	e := c.e
-	if fin && len(data) == 0 {
-		if !c.oooFin {
-			c.oooFin, c.oooFinSeq = true, start
-		}
-		return
-	}
-	if len(data) == 0 {
-		return
-	}
-	limit := c.rcvNxt.add(e.cfg.OOOLimit)
-	if end := start.add(uint32(len(data))); end.gt(limit) {
-		keep := uint32(0)
-		if limit.gt(start) {
-			keep = limit.sub(start)
-		}
-		e.ctr.OOOBytesDropped += uint64(uint32(len(data)) - keep)
-		data = data[:keep]
-		fin = false
-		if keep == 0 {
-			return
-		}
-	}
-	end := start.add(uint32(len(data)))
-	if !c.ooo.canAdd(start, end) {
-		e.ctr.OOODropRanges++
-		return
-	}
-	n := c.ooo.write(&e.pool, start, data)
-	if n < len(data) {
-		e.ctr.OOOBytesDropped += uint64(len(data) - n)
-		fin = false
-		if n == 0 {
-			return
-		}
-		end = start.add(uint32(n))
-	}
-	e.ctr.OOOSegments++
-	c.ooo.add(start, end, push)
-	if fin {
-		c.oooFin, c.oooFinSeq = true, end
-	}
-}
-
-// drainOOO delivers held data that RCV.NXT has reached.
-func (c *conn) drainOOO() {
-	e := c.e
-	for c.ooo.n > 0 && c.ooo.ranges[0].start.le(c.rcvNxt) {
-		r := c.ooo.ranges[0]
-		for c.rcvNxt.lt(r.end) {
-			chunk := c.ooo.read(&e.pool, c.rcvNxt, r.end.sub(c.rcvNxt))
-			placed := c.deliver(chunk, false)
-			e.ctr.OOOBytesRestored += uint64(placed)
-			if placed < len(chunk) {
-				c.ooo.trimBelow(c.rcvNxt)
-				return
-			}
-		}
-		c.ooo.trimBelow(c.rcvNxt)
-		if r.push {
-			c.completeUserBuf()
-		}
-	}
-	c.ooo.trimBelow(c.rcvNxt)
-	c.ooo.releaseBelow(&e.pool, c.rcvNxt, c.rcvNxt)
-}
-
-// retryOOO delivers held data that became in-order earlier but found no
-// buffer then (called when buffers may have appeared). It ACKs progress at
-// once, as for a filled hole.
-func (c *conn) retryOOO(now int64) {
-	if c.ooo.n == 0 || c.ooo.ranges[0].start.gt(c.rcvNxt) || c.finRcvd {
-		return
-	}
-	old := c.rcvNxt
-	c.drainOOO()
-	if c.oooFin && c.rcvNxt == c.oooFinSeq {
-		c.rcvFin(now)
-	}
-	if c.rcvNxt != old && c.state != rings.StateClosed {
-		c.sendAck(now)
-	}
-}
-
-// rcvFin: RCV.NXT reached the peer's FIN.
-func (c *conn) rcvFin(now int64) {
-	c.completeUserBuf()
-	c.rcvNxt = c.rcvNxt.add(1)
-	c.finRcvd = true
-	c.oooFin = false
-	c.ooo.reset(&c.e.pool)
-	c.ackNow = true
-	c.checkSeqThreshold()
-	c.notify(rings.NtfFin, c.rcvNxt, 0, 0)
-	switch c.state {
-	case rings.StateEstablished:
-		c.state = rings.StateCloseWait
-	case rings.StateFinWait1:
-		c.state = rings.StateClosing
-	case rings.StateFinWait2:
-		c.sendAck(now)
-		c.enterTimeWait(now)
-	}
-}
-
-// deliver places in-order payload at RCV.NXT: into posted user buffers, else
-// into legacy buffers, or on a ULP connection to the ULP. It returns the
-// bytes placed (fewer when buffers or notification room ran out) and
-// advances RCV.NXT over them.
-func (c *conn) deliver(data []byte, push bool) int {
-	e := c.e
-	placed := 0
-	old := c.rcvNxt
-	if c.ulp.u != nil {
-		placed = c.deliverULP(data)
-		c.rcvNxt = c.rcvNxt.add(uint32(placed))
-	}
-	for placed < len(data) && c.ulp.u == nil {
-		rest := data[placed:]
-		if !c.ntfRoom() {
-			// Every placement may end in a notification (buffer full,
-			// PSH, FIN): keep the reserve for control events.
-			e.ctr.DropBackpressure++
-			break
-		}
-		if c.uqCount > 0 {
-			ub := &c.userq[c.uqHead]
-			n := ub.len - ub.filled
-			if n > uint32(len(rest)) {
-				n = uint32(len(rest))
-			}
-			if err := e.dma.WriteAt(rest[:n], ub.addr+rings.Addr(ub.filled)); err != nil {
-				// The buffer stopped being host memory: hand it back
-				// with an error and go on with the next one.
-				e.ctr.DMAErrors++
-				if ub.filled == 0 {
-					ub.first = c.rcvNxt
-				}
-				c.notify(rings.NtfUserBufDone|rings.NtfError, ub.first, ub.filled, ub.id)
-				c.uqHead = (c.uqHead + 1) % len(c.userq)
-				c.uqCount--
-				continue
-			}
-			if ub.filled == 0 {
-				ub.first = c.rcvNxt
-			}
-			ub.filled += n
-			c.rcvNxt = c.rcvNxt.add(n)
-			placed += int(n)
-			if ub.filled == ub.len {
-				c.completeUserBuf()
-			}
-			continue
-		}
-		id, addr, capacity, ok := e.env.TakeLegacyBuffer()
-		if !ok || capacity == 0 {
-			e.ctr.DropNoBuffer++
-			if !c.userBufReqSent {
-				c.userBufReqSent = true
-				c.notify(rings.NtfUserBufReq, c.rcvNxt, 0, 0)
-			}
-			break
-		}
-		n := capacity
-		if n > uint32(len(rest)) {
-			n = uint32(len(rest))
-		}
-		if err := e.dma.WriteAt(rest[:n], addr); err != nil {
-			// The host posted a buffer outside its memory: report it
-			// as an empty upload so the buffer is not lost.
-			e.ctr.DMAErrors++
-			c.notify(rings.NtfLegacyUpload|rings.NtfError, c.rcvNxt, 0, id)
-			break
-		}
-		flags := rings.NtfLegacyUpload
-		if !c.userBufReqSent {
-			c.userBufReqSent = true
-			flags |= rings.NtfUserBufReq
-		}
-		e.ctr.LegacyUploads++
-		c.legacyUncredited += n
-		c.notify(flags, c.rcvNxt, n, id)
-		c.rcvNxt = c.rcvNxt.add(n)
-		placed += int(n)
-	}
-	if placed > 0 {
-		e.ctr.RxBytes += uint64(placed)
-		if c.ooo.pages > 0 {
-			c.ooo.trimBelow(c.rcvNxt)
-			c.ooo.releaseBelow(&e.pool, old, c.rcvNxt)
-		}
-		c.checkSeqThreshold()
-	}
-	if push && placed == len(data) {
-		c.completeUserBuf()
-	}
-	return placed
-}
-
-// completeUserBuf returns the current user buffer if it holds any data.
-func (c *conn) completeUserBuf() {
-	if c.uqCount == 0 {
-		return
-	}
-	ub := &c.userq[c.uqHead]
-	if ub.filled == 0 {
-		return
-	}
-	c.e.ctr.UserBufsDone++
-	c.notify(rings.NtfUserBufDone, ub.first, ub.filled, ub.id)
-	c.uqHead = (c.uqHead + 1) % len(c.userq)
-	c.uqCount--
-}
-
-func (c *conn) checkSeqThreshold() {
-	if c.seqArmed && c.rcvNxt.ge(c.seqThresh) {
-		c.seqArmed = false
-		c.notify(rings.NtfSeqThreshold, c.rcvNxt, 0, 0)
-	}
 }

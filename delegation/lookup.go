@@ -1,18 +1,25 @@
 package delegation
 
+import (
+	"net/netip"
+
+	"github.com/emunic/emunic/nic/hdr"
+)
+
 // tupleTable maps a received segment's 4-tuple to a connection index. It is
 // an open-addressing hash table with linear probing and backward-shift
 // deletion (no tombstones), sized at twice the connection table rounded up
 // to a power of two, so a lookup is a few cache lines and never allocates.
+// The key is hdr.Tuple, the connection as seen from our end, so the table
+// holds either address family.
 type tupleTable struct {
 	slots []tupleSlot
 	mask  uint32
 }
 
 type tupleSlot struct {
-	ips   uint64 // remote IP << 32 | local IP
-	ports uint32 // remote port << 16 | local port
-	idx   uint32 // connection index + 1; 0: empty
+	key hdr.Tuple
+	idx uint32 // connection index + 1; 0: empty
 }
 
 func newTupleTable(maxConns int) tupleTable {
@@ -23,25 +30,37 @@ func newTupleTable(maxConns int) tupleTable {
 	return tupleTable{slots: make([]tupleSlot, n), mask: uint32(n - 1)}
 }
 
-func tupleKey(remote, local [4]byte, rport, lport uint16) (uint64, uint32) {
-	return uint64(be.Uint32(remote[:]))<<32 | uint64(be.Uint32(local[:])), uint32(rport)<<16 | uint32(lport)
-}
-
-func (t *tupleTable) hash(ips uint64, ports uint32) uint32 {
-	h := ips*0x9E3779B97F4A7C15 ^ uint64(ports)*0xC2B2AE3D27D4EB4F
+// hash mixes both addresses and the ports. An IPv4 address is read with
+// As4, much cheaper than As16 here, so the family IPv4 connections use
+// costs what the packed IPv4 key it replaced did.
+func (t *tupleTable) hash(k *hdr.Tuple) uint32 {
+	h := addrBits(k.RemoteIP)*0x9E3779B97F4A7C15 ^ addrBits(k.LocalIP) ^
+		uint64(uint32(k.RemotePort)<<16|uint32(k.LocalPort))*0xC2B2AE3D27D4EB4F
 	h ^= h >> 29
 	h *= 0xBF58476D1CE4E5B9
 	h ^= h >> 32
 	return uint32(h) & t.mask
 }
 
-func (t *tupleTable) get(ips uint64, ports uint32) (uint32, bool) {
-	for i := t.hash(ips, ports); ; i = (i + 1) & t.mask {
+// addrBits folds an address into 64 bits for hashing.
+func addrBits(a netip.Addr) uint64 {
+	if a.Is4() {
+		v := a.As4()
+		return uint64(be.Uint32(v[:]))
+	}
+	v := a.As16()
+	return be.Uint64(v[:8])*0x94D049BB133111EB ^ be.Uint64(v[8:])
+}
+
+func (t *tupleTable) get(k *hdr.Tuple) (uint32, bool) {
+	for i := t.hash(k); ; i = (i + 1) & t.mask {
 		s := &t.slots[i]
 		if s.idx == 0 {
 			return 0, false
 		}
-		if s.ips == ips && s.ports == ports {
+		// The ports first: a cheap test that rejects most other
+		// connections before the addresses are compared.
+		if s.key.LocalPort == k.LocalPort && s.key.RemotePort == k.RemotePort && s.key == *k {
 			return s.idx - 1, true
 		}
 	}
@@ -49,22 +68,22 @@ func (t *tupleTable) get(ips uint64, ports uint32) (uint32, bool) {
 
 // put inserts a key that is not present. The table never fills: it has
 // twice as many slots as there can be connections.
-func (t *tupleTable) put(ips uint64, ports uint32, idx uint32) {
-	i := t.hash(ips, ports)
+func (t *tupleTable) put(k *hdr.Tuple, idx uint32) {
+	i := t.hash(k)
 	for t.slots[i].idx != 0 {
 		i = (i + 1) & t.mask
 	}
-	t.slots[i] = tupleSlot{ips: ips, ports: ports, idx: idx + 1}
+	t.slots[i] = tupleSlot{key: *k, idx: idx + 1}
 }
 
-func (t *tupleTable) del(ips uint64, ports uint32) {
-	i := t.hash(ips, ports)
+func (t *tupleTable) del(k *hdr.Tuple) {
+	i := t.hash(k)
 	for {
 		s := &t.slots[i]
 		if s.idx == 0 {
 			return
 		}
-		if s.ips == ips && s.ports == ports {
+		if s.key == *k {
 			break
 		}
 		i = (i + 1) & t.mask
@@ -73,7 +92,7 @@ func (t *tupleTable) del(ips uint64, ports uint32) {
 	// hole when their home slot is not between the hole and them.
 	hole := i
 	for j := (i + 1) & t.mask; t.slots[j].idx != 0; j = (j + 1) & t.mask {
-		home := t.hash(t.slots[j].ips, t.slots[j].ports)
+		home := t.hash(&t.slots[j].key)
 		if (j-home)&t.mask >= (j-hole)&t.mask {
 			t.slots[hole] = t.slots[j]
 			hole = j

@@ -2,16 +2,16 @@ package delegation
 
 import (
 	"math/rand/v2"
+	"net/netip"
 	"testing"
+
+	"github.com/emunic/emunic/nic/hdr"
 )
 
 // The tuple table against a Go map, through random inserts and deletes
 // (backward-shift deletion must keep every probe run intact).
 func TestTupleTable(t *testing.T) {
-	type key struct {
-		ips   uint64
-		ports uint32
-	}
+	type key = hdr.Tuple
 	const n = 512
 	tt := newTupleTable(n)
 	ref := map[key]uint32{}
@@ -22,7 +22,8 @@ func TestTupleTable(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	randKey := func() key {
 		// Few distinct values, so that hashes collide and runs form.
-		return key{uint64(r.IntN(8))<<32 | uint64(r.IntN(64)), uint32(r.IntN(16))<<16 | uint32(r.IntN(16))}
+		return key{RemoteIP: netip.AddrFrom4([4]byte{10, 0, 0, byte(r.IntN(8))}), LocalIP: netip.AddrFrom4([4]byte{10, 0, 1, byte(r.IntN(64))}),
+			RemotePort: uint16(r.IntN(16)), LocalPort: uint16(r.IntN(16))}
 	}
 	for step := 0; step < 200000; step++ {
 		k := randKey()
@@ -31,22 +32,22 @@ func TestTupleTable(t *testing.T) {
 		case !in && len(free) > 0 && r.IntN(2) == 0:
 			idx = free[len(free)-1]
 			free = free[:len(free)-1]
-			tt.put(k.ips, k.ports, idx)
+			tt.put(&k, idx)
 			ref[k] = idx
 		case in && r.IntN(2) == 0:
-			tt.del(k.ips, k.ports)
+			tt.del(&k)
 			delete(ref, k)
 			free = append(free, idx)
 		}
 		if step%1000 == 0 {
 			for k, want := range ref {
-				if got, ok := tt.get(k.ips, k.ports); !ok || got != want {
+				if got, ok := tt.get(&k); !ok || got != want {
 					t.Fatalf("step %d: %v → %d %v, want %d", step, k, got, ok, want)
 				}
 			}
 		}
 		want, in := ref[k]
-		if got, ok := tt.get(k.ips, k.ports); ok != in || (ok && got != want) {
+		if got, ok := tt.get(&k); ok != in || (ok && got != want) {
 			t.Fatalf("step %d: lookup of %v: %d %v, want %d %v", step, k, got, ok, want, in)
 		}
 	}
@@ -57,16 +58,23 @@ func TestLookupAllocs(t *testing.T) {
 		t.Skip("the race detector allocates")
 	}
 	r := newRig(t, defaultRigOpts())
-	ip, tcp := r.build(pseg{seq: 5000, ack: 1000, flags: flACK})
+	ip, tcp := r.build(pseg{seq: 5000, ack: 1000, flags: hdr.TCPFlagACK})
+	miss := rxTuple(ipB, ipA, portB, portA+1)
 	n := testing.AllocsPerRun(1000, func() {
 		if idx, ok := r.e.LookupSegment(ip, tcp); !ok || idx != 0 {
 			t.Fatal("lookup failed")
 		}
-		if _, ok := r.e.Lookup(ipB, ipA, portB, portA+1); ok {
+		if _, ok := r.e.Lookup(miss); ok {
 			t.Fatal("wrong port found")
 		}
 	})
 	if n != 0 {
 		t.Fatalf("%v allocations per lookup", n)
 	}
+}
+
+// rxTuple is the tuple of a segment from src:sport to dst:dport, as its
+// receiver (dst) sees it.
+func rxTuple(src, dst [4]byte, sport, dport uint16) *hdr.Tuple {
+	return &hdr.Tuple{LocalIP: netip.AddrFrom4(dst), RemoteIP: netip.AddrFrom4(src), LocalPort: dport, RemotePort: sport}
 }

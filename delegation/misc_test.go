@@ -3,6 +3,7 @@ package delegation
 import (
 	"testing"
 
+	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/rings"
 )
 
@@ -11,10 +12,10 @@ func TestSnapshot(t *testing.T) {
 	o.pair.keepaliveMs = 4000
 	r := newRig(t, o)
 	r.h.start()
-	r.data(pattern(1000, 1), flPSH)
+	r.data(pattern(1000, 1), hdr.TCPFlagPSH)
 	r.h.sendTotal = 500
 	r.h.pump()
-	r.in(pseg{seq: r.peerSeq, ack: 1500, flags: flACK, wnd: 300})
+	r.in(pseg{seq: r.peerSeq, ack: 1500, flags: hdr.TCPFlagACK, wnd: 300})
 	var st rings.ConnState
 	if s := r.e.Snapshot(0, &st); s != rings.StatusOK {
 		t.Fatal(s)
@@ -50,10 +51,10 @@ func TestShortFramePadded(t *testing.T) {
 	r := newRig(t, o)
 	r.e.Update(0, &rings.ConnUpdate{Flags: rings.UpdAckNow})
 	f := r.takeOne("ACK")
-	if len(f.raw) != minFrame || be.Uint16(f.raw[ethHdrLen+2:]) != 40 {
-		t.Fatalf("frame %d bytes, IP length %d", len(f.raw), be.Uint16(f.raw[ethHdrLen+2:]))
+	if len(f.raw) != hdr.EthernetMinFrame || be.Uint16(f.raw[hdr.EthernetSize+2:]) != 40 {
+		t.Fatalf("frame %d bytes, IP length %d", len(f.raw), be.Uint16(f.raw[hdr.EthernetSize+2:]))
 	}
-	for _, v := range f.raw[ethHdrLen+40:] {
+	for _, v := range f.raw[hdr.EthernetSize+40:] {
 		if v != 0 {
 			t.Fatal("padding not zero")
 		}
@@ -130,20 +131,20 @@ func TestOffloadCloseWait(t *testing.T) {
 	if n, st := r.e.PostBuffers(0, r.h.descAddr, 1); n != 0 || st != rings.StatusOK {
 		t.Fatalf("PostBuffers after FIN: %d %v, want 0 accepted, OK", n, st)
 	}
-	r.in(pseg{seq: 5000, ack: 1000, flags: flACK, wnd: 1000})
+	r.in(pseg{seq: 5000, ack: 1000, flags: hdr.TCPFlagACK, wnd: 1000})
 	r.h.sendTotal, r.h.closeAfter = 3000, true
 	r.h.pump()
 	out := r.take()
-	if len(out) != 3 || !out[2].has(flFIN) || r.info().State != rings.StateLastAck {
+	if len(out) != 3 || !out[2].has(hdr.TCPFlagFIN) || r.info().State != rings.StateLastAck {
 		t.Fatalf("%d frames, state %v", len(out), r.info().State)
 	}
 	// Data from the peer after its FIN is not taken.
-	r.in(pseg{seq: 5000, ack: 1000, flags: flACK, wnd: 1000, payload: []byte("late")})
+	r.in(pseg{seq: 5000, ack: 1000, flags: hdr.TCPFlagACK, wnd: 1000, payload: []byte("late")})
 	if r.e.Counters().RxBytes != 0 {
 		t.Fatal("data after FIN accepted")
 	}
 	r.take()
-	r.in(pseg{seq: 5000, ack: 4001, flags: flACK, wnd: 1000})
+	r.in(pseg{seq: 5000, ack: 4001, flags: hdr.TCPFlagACK, wnd: 1000})
 	if !r.h.closed {
 		t.Fatal("LAST_ACK did not close")
 	}

@@ -1,5 +1,7 @@
 package delegation
 
+import "github.com/emunic/emunic/nic/hdr"
+
 // Out-of-order reassembly.
 //
 // Segments that arrive beyond RCV.NXT are held in device memory: an
@@ -89,7 +91,7 @@ func (q *oooQueue) write(p *oooPool, at seq, data []byte) int {
 	done := 0
 	mask := uint32(len(q.slots) - 1)
 	for done < len(data) {
-		s := at.add(uint32(done))
+		s := at.Add(uint32(done))
 		slot := (uint32(s) >> oooPageShift) & mask
 		if q.slots[slot] == 0 {
 			if len(p.free) == 0 {
@@ -149,7 +151,7 @@ func (q *oooQueue) canAdd(start, end seq) bool {
 	}
 	for i := 0; i < q.n; i++ {
 		r := &q.ranges[i]
-		if start.le(r.end) && r.start.le(end) {
+		if start.LessThanEq(r.end) && r.start.LessThanEq(end) {
 			return true // overlaps or touches an existing range
 		}
 	}
@@ -162,16 +164,16 @@ func (q *oooQueue) add(start, end seq, push bool) {
 	q.stamp++
 	// Find the insertion point: the first range whose end is >= start.
 	i := 0
-	for i < q.n && q.ranges[i].end.lt(start) {
+	for i < q.n && q.ranges[i].end.LessThan(start) {
 		i++
 	}
 	// Merge every range that overlaps or touches [start, end).
 	j := i
-	for j < q.n && q.ranges[j].start.le(end) {
-		if q.ranges[j].start.lt(start) {
+	for j < q.n && q.ranges[j].start.LessThanEq(end) {
+		if q.ranges[j].start.LessThan(start) {
 			start = q.ranges[j].start
 		}
-		if q.ranges[j].end.gt(end) {
+		if q.ranges[j].end.GreaterThan(end) {
 			end = q.ranges[j].end
 			push = q.ranges[j].push
 		} else if q.ranges[j].end == end {
@@ -191,31 +193,31 @@ func (q *oooQueue) add(start, end seq, push bool) {
 	q.ranges[i] = nr
 	q.bytes = 0
 	for k := 0; k < q.n; k++ {
-		q.bytes += q.ranges[k].end.sub(q.ranges[k].start)
+		q.bytes += q.ranges[k].end.Sub(q.ranges[k].start)
 	}
 }
 
 // trimBelow drops held bytes before sq (they were received in order).
 func (q *oooQueue) trimBelow(sq seq) {
 	k := 0
-	for k < q.n && q.ranges[k].end.le(sq) {
+	for k < q.n && q.ranges[k].end.LessThanEq(sq) {
 		k++
 	}
 	if k > 0 {
 		copy(q.ranges[:], q.ranges[k:q.n])
 		q.n -= k
 	}
-	if q.n > 0 && q.ranges[0].start.lt(sq) {
+	if q.n > 0 && q.ranges[0].start.LessThan(sq) {
 		q.ranges[0].start = sq
 	}
 	q.bytes = 0
 	for i := 0; i < q.n; i++ {
-		q.bytes += q.ranges[i].end.sub(q.ranges[i].start)
+		q.bytes += q.ranges[i].end.Sub(q.ranges[i].start)
 	}
 }
 
 // sackBlocks writes up to max blocks, most recently updated first.
-func (q *oooQueue) sackBlocks(dst *[maxSACKBlocks]sackBlock, max int) int {
+func (q *oooQueue) sackBlocks(dst *[hdr.TCPMaxSACKBlocks]sackBlock, max int) int {
 	if max > q.n {
 		max = q.n
 	}

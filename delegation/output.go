@@ -5,6 +5,7 @@ import (
 
 	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/rings"
+	"github.com/emunic/emunic/seqnum"
 )
 
 // Aux codes of NtfTimeout and NtfError notifications.
@@ -46,10 +47,10 @@ func (c *conn) output(now int64) {
 	}
 	mss := c.maxPayload()
 	for {
-		if c.sndNxt.lt(c.sndUna) {
+		if c.sndNxt.LessThan(c.sndUna) {
 			c.sndNxt = c.sndUna
 		}
-		inflight := c.sndNxt.sub(c.sndUna)
+		inflight := c.sndNxt.Sub(c.sndUna)
 		if c.sacked.n > 0 {
 			inflight -= c.sacked.below(c.sndNxt) // the peer has those
 		}
@@ -74,18 +75,18 @@ func (c *conn) output(now int64) {
 		if c.inRecovery && c.sackOK && room > 0 {
 			// With TSO a hole goes in super-frames, as much of it as the
 			// room allows (one segment at least, as without).
-			if h, n := c.nextLost(min(c.sendLimit(mss), max(room, mss))); n > 0 && h.lt(c.sndEnd) {
-				n = min(n, c.sndEnd.sub(h))
+			if h, n := c.nextLost(min(c.sendLimit(mss), max(room, mss))); n > 0 && h.LessThan(c.sndEnd) {
+				n = min(n, c.sndEnd.Sub(h))
 				if c.ulp.u != nil {
 					if cut := c.ulpCut(h, n); cut > 0 {
 						n = cut
 					}
 				}
-				if !c.emit(now, h, n, flACK, false) {
+				if !c.emit(now, h, n, hdr.TCPFlagACK, false) {
 					c.fail(now, rings.NtfError, AuxErrorDMA)
 					return
 				}
-				c.highRxt = seqMax(c.highRxt, h.add(n))
+				c.highRxt = seqnum.Max(c.highRxt, h.Add(n))
 				c.rtxOut += n
 				if h == c.sndUna {
 					c.rtxAt = now
@@ -94,25 +95,25 @@ func (c *conn) output(now int64) {
 				continue
 			}
 		}
-		if edge := c.sndUna.add(c.sndWnd); !edge.gt(c.sndNxt) {
+		if edge := c.sndUna.Add(c.sndWnd); !edge.GreaterThan(c.sndNxt) {
 			room = 0
-		} else if r := edge.sub(c.sndNxt); r < room {
+		} else if r := edge.Sub(c.sndNxt); r < room {
 			room = r
 		}
 		avail := uint32(0)
-		if c.sndEnd.gt(c.sndNxt) {
-			avail = c.sndEnd.sub(c.sndNxt)
+		if c.sndEnd.GreaterThan(c.sndNxt) {
+			avail = c.sndEnd.Sub(c.sndNxt)
 		}
 		if avail == 0 {
 			if c.finQueued && c.sndNxt == c.finSeq {
-				c.emit(now, c.sndNxt, 0, flACK|flFIN, false)
-				c.sndNxt = c.sndNxt.add(1)
-				c.sndMax = seqMax(c.sndMax, c.sndNxt)
+				c.emit(now, c.sndNxt, 0, hdr.TCPFlagACK|hdr.TCPFlagFIN, false)
+				c.sndNxt = c.sndNxt.Add(1)
+				c.sndMax = seqnum.Max(c.sndMax, c.sndNxt)
 			}
 			break
 		}
 		// Resending after a timeout: skip what the peer holds.
-		if c.sndNxt.lt(c.sndMax) && c.sacked.n > 0 {
+		if c.sndNxt.LessThan(c.sndMax) && c.sacked.n > 0 {
 			if end, ok := c.sacked.covering(c.sndNxt); ok {
 				c.sndNxt = end
 				continue
@@ -122,9 +123,9 @@ func (c *conn) output(now int64) {
 		if n == 0 {
 			break
 		}
-		if c.sndNxt.lt(c.sndMax) && c.sacked.n > 0 {
-			if nx, ok := c.sacked.next(c.sndNxt); ok && nx.sub(c.sndNxt) < n {
-				n = nx.sub(c.sndNxt)
+		if c.sndNxt.LessThan(c.sndMax) && c.sacked.n > 0 {
+			if nx, ok := c.sacked.next(c.sndNxt); ok && nx.Sub(c.sndNxt) < n {
+				n = nx.Sub(c.sndNxt)
 			}
 		}
 		if c.ulp.u != nil {
@@ -133,16 +134,16 @@ func (c *conn) output(now int64) {
 			// window, unless nothing is in flight to open it.
 			if cut := c.ulpCut(c.sndNxt, n); cut > 0 {
 				n = cut
-			} else if inflight > 0 && !c.sndNxt.lt(c.sndMax) {
+			} else if inflight > 0 && !c.sndNxt.LessThan(c.sndMax) {
 				break
 			}
-		} else if n < mss && n < avail && inflight > 0 && n < c.maxSndWnd/2 && !c.sndNxt.lt(c.sndMax) {
+		} else if n < mss && n < avail && inflight > 0 && n < c.maxSndWnd/2 && !c.sndNxt.LessThan(c.sndMax) {
 			// Sender silly-window avoidance (RFC 9293 §3.8.6.2.1), for
 			// new data only: a short resend (a hole between SACKed
 			// ranges) goes.
 			break
-		} else if c.cc.nagle && n < mss && n == avail && c.sndMax != c.sndUna && !c.sndNxt.lt(c.sndMax) &&
-			!(c.finQueued && c.sndNxt.add(n) == c.finSeq) {
+		} else if c.cc.nagle && n < mss && n == avail && c.sndMax != c.sndUna && !c.sndNxt.LessThan(c.sndMax) &&
+			!(c.finQueued && c.sndNxt.Add(n) == c.finSeq) {
 			// Nagle (RFC 9293 §3.7.4): the last short piece of new
 			// data waits while anything is unacknowledged; the ACK, or
 			// more data making a full segment, sends it. Not a FIN's.
@@ -152,13 +153,13 @@ func (c *conn) output(now int64) {
 			return
 		}
 	}
-	if c.sndMax.gt(c.sndUna) {
+	if c.sndMax.GreaterThan(c.sndUna) {
 		if c.rtoAt == 0 || c.persist {
 			c.persist = false
 			c.rtoAt = now + c.curRTO()
 		}
 		c.armTLP(now)
-	} else if c.sndEnd.gt(c.sndNxt) && c.rtoAt == 0 {
+	} else if c.sndEnd.GreaterThan(c.sndNxt) && c.rtoAt == 0 {
 		// Nothing in flight, data waiting: the window is closed.
 		c.persist = true
 		c.rtoAt = now + c.curRTO()
@@ -183,20 +184,20 @@ func (c *conn) sendLimit(mss uint32) uint32 {
 // sendNext sends n bytes from SND.NXT (with the FIN when they end where it
 // goes) and advances SND.NXT and SND.MAX. False: the connection failed.
 func (c *conn) sendNext(now int64, n uint32) bool {
-	flags := uint8(flACK)
-	fin := c.finQueued && c.sndNxt.add(n) == c.finSeq
+	flags := uint8(hdr.TCPFlagACK)
+	fin := c.finQueued && c.sndNxt.Add(n) == c.finSeq
 	if fin {
-		flags |= flFIN
+		flags |= hdr.TCPFlagFIN
 	}
 	if !c.emit(now, c.sndNxt, n, flags, false) {
 		c.fail(now, rings.NtfError, AuxErrorDMA)
 		return false
 	}
-	c.sndNxt = c.sndNxt.add(n)
+	c.sndNxt = c.sndNxt.Add(n)
 	if fin {
-		c.sndNxt = c.sndNxt.add(1)
+		c.sndNxt = c.sndNxt.Add(1)
 	}
-	c.sndMax = seqMax(c.sndMax, c.sndNxt)
+	c.sndMax = seqnum.Max(c.sndMax, c.sndNxt)
 	return true
 }
 
@@ -205,31 +206,31 @@ func (c *conn) sendNext(now int64, n uint32) bool {
 func (c *conn) retransmitHead(now int64) bool {
 	sq := c.sndUna
 	n := uint32(0)
-	if sent := seqMin(c.sndMax, c.sndEnd); sent.gt(sq) {
-		n = min(sent.sub(sq), c.maxPayload()) // only what was sent before
+	if sent := seqnum.Min(c.sndMax, c.sndEnd); sent.GreaterThan(sq) {
+		n = min(sent.Sub(sq), c.maxPayload()) // only what was sent before
 		if c.ulp.u != nil {
 			if cut := c.ulpCut(sq, n); cut > 0 {
 				n = cut
 			}
 		}
 	}
-	flags := uint8(flACK)
-	end := sq.add(n)
-	if c.finQueued && end == c.finSeq && c.sndMax.gt(c.finSeq) {
-		flags |= flFIN
-		end = end.add(1)
+	flags := uint8(hdr.TCPFlagACK)
+	end := sq.Add(n)
+	if c.finQueued && end == c.finSeq && c.sndMax.GreaterThan(c.finSeq) {
+		flags |= hdr.TCPFlagFIN
+		end = end.Add(1)
 	}
-	if n == 0 && flags&flFIN == 0 {
+	if n == 0 && flags&hdr.TCPFlagFIN == 0 {
 		return true
 	}
 	if !c.emit(now, sq, n, flags, false) {
 		c.fail(now, rings.NtfError, AuxErrorDMA)
 		return false
 	}
-	if c.sndNxt.lt(end) {
+	if c.sndNxt.LessThan(end) {
 		c.sndNxt = end
 	}
-	if c.highRxt.lt(end) {
+	if c.highRxt.LessThan(end) {
 		c.highRxt = end
 	}
 	if c.inRecovery && c.sackOK {
@@ -285,7 +286,7 @@ func (c *conn) armTLP(now int64) {
 		return
 	}
 	pto := max(2*c.srtt, minPTO)
-	if c.sndMax.sub(c.sndUna) <= c.maxPayload() {
+	if c.sndMax.Sub(c.sndUna) <= c.maxPayload() {
 		pto += c.e.cfg.DelayedAck // one segment out: its ACK may be delayed
 	}
 	if c.rtoAt != 0 && now+pto >= c.rtoAt {
@@ -311,20 +312,20 @@ func (c *conn) probeTail(now int64) {
 	e := c.e
 	mss := c.maxPayload()
 	sent := false
-	if c.tlpOut == 0 && c.sndNxt == c.sndMax && c.sndEnd.gt(c.sndMax) && c.sndUna.add(c.sndWnd).gt(c.sndMax) {
+	if c.tlpOut == 0 && c.sndNxt == c.sndMax && c.sndEnd.GreaterThan(c.sndMax) && c.sndUna.Add(c.sndWnd).GreaterThan(c.sndMax) {
 		// New data: one segment, whatever the congestion window says.
-		if !c.sendNext(now, min(c.sndEnd.sub(c.sndMax), c.sndUna.add(c.sndWnd).sub(c.sndMax), mss)) {
+		if !c.sendNext(now, min(c.sndEnd.Sub(c.sndMax), c.sndUna.Add(c.sndWnd).Sub(c.sndMax), mss)) {
 			return
 		}
 		sent = true
-	} else if end := seqMin(c.sndMax, c.sndEnd); end.gt(c.sndUna) {
+	} else if end := seqnum.Min(c.sndMax, c.sndEnd); end.GreaterThan(c.sndUna) {
 		// The last segment again.
-		n := min(end.sub(c.sndUna), mss)
+		n := min(end.Sub(c.sndUna), mss)
 		sq := seq(uint32(end) - n)
 		if n == 0 {
 			return
 		}
-		if !c.emit(now, sq, n, flACK, false) { // counted as a retransmission there
+		if !c.emit(now, sq, n, hdr.TCPFlagACK, false) { // counted as a retransmission there
 			c.fail(now, rings.NtfError, AuxErrorDMA)
 			return
 		}
@@ -366,7 +367,7 @@ func (c *conn) rtoExpired(now int64) {
 		c.undoOK, c.undoCwnd, c.undoSsthresh, c.undoSeq = c.sackOK, c.cwnd, c.ssthresh, c.sndUna
 		c.cc.undoWMax = c.cc.wMax
 		c.cc.recUndo = false // a timeout: the last recovery's undo no longer applies
-		c.ccLoss(c.sndMax.sub(c.sndUna))
+		c.ccLoss(c.sndMax.Sub(c.sndUna))
 	}
 	c.cwnd = mss
 	c.caAcked = 0
@@ -414,7 +415,7 @@ func (c *conn) persistExpired(now int64) {
 	}
 	c.probes++
 	e.ctr.PersistProbes++
-	c.emit(now, c.sndUna-1, 1, flACK, true)
+	c.emit(now, c.sndUna-1, 1, hdr.TCPFlagACK, true)
 	c.backoff++
 	c.persist = true
 	c.rtoAt = now + c.curRTO()
@@ -443,7 +444,7 @@ func (c *conn) keepaliveExpired(now int64) {
 	}
 	c.kaSent++
 	e.ctr.KeepaliveProbes++
-	c.emit(now, c.sndUna-1, 1, flACK, true)
+	c.emit(now, c.sndUna-1, 1, hdr.TCPFlagACK, true)
 	c.kaAt = now + c.kaIntvl
 }
 
@@ -455,12 +456,12 @@ func (c *conn) keepaliveExpired(now int64) {
 // needs.
 func (c *conn) sendAck(now int64) {
 	c.e.ctr.AcksSent++
-	c.emit(now, c.sndMax, 0, flACK, false)
+	c.emit(now, c.sndMax, 0, hdr.TCPFlagACK, false)
 }
 
 // sendRst resets the connection at the peer (ABORT, timeouts).
 func (c *conn) sendRst(now int64) {
-	c.emit(now, c.sndMax, 0, flRST|flACK, false)
+	c.emit(now, c.sndMax, 0, hdr.TCPFlagRST|hdr.TCPFlagACK, false)
 }
 
 // windowField computes the window to advertise and moves the advertised
@@ -470,15 +471,15 @@ func (c *conn) sendRst(now int64) {
 func (c *conn) windowField() uint16 {
 	buf, free := c.rcvSpace()
 	edge := c.rcvAdvEdge
-	if edge.lt(c.rcvNxt) {
+	if edge.LessThan(c.rcvNxt) {
 		edge = c.rcvNxt
 	}
-	if desired := c.rcvNxt.add(free); desired.gt(edge) {
-		if desired.sub(edge) >= min(buf/2, c.mss) {
+	if desired := c.rcvNxt.Add(free); desired.GreaterThan(edge) {
+		if desired.Sub(edge) >= min(buf/2, c.mss) {
 			edge = desired
 		}
 	}
-	wnd := edge.sub(c.rcvNxt)
+	wnd := edge.Sub(c.rcvNxt)
 	f := (wnd + (1 << c.rcvScale) - 1) >> c.rcvScale // round up: never shrink
 	if c.ulp.u != nil && f<<c.rcvScale > c.ulpHoldRoom() {
 		// A ULP's hold is a hard limit: rounding up, repeated as
@@ -491,7 +492,7 @@ func (c *conn) windowField() uint16 {
 	if f > 0xFFFF {
 		f = 0xFFFF
 	}
-	if adv := c.rcvNxt.add(f << c.rcvScale); adv.gt(c.rcvAdvEdge) {
+	if adv := c.rcvNxt.Add(f << c.rcvScale); adv.GreaterThan(c.rcvAdvEdge) {
 		c.rcvAdvEdge = adv
 	}
 	if f == 0 {
@@ -504,8 +505,8 @@ func (c *conn) windowField() uint16 {
 // peer should hear about it now rather than with the next ACK.
 func (c *conn) windowUpdateDue() bool {
 	cur := uint32(0)
-	if c.rcvAdvEdge.gt(c.rcvNxt) {
-		cur = c.rcvAdvEdge.sub(c.rcvNxt)
+	if c.rcvAdvEdge.GreaterThan(c.rcvNxt) {
+		cur = c.rcvAdvEdge.Sub(c.rcvNxt)
 	}
 	buf, free := c.rcvSpace()
 	if free <= cur {
@@ -537,27 +538,26 @@ func (c *conn) emit(now int64, sq seq, n uint32, flags uint8, probe bool) bool {
 	e := c.e
 	f := e.frame
 	copy(f, c.tmpl[:])
-	ip := hdr.IPv4(f[ethHdrLen:])
-	tcp := hdr.TCP(ip[ipHdrLen:])
-	opt := tcp[tcpHdrLen:]
+	tcp := hdr.TCP(f[hdr.EthernetSize+netHdrLen:])
+	opt := tcp[hdr.TCPMinSize:]
 	ol := 0
 	if c.tsOK {
-		opt[0], opt[1] = optNOP, optNOP
+		opt[0], opt[1] = hdr.TCPOptNOP, hdr.TCPOptNOP
 		ol = 2 + hdr.PutTCPOptTimestamp(opt[2:], c.tsNow(now), c.tsRecent)
 	}
-	if c.sackOK && (c.ooo.n > 0 || c.dsackEnd != c.dsackStart) && flags&flRST == 0 {
-		maxB := maxSACKBlocks
+	if c.sackOK && (c.ooo.n > 0 || c.dsackEnd != c.dsackStart) && flags&hdr.TCPFlagRST == 0 {
+		maxB := hdr.TCPMaxSACKBlocks
 		if c.tsOK {
 			maxB = maxSACKWithTS
 		}
 		if n > 0 || probe {
 			space := int(c.mss) - ol - int(n)
-			if fit := (space - sackOptHdrLen) / sackBlockLen; fit < maxB {
+			if fit := (space - sackOptHdrLen) / hdr.TCPSACKBlockLen; fit < maxB {
 				maxB = fit
 			}
 		}
 		if maxB > 0 {
-			var blocks [maxSACKBlocks]sackBlock
+			var blocks [hdr.TCPMaxSACKBlocks]sackBlock
 			k := 0
 			if c.dsackEnd != c.dsackStart {
 				// A D-SACK first (RFC 2883 §4), reported once.
@@ -565,37 +565,37 @@ func (c *conn) emit(now int64, sq seq, n uint32, flags uint8, probe bool) bool {
 				c.dsackStart = c.dsackEnd
 				k = 1
 			}
-			var rest [maxSACKBlocks]sackBlock
+			var rest [hdr.TCPMaxSACKBlocks]sackBlock
 			m := c.ooo.sackBlocks(&rest, maxB-k)
 			k += copy(blocks[k:], rest[:m])
 			o := opt[ol:]
-			o[0], o[1] = optNOP, optNOP
+			o[0], o[1] = hdr.TCPOptNOP, hdr.TCPOptNOP
 			ol += 2 + hdr.PutTCPOptSACK(o[2:], k)
 			for i := 0; i < k; i++ {
 				hdr.PutTCPSACKBlock(o[2:], i, uint32(blocks[i].start), uint32(blocks[i].end))
 			}
 		}
 	}
-	hl := tcpHdrLen + ol
+	hl := hdr.TCPMinSize + ol
 	payload := tcp[hl : hl+int(n)]
 	if probe {
 		payload[0] = e.zero[0]
 	} else if n > 0 && c.ulp.u != nil {
 		c.ulpRead(payload, sq)
-		if sq.add(n) == c.sndEnd {
-			flags |= flPSH
+		if sq.Add(n) == c.sndEnd {
+			flags |= hdr.TCPFlagPSH
 		}
 	} else if n > 0 {
 		push, ok := c.readTx(payload, sq)
 		if !ok {
 			return false
 		}
-		if push || sq.add(n) == c.sndEnd {
-			flags |= flPSH
+		if push || sq.Add(n) == c.sndEnd {
+			flags |= hdr.TCPFlagPSH
 		}
 	}
 	tcp.SetSeq(uint32(sq))
-	if flags&flACK != 0 {
+	if flags&hdr.TCPFlagACK != 0 {
 		tcp.SetAck(uint32(c.rcvNxt))
 	}
 	tcp.SetHeaderLen(hl)
@@ -604,18 +604,15 @@ func (c *conn) emit(now int64, sq seq, n uint32, flags uint8, probe bool) bool {
 	tcp.SetWindow(c.lastWnd)
 	tcp.SetUrgent(0)
 	segLen := hl + int(n)
-	ip.SetTotalLen(uint16(ipHdrLen + segLen))
 	c.ipID++
-	ip.SetID(c.ipID)
-	ip.UpdateChecksum()
-	tcp[:segLen].UpdateChecksum(c.localIP, c.remoteIP)
+	finishNetHeader(f, &c.tuple, c.ipID, tcp[:segLen])
 
-	if (n > 0 || flags&flFIN != 0) && !probe {
-		c.txSent(now, sq, n, flags&flFIN != 0)
+	if (n > 0 || flags&hdr.TCPFlagFIN != 0) && !probe {
+		c.txSent(now, sq, n, flags&hdr.TCPFlagFIN != 0)
 		if c.inRecovery {
 			c.prrSent(n)
 		}
-		if sq.lt(c.sndMax) {
+		if sq.LessThan(c.sndMax) {
 			if c.inRecovery {
 				c.recoveryResent(n)
 			}
@@ -624,14 +621,14 @@ func (c *conn) emit(now int64, sq seq, n uint32, flags uint8, probe bool) bool {
 			c.timing = false // Karn
 		} else if n > 0 && !c.timing && !c.tsOK {
 			c.timing = true
-			c.rtSeq = sq.add(n)
+			c.rtSeq = sq.Add(n)
 			c.rtStart = now
 		}
 	}
-	fl := ethHdrLen + ipHdrLen + segLen
-	if fl < minFrame {
-		clear(f[fl:minFrame]) // the MAC pads short frames
-		fl = minFrame
+	fl := hdr.EthernetSize + netHdrLen + segLen
+	if fl < hdr.EthernetMinFrame {
+		clear(f[fl:hdr.EthernetMinFrame]) // the MAC pads short frames
+		fl = hdr.EthernetMinFrame
 	}
 	var err error
 	if mss := c.maxPayload(); n > mss && e.tso != nil {
@@ -648,7 +645,7 @@ func (c *conn) emit(now int64, sq seq, n uint32, flags uint8, probe bool) bool {
 		e.ctr.TxSegments++
 		e.ctr.TxBytes += uint64(n)
 	}
-	if flags&flACK != 0 && flags&flRST == 0 {
+	if flags&hdr.TCPFlagACK != 0 && flags&hdr.TCPFlagRST == 0 {
 		c.lastAckSent = c.rcvNxt
 		c.segsUnacked = 0
 		c.delackAt = 0

@@ -1,6 +1,10 @@
 package delegation
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/emunic/emunic/seqnum"
+)
 
 // RACK (RFC 8985): loss detection by time. The sender keeps, for the
 // sequence space it has sent and not had acknowledged, when each range was
@@ -54,12 +58,12 @@ func (l *txLog) reset() {
 
 // sent records [s, e) sent at now (rtx: a retransmission).
 func (l *txLog) sent(s, e seq, now int64, rtx bool) {
-	if !s.lt(e) {
+	if !s.LessThan(e) {
 		return
 	}
 	live := l.live()
 	n := len(live)
-	if n == 0 || !s.lt(live[n-1].end) {
+	if n == 0 || !s.LessThan(live[n-1].end) {
 		if n > 0 {
 			last := &live[n-1]
 			if last.end == s && last.at == now && last.ord == l.ord && last.rtx == rtx && !last.lost {
@@ -81,23 +85,23 @@ func (l *txLog) sent(s, e seq, now int64, rtx bool) {
 	l.ord++
 	// Inside what was sent: [s, e) replaces what it covers.
 	i := 0
-	for i < n && !live[i].end.gt(s) {
+	for i < n && !live[i].end.GreaterThan(s) {
 		i++
 	}
 	j := i
-	for j < n && live[j].start.lt(e) {
+	for j < n && live[j].start.LessThan(e) {
 		j++
 	}
 	var parts [3]txRange
 	k := 0
-	if live[i].start.lt(s) {
+	if live[i].start.LessThan(s) {
 		parts[k] = live[i]
 		parts[k].end = s
 		k++
 	}
 	parts[k] = txRange{start: s, end: e, at: now, ord: l.ord, rtx: rtx}
 	k++
-	if j > i && e.lt(live[j-1].end) {
+	if j > i && e.LessThan(live[j-1].end) {
 		parts[k] = live[j-1]
 		parts[k].start = e
 		k++
@@ -123,7 +127,7 @@ func (l *txLog) replace(i, j int, parts ...txRange) {
 func (l *txLog) split(s seq) {
 	live := l.live()
 	for i := range live {
-		if live[i].start.lt(s) && s.lt(live[i].end) {
+		if live[i].start.LessThan(s) && s.LessThan(live[i].end) {
 			a, b := live[i], live[i]
 			a.end, b.start = s, s
 			l.replace(i, i+1, a, b)
@@ -134,14 +138,14 @@ func (l *txLog) split(s seq) {
 
 // trim forgets everything below una.
 func (l *txLog) trim(una seq) {
-	for l.head < len(l.r) && !l.r[l.head].end.gt(una) {
+	for l.head < len(l.r) && !l.r[l.head].end.GreaterThan(una) {
 		l.head++
 	}
 	if l.head == len(l.r) {
 		l.r, l.head = l.r[:0], 0 // the order goes on: RACK holds one
 		return
 	}
-	if l.r[l.head].start.lt(una) {
+	if l.r[l.head].start.LessThan(una) {
 		l.r[l.head].start = una
 	}
 }
@@ -179,11 +183,11 @@ func (c *conn) txSent(now int64, sq seq, n uint32, fin bool) {
 	if !c.sackOK {
 		return
 	}
-	end := sq.add(n)
+	end := sq.Add(n)
 	if fin {
-		end = end.add(1)
+		end = end.Add(1)
 	}
-	c.tx.sent(sq, end, now, sq.lt(c.sndMax))
+	c.tx.sent(sq, end, now, sq.LessThan(c.sndMax))
 }
 
 // rackDelivered updates RACK from an ACK (RFC 8985 §6.2 steps 1-3): the
@@ -200,13 +204,13 @@ func (c *conn) rackDelivered(now int64, ack seq, before *scoreboard) {
 		// end its highest + 1.
 		var lo, end seq
 		delivered := false
-		if t.start.lt(ack) { // cumulatively acknowledged, some of it
-			if l, _, ok := newlyCovered(nil, before, t.start, seqMin(t.end, ack)); ok {
-				delivered, lo, end = true, l, seqMin(t.end, ack)
+		if t.start.LessThan(ack) { // cumulatively acknowledged, some of it
+			if l, _, ok := newlyCovered(nil, before, t.start, seqnum.Min(t.end, ack)); ok {
+				delivered, lo, end = true, l, seqnum.Min(t.end, ack)
 			}
 		}
-		if t.end.gt(ack) {
-			if l, e, ok := newlyCovered(&c.sacked, before, seqMax(t.start, ack), t.end); ok {
+		if t.end.GreaterThan(ack) {
+			if l, e, ok := newlyCovered(&c.sacked, before, seqnum.Max(t.start, ack), t.end); ok {
 				if !delivered {
 					lo = l
 				}
@@ -235,15 +239,15 @@ func (c *conn) rackDelivered(now int64, ack seq, before *scoreboard) {
 				}
 			}
 		}
-		if !t.rtx && lo.lt(r.fack) {
+		if !t.rtx && lo.LessThan(r.fack) {
 			// Delivered below what was delivered before, never resent:
 			// the path reorders (RFC 8985 §6.2 step 3).
 			r.reoSeen = true
 		}
-		if !r.valid || t.ord > r.ord || t.ord == r.ord && end.gt(r.end) {
+		if !r.valid || t.ord > r.ord || t.ord == r.ord && end.GreaterThan(r.end) {
 			r.valid, r.ord, r.xmit, r.end, r.rtt = true, t.ord, t.at, end, now-t.at
 		}
-		if end.gt(r.fack) {
+		if end.GreaterThan(r.fack) {
 			r.fack = end
 		}
 	}
@@ -271,7 +275,7 @@ func newlyCovered(now, before *scoreboard, s, e seq) (lo, hi seq, found bool) {
 	}
 	for i := 0; i < now.n; i++ {
 		b := now.r[i]
-		if a, z := seqMax(b.start, s), seqMin(b.end, e); a.lt(z) {
+		if a, z := seqnum.Max(b.start, s), seqnum.Min(b.end, e); a.LessThan(z) {
 			visit(a, z)
 		}
 	}
@@ -282,7 +286,7 @@ func newlyCovered(now, before *scoreboard, s, e seq) (lo, hi seq, found bool) {
 // step 4): at most one widening per round trip.
 func (c *conn) rackDSACK() {
 	r := &c.rack
-	if r.dsackArmed && !c.sndUna.lt(r.dsackRound) {
+	if r.dsackArmed && !c.sndUna.LessThan(r.dsackRound) {
 		r.dsackArmed = false
 	}
 	if !r.dsackArmed {
@@ -352,10 +356,10 @@ func (c *conn) rackDetect(now int64, floor seq) bool {
 			lost = true
 			continue
 		}
-		if !t.end.gt(floor) || c.sacked.covers(seqMax(t.start, floor), t.end) {
+		if !t.end.GreaterThan(floor) || c.sacked.covers(seqnum.Max(t.start, floor), t.end) {
 			continue
 		}
-		if !(r.ord > t.ord || r.ord == t.ord && t.end.le(r.end)) {
+		if !(r.ord > t.ord || r.ord == t.ord && t.end.LessThanEq(r.end)) {
 			continue // sent after: no evidence yet
 		}
 		if rem := t.at + r.rtt + reo - now; rem <= 0 {
@@ -382,8 +386,8 @@ func (c *conn) nextLost(limit uint32) (seq, uint32) {
 		if !t.lost {
 			continue
 		}
-		if s, e, ok := c.sacked.gap(seqMax(t.start, c.sndUna), t.end); ok {
-			return s, min(e.sub(s), limit)
+		if s, e, ok := c.sacked.gap(seqnum.Max(t.start, c.sndUna), t.end); ok {
+			return s, min(e.Sub(s), limit)
 		}
 		t.lost = false // all of it SACKed since
 	}
@@ -401,11 +405,11 @@ func (c *conn) rackPipe() uint32 {
 		if t.lost {
 			continue
 		}
-		s, e := seqMax(t.start, c.sndUna), t.end
-		if !s.lt(e) {
+		s, e := seqnum.Max(t.start, c.sndUna), t.end
+		if !s.LessThan(e) {
 			continue
 		}
-		p += e.sub(s) - c.sacked.within(s, e)
+		p += e.Sub(s) - c.sacked.within(s, e)
 	}
 	return p
 }
@@ -418,7 +422,7 @@ func (c *conn) rackTimer(now int64) {
 	}
 	if c.rackDetect(now, c.sndUna) {
 		c.e.ctr.RACKTimeouts++
-		if !c.inRecovery && c.sndUna.gt(c.recover) {
+		if !c.inRecovery && c.sndUna.GreaterThan(c.recover) {
 			c.enterRecovery(now)
 		}
 		c.output(now)

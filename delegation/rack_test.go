@@ -1,6 +1,10 @@
 package delegation
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/emunic/emunic/nic/hdr"
+)
 
 // rackRig is an established rig that has sent its first flight of full
 // segments (1448 bytes from sequence 1000, more data waiting) and measured
@@ -36,7 +40,7 @@ func TestRACKLostRetransmission(t *testing.T) {
 		t.Fatalf("first flight of %d segments", first)
 	}
 	// Segment 0 lost; 1..4 SACKed: recovery, segment 0 resent (R0).
-	r.in(pseg{seq: 5000, ack: at(0), flags: flACK, wnd: 0xFFFF, tsEcr: ts, sack: []sackBlock{{seq(at(1)), seq(at(5))}}})
+	r.in(pseg{seq: 5000, ack: at(0), flags: hdr.TCPFlagACK, wnd: 0xFFFF, tsEcr: ts, sack: []sackBlock{{seq(at(1)), seq(at(5))}}})
 	o := r.take()
 	if !r.info().InRecovery || len(o) == 0 || uint32(o[0].seq) != at(0) {
 		t.Fatalf("no recovery with segment 0 resent first: %v", sentSeqs(o))
@@ -44,7 +48,7 @@ func TestRACKLostRetransmission(t *testing.T) {
 	// The rest of the flight arrives; PRR lets new data out after R0.
 	newer := sentSeqs(o)[1:]
 	for k := 5; k < first; k++ {
-		r.in(pseg{seq: 5000, ack: at(0), flags: flACK, wnd: 0xFFFF, tsEcr: ts, sack: []sackBlock{{seq(at(1)), seq(at(k + 1))}}})
+		r.in(pseg{seq: 5000, ack: at(0), flags: hdr.TCPFlagACK, wnd: 0xFFFF, tsEcr: ts, sack: []sackBlock{{seq(at(1)), seq(at(k + 1))}}})
 		for _, s := range sentSeqs(r.take()) {
 			if s == at(0) {
 				t.Fatalf("segment 0 resent again before anything sent after R0 was delivered")
@@ -58,7 +62,7 @@ func TestRACKLostRetransmission(t *testing.T) {
 	r.advance(10e6)
 	// R0 is lost; everything else, sent before and after it, arrives.
 	lostBefore := r.e.Counters().RACKLost
-	r.in(pseg{seq: 5000, ack: at(0), flags: flACK, wnd: 0xFFFF, tsEcr: ts,
+	r.in(pseg{seq: 5000, ack: at(0), flags: hdr.TCPFlagACK, wnd: 0xFFFF, tsEcr: ts,
 		sack: []sackBlock{{seq(at(1)), seq(at(first) + uint32(len(newer))*1448)}}})
 	o = r.take()
 	if s := sentSeqs(o); len(s) == 0 || s[0] != at(0) {
@@ -69,7 +73,7 @@ func TestRACKLostRetransmission(t *testing.T) {
 		t.Fatalf("RACK marked %d ranges lost (%d before), %d RTOs", c.RACKLost, lostBefore, c.RTOExpired)
 	}
 	// Everything arrives: recovery ends, nothing else was resent.
-	r.in(pseg{seq: 5000, ack: at(first) + uint32(len(newer))*1448, flags: flACK, wnd: 0xFFFF})
+	r.in(pseg{seq: 5000, ack: at(first) + uint32(len(newer))*1448, flags: hdr.TCPFlagACK, wnd: 0xFFFF})
 	if r.info().InRecovery {
 		t.Fatalf("still in recovery: %+v", r.info())
 	}
@@ -89,7 +93,7 @@ func TestRACKReorderingWindow(t *testing.T) {
 	if first < 8 {
 		t.Fatalf("first flight of %d segments", first)
 	}
-	r.in(pseg{seq: 5000, ack: at(0), flags: flACK, wnd: 0xFFFF, tsEcr: ts, sack: []sackBlock{{seq(at(1)), seq(at(2))}}})
+	r.in(pseg{seq: 5000, ack: at(0), flags: hdr.TCPFlagACK, wnd: 0xFFFF, tsEcr: ts, sack: []sackBlock{{seq(at(1)), seq(at(2))}}})
 	if r.info().InRecovery {
 		t.Fatal("recovery on one segment SACKed, inside the reordering window")
 	}
@@ -100,13 +104,13 @@ func TestRACKReorderingWindow(t *testing.T) {
 	}
 	// Segment 0 was only late: it and 1 are acknowledged 1 ms later.
 	r.advance(1e6)
-	r.in(pseg{seq: 5000, ack: at(2), flags: flACK, wnd: 0xFFFF, tsEcr: ts})
+	r.in(pseg{seq: 5000, ack: at(2), flags: hdr.TCPFlagACK, wnd: 0xFFFF, tsEcr: ts})
 	r.take()
 	if c := r.e.Counters(); c.TxRetransSegs != 0 || c.FastRetransmits != 0 {
 		t.Fatalf("a reordered segment cost %d retransmissions", c.TxRetransSegs)
 	}
 	// Acknowledge the first flight; the next one goes.
-	r.in(pseg{seq: 5000, ack: at(first), flags: flACK, wnd: 0xFFFF, tsEcr: ts})
+	r.in(pseg{seq: 5000, ack: at(first), flags: hdr.TCPFlagACK, wnd: 0xFFFF, tsEcr: ts})
 	o := r.take()
 	if len(o) < 5 {
 		t.Fatalf("second flight of %d segments", len(o))
@@ -116,7 +120,7 @@ func TestRACKReorderingWindow(t *testing.T) {
 	r.advance(10e6)
 	// Now three segments above a hole: reordering was seen, so the window
 	// still applies.
-	r.in(pseg{seq: 5000, ack: at(h), flags: flACK, wnd: 0xFFFF, tsEcr: ts2, sack: []sackBlock{{seq(at(h + 1)), seq(at(h + 4))}}})
+	r.in(pseg{seq: 5000, ack: at(h), flags: hdr.TCPFlagACK, wnd: 0xFFFF, tsEcr: ts2, sack: []sackBlock{{seq(at(h + 1)), seq(at(h + 4))}}})
 	for _, s := range sentSeqs(r.take()) {
 		if s < at(h+len(o)) {
 			t.Fatalf("segment at %d resent inside the reordering window after reordering was seen", s)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/rings"
 )
 
@@ -16,8 +17,7 @@ func pattern(n int, seed byte) []byte {
 }
 
 func TestInOrderPlacementAndDelayedAck(t *testing.T) {
-	r := newRig(t, defaultRigOpts())
-	r.h.start()
+	r := newContext(t)
 	p := pattern(3000, 1)
 	r.data(p[:1000], 0)
 	r.expectNone("first segment (delayed ACK)")
@@ -25,16 +25,13 @@ func TestInOrderPlacementAndDelayedAck(t *testing.T) {
 		t.Fatalf("delayed ACK timer at %d, want %d", d, r.now+40e6)
 	}
 	r.data(p[1000:2000], 0)
-	ack := r.takeOne("second segment")
-	if !ack.has(flACK) || uint32(ack.ack) != 7000 || len(ack.payload) != 0 {
-		t.Fatalf("ACK %d flags %#x, want ack 7000", ack.ack, ack.flags)
-	}
-	r.data(p[2000:], flPSH)
+	r.expect("second segment", ackNum(7000), payloadLen(0))
+	r.data(p[2000:], hdr.TCPFlagPSH)
 	r.expectNone("third segment")
 	r.advance(40e6)
-	ack = r.takeOne("delayed ACK")
-	if uint32(ack.ack) != 8000 || r.e.Counters().DelayedAcks != 1 {
-		t.Fatalf("delayed ACK ack %d", ack.ack)
+	ack := r.expect("delayed ACK", ackNum(8000))
+	if r.e.Counters().DelayedAcks != 1 {
+		t.Fatalf("delayed ACKs %d, want 1", r.e.Counters().DelayedAcks)
 	}
 	// PSH completed the user buffer with the 3000 bytes.
 	var done *rings.Notification
@@ -57,29 +54,25 @@ func TestInOrderPlacementAndDelayedAck(t *testing.T) {
 }
 
 func TestRFC5961Reset(t *testing.T) {
-	r := newRig(t, defaultRigOpts())
-	r.h.start()
+	r := newContext(t)
 	// In the window but not RCV.NXT: challenge ACK, connection survives.
-	r.in(pseg{seq: 5000 + 10, flags: flRST})
-	ack := r.takeOne("in-window RST")
-	if ack.flags != flACK || uint32(ack.ack) != 5000 || uint32(ack.seq) != 1000 {
-		t.Fatalf("challenge ACK flags %#x seq %d ack %d", ack.flags, ack.seq, ack.ack)
-	}
+	r.send(pseg{seq: 5000 + 10, flags: hdr.TCPFlagRST})
+	r.expect("in-window RST", flags(hdr.TCPFlagACK), seqNum(1000), ackNum(5000))
 	if r.info().State != rings.StateEstablished || r.h.rst {
 		t.Fatal("in-window RST was accepted")
 	}
 	// Outside the window: silently ignored.
-	r.in(pseg{seq: 5000 + 1<<20, flags: flRST})
+	r.send(pseg{seq: 5000 + 1<<20, flags: hdr.TCPFlagRST})
 	r.expectNone("out-of-window RST")
 	// SYN (even at RCV.NXT): challenge ACK.
-	r.in(pseg{seq: 5000, flags: flSYN})
-	r.takeOne("SYN")
+	r.send(pseg{seq: 5000, flags: hdr.TCPFlagSYN})
+	r.expect("SYN", flags(hdr.TCPFlagACK), ackNum(5000))
 	c := r.e.Counters()
 	if c.ChallengeAcks != 2 || c.RstOutOfWindow != 1 || c.SynReceived != 1 {
 		t.Fatalf("counters %+v", c)
 	}
 	// Exactly RCV.NXT: accepted.
-	r.in(pseg{seq: 5000, flags: flRST})
+	r.in(pseg{seq: 5000, flags: hdr.TCPFlagRST})
 	r.expectNone("accepted RST")
 	if !r.h.rst || !r.h.closed || r.info().State != rings.StateClosed {
 		t.Fatalf("RST not accepted: %v", r.h)
@@ -91,7 +84,7 @@ func TestRFC5961Reset(t *testing.T) {
 	if st := r.e.Release(0); st != rings.StatusOK {
 		t.Fatalf("release: %v", st)
 	}
-	if _, ok := r.e.Lookup(ipB, ipA, portB, portA); ok {
+	if _, ok := r.e.Lookup(rxTuple(ipB, ipA, portB, portA)); ok {
 		t.Fatal("tuple still steered after release")
 	}
 }
@@ -101,13 +94,13 @@ func TestChallengeAckRateLimit(t *testing.T) {
 	o.cfg.ChallengeAcks = 3
 	r := newRig(t, o)
 	for i := 0; i < 10; i++ {
-		r.in(pseg{seq: 5000 + 10, flags: flRST})
+		r.in(pseg{seq: 5000 + 10, flags: hdr.TCPFlagRST})
 	}
 	if n := len(r.take()); n != 3 {
 		t.Fatalf("%d challenge ACKs, want 3", n)
 	}
 	r.advance(1e9)
-	r.in(pseg{seq: 5000 + 10, flags: flRST})
+	r.in(pseg{seq: 5000 + 10, flags: hdr.TCPFlagRST})
 	r.takeOne("after a second")
 	if r.e.Counters().ChallengeLimited != 7 {
 		t.Fatal(r.e.Counters().ChallengeLimited)
@@ -121,13 +114,13 @@ func TestOutOfWindowData(t *testing.T) {
 	r := newRig(t, o)
 	r.h.start()
 	// Beyond the right edge.
-	r.in(pseg{seq: 5000 + 20000, ack: 1000, flags: flACK, wnd: 100, payload: pattern(100, 0)})
+	r.in(pseg{seq: 5000 + 20000, ack: 1000, flags: hdr.TCPFlagACK, wnd: 100, payload: pattern(100, 0)})
 	ack := r.takeOne("beyond window")
 	if uint32(ack.ack) != 5000 {
 		t.Fatal("ack moved")
 	}
 	// Entirely old.
-	r.in(pseg{seq: 5000 - 2000, ack: 1000, flags: flACK, wnd: 100, payload: pattern(1000, 0)})
+	r.in(pseg{seq: 5000 - 2000, ack: 1000, flags: hdr.TCPFlagACK, wnd: 100, payload: pattern(1000, 0)})
 	r.takeOne("old data")
 	c := r.e.Counters()
 	if c.DropOutOfWindow != 2 || c.RxBytes != 0 || c.OOOSegments != 0 {
@@ -135,7 +128,7 @@ func TestOutOfWindowData(t *testing.T) {
 	}
 	// Straddling the right edge: only the part inside is taken.
 	big := pattern(20000, 3)
-	r.in(pseg{seq: 5000, ack: 1000, flags: flACK | flPSH, wnd: 100, payload: big})
+	r.in(pseg{seq: 5000, ack: 1000, flags: hdr.TCPFlagACK | hdr.TCPFlagPSH, wnd: 100, payload: big})
 	ack = r.takeOne("straddling")
 	if got := r.e.Counters().RxBytes; got != 16384 || uint32(ack.ack) != 5000+16384 {
 		t.Fatalf("took %d bytes, ack %d", got, ack.ack)
@@ -150,20 +143,20 @@ func TestAckOutOfRange(t *testing.T) {
 	r := newRig(t, defaultRigOpts())
 	r.h.start()
 	// ACK for data never sent: ignored with an ACK, payload not taken.
-	r.in(pseg{seq: 5000, ack: 1000 + 5000, flags: flACK, wnd: 100, payload: []byte("xyz")})
+	r.in(pseg{seq: 5000, ack: 1000 + 5000, flags: hdr.TCPFlagACK, wnd: 100, payload: []byte("xyz")})
 	ack := r.takeOne("ACK of unsent data")
 	if uint32(ack.ack) != 5000 || r.e.Counters().DropAckUnsent != 1 || r.e.Counters().RxBytes != 0 {
 		t.Fatalf("ack %d counters %+v", ack.ack, r.e.Counters())
 	}
 	// ACK far below SND.UNA - MAX.SND.WND: challenge ACK.
-	r.in(pseg{seq: 5000, ack: uint32(1000 - 1<<24 + 1<<32), flags: flACK, wnd: 100})
+	r.in(pseg{seq: 5000, ack: uint32(1000 - 1<<24 + 1<<32), flags: hdr.TCPFlagACK, wnd: 100})
 	r.takeOne("too-old ACK")
 	if r.e.Counters().DropAckTooOld != 1 || r.e.Counters().ChallengeAcks != 1 {
 		t.Fatalf("counters %+v", r.e.Counters())
 	}
 	// Zero-length duplicate: rate-limited answer.
 	for i := 0; i < 5; i++ {
-		r.in(pseg{seq: 5000 + 1<<20, ack: 1000, flags: flACK, wnd: 100})
+		r.in(pseg{seq: 5000 + 1<<20, ack: 1000, flags: hdr.TCPFlagACK, wnd: 100})
 	}
 	if n := len(r.take()); n != 1 {
 		t.Fatalf("%d answers to zero-length out-of-window segments, want 1", n)
@@ -173,8 +166,8 @@ func TestAckOutOfRange(t *testing.T) {
 func TestPAWS(t *testing.T) {
 	r := newRig(t, defaultRigOpts())
 	r.h.start()
-	r.in(pseg{seq: 5000, ack: 1000, flags: flACK, wnd: 100, tsVal: 8000})
-	r.in(pseg{seq: 5000, ack: 1000, flags: flACK, wnd: 100, tsVal: 7990, payload: []byte("old")})
+	r.in(pseg{seq: 5000, ack: 1000, flags: hdr.TCPFlagACK, wnd: 100, tsVal: 8000})
+	r.in(pseg{seq: 5000, ack: 1000, flags: hdr.TCPFlagACK, wnd: 100, tsVal: 7990, payload: []byte("old")})
 	ack := r.takeOne("PAWS")
 	if r.e.Counters().DropPAWS != 1 || r.e.Counters().RxBytes != 0 || uint32(ack.ack) != 5000 {
 		t.Fatalf("counters %+v", r.e.Counters())
@@ -183,13 +176,13 @@ func TestPAWS(t *testing.T) {
 		t.Fatalf("TS.Recent %d, want 8000", ack.tsEcr)
 	}
 	// A segment without timestamps on a timestamps connection.
-	r.in(pseg{seq: 5000, ack: 1000, flags: flACK, wnd: 100, noTS: true, payload: []byte("nots")})
+	r.in(pseg{seq: 5000, ack: 1000, flags: hdr.TCPFlagACK, wnd: 100, noTS: true, payload: []byte("nots")})
 	r.expectNone("no timestamp")
 	if r.e.Counters().DropNoTimestamp != 1 {
 		t.Fatal("not counted")
 	}
 	// TS.Recent only moves for segments at or left of Last.ACK.sent.
-	r.in(pseg{seq: 5000 + 3000, ack: 1000, flags: flACK, wnd: 100, tsVal: 9000, payload: []byte("ooo")})
+	r.in(pseg{seq: 5000 + 3000, ack: 1000, flags: hdr.TCPFlagACK, wnd: 100, tsVal: 9000, payload: []byte("ooo")})
 	ack = r.takeOne("OOO")
 	if ack.tsEcr != 8000 {
 		t.Fatalf("TS.Recent moved to %d on an out-of-order segment", ack.tsEcr)
@@ -200,12 +193,12 @@ func TestOutOfOrderAndSACK(t *testing.T) {
 	r := newRig(t, defaultRigOpts())
 	r.h.start()
 	p := pattern(4000, 5)
-	r.in(pseg{seq: 6000, ack: 1000, flags: flACK, wnd: 100, payload: p[1000:2000]})
+	r.in(pseg{seq: 6000, ack: 1000, flags: hdr.TCPFlagACK, wnd: 100, payload: p[1000:2000]})
 	ack := r.takeOne("first OOO")
 	if uint32(ack.ack) != 5000 || ack.nSACK != 1 || ack.sack[0] != (sackBlock{6000, 7000}) {
 		t.Fatalf("dup ACK %d sack %v", ack.ack, ack.sack[:ack.nSACK])
 	}
-	r.in(pseg{seq: 8000, ack: 1000, flags: flACK | flPSH, wnd: 100, payload: p[3000:4000]})
+	r.in(pseg{seq: 8000, ack: 1000, flags: hdr.TCPFlagACK | hdr.TCPFlagPSH, wnd: 100, payload: p[3000:4000]})
 	ack = r.takeOne("second OOO")
 	if ack.nSACK != 2 || ack.sack[0] != (sackBlock{8000, 9000}) || ack.sack[1] != (sackBlock{6000, 7000}) {
 		t.Fatalf("SACK %v, want most recent first", ack.sack[:ack.nSACK])
@@ -214,12 +207,12 @@ func TestOutOfOrderAndSACK(t *testing.T) {
 		t.Fatalf("info %+v", i)
 	}
 	// Fill the first hole: ACK at once, up to the second hole.
-	r.in(pseg{seq: 5000, ack: 1000, flags: flACK, wnd: 100, payload: p[:1000]})
+	r.in(pseg{seq: 5000, ack: 1000, flags: hdr.TCPFlagACK, wnd: 100, payload: p[:1000]})
 	ack = r.takeOne("hole fill")
 	if uint32(ack.ack) != 7000 || ack.nSACK != 1 {
 		t.Fatalf("ack %d sack %d", ack.ack, ack.nSACK)
 	}
-	r.in(pseg{seq: 7000, ack: 1000, flags: flACK, wnd: 100, payload: p[2000:3000]})
+	r.in(pseg{seq: 7000, ack: 1000, flags: hdr.TCPFlagACK, wnd: 100, payload: p[2000:3000]})
 	ack = r.takeOne("second fill")
 	if uint32(ack.ack) != 9000 || ack.nSACK != 0 {
 		t.Fatalf("ack %d sack %d", ack.ack, ack.nSACK)
@@ -248,7 +241,7 @@ func TestOutOfOrderBounded(t *testing.T) {
 	p := pattern(40000, 9)
 	// Everything from +1000 to +30000: only up to RCV.NXT+8 KiB is held.
 	for off := 1000; off < 30000; off += 1000 {
-		r.in(pseg{seq: 5000 + uint32(off), ack: 1000, flags: flACK, wnd: 100, payload: p[off : off+1000]})
+		r.in(pseg{seq: 5000 + uint32(off), ack: 1000, flags: hdr.TCPFlagACK, wnd: 100, payload: p[off : off+1000]})
 	}
 	r.take()
 	c := r.e.Counters()
@@ -263,16 +256,16 @@ func TestOutOfOrderBounded(t *testing.T) {
 	r2.h.start()
 	for i := 0; i < 30; i++ {
 		off := 100 + 200*i
-		r2.in(pseg{seq: 5000 + uint32(off), ack: 1000, flags: flACK, wnd: 100, payload: p[off : off+100]})
+		r2.in(pseg{seq: 5000 + uint32(off), ack: 1000, flags: hdr.TCPFlagACK, wnd: 100, payload: p[off : off+100]})
 	}
 	if i := r2.info(); i.OOORanges != maxOOORanges || r2.e.Counters().OOODropRanges != 30-maxOOORanges {
 		t.Fatalf("ranges %d, dropped %d", i.OOORanges, r2.e.Counters().OOODropRanges)
 	}
 	// Fill in order from RCV.NXT: the stream comes out whole.
 	for off := 0; off < 12000; off += 500 {
-		fl := uint8(flACK)
+		fl := uint8(hdr.TCPFlagACK)
 		if off+500 == 12000 {
-			fl |= flPSH
+			fl |= hdr.TCPFlagPSH
 		}
 		r2.in(pseg{seq: 5000 + uint32(off), ack: 1000, flags: fl, wnd: 100, payload: p[off : off+500]})
 	}
@@ -291,7 +284,7 @@ func TestOutOfOrderBounded(t *testing.T) {
 func TestZeroWindowPersist(t *testing.T) {
 	r := newRig(t, defaultRigOpts())
 	// The peer closes its window.
-	r.in(pseg{seq: 5000, ack: 1000, flags: flACK, wnd: 0})
+	r.in(pseg{seq: 5000, ack: 1000, flags: hdr.TCPFlagACK, wnd: 0})
 	r.h.sendTotal = 3000
 	r.h.start()
 	r.expectNone("zero window")
@@ -304,13 +297,13 @@ func TestZeroWindowPersist(t *testing.T) {
 		t.Fatalf("probe seq %d len %d", probe.seq, len(probe.payload))
 	}
 	// Still zero: the next probe backs off.
-	r.in(pseg{seq: 5000, ack: 1000, flags: flACK, wnd: 0})
+	r.in(pseg{seq: 5000, ack: 1000, flags: hdr.TCPFlagACK, wnd: 0})
 	r.advance(1e9)
 	r.expectNone("backed off")
 	r.advance(1e9)
 	r.takeOne("second probe")
 	// The window opens: data goes at once.
-	r.in(pseg{seq: 5000, ack: 1000, flags: flACK, wnd: 1000}) // 4000 bytes (scale 2)
+	r.in(pseg{seq: 5000, ack: 1000, flags: hdr.TCPFlagACK, wnd: 1000}) // 4000 bytes (scale 2)
 	o := r.take()
 	if len(o) != 3 || uint32(o[0].seq) != 1000 || len(o[2].payload) != 3000-2*int(r.e.conns[0].maxPayload()) {
 		t.Fatalf("after reopening: %d frames", len(o))
@@ -337,7 +330,7 @@ func TestZeroWindowAdvertised(t *testing.T) {
 	p := pattern(20000, 2)
 	for i := 0; i < 20; i++ {
 		at := r.info().RcvNxt - 5000
-		r.in(pseg{seq: 5000 + at, ack: 1000, flags: flACK | flPSH, wnd: 100, payload: p[at : at+1000]})
+		r.in(pseg{seq: 5000 + at, ack: 1000, flags: hdr.TCPFlagACK | hdr.TCPFlagPSH, wnd: 100, payload: p[at : at+1000]})
 		r.advance(50e6)
 		record()
 	}
@@ -379,7 +372,7 @@ func TestRetransmissionTimeoutGivesUp(t *testing.T) {
 	for i := 0; i < 10 && !r.h.closed; i++ {
 		r.advance(r.e.NextDeadline() - r.now)
 		for _, s := range r.take() {
-			if s.has(flRST) {
+			if s.has(hdr.TCPFlagRST) {
 				continue
 			}
 			times = append(times, r.now-start)
@@ -408,7 +401,7 @@ func TestRetransmissionTimeoutGivesUp(t *testing.T) {
 
 func TestFastRetransmitNewReno(t *testing.T) {
 	r := newRig(t, defaultRigOpts())
-	r.in(pseg{seq: 5000, ack: 1000, flags: flACK, wnd: 0xFFFF})
+	r.in(pseg{seq: 5000, ack: 1000, flags: hdr.TCPFlagACK, wnd: 0xFFFF})
 	r.h.sendTotal = 10 * 1448
 	r.h.txSize = 16 << 10
 	r.h.start()
@@ -420,10 +413,10 @@ func TestFastRetransmitNewReno(t *testing.T) {
 	ackOf := func(i int) uint32 { return 1000 + uint32(i)*mss }
 	// Segments 1 and 3 are lost; the peer acks 0 and then dup-acks
 	// (without SACK blocks: RFC 6582's partial ACK rule is what tells).
-	r.in(pseg{seq: 5000, ack: ackOf(1), flags: flACK, wnd: 0xFFFF})
+	r.in(pseg{seq: 5000, ack: ackOf(1), flags: hdr.TCPFlagACK, wnd: 0xFFFF})
 	r.take()
 	for i := 0; i < 3; i++ {
-		r.in(pseg{seq: 5000, ack: ackOf(1), flags: flACK, wnd: 0xFFFF})
+		r.in(pseg{seq: 5000, ack: ackOf(1), flags: hdr.TCPFlagACK, wnd: 0xFFFF})
 	}
 	rt := r.take()
 	if len(rt) < 1 || uint32(rt[0].seq) != ackOf(1) {
@@ -433,13 +426,13 @@ func TestFastRetransmitNewReno(t *testing.T) {
 		t.Fatal("no duplicate-ACK notification / not in recovery")
 	}
 	// Partial ACK up to the next hole: segment 3 goes at once.
-	r.in(pseg{seq: 5000, ack: ackOf(3), flags: flACK, wnd: 0xFFFF})
+	r.in(pseg{seq: 5000, ack: ackOf(3), flags: hdr.TCPFlagACK, wnd: 0xFFFF})
 	rt = r.take()
 	if len(rt) < 1 || uint32(rt[0].seq) != ackOf(3) {
 		t.Fatalf("partial ACK: no retransmission of segment 3")
 	}
 	// Full ACK: recovery ends with cwnd = ssthresh.
-	r.in(pseg{seq: 5000, ack: ackOf(10), flags: flACK, wnd: 0xFFFF})
+	r.in(pseg{seq: 5000, ack: ackOf(10), flags: hdr.TCPFlagACK, wnd: 0xFFFF})
 	i := r.info()
 	if i.InRecovery || i.Cwnd > i.Ssthresh || r.e.Counters().PartialAcks != 1 || r.e.Counters().FastRetransmits != 1 {
 		t.Fatalf("after full ACK: %+v %+v", i, r.e.Counters())
@@ -452,7 +445,7 @@ func TestFastRetransmitNewReno(t *testing.T) {
 func TestPassiveClose(t *testing.T) {
 	r := newRig(t, defaultRigOpts())
 	r.h.start()
-	r.data([]byte("bye"), flFIN)
+	r.data([]byte("bye"), hdr.TCPFlagFIN)
 	ack := r.takeOne("ACK of FIN")
 	if uint32(ack.ack) != 5000+4 || !r.h.gotFin || r.info().State != rings.StateCloseWait {
 		t.Fatalf("ack %d state %v fin %v", ack.ack, r.info().State, r.h.gotFin)
@@ -463,10 +456,10 @@ func TestPassiveClose(t *testing.T) {
 	r.h.pump()
 	o := r.take()
 	last := o[len(o)-1]
-	if !last.has(flFIN) || r.info().State != rings.StateLastAck {
+	if !last.has(hdr.TCPFlagFIN) || r.info().State != rings.StateLastAck {
 		t.Fatalf("FIN not sent with the data: %d frames, state %v", len(o), r.info().State)
 	}
-	r.in(pseg{seq: 5000 + 4, ack: 1000 + 2001, flags: flACK, wnd: 100})
+	r.in(pseg{seq: 5000 + 4, ack: 1000 + 2001, flags: hdr.TCPFlagACK, wnd: 100})
 	if !r.h.closed || r.info().State != rings.StateClosed {
 		t.Fatalf("not closed: %v", r.h)
 	}
@@ -482,20 +475,20 @@ func TestActiveCloseTimeWait(t *testing.T) {
 		t.Fatal(st)
 	}
 	fin := r.takeOne("FIN")
-	if !fin.has(flFIN|flACK) || uint32(fin.seq) != 1000 || r.info().State != rings.StateFinWait1 {
+	if !fin.has(hdr.TCPFlagFIN|hdr.TCPFlagACK) || uint32(fin.seq) != 1000 || r.info().State != rings.StateFinWait1 {
 		t.Fatalf("FIN flags %#x state %v", fin.flags, r.info().State)
 	}
 	if st := (rings.Tx{Len: 10, Addr: r.h.txBufs[0]}); r.e.Send(0, &st) != rings.StatusBadState {
 		t.Fatal("send after close accepted")
 	}
-	r.in(pseg{seq: 5000, ack: 1001, flags: flACK, wnd: 100})
+	r.in(pseg{seq: 5000, ack: 1001, flags: hdr.TCPFlagACK, wnd: 100})
 	if r.info().State != rings.StateFinWait2 {
 		t.Fatal(r.info().State)
 	}
 	// Half-closed: the peer keeps sending, we keep receiving.
 	p := pattern(3000, 4)
-	r.data(p, flPSH)
-	r.data(nil, flFIN)
+	r.data(p, hdr.TCPFlagPSH)
+	r.data(nil, hdr.TCPFlagFIN)
 	ack := r.take()
 	// TIME_WAIT moves to a small record: the connection is CLOSED at
 	// once and its index can be released (timewait.go).
@@ -511,12 +504,12 @@ func TestActiveCloseTimeWait(t *testing.T) {
 	}
 	// A retransmitted FIN is ACKed again by the record and restarts TIME_WAIT.
 	r.advance(400e6)
-	r.in(pseg{seq: 5000 + 3000, ack: 1001, flags: flACK | flFIN, wnd: 100})
-	if a := r.takeOne("re-ACK of FIN"); !a.has(flACK) || uint32(a.ack) != 5000+3001 || uint32(a.seq) != 1001 {
+	r.in(pseg{seq: 5000 + 3000, ack: 1001, flags: hdr.TCPFlagACK | hdr.TCPFlagFIN, wnd: 100})
+	if a := r.takeOne("re-ACK of FIN"); !a.has(hdr.TCPFlagACK) || uint32(a.ack) != 5000+3001 || uint32(a.seq) != 1001 {
 		t.Fatalf("re-ACK seq %d ack %d flags %#x", a.seq, a.ack, a.flags)
 	}
-	r.in(pseg{seq: 5000 + 3001, flags: flRST}) // RFC 1337: ignored
-	r.in(pseg{seq: 5000 + 3001, ack: 1001, flags: flACK, payload: []byte("x")})
+	r.in(pseg{seq: 5000 + 3001, flags: hdr.TCPFlagRST}) // RFC 1337: ignored
+	r.in(pseg{seq: 5000 + 3001, ack: 1001, flags: hdr.TCPFlagACK, payload: []byte("x")})
 	r.takeOne("ACK of data in TIME_WAIT")
 	r.advance(400e6)
 	if r.e.TimeWaitConns() != 1 {
@@ -532,12 +525,12 @@ func TestSimultaneousClose(t *testing.T) {
 	r := newRig(t, defaultRigOpts())
 	r.e.Close(0)
 	r.take()
-	r.in(pseg{seq: 5000, ack: 1000, flags: flACK | flFIN, wnd: 100}) // their FIN, ours not yet acked
+	r.in(pseg{seq: 5000, ack: 1000, flags: hdr.TCPFlagACK | hdr.TCPFlagFIN, wnd: 100}) // their FIN, ours not yet acked
 	r.takeOne("ACK of their FIN")
 	if r.info().State != rings.StateClosing {
 		t.Fatal(r.info().State)
 	}
-	r.in(pseg{seq: 5001, ack: 1001, flags: flACK, wnd: 100})
+	r.in(pseg{seq: 5001, ack: 1001, flags: hdr.TCPFlagACK, wnd: 100})
 	if r.info().State != rings.StateClosed || !r.h.closed || r.e.TimeWaitConns() != 1 {
 		t.Fatal(r.info().State, r.e.TimeWaitConns())
 	}
@@ -557,7 +550,7 @@ func TestKeepalive(t *testing.T) {
 		t.Fatalf("probe seq %d len %d", p.seq, len(p.payload))
 	}
 	// Answered: idle again.
-	r.in(pseg{seq: 5000, ack: 1000, flags: flACK, wnd: 100})
+	r.in(pseg{seq: 5000, ack: 1000, flags: hdr.TCPFlagACK, wnd: 100})
 	r.advance(999e6)
 	r.expectNone("idle")
 	r.advance(1e6)
@@ -569,7 +562,7 @@ func TestKeepalive(t *testing.T) {
 	}
 	r.advance(250e6)
 	o2 := r.take()
-	if len(o2) != 1 || !o2[0].has(flRST) || !r.h.timeout || !r.h.closed {
+	if len(o2) != 1 || !o2[0].has(hdr.TCPFlagRST) || !r.h.timeout || !r.h.closed {
 		t.Fatalf("no keepalive timeout: %d frames %v", len(o2), r.h)
 	}
 	for _, n := range r.h.ntfs {
@@ -583,7 +576,7 @@ func TestThresholds(t *testing.T) {
 	o := defaultRigOpts()
 	o.pair.ackThreshold = 3000
 	r := newRig(t, o)
-	r.in(pseg{seq: 5000, ack: 1000, flags: flACK, wnd: 0xFFFF})
+	r.in(pseg{seq: 5000, ack: 1000, flags: hdr.TCPFlagACK, wnd: 0xFFFF})
 	r.h.sendTotal = 5000
 	r.h.txSize = 1000
 	r.h.start()
@@ -597,15 +590,15 @@ func TestThresholds(t *testing.T) {
 		}
 		return
 	}
-	r.in(pseg{seq: 5000, ack: 3000, flags: flACK, wnd: 0xFFFF})
+	r.in(pseg{seq: 5000, ack: 3000, flags: hdr.TCPFlagACK, wnd: 0xFFFF})
 	if n, _ := count(rings.NtfAckThreshold); n != 0 {
 		t.Fatal("ACK threshold fired early")
 	}
-	r.in(pseg{seq: 5000, ack: 4500, flags: flACK, wnd: 0xFFFF})
+	r.in(pseg{seq: 5000, ack: 4500, flags: hdr.TCPFlagACK, wnd: 0xFFFF})
 	if n, last := count(rings.NtfAckThreshold); n != 1 || last.Ack != 4500 || last.AckCount != 3 {
 		t.Fatalf("ACK threshold: %d %+v", n, last)
 	}
-	r.in(pseg{seq: 5000, ack: 6000, flags: flACK, wnd: 0xFFFF})
+	r.in(pseg{seq: 5000, ack: 6000, flags: hdr.TCPFlagACK, wnd: 0xFFFF})
 	if n, last := count(rings.NtfAckThreshold); n != 2 || last.Ack != 6000 {
 		t.Fatalf("queue-empty ACK notification: %d %+v", n, last)
 	}
@@ -644,7 +637,7 @@ func TestZeroWindowStillTakesACKs(t *testing.T) {
 	p := pattern(20000, 2)
 	for i := 0; i < 12; i++ {
 		at := r.info().RcvNxt - 5000
-		r.in(pseg{seq: 5000 + at, ack: 1000, flags: flACK | flPSH, wnd: 100, payload: p[at : at+1000]})
+		r.in(pseg{seq: 5000 + at, ack: 1000, flags: hdr.TCPFlagACK | hdr.TCPFlagPSH, wnd: 100, payload: p[at : at+1000]})
 		r.advance(1e6)
 	}
 	r.take()
@@ -653,12 +646,12 @@ func TestZeroWindowStillTakesACKs(t *testing.T) {
 		t.Fatalf("setup: window %d, %d bytes in flight; want 0 and some", ci.RcvWnd, ci.SndMax-ci.SndUna)
 	}
 	// The peer sent 1000 bytes we refused; its pure ACK is at its SND.NXT.
-	r.in(pseg{seq: ci.RcvNxt + 1000, ack: ci.SndMax, flags: flACK, wnd: 100})
+	r.in(pseg{seq: ci.RcvNxt + 1000, ack: ci.SndMax, flags: hdr.TCPFlagACK, wnd: 100})
 	if got := r.info().SndUna; got != ci.SndMax {
 		t.Fatalf("SND.UNA %d after an ACK of %d carried past RCV.NXT: the ACK was ignored", got, ci.SndMax)
 	}
 	// An ACK outside the RFC 5961 range is still not taken.
-	r.in(pseg{seq: ci.RcvNxt + 1000, ack: ci.SndMax + 1e6, flags: flACK, wnd: 100})
+	r.in(pseg{seq: ci.RcvNxt + 1000, ack: ci.SndMax + 1e6, flags: hdr.TCPFlagACK, wnd: 100})
 	if got := r.info().SndUna; got != ci.SndMax {
 		t.Fatalf("SND.UNA moved to %d on an ACK of unsent data", got)
 	}

@@ -21,6 +21,10 @@ type rig struct {
 
 	peerSeq uint32 // the peer's SND.NXT
 	peerTS  uint32
+
+	// deliver is how data hands the engine a segment: in, or the test
+	// context's send.
+	deliver func(pseg)
 }
 
 // outSeg is a frame the engine transmitted, parsed.
@@ -50,6 +54,7 @@ func defaultRigOpts() rigOpts {
 
 func newRig(t testing.TB, o rigOpts) *rig {
 	r := &rig{t: t, now: 1e9}
+	r.deliver = r.in
 	r.env = newTestEnv(t, 4<<20, &r.now)
 	r.env.transmit = func(f []byte) error {
 		raw := append([]byte(nil), f...)
@@ -58,11 +63,11 @@ func newRig(t testing.TB, o rigOpts) *rig {
 		if len(raw) < hdrsLen {
 			t.Fatalf("short frame %d", len(raw))
 		}
-		ip := raw[ethHdrLen:]
-		if hdr.Checksum(ip[:ipHdrLen], 0) != 0xFFFF {
+		ip := raw[hdr.EthernetSize:]
+		if hdr.Checksum(ip[:netHdrLen], 0) != 0xFFFF {
 			t.Fatalf("engine sent a bad IPv4 checksum")
 		}
-		tcp := ip[ipHdrLen:int(be.Uint16(ip[2:]))]
+		tcp := ip[netHdrLen:int(be.Uint16(ip[2:]))]
 		if !hdr.TCP(tcp).ChecksumOK(hdr.IPv4(ip).Src(), hdr.IPv4(ip).Dst()) {
 			t.Fatalf("engine sent a bad TCP checksum")
 		}
@@ -121,12 +126,12 @@ func (r *rig) build(p pseg) (ipHdr, tcpSeg []byte) {
 			if ecr == 0 {
 				ecr = r.lastTSval()
 			}
-			opts = append(opts, optNOP, optNOP, optTimestamp, 10, 0, 0, 0, 0, 0, 0, 0, 0)
+			opts = append(opts, hdr.TCPOptNOP, hdr.TCPOptNOP, hdr.TCPOptTimestamp, 10, 0, 0, 0, 0, 0, 0, 0, 0)
 			be.PutUint32(opts[len(opts)-8:], ts)
 			be.PutUint32(opts[len(opts)-4:], ecr)
 		}
 		if len(p.sack) > 0 {
-			opts = append(opts, optNOP, optNOP, optSACK, byte(2+8*len(p.sack)))
+			opts = append(opts, hdr.TCPOptNOP, hdr.TCPOptNOP, hdr.TCPOptSACK, byte(2+8*len(p.sack)))
 			for _, b := range p.sack {
 				opts = be.AppendUint32(opts, uint32(b.start))
 				opts = be.AppendUint32(opts, uint32(b.end))
@@ -155,9 +160,9 @@ func (r *rig) in(p pseg) {
 // data sends payload at the peer's SND.NXT acknowledging ack, and advances
 // the peer's SND.NXT.
 func (r *rig) data(payload []byte, flags uint8) {
-	r.in(pseg{seq: r.peerSeq, ack: r.info().SndUna, flags: flACK | flags, wnd: 0xFFFF, payload: payload})
+	r.deliver(pseg{seq: r.peerSeq, ack: r.info().SndUna, flags: hdr.TCPFlagACK | flags, wnd: 0xFFFF, payload: payload})
 	r.peerSeq += uint32(len(payload))
-	if flags&flFIN != 0 {
+	if flags&hdr.TCPFlagFIN != 0 {
 		r.peerSeq++
 	}
 }

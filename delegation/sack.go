@@ -1,5 +1,7 @@
 package delegation
 
+import "github.com/emunic/emunic/seqnum"
+
 // The sender's SACK scoreboard (RFC 2018, used as RFC 6675 does): the
 // ranges above SND.UNA the peer reported holding. Loss recovery uses it to
 // retransmit the holes below the highest SACKed byte instead of one segment
@@ -20,13 +22,13 @@ func (b *scoreboard) reset() { b.n = 0 }
 // With the board full, a new disjoint range is ignored (advisory data).
 func (b *scoreboard) add(start, end seq) {
 	i := 0
-	for i < b.n && b.r[i].end.lt(start) {
+	for i < b.n && b.r[i].end.LessThan(start) {
 		i++
 	}
 	j := i
-	for j < b.n && b.r[j].start.le(end) {
-		start = seqMin(start, b.r[j].start)
-		end = seqMax(end, b.r[j].end)
+	for j < b.n && b.r[j].start.LessThanEq(end) {
+		start = seqnum.Min(start, b.r[j].start)
+		end = seqnum.Max(end, b.r[j].end)
 		j++
 	}
 	switch merged := j - i; {
@@ -46,14 +48,14 @@ func (b *scoreboard) add(start, end seq) {
 // trim forgets everything below una (cumulatively acknowledged).
 func (b *scoreboard) trim(una seq) {
 	k := 0
-	for k < b.n && b.r[k].end.le(una) {
+	for k < b.n && b.r[k].end.LessThanEq(una) {
 		k++
 	}
 	if k > 0 {
 		copy(b.r[:], b.r[k:b.n])
 		b.n -= k
 	}
-	if b.n > 0 && b.r[0].start.lt(una) {
+	if b.n > 0 && b.r[0].start.LessThan(una) {
 		b.r[0].start = una
 	}
 }
@@ -64,18 +66,18 @@ func (b *scoreboard) high() seq { return b.r[b.n-1].end }
 // gap returns the first run of [s, e) the peer has not SACKed:
 // [start, end) (ok false: all of it is).
 func (b *scoreboard) gap(s, e seq) (start, end seq, ok bool) {
-	for i := 0; i < b.n && s.lt(e); i++ {
+	for i := 0; i < b.n && s.LessThan(e); i++ {
 		r := b.r[i]
-		if r.end.le(s) {
+		if r.end.LessThanEq(s) {
 			continue
 		}
-		if r.start.le(s) {
+		if r.start.LessThanEq(s) {
 			s = r.end // inside a SACKed range: skip it
 			continue
 		}
-		return s, seqMin(r.start, e), true
+		return s, seqnum.Min(r.start, e), true
 	}
-	if s.lt(e) {
+	if s.LessThan(e) {
 		return s, e, true
 	}
 	return 0, 0, false
@@ -84,7 +86,7 @@ func (b *scoreboard) gap(s, e seq) (start, end seq, ok bool) {
 // next returns where the next SACKed range after s starts (ok false: none).
 func (b *scoreboard) next(s seq) (seq, bool) {
 	for i := 0; i < b.n; i++ {
-		if b.r[i].end.gt(s) {
+		if b.r[i].end.GreaterThan(s) {
 			return b.r[i].start, true
 		}
 	}
@@ -94,7 +96,7 @@ func (b *scoreboard) next(s seq) (seq, bool) {
 // covering returns the end of the SACKed range holding s, if any.
 func (b *scoreboard) covering(s seq) (seq, bool) {
 	for i := 0; i < b.n; i++ {
-		if b.r[i].start.le(s) && s.lt(b.r[i].end) {
+		if b.r[i].start.LessThanEq(s) && s.LessThan(b.r[i].end) {
 			return b.r[i].end, true
 		}
 	}
@@ -104,16 +106,16 @@ func (b *scoreboard) covering(s seq) (seq, bool) {
 // covers reports whether [s, e) is SACKed whole.
 func (b *scoreboard) covers(s, e seq) bool {
 	end, ok := b.covering(s)
-	return ok && !end.lt(e)
+	return ok && !end.LessThan(e)
 }
 
 // within is the number of SACKed bytes in [s, e).
 func (b *scoreboard) within(s, e seq) uint32 {
 	n := uint32(0)
 	for i := 0; i < b.n; i++ {
-		lo, up := seqMax(b.r[i].start, s), seqMin(b.r[i].end, e)
-		if lo.lt(up) {
-			n += up.sub(lo)
+		lo, up := seqnum.Max(b.r[i].start, s), seqnum.Min(b.r[i].end, e)
+		if lo.LessThan(up) {
+			n += up.Sub(lo)
 		}
 	}
 	return n
@@ -124,10 +126,10 @@ func (b *scoreboard) below(s seq) uint32 {
 	n := uint32(0)
 	for i := 0; i < b.n; i++ {
 		r := b.r[i]
-		if !r.start.lt(s) {
+		if !r.start.LessThan(s) {
 			break
 		}
-		n += seqMin(r.end, s).sub(r.start)
+		n += seqnum.Min(r.end, s).Sub(r.start)
 	}
 	return n
 }

@@ -2,6 +2,8 @@ package delegation
 
 import (
 	"testing"
+
+	"github.com/emunic/emunic/nic/hdr"
 )
 
 func TestScoreboard(t *testing.T) {
@@ -73,7 +75,7 @@ func TestScoreboard(t *testing.T) {
 func bulkRig(t *testing.T, n int) (r *rig, at func(int) uint32, sent []outSeg) {
 	t.Helper()
 	r = newRig(t, defaultRigOpts())
-	r.in(pseg{seq: 5000, ack: 1000, flags: flACK, wnd: 0xFFFF})
+	r.in(pseg{seq: 5000, ack: 1000, flags: hdr.TCPFlagACK, wnd: 0xFFFF})
 	const mss = 1448
 	r.h.sendTotal = int64(n * mss)
 	r.h.txSize = 16 << 10
@@ -92,10 +94,10 @@ func TestSACKRecovery(t *testing.T) {
 		b := []sackBlock{{seq(at(6)), seq(at(6 + k))}, {seq(at(4)), seq(at(5))}, {seq(at(2)), seq(at(3))}}
 		return b
 	}
-	r.in(pseg{seq: 5000, ack: at(1), flags: flACK, wnd: 0xFFFF})
+	r.in(pseg{seq: 5000, ack: at(1), flags: hdr.TCPFlagACK, wnd: 0xFFFF})
 	var rtx []uint32
 	for k := 1; k <= 4; k++ {
-		r.in(pseg{seq: 5000, ack: at(1), flags: flACK, wnd: 0xFFFF, sack: blocks(k)})
+		r.in(pseg{seq: 5000, ack: at(1), flags: hdr.TCPFlagACK, wnd: 0xFFFF, sack: blocks(k)})
 		for _, s := range r.take() {
 			if len(s.payload) > 0 {
 				rtx = append(rtx, uint32(s.seq))
@@ -107,13 +109,13 @@ func TestSACKRecovery(t *testing.T) {
 		t.Fatalf("retransmitted %v, want %v first", rtx, want)
 	}
 	// The partial ACK for hole 1 retransmits nothing again.
-	r.in(pseg{seq: 5000, ack: at(3), flags: flACK, wnd: 0xFFFF, sack: blocks(4)})
+	r.in(pseg{seq: 5000, ack: at(3), flags: hdr.TCPFlagACK, wnd: 0xFFFF, sack: blocks(4)})
 	for _, s := range r.take() {
 		if uint32(s.seq) < at(6) && len(s.payload) > 0 {
 			t.Fatalf("segment at %d sent again", s.seq)
 		}
 	}
-	r.in(pseg{seq: 5000, ack: at(10), flags: flACK, wnd: 0xFFFF})
+	r.in(pseg{seq: 5000, ack: at(10), flags: hdr.TCPFlagACK, wnd: 0xFFFF})
 	if r.info().InRecovery || r.e.Counters().TxRetransSegs != 3 {
 		t.Fatalf("retransmissions %d", r.e.Counters().TxRetransSegs)
 	}
@@ -125,8 +127,8 @@ func TestSACKRecovery(t *testing.T) {
 func TestRTOSkipsSACKed(t *testing.T) {
 	r, at, _ := bulkRig(t, 8)
 	// Segments 0 and 1 lost; the peer holds 2-3 (two dup ACKs).
-	r.in(pseg{seq: 5000, ack: at(0), flags: flACK, wnd: 0xFFFF, sack: []sackBlock{{seq(at(2)), seq(at(3))}}})
-	r.in(pseg{seq: 5000, ack: at(0), flags: flACK, wnd: 0xFFFF, sack: []sackBlock{{seq(at(2)), seq(at(4))}}})
+	r.in(pseg{seq: 5000, ack: at(0), flags: hdr.TCPFlagACK, wnd: 0xFFFF, sack: []sackBlock{{seq(at(2)), seq(at(3))}}})
+	r.in(pseg{seq: 5000, ack: at(0), flags: hdr.TCPFlagACK, wnd: 0xFFFF, sack: []sackBlock{{seq(at(2)), seq(at(4))}}})
 	r.take() // limited transmit has nothing new to send
 	if r.info().InRecovery {
 		t.Fatal("recovery on two segments SACKed")
@@ -138,7 +140,7 @@ func TestRTOSkipsSACKed(t *testing.T) {
 	}
 	// The ACK for segment 0 opens the window to two segments: 1 goes, 2-3
 	// (SACKed) do not, 4 does.
-	r.in(pseg{seq: 5000, ack: at(1), flags: flACK, wnd: 0xFFFF, sack: []sackBlock{{seq(at(2)), seq(at(4))}}})
+	r.in(pseg{seq: 5000, ack: at(1), flags: hdr.TCPFlagACK, wnd: 0xFFFF, sack: []sackBlock{{seq(at(2)), seq(at(4))}}})
 	o = r.take()
 	if len(o) != 2 || uint32(o[0].seq) != at(1) || uint32(o[1].seq) != at(4) {
 		var got []uint32
@@ -147,7 +149,7 @@ func TestRTOSkipsSACKed(t *testing.T) {
 		}
 		t.Fatalf("after the ACK: frames at %v, want %d and %d", got, at(1), at(4))
 	}
-	r.in(pseg{seq: 5000, ack: at(8), flags: flACK, wnd: 0xFFFF})
+	r.in(pseg{seq: 5000, ack: at(8), flags: hdr.TCPFlagACK, wnd: 0xFFFF})
 	if r.e.Counters().TxRetransSegs != 3 || r.info().SndUna != at(8) {
 		t.Fatalf("retransmitted %d", r.e.Counters().TxRetransSegs)
 	}
@@ -159,12 +161,12 @@ func TestRTOShortHole(t *testing.T) {
 	r, at, _ := bulkRig(t, 6)
 	// Segment 0 lost, and 100 bytes in the middle of segment 3.
 	sack := []sackBlock{{seq(at(3) + 100), seq(at(6))}, {seq(at(1)), seq(at(3))}}
-	r.in(pseg{seq: 5000, ack: at(0), flags: flACK, wnd: 0xFFFF, sack: sack})
+	r.in(pseg{seq: 5000, ack: at(0), flags: hdr.TCPFlagACK, wnd: 0xFFFF, sack: sack})
 	r.take()
 	r.advance(r.e.NextDeadline() - r.now)
 	r.take() // segment 0 again
 	// The slow-start window now allows two segments: the 100-byte hole.
-	r.in(pseg{seq: 5000, ack: at(1), flags: flACK, wnd: 0xFFFF, sack: sack})
+	r.in(pseg{seq: 5000, ack: at(1), flags: hdr.TCPFlagACK, wnd: 0xFFFF, sack: sack})
 	o := r.take()
 	if len(o) != 1 || uint32(o[0].seq) != at(3) || len(o[0].payload) != 100 {
 		t.Fatalf("%d frames; want the 100-byte hole", len(o))
@@ -181,7 +183,7 @@ func TestTailLossProbe(t *testing.T) {
 		t.Fatalf("%d segments", len(sent))
 	}
 	r.advance(200e3)
-	r.in(pseg{seq: 5000, ack: at(3), flags: flACK, wnd: 0xFFFF, tsEcr: r.lastTSval()}) // segment 3 lost
+	r.in(pseg{seq: 5000, ack: at(3), flags: hdr.TCPFlagACK, wnd: 0xFFFF, tsEcr: r.lastTSval()}) // segment 3 lost
 	if r.e.Counters().RTTSamples == 0 {
 		t.Fatal("no RTT sample")
 	}
@@ -197,7 +199,7 @@ func TestTailLossProbe(t *testing.T) {
 	if c := r.e.Counters(); c.TailLossProbes != 1 || c.RTOExpired != 0 {
 		t.Fatalf("probes %d, RTOs %d", c.TailLossProbes, c.RTOExpired)
 	}
-	r.in(pseg{seq: 5000, ack: at(4), flags: flACK, wnd: 0xFFFF})
+	r.in(pseg{seq: 5000, ack: at(4), flags: hdr.TCPFlagACK, wnd: 0xFFFF})
 	if c := r.e.Counters(); r.info().SndUna != at(4) || c.RTOExpired != 0 {
 		t.Fatalf("after the probe's ACK: SND.UNA %d, RTOs %d", r.info().SndUna, c.RTOExpired)
 	}
@@ -209,12 +211,12 @@ func TestTailLossProbe(t *testing.T) {
 // does not leave the head to the RTO.
 func TestSACKIsLost(t *testing.T) {
 	r, at, _ := bulkRig(t, 8)
-	r.in(pseg{seq: 5000, ack: at(0), flags: flACK, wnd: 0xFFFF, sack: []sackBlock{{seq(at(1)), seq(at(3))}}})
+	r.in(pseg{seq: 5000, ack: at(0), flags: hdr.TCPFlagACK, wnd: 0xFFFF, sack: []sackBlock{{seq(at(1)), seq(at(3))}}})
 	if r.info().InRecovery {
 		t.Fatal("recovery on one duplicate ACK with two segments SACKed")
 	}
 	r.take()
-	r.in(pseg{seq: 5000, ack: at(0), flags: flACK, wnd: 0xFFFF, sack: []sackBlock{{seq(at(1)), seq(at(4))}}})
+	r.in(pseg{seq: 5000, ack: at(0), flags: hdr.TCPFlagACK, wnd: 0xFFFF, sack: []sackBlock{{seq(at(1)), seq(at(4))}}})
 	if !r.info().InRecovery {
 		t.Fatal("no recovery with three segments SACKed above the head")
 	}
@@ -234,7 +236,7 @@ func TestSACKIsLost(t *testing.T) {
 func TestSpuriousRTOUndo(t *testing.T) {
 	r, at, sent := bulkRig(t, 8)
 	r.advance(200e3)
-	r.in(pseg{seq: 5000, ack: at(2), flags: flACK, wnd: 0xFFFF, tsEcr: r.lastTSval()})
+	r.in(pseg{seq: 5000, ack: at(2), flags: hdr.TCPFlagACK, wnd: 0xFFFF, tsEcr: r.lastTSval()})
 	r.take()
 	cwnd := r.info().Cwnd
 	r.advance(r.info().RTO + 1) // probes, then the timeout
@@ -246,7 +248,7 @@ func TestSpuriousRTOUndo(t *testing.T) {
 		t.Fatalf("the RTO left the window at %d", r.info().Cwnd)
 	}
 	last := at(len(sent))
-	r.in(pseg{seq: 5000, ack: last, flags: flACK, wnd: 0xFFFF, sack: []sackBlock{{seq(at(2)), seq(at(3))}}})
+	r.in(pseg{seq: 5000, ack: last, flags: hdr.TCPFlagACK, wnd: 0xFFFF, sack: []sackBlock{{seq(at(2)), seq(at(3))}}})
 	if c := r.e.Counters(); c.SpuriousTimeouts != 1 {
 		t.Fatalf("spurious RTOs %d", c.SpuriousTimeouts)
 	}
@@ -261,10 +263,10 @@ func TestSpuriousRTOUndo(t *testing.T) {
 	// A D-SACK for something else undoes nothing.
 	r2, at2, _ := bulkRig(t, 8)
 	r2.advance(200e3)
-	r2.in(pseg{seq: 5000, ack: at2(2), flags: flACK, wnd: 0xFFFF, tsEcr: r2.lastTSval()})
+	r2.in(pseg{seq: 5000, ack: at2(2), flags: hdr.TCPFlagACK, wnd: 0xFFFF, tsEcr: r2.lastTSval()})
 	r2.advance(r2.info().RTO + 1)
 	r2.take()
-	r2.in(pseg{seq: 5000, ack: at2(4), flags: flACK, wnd: 0xFFFF, sack: []sackBlock{{seq(at2(0)), seq(at2(1))}}})
+	r2.in(pseg{seq: 5000, ack: at2(4), flags: hdr.TCPFlagACK, wnd: 0xFFFF, sack: []sackBlock{{seq(at2(0)), seq(at2(1))}}})
 	if c := r2.e.Counters(); c.SpuriousTimeouts != 0 {
 		t.Fatal("a D-SACK below the resent head undid the RTO")
 	}
@@ -279,7 +281,7 @@ func TestBurstAck(t *testing.T) {
 	acks := func() int {
 		n := 0
 		for _, s := range r.take() {
-			if len(s.payload) == 0 && s.has(flACK) {
+			if len(s.payload) == 0 && s.has(hdr.TCPFlagACK) {
 				n++
 			}
 		}
@@ -289,7 +291,7 @@ func TestBurstAck(t *testing.T) {
 	data := make([]byte, 1000)
 	r.e.BeginBurst()
 	for i := 0; i < 10; i++ {
-		r.in(pseg{seq: seq, ack: 1000, flags: flACK, wnd: 0xFFFF, payload: data})
+		r.in(pseg{seq: seq, ack: 1000, flags: hdr.TCPFlagACK, wnd: 0xFFFF, payload: data})
 		seq += uint32(len(data))
 	}
 	if n := acks(); n != 0 {
@@ -301,13 +303,13 @@ func TestBurstAck(t *testing.T) {
 	}
 	r.e.BeginBurst()
 	for i := 0; i < maxStretch+1; i++ {
-		r.in(pseg{seq: seq, ack: 1000, flags: flACK, wnd: 0xFFFF, payload: data})
+		r.in(pseg{seq: seq, ack: 1000, flags: hdr.TCPFlagACK, wnd: 0xFFFF, payload: data})
 		seq += uint32(len(data))
 	}
 	if n := acks(); n != 1 {
 		t.Fatalf("%d ACKs for %d segments in a burst, want 1 (at %d)", n, maxStretch+1, maxStretch)
 	}
-	r.in(pseg{seq: seq + 5000, ack: 1000, flags: flACK, wnd: 0xFFFF, payload: data}) // out of order
+	r.in(pseg{seq: seq + 5000, ack: 1000, flags: hdr.TCPFlagACK, wnd: 0xFFFF, payload: data}) // out of order
 	if n := acks(); n != 1 {
 		t.Fatalf("an out-of-order segment in a burst: %d ACKs, want 1 at once", n)
 	}
@@ -334,7 +336,7 @@ func TestTSOSuperFrames(t *testing.T) {
 	r := newRig(t, defaultRigOpts())
 	f := &fakeTSO{max: 64000, send: r.env.transmit}
 	r.e.setTSO(f)
-	r.in(pseg{seq: 5000, ack: 1000, flags: flACK, wnd: 0xFFFF})
+	r.in(pseg{seq: 5000, ack: 1000, flags: hdr.TCPFlagACK, wnd: 0xFFFF})
 	const mss = 1448
 	r.h.sendTotal = 40 * mss
 	r.h.txSize = 64 << 10

@@ -36,9 +36,8 @@ import (
 
 // twRecord is one connection in TIME_WAIT.
 type twRecord struct {
-	ips   uint64 // tuple key (tupleKey)
-	ports uint32
-	tmpl  [hdrsLen]byte // the connection's Ethernet + IPv4 + TCP template
+	key   hdr.Tuple
+	tmpl  [hdrsLen]byte // the connection's Ethernet + network + TCP template
 	ipID  uint16
 	wnd   uint16 // window field last advertised
 	tsOK  bool
@@ -97,7 +96,7 @@ func (t *twTable) pushTail(i int32) {
 // remove frees record i.
 func (t *twTable) remove(i int32) {
 	r := &t.recs[i]
-	t.table.del(r.ips, r.ports)
+	t.table.del(&r.key)
 	t.unlink(i)
 	*r = twRecord{prev: -1, next: t.free}
 	t.free = i
@@ -126,8 +125,7 @@ func (c *conn) enterTimeWait(now int64) {
 	e := c.e
 	t := &e.tw
 	e.ctr.TimeWaitEntered++
-	ips, ports := tupleKey(c.remoteIP, c.localIP, c.remotePort, c.localPort)
-	if old, ok := t.table.get(ips, ports); ok {
+	if old, ok := t.table.get(&c.tuple); ok {
 		t.remove(int32(old)) // never two records for one tuple
 	}
 	i, ok := t.alloc()
@@ -137,15 +135,15 @@ func (c *conn) enterTimeWait(now int64) {
 		i, _ = t.alloc()
 	}
 	r := &t.recs[i]
-	*r = twRecord{ips: ips, ports: ports, tmpl: c.tmpl, ipID: c.ipID, wnd: c.lastWnd, tsOK: c.tsOK, inUse: true,
+	*r = twRecord{key: c.tuple, tmpl: c.tmpl, ipID: c.ipID, wnd: c.lastWnd, tsOK: c.tsOK, inUse: true,
 		sndNxt: uint32(c.sndMax), rcvNxt: uint32(c.rcvNxt), tsRecent: c.tsRecent,
 		tsBase: c.tsBase, tsBaseNow: c.tsBaseNow, lastTSval: c.lastTSval,
 		expire: now + e.cfg.TimeWait, prev: -1, next: -1}
-	t.table.put(ips, ports, uint32(i))
+	t.table.put(&c.tuple, uint32(i))
 	t.pushTail(i)
 	t.n++
 	// The connection stops receiving: its segments now find the record.
-	e.table.del(ips, ports)
+	e.table.del(&c.tuple)
 	c.closeWith(0, 0)
 }
 
@@ -165,40 +163,47 @@ func (e *Engine) TimeWaitConns() int { return e.tw.n }
 // grows with use up to Config.MaxTimeWait and is reused after).
 func (e *Engine) TimeWaitCapacity() int { return len(e.tw.recs) }
 
-// InputUnmatched takes a TCP segment that matched no delegated connection.
-// If its 4-tuple is in TIME_WAIT the engine absorbs it (answering with an
-// ACK where RFC 9293 asks for one) and returns true. It returns false when
-// the segment is not the engine's: no record, or a SYN that may open a new
-// connection on the tuple (RFC 6191; the record is then gone): the device
-// passes it to the host stack. The arguments are as for InputFlags.
-func (e *Engine) InputUnmatched(ipHdr, tcpSeg []byte, fl RxFlags) bool {
-	if e.tw.n == 0 || len(ipHdr) < hdr.IPv4MinSize || len(tcpSeg) < hdr.TCPMinSize {
+// InputUnmatchedSegment takes a TCP segment that matched no delegated
+// connection. If its 4-tuple is in TIME_WAIT the engine absorbs it
+// (answering with an ACK where RFC 9293 asks for one) and returns true. It
+// returns false when the segment is not the engine's: no record, or a SYN
+// that may open a new connection on the tuple (RFC 6191; the record is then
+// gone): the device passes it to the host stack. The arguments are as for
+// InputSegment.
+func (e *Engine) InputUnmatchedSegment(t *hdr.Tuple, tcpSeg []byte, fl RxFlags) bool {
+	if e.tw.n == 0 || len(tcpSeg) < hdr.TCPMinSize {
 		return false
 	}
-	ip0, tcp0 := hdr.IPv4(ipHdr), hdr.TCP(tcpSeg)
-	ips, ports := tupleKey(ip0.Src(), ip0.Dst(), tcp0.SrcPort(), tcp0.DstPort())
-	ri, ok := e.tw.table.get(ips, ports)
+	i, now, ok := e.twFind(t)
 	if !ok {
 		return false
 	}
-	i := int32(ri)
+	return e.twInput(i, now, t, tcpSeg, fl)
+}
+
+// twFind returns the live TIME_WAIT record of t and the time it was
+// found live at, expiring records that are due when t's is.
+func (e *Engine) twFind(t *hdr.Tuple) (int32, int64, bool) {
+	ri, ok := e.tw.table.get(t)
+	if !ok {
+		return 0, 0, false
+	}
 	now := e.env.NowNanos()
-	if e.tw.recs[i].expire <= now {
+	if e.tw.recs[ri].expire <= now {
 		e.expireTimeWait(now)
-		return false
+		return 0, 0, false
 	}
-	ip, err := hdr.ParseIPv4Header(ipHdr)
-	if err != nil || ip.Proto() != hdr.ProtoTCP || ip.IsFragment() {
-		e.ctr.DropBadIP++
-		return true
-	}
-	l4 := int(ip.TotalLen()) - ip.HeaderLen()
-	if l4 > len(tcpSeg) || l4 < hdr.TCPMinSize {
+	return int32(ri), now, true
+}
+
+// twInput is a segment for TIME_WAIT record i: tcpSeg is cut to the
+// network header's length.
+func (e *Engine) twInput(i int32, now int64, t *hdr.Tuple, tcpSeg []byte, fl RxFlags) bool {
+	if len(tcpSeg) < hdr.TCPMinSize {
 		e.ctr.DropShort++
 		return true
 	}
-	tcpSeg = tcpSeg[:l4]
-	if fl&RxTCPChecksumOK == 0 && !hdr.TCP(tcpSeg).ChecksumOK(ip.Src(), ip.Dst()) {
+	if fl&RxTCPChecksumOK == 0 && !hdr.TCP(tcpSeg).ChecksumOKAddr(t.RemoteIP, t.LocalIP) {
 		e.ctr.DropBadChecksum++
 		return true
 	}
@@ -211,12 +216,12 @@ func (e *Engine) InputUnmatched(ipHdr, tcpSeg []byte, fl RxFlags) bool {
 	e.ctr.DropTimeWait++
 	r := &e.tw.recs[i]
 	switch {
-	case s.flags&flRST != 0:
+	case s.flags&hdr.TCPFlagRST != 0:
 		return true // RFC 1337: an RST does not end TIME_WAIT
-	case s.flags&flSYN != 0 && s.flags&flACK == 0:
-		newer := seq(s.seq).gt(seq(r.rcvNxt))
+	case s.flags&hdr.TCPFlagSYN != 0 && s.flags&hdr.TCPFlagACK == 0:
+		newer := seq(s.seq).GreaterThan(seq(r.rcvNxt))
 		if r.tsOK && s.hasTS {
-			newer = seq(s.tsVal).gt(seq(r.tsRecent))
+			newer = seq(s.tsVal).GreaterThan(seq(r.tsRecent))
 		}
 		if newer {
 			e.ctr.TimeWaitReopened++
@@ -224,9 +229,9 @@ func (e *Engine) InputUnmatched(ipHdr, tcpSeg []byte, fl RxFlags) bool {
 			return false
 		}
 		e.twAck(r, now)
-	case r.tsOK && s.hasTS && seq(s.tsVal).lt(seq(r.tsRecent)):
+	case r.tsOK && s.hasTS && seq(s.tsVal).LessThan(seq(r.tsRecent)):
 		e.ctr.DropPAWS++
-	case s.flags&flFIN != 0:
+	case s.flags&hdr.TCPFlagFIN != 0:
 		// The peer did not hear our ACK of its FIN: ACK again, and
 		// TIME_WAIT starts over (RFC 9293 §3.10.7.4).
 		r.expire = now + e.cfg.TimeWait
@@ -249,21 +254,21 @@ func (e *Engine) InputUnmatched(ipHdr, tcpSeg []byte, fl RxFlags) bool {
 // segments, which the new connection's sequence numbers also reject. Cheap
 // when nothing is in TIME_WAIT (the caller checks TimeWaitConns first).
 func (e *Engine) OutboundSYN(frame []byte) {
-	if e.tw.n == 0 || len(frame) < ethHdrLen+hdr.IPv4MinSize+hdr.TCPMinSize ||
-		hdr.Ethernet(frame).Type() != etherIPv4 {
+	if e.tw.n == 0 || len(frame) < hdr.EthernetSize+hdr.IPv4MinSize+hdr.TCPMinSize ||
+		hdr.Ethernet(frame).Type() != hdr.EtherTypeIPv4 {
 		return
 	}
-	ip := hdr.IPv4(frame[ethHdrLen:])
+	ip := hdr.IPv4(frame[hdr.EthernetSize:])
 	if ip.Proto() != hdr.ProtoTCP || ip.HeaderLen() < hdr.IPv4MinSize || len(ip) < ip.HeaderLen()+hdr.TCPMinSize {
 		return
 	}
 	tcp := hdr.TCP(ip[ip.HeaderLen():])
-	if tcp.Flags()&(flSYN|flACK) != flSYN {
+	if tcp.Flags()&(hdr.TCPFlagSYN|hdr.TCPFlagACK) != hdr.TCPFlagSYN {
 		return
 	}
 	// Our SYN: we are the source, the record's key is (remote, local).
-	ips, ports := tupleKey(ip.Dst(), ip.Src(), tcp.DstPort(), tcp.SrcPort())
-	if i, ok := e.tw.table.get(ips, ports); ok {
+	key := ip.TxTuple(tcp)
+	if i, ok := e.tw.table.get(&key); ok {
 		e.ctr.TimeWaitReopened++
 		e.tw.remove(int32(i))
 	}
@@ -274,34 +279,30 @@ func (e *Engine) OutboundSYN(frame []byte) {
 func (e *Engine) twAck(r *twRecord, now int64) {
 	f := e.frame
 	copy(f, r.tmpl[:])
-	ip := hdr.IPv4(f[ethHdrLen:])
-	tcp := hdr.TCP(ip[ipHdrLen:])
-	hl := tcpHdrLen
+	tcp := hdr.TCP(f[hdr.EthernetSize+netHdrLen:])
+	hl := hdr.TCPMinSize
 	if r.tsOK {
 		v := r.tsBase + uint32((now-r.tsBaseNow)/1e6)
-		if int32(v-r.lastTSval) < 0 {
+		if seq(v).LessThan(seq(r.lastTSval)) {
 			v = r.lastTSval
 		}
 		r.lastTSval = v
-		opt := tcp[tcpHdrLen:]
-		opt[0], opt[1] = optNOP, optNOP
+		opt := tcp[hdr.TCPMinSize:]
+		opt[0], opt[1] = hdr.TCPOptNOP, hdr.TCPOptNOP
 		hl += 2 + hdr.PutTCPOptTimestamp(opt[2:], v, r.tsRecent)
 	}
 	tcp.SetSeq(r.sndNxt)
 	tcp.SetAck(r.rcvNxt)
 	tcp.SetHeaderLen(hl)
-	tcp.SetFlags(flACK)
+	tcp.SetFlags(hdr.TCPFlagACK)
 	tcp.SetWindow(r.wnd)
 	tcp.SetUrgent(0)
-	ip.SetTotalLen(uint16(ipHdrLen + hl))
 	r.ipID++
-	ip.SetID(r.ipID)
-	ip.UpdateChecksum()
-	tcp[:hl].UpdateChecksum(ip.Src(), ip.Dst())
-	fl := ethHdrLen + ipHdrLen + hl
-	if fl < minFrame {
-		clear(f[fl:minFrame])
-		fl = minFrame
+	finishNetHeader(f, &r.key, r.ipID, tcp[:hl])
+	fl := hdr.EthernetSize + netHdrLen + hl
+	if fl < hdr.EthernetMinFrame {
+		clear(f[fl:hdr.EthernetMinFrame])
+		fl = hdr.EthernetMinFrame
 	}
 	e.ctr.AcksSent++
 	if err := e.env.Transmit(f[:fl]); err != nil {

@@ -58,13 +58,13 @@ func (c *churnRig) oneConn(t testing.TB, i int, idx uint32, ending string) {
 	switch ending {
 	case "we close first":
 		c.e.Close(idx)
-		c.seg(idx, pseg{seq: theirs, ack: ours + 1, flags: flACK | flFIN, wnd: 1000})
+		c.seg(idx, pseg{seq: theirs, ack: ours + 1, flags: hdr.TCPFlagACK | hdr.TCPFlagFIN, wnd: 1000})
 	case "peer closes first":
-		c.seg(idx, pseg{seq: theirs, ack: ours, flags: flACK | flFIN, wnd: 1000})
+		c.seg(idx, pseg{seq: theirs, ack: ours, flags: hdr.TCPFlagACK | hdr.TCPFlagFIN, wnd: 1000})
 		c.e.Close(idx)
-		c.seg(idx, pseg{seq: theirs + 1, ack: ours + 1, flags: flACK, wnd: 1000})
+		c.seg(idx, pseg{seq: theirs + 1, ack: ours + 1, flags: hdr.TCPFlagACK, wnd: 1000})
 	case "peer resets":
-		c.seg(idx, pseg{seq: theirs, flags: flRST})
+		c.seg(idx, pseg{seq: theirs, flags: hdr.TCPFlagRST})
 	case "host aborts":
 		if s := c.e.Abort(idx); s != rings.StatusOK {
 			t.Fatalf("abort: %v", s)
@@ -89,8 +89,8 @@ func (c *churnRig) oneConn(t testing.TB, i int, idx uint32, ending string) {
 		}
 	case "simultaneous close":
 		c.e.Close(idx)
-		c.seg(idx, pseg{seq: theirs, ack: ours, flags: flACK | flFIN, wnd: 1000})
-		c.seg(idx, pseg{seq: theirs + 1, ack: ours + 1, flags: flACK, wnd: 1000})
+		c.seg(idx, pseg{seq: theirs, ack: ours, flags: hdr.TCPFlagACK | hdr.TCPFlagFIN, wnd: 1000})
+		c.seg(idx, pseg{seq: theirs + 1, ack: ours + 1, flags: hdr.TCPFlagACK, wnd: 1000})
 	}
 	if !c.popClosed(idx) {
 		info, _ := c.e.Info(idx)
@@ -167,8 +167,8 @@ func TestChurnEveryEnding(t *testing.T) {
 func enterTW(t *testing.T, r *rig) {
 	t.Helper()
 	r.e.Close(0)
-	r.data(nil, flFIN)
-	r.in(pseg{seq: r.peerSeq, ack: r.st.SndNxt + 1, flags: flACK, wnd: 100})
+	r.data(nil, hdr.TCPFlagFIN)
+	r.in(pseg{seq: r.peerSeq, ack: r.st.SndNxt + 1, flags: hdr.TCPFlagACK, wnd: 100})
 	if r.e.TimeWaitConns() != 1 || !r.h.closed {
 		t.Fatalf("records %d closed %v", r.e.TimeWaitConns(), r.h.closed)
 	}
@@ -183,14 +183,14 @@ func enterTW(t *testing.T, r *rig) {
 func TestTimeWaitSYN(t *testing.T) {
 	r := newRig(t, defaultRigOpts())
 	enterTW(t, r)
-	ip, tcp := r.build(pseg{seq: r.peerSeq + 1000, flags: flSYN, tsVal: r.st.TSRecent - 10})
+	ip, tcp := r.build(pseg{seq: r.peerSeq + 1000, flags: hdr.TCPFlagSYN, tsVal: r.st.TSRecent - 10})
 	if !r.e.InputUnmatched(ip, tcp, 0) {
 		t.Fatal("old SYN not absorbed")
 	}
-	if a := r.takeOne("ACK of old SYN"); !a.has(flACK) || uint32(a.ack) != r.peerSeq {
+	if a := r.takeOne("ACK of old SYN"); !a.has(hdr.TCPFlagACK) || uint32(a.ack) != r.peerSeq {
 		t.Fatalf("ACK %d flags %#x", a.ack, a.flags)
 	}
-	ip, tcp = r.build(pseg{seq: r.peerSeq + 1000, flags: flSYN, tsVal: r.peerTS + 1000})
+	ip, tcp = r.build(pseg{seq: r.peerSeq + 1000, flags: hdr.TCPFlagSYN, tsVal: r.peerTS + 1000})
 	if r.e.InputUnmatched(ip, tcp, 0) {
 		t.Fatal("newer SYN absorbed")
 	}
@@ -201,7 +201,7 @@ func TestTimeWaitSYN(t *testing.T) {
 	// A bad checksum on a TIME_WAIT tuple is counted, never answered.
 	enterTWAgain := newRig(t, defaultRigOpts())
 	enterTW(t, enterTWAgain)
-	ip, tcp = enterTWAgain.build(pseg{seq: enterTWAgain.peerSeq, ack: 1, flags: flACK | flFIN})
+	ip, tcp = enterTWAgain.build(pseg{seq: enterTWAgain.peerSeq, ack: 1, flags: hdr.TCPFlagACK | hdr.TCPFlagFIN})
 	tcp[len(tcp)-1] ^= 0xFF
 	if !enterTWAgain.e.InputUnmatched(ip, tcp, 0) || enterTWAgain.e.Counters().DropBadChecksum != 1 {
 		t.Fatal("bad checksum not dropped")
@@ -226,7 +226,7 @@ func TestTimeWaitOverflow(t *testing.T) {
 	// The newest are kept: the last tuple's FIN is still answered.
 	sent := 0
 	c.env.transmit = func([]byte) error { sent++; return nil }
-	c.seg(1, pseg{seq: c.st.RcvNxt, ack: c.st.SndNxt + 1, flags: flACK | flFIN, wnd: 1000})
+	c.seg(1, pseg{seq: c.st.RcvNxt, ack: c.st.SndNxt + 1, flags: hdr.TCPFlagACK | hdr.TCPFlagFIN, wnd: 1000})
 	if sent != 1 {
 		t.Fatalf("%d frames for the newest record's FIN", sent)
 	}
@@ -237,8 +237,8 @@ func TestTimeWaitOverflow(t *testing.T) {
 func TestTimeWaitTupleReused(t *testing.T) {
 	r := newRig(t, defaultRigOpts())
 	r.e.Close(0)
-	r.data(nil, flFIN)
-	r.in(pseg{seq: r.peerSeq, ack: r.st.SndNxt + 1, flags: flACK, wnd: 100})
+	r.data(nil, hdr.TCPFlagFIN)
+	r.in(pseg{seq: r.peerSeq, ack: r.st.SndNxt + 1, flags: hdr.TCPFlagACK, wnd: 100})
 	if r.e.TimeWaitConns() != 1 {
 		t.Fatal("no TIME_WAIT record")
 	}
@@ -253,7 +253,7 @@ func TestTimeWaitTupleReused(t *testing.T) {
 	if s := r.e.Release(0); s != rings.StatusOK {
 		t.Fatal(s)
 	}
-	ip, tcp := r.build(pseg{seq: st.RcvNxt, ack: st.SndNxt, flags: flACK, wnd: 100})
+	ip, tcp := r.build(pseg{seq: st.RcvNxt, ack: st.SndNxt, flags: hdr.TCPFlagACK, wnd: 100})
 	if idx, ok := r.e.LookupSegment(ip, tcp); !ok || idx != 1 {
 		t.Fatalf("lookup after the old index's release: %d %v", idx, ok)
 	}
@@ -270,22 +270,22 @@ func TestTimeWaitOutboundSYN(t *testing.T) {
 	enterTW(t, r)
 	frame := func(flags uint8) []byte {
 		f := make([]byte, hdrsLen)
-		n := (&hdr.EthernetFields{Type: etherIPv4}).Encode(f)
-		n += (&hdr.IPv4Fields{TotalLen: ipHdrLen + tcpHdrLen, TTL: 64, Proto: ipProtoTCP,
+		n := (&hdr.EthernetFields{Type: hdr.EtherTypeIPv4}).Encode(f)
+		n += (&hdr.IPv4Fields{TotalLen: netHdrLen + hdr.TCPMinSize, TTL: 64, Proto: hdr.ProtoTCP,
 			Src: r.st.LocalIP, Dst: r.st.RemoteIP}).Encode(f[n:])
 		(&hdr.TCPFields{SrcPort: r.st.LocalPort, DstPort: r.st.RemotePort, Seq: 1, Flags: flags}).Encode(f[n:])
 		return f
 	}
-	r.e.OutboundSYN(frame(flACK))
-	r.e.OutboundSYN(frame(flSYN | flACK))
+	r.e.OutboundSYN(frame(hdr.TCPFlagACK))
+	r.e.OutboundSYN(frame(hdr.TCPFlagSYN | hdr.TCPFlagACK))
 	if r.e.TimeWaitConns() != 1 {
 		t.Fatal("a frame other than our SYN ended TIME_WAIT")
 	}
-	r.e.OutboundSYN(frame(flSYN)[:hdrsLen-1])
+	r.e.OutboundSYN(frame(hdr.TCPFlagSYN)[:hdrsLen-1])
 	if r.e.TimeWaitConns() != 1 {
 		t.Fatal("a truncated frame ended TIME_WAIT")
 	}
-	r.e.OutboundSYN(frame(flSYN))
+	r.e.OutboundSYN(frame(hdr.TCPFlagSYN))
 	if r.e.TimeWaitConns() != 0 || r.e.Counters().TimeWaitReopened != 1 {
 		t.Fatal("our SYN did not end TIME_WAIT")
 	}
@@ -297,11 +297,11 @@ func TestTimeWaitOutboundSYN(t *testing.T) {
 func FuzzTimeWaitInput(f *testing.F) {
 	seedRig := newRig(f, defaultRigOpts())
 	for _, p := range []pseg{
-		{seq: 8001, ack: 1001, flags: flACK | flFIN, wnd: 100},
-		{seq: 8001, ack: 1001, flags: flACK, wnd: 100, payload: []byte("late")},
-		{seq: 9000, flags: flSYN},
-		{seq: 8001, flags: flRST},
-		{seq: 8001, ack: 1001, flags: flACK, wnd: 100, rawOpts: []byte{optSACK, 10, 0, 0, 0, 0, 0, 0, 0}},
+		{seq: 8001, ack: 1001, flags: hdr.TCPFlagACK | hdr.TCPFlagFIN, wnd: 100},
+		{seq: 8001, ack: 1001, flags: hdr.TCPFlagACK, wnd: 100, payload: []byte("late")},
+		{seq: 9000, flags: hdr.TCPFlagSYN},
+		{seq: 8001, flags: hdr.TCPFlagRST},
+		{seq: 8001, ack: 1001, flags: hdr.TCPFlagACK, wnd: 100, rawOpts: []byte{hdr.TCPOptSACK, 10, 0, 0, 0, 0, 0, 0, 0}},
 	} {
 		_, tcp := seedRig.build(p)
 		f.Add(tcp, true)
@@ -315,18 +315,18 @@ func FuzzTimeWaitInput(f *testing.F) {
 			be.PutUint16(tcp[0:], r.st.RemotePort) // reach the record most of the time
 			be.PutUint16(tcp[2:], r.st.LocalPort)
 		}
-		if fixup && len(tcp) >= tcpHdrLen {
+		if fixup && len(tcp) >= hdr.TCPMinSize {
 			tcp[16], tcp[17] = 0, 0
 			be.PutUint16(tcp[16:], hdr.TransportChecksum(hdr.ProtoTCP, r.st.RemoteIP, r.st.LocalIP, tcp))
 		}
 		ip, _ := r.build(pseg{})
-		be.PutUint16(ip[2:], uint16(ipHdrLen+len(tcp)))
+		be.PutUint16(ip[2:], uint16(netHdrLen+len(tcp)))
 		ip[10], ip[11] = 0, 0
 		be.PutUint16(ip[10:], ^hdr.Checksum(ip, 0))
 		r.e.InputUnmatched(ip, tcp, 0)
 		r.e.InputUnmatched(ip, tcp, RxTCPChecksumOK)
-		frame := append(make([]byte, ethHdrLen), ip...)
-		be.PutUint16(frame[12:], etherIPv4)
+		frame := append(make([]byte, hdr.EthernetSize), ip...)
+		be.PutUint16(frame[12:], hdr.EtherTypeIPv4)
 		r.e.OutboundSYN(append(frame, tcp...))
 		if n := r.e.TimeWaitConns(); n > 1 {
 			t.Fatalf("%d records", n)

@@ -2,6 +2,7 @@ package delegation
 
 import (
 	"github.com/emunic/emunic/rings"
+	"github.com/emunic/emunic/seqnum"
 )
 
 // ULP is an upper-layer protocol (iWARP's MPA/DDP/RDMAP, for one) running
@@ -115,8 +116,8 @@ func (e *Engine) AttachULP(idx uint32, u ULP, sendBuf int) rings.Status {
 		p.rec = make([]seq, n)
 	}
 	hold := c.rcvBuf
-	if c.rcvAdvEdge.gt(c.rcvNxt) {
-		hold = max(hold, c.rcvAdvEdge.sub(c.rcvNxt))
+	if c.rcvAdvEdge.GreaterThan(c.rcvNxt) {
+		hold = max(hold, c.rcvAdvEdge.Sub(c.rcvNxt))
 	}
 	// The advertised window is rounded up to the window scale, so the
 	// peer may send up to 2^scale-1 bytes beyond the free space: the hold
@@ -180,13 +181,13 @@ func (c *conn) ulpPull() {
 	mss := c.maxPayload()
 	size := uint32(len(p.buf))
 	for {
-		free := size - c.sndEnd.sub(p.una)
+		free := size - c.sndEnd.Sub(p.una)
 		if free == 0 || !p.u.HasOutput() {
 			break
 		}
 		// Fill up the newest record while none of it has been sent.
-		if p.recN > 0 && !p.lastStart.lt(c.sndMax) {
-			if l := c.sndEnd.sub(p.lastStart); l < mss {
+		if p.recN > 0 && !p.lastStart.LessThan(c.sndMax) {
+			if l := c.sndEnd.Sub(p.lastStart); l < mss {
 				if c.ulpFill(min(mss-l, free)) > 0 {
 					p.rec[(p.recHead+p.recN-1)%len(p.rec)] = c.sndEnd
 					continue
@@ -215,7 +216,7 @@ func (c *conn) ulpPull() {
 func (c *conn) ulpFill(room uint32) uint32 {
 	e := c.e
 	p := &c.ulp
-	off := (p.head + int(c.sndEnd.sub(p.una))) % len(p.buf)
+	off := (p.head + int(c.sndEnd.Sub(p.una))) % len(p.buf)
 	var k int
 	if len(p.buf)-off >= int(room) {
 		k = min(max(p.u.Transmit(p.buf[off:off+int(room)]), 0), int(room))
@@ -225,7 +226,7 @@ func (c *conn) ulpFill(room uint32) uint32 {
 		n := copy(p.buf[off:], s[:k])
 		copy(p.buf, s[n:k])
 	}
-	c.sndEnd = c.sndEnd.add(uint32(k))
+	c.sndEnd = c.sndEnd.Add(uint32(k))
 	e.ctr.ULPPulled += uint64(k)
 	return uint32(k)
 }
@@ -233,12 +234,12 @@ func (c *conn) ulpFill(room uint32) uint32 {
 // ulpTrim frees what SND.UNA passed (called as soon as SND.UNA moves).
 func (c *conn) ulpTrim() {
 	p := &c.ulp
-	end := seqMin(c.sndUna, c.sndEnd)
-	if end.gt(p.una) {
-		p.head = (p.head + int(end.sub(p.una))) % len(p.buf)
+	end := seqnum.Min(c.sndUna, c.sndEnd)
+	if end.GreaterThan(p.una) {
+		p.head = (p.head + int(end.Sub(p.una))) % len(p.buf)
 		p.una = end
 	}
-	for p.recN > 0 && !p.rec[p.recHead].gt(c.sndUna) {
+	for p.recN > 0 && !p.rec[p.recHead].GreaterThan(c.sndUna) {
 		p.recHead = (p.recHead + 1) % len(p.rec)
 		p.recN--
 	}
@@ -247,7 +248,7 @@ func (c *conn) ulpTrim() {
 // ulpRead copies the buffered bytes [sq, sq+len(dst)) into dst.
 func (c *conn) ulpRead(dst []byte, sq seq) {
 	p := &c.ulp
-	off := (p.head + int(sq.sub(p.una))) % len(p.buf)
+	off := (p.head + int(sq.Sub(p.una))) % len(p.buf)
 	n := copy(dst, p.buf[off:])
 	copy(dst[n:], p.buf)
 }
@@ -256,11 +257,11 @@ func (c *conn) ulpRead(dst []byte, sq seq) {
 // that ends on a record end, or 0 if no record ends in (sq, sq+n].
 func (c *conn) ulpCut(sq seq, n uint32) uint32 {
 	p := &c.ulp
-	lim := sq.add(n)
+	lim := sq.Add(n)
 	lo, hi := 0, p.recN // the records ending at or before lim are [0, lo)
 	for lo < hi {
 		mid := (lo + hi) / 2
-		if p.recAt(mid).le(lim) {
+		if p.recAt(mid).LessThanEq(lim) {
 			lo = mid + 1
 		} else {
 			hi = mid
@@ -269,8 +270,8 @@ func (c *conn) ulpCut(sq seq, n uint32) uint32 {
 	if lo == 0 {
 		return 0
 	}
-	if end := p.recAt(lo - 1); end.gt(sq) {
-		return end.sub(sq)
+	if end := p.recAt(lo - 1); end.GreaterThan(sq) {
+		return end.Sub(sq)
 	}
 	return 0
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/emunic/emunic/delegation/iwarp"
+	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/rings"
 )
 
@@ -188,8 +189,8 @@ func newIWARPPair(t *testing.T, o simOpts) *iwarpPair {
 	s.host[0].ulp, s.host[1].ulp = true, true
 	s.link.drop = func(to int, f []byte) bool {
 		s.frames = append(s.frames, append([]byte(nil), f...))
-		ip := f[ethHdrLen:]
-		tcp := ip[ipHdrLen:be.Uint16(ip[2:])]
+		ip := f[hdr.EthernetSize:]
+		tcp := ip[netHdrLen:be.Uint16(ip[2:])]
 		if p := tcp[int(tcp[12]>>4)*4:]; len(p) >= 2 {
 			s.dataSegs++
 			if !fpduAligned(p) {

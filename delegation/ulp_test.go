@@ -196,8 +196,8 @@ func newULPSim(t testing.TB, o simOpts, ua, ub *frameULP, sendBuf int) *ulpSim {
 	}
 	s.link.drop = func(to int, f []byte) bool {
 		from := 1 - to
-		ip := f[ethHdrLen:]
-		tcp := ip[ipHdrLen:be.Uint16(ip[2:])]
+		ip := f[hdr.EthernetSize:]
+		tcp := ip[netHdrLen:be.Uint16(ip[2:])]
 		payload := tcp[int(tcp[12]>>4)*4:]
 		if len(payload) == 0 {
 			return false
@@ -480,7 +480,7 @@ func TestULPCommands(t *testing.T) {
 	if st := r.e.AttachULP(0, u, 0); st != rings.StatusBadState {
 		t.Fatalf("attach with host data in flight: %v", st)
 	}
-	r.in(pseg{seq: r.peerSeq, ack: r.info().SndNxt, flags: flACK, wnd: 0xFFFF})
+	r.in(pseg{seq: r.peerSeq, ack: r.info().SndNxt, flags: hdr.TCPFlagACK, wnd: 0xFFFF})
 	if st := r.e.AttachULP(0, u, 0); st != rings.StatusOK {
 		t.Fatalf("attach: %v", st)
 	}
@@ -503,7 +503,7 @@ func TestULPCommands(t *testing.T) {
 	r.h.ntfs = nil
 	f := []byte{0, 12, 0, 0, 'a', 'b', 'c', 'd', 0, 0, 0, 0}
 	be.PutUint32(f[8:], crc32.ChecksumIEEE(f[:8]))
-	r.data(f, flPSH)
+	r.data(f, hdr.TCPFlagPSH)
 	if u.frames != 1 || len(r.h.ntfs) != 0 {
 		t.Fatalf("frames %d, host notifications %v", u.frames, r.h.ntfs)
 	}
@@ -575,7 +575,7 @@ func TestULPSegmentsFollowRecords(t *testing.T) {
 	u := &recULP{size: 700, fill: 10, pat: pattern(700, 3), take: -1}
 	two := append(append([]byte(nil), u.pat...), u.pat...) // one packed record
 	// The peer's window is 1000 bytes (scale 2).
-	r.in(pseg{seq: r.peerSeq, ack: 1000, flags: flACK, wnd: 250})
+	r.in(pseg{seq: r.peerSeq, ack: 1000, flags: hdr.TCPFlagACK, wnd: 250})
 	r.take()
 	if st := r.e.AttachULP(0, u, 0); st != rings.StatusOK {
 		t.Fatal(st)
@@ -597,16 +597,16 @@ func TestULPSegmentsFollowRecords(t *testing.T) {
 		t.Fatalf("first flight %s", lens(o))
 	}
 	// The rest of the record goes; the next record waits for room.
-	r.in(pseg{seq: r.peerSeq, ack: 2000, flags: flACK, wnd: 250})
+	r.in(pseg{seq: r.peerSeq, ack: 2000, flags: hdr.TCPFlagACK, wnd: 250})
 	if o = r.take(); lens(o) != "[400]" {
 		t.Fatalf("second flight %s", lens(o))
 	}
-	r.in(pseg{seq: r.peerSeq, ack: 2400, flags: flACK, wnd: 125})
+	r.in(pseg{seq: r.peerSeq, ack: 2400, flags: hdr.TCPFlagACK, wnd: 125})
 	if o = r.take(); lens(o) != "[500]" {
 		t.Fatalf("third flight %s", lens(o))
 	}
 	// Wide window: the rest of that record, then whole records.
-	r.in(pseg{seq: r.peerSeq, ack: 2900, flags: flACK, wnd: 0xFFFF})
+	r.in(pseg{seq: r.peerSeq, ack: 2900, flags: hdr.TCPFlagACK, wnd: 0xFFFF})
 	if o = r.take(); lens(o) != "[900 1400 1400 1400]" {
 		t.Fatalf("fourth flight %s", lens(o))
 	}
@@ -707,7 +707,7 @@ func TestAllocsULPReceive(t *testing.T) {
 	}
 	u := &recULP{take: -1}
 	r := ulpAllocRig(t, u)
-	ip, tcp := r.build(pseg{seq: 5000, ack: 1000, flags: flACK, wnd: 0xFFFF, payload: pattern(1448, 1)})
+	ip, tcp := r.build(pseg{seq: 5000, ack: 1000, flags: hdr.TCPFlagACK, wnd: 0xFFFF, payload: pattern(1448, 1)})
 	sq := uint32(5000)
 	ts := uint32(8000)
 	k := 0
@@ -718,7 +718,7 @@ func TestAllocsULPReceive(t *testing.T) {
 			u.take = 500 // refuse most of this one: held, offered again next time
 		}
 		be.PutUint32(tcp[4:], sq)
-		be.PutUint32(tcp[tcpHdrLen+4:], ts)
+		be.PutUint32(tcp[hdr.TCPMinSize+4:], ts)
 		tcp[16], tcp[17] = 0, 0
 		be.PutUint16(tcp[16:], hdr.TransportChecksum(hdr.ProtoTCP, ipB, ipA, tcp))
 		r.e.Input(0, ip, tcp)
@@ -744,13 +744,13 @@ func TestAllocsULPSend(t *testing.T) {
 	}
 	u := &recULP{size: 1000, fill: -1, pat: pattern(1000, 5), take: -1}
 	r := ulpAllocRig(t, u)
-	ip, tcp := r.build(pseg{seq: 5000, ack: 1000, flags: flACK, wnd: 0xFFFF})
+	ip, tcp := r.build(pseg{seq: 5000, ack: 1000, flags: hdr.TCPFlagACK, wnd: 0xFFFF})
 	ack := uint32(1000)
 	ts := uint32(8000)
 	step := func() {
 		ack += 2000
 		be.PutUint32(tcp[8:], ack)
-		be.PutUint32(tcp[tcpHdrLen+4:], ts)
+		be.PutUint32(tcp[hdr.TCPMinSize+4:], ts)
 		tcp[16], tcp[17] = 0, 0
 		be.PutUint16(tcp[16:], hdr.TransportChecksum(hdr.ProtoTCP, ipB, ipA, tcp))
 		before := r.e.Counters().TxSegments
@@ -784,13 +784,13 @@ func FuzzInputULP(f *testing.F) {
 		_, tcp := seedRig.build(p)
 		f.Add(tcp, fixup)
 	}
-	add(pseg{seq: 5300, ack: 1000, flags: flACK, wnd: 100, payload: []byte("data")}, true)
-	add(pseg{seq: 5300, ack: 2400, flags: flACK | flFIN | flPSH, wnd: 100, payload: []byte("fin")}, true)
-	add(pseg{seq: 5300, flags: flRST}, true)
-	add(pseg{seq: 5300, ack: 1000, flags: flACK, wnd: 0, payload: make([]byte, 1500)}, true)
-	add(pseg{seq: 5300, ack: 1700, flags: flACK, wnd: 7, sack: []sackBlock{{2400, 3100}, {3800, 4500}}}, true)
-	add(pseg{seq: 5300, ack: 1350, flags: flACK, wnd: 0xFFFF}, true)
-	add(pseg{seq: 5300, ack: 1000, flags: flACK, wnd: 0xFFFF}, true)
+	add(pseg{seq: 5300, ack: 1000, flags: hdr.TCPFlagACK, wnd: 100, payload: []byte("data")}, true)
+	add(pseg{seq: 5300, ack: 2400, flags: hdr.TCPFlagACK | hdr.TCPFlagFIN | hdr.TCPFlagPSH, wnd: 100, payload: []byte("fin")}, true)
+	add(pseg{seq: 5300, flags: hdr.TCPFlagRST}, true)
+	add(pseg{seq: 5300, ack: 1000, flags: hdr.TCPFlagACK, wnd: 0, payload: make([]byte, 1500)}, true)
+	add(pseg{seq: 5300, ack: 1700, flags: hdr.TCPFlagACK, wnd: 7, sack: []sackBlock{{2400, 3100}, {3800, 4500}}}, true)
+	add(pseg{seq: 5300, ack: 1350, flags: hdr.TCPFlagACK, wnd: 0xFFFF}, true)
+	add(pseg{seq: 5300, ack: 1000, flags: hdr.TCPFlagACK, wnd: 0xFFFF}, true)
 
 	f.Fuzz(func(t *testing.T, tcp []byte, fixup bool) {
 		o := defaultRigOpts()
@@ -802,20 +802,20 @@ func FuzzInputULP(f *testing.F) {
 		if st := r.e.AttachULP(0, u, 8<<10); st != rings.StatusOK {
 			t.Fatal(st)
 		}
-		r.in(pseg{seq: 5000, ack: 1000, flags: flACK, wnd: 0xFFFF, payload: pattern(300, 1)})
-		r.in(pseg{seq: 5000 + 2000, ack: 1000, flags: flACK, wnd: 0xFFFF, payload: pattern(500, 1)})
+		r.in(pseg{seq: 5000, ack: 1000, flags: hdr.TCPFlagACK, wnd: 0xFFFF, payload: pattern(300, 1)})
+		r.in(pseg{seq: 5000 + 2000, ack: 1000, flags: hdr.TCPFlagACK, wnd: 0xFFFF, payload: pattern(500, 1)})
 		checkInvariants(t, r.e)
 
 		if len(tcp) >= 4 {
 			be.PutUint16(tcp[0:], portB)
 			be.PutUint16(tcp[2:], portA)
 		}
-		if fixup && len(tcp) >= tcpHdrLen {
+		if fixup && len(tcp) >= hdr.TCPMinSize {
 			tcp[16], tcp[17] = 0, 0
 			be.PutUint16(tcp[16:], hdr.TransportChecksum(hdr.ProtoTCP, ipB, ipA, tcp))
 		}
 		ip, _ := r.build(pseg{})
-		be.PutUint16(ip[2:], uint16(ipHdrLen+len(tcp)))
+		be.PutUint16(ip[2:], uint16(netHdrLen+len(tcp)))
 		ip[10], ip[11] = 0, 0
 		be.PutUint16(ip[10:], ^hdr.Checksum(ip, 0))
 		r.e.Input(0, ip, tcp)

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 
 	"github.com/emunic/emunic/nic/hdr"
+	"github.com/emunic/emunic/seqnum"
 )
 
 var be = binary.BigEndian
@@ -14,48 +15,19 @@ var be = binary.BigEndian
 
 // Wire sizes.
 const (
-	ethHdrLen  = hdr.EthernetSize
-	ipHdrLen   = hdr.IPv4MinSize // we never send IPv4 options
-	tcpHdrLen  = hdr.TCPMinSize
-	hdrsLen    = ethHdrLen + ipHdrLen + tcpHdrLen
-	maxFrame   = ethHdrLen + hdr.IPv4MaxTotalLen // the largest IPv4 datagram behind an Ethernet header
-	minFrame   = hdr.EthernetMinFrame            // the Ethernet minimum, without the FCS
-	etherIPv4  = hdr.EtherTypeIPv4
-	ipProtoTCP = hdr.ProtoTCP
-	ipFlagDF   = hdr.IPv4FlagDF
-)
-
-// TCP header flags.
-const (
-	flFIN = hdr.TCPFlagFIN
-	flSYN = hdr.TCPFlagSYN
-	flRST = hdr.TCPFlagRST
-	flPSH = hdr.TCPFlagPSH
-	flACK = hdr.TCPFlagACK
-)
-
-// TCP option kinds.
-const (
-	optEOL       = hdr.TCPOptEOL
-	optNOP       = hdr.TCPOptNOP
-	optMSS       = hdr.TCPOptMSS
-	optWS        = hdr.TCPOptWS
-	optSACKPerm  = hdr.TCPOptSACKPermitted
-	optSACK      = hdr.TCPOptSACK
-	optTimestamp = hdr.TCPOptTimestamp
+	netHdrLen = hdr.IPv4MinSize // the network header the engine sends (netlayer.go): IPv4 without options
+	hdrsLen   = hdr.EthernetSize + netHdrLen + hdr.TCPMinSize
+	maxFrame  = hdr.EthernetSize + hdr.IPv4MaxTotalLen // the largest IPv4 datagram behind an Ethernet header
 )
 
 // Option sizes as the engine sends them: NOP NOP TS(10) and NOP NOP
 // SACK(2+8n), each 4-byte aligned.
 const (
-	tsOptLen       = 2 + hdr.TCPOptTimestampLen
-	sackOptHdrLen  = 2 + hdr.TCPOptSACKHdrLen
-	sackBlockLen   = hdr.TCPSACKBlockLen
-	maxSACKBlocks  = hdr.TCPMaxSACKBlocks
-	maxSACKWithTS  = (hdr.TCPMaxOptionsSize - tsOptLen - sackOptHdrLen) / sackBlockLen
-	minMSS         = 64
-	maxMSS         = hdr.IPv4MaxTotalLen - hdr.IPv4MinSize - hdr.TCPMinSize // 65495
-	maxWindowScale = hdr.TCPMaxWindowShift
+	tsOptLen      = 2 + hdr.TCPOptTimestampLen
+	sackOptHdrLen = 2 + hdr.TCPOptSACKHdrLen
+	maxSACKWithTS = (hdr.TCPMaxOptionsSize - tsOptLen - sackOptHdrLen) / hdr.TCPSACKBlockLen
+	minMSS        = 64
+	maxMSS        = hdr.IPv4MaxTotalLen - hdr.IPv4MinSize - hdr.TCPMinSize // 65495
 )
 
 // sackBlock is one SACK block [start, end).
@@ -73,7 +45,7 @@ type segment struct {
 	tsVal   uint32
 	tsEcr   uint32
 	nSACK   int
-	sack    [maxSACKBlocks]sackBlock
+	sack    [hdr.TCPMaxSACKBlocks]sackBlock
 	// segs is how many wire segments this one stands for: more than one
 	// for a super-frame the device took whole (Engine.InputLRO).
 	segs uint32
@@ -82,10 +54,10 @@ type segment struct {
 // seqLen is the sequence space the segment occupies (SYN and FIN count one).
 func (s *segment) seqLen() uint32 {
 	n := uint32(len(s.payload))
-	if s.flags&flSYN != 0 {
+	if s.flags&hdr.TCPFlagSYN != 0 {
 		n++
 	}
-	if s.flags&flFIN != 0 {
+	if s.flags&hdr.TCPFlagFIN != 0 {
 		n++
 	}
 	return n
@@ -125,11 +97,11 @@ func parseTCP(b []byte, s *segment) int {
 			return parseBadOptions
 		}
 		switch o.Kind() {
-		case optTimestamp:
+		case hdr.TCPOptTimestamp:
 			s.hasTS = true
 			s.tsVal, s.tsEcr = o.TSVal(), o.TSEcr()
-		case optSACK:
-			for j := 0; j < o.SACKBlocks() && s.nSACK < maxSACKBlocks; j++ {
+		case hdr.TCPOptSACK:
+			for j := 0; j < o.SACKBlocks() && s.nSACK < hdr.TCPMaxSACKBlocks; j++ {
 				l, r := o.SACKBlock(j)
 				s.sack[s.nSACK] = sackBlock{seq(l), seq(r)}
 				s.nSACK++
@@ -141,3 +113,8 @@ func parseTCP(b []byte, s *segment) int {
 	}
 	return parseOK
 }
+
+// seq is the engine's name for a TCP sequence number, package seqnum's
+// Value: the engine has hundreds of them in fields and signatures, and a
+// short name keeps those readable.
+type seq = seqnum.Value

@@ -4,9 +4,8 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/emunic/emunic/nic/hdr"
-
 	"github.com/emunic/emunic/internal/fuzzcorpus"
+	"github.com/emunic/emunic/nic/hdr"
 )
 
 // wireSeg is the parsed form of a segment as parseTCP sees it, for
@@ -27,24 +26,24 @@ func encodeSeg(s wireSeg) []byte {
 	opts := make([]byte, 0, hdr.TCPMaxOptionsSize)
 	if s.ts {
 		o := make([]byte, tsOptLen)
-		o[0], o[1] = optNOP, optNOP
+		o[0], o[1] = hdr.TCPOptNOP, hdr.TCPOptNOP
 		hdr.PutTCPOptTimestamp(o[2:], s.tsVal, s.tsEcr)
 		opts = append(opts, o...)
 	}
 	if len(s.sack) > 0 {
-		o := make([]byte, sackOptHdrLen+len(s.sack)*sackBlockLen)
-		o[0], o[1] = optNOP, optNOP
+		o := make([]byte, sackOptHdrLen+len(s.sack)*hdr.TCPSACKBlockLen)
+		o[0], o[1] = hdr.TCPOptNOP, hdr.TCPOptNOP
 		hdr.PutTCPOptSACK(o[2:], len(s.sack))
 		for i, b := range s.sack {
 			hdr.PutTCPSACKBlock(o[2:], i, uint32(b.start), uint32(b.end))
 		}
 		opts = append(opts, o...)
 	}
-	hl := tcpHdrLen + len(opts)
+	hl := hdr.TCPMinSize + len(opts)
 	b := make([]byte, hl+len(s.payload))
 	(&hdr.TCPFields{SrcPort: portB, DstPort: portA, Seq: s.seq, Ack: s.ack, HeaderLen: hl, Flags: s.flags,
 		Window: s.wnd}).Encode(b)
-	copy(b[tcpHdrLen:], opts)
+	copy(b[hdr.TCPMinSize:], opts)
 	copy(b[hl:], s.payload)
 	return b
 }
@@ -52,18 +51,18 @@ func encodeSeg(s wireSeg) []byte {
 func wireSegSamples() []wireSeg {
 	r := rand.New(rand.NewPCG(0x5eed, 20))
 	out := []wireSeg{
-		{seq: 5000, ack: 1000, flags: flACK, wnd: 100, payload: []byte("data")},
-		{seq: 5000, flags: flSYN},
-		{seq: 5000, ack: 1000, flags: flACK | flFIN | flPSH, wnd: 100, ts: true, tsVal: 7, tsEcr: 9, payload: []byte("fin")},
-		{seq: 5000, ack: 1400, flags: flACK, wnd: 7, sack: []sackBlock{{1100, 1200}, {1300, 1400}}},
-		{seq: 1, ack: 2, flags: flACK, wnd: 0xFFFF, ts: true, tsVal: 1, tsEcr: 2,
+		{seq: 5000, ack: 1000, flags: hdr.TCPFlagACK, wnd: 100, payload: []byte("data")},
+		{seq: 5000, flags: hdr.TCPFlagSYN},
+		{seq: 5000, ack: 1000, flags: hdr.TCPFlagACK | hdr.TCPFlagFIN | hdr.TCPFlagPSH, wnd: 100, ts: true, tsVal: 7, tsEcr: 9, payload: []byte("fin")},
+		{seq: 5000, ack: 1400, flags: hdr.TCPFlagACK, wnd: 7, sack: []sackBlock{{1100, 1200}, {1300, 1400}}},
+		{seq: 1, ack: 2, flags: hdr.TCPFlagACK, wnd: 0xFFFF, ts: true, tsVal: 1, tsEcr: 2,
 			sack: []sackBlock{{10, 20}, {30, 40}, {50, 60}}},
-		{seq: 5010, flags: flRST | flACK},
+		{seq: 5010, flags: hdr.TCPFlagRST | hdr.TCPFlagACK},
 	}
 	for range 4 {
 		s := wireSeg{seq: r.Uint32(), ack: r.Uint32(), flags: uint8(r.Uint32()), wnd: uint16(r.Uint32()),
 			ts: r.IntN(2) == 0, tsVal: r.Uint32(), tsEcr: r.Uint32(), payload: make([]byte, r.IntN(64))}
-		lim := maxSACKBlocks
+		lim := hdr.TCPMaxSACKBlocks
 		if s.ts {
 			lim = maxSACKWithTS
 		}
@@ -91,7 +90,7 @@ func checkParsed(t *testing.T, b []byte, s *segment) {
 	h := hdr.TCP(b)
 	hl := h.HeaderLen()
 	if s.seq != seq(h.Seq()) || s.ack != seq(h.Ack()) || s.flags != h.Flags() || s.wnd != h.Window() ||
-		len(s.payload) != len(b)-hl || s.nSACK < 0 || s.nSACK > maxSACKBlocks {
+		len(s.payload) != len(b)-hl || s.nSACK < 0 || s.nSACK > hdr.TCPMaxSACKBlocks {
 		t.Fatalf("parsed %+v from % x", *s, b)
 	}
 	for n := 0; n < hl; n++ {
@@ -110,7 +109,7 @@ func FuzzParseTCP(f *testing.F) {
 		f.Add(b)
 	}
 	f.Add([]byte{})
-	f.Add(make([]byte, tcpHdrLen-1))
+	f.Add(make([]byte, hdr.TCPMinSize-1))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var s segment
 		if parseTCP(b, &s) != parseOK {
@@ -150,15 +149,15 @@ func TestParseTCPRoundTrip(t *testing.T) {
 func TestWriteFuzzCorpus(t *testing.T) {
 	fuzzcorpus.Updating(t)
 	seeds := parseTCPSeeds()
-	fuzzcorpus.Write(t, "FuzzParseTCP", append(seeds, seeds[2][:tcpHdrLen+tsOptLen-1]))
+	fuzzcorpus.Write(t, "FuzzParseTCP", append(seeds, seeds[2][:hdr.TCPMinSize+tsOptLen-1]))
 
 	r := newRig(t, defaultRigOpts())
 	var in [][]byte
 	for _, p := range []pseg{
-		{seq: 5000, ack: 1000, flags: flACK, wnd: 100, payload: []byte("data")},
-		{seq: 5000, ack: 1000, flags: flACK | flFIN | flPSH, wnd: 100, payload: []byte("fin")},
-		{seq: 5000, flags: flRST},
-		{seq: 5000, ack: 1400, flags: flACK, wnd: 7, sack: []sackBlock{{1100, 1200}, {1300, 1400}}},
+		{seq: 5000, ack: 1000, flags: hdr.TCPFlagACK, wnd: 100, payload: []byte("data")},
+		{seq: 5000, ack: 1000, flags: hdr.TCPFlagACK | hdr.TCPFlagFIN | hdr.TCPFlagPSH, wnd: 100, payload: []byte("fin")},
+		{seq: 5000, flags: hdr.TCPFlagRST},
+		{seq: 5000, ack: 1400, flags: hdr.TCPFlagACK, wnd: 7, sack: []sackBlock{{1100, 1200}, {1300, 1400}}},
 	} {
 		_, tcp := r.build(p)
 		in = append(in, tcp)

@@ -11,7 +11,7 @@ import (
 func TestParseTCPSACKBlocks(t *testing.T) {
 	opts := make([]byte, 40)
 	for i := range opts {
-		opts[i] = optNOP
+		opts[i] = hdr.TCPOptNOP
 	}
 	n := 4 // NOP NOP NOP NOP first
 	for k := range 2 {
@@ -22,14 +22,14 @@ func TestParseTCPSACKBlocks(t *testing.T) {
 		}
 	}
 	seg := make([]byte, hdr.TCPMinSize+40+3)
-	(&hdr.TCPFields{HeaderLen: hdr.TCPMinSize + 40, Flags: flACK, Seq: 1, Ack: 2, Window: 3}).Encode(seg)
+	(&hdr.TCPFields{HeaderLen: hdr.TCPMinSize + 40, Flags: hdr.TCPFlagACK, Seq: 1, Ack: 2, Window: 3}).Encode(seg)
 	copy(seg[hdr.TCPMinSize:], opts)
 	var s segment
 	if got := parseTCP(seg, &s); got != parseOK {
 		t.Fatalf("parseTCP: %d", got)
 	}
-	want := [maxSACKBlocks]sackBlock{{0, 5}, {10, 15}, {100, 105}, {110, 115}}
-	if s.nSACK != maxSACKBlocks || s.sack != want || s.hasTS ||
+	want := [hdr.TCPMaxSACKBlocks]sackBlock{{0, 5}, {10, 15}, {100, 105}, {110, 115}}
+	if s.nSACK != hdr.TCPMaxSACKBlocks || s.sack != want || s.hasTS ||
 		s.seq != 1 || s.ack != 2 || s.wnd != 3 || len(s.payload) != 3 {
 		t.Fatalf("parsed %+v", s)
 	}
@@ -41,7 +41,7 @@ func TestParseTCPSACKBlocks(t *testing.T) {
 func TestInputDeviceChecksum(t *testing.T) {
 	r := newRig(t, defaultRigOpts())
 	r.h.start()
-	ip, tcp := r.build(pseg{seq: 5000, ack: 1000, flags: flACK, wnd: 100, payload: []byte("hello")})
+	ip, tcp := r.build(pseg{seq: 5000, ack: 1000, flags: hdr.TCPFlagACK, wnd: 100, payload: []byte("hello")})
 	hdr.TCP(tcp).SetChecksum(hdr.TCP(tcp).Checksum() ^ 0x0100)
 	r.e.Input(0, ip, tcp)
 	if c := r.e.Counters(); c.DropBadChecksum != 1 || c.RxSegments != 0 {
@@ -78,13 +78,13 @@ func BenchmarkInput(b *testing.B) {
 			o.host.userBufs, o.host.userSize = 8, 16<<10
 			r := quietRig(b, o)
 			r.h.start()
-			ip, tcp := r.build(pseg{seq: 5000, ack: 1000, flags: flACK, wnd: 0xFFFF, payload: pattern(1448, 1)})
+			ip, tcp := r.build(pseg{seq: 5000, ack: 1000, flags: hdr.TCPFlagACK, wnd: 0xFFFF, payload: pattern(1448, 1)})
 			sq, ts := uint32(5000), uint32(8000)
 			b.SetBytes(1448)
 			b.ReportAllocs()
 			for b.Loop() {
 				patchTCP32(tcp, hdr.TCPOffSeq, sq)
-				patchTCP32(tcp, tcpHdrLen+4, ts) // TSval (NOP NOP TS first)
+				patchTCP32(tcp, hdr.TCPMinSize+4, ts) // TSval (NOP NOP TS first)
 				r.e.InputFlags(0, ip, tcp, v.fl)
 				r.h.drain()
 				sq += 1448

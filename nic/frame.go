@@ -52,6 +52,19 @@ func (pf *parsedFrame) tcp4(f []byte) (ip, seg []byte, ok bool) {
 	return f[pf.ipOff:pf.l4Off], f[pf.l4Off : pf.l4Off+pf.l4Len], true
 }
 
+// tcpSegment is tcp4 past the network layer: it reads the segment's
+// connection tuple, as the receiver (this device) sees it, into *t and
+// returns the TCP segment. The engine takes these, never the network
+// header.
+func (pf *parsedFrame) tcpSegment(f []byte, t *hdr.Tuple) (seg []byte, ok bool) {
+	ip, seg, ok := pf.tcp4(f)
+	if !ok {
+		return nil, false
+	}
+	hdr.IPv4(ip).ReadRxTuple(t, hdr.TCP(seg))
+	return seg, true
+}
+
 // engineFlags is what classify established about a frame, for the offload
 // engine: a TCP segment whose checksum it verified is not summed again.
 func (pf *parsedFrame) engineFlags() delegation.RxFlags {

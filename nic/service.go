@@ -1,6 +1,9 @@
 package nic
 
-import "github.com/emunic/emunic/rings"
+import (
+	"github.com/emunic/emunic/nic/hdr"
+	"github.com/emunic/emunic/rings"
+)
 
 const (
 	ringCmd = iota
@@ -158,13 +161,14 @@ func (d *Device) serviceRx() int {
 		}
 		switch classify(f, d.cfg.MAC, d.maxFrame, &pf, verified) {
 		case rxLegacy:
-			if ip, seg, isTCP := pf.tcp4(f); isTCP {
-				if idx, ok := d.eng.LookupSegment(ip, seg); ok {
+			var t hdr.Tuple
+			if seg, isTCP := pf.tcpSegment(f, &t); isTCP {
+				if idx, ok := d.eng.Lookup(&t); ok {
 					// A delegated flow: the engine owns it.
-					d.eng.InputFlags(idx, ip, seg, pf.engineFlags())
+					d.eng.InputSegment(idx, &t, seg, pf.engineFlags())
 					break
 				}
-				if d.eng.InputUnmatched(ip, seg, pf.engineFlags()) {
+				if d.eng.InputUnmatchedSegment(&t, seg, pf.engineFlags()) {
 					// A 4-tuple in TIME_WAIT: its record absorbed it.
 					break
 				}
@@ -214,15 +218,16 @@ func (d *Device) inputLRO(f []byte, segs int, pf *parsedFrame) bool {
 	if classify(f, d.cfg.MAC, lroFrameSize, pf, true) != rxLegacy {
 		return false
 	}
-	ip, seg, isTCP := pf.tcp4(f)
+	var t hdr.Tuple
+	seg, isTCP := pf.tcpSegment(f, &t)
 	if !isTCP {
 		return false
 	}
-	idx, ok := d.eng.LookupSegment(ip, seg)
+	idx, ok := d.eng.Lookup(&t)
 	if !ok {
 		return false
 	}
-	d.eng.InputLRO(idx, ip, seg, pf.engineFlags(), segs)
+	d.eng.InputSegmentLRO(idx, &t, seg, pf.engineFlags(), segs)
 	return true
 }
 

@@ -1,5 +1,7 @@
 package rings
 
+import "net/netip"
+
 // The offload state block: everything the offload unit needs to continue a
 // TCP connection the host stack set up (the OFFLOAD command's Addr/Len point
 // at one). It follows Microsoft TCP Chimney's split of a connection's state:
@@ -19,7 +21,7 @@ package rings
 //	0x04 u8  State (TCPState: Established or CloseWait)
 //	0x05 u8  TTL (0: device default)
 //	0x06 u8  TOS
-//	0x07 u8  reserved, zero
+//	0x07 u8  Family (AddrFamily): zero in version 1
 //	0x08 [4] LocalIP
 //	0x0C [4] RemoteIP
 //	0x10 u16 LocalPort
@@ -50,15 +52,28 @@ package rings
 //	0x64 u32 Ssthresh: slow-start threshold in bytes (0: unlimited)
 //	0x68 u8  Congestion: congestion control (CongestionControl; 0: CUBIC)
 //	0x69..0x7F reserved, zero
+//
+// Version 2 (ConnStateVersion2) has room for addresses of either family:
+// the same 128 bytes with Family set and LocalIP/RemoteIP zero, followed
+// directly (at 0x80) by a ConnAddrExt with the two 16-byte addresses, 160
+// bytes in all (ConnStateSizeV2). The host sends version 1 for IPv4
+// connections (so their OFFLOADs are unchanged) and version 2 when an
+// address needs it.
 const (
 	ConnStateSize    = 128
 	ConnStateVersion = 1
+	// ConnStateVersion2: Family and a ConnAddrExt behind the block.
+	ConnStateVersion2 = 2
+	// ConnStateSizeV2 is a version-2 block with its address extension:
+	// OFFLOAD's Len must be at least this when Version is 2.
+	ConnStateSizeV2 = ConnStateSize + ConnAddrExtSize
 
 	CsOffVersion         = 0x00
 	CsOffFlags           = 0x02
 	CsOffState           = 0x04
 	CsOffTTL             = 0x05
 	CsOffTOS             = 0x06
+	CsOffFamily          = 0x07
 	CsOffLocalIP         = 0x08
 	CsOffRemoteIP        = 0x0C
 	CsOffLocalPort       = 0x10
@@ -90,6 +105,18 @@ const (
 	CsOffReserved        = 0x69
 	connStateReservedEnd = ConnStateSize
 )
+
+// AddrFamily is the network family of a version-2 state block's addresses.
+type AddrFamily uint8
+
+// Address families (the IP version numbers, so that a hex dump reads).
+const (
+	FamilyIPv4 AddrFamily = 4
+	FamilyIPv6 AddrFamily = 6
+)
+
+// Known reports whether f is a family a version-2 block may name.
+func (f AddrFamily) Known() bool { return f == FamilyIPv4 || f == FamilyIPv6 }
 
 // ConnStateFlags are the negotiated options and switches of a connection.
 type ConnStateFlags uint16
@@ -172,6 +199,7 @@ func (b ConnStateBlock) Flags() ConnStateFlags { return ConnStateFlags(le.Uint16
 func (b ConnStateBlock) State() TCPState       { return TCPState(b[CsOffState]) }
 func (b ConnStateBlock) TTL() uint8            { return b[CsOffTTL] }
 func (b ConnStateBlock) TOS() uint8            { return b[CsOffTOS] }
+func (b ConnStateBlock) Family() AddrFamily    { return AddrFamily(b[CsOffFamily]) }
 func (b ConnStateBlock) LocalIP() [4]byte      { return [4]byte(b[CsOffLocalIP : CsOffLocalIP+4]) }
 func (b ConnStateBlock) RemoteIP() [4]byte     { return [4]byte(b[CsOffRemoteIP : CsOffRemoteIP+4]) }
 func (b ConnStateBlock) LocalPort() uint16     { return le.Uint16(b[CsOffLocalPort:]) }
@@ -214,6 +242,7 @@ type ConnState struct {
 	State       TCPState
 	TTL         uint8
 	TOS         uint8
+	Family      AddrFamily // version 2; zero in version 1
 	LocalIP     [4]byte
 	RemoteIP    [4]byte
 	LocalPort   uint16
@@ -254,7 +283,7 @@ func (s *ConnState) Encode(b ConnStateBlock) {
 	b[CsOffState] = byte(s.State)
 	b[CsOffTTL] = s.TTL
 	b[CsOffTOS] = s.TOS
-	b[0x07] = 0
+	b[CsOffFamily] = byte(s.Family)
 	copy(b[CsOffLocalIP:], s.LocalIP[:])
 	copy(b[CsOffRemoteIP:], s.RemoteIP[:])
 	le.PutUint16(b[CsOffLocalPort:], s.LocalPort)
@@ -293,7 +322,7 @@ func (s *ConnState) Decode(b ConnStateBlock) error {
 		return errShort("connection state", len(b), ConnStateSize)
 	}
 	*s = ConnState{
-		Version: b.Version(), Flags: b.Flags(), State: b.State(), TTL: b.TTL(), TOS: b.TOS(),
+		Version: b.Version(), Flags: b.Flags(), State: b.State(), TTL: b.TTL(), TOS: b.TOS(), Family: b.Family(),
 		LocalIP: b.LocalIP(), RemoteIP: b.RemoteIP(),
 		LocalPort: b.LocalPort(), RemotePort: b.RemotePort(),
 		LocalMAC: b.LocalMAC(), NextHopMAC: b.NextHopMAC(),
@@ -312,9 +341,18 @@ func (s *ConnState) Decode(b ConnStateBlock) error {
 }
 
 // ReservedZero reports whether the reserved bytes and the unknown flag bits
-// of b are zero, as a version-1 state block's must be.
+// of b are zero, as a state block's must be. In version 1 (and any version
+// but 2, which OFFLOAD refuses anyway) Family is reserved too; in version 2
+// it must be a known family and LocalIP and RemoteIP are reserved.
 func (b ConnStateBlock) ReservedZero() bool {
-	if len(b) < ConnStateSize || b[0x07] != 0 || b.Flags()&^connStateFlagsAll != 0 {
+	if len(b) < ConnStateSize || b.Flags()&^connStateFlagsAll != 0 {
+		return false
+	}
+	if b.Version() == ConnStateVersion2 {
+		if !b.Family().Known() || b.LocalIP() != [4]byte{} || b.RemoteIP() != [4]byte{} {
+			return false
+		}
+	} else if b.Family() != 0 {
 		return false
 	}
 	for _, v := range b[CsOffReserved:connStateReservedEnd] {
@@ -327,6 +365,89 @@ func (b ConnStateBlock) ReservedZero() bool {
 
 // KnownFlags reports whether f has only defined bits.
 func (f ConnStateFlags) KnownFlags() bool { return f&^connStateFlagsAll == 0 }
+
+// The address extension of a version-2 state block: the 32 bytes that
+// follow the 128 at 0x80, with addresses of either family in network byte
+// order. An IPv4 address takes the first 4 bytes of its field; the other
+// 12 are zero.
+//
+//	0x00 [16] LocalAddr
+//	0x10 [16] RemoteAddr
+const (
+	ConnAddrExtSize = 32
+
+	CaOffLocalAddr  = 0x00
+	CaOffRemoteAddr = 0x10
+)
+
+// ConnAddrExtBlock is an accessor over a state block's address extension.
+type ConnAddrExtBlock []byte
+
+func (b ConnAddrExtBlock) LocalAddr() [16]byte {
+	return [16]byte(b[CaOffLocalAddr : CaOffLocalAddr+16])
+}
+func (b ConnAddrExtBlock) RemoteAddr() [16]byte {
+	return [16]byte(b[CaOffRemoteAddr : CaOffRemoteAddr+16])
+}
+
+// ConnAddrExt is the fields of a version-2 state block's address extension.
+type ConnAddrExt struct {
+	LocalAddr, RemoteAddr [16]byte
+}
+
+// Encode writes the fields into b, which must hold ConnAddrExtSize bytes.
+func (x *ConnAddrExt) Encode(b ConnAddrExtBlock) {
+	_ = b[ConnAddrExtSize-1]
+	copy(b[CaOffLocalAddr:], x.LocalAddr[:])
+	copy(b[CaOffRemoteAddr:], x.RemoteAddr[:])
+}
+
+// Decode reads the fields from b.
+func (x *ConnAddrExt) Decode(b ConnAddrExtBlock) error {
+	if len(b) < ConnAddrExtSize {
+		return errShort("connection address extension", len(b), ConnAddrExtSize)
+	}
+	*x = ConnAddrExt{LocalAddr: b.LocalAddr(), RemoteAddr: b.RemoteAddr()}
+	return nil
+}
+
+// SetAddrs sets the connection's addresses, and the version that carries
+// them: version 1 for two IPv4 addresses (x is then unused), version 2 with
+// x for anything else.
+func (s *ConnState) SetAddrs(x *ConnAddrExt, local, remote netip.Addr) {
+	*x = ConnAddrExt{}
+	if local.Is4() && remote.Is4() {
+		s.Version, s.Family = ConnStateVersion, 0
+		s.LocalIP, s.RemoteIP = local.As4(), remote.As4()
+		return
+	}
+	s.Version, s.Family = ConnStateVersion2, FamilyIPv6
+	s.LocalIP, s.RemoteIP = [4]byte{}, [4]byte{}
+	x.LocalAddr, x.RemoteAddr = local.As16(), remote.As16()
+}
+
+// Addrs returns the connection's addresses where its version carries them:
+// LocalIP and RemoteIP in version 1, x in version 2 (x may be nil for
+// version 1). ok is false for another version, an unknown family, an IPv4
+// address whose last 12 bytes are not zero, or an unspecified address.
+func (s *ConnState) Addrs(x *ConnAddrExt) (local, remote netip.Addr, ok bool) {
+	switch {
+	case s.Version == ConnStateVersion:
+		local, remote = netip.AddrFrom4(s.LocalIP), netip.AddrFrom4(s.RemoteIP)
+	case s.Version != ConnStateVersion2 || x == nil:
+		return netip.Addr{}, netip.Addr{}, false
+	case s.Family == FamilyIPv4:
+		if [12]byte(x.LocalAddr[4:]) != [12]byte{} || [12]byte(x.RemoteAddr[4:]) != [12]byte{} {
+			return netip.Addr{}, netip.Addr{}, false
+		}
+		local, remote = netip.AddrFrom4([4]byte(x.LocalAddr[:4])), netip.AddrFrom4([4]byte(x.RemoteAddr[:4]))
+	case s.Family == FamilyIPv6:
+		local, remote = netip.AddrFrom16(x.LocalAddr), netip.AddrFrom16(x.RemoteAddr)
+	default:
+		return netip.Addr{}, netip.Addr{}, false
+	}
+	return local, remote, !local.IsUnspecified() && !remote.IsUnspecified()
+}
 
 // User buffer descriptors: the array the POST_BUFFERS command's Addr points
 // at (Arg0 entries; Len = Arg0 × UserBufDescSize). Each names a receive

@@ -367,6 +367,7 @@ var abiBlocks = []abiBlock{
 	{name: "receive descriptor", size: "RxDescSize", prefix: "RxOff", typ: reflect.TypeFor[Rx](), ring: true},
 	{name: "stat block", size: "StatBlockSize", kind: kindStats},
 	{name: "offload state block", size: "ConnStateSize", prefix: "CsOff", typ: reflect.TypeFor[ConnState]()},
+	{name: "offload state address extension", size: "ConnAddrExtSize", prefix: "CaOff", typ: reflect.TypeFor[ConnAddrExt]()},
 	{name: "user buffer descriptor", size: "UserBufDescSize", prefix: "UbOff", typ: reflect.TypeFor[UserBuf]()},
 	{name: "QP configuration block", size: "QPConfigSize", prefix: "QcOff", typ: reflect.TypeFor[QPConfig]()},
 	{name: "scatter/gather element", size: "SGESize", prefix: "SGEOff", typ: reflect.TypeFor[SGE]()},

@@ -38,9 +38,9 @@ import (
 type ackRepair struct {
 	n       atomic.Int32 // flows in the table: 0 skips every lookup
 	mu      sync.Mutex
-	zero    map[FlowKey]uint32 // flow -> netstack's ACK (RCV.NXT) when it advertised zero
-	repairs atomic.Uint64      // repair copies delivered
-	full    atomic.Uint64      // zero-window flows not tracked: table full
+	zero    map[hdr.Tuple]uint32 // flow -> netstack's ACK (RCV.NXT) when it advertised zero
+	repairs atomic.Uint64        // repair copies delivered
+	full    atomic.Uint64        // zero-window flows not tracked: table full
 	scratch [hdr.EthernetSize + hdr.IPv4MaxSize + hdr.TCPMaxSize]byte
 }
 
@@ -66,11 +66,11 @@ func (a *ackRepair) outbound(frame []byte) {
 		return
 	}
 	fl := tcp.Flags()
-	zero := tcp.Window() == 0 && fl&tcpAck != 0 && fl&(tcpRst|tcpSyn) == 0
+	zero := tcp.Window() == 0 && fl&hdr.TCPFlagACK != 0 && fl&(hdr.TCPFlagRST|hdr.TCPFlagSYN) == 0
 	if !zero && a.n.Load() == 0 {
 		return // the fast path: nothing tracked, nothing to track
 	}
-	k := FlowKey{LocalIP: ip.Src(), RemoteIP: ip.Dst(), LocalPort: tcp.SrcPort(), RemotePort: tcp.DstPort()}
+	k := ip.TxTuple(tcp)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if !zero {
@@ -86,7 +86,7 @@ func (a *ackRepair) outbound(frame []byte) {
 			return
 		}
 		if a.zero == nil {
-			a.zero = make(map[FlowKey]uint32)
+			a.zero = make(map[hdr.Tuple]uint32)
 		}
 		a.n.Add(1)
 	}
@@ -103,11 +103,11 @@ func (a *ackRepair) inbound(frame []byte) []byte {
 	if !ok {
 		return nil
 	}
-	k := FlowKey{LocalIP: ip.Dst(), RemoteIP: ip.Src(), LocalPort: tcp.DstPort(), RemotePort: tcp.SrcPort()}
+	k := ip.RxTuple(tcp)
 	fl := tcp.Flags()
 	a.mu.Lock()
 	rcvNxt, tracked := a.zero[k]
-	if tracked && fl&(tcpRst|tcpSyn) != 0 {
+	if tracked && fl&(hdr.TCPFlagRST|hdr.TCPFlagSYN) != 0 {
 		// The connection is ending or being replaced: whatever netstack
 		// answers next decides, the table forgets the flow.
 		delete(a.zero, k)
@@ -115,10 +115,10 @@ func (a *ackRepair) inbound(frame []byte) []byte {
 		tracked = false
 	}
 	a.mu.Unlock()
-	if !tracked || fl&tcpAck == 0 {
+	if !tracked || fl&hdr.TCPFlagACK == 0 {
 		return nil
 	}
-	if payload == 0 && fl&tcpFin == 0 && tcp.Seq() == rcvNxt {
+	if payload == 0 && fl&hdr.TCPFlagFIN == 0 && tcp.Seq() == rcvNxt {
 		return nil // acceptable as it is
 	}
 	// Headers only: Ethernet, IPv4 (options kept), TCP (options kept: the

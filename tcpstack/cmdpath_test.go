@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 	"unsafe"
 
 	"github.com/emunic/emunic/internal/testutil"
+	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/rings"
 )
 
@@ -336,7 +338,7 @@ func newOffloadRig(t *testing.T) *offloadRig {
 
 // conn makes delegated connection idx.
 func (r *offloadRig) conn(idx uint32) *DelegatedConn {
-	key := FlowKey{LocalIP: [4]byte{10, 0, 0, 1}, RemoteIP: [4]byte{10, 0, 0, 2}, LocalPort: 1000 + uint16(idx), RemotePort: 80}
+	key := hdr.Tuple{LocalIP: netip.AddrFrom4([4]byte{10, 0, 0, 1}), RemoteIP: netip.AddrFrom4([4]byte{10, 0, 0, 2}), LocalPort: 1000 + uint16(idx), RemotePort: 80}
 	dc, err := r.o.newConn(idx, key, &flowInfo{sndNxt: 1000})
 	if err != nil {
 		r.t.Fatal(err)
@@ -491,7 +493,7 @@ func TestWriteWaitsForTransmitRing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dc, err := o.newConn(1, FlowKey{LocalPort: 1, RemotePort: 2}, &flowInfo{sndNxt: 1000})
+	dc, err := o.newConn(1, hdr.Tuple{LocalPort: 1, RemotePort: 2}, &flowInfo{sndNxt: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}

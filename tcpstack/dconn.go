@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/rings"
 )
 
@@ -25,7 +26,7 @@ import (
 type DelegatedConn struct {
 	o     *offloader
 	idx   uint32
-	key   FlowKey
+	key   hdr.Tuple
 	flow  *flowInfo // the driver's entry for the flow (removed only if still this one)
 	local net.Addr
 	peer  net.Addr

@@ -7,9 +7,11 @@ import (
 	"net"
 	"sync"
 
-	"github.com/emunic/emunic/rings"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/waiter"
+
+	"github.com/emunic/emunic/nic/hdr"
+	"github.com/emunic/emunic/rings"
 )
 
 // Delegating an established netstack connection to the offload unit takes
@@ -33,7 +35,7 @@ import (
 // delegate moves an established netstack connection to the offload unit.
 // wq is the endpoint's waiter queue: the drain waits on its readable
 // events.
-func (o *offloader) delegate(ep tcpip.Endpoint, wq *waiter.Queue, key FlowKey, alreadyRead, written uint64) (*DelegatedConn, error) {
+func (o *offloader) delegate(ep tcpip.Endpoint, wq *waiter.Queue, key hdr.Tuple, alreadyRead, written uint64) (*DelegatedConn, error) {
 	q := quiescer{o: o, key: key, deadline: o.drv.newTimer(o.cfg.QuiesceTimeout)}
 	defer q.stop()
 	// The endpoint's readable event says when netstack has taken more of
@@ -61,7 +63,7 @@ func (o *offloader) delegate(ep tcpip.Endpoint, wq *waiter.Queue, key FlowKey, a
 // deadline (QuiesceTimeout) and the endpoint's readable events.
 type quiescer struct {
 	o        *offloader
-	key      FlowKey
+	key      hdr.Tuple
 	deadline *Timer
 	stall    *Timer // made on the drain's first wait, reset after
 	readable <-chan struct{}
@@ -76,7 +78,7 @@ func (q *quiescer) stop() {
 
 // thaw unfreezes the flow: netstack has it again, and gets the peer's
 // frames the driver held meanwhile.
-func (o *offloader) thaw(key FlowKey) {
+func (o *offloader) thaw(key hdr.Tuple) {
 	if fi, ok := o.drv.flows.freeze(key, false); ok {
 		o.drv.redeliver(fi.held)
 	}
@@ -175,7 +177,7 @@ func (q *quiescer) drain(ep tcpip.Endpoint, fi *flowInfo, alreadyRead uint64) (p
 // install gives the frozen, drained connection to the unit: a connection
 // index, the connection (with pre, the bytes netstack had, as its first
 // chunk), and OFFLOAD with the state block built from fi.
-func (o *offloader) install(ep tcpip.Endpoint, key FlowKey, fi *flowInfo, pre []byte) (*DelegatedConn, error) {
+func (o *offloader) install(ep tcpip.Endpoint, key hdr.Tuple, fi *flowInfo, pre []byte) (*DelegatedConn, error) {
 	idx, err := o.takeIdx()
 	if err != nil {
 		o.thaw(key)
@@ -210,7 +212,7 @@ func (o *offloader) takeIdx() (uint32, error) {
 
 // prepareConn makes the host's side of connection idx and, for an RDMA
 // connection, prepares its QP. On error idx is free again.
-func (o *offloader) prepareConn(idx uint32, key FlowKey, fi *flowInfo, pre []byte) (*DelegatedConn, RDMADelegation, error) {
+func (o *offloader) prepareConn(idx uint32, key hdr.Tuple, fi *flowInfo, pre []byte) (*DelegatedConn, RDMADelegation, error) {
 	c, err := o.newConn(idx, key, fi)
 	if err != nil {
 		o.putIdx(idx)
@@ -241,7 +243,7 @@ func (o *offloader) prepareConn(idx uint32, key FlowKey, fi *flowInfo, pre []byt
 // submitOffload publishes the connection's OFFLOAD (and an RDMA
 // connection's CREATE_QP behind it) and waits for the unit's answer. An
 // answer that comes after the wait gave up goes to offloadLate.
-func (o *offloader) submitOffload(c *DelegatedConn, ep tcpip.Endpoint, prep RDMADelegation, key FlowKey, fi *flowInfo) ([]rings.Command, error) {
+func (o *offloader) submitOffload(c *DelegatedConn, ep tcpip.Endpoint, prep RDMADelegation, key hdr.Tuple, fi *flowInfo) ([]rings.Command, error) {
 	var blk [rings.ConnStateSize]byte
 	st := o.stateBlock(key, fi)
 	st.Encode(rings.ConnStateBlock(blk[:]))
@@ -280,7 +282,7 @@ func (o *offloader) submitOffload(c *DelegatedConn, ep tcpip.Endpoint, prep RDMA
 // injectHeld gives the unit the peer's frames that arrived while the flow
 // was frozen, as if just received (RX_INJECT; TCP sorts out their order
 // with anything newer).
-func (o *offloader) injectHeld(key FlowKey, idx uint32) {
+func (o *offloader) injectHeld(key hdr.Tuple, idx uint32) {
 	held := o.drv.flows.takeHeld(key)
 	if len(held) == 0 {
 		return
@@ -397,10 +399,10 @@ func (o *offloader) dropConn(c *DelegatedConn, prep RDMADelegation) {
 	o.putIdx(c.idx)
 }
 
-func (o *offloader) stateBlock(key FlowKey, fi *flowInfo) rings.ConnState {
+func (o *offloader) stateBlock(key hdr.Tuple, fi *flowInfo) rings.ConnState {
 	st := rings.ConnState{
 		Version: rings.ConnStateVersion, State: rings.StateEstablished,
-		LocalIP: key.LocalIP, RemoteIP: key.RemoteIP, LocalPort: key.LocalPort, RemotePort: key.RemotePort,
+		LocalIP: key.LocalIP.As4(), RemoteIP: key.RemoteIP.As4(), LocalPort: key.LocalPort, RemotePort: key.RemotePort,
 		LocalMAC: fi.localMAC, NextHopMAC: fi.nextHopMAC,
 		SndUna: fi.sndUna, SndNxt: fi.sndNxt, RcvNxt: fi.rcvNxt,
 		SndWnd:       fi.peerWnd,
@@ -438,10 +440,10 @@ func (o *offloader) stateBlock(key FlowKey, fi *flowInfo) rings.ConnState {
 	return st
 }
 
-func (o *offloader) newConn(idx uint32, key FlowKey, fi *flowInfo) (*DelegatedConn, error) {
+func (o *offloader) newConn(idx uint32, key hdr.Tuple, fi *flowInfo) (*DelegatedConn, error) {
 	c := &DelegatedConn{o: o, idx: idx, key: key, sndISS: fi.sndNxt}
 	c.cond = sync.NewCond(&c.mu)
-	c.local = &net.TCPAddr{IP: net.IP(key.LocalIP[:]), Port: int(key.LocalPort)}
-	c.peer = &net.TCPAddr{IP: net.IP(key.RemoteIP[:]), Port: int(key.RemotePort)}
+	c.local = &net.TCPAddr{IP: net.IP(key.LocalIP.AsSlice()), Port: int(key.LocalPort)}
+	c.peer = &net.TCPAddr{IP: net.IP(key.RemoteIP.AsSlice()), Port: int(key.RemotePort)}
 	return c, nil
 }

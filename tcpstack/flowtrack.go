@@ -1,18 +1,14 @@
 package tcpstack
 
 import (
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/emunic/emunic/nic/hdr"
+	"github.com/emunic/emunic/seqnum"
 )
-
-// FlowKey names a TCP connection from the host's side.
-type FlowKey struct {
-	LocalIP, RemoteIP     [4]byte
-	LocalPort, RemotePort uint16
-}
 
 // flowInfo is what the driver learned about a tracked connection from the
 // frames that crossed it. The NIC sees every frame of a flow, so it knows a
@@ -66,7 +62,7 @@ type flowInfo struct {
 type flowTracker struct {
 	n      atomic.Int32
 	mu     sync.Mutex
-	flows  map[FlowKey]*flowInfo
+	flows  map[hdr.Tuple]*flowInfo
 	listen map[listenKey]int // tracked listening sockets (refcounted)
 
 	// droppedOut and droppedIn count the frames of frozen flows dropped,
@@ -89,7 +85,7 @@ func (t *flowTracker) clock() int64 {
 }
 
 type listenKey struct {
-	ip   [4]byte
+	ip   netip.Addr
 	port uint16
 }
 
@@ -99,7 +95,7 @@ type listenKey struct {
 const maxTrackedFlows = 1 << 16
 
 // listenOn tracks every connection that arrives at ip:port from its SYN on.
-func (t *flowTracker) listenOn(ip [4]byte, port uint16, on bool) {
+func (t *flowTracker) listenOn(ip netip.Addr, port uint16, on bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.listen == nil {
@@ -120,11 +116,11 @@ func (t *flowTracker) listenOn(ip [4]byte, port uint16, on bool) {
 
 // addNew tracks flow k and reports whether it is new (false: k is
 // tracked already, for another connection on the same 4-tuple).
-func (t *flowTracker) addNew(k FlowKey) bool {
+func (t *flowTracker) addNew(k hdr.Tuple) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.flows == nil {
-		t.flows = make(map[FlowKey]*flowInfo)
+		t.flows = make(map[hdr.Tuple]*flowInfo)
 	}
 	if _, ok := t.flows[k]; ok {
 		return false
@@ -134,7 +130,7 @@ func (t *flowTracker) addNew(k FlowKey) bool {
 	return true
 }
 
-func (t *flowTracker) remove(k FlowKey) {
+func (t *flowTracker) remove(k hdr.Tuple) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if f, ok := t.flows[k]; ok {
@@ -149,7 +145,7 @@ func (t *flowTracker) remove(k FlowKey) {
 
 // ackedChan returns a channel closed once SND.UNA advances on flow k (at
 // once when nothing is unacknowledged), and whether k is tracked.
-func (t *flowTracker) ackedChan(k FlowKey) (<-chan struct{}, bool) {
+func (t *flowTracker) ackedChan(k hdr.Tuple) (<-chan struct{}, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	f, ok := t.flows[k]
@@ -167,7 +163,7 @@ func (t *flowTracker) ackedChan(k FlowKey) (<-chan struct{}, bool) {
 
 // entry returns flow k's entry (nil if untracked): its identity, for
 // removeEntry.
-func (t *flowTracker) entry(k FlowKey) *flowInfo {
+func (t *flowTracker) entry(k hdr.Tuple) *flowInfo {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.flows[k]
@@ -177,7 +173,7 @@ func (t *flowTracker) entry(k FlowKey) *flowInfo {
 // connection's flow is removed when its index is released, asynchronously;
 // by then the host stack may have opened a new connection on the same
 // 4-tuple (its end of the old one is long gone), whose entry must stay.
-func (t *flowTracker) removeEntry(k FlowKey, f *flowInfo) {
+func (t *flowTracker) removeEntry(k hdr.Tuple, f *flowInfo) {
 	t.mu.Lock()
 	cur := t.flows[k]
 	t.mu.Unlock()
@@ -188,7 +184,7 @@ func (t *flowTracker) removeEntry(k FlowKey, f *flowInfo) {
 
 // freeze makes the driver drop every frame of the flow from now on and
 // returns a snapshot of what it learned.
-func (t *flowTracker) freeze(k FlowKey, on bool) (flowInfo, bool) {
+func (t *flowTracker) freeze(k hdr.Tuple, on bool) (flowInfo, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	f, ok := t.flows[k]
@@ -206,7 +202,7 @@ func (t *flowTracker) freeze(k FlowKey, on bool) (flowInfo, bool) {
 
 // takeHeld ends holding on flow k (frozen from here on for good: it is
 // delegated) and returns the frames held so far.
-func (t *flowTracker) takeHeld(k FlowKey) [][]byte {
+func (t *flowTracker) takeHeld(k hdr.Tuple) [][]byte {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	f, ok := t.flows[k]
@@ -226,7 +222,7 @@ const (
 	maxHeldBytes  = 256 << 10
 )
 
-func (t *flowTracker) snapshot(k FlowKey) (flowInfo, bool) {
+func (t *flowTracker) snapshot(k hdr.Tuple) (flowInfo, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	f, ok := t.flows[k]
@@ -247,22 +243,20 @@ func (t *flowTracker) observe(frame []byte, outbound bool) (drop bool) {
 	if !parseTCPFrame(frame, &seg) {
 		return false
 	}
-	var k FlowKey
+	k := seg.rx
 	if outbound {
-		k = FlowKey{LocalIP: seg.src, RemoteIP: seg.dst, LocalPort: seg.sport, RemotePort: seg.dport}
-	} else {
-		k = FlowKey{LocalIP: seg.dst, RemoteIP: seg.src, LocalPort: seg.dport, RemotePort: seg.sport}
+		k = hdr.Tuple{LocalIP: k.RemoteIP, RemoteIP: k.LocalIP, LocalPort: k.RemotePort, RemotePort: k.LocalPort}
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	f, ok := t.flows[k]
 	if !ok {
-		if outbound || seg.flags&(tcpSyn|tcpAck) != tcpSyn || t.listen[listenKey{k.LocalIP, k.LocalPort}] == 0 ||
+		if outbound || seg.flags&(hdr.TCPFlagSYN|hdr.TCPFlagACK) != hdr.TCPFlagSYN || t.listen[listenKey{k.LocalIP, k.LocalPort}] == 0 ||
 			len(t.flows) >= maxTrackedFlows {
 			return false
 		}
 		if t.flows == nil {
-			t.flows = make(map[FlowKey]*flowInfo)
+			t.flows = make(map[hdr.Tuple]*flowInfo)
 		}
 		f = &flowInfo{ourWS: -1, peerWS: -1}
 		t.flows[k] = f
@@ -290,14 +284,8 @@ func (t *flowTracker) observe(frame []byte, outbound bool) (drop bool) {
 	return false
 }
 
-const (
-	tcpFin = hdr.TCPFlagFIN
-	tcpSyn = hdr.TCPFlagSYN
-	tcpRst = hdr.TCPFlagRST
-	tcpAck = hdr.TCPFlagACK
-)
-
-func seqAfter(a, b uint32) bool { return int32(a-b) > 0 }
+// seqAfter reports a > b in sequence space.
+func seqAfter(a, b uint32) bool { return seqnum.Value(a).GreaterThan(seqnum.Value(b)) }
 
 var trackEpoch = time.Now()
 
@@ -308,7 +296,7 @@ func (f *flowInfo) learnOut(frame []byte, s *tcpSeg, now func() int64) {
 	copy(f.localMAC[:], frame[6:12])
 	copy(f.nextHopMAC[:], frame[0:6])
 	end := s.seq + uint32(s.payload)
-	if s.flags&tcpSyn != 0 {
+	if s.flags&hdr.TCPFlagSYN != 0 {
 		f.ourMSS, f.ourWS, f.ourSACK = s.mss, s.ws, s.sackOK
 		f.ourTS = s.hasTS
 		// A SYN's window is never scaled; keep it in the units of later
@@ -335,7 +323,7 @@ func (f *flowInfo) learnOut(frame []byte, s *tcpSeg, now func() int64) {
 		}
 		f.sawOurSyn = true
 	}
-	if s.flags&tcpFin != 0 {
+	if s.flags&hdr.TCPFlagFIN != 0 {
 		end++
 		f.ourFin = true
 	}
@@ -345,7 +333,7 @@ func (f *flowInfo) learnOut(frame []byte, s *tcpSeg, now func() int64) {
 	if s.hasTS {
 		f.ourLastTS = s.tsVal
 	}
-	if s.flags&tcpSyn == 0 {
+	if s.flags&hdr.TCPFlagSYN == 0 {
 		f.ourWnd = s.window
 	}
 }
@@ -355,14 +343,14 @@ func (f *flowInfo) learnIn(frame []byte, s *tcpSeg, now func() int64) {
 	if f.nextHopMAC == ([6]byte{}) {
 		copy(f.nextHopMAC[:], frame[6:12])
 	}
-	if s.flags&tcpSyn != 0 {
+	if s.flags&hdr.TCPFlagSYN != 0 {
 		f.sawPeerSyn = true
 		f.peerMSS, f.peerWS, f.peerSACK = s.mss, s.ws, s.sackOK
 		f.peerTS = s.hasTS
 		f.irs = s.seq
 		f.rcvNxt = s.seq + 1
 	}
-	if s.flags&tcpAck != 0 && seqAfter(s.ack, f.sndUna) {
+	if s.flags&hdr.TCPFlagACK != 0 && seqAfter(s.ack, f.sndUna) {
 		if f.rtt == 0 && f.synAt != 0 && f.sawOurSyn && s.ack == f.sndUna+1 {
 			// The ACK of our SYN (active open: the SYN-ACK; passive: the
 			// handshake's last ACK) gives the first RTT sample, so the
@@ -375,7 +363,7 @@ func (f *flowInfo) learnIn(frame []byte, s *tcpSeg, now func() int64) {
 			f.acked = nil
 		}
 	}
-	if s.flags&tcpRst == 0 {
+	if s.flags&hdr.TCPFlagRST == 0 {
 		f.peerWnd = s.window
 	}
 	if s.hasTS {
@@ -383,12 +371,12 @@ func (f *flowInfo) learnIn(frame []byte, s *tcpSeg, now func() int64) {
 	}
 	// Advance RCV.NXT over in-order data (and FIN). A segment that starts
 	// at or before RCV.NXT and ends after it is in order for netstack too.
-	if s.flags&tcpSyn == 0 {
+	if s.flags&hdr.TCPFlagSYN == 0 {
 		start, end := s.seq, s.seq+uint32(s.payload)
 		if !seqAfter(start, f.rcvNxt) && seqAfter(end, f.rcvNxt) {
 			f.rcvNxt = end
 		}
-		if s.flags&tcpFin != 0 && end == f.rcvNxt {
+		if s.flags&hdr.TCPFlagFIN != 0 && end == f.rcvNxt {
 			f.rcvNxt++
 			f.peerFin = true
 		}
@@ -397,8 +385,7 @@ func (f *flowInfo) learnIn(frame []byte, s *tcpSeg, now func() int64) {
 
 // tcpSeg is the parsed part of a TCP/IPv4 frame the tracker needs.
 type tcpSeg struct {
-	src, dst     [4]byte
-	sport, dport uint16
+	rx           hdr.Tuple // the receiver's view: local is the destination
 	seq, ack     uint32
 	flags        uint8
 	window       uint16
@@ -421,8 +408,7 @@ func parseTCPFrame(b []byte, s *tcpSeg) bool {
 	if err != nil {
 		return false
 	}
-	s.src, s.dst = ip.Src(), ip.Dst()
-	s.sport, s.dport = t.SrcPort(), t.DstPort()
+	s.rx = ip.RxTuple(t)
 	s.seq, s.ack = t.Seq(), t.Ack()
 	s.flags = t.Flags()
 	s.window = t.Window()

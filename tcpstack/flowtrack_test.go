@@ -2,6 +2,7 @@ package tcpstack
 
 import (
 	"encoding/binary"
+	"net/netip"
 	"reflect"
 	"testing"
 
@@ -44,18 +45,18 @@ func tsOpt(val, ecr uint32) []byte {
 
 func TestFlowTrackerLearnsHandshakeAndData(t *testing.T) {
 	var tr flowTracker
-	k := FlowKey{LocalIP: hostIP, RemoteIP: peerIP, LocalPort: 40000, RemotePort: 80}
+	k := hdr.Tuple{LocalIP: netip.AddrFrom4(hostIP), RemoteIP: netip.AddrFrom4(peerIP), LocalPort: 40000, RemotePort: 80}
 	tr.addNew(k)
 	steps := []struct {
 		out   bool
 		frame []byte
 	}{
-		{true, tcpFrame(true, 1000, 0, tcpSyn, 65535, synOpts, 0)},
-		{false, tcpFrame(false, 5000, 1001, tcpSyn|tcpAck, 28960, []byte{2, 4, 0x05, 0x78, 1, 3, 3, 2, 4, 2, 8, 10, 0, 0, 0, 9, 0, 0, 0, 100}, 0)},
-		{true, tcpFrame(true, 1001, 5001, tcpAck, 512, tsOpt(101, 9), 0)},
-		{true, tcpFrame(true, 1001, 5001, tcpAck|0x08, 512, tsOpt(102, 9), 300)},
-		{false, tcpFrame(false, 5001, 1301, tcpAck, 229, tsOpt(10, 102), 1000)},
-		{false, tcpFrame(false, 7001, 1301, tcpAck, 229, tsOpt(11, 102), 500)}, // out of order: not in RCV.NXT
+		{true, tcpFrame(true, 1000, 0, hdr.TCPFlagSYN, 65535, synOpts, 0)},
+		{false, tcpFrame(false, 5000, 1001, hdr.TCPFlagSYN|hdr.TCPFlagACK, 28960, []byte{2, 4, 0x05, 0x78, 1, 3, 3, 2, 4, 2, 8, 10, 0, 0, 0, 9, 0, 0, 0, 100}, 0)},
+		{true, tcpFrame(true, 1001, 5001, hdr.TCPFlagACK, 512, tsOpt(101, 9), 0)},
+		{true, tcpFrame(true, 1001, 5001, hdr.TCPFlagACK|0x08, 512, tsOpt(102, 9), 300)},
+		{false, tcpFrame(false, 5001, 1301, hdr.TCPFlagACK, 229, tsOpt(10, 102), 1000)},
+		{false, tcpFrame(false, 7001, 1301, hdr.TCPFlagACK, 229, tsOpt(11, 102), 500)}, // out of order: not in RCV.NXT
 	}
 	for i, s := range steps {
 		if tr.observe(s.frame, s.out) {
@@ -106,7 +107,7 @@ func TestFlowTrackerLearnsHandshakeAndData(t *testing.T) {
 	}
 
 	// Other flows are untouched.
-	other := tcpFrame(true, 1, 0, tcpSyn, 100, nil, 0)
+	other := tcpFrame(true, 1, 0, hdr.TCPFlagSYN, 100, nil, 0)
 	binary.BigEndian.PutUint16(other[14+20:], 40001)
 	if tr.observe(other, true) {
 		t.Error("an untracked flow was dropped")
@@ -115,20 +116,20 @@ func TestFlowTrackerLearnsHandshakeAndData(t *testing.T) {
 
 func TestFlowTrackerListener(t *testing.T) {
 	var tr flowTracker
-	tr.listenOn(hostIP, 40000, true)
-	syn := tcpFrame(false, 5000, 0, tcpSyn, 100, nil, 0)
+	tr.listenOn(netip.AddrFrom4(hostIP), 40000, true)
+	syn := tcpFrame(false, 5000, 0, hdr.TCPFlagSYN, 100, nil, 0)
 	tr.observe(syn, false)
-	k := FlowKey{LocalIP: hostIP, RemoteIP: peerIP, LocalPort: 40000, RemotePort: 80}
+	k := hdr.Tuple{LocalIP: netip.AddrFrom4(hostIP), RemoteIP: netip.AddrFrom4(peerIP), LocalPort: 40000, RemotePort: 80}
 	if fi, ok := tr.snapshot(k); !ok || !fi.sawPeerSyn || fi.rcvNxt != 5001 {
 		t.Fatalf("SYN to a tracked listener: %+v %v", fi, ok)
 	}
 	// A bare ACK to the port does not create a flow.
 	tr.remove(k)
-	tr.observe(tcpFrame(false, 5000, 0, tcpAck, 100, nil, 0), false)
+	tr.observe(tcpFrame(false, 5000, 0, hdr.TCPFlagACK, 100, nil, 0), false)
 	if _, ok := tr.snapshot(k); ok {
 		t.Fatal("a non-SYN created a tracked flow")
 	}
-	tr.listenOn(hostIP, 40000, false)
+	tr.listenOn(netip.AddrFrom4(hostIP), 40000, false)
 	tr.observe(syn, false)
 	if _, ok := tr.snapshot(k); ok {
 		t.Fatal("tracked after the listener closed")
@@ -140,8 +141,8 @@ func TestFlowTrackerListener(t *testing.T) {
 
 // FuzzParseTCPFrame: no input panics, and what parses lies in the frame.
 func FuzzParseTCPFrame(f *testing.F) {
-	f.Add(tcpFrame(true, 1, 2, tcpSyn, 3, synOpts, 0))
-	f.Add(tcpFrame(false, 1, 2, tcpAck, 3, tsOpt(1, 2), 10))
+	f.Add(tcpFrame(true, 1, 2, hdr.TCPFlagSYN, 3, synOpts, 0))
+	f.Add(tcpFrame(false, 1, 2, hdr.TCPFlagACK, 3, tsOpt(1, 2), 10))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var s tcpSeg
@@ -149,7 +150,7 @@ func FuzzParseTCPFrame(f *testing.F) {
 			t.Fatalf("negative payload %d", s.payload)
 		}
 		var tr flowTracker
-		tr.listenOn(hostIP, 40000, true)
+		tr.listenOn(netip.AddrFrom4(hostIP), 40000, true)
 		tr.observe(b, false)
 		tr.observe(b, true)
 	})
@@ -163,10 +164,10 @@ func FuzzParseTCPFrame(f *testing.F) {
 func TestFlowTrackerSYNRetransmitted(t *testing.T) {
 	for _, synAckFirst := range []bool{true, false} {
 		var tr flowTracker
-		k := FlowKey{LocalIP: hostIP, RemoteIP: peerIP, LocalPort: 40000, RemotePort: 80}
+		k := hdr.Tuple{LocalIP: netip.AddrFrom4(hostIP), RemoteIP: netip.AddrFrom4(peerIP), LocalPort: 40000, RemotePort: 80}
 		tr.addNew(k)
-		syn := tcpFrame(true, 1000, 0, tcpSyn, 65535, synOpts, 0)
-		synAck := tcpFrame(false, 5000, 1001, tcpSyn|tcpAck, 28960, []byte{2, 4, 0x05, 0x78, 4, 2}, 0)
+		syn := tcpFrame(true, 1000, 0, hdr.TCPFlagSYN, 65535, synOpts, 0)
+		synAck := tcpFrame(false, 5000, 1001, hdr.TCPFlagSYN|hdr.TCPFlagACK, 28960, []byte{2, 4, 0x05, 0x78, 4, 2}, 0)
 		tr.observe(syn, true)
 		if synAckFirst {
 			tr.observe(synAck, false)

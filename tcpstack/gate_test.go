@@ -14,6 +14,7 @@ import (
 
 	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/nic"
+	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/rings"
 )
@@ -454,7 +455,7 @@ func slicesContains(s []uint32, v uint32) bool {
 
 // quarantineResolved waits until a's index idx is free again and the flow
 // is gone.
-func quarantineResolved(t *testing.T, a *Host, idx uint32, key FlowKey) {
+func quarantineResolved(t *testing.T, a *Host, idx uint32, key hdr.Tuple) {
 	t.Helper()
 	o := a.off
 	testutil.WaitFor(t, "the quarantine resolved", func() bool {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"sync"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
@@ -11,6 +12,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 	"gvisor.dev/gvisor/pkg/waiter"
+
+	"github.com/emunic/emunic/nic/hdr"
 )
 
 // OffloadListener accepts connections with netstack and delegates each one
@@ -67,10 +70,10 @@ func (h *Host) ListenOffload(port uint16) (*OffloadListener, error) {
 		ep.Close()
 		return nil, fmt.Errorf("tcpstack: listen on port %d: %s", port, terr)
 	}
-	h.Driver.flows.listenOn(l.ip, port, true)
+	h.Driver.flows.listenOn(netip.AddrFrom4(l.ip), port, true)
 	if terr := ep.Listen(128); terr != nil {
 		ep.Close()
-		h.Driver.flows.listenOn(l.ip, port, false)
+		h.Driver.flows.listenOn(netip.AddrFrom4(l.ip), port, false)
 		return nil, fmt.Errorf("tcpstack: listen on port %d: %s", port, terr)
 	}
 	l.ep = ep
@@ -92,7 +95,7 @@ func (l *OffloadListener) Accept() (net.Conn, error) {
 		if terr != nil {
 			return nil, &net.OpError{Op: "accept", Net: "tcp", Err: fmt.Errorf("%s", terr)}
 		}
-		key := FlowKey{LocalIP: l.ip, RemoteIP: peer.Addr.As4(), LocalPort: l.port, RemotePort: peer.Port}
+		key := hdr.Tuple{LocalIP: netip.AddrFrom4(l.ip), RemoteIP: netip.AddrFrom4(peer.Addr.As4()), LocalPort: l.port, RemotePort: peer.Port}
 		c, err := l.h.off.delegate(n, wq, key, 0, 0)
 		if errors.Is(err, ErrDelegationAbandoned) {
 			// The host owns it until the device answers: not ours.
@@ -117,7 +120,7 @@ func (l *OffloadListener) Accept() (net.Conn, error) {
 func (l *OffloadListener) Close() error {
 	l.once.Do(func() {
 		l.ep.Close()
-		l.h.Driver.flows.listenOn(l.ip, l.port, false)
+		l.h.Driver.flows.listenOn(netip.AddrFrom4(l.ip), l.port, false)
 	})
 	return nil
 }

@@ -27,7 +27,7 @@ func TestDelegateAfterNetstackDrop(t *testing.T) {
 	var once sync.Once
 	drop := func(f []byte) bool {
 		var s tcpSeg
-		if !parseTCPFrame(f, &s) || s.dport != 5060 || s.payload == 0 {
+		if !parseTCPFrame(f, &s) || s.rx.LocalPort != 5060 || s.payload == 0 {
 			return false
 		}
 		hit := false

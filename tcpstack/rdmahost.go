@@ -24,6 +24,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/rings"
 )
 
@@ -45,10 +46,10 @@ type RDMAHooks interface {
 	// index is chosen, before the OFFLOAD. For an RDMA connection it
 	// returns the connection's RDMA side; for any other nil, nil. An error
 	// fails the delegation (the connection stays on netstack).
-	PrepareDelegation(idx uint32, key FlowKey) (RDMADelegation, error)
+	PrepareDelegation(idx uint32, key hdr.Tuple) (RDMADelegation, error)
 	// ForgetFlow says the host is done with flow key: its delegation
 	// failed, or its connection was released.
-	ForgetFlow(key FlowKey)
+	ForgetFlow(key hdr.Tuple)
 }
 
 // RDMADelegation is the RDMA side of one delegation (an RDMA connection
@@ -189,7 +190,7 @@ func appendCmdReqs(reqs []cmdReq, cmds []HostCommand) []cmdReq {
 }
 
 // forgetRDMA tells the provider, if any, the host is done with flow key.
-func (o *offloader) forgetRDMA(key FlowKey) {
+func (o *offloader) forgetRDMA(key hdr.Tuple) {
 	if hk := o.rdma.get(); hk != nil {
 		hk.ForgetFlow(key)
 	}

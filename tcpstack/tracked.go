@@ -12,6 +12,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 	"gvisor.dev/gvisor/pkg/waiter"
+
+	"github.com/emunic/emunic/nic/hdr"
 )
 
 // DialOffload opens a connection with netstack (the handshake is netstack's)
@@ -35,7 +37,7 @@ type TrackedConn struct {
 	*gonet.TCPConn
 	ep      tcpip.Endpoint
 	wq      *waiter.Queue
-	key     FlowKey
+	key     hdr.Tuple
 	drv     *Driver
 	read    atomic.Uint64 // bytes the application read before delegation
 	written atomic.Uint64 // bytes the application wrote before delegation
@@ -82,7 +84,7 @@ func (h *Host) DialTracked(ctx context.Context, dst netip.AddrPort) (*TrackedCon
 	var wq waiter.Queue
 	local := h.Addr().As4()
 	var ep tcpip.Endpoint
-	var key FlowKey
+	var key hdr.Tuple
 	// netstack's end of a delegated connection is gone, so netstack may
 	// hand out its local port again while the NIC still runs (or is
 	// releasing) the connection: a port whose 4-tuple the driver still
@@ -104,7 +106,7 @@ func (h *Host) DialTracked(ctx context.Context, dst netip.AddrPort) (*TrackedCon
 			return nil, fmt.Errorf("tcpstack: bind: %s", terr)
 		}
 		la, _ := ep.GetLocalAddress()
-		key = FlowKey{LocalIP: local, RemoteIP: dst.Addr().As4(), LocalPort: la.Port, RemotePort: dst.Port()}
+		key = hdr.Tuple{LocalIP: netip.AddrFrom4(local), RemoteIP: netip.AddrFrom4(dst.Addr().As4()), LocalPort: la.Port, RemotePort: dst.Port()}
 		if h.Driver.flows.addNew(key) {
 			break
 		}
@@ -156,4 +158,4 @@ func (h *Host) Delegate(t *TrackedConn) (*DelegatedConn, error) {
 }
 
 // Key is the connection's flow, as the host names it.
-func (t *TrackedConn) Key() FlowKey { return t.key }
+func (t *TrackedConn) Key() hdr.Tuple { return t.key }

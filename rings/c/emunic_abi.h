@@ -137,11 +137,14 @@
 /* connstate.go */
 #define EMUNIC_CONN_STATE_SIZE 0x80
 #define EMUNIC_CONN_STATE_VERSION 1
+#define EMUNIC_CONN_STATE_VERSION2 2
+#define EMUNIC_CONN_STATE_SIZE_V2 0xA0
 #define EMUNIC_CS_OFF_VERSION 0
 #define EMUNIC_CS_OFF_FLAGS 2
 #define EMUNIC_CS_OFF_STATE 4
 #define EMUNIC_CS_OFF_TTL 5
 #define EMUNIC_CS_OFF_TOS 6
+#define EMUNIC_CS_OFF_FAMILY 7
 #define EMUNIC_CS_OFF_LOCAL_IP 8
 #define EMUNIC_CS_OFF_REMOTE_IP 0xC
 #define EMUNIC_CS_OFF_LOCAL_PORT 0x10
@@ -171,6 +174,8 @@
 #define EMUNIC_CS_OFF_SSTHRESH 0x64
 #define EMUNIC_CS_OFF_CONGESTION 0x68
 #define EMUNIC_CS_OFF_RESERVED 0x69
+#define EMUNIC_FAMILY_I_PV4 4                    /* AddrFamily: */
+#define EMUNIC_FAMILY_I_PV6 6                    /* AddrFamily: */
 #define EMUNIC_CONN_SACK_PERMITTED 1             /* ConnStateFlags: both sides sent SACK-permitted */
 #define EMUNIC_CONN_TIMESTAMPS 2                 /* ConnStateFlags: both sides sent the timestamps option */
 #define EMUNIC_CONN_SEQ_THRESHOLD 4              /* ConnStateFlags: SeqThreshold is armed */
@@ -185,6 +190,9 @@
 #define EMUNIC_STATE_CLOSING 5                   /* TCPState: */
 #define EMUNIC_STATE_LAST_ACK 6                  /* TCPState: */
 #define EMUNIC_STATE_TIME_WAIT 7                 /* TCPState: */
+#define EMUNIC_CONN_ADDR_EXT_SIZE 0x20
+#define EMUNIC_CA_OFF_LOCAL_ADDR 0
+#define EMUNIC_CA_OFF_REMOTE_ADDR 0x10
 #define EMUNIC_USER_BUF_DESC_SIZE 0x10
 #define EMUNIC_UB_OFF_ADDR 0
 #define EMUNIC_UB_OFF_LEN 8
@@ -578,14 +586,14 @@ _Static_assert(sizeof(struct emunic_stat_block) == EMUNIC_STAT_BLOCK_SIZE, "stat
 
 /* offload state block (ConnStateSize, 128 bytes): Offload state block (OFFLOAD, 128 bytes) */
 struct emunic_offload_state_block {
-	uint16_t version; /* 0x00 CsOffVersion: layout version, ConnStateVersion; any other value is BAD_PARAM */
+	uint16_t version; /* 0x00 CsOffVersion: layout version, see "State block versions"; any other value is BAD_PARAM */
 	uint16_t flags; /* 0x02 CsOffFlags: see "Connection state flags"; an undefined bit set is BAD_PARAM */
 	uint8_t state; /* 0x04 CsOffState: TCP state, see "TCP states": only ESTABLISHED or CLOSE_WAIT (the peer's FIN... */
 	uint8_t ttl; /* 0x05 CsOffTTL: IPv4 TTL of the frames the device sends; 0: the device default (64) */
 	uint8_t tos; /* 0x06 CsOffTOS: IPv4 TOS byte of the frames the device sends */
-	uint8_t rsvd_07; /* 0x07 reserved, zero; non-zero is BAD_PARAM */
-	uint32_t local_ip; /* 0x08 CsOffLocalIP: local IPv4 address, network byte order; 0.0.0.0 is BAD_PARAM */
-	uint32_t remote_ip; /* 0x0c CsOffRemoteIP: remote IPv4 address, network byte order; 0.0.0.0 is BAD_PARAM */
+	uint8_t family; /* 0x07 CsOffFamily: version 1: reserved, zero, non-zero is BAD_PARAM; version 2: the address f... */
+	uint32_t local_ip; /* 0x08 CsOffLocalIP: version 1: local IPv4 address, network byte order, 0.0.0.0 is BAD_PARAM; ... */
+	uint32_t remote_ip; /* 0x0c CsOffRemoteIP: version 1: remote IPv4 address, network byte order, 0.0.0.0 is BAD_PARAM... */
 	uint16_t local_port; /* 0x10 CsOffLocalPort: local TCP port, little-endian; 0 is BAD_PARAM */
 	uint16_t remote_port; /* 0x12 CsOffRemotePort: remote TCP port, little-endian; 0 is BAD_PARAM */
 	uint8_t local_mac[6]; /* 0x14 CsOffLocalMAC: source MAC of the frames the device sends, byte 0 first on the wire */
@@ -620,6 +628,7 @@ _Static_assert(offsetof(struct emunic_offload_state_block, flags) == EMUNIC_CS_O
 _Static_assert(offsetof(struct emunic_offload_state_block, state) == EMUNIC_CS_OFF_STATE, "CsOffState");
 _Static_assert(offsetof(struct emunic_offload_state_block, ttl) == EMUNIC_CS_OFF_TTL, "CsOffTTL");
 _Static_assert(offsetof(struct emunic_offload_state_block, tos) == EMUNIC_CS_OFF_TOS, "CsOffTOS");
+_Static_assert(offsetof(struct emunic_offload_state_block, family) == EMUNIC_CS_OFF_FAMILY, "CsOffFamily");
 _Static_assert(offsetof(struct emunic_offload_state_block, local_ip) == EMUNIC_CS_OFF_LOCAL_IP, "CsOffLocalIP");
 _Static_assert(offsetof(struct emunic_offload_state_block, remote_ip) == EMUNIC_CS_OFF_REMOTE_IP, "CsOffRemoteIP");
 _Static_assert(offsetof(struct emunic_offload_state_block, local_port) == EMUNIC_CS_OFF_LOCAL_PORT, "CsOffLocalPort");
@@ -649,6 +658,15 @@ _Static_assert(offsetof(struct emunic_offload_state_block, cwnd) == EMUNIC_CS_OF
 _Static_assert(offsetof(struct emunic_offload_state_block, ssthresh) == EMUNIC_CS_OFF_SSTHRESH, "CsOffSsthresh");
 _Static_assert(offsetof(struct emunic_offload_state_block, congestion) == EMUNIC_CS_OFF_CONGESTION, "CsOffCongestion");
 _Static_assert(offsetof(struct emunic_offload_state_block, reserved) == EMUNIC_CS_OFF_RESERVED, "CsOffReserved");
+
+/* offload state address extension (ConnAddrExtSize, 32 bytes): Offload state address extension (version 2, 32 bytes) */
+struct emunic_offload_state_address_extension {
+	uint8_t local_addr[16]; /* 0x00 CaOffLocalAddr: local address; unspecified (all zero) is BAD_PARAM */
+	uint8_t remote_addr[16]; /* 0x10 CaOffRemoteAddr: remote address; unspecified is BAD_PARAM */
+} __attribute__((packed));
+_Static_assert(sizeof(struct emunic_offload_state_address_extension) == EMUNIC_CONN_ADDR_EXT_SIZE, "offload state address extension size");
+_Static_assert(offsetof(struct emunic_offload_state_address_extension, local_addr) == EMUNIC_CA_OFF_LOCAL_ADDR, "CaOffLocalAddr");
+_Static_assert(offsetof(struct emunic_offload_state_address_extension, remote_addr) == EMUNIC_CA_OFF_REMOTE_ADDR, "CaOffRemoteAddr");
 
 /* user buffer descriptor (UserBufDescSize, 16 bytes): User buffer descriptor (POST_BUFFERS, 16 bytes) */
 struct emunic_user_buffer_descriptor {

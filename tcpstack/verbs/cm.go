@@ -131,7 +131,7 @@ func (v *Provider) ListenRDMA(port uint16, attr QPAttr) (*RDMAListener, error) {
 	if attr.ConnectTimeout == 0 {
 		attr.ConnectTimeout = DefaultConnectTimeout
 	}
-	k := listenKey{v.h.Addr().As4(), port}
+	k := listenKey{netip.AddrFrom4(v.h.Addr().As4()), port}
 	l := &RDMAListener{v: v, key: k, attr: attr, reqs: make(chan *ConnRequest, 64), done: make(chan struct{})}
 	// Before netstack listens: no early byte may slip through, and every
 	// accepted connection is delegated with its QP.

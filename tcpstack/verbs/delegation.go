@@ -9,20 +9,21 @@ import (
 	"errors"
 	"sync"
 
+	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/rings"
 	"github.com/emunic/emunic/tcpstack"
 )
 
 // rawStream reports whether a flow being delegated is an RDMA connection:
 // it gets no user buffers.
-func (v *Provider) rawStream(key tcpstack.FlowKey) bool {
+func (v *Provider) rawStream(key hdr.Tuple) bool {
 	a, _ := v.rdmaFlow(key)
 	return a != nil
 }
 
 // rdmaFlow returns the QP attributes of an RDMA connection being
 // delegated, and whether we are its initiator; nil if the flow is not one.
-func (v *Provider) rdmaFlow(key tcpstack.FlowKey) (*QPAttr, bool) {
+func (v *Provider) rdmaFlow(key hdr.Tuple) (*QPAttr, bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if a := v.flows[key]; a != nil {
@@ -32,7 +33,7 @@ func (v *Provider) rdmaFlow(key tcpstack.FlowKey) (*QPAttr, bool) {
 }
 
 // markFlow declares (attr) or forgets (nil) a dialled RDMA connection.
-func (v *Provider) markFlow(key tcpstack.FlowKey, attr *QPAttr) {
+func (v *Provider) markFlow(key hdr.Tuple, attr *QPAttr) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if attr != nil {
@@ -47,13 +48,13 @@ func (v *Provider) markFlow(key tcpstack.FlowKey, attr *QPAttr) {
 type qpPrep struct {
 	v       *Provider
 	qp      *QP
-	key     tcpstack.FlowKey
+	key     hdr.Tuple
 	create  rings.Command
 	discard func() // idempotent: see forget
 }
 
 // PrepareDelegation implements tcpstack.RDMAHooks: see prepareQP.
-func (v *Provider) PrepareDelegation(idx uint32, key tcpstack.FlowKey) (tcpstack.RDMADelegation, error) {
+func (v *Provider) PrepareDelegation(idx uint32, key hdr.Tuple) (tcpstack.RDMADelegation, error) {
 	if h := v.beforePrepare; h != nil {
 		h(key)
 	}
@@ -66,7 +67,7 @@ func (v *Provider) PrepareDelegation(idx uint32, key tcpstack.FlowKey) (tcpstack
 
 // ForgetFlow implements tcpstack.RDMAHooks: what is held for the flow is
 // dropped.
-func (v *Provider) ForgetFlow(key tcpstack.FlowKey) { v.forgetEarly(key) }
+func (v *Provider) ForgetFlow(key hdr.Tuple) { v.forgetEarly(key) }
 
 // prepareQP makes the QP of connection idx if key is an RDMA connection
 // being delegated (nil, nil if not): its rings and control block in host
@@ -75,7 +76,7 @@ func (v *Provider) ForgetFlow(key tcpstack.FlowKey) { v.forgetEarly(key) }
 // attaches the QP in the same pass, before it handles another received
 // frame, so no byte of the peer's (its MPA request) can reach the
 // connection first.
-func (v *Provider) prepareQP(idx uint32, key tcpstack.FlowKey) (*qpPrep, error) {
+func (v *Provider) prepareQP(idx uint32, key hdr.Tuple) (*qpPrep, error) {
 	attr, initiator := v.rdmaFlow(key)
 	if attr == nil {
 		return nil, nil

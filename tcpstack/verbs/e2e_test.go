@@ -16,8 +16,8 @@ import (
 	"github.com/emunic/emunic/board"
 	"github.com/emunic/emunic/internal/hostrig"
 	"github.com/emunic/emunic/internal/testutil"
+	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/rings"
-	"github.com/emunic/emunic/tcpstack"
 	"github.com/emunic/emunic/tcpstack/verbs"
 )
 
@@ -614,7 +614,7 @@ func TestRDMAEarlyRequestInjected(t *testing.T) {
 	v := b.V
 	// Delegation's RDMA side waits for the held request: B's end is not
 	// delegated until the MPA request reached B's host.
-	verbs.SetEarlyHooks(v, func(tcpstack.FlowKey) { once.Do(func() { close(held) }) }, func(tcpstack.FlowKey) {
+	verbs.SetEarlyHooks(v, func(hdr.Tuple) { once.Do(func() { close(held) }) }, func(hdr.Tuple) {
 		select {
 		case <-held:
 		case <-time.After(10 * time.Second):

@@ -3,8 +3,8 @@ package verbs
 import (
 	"context"
 
+	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/rings"
-	"github.com/emunic/emunic/tcpstack"
 )
 
 // Hooks into the provider's internals for the external tests in this
@@ -19,7 +19,7 @@ func WaitQP(ctx context.Context, qp *QP, cond func(s QPState, llpClosed bool) bo
 
 // SetEarlyHooks sets the callbacks the provider runs when it holds a
 // peer's early MPA request and before it prepares a delegation's QP.
-func SetEarlyHooks(v *Provider, onHold, beforePrepare func(tcpstack.FlowKey)) {
+func SetEarlyHooks(v *Provider, onHold, beforePrepare func(hdr.Tuple)) {
 	v.onEarlyHold, v.beforePrepare = onHold, beforePrepare
 }
 

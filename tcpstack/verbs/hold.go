@@ -10,6 +10,7 @@ package verbs
 import (
 	"bytes"
 	"fmt"
+	"net/netip"
 
 	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/rings"
@@ -18,7 +19,7 @@ import (
 
 // listenKey names an RDMA listener: its local address and port.
 type listenKey struct {
-	ip   [4]byte
+	ip   netip.Addr
 	port uint16
 }
 
@@ -50,18 +51,17 @@ func (v *Provider) holdEarlyData(frame []byte) bool {
 	if err != nil || len(tcp.Payload()) == 0 {
 		return false
 	}
-	local := ip.Dst()
-	if _, ok := (*m)[listenKey{local, tcp.DstPort()}]; !ok {
+	key := ip.RxTuple(tcp)
+	if _, ok := (*m)[listenKey{key.LocalIP, key.LocalPort}]; !ok {
 		return false
 	}
-	v.hold(tcpstack.FlowKey{LocalIP: local, RemoteIP: ip.Src(), LocalPort: tcp.DstPort(), RemotePort: tcp.SrcPort()},
-		frame[:hdr.EthernetSize+len(ip)])
+	v.hold(key, frame[:hdr.EthernetSize+len(ip)])
 	return true
 }
 
 // hold keeps a copy of an early frame of flow key for its delegation, or,
 // once that was submitted, injects it at once (RX_INJECT, without waiting).
-func (v *Provider) hold(key tcpstack.FlowKey, frame []byte) {
+func (v *Provider) hold(key hdr.Tuple, frame []byte) {
 	f := bytes.Clone(frame) // the legacy buffer goes back to the device
 	v.copied(len(f))
 	v.mu.Lock()
@@ -102,7 +102,7 @@ func (v *Provider) hold(key tcpstack.FlowKey, frame []byte) {
 }
 
 // forgetEarly drops what is held for flow key.
-func (v *Provider) forgetEarly(key tcpstack.FlowKey) {
+func (v *Provider) forgetEarly(key hdr.Tuple) {
 	v.mu.Lock()
 	delete(v.early, key)
 	v.mu.Unlock()

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/rings"
 	"github.com/emunic/emunic/tcpstack"
 )
@@ -103,7 +104,7 @@ type Provider struct {
 	caches map[*RegCache]struct{}
 	// RDMA connections being delegated, with their QP's attributes:
 	// dialled flows (initiator) and listeners (responder).
-	flows  map[tcpstack.FlowKey]*QPAttr
+	flows  map[hdr.Tuple]*QPAttr
 	listen map[listenKey]*QPAttr
 	// prepErr says why the QP of a connection index could not be made
 	// with its OFFLOAD (read by adoptQP).
@@ -113,14 +114,14 @@ type Provider struct {
 	listenSnap atomic.Pointer[map[listenKey]bool]
 	// early holds the bytes peers sent to RDMA listeners before their
 	// connection was delegated (holdEarlyData), by flow.
-	early map[tcpstack.FlowKey]*earlyFlow
+	early map[hdr.Tuple]*earlyFlow
 	// earlyHeld counts frames held, earlyInjected frames handed to the
 	// unit, earlyDropped frames dropped (table full); onEarlyHold (tests)
 	// runs after a frame is held, beforePrepare (tests) at the start of
 	// every delegation's RDMA side.
 	earlyHeld, earlyInjected, earlyDropped atomic.Uint64
-	onEarlyHold                            func(tcpstack.FlowKey)
-	beforePrepare                          func(tcpstack.FlowKey)
+	onEarlyHold                            func(hdr.Tuple)
+	beforePrepare                          func(hdr.Tuple)
 }
 
 // Open returns host h's RDMA provider (ibv_open_device), attaching it the
@@ -145,10 +146,10 @@ func newProvider(h *tcpstack.Host, rh tcpstack.RDMAHost) *Provider {
 		qps:     make(map[uint32]*QP),
 		mrs:     make(map[uint32]*MR),
 		caches:  make(map[*RegCache]struct{}),
-		flows:   make(map[tcpstack.FlowKey]*QPAttr),
+		flows:   make(map[hdr.Tuple]*QPAttr),
 		listen:  make(map[listenKey]*QPAttr),
 		prepErr: make(map[uint32]error),
-		early:   make(map[tcpstack.FlowKey]*earlyFlow),
+		early:   make(map[hdr.Tuple]*earlyFlow),
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"net/netip"
 	"sync"
 	"testing"
 	"time"
@@ -714,10 +715,10 @@ func TestVerbsHoldEarlyData(t *testing.T) {
 	if v.holdEarlyData(data) {
 		t.Fatal("held with no RDMA listener")
 	}
-	if err := v.listenOn(listenKey{me, 4791}, &QPAttr{}); err != nil {
+	if err := v.listenOn(listenKey{netip.AddrFrom4(me), 4791}, &QPAttr{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := v.listenOn(listenKey{me, 4791}, &QPAttr{}); err == nil {
+	if err := v.listenOn(listenKey{netip.AddrFrom4(me), 4791}, &QPAttr{}); err == nil {
 		t.Fatal("second RDMA listener on a port accepted")
 	}
 	for name, c := range map[string]struct {
@@ -751,14 +752,14 @@ func TestVerbsHoldEarlyData(t *testing.T) {
 		}
 		v.holdEarlyData(f)
 	}
-	_ = v.listenOn(listenKey{me, 4791}, nil)
+	_ = v.listenOn(listenKey{netip.AddrFrom4(me), 4791}, nil)
 	if v.holdEarlyData(data) {
 		t.Fatal("held after the listener closed")
 	}
-	if v.rawStream(tcpstack.FlowKey{LocalIP: me, LocalPort: 4791}) {
+	if v.rawStream(hdr.Tuple{LocalIP: netip.AddrFrom4(me), LocalPort: 4791}) {
 		t.Fatal("raw stream after the listener closed")
 	}
-	k := tcpstack.FlowKey{LocalIP: me, LocalPort: 5000, RemotePort: 6000}
+	k := hdr.Tuple{LocalIP: netip.AddrFrom4(me), LocalPort: 5000, RemotePort: 6000}
 	v.markFlow(k, &QPAttr{})
 	if !v.rawStream(k) {
 		t.Fatal("dialled flow not a raw stream")
@@ -816,7 +817,7 @@ func (s *rdmaSide) recvData(wc rings.Completion) []byte {
 func TestVerbsOffloadMakesQP(t *testing.T) {
 	v, _ := fakeVerbs(t)
 	cq, _ := v.createCQ(8)
-	key := tcpstack.FlowKey{LocalIP: [4]byte{10, 0, 0, 2}, RemoteIP: [4]byte{10, 0, 0, 1}, LocalPort: 4791, RemotePort: 40000}
+	key := hdr.Tuple{LocalIP: netip.AddrFrom4([4]byte{10, 0, 0, 2}), RemoteIP: netip.AddrFrom4([4]byte{10, 0, 0, 1}), LocalPort: 4791, RemotePort: 40000}
 	fh := v.host.(*fakeHost)
 	// offload does what delegate does for connection idx and returns the
 	// batch it would publish.
@@ -893,8 +894,8 @@ func TestVerbsOffloadMakesQP(t *testing.T) {
 	// Frames the peer sent before the delegation go in the batch, behind
 	// the CREATE_QP, in order.
 	key.RemotePort = 40001
-	f1 := verbsTCPFrame(key.LocalIP, key.LocalPort, hdr.TCPFlagACK|hdr.TCPFlagPSH, 100)
-	f2 := verbsTCPFrame(key.LocalIP, key.LocalPort, hdr.TCPFlagACK|hdr.TCPFlagPSH, 30)
+	f1 := verbsTCPFrame(key.LocalIP.As4(), key.LocalPort, hdr.TCPFlagACK|hdr.TCPFlagPSH, 100)
+	f2 := verbsTCPFrame(key.LocalIP.As4(), key.LocalPort, hdr.TCPFlagACK|hdr.TCPFlagPSH, 30)
 	for _, f := range [][]byte{f1, f2} {
 		hdr.TCP(f[hdr.EthernetSize+hdr.IPv4MinSize:]).SetSrcPort(key.RemotePort)
 		if !v.holdEarlyData(f) {

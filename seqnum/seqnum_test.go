@@ -1,4 +1,4 @@
-package delegation
+package seqnum
 
 import (
 	"math/rand/v2"
@@ -7,7 +7,7 @@ import (
 
 func TestSeqCompare(t *testing.T) {
 	cases := []struct {
-		a, b       seq
+		a, b       Value
 		lt, le, gt bool
 	}{
 		{0, 1, true, true, false},
@@ -19,34 +19,34 @@ func TestSeqCompare(t *testing.T) {
 		{0x7FFFFFFF, 0, false, false, true},
 	}
 	for _, c := range cases {
-		if c.a.lt(c.b) != c.lt || c.a.le(c.b) != c.le || c.a.gt(c.b) != c.gt || c.a.ge(c.b) != !c.lt {
+		if c.a.LessThan(c.b) != c.lt || c.a.LessThanEq(c.b) != c.le || c.a.GreaterThan(c.b) != c.gt || c.a.GreaterThanEq(c.b) != !c.lt {
 			t.Errorf("%#x vs %#x: lt %v le %v gt %v ge %v", uint32(c.a), uint32(c.b),
-				c.a.lt(c.b), c.a.le(c.b), c.a.gt(c.b), c.a.ge(c.b))
+				c.a.LessThan(c.b), c.a.LessThanEq(c.b), c.a.GreaterThan(c.b), c.a.GreaterThanEq(c.b))
 		}
 	}
 }
 
 func TestSeqRangeWrap(t *testing.T) {
-	lo := seq(0xFFFFFFF0)
-	hi := lo.add(0x20) // 0x10, past the wrap
-	for _, v := range []seq{0xFFFFFFF0, 0xFFFFFFFF, 0, 0xF} {
-		if !v.inRange(lo, hi) {
+	lo := Value(0xFFFFFFF0)
+	hi := lo.Add(0x20) // 0x10, past the wrap
+	for _, v := range []Value{0xFFFFFFF0, 0xFFFFFFFF, 0, 0xF} {
+		if !v.InRange(lo, hi) {
 			t.Errorf("%#x not in [%#x,%#x)", uint32(v), uint32(lo), uint32(hi))
 		}
 	}
-	for _, v := range []seq{0x10, 0xFFFFFFEF, 0x7FFFFFFF} {
-		if v.inRange(lo, hi) {
+	for _, v := range []Value{0x10, 0xFFFFFFEF, 0x7FFFFFFF} {
+		if v.InRange(lo, hi) {
 			t.Errorf("%#x in [%#x,%#x)", uint32(v), uint32(lo), uint32(hi))
 		}
 	}
-	if hi.sub(lo) != 0x20 {
-		t.Fatal(hi.sub(lo))
+	if hi.Sub(lo) != 0x20 {
+		t.Fatal(hi.Sub(lo))
 	}
-	if seq(5).inRange(5, 5) {
+	if Value(5).InRange(5, 5) {
 		t.Fatal("empty range contains its start")
 	}
-	if seqMax(0xFFFFFFFF, 1) != 1 || seqMin(0xFFFFFFFF, 1) != 0xFFFFFFFF {
-		t.Fatal("seqMax/seqMin across the wrap")
+	if Max(0xFFFFFFFF, 1) != 1 || Min(0xFFFFFFFF, 1) != 0xFFFFFFFF {
+		t.Fatal("Max/Min across the wrap")
 	}
 }
 
@@ -60,15 +60,15 @@ func TestSeqProperties(t *testing.T) {
 			base = 0xFFFFFFFF - uint32(r.IntN(1<<16))
 		}
 		da, db := int64(r.IntN(1<<30)), int64(r.IntN(1<<30))
-		a, b := seq(base).add(uint32(da)), seq(base).add(uint32(db))
-		if a.lt(b) != (da < db) || a.le(b) != (da <= db) || a.gt(b) != (da > db) {
+		a, b := Value(base).Add(uint32(da)), Value(base).Add(uint32(db))
+		if a.LessThan(b) != (da < db) || a.LessThanEq(b) != (da <= db) || a.GreaterThan(b) != (da > db) {
 			t.Fatalf("base %#x da %d db %d", base, da, db)
 		}
-		if da <= db && b.sub(a) != uint32(db-da) {
+		if da <= db && b.Sub(a) != uint32(db-da) {
 			t.Fatalf("sub")
 		}
-		lo, n := seq(base), uint32(r.IntN(1<<30))
-		if a.inRange(lo, lo.add(n)) != (da < int64(n)) {
+		lo, n := Value(base), uint32(r.IntN(1<<30))
+		if a.InRange(lo, lo.Add(n)) != (da < int64(n)) {
 			t.Fatalf("inRange base %#x da %d n %d", base, da, n)
 		}
 	}
