@@ -28,6 +28,10 @@ type Split struct {
 // Total is all CPU time.
 func (s Split) Total() time.Duration { return s.Device + s.Host }
 
+// SamplePeriod is what one CPU profile sample stands for: pprof samples at
+// 100 Hz, so every split is a multiple of it.
+const SamplePeriod = 10 * time.Millisecond
+
 // Measure profiles f and splits its CPU time. It fails if a CPU profile is
 // already running (for example go test -cpuprofile).
 func Measure(f func()) (Split, error) {
