@@ -43,33 +43,6 @@ func (d *Device) serviceCommands() int {
 	return n
 }
 
-func (d *Device) execute(ce rings.CommandEntry) (rings.Status, uint64) {
-	switch ce.Opcode() {
-	case rings.OpNop:
-		return rings.StatusOK, 0
-	case rings.OpStats:
-		if ce.Flags()&^rings.StatsFlagPublish != 0 {
-			return rings.StatusBadParam, 0
-		}
-		if ce.Flags()&rings.StatsFlagPublish != 0 {
-			return d.setStatArea(ce)
-		}
-		n := min(int(ce.Len()), rings.StatBlockSize)
-		if n <= 0 {
-			return rings.StatusBadParam, 0
-		}
-		var blk [rings.StatBlockSize]byte
-		d.fillStats(blk[:])
-		if err := d.mem.WriteAt(blk[:n], ce.Addr()); err != nil {
-			d.count(rings.StatDMAErrors)
-			return rings.StatusBadAddress, 0
-		}
-		return rings.StatusOK, uint64(n)
-	default:
-		return d.executeOffload(ce)
-	}
-}
-
 // serviceTx puts legacy frames from the transmit ring on the wire. The
 // descriptor is released once the frame has left (the port copies), so the
 // host may reuse the buffer as soon as the consumer index passes it.

@@ -1,0 +1,161 @@
+package nic
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/emunic/emunic/internal/abidoc"
+	"github.com/emunic/emunic/rings"
+)
+
+// statusViolations collects, over every test of the package, the statuses
+// a handler wrote back that its row of rings.Commands does not list.
+var statusViolations struct {
+	sync.Mutex
+	seen map[string]bool
+}
+
+func TestMain(m *testing.M) {
+	checkStatus = func(op rings.Opcode, st rings.Status) {
+		if c, ok := rings.LookupCommand(op); ok && c.Statuses.Has(st) {
+			return
+		}
+		statusViolations.Lock()
+		defer statusViolations.Unlock()
+		if statusViolations.seen == nil {
+			statusViolations.seen = map[string]bool{}
+		}
+		statusViolations.seen[fmt.Sprintf("%v wrote back %v", op, st)] = true
+	}
+	code := m.Run()
+	if v := sortedKeys(statusViolations.seen); len(v) > 0 {
+		fmt.Fprintf(os.Stderr, "FAIL: handlers wrote back statuses rings.Commands does not list for them:\n\t%s\n",
+			strings.Join(v, "\n\t"))
+		code = 1
+	}
+	os.Exit(code)
+}
+
+func sortedKeys(m map[string]bool) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestCommandTable is the dispatch test: every opcode of docs/rings.md's
+// opcode table has a handler, every handler's opcode is in that table, and
+// the table's name, family, resources and statuses are rings.Commands'.
+func TestCommandTable(t *testing.T) {
+	for _, p := range commandTableProblems(t, "../docs/rings.md", cmdHandlers[:]) {
+		t.Error(p)
+	}
+}
+
+// TestCommandTableCatchesMissingHandler shows that the dispatch test
+// fails on an opcode without a handler, and on a handler without a row.
+func TestCommandTableCatchesMissingHandler(t *testing.T) {
+	h := cmdHandlers
+	h[rings.OpArmCQ] = nil
+	if p := commandTableProblems(t, "../docs/rings.md", h[:]); len(p) == 0 {
+		t.Error("ARM_CQ without a handler: no problem found")
+	}
+	more := append(cmdHandlers[:], (*Device).cmdNop)
+	if p := commandTableProblems(t, "../docs/rings.md", more); len(p) == 0 {
+		t.Errorf("a handler for opcode %#x, which has no row: no problem found", len(more)-1)
+	}
+}
+
+// commandTableProblems compares the doc's opcode table, rings.Commands and
+// handlers (indexed by opcode).
+func commandTableProblems(t *testing.T, docPath string, handlers []cmdHandler) []string {
+	t.Helper()
+	doc, err := abidoc.ParseFile(docPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tb *abidoc.Table
+	for _, x := range doc.Tables {
+		if x.Heading == "Opcodes" && x.Has("value", "constant", "name", "family", "resources", "statuses") {
+			if tb != nil {
+				t.Fatalf("%s: two opcode tables (%d and %d)", docPath, tb.Line, x.Line)
+			}
+			tb = x
+		}
+	}
+	if tb == nil {
+		t.Fatalf("%s: no opcode table (heading Opcodes; columns Value, Constant, Name, Family, Resources, Statuses)", docPath)
+	}
+
+	var problems []string
+	bad := func(format string, a ...any) { problems = append(problems, fmt.Sprintf(format, a...)) }
+	hasHandler := func(op rings.Opcode) bool { return int(op) < len(handlers) && handlers[op] != nil }
+
+	inDoc := map[rings.Opcode]bool{}
+	for _, r := range tb.Rows {
+		where := tb.Where(r)
+		v, _ := tb.Cell(r, "value")
+		n, err := abidoc.Num(v)
+		if err != nil || n == 0 || n > 0xFFFF {
+			bad("%s: opcode %q is not a u16 other than 0", where, v)
+			continue
+		}
+		op := rings.Opcode(n)
+		if inDoc[op] {
+			bad("%s: opcode %#x documented twice", where, n)
+		}
+		inDoc[op] = true
+		if !hasHandler(op) {
+			bad("%s: opcode %#x has no handler in cmdHandlers", where, n)
+		}
+		c, ok := rings.LookupCommand(op)
+		if !ok {
+			bad("%s: opcode %#x is not in rings.Commands", where, n)
+			continue
+		}
+		for _, col := range []struct{ name, want string }{
+			{"name", c.Name}, {"family", c.Family.String()},
+			{"resources", c.Resources.String()}, {"statuses", c.Statuses.String()},
+		} {
+			if got, _ := tb.Cell(r, col.name); got != col.want {
+				bad("%s: %s: %s is %q, rings.Commands says %q", where, c.Name, col.name, got, col.want)
+			}
+		}
+		if c.Statuses.Has(rings.StatusBadOpcode) {
+			bad("%s: %s lists BAD_OPCODE, which only an opcode with no command gets", where, c.Name)
+		}
+	}
+	for _, c := range rings.Commands {
+		if !inDoc[c.Op] {
+			bad("rings.Commands has %v (%#x), %s does not", c.Op, uint16(c.Op), docPath)
+		}
+	}
+	for op := range handlers {
+		if handlers[op] != nil && !inDoc[rings.Opcode(op)] {
+			bad("cmdHandlers has opcode %#x, %s does not", op, docPath)
+		}
+	}
+	return problems
+}
+
+// TestExecuteUnknownOpcode: an opcode with no handler, whether inside the
+// handler table or beyond it, completes BAD_OPCODE and is counted.
+func TestExecuteUnknownOpcode(t *testing.T) {
+	d := &Device{}
+	var e [rings.CommandEntrySize]byte
+	for _, op := range []rings.Opcode{0, 0x03, rings.Opcode(len(cmdHandlers)), 0xFFFF} {
+		(&rings.Command{Opcode: op}).Encode(e[:])
+		if st, res := d.execute(e[:]); st != rings.StatusBadOpcode || res != 0 {
+			t.Errorf("opcode %#x: %v, %d; want BAD_OPCODE, 0", uint16(op), st, res)
+		}
+	}
+	if got := d.stats[rings.StatCmdBadOpcode].Load(); got != 4 {
+		t.Errorf("cmd_bad_opcode = %d, want 4", got)
+	}
+}
