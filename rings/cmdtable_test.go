@@ -56,3 +56,44 @@ func TestCHeaderCommandTable(t *testing.T) {
 		t.Errorf("the C header's command table:\n%s\nrings.Commands:\n%s", out, want.String())
 	}
 }
+
+// TestDocCommandNames: the Family and Resource cells of docs/rings.md's
+// family and resource tables are the names String gives their constants
+// (the opcode table's cells, which TestCommandTable in nic checks, are
+// written in them).
+func TestDocCommandNames(t *testing.T) {
+	consts := loadConsts(t)
+	tables, _ := parseDocs(t)
+	checked := 0
+	for _, tb := range tables {
+		col := ""
+		switch {
+		case tb.Heading == "Command families" && tb.Has("constant", "family"):
+			col = "family"
+		case tb.Heading == "Command resources" && tb.Has("constant", "resource"):
+			col = "resource"
+		default:
+			continue
+		}
+		for _, r := range tb.Rows {
+			cc, _ := tb.Cell(r, "constant")
+			name, err := ident(cc)
+			if err != nil || name == "" {
+				t.Errorf("%s: constant %q", tb.Where(r), cc)
+				continue
+			}
+			v := consts[name].u64(t)
+			want := CmdFamily(v).String()
+			if col == "resource" {
+				want = CmdResources(v).String()
+			}
+			if got, _ := tb.Cell(r, col); got != want {
+				t.Errorf("%s: %s is %q, String() says %q", tb.Where(r), name, got, want)
+			}
+			checked++
+		}
+	}
+	if want := 3 + len(cmdResourceNames); checked != want {
+		t.Errorf("checked %d family and resource rows, want %d", checked, want)
+	}
+}
