@@ -2,11 +2,45 @@ package nic
 
 import "github.com/emunic/emunic/rings"
 
-// The device half of the ring commands: one handler per opcode, indexed by
-// opcode as rings.Commands (the ABI half: name, family, resources,
-// statuses) is. execute looks the opcode up here and calls its handler; an
-// opcode with no handler completes BAD_OPCODE. TestCommandTable holds this
-// table, rings.Commands and docs/rings.md's opcode table to each other.
+// The command path, and the device half of the ring commands: one handler
+// per opcode, indexed by opcode as rings.Commands (the ABI half: name,
+// family, resources, statuses) is. serviceCommands takes commands off the
+// ring, execute looks each opcode up here and calls its handler (an opcode
+// with no handler completes BAD_OPCODE), and the status and result are
+// written back into the entry. TestCommandTable holds this table,
+// rings.Commands and docs/rings.md's opcode table to each other.
+
+// serviceCommands executes up to Burst commands, writing each command's
+// status back into its entry. A bad command gets an error status; it never
+// stops the unit.
+func (d *Device) serviceCommands() int {
+	n := 0
+	for ; n < d.cfg.Burst; n++ {
+		e, err := d.cmd.Peek()
+		if err != nil {
+			// A wrong phase tag, or a producer index more than a ring
+			// ahead (then e is nil): counted, never trusted.
+			d.phaseError(ringCmd, d.cmd.Head())
+			break
+		}
+		if e == nil {
+			break
+		}
+		ce := rings.CommandEntry(e)
+		status, result := d.execute(ce)
+		ce.SetWriteBack(status, result)
+		d.cmd.Complete(e)
+		d.cmd.Pop()
+		d.count(rings.StatCmdCompleted)
+		if status != rings.StatusOK {
+			d.count(rings.StatCmdErrors)
+		}
+	}
+	if n > 0 {
+		d.cmd.Release()
+	}
+	return n
+}
 
 // cmdHandler executes one command and returns the status and result to
 // write back into its entry. It runs on the unit goroutine.

@@ -2,6 +2,7 @@ package nic
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"sort"
 	"strings"
@@ -157,5 +158,65 @@ func TestExecuteUnknownOpcode(t *testing.T) {
 	}
 	if got := d.stats[rings.StatCmdBadOpcode].Load(); got != 4 {
 		t.Errorf("cmd_bad_opcode = %d, want 4", got)
+	}
+}
+
+// TestRandomCommandsKeepToTheirStatuses sends every command with random
+// parameters, aimed at the places a handler checks (a few connection and
+// CQ numbers, two of the connections delegated, a scratch region of host memory and addresses outside it,
+// lengths around the blocks' sizes): each write-back must be a status its
+// row of rings.Commands lists (TestMain fails the package otherwise), and
+// the unit must go on executing commands.
+func TestRandomCommandsKeepToTheirStatuses(t *testing.T) {
+	h := newHostSide(t, 0)
+	const scratchLen = 64 << 10
+	scratch, err := h.mem.Alloc(scratchLen, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(24, 3))
+	pick := func(vs ...uint32) uint32 { return vs[r.IntN(len(vs))] }
+	seen := map[rings.Opcode]map[rings.Status]bool{}
+	for i := range 3000 {
+		if i%40 == 0 {
+			// Keep connections 1 and 2 delegated (when their index is
+			// free), so the offload and RDMA commands meet one.
+			h.offload(uint32(1+i/40%2), uint16(3000+i/40), 5000)
+		}
+		info := rings.Commands[r.IntN(len(rings.Commands))]
+		c := rings.Command{
+			Opcode: info.Op,
+			Flags:  uint16(pick(0, 0, 1, uint32(r.IntN(1<<16)))),
+			Conn:   pick(0, 1, 2, 255, 256, rings.NoConn, r.Uint32()),
+			Len: pick(0, 1, 64, rings.ConnStateSize, rings.QPConfigSize, uint32(rings.StatBlockSize), 512, 4096,
+				scratchLen, r.Uint32()),
+			Arg0: pick(0, 1, 2, 3, 4, 16, 64, r.Uint32()),
+			Arg1: pick(0, 1, 7, 0xFF, r.Uint32()),
+			Arg3: uint64(pick(0, 0x1000, r.Uint32())),
+		}
+		switch r.IntN(4) {
+		case 0:
+			c.Addr = 0
+		case 1:
+			c.Addr = rings.Addr(r.Uint64())
+		default: // inside the scratch region, 64-byte aligned (a CQ ring's base must be)
+			c.Addr = scratch + rings.Addr(r.IntN(scratchLen/64))*64
+		}
+		got := h.command(c)
+		if seen[c.Opcode] == nil {
+			seen[c.Opcode] = map[rings.Status]bool{}
+		}
+		seen[c.Opcode][got.Status] = true
+	}
+	if got := h.command(rings.Command{Opcode: rings.OpNop, Conn: rings.NoConn}); got.Status != rings.StatusOK {
+		t.Fatalf("NOP after the random commands: %v", got.Status)
+	}
+	for _, c := range rings.Commands {
+		var st []string
+		for s := range seen[c.Op] {
+			st = append(st, s.String())
+		}
+		sort.Strings(st)
+		t.Logf("%-14s wrote back %s", c.Name, strings.Join(st, ", "))
 	}
 }

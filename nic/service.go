@@ -11,38 +11,6 @@ const (
 	ringRx
 )
 
-// serviceCommands executes up to Burst commands, writing each command's
-// status back into its entry. A bad command gets an error status; it never
-// stops the unit.
-func (d *Device) serviceCommands() int {
-	n := 0
-	for ; n < d.cfg.Burst; n++ {
-		e, err := d.cmd.Peek()
-		if err != nil {
-			// A wrong phase tag, or a producer index more than a ring
-			// ahead (then e is nil): counted, never trusted.
-			d.phaseError(ringCmd, d.cmd.Head())
-			break
-		}
-		if e == nil {
-			break
-		}
-		ce := rings.CommandEntry(e)
-		status, result := d.execute(ce)
-		ce.SetWriteBack(status, result)
-		d.cmd.Complete(e)
-		d.cmd.Pop()
-		d.count(rings.StatCmdCompleted)
-		if status != rings.StatusOK {
-			d.count(rings.StatCmdErrors)
-		}
-	}
-	if n > 0 {
-		d.cmd.Release()
-	}
-	return n
-}
-
 // serviceTx puts legacy frames from the transmit ring on the wire. The
 // descriptor is released once the frame has left (the port copies), so the
 // host may reuse the buffer as soon as the consumer index passes it.
