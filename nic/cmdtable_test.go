@@ -220,3 +220,18 @@ func TestRandomCommandsKeepToTheirStatuses(t *testing.T) {
 		t.Logf("%-14s wrote back %s", c.Name, strings.Join(st, ", "))
 	}
 }
+
+// TestExecuteAllocatesNothing: the table lookup and the handler call
+// allocate nothing per command.
+func TestExecuteAllocatesNothing(t *testing.T) {
+	d := &Device{}
+	var nop, bad [rings.CommandEntrySize]byte
+	(&rings.Command{Opcode: rings.OpNop, Conn: rings.NoConn}).Encode(nop[:])
+	(&rings.Command{Opcode: 0x7F}).Encode(bad[:])
+	if n := testing.AllocsPerRun(100, func() {
+		d.execute(nop[:])
+		d.execute(bad[:])
+	}); n != 0 {
+		t.Errorf("execute: %v allocations per run, want 0", n)
+	}
+}
