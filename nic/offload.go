@@ -93,48 +93,57 @@ func (d *Device) EngineCounters() delegation.Counters {
 	return d.engSnap
 }
 
-// executeOffload runs the delegation commands.
-func (d *Device) executeOffload(ce rings.CommandEntry) (rings.Status, uint64) {
+// The TCP offload family's command handlers (cmdtable.go): each hands its
+// command to the engine.
+
+func (d *Device) cmdOffload(ce rings.CommandEntry) (rings.Status, uint64) {
+	return d.eng.OffloadAt(ce.Conn(), ce.Addr(), ce.Len()), 0
+}
+
+func (d *Device) cmdPostBuffers(ce rings.CommandEntry) (rings.Status, uint64) {
+	n, st := d.eng.PostBuffers(ce.Conn(), ce.Addr(), ce.Arg0())
+	return st, uint64(n)
+}
+
+func (d *Device) cmdSetThresholds(ce rings.CommandEntry) (rings.Status, uint64) {
+	return d.eng.SetThresholds(ce.Conn(), ce.Arg0(), ce.Arg1(), ce.Flags()&rings.CmdFlagArmSeqThreshold != 0), 0
+}
+
+func (d *Device) cmdUpdate(ce rings.CommandEntry) (rings.Status, uint64) {
+	var c rings.Command
+	_ = c.Decode(ce)
+	var u rings.ConnUpdate
+	u.FromCommand(&c)
+	return d.eng.Update(c.Conn, &u), 0
+}
+
+func (d *Device) cmdClose(ce rings.CommandEntry) (rings.Status, uint64) {
+	return d.eng.Close(ce.Conn()), 0
+}
+
+func (d *Device) cmdAbort(ce rings.CommandEntry) (rings.Status, uint64) {
 	idx := ce.Conn()
-	switch ce.Opcode() {
-	case rings.OpOffload:
-		return d.eng.OffloadAt(idx, ce.Addr(), ce.Len()), 0
-	case rings.OpPostBuffers:
-		n, st := d.eng.PostBuffers(idx, ce.Addr(), ce.Arg0())
-		return st, uint64(n)
-	case rings.OpSetThresholds:
-		return d.eng.SetThresholds(idx, ce.Arg0(), ce.Arg1(), ce.Flags()&rings.CmdFlagArmSeqThreshold != 0), 0
-	case rings.OpUpdate:
-		var c rings.Command
-		_ = c.Decode(ce)
-		var u rings.ConnUpdate
-		u.FromCommand(&c)
-		return d.eng.Update(idx, &u), 0
-	case rings.OpClose:
-		return d.eng.Close(idx), 0
-	case rings.OpAbort:
-		if q := d.rdma.qps[idx]; q != nil {
-			// The connection goes, and its QP with it: every work
-			// request, posted or under way, completes flushed (as
-			// DESTROY_QP does) before the QP is dropped.
-			q.qp.LLPClosed()
-			q.qp.Poll()
-			delete(d.rdma.qps, idx)
-		}
-		return d.eng.Abort(idx), 0
-	case rings.OpRxInject:
-		return d.rxInject(idx, ce.Addr(), ce.Len()), 0
-	case rings.OpRelease:
-		if q := d.rdma.qps[idx]; q != nil {
-			delete(d.rdma.qps, idx)
-		}
-		return d.eng.Release(idx), 0
-	case rings.OpRegMR, rings.OpDeregMR, rings.OpCreateCQ, rings.OpDestroyCQ, rings.OpArmCQ,
-		rings.OpCreateQP, rings.OpModifyQP, rings.OpDestroyQP, rings.OpQPDoorbell:
-		return d.executeRDMA(ce)
+	if q := d.rdma.qps[idx]; q != nil {
+		// The connection goes, and its QP with it: every work
+		// request, posted or under way, completes flushed (as
+		// DESTROY_QP does) before the QP is dropped.
+		q.qp.LLPClosed()
+		q.qp.Poll()
+		delete(d.rdma.qps, idx)
 	}
-	d.count(rings.StatCmdBadOpcode)
-	return rings.StatusBadOpcode, 0
+	return d.eng.Abort(idx), 0
+}
+
+func (d *Device) cmdRelease(ce rings.CommandEntry) (rings.Status, uint64) {
+	idx := ce.Conn()
+	if q := d.rdma.qps[idx]; q != nil {
+		delete(d.rdma.qps, idx)
+	}
+	return d.eng.Release(idx), 0
+}
+
+func (d *Device) cmdRxInject(ce rings.CommandEntry) (rings.Status, uint64) {
+	return d.rxInject(ce.Conn(), ce.Addr(), ce.Len()), 0
 }
 
 // rxInject takes back a frame the unit uploaded to the host before the

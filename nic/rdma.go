@@ -65,82 +65,108 @@ func (d *Device) retryEvents() {
 	}
 }
 
-// executeRDMA runs the RDMA commands.
-func (d *Device) executeRDMA(ce rings.CommandEntry) (rings.Status, uint64) {
+// The RDMA family's command handlers (cmdtable.go). Each decodes the
+// whole entry: the RDMA commands read most of its fields.
+
+func (d *Device) cmdRegMR(ce rings.CommandEntry) (rings.Status, uint64) {
+	var c rings.Command
+	_ = c.Decode(ce)
+	return d.rdma.mem.RegMRCommand(&c)
+}
+
+func (d *Device) cmdDeregMR(ce rings.CommandEntry) (rings.Status, uint64) {
+	var c rings.Command
+	_ = c.Decode(ce)
+	return d.rdma.mem.DeregMRCommand(&c), 0
+}
+
+func (d *Device) cmdCreateCQ(ce rings.CommandEntry) (rings.Status, uint64) {
 	var c rings.Command
 	_ = c.Decode(ce)
 	r := &d.rdma
-	switch c.Opcode {
-	case rings.OpRegMR:
-		return r.mem.RegMRCommand(&c)
-	case rings.OpDeregMR:
-		return r.mem.DeregMRCommand(&c), 0
-	case rings.OpCreateCQ:
-		if c.Conn >= maxCQs {
-			return rings.StatusBadParam, 0
-		}
-		if r.cqs[c.Conn] != nil {
+	if c.Conn >= maxCQs {
+		return rings.StatusBadParam, 0
+	}
+	if r.cqs[c.Conn] != nil {
+		return rings.StatusBadState, 0
+	}
+	l := rings.Layout{Base: c.Addr, Count: c.Arg0, EntrySize: rings.CQEntrySize}
+	if l.Validate() != nil {
+		return rings.StatusBadParam, 0
+	}
+	num := c.Conn
+	cq, err := iwarp.NewCQ(d.mem, l, func(*iwarp.CQ) {
+		d.postEvent(rings.Notification{Flags: rings.NtfCQEvent, Conn: num})
+	})
+	if err != nil {
+		d.count(rings.StatDMAErrors)
+		return rings.StatusBadAddress, 0
+	}
+	r.cqs[num], r.cqNums[cq] = cq, num
+	return rings.StatusOK, 0
+}
+
+func (d *Device) cmdDestroyCQ(ce rings.CommandEntry) (rings.Status, uint64) {
+	r := &d.rdma
+	num := ce.Conn()
+	cq := r.cqs[num]
+	if cq == nil {
+		return rings.StatusBadParam, 0
+	}
+	for _, q := range r.qps {
+		if q.scq == cq || q.rcq == cq {
 			return rings.StatusBadState, 0
 		}
-		l := rings.Layout{Base: c.Addr, Count: c.Arg0, EntrySize: rings.CQEntrySize}
-		if l.Validate() != nil {
-			return rings.StatusBadParam, 0
-		}
-		num := c.Conn
-		cq, err := iwarp.NewCQ(d.mem, l, func(*iwarp.CQ) {
-			d.postEvent(rings.Notification{Flags: rings.NtfCQEvent, Conn: num})
-		})
-		if err != nil {
-			d.count(rings.StatDMAErrors)
-			return rings.StatusBadAddress, 0
-		}
-		r.cqs[num], r.cqNums[cq] = cq, num
-		return rings.StatusOK, 0
-	case rings.OpDestroyCQ:
-		cq := r.cqs[c.Conn]
-		if cq == nil {
-			return rings.StatusBadParam, 0
-		}
-		for _, q := range r.qps {
-			if q.scq == cq || q.rcq == cq {
-				return rings.StatusBadState, 0
-			}
-		}
-		delete(r.cqs, c.Conn)
-		delete(r.cqNums, cq)
-		return rings.StatusOK, 0
-	case rings.OpArmCQ:
-		cq := r.cqs[c.Conn]
-		if cq == nil {
-			return rings.StatusBadParam, 0
-		}
-		cq.Arm(c.Arg0&1 != 0)
-		return rings.StatusOK, 0
-	case rings.OpCreateQP:
-		return d.createQP(&c), 0
-	case rings.OpModifyQP:
-		return d.modifyQP(&c), 0
-	case rings.OpDestroyQP:
-		q := r.qps[c.Conn]
-		if q == nil {
-			return rings.StatusBadConn, 0
-		}
-		q.qp.Close()
-		q.qp.LLPClosed()
-		q.qp.Poll() // flush what is left
-		delete(r.qps, c.Conn)
-		return d.eng.Abort(c.Conn), 0
-	case rings.OpQPDoorbell:
-		q := r.qps[c.Conn]
-		if q == nil {
-			return rings.StatusBadConn, 0
-		}
-		q.qp.Poll()
-		d.eng.ULPKick(c.Conn)
-		return rings.StatusOK, 0
 	}
-	d.count(rings.StatCmdBadOpcode)
-	return rings.StatusBadOpcode, 0
+	delete(r.cqs, num)
+	delete(r.cqNums, cq)
+	return rings.StatusOK, 0
+}
+
+func (d *Device) cmdArmCQ(ce rings.CommandEntry) (rings.Status, uint64) {
+	cq := d.rdma.cqs[ce.Conn()]
+	if cq == nil {
+		return rings.StatusBadParam, 0
+	}
+	cq.Arm(ce.Arg0()&1 != 0)
+	return rings.StatusOK, 0
+}
+
+func (d *Device) cmdCreateQP(ce rings.CommandEntry) (rings.Status, uint64) {
+	var c rings.Command
+	_ = c.Decode(ce)
+	return d.createQP(&c), 0
+}
+
+func (d *Device) cmdModifyQP(ce rings.CommandEntry) (rings.Status, uint64) {
+	var c rings.Command
+	_ = c.Decode(ce)
+	return d.modifyQP(&c), 0
+}
+
+func (d *Device) cmdDestroyQP(ce rings.CommandEntry) (rings.Status, uint64) {
+	r := &d.rdma
+	idx := ce.Conn()
+	q := r.qps[idx]
+	if q == nil {
+		return rings.StatusBadConn, 0
+	}
+	q.qp.Close()
+	q.qp.LLPClosed()
+	q.qp.Poll() // flush what is left
+	delete(r.qps, idx)
+	return d.eng.Abort(idx), 0
+}
+
+func (d *Device) cmdQPDoorbell(ce rings.CommandEntry) (rings.Status, uint64) {
+	idx := ce.Conn()
+	q := d.rdma.qps[idx]
+	if q == nil {
+		return rings.StatusBadConn, 0
+	}
+	q.qp.Poll()
+	d.eng.ULPKick(idx)
+	return rings.StatusOK, 0
 }
 
 func (d *Device) createQP(c *rings.Command) rings.Status {

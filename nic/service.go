@@ -11,65 +11,6 @@ const (
 	ringRx
 )
 
-// serviceCommands executes up to Burst commands, writing each command's
-// status back into its entry. A bad command gets an error status; it never
-// stops the unit.
-func (d *Device) serviceCommands() int {
-	n := 0
-	for ; n < d.cfg.Burst; n++ {
-		e, err := d.cmd.Peek()
-		if err != nil {
-			// A wrong phase tag, or a producer index more than a ring
-			// ahead (then e is nil): counted, never trusted.
-			d.phaseError(ringCmd, d.cmd.Head())
-			break
-		}
-		if e == nil {
-			break
-		}
-		ce := rings.CommandEntry(e)
-		status, result := d.execute(ce)
-		ce.SetWriteBack(status, result)
-		d.cmd.Complete(e)
-		d.cmd.Pop()
-		d.count(rings.StatCmdCompleted)
-		if status != rings.StatusOK {
-			d.count(rings.StatCmdErrors)
-		}
-	}
-	if n > 0 {
-		d.cmd.Release()
-	}
-	return n
-}
-
-func (d *Device) execute(ce rings.CommandEntry) (rings.Status, uint64) {
-	switch ce.Opcode() {
-	case rings.OpNop:
-		return rings.StatusOK, 0
-	case rings.OpStats:
-		if ce.Flags()&^rings.StatsFlagPublish != 0 {
-			return rings.StatusBadParam, 0
-		}
-		if ce.Flags()&rings.StatsFlagPublish != 0 {
-			return d.setStatArea(ce)
-		}
-		n := min(int(ce.Len()), rings.StatBlockSize)
-		if n <= 0 {
-			return rings.StatusBadParam, 0
-		}
-		var blk [rings.StatBlockSize]byte
-		d.fillStats(blk[:])
-		if err := d.mem.WriteAt(blk[:n], ce.Addr()); err != nil {
-			d.count(rings.StatDMAErrors)
-			return rings.StatusBadAddress, 0
-		}
-		return rings.StatusOK, uint64(n)
-	default:
-		return d.executeOffload(ce)
-	}
-}
-
 // serviceTx puts legacy frames from the transmit ring on the wire. The
 // descriptor is released once the frame has left (the port copies), so the
 // host may reuse the buffer as soon as the consumer index passes it.

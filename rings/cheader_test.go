@@ -40,22 +40,30 @@ func needGCC(t *testing.T) string {
 	return p
 }
 
+// runC builds c/name.c against the header with warnings as errors, runs
+// it and returns its output (skipping without gcc).
+func runC(t *testing.T, name string) []byte {
+	t.Helper()
+	gcc := needGCC(t)
+	bin := filepath.Join(t.TempDir(), name)
+	cmd := exec.Command(gcc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic", "-Ic", "-o", bin, "c/"+name+".c")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin).Output()
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return out
+}
+
 // TestCHeaderAgreesWithGo compiles c/abi_check.c against the header (its
 // static assertions check every field's offset and every struct's size
 // against the generated constants), runs it, and decodes the blocks it
 // wrote with the Go decoders: every field the C code set through the
 // header's structs must come back in the Go fields.
 func TestCHeaderAgreesWithGo(t *testing.T) {
-	gcc := needGCC(t)
-	bin := filepath.Join(t.TempDir(), "abi_check")
-	cmd := exec.Command(gcc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic", "-Ic", "-o", bin, "c/abi_check.c")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
-	}
-	out, err := exec.Command(bin).Output()
-	if err != nil {
-		t.Fatalf("abi_check: %v", err)
-	}
+	out := runC(t, "abi_check")
 	if len(out) != CommandEntrySize+NotificationEntrySize+SQEntrySize {
 		t.Fatalf("abi_check wrote %d bytes", len(out))
 	}

@@ -23,7 +23,10 @@ const (
 // Opcode names a command.
 type Opcode uint16
 
-// Opcodes. 0 is never valid, so a zeroed entry is rejected.
+// Opcodes, every family's in this one block; Commands below is the table
+// that says, for each, its name, family, the resources it names and the
+// statuses it may write back. 0 is never valid, so a zeroed entry is
+// rejected.
 const (
 	OpNop   Opcode = 0x01 // no operation; result = 0
 	OpStats Opcode = 0x02 // DMA the stat block to Addr (Len bytes at most); result = bytes written
@@ -38,25 +41,194 @@ const (
 	OpRelease       Opcode = 0x16 // free a closed connection's index
 	OpRxInject      Opcode = 0x17 // Addr/Len: a received frame the host gives back for Conn
 
-	// RDMA.
-	OpRegMR     Opcode = 0x20
-	OpDeregMR   Opcode = 0x21
-	OpCreateQP  Opcode = 0x22
-	OpModifyQP  Opcode = 0x23
-	OpDestroyQP Opcode = 0x24
+	// RDMA (parameters in rdma.go).
+	OpRegMR      Opcode = 0x20 // register a memory region; result = its STag
+	OpDeregMR    Opcode = 0x21 // Arg0: STag
+	OpCreateQP   Opcode = 0x22 // Conn: connection the QP runs on; Addr/Len: QP configuration block
+	OpModifyQP   Opcode = 0x23 // Conn; Arg0: QPAction
+	OpDestroyQP  Opcode = 0x24 // Conn; outstanding work completes flushed
+	OpCreateCQ   Opcode = 0x25 // Conn: CQ number; Addr: CQ ring base; Arg0: entries
+	OpDestroyCQ  Opcode = 0x26 // Conn: CQ number
+	OpArmCQ      Opcode = 0x27 // Conn: CQ number; Arg0: 1 = solicited only
+	OpQPDoorbell Opcode = 0x28 // Conn: the host posted to the QP's SQ or RQ
 )
 
-var opcodeNames = map[Opcode]string{
-	OpNop: "NOP", OpStats: "STATS",
-	OpOffload: "OFFLOAD", OpPostBuffers: "POST_BUFFERS", OpSetThresholds: "SET_THRESHOLDS",
-	OpUpdate: "UPDATE", OpClose: "CLOSE", OpAbort: "ABORT", OpRelease: "RELEASE", OpRxInject: "RX_INJECT",
-	OpRegMR: "REG_MR", OpDeregMR: "DEREG_MR", OpCreateQP: "CREATE_QP", OpModifyQP: "MODIFY_QP",
-	OpDestroyQP: "DESTROY_QP",
+// CmdFamily says which part of the device executes a command: the ring
+// and stat-block logic, the TCP offload engine, or the RDMA verbs on top of
+// it. A family is what a device without that part would not implement.
+type CmdFamily uint8
+
+// Command families.
+const (
+	CmdFamilyRing    CmdFamily = 1 // device-wide: the rings and the stat block
+	CmdFamilyOffload CmdFamily = 2 // TCP offload: delegated connections
+	CmdFamilyRDMA    CmdFamily = 3 // RDMA: memory regions, CQs and QPs on delegated connections
+)
+
+var cmdFamilyNames = []string{"", "RING", "OFFLOAD", "RDMA"}
+
+func (f CmdFamily) String() string {
+	if f != 0 && int(f) < len(cmdFamilyNames) {
+		return cmdFamilyNames[f]
+	}
+	return "FAMILY_" + hex16(uint16(f))
+}
+
+// CmdResources is the set of device resources a command names: what a
+// device must look up (or create) before it can execute it, and what a
+// host must own before it may issue it.
+type CmdResources uint16
+
+// Command resources.
+const (
+	CmdResConn    CmdResources = 1 << 0 // Conn is a delegated connection index
+	CmdResQP      CmdResources = 1 << 1 // Conn is a QP number (the index of the connection it runs on)
+	CmdResCQ      CmdResources = 1 << 2 // a CQ number: Conn, or the QP configuration block's
+	CmdResSTag    CmdResources = 1 << 3 // an STag: DEREG_MR's Arg0, REG_MR's result
+	CmdResPD      CmdResources = 1 << 4 // a protection domain: REG_MR's Arg0, the QP configuration block's
+	CmdResHostMem CmdResources = 1 << 5 // Addr/Len: host memory the device reads or writes by DMA
+)
+
+var cmdResourceNames = []string{"CONN", "QP", "CQ", "STAG", "PD", "HOST_MEM"}
+
+// String lists the resources joined by "+" (a docs/rings.md table cell
+// holds it, and a cell cannot hold "|"), "NONE" for none.
+func (r CmdResources) String() string {
+	if r == 0 {
+		return "NONE"
+	}
+	return bitNames(uint32(r), cmdResourceNames, "+")
+}
+
+// bitNames names the set bits of v, lowest first, joined by sep; the bits
+// names has no name for follow as one hex number.
+func bitNames(v uint32, names []string, sep string) string {
+	s := ""
+	for i, n := range names {
+		if v&(1<<i) != 0 {
+			if s != "" {
+				s += sep
+			}
+			s += n
+			v &^= 1 << i
+		}
+	}
+	if v != 0 {
+		if s != "" {
+			s += sep
+		}
+		s += "0x" + hex16(uint16(v>>16)) + hex16(uint16(v))
+	}
+	return s
+}
+
+// StatusSet is a set of Statuses, bit s for Status s.
+type StatusSet uint32
+
+// Statuses returns the set of the statuses given.
+func Statuses(s ...Status) StatusSet {
+	var m StatusSet
+	for _, st := range s {
+		m |= 1 << st
+	}
+	return m
+}
+
+// Has reports whether s is in the set.
+func (m StatusSet) Has(s Status) bool { return s < 32 && m&(1<<s) != 0 }
+
+// String lists the statuses' names joined by ", ", lowest first.
+func (m StatusSet) String() string {
+	s := ""
+	for st := Status(0); st < 32; st++ {
+		if m.Has(st) {
+			if s != "" {
+				s += ", "
+			}
+			s += st.String()
+		}
+	}
+	return s
+}
+
+// CommandInfo is the ABI half of one ring command: what both sides know of
+// it. The device half, the handler, is the unit's own table indexed by the
+// same opcode.
+type CommandInfo struct {
+	Op        Opcode
+	Name      string
+	Family    CmdFamily
+	Resources CmdResources
+	// Statuses is every status the device may write back for this
+	// command. An opcode the device does not know gets BAD_OPCODE, which
+	// is therefore in no command's set.
+	Statuses StatusSet
+}
+
+// Status sets shared by several commands.
+var (
+	stConn      = Statuses(StatusOK, StatusBadConn)
+	stConnState = Statuses(StatusOK, StatusBadConn, StatusBadState)
+)
+
+// Commands is every ring command, in opcode order. docs/rings.md's opcode
+// table is checked against it row by row, and the device's handler table
+// against it opcode by opcode.
+var Commands = []CommandInfo{
+	{OpNop, "NOP", CmdFamilyRing, 0, Statuses(StatusOK)},
+	{OpStats, "STATS", CmdFamilyRing, CmdResHostMem, Statuses(StatusOK, StatusBadParam, StatusBadAddress)},
+
+	{OpOffload, "OFFLOAD", CmdFamilyOffload, CmdResConn | CmdResHostMem,
+		Statuses(StatusOK, StatusBadAddress, StatusBadConn, StatusBadParam, StatusBadState)},
+	{OpPostBuffers, "POST_BUFFERS", CmdFamilyOffload, CmdResConn | CmdResHostMem,
+		Statuses(StatusOK, StatusBadAddress, StatusBadConn, StatusBadParam, StatusNoResources, StatusBadState)},
+	{OpSetThresholds, "SET_THRESHOLDS", CmdFamilyOffload, CmdResConn, stConnState},
+	{OpUpdate, "UPDATE", CmdFamilyOffload, CmdResConn, Statuses(StatusOK, StatusBadConn, StatusBadParam)},
+	{OpClose, "CLOSE", CmdFamilyOffload, CmdResConn, stConnState},
+	{OpAbort, "ABORT", CmdFamilyOffload, CmdResConn | CmdResQP, stConn},
+	{OpRelease, "RELEASE", CmdFamilyOffload, CmdResConn | CmdResQP, stConnState},
+	{OpRxInject, "RX_INJECT", CmdFamilyOffload, CmdResConn | CmdResHostMem,
+		Statuses(StatusOK, StatusBadAddress, StatusBadConn, StatusBadParam)},
+
+	{OpRegMR, "REG_MR", CmdFamilyRDMA, CmdResSTag | CmdResPD | CmdResHostMem,
+		Statuses(StatusOK, StatusBadAddress, StatusBadParam, StatusNoResources)},
+	{OpDeregMR, "DEREG_MR", CmdFamilyRDMA, CmdResSTag, Statuses(StatusOK, StatusBadParam)},
+	{OpCreateQP, "CREATE_QP", CmdFamilyRDMA, CmdResConn | CmdResQP | CmdResCQ | CmdResPD | CmdResHostMem,
+		Statuses(StatusOK, StatusBadAddress, StatusBadConn, StatusBadParam, StatusBadState)},
+	{OpModifyQP, "MODIFY_QP", CmdFamilyRDMA, CmdResQP | CmdResHostMem,
+		Statuses(StatusOK, StatusBadAddress, StatusBadConn, StatusBadParam, StatusBadState)},
+	{OpDestroyQP, "DESTROY_QP", CmdFamilyRDMA, CmdResConn | CmdResQP, stConn},
+	{OpCreateCQ, "CREATE_CQ", CmdFamilyRDMA, CmdResCQ | CmdResHostMem,
+		Statuses(StatusOK, StatusBadAddress, StatusBadParam, StatusBadState)},
+	{OpDestroyCQ, "DESTROY_CQ", CmdFamilyRDMA, CmdResCQ, Statuses(StatusOK, StatusBadParam, StatusBadState)},
+	{OpArmCQ, "ARM_CQ", CmdFamilyRDMA, CmdResCQ, Statuses(StatusOK, StatusBadParam)},
+	{OpQPDoorbell, "QP_DOORBELL", CmdFamilyRDMA, CmdResQP, stConn},
+}
+
+// commandIndex maps an opcode to its row of Commands, +1 (0: no such
+// command), so looking a command up costs no map access.
+var commandIndex = func() (ix [0x100]uint8) {
+	for i, c := range Commands {
+		if int(c.Op) >= len(ix) || ix[c.Op] != 0 {
+			panic("rings: Commands: opcode " + hex16(uint16(c.Op)) + " out of range or listed twice")
+		}
+		ix[c.Op] = uint8(i + 1)
+	}
+	return ix
+}()
+
+// LookupCommand returns the table row of op; false for an opcode no
+// command has.
+func LookupCommand(op Opcode) (*CommandInfo, bool) {
+	if int(op) >= len(commandIndex) || commandIndex[op] == 0 {
+		return nil, false
+	}
+	return &Commands[commandIndex[op]-1], true
 }
 
 func (o Opcode) String() string {
-	if s, ok := opcodeNames[o]; ok {
-		return s
+	if c, ok := LookupCommand(o); ok {
+		return c.Name
 	}
 	return "OP_" + hex16(uint16(o))
 }

@@ -42,23 +42,7 @@ func (f NotifyFlags) String() string {
 	if f == 0 {
 		return "0"
 	}
-	s := ""
-	for i, n := range notifyFlagNames {
-		if f&(1<<i) != 0 {
-			if s != "" {
-				s += "|"
-			}
-			s += n
-			f &^= 1 << i
-		}
-	}
-	if f != 0 {
-		if s != "" {
-			s += "|"
-		}
-		s += "0x" + hex16(uint16(f>>16)) + hex16(uint16(f))
-	}
-	return s
+	return bitNames(uint32(f), notifyFlagNames, "|")
 }
 
 // NotificationEntry is an accessor over one notification ring entry.

@@ -30,19 +30,9 @@ import "errors"
 //
 // QP and CQ events reach the host as notifications: NtfQPEvent (Conn =
 // connection index, Aux = QPEvent) and NtfCQEvent (Conn = CQ number).
-const (
-	OpCreateCQ   Opcode = 0x25
-	OpDestroyCQ  Opcode = 0x26
-	OpArmCQ      Opcode = 0x27
-	OpQPDoorbell Opcode = 0x28
-)
-
-func init() {
-	opcodeNames[OpCreateCQ] = "CREATE_CQ"
-	opcodeNames[OpDestroyCQ] = "DESTROY_CQ"
-	opcodeNames[OpArmCQ] = "ARM_CQ"
-	opcodeNames[OpQPDoorbell] = "QP_DOORBELL"
-}
+//
+// The opcodes are with every other family's in command.go, and each one's
+// row of the command table (Commands) is there too.
 
 // Notification flags for RDMA events.
 const (

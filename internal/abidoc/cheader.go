@@ -18,6 +18,9 @@ type HeaderSpec struct {
 	IndexDoc  string   // the document with the index of blocks
 	IndexHead string   // the index's heading
 	Generator string   // the command that wrote it, for the header's first line
+	// Commands, when set, says where IndexDoc keeps the command table,
+	// written as an X-macro after the constants.
+	Commands *CommandTableSpec
 }
 
 // CHeader writes a C header for a Go package's byte-level contract: every
@@ -71,6 +74,11 @@ func CHeader(pkg *Package, spec HeaderSpec) ([]byte, error) {
 	idx, err := ParseFile(spec.IndexDoc)
 	if err != nil {
 		return nil, err
+	}
+	if spec.Commands != nil {
+		if err := writeCommandTable(&b, idx, spec.Commands, cname, P); err != nil {
+			return nil, err
+		}
 	}
 	docs := map[string]*Doc{spec.IndexDoc: idx}
 	var index *Table
@@ -347,6 +355,8 @@ var RingsHeader = HeaderSpec{
 	IndexDoc:  "../docs/rings.md",
 	IndexHead: "ABI blocks",
 	Generator: `"go generate ./rings" (internal/abidoc/cheader) from the rings package's constants, docs/rings.md and docs/abi-blocks.md`,
+	Commands: &CommandTableSpec{Opcodes: "Opcodes", Families: "Command families", Resources: "Command resources",
+		Statuses: "Statuses"},
 }
 
 // RingsHeaderPath is where RingsHeader is written, relative to rings.

@@ -51,11 +51,24 @@
 #define EMUNIC_OP_ABORT 0x15                     /* Opcode: send RST, release the connection */
 #define EMUNIC_OP_RELEASE 0x16                   /* Opcode: free a closed connection's index */
 #define EMUNIC_OP_RX_INJECT 0x17                 /* Opcode: Addr/Len: a received frame the host gives back for Conn */
-#define EMUNIC_OP_REG_MR 0x20                    /* Opcode: */
-#define EMUNIC_OP_DEREG_MR 0x21                  /* Opcode: */
-#define EMUNIC_OP_CREATE_QP 0x22                 /* Opcode: */
-#define EMUNIC_OP_MODIFY_QP 0x23                 /* Opcode: */
-#define EMUNIC_OP_DESTROY_QP 0x24                /* Opcode: */
+#define EMUNIC_OP_REG_MR 0x20                    /* Opcode: register a memory region; result = its STag */
+#define EMUNIC_OP_DEREG_MR 0x21                  /* Opcode: Arg0: STag */
+#define EMUNIC_OP_CREATE_QP 0x22                 /* Opcode: Conn: connection the QP runs on; Addr/Len: QP configuration block */
+#define EMUNIC_OP_MODIFY_QP 0x23                 /* Opcode: Conn; Arg0: QPAction */
+#define EMUNIC_OP_DESTROY_QP 0x24                /* Opcode: Conn; outstanding work completes flushed */
+#define EMUNIC_OP_CREATE_CQ 0x25                 /* Opcode: Conn: CQ number; Addr: CQ ring base; Arg0: entries */
+#define EMUNIC_OP_DESTROY_CQ 0x26                /* Opcode: Conn: CQ number */
+#define EMUNIC_OP_ARM_CQ 0x27                    /* Opcode: Conn: CQ number; Arg0: 1 = solicited only */
+#define EMUNIC_OP_QP_DOORBELL 0x28               /* Opcode: Conn: the host posted to the QP's SQ or RQ */
+#define EMUNIC_CMD_FAMILY_RING 1                 /* CmdFamily: device-wide: the rings and the stat block */
+#define EMUNIC_CMD_FAMILY_OFFLOAD 2              /* CmdFamily: TCP offload: delegated connections */
+#define EMUNIC_CMD_FAMILY_RDMA 3                 /* CmdFamily: RDMA: memory regions, CQs and QPs on delegated connections */
+#define EMUNIC_CMD_RES_CONN 1                    /* CmdResources: Conn is a delegated connection index */
+#define EMUNIC_CMD_RES_QP 2                      /* CmdResources: Conn is a QP number (the index of the connection it runs on) */
+#define EMUNIC_CMD_RES_CQ 4                      /* CmdResources: a CQ number: Conn, or the QP configuration block's */
+#define EMUNIC_CMD_RES_S_TAG 8                   /* CmdResources: an STag: DEREG_MR's Arg0, REG_MR's result */
+#define EMUNIC_CMD_RES_PD 0x10                   /* CmdResources: a protection domain: REG_MR's Arg0, the QP configuration block's */
+#define EMUNIC_CMD_RES_HOST_MEM 0x20             /* CmdResources: Addr/Len: host memory the device reads or writes by DMA */
 #define EMUNIC_STATUS_OK 0                       /* Status: */
 #define EMUNIC_STATUS_BAD_OPCODE 1               /* Status: unknown or unsupported opcode */
 #define EMUNIC_STATUS_BAD_ADDRESS 2              /* Status: a DMA address range outside host memory */
@@ -207,10 +220,6 @@
 #define EMUNIC_UPD_NAGLE 0x40                    /* UpdateFlags: Len bit 24: Nagle's algorithm on (1) or off (0) */
 
 /* rdma.go */
-#define EMUNIC_OP_CREATE_CQ 0x25                 /* Opcode: */
-#define EMUNIC_OP_DESTROY_CQ 0x26                /* Opcode: */
-#define EMUNIC_OP_ARM_CQ 0x27                    /* Opcode: */
-#define EMUNIC_OP_QP_DOORBELL 0x28               /* Opcode: */
 #define EMUNIC_NTF_QP_EVENT 0x1000               /* NotifyFlags: Aux = QPEvent */
 #define EMUNIC_NTF_CQ_EVENT 0x2000               /* NotifyFlags: Conn = CQ number */
 #define EMUNIC_MR_ACCESS_LOCAL_WRITE 1
@@ -450,6 +459,33 @@
 #define EMUNIC_QP_CTR_IRD_ORD_ADJUSTED 0x11      /* QPCounterID: a peer's IRD/ORD we answered with other values (0, or more than we hold) */
 #define EMUNIC_QP_CTR_RTRS_SENT 0x12             /* QPCounterID: peer-to-peer ready-to-receive messages sent (initiator) */
 #define EMUNIC_QP_CTR_RTRS_RECV 0x13             /* QPCounterID: and received (responder) */
+
+/* The command table (docs/rings.md, "Opcodes"; rings.Commands in Go): for
+ * each opcode X(name, opcode, family, resources, statuses): its family, the
+ * resources it names (EMUNIC_CMD_RES_* bits) and every status it may write
+ * back (bit s for status s; EMUNIC_STATUS_BIT). An opcode not listed
+ * completes BAD_OPCODE. */
+#define EMUNIC_STATUS_BIT(s) (1u << (s))
+#define EMUNIC_COMMANDS(X) \
+	X(NOP, EMUNIC_OP_NOP, EMUNIC_CMD_FAMILY_RING, 0, EMUNIC_STATUS_BIT(EMUNIC_STATUS_OK)) \
+	X(STATS, EMUNIC_OP_STATS, EMUNIC_CMD_FAMILY_RING, EMUNIC_CMD_RES_HOST_MEM, (EMUNIC_STATUS_BIT(EMUNIC_STATUS_OK) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_ADDRESS) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_PARAM))) \
+	X(OFFLOAD, EMUNIC_OP_OFFLOAD, EMUNIC_CMD_FAMILY_OFFLOAD, (EMUNIC_CMD_RES_CONN | EMUNIC_CMD_RES_HOST_MEM), (EMUNIC_STATUS_BIT(EMUNIC_STATUS_OK) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_ADDRESS) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_CONN) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_PARAM) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_STATE))) \
+	X(POST_BUFFERS, EMUNIC_OP_POST_BUFFERS, EMUNIC_CMD_FAMILY_OFFLOAD, (EMUNIC_CMD_RES_CONN | EMUNIC_CMD_RES_HOST_MEM), (EMUNIC_STATUS_BIT(EMUNIC_STATUS_OK) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_ADDRESS) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_CONN) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_PARAM) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_NO_RESOURCES) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_STATE))) \
+	X(SET_THRESHOLDS, EMUNIC_OP_SET_THRESHOLDS, EMUNIC_CMD_FAMILY_OFFLOAD, EMUNIC_CMD_RES_CONN, (EMUNIC_STATUS_BIT(EMUNIC_STATUS_OK) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_CONN) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_STATE))) \
+	X(UPDATE, EMUNIC_OP_UPDATE, EMUNIC_CMD_FAMILY_OFFLOAD, EMUNIC_CMD_RES_CONN, (EMUNIC_STATUS_BIT(EMUNIC_STATUS_OK) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_CONN) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_PARAM))) \
+	X(CLOSE, EMUNIC_OP_CLOSE, EMUNIC_CMD_FAMILY_OFFLOAD, EMUNIC_CMD_RES_CONN, (EMUNIC_STATUS_BIT(EMUNIC_STATUS_OK) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_CONN) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_STATE))) \
+	X(ABORT, EMUNIC_OP_ABORT, EMUNIC_CMD_FAMILY_OFFLOAD, (EMUNIC_CMD_RES_CONN | EMUNIC_CMD_RES_QP), (EMUNIC_STATUS_BIT(EMUNIC_STATUS_OK) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_CONN))) \
+	X(RELEASE, EMUNIC_OP_RELEASE, EMUNIC_CMD_FAMILY_OFFLOAD, (EMUNIC_CMD_RES_CONN | EMUNIC_CMD_RES_QP), (EMUNIC_STATUS_BIT(EMUNIC_STATUS_OK) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_CONN) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_STATE))) \
+	X(RX_INJECT, EMUNIC_OP_RX_INJECT, EMUNIC_CMD_FAMILY_OFFLOAD, (EMUNIC_CMD_RES_CONN | EMUNIC_CMD_RES_HOST_MEM), (EMUNIC_STATUS_BIT(EMUNIC_STATUS_OK) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_ADDRESS) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_CONN) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_PARAM))) \
+	X(REG_MR, EMUNIC_OP_REG_MR, EMUNIC_CMD_FAMILY_RDMA, (EMUNIC_CMD_RES_S_TAG | EMUNIC_CMD_RES_PD | EMUNIC_CMD_RES_HOST_MEM), (EMUNIC_STATUS_BIT(EMUNIC_STATUS_OK) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_ADDRESS) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_PARAM) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_NO_RESOURCES))) \
+	X(DEREG_MR, EMUNIC_OP_DEREG_MR, EMUNIC_CMD_FAMILY_RDMA, EMUNIC_CMD_RES_S_TAG, (EMUNIC_STATUS_BIT(EMUNIC_STATUS_OK) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_PARAM))) \
+	X(CREATE_QP, EMUNIC_OP_CREATE_QP, EMUNIC_CMD_FAMILY_RDMA, (EMUNIC_CMD_RES_CONN | EMUNIC_CMD_RES_QP | EMUNIC_CMD_RES_CQ | EMUNIC_CMD_RES_PD | EMUNIC_CMD_RES_HOST_MEM), (EMUNIC_STATUS_BIT(EMUNIC_STATUS_OK) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_ADDRESS) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_CONN) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_PARAM) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_STATE))) \
+	X(MODIFY_QP, EMUNIC_OP_MODIFY_QP, EMUNIC_CMD_FAMILY_RDMA, (EMUNIC_CMD_RES_QP | EMUNIC_CMD_RES_HOST_MEM), (EMUNIC_STATUS_BIT(EMUNIC_STATUS_OK) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_ADDRESS) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_CONN) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_PARAM) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_STATE))) \
+	X(DESTROY_QP, EMUNIC_OP_DESTROY_QP, EMUNIC_CMD_FAMILY_RDMA, (EMUNIC_CMD_RES_CONN | EMUNIC_CMD_RES_QP), (EMUNIC_STATUS_BIT(EMUNIC_STATUS_OK) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_CONN))) \
+	X(CREATE_CQ, EMUNIC_OP_CREATE_CQ, EMUNIC_CMD_FAMILY_RDMA, (EMUNIC_CMD_RES_CQ | EMUNIC_CMD_RES_HOST_MEM), (EMUNIC_STATUS_BIT(EMUNIC_STATUS_OK) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_ADDRESS) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_PARAM) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_STATE))) \
+	X(DESTROY_CQ, EMUNIC_OP_DESTROY_CQ, EMUNIC_CMD_FAMILY_RDMA, EMUNIC_CMD_RES_CQ, (EMUNIC_STATUS_BIT(EMUNIC_STATUS_OK) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_PARAM) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_STATE))) \
+	X(ARM_CQ, EMUNIC_OP_ARM_CQ, EMUNIC_CMD_FAMILY_RDMA, EMUNIC_CMD_RES_CQ, (EMUNIC_STATUS_BIT(EMUNIC_STATUS_OK) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_PARAM))) \
+	X(QP_DOORBELL, EMUNIC_OP_QP_DOORBELL, EMUNIC_CMD_FAMILY_RDMA, EMUNIC_CMD_RES_QP, (EMUNIC_STATUS_BIT(EMUNIC_STATUS_OK) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_CONN)))
 
 /* ring header (HeaderSize, 256 bytes): Ring header */
 struct emunic_ring_header {
