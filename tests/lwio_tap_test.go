@@ -15,7 +15,7 @@ import (
 	"github.com/emunic/emunic/internal/testutil"
 )
 
-// TestTAPLWIOCommands is README's LWIO recipe: two emunic processes, each
+// TestTAPLWIOCommands is docs/cli.md's LWIO recipe: two emunic processes, each
 // one emulated host on its own TAP device, the TAPs joined by a Linux
 // bridge; 'emunic lwio serve' in one, 'put', 'stat' and 'get' from the
 // other, the file checked by SHA-256 at each step; then the server stops

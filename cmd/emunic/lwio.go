@@ -41,7 +41,7 @@ REMOTE is a path inside the server's export; the server refuses any path
 that leaves it. put and get print the bytes moved and the rate, with a
 progress bar on long transfers when stderr is a terminal. Exit status 1 when
 the transfer failed or the sizes disagree. Run 'emunic lwio COMMAND --help'
-for a subcommand's flags; README's LWIO section has a two-host recipe.`,
+for a subcommand's flags; docs/cli.md (emunic lwio) has a two-host recipe.`,
 	examples: `  emunic lwio serve --tap lw0 --addr 10.9.1.1/24 --export /srv/files
   emunic lwio put --tap lw1 --addr 10.9.1.2/24 --server 10.9.1.1 ./big.bin big.bin
   emunic lwio stat --tap lw1 --addr 10.9.1.2/24 --server 10.9.1.1 big.bin
