@@ -53,6 +53,32 @@ func TestTupleTable(t *testing.T) {
 	}
 }
 
+// The one-entry flow cache never answers for a key that has gone or moved
+// to another index.
+func TestTupleTableLastHit(t *testing.T) {
+	tt := newTupleTable(4)
+	k := hdr.Tuple{LocalIP: netip.AddrFrom4([4]byte{10, 0, 0, 1}), RemoteIP: netip.AddrFrom4([4]byte{10, 0, 0, 2}), LocalPort: 1, RemotePort: 2}
+	tt.put(&k, 3)
+	for range 2 { // the second get is the cache's
+		if got, ok := tt.get(&k); !ok || got != 3 {
+			t.Fatalf("get after put: %d %v, want 3", got, ok)
+		}
+	}
+	tt.del(&k)
+	if got, ok := tt.get(&k); ok {
+		t.Fatalf("get after del: %d, want none", got)
+	}
+	tt.put(&k, 1)
+	if got, ok := tt.get(&k); !ok || got != 1 {
+		t.Fatalf("get after a new put: %d %v, want 1", got, ok)
+	}
+	other := k
+	other.RemotePort = 9
+	if got, ok := tt.get(&other); ok {
+		t.Fatalf("another key hit the cache: %d", got)
+	}
+}
+
 func TestLookupAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
