@@ -159,6 +159,19 @@ func TestCommandStatusWriteBack(t *testing.T) {
 	h := newHostSide(t, 0)
 	statsAddr, _ := h.mem.Alloc(rings.StatBlockSize, 64)
 	zeroBlock, _ := h.mem.Alloc(rings.ConnStateSize, 64)
+	// Version-2 blocks the device must refuse: an unknown version, and
+	// version 2 with an address family it does not know.
+	v3Block, _ := h.mem.Alloc(rings.ConnStateSizeV2, 64)
+	v2BadFamily, _ := h.mem.Alloc(rings.ConnStateSizeV2, 64)
+	for _, b := range []struct {
+		at      rings.Addr
+		version uint16
+		family  byte
+	}{{v3Block, 3, byte(rings.FamilyIPv4)}, {v2BadFamily, rings.ConnStateVersion2, 9}} {
+		blk, _ := h.mem.Map(b.at, rings.ConnStateSizeV2)
+		binary.LittleEndian.PutUint16(blk[rings.CsOffVersion:], b.version)
+		blk[rings.CsOffFamily] = b.family
+	}
 	tests := []struct {
 		name string
 		c    rings.Command
@@ -175,12 +188,18 @@ func TestCommandStatusWriteBack(t *testing.T) {
 		{"offload state outside memory", rings.Command{Opcode: rings.OpOffload, Conn: 0, Addr: 0xdead0000_00000000, Len: rings.ConnStateSize}, rings.StatusBadAddress},
 		{"offload a zeroed state block", rings.Command{Opcode: rings.OpOffload, Conn: 0, Addr: zeroBlock, Len: rings.ConnStateSize}, rings.StatusBadParam},
 		{"offload a short state block", rings.Command{Opcode: rings.OpOffload, Conn: 0, Addr: zeroBlock, Len: 8}, rings.StatusBadParam},
+		{"offload a state block of an unknown version", rings.Command{Opcode: rings.OpOffload, Conn: 0, Addr: v3Block, Len: rings.ConnStateSizeV2}, rings.StatusBadParam},
+		{"offload a version-2 block of an unknown family", rings.Command{Opcode: rings.OpOffload, Conn: 0, Addr: v2BadFamily, Len: rings.ConnStateSizeV2}, rings.StatusBadParam},
 		{"post buffers to a connection never delegated", rings.Command{Opcode: rings.OpPostBuffers, Conn: 3, Addr: statsAddr, Arg0: 1}, rings.StatusBadConn},
 		{"thresholds for a connection never delegated", rings.Command{Opcode: rings.OpSetThresholds, Conn: 3, Arg0: 100}, rings.StatusBadConn},
 		{"close a connection never delegated", rings.Command{Opcode: rings.OpClose, Conn: 3}, rings.StatusBadConn},
 		{"nop after all that", rings.Command{Opcode: rings.OpNop, Tag: 0xfeed}, rings.StatusOK},
 	}
+	failed := uint64(0)
 	for _, tc := range tests {
+		if tc.want != rings.StatusOK {
+			failed++
+		}
 		out := h.command(tc.c)
 		if out.Status != tc.want {
 			t.Errorf("%s: status %v, want %v", tc.name, out.Status, tc.want)
@@ -191,6 +210,10 @@ func TestCommandStatusWriteBack(t *testing.T) {
 	}
 	if got := h.dev.Stat(rings.StatCmdBadOpcode); got != 2 {
 		t.Errorf("cmd_bad_opcode = %d, want 2", got)
+	}
+	// Every refusal is counted, the refused state blocks among them.
+	if got := h.dev.Stat(rings.StatCmdErrors); got != failed {
+		t.Errorf("cmd_errors = %d, want %d", got, failed)
 	}
 	if got := h.dev.Stat(rings.StatCmdCompleted); got != uint64(len(tests)) {
 		t.Errorf("cmd_completed = %d, want %d", got, len(tests))
