@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"sync"
 	"unsafe"
 
@@ -364,6 +365,12 @@ func (f *File) StartWriteCollapsed(ctx context.Context, page []byte, length int,
 	ps := len(page)
 	if ps == 0 || ps > 0xFFFF || length <= 0 || (length < ps) || (length+ps-1)/ps > 0xFFFF {
 		return nil, ErrVecShape
+	}
+	// Only the page is sent, so only it must fit the server's receive
+	// buffer; length, the span, is bounded by the header's 32 bits.
+	if ps > int(c.srv.MaxRecvBufferSize) || uint64(length) > math.MaxUint32 {
+		return nil, fmt.Errorf("%w: collapsed write of a %d-byte page over %d bytes (a page of at most %d, at most %d bytes)",
+			ErrTooLarge, ps, length, c.srv.MaxRecvBufferSize, uint64(math.MaxUint32))
 	}
 	return c.startIO(ctx, OpVecWrite, f, off, done, func(cl *Call, h *Header, slot []byte) ([]rings.SGE, error) {
 		data, err := c.sourceLocked(cl, page)

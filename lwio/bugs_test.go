@@ -1,0 +1,71 @@
+package lwio_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/emunic/emunic/lwio"
+)
+
+// TestCollapsedWriteLarge: a collapsed write of 1 MiB from one 4 KiB page,
+// far beyond MaxRecvBufferSize: only the page crosses the wire, so the
+// server must take it (its Length is the span, not the message).
+func TestCollapsedWriteLarge(t *testing.T) {
+	r := newRig(t, lwio.ServerConfig{})
+	c := r.dial(t, lwio.ClientConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	f, err := c.Open(ctx, "big", lwio.OpenFlags{Create: true, NoBuffering: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := randomBytes(4096, 26)
+	cl, err := f.StartWriteCollapsed(ctx, page, 1<<20, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Wait(ctx); err != nil || cl.N != 1<<20 {
+		t.Fatalf("collapsed write of 1 MiB: %d, %v", cl.N, err)
+	}
+	if err := c.Err(); err != nil {
+		t.Fatalf("connection: %v", err)
+	}
+	want := bytes.Repeat(page, (1<<20)/4096)
+	if got, _ := os.ReadFile(filepath.Join(r.dir, "big")); !bytes.Equal(got, want) {
+		t.Fatalf("the server's file (%d bytes) is not the page 256 times", len(got))
+	}
+	// The connection still works.
+	buf := make([]byte, 4096)
+	if n, err := f.ReadAt(buf, 1<<20-4096); err != nil || n != 4096 || !bytes.Equal(buf, page) {
+		t.Fatalf("read after the collapsed write: %d, %v", n, err)
+	}
+	if st := r.srv.Stats(); st.ProtocolErrors != 0 {
+		t.Errorf("server ProtocolErrors %d", st.ProtocolErrors)
+	}
+	// A page the server's receive buffer cannot hold is refused before
+	// it is sent, and the connection lives on.
+	r2 := newRig(t, lwio.ServerConfig{MaxRecvBuffer: 8192})
+	c2 := r2.dial(t, lwio.ClientConfig{})
+	g, err := c2.Open(ctx, "big", lwio.OpenFlags{Create: true, NoBuffering: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.StartWriteCollapsed(ctx, make([]byte, 16384), 1<<20, 0, nil); !errors.Is(err, lwio.ErrTooLarge) {
+		t.Fatalf("a collapsed write of a 16 KiB page over an 8 KiB buffer: %v, want ErrTooLarge", err)
+	}
+	cl, err = g.StartWriteCollapsed(ctx, page, 1<<20, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Wait(ctx); err != nil || cl.N != 1<<20 {
+		t.Fatalf("collapsed write of 1 MiB over an 8 KiB buffer: %d, %v", cl.N, err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(r2.dir, "big")); !bytes.Equal(got, want) {
+		t.Fatal("the second server's file is not the page 256 times")
+	}
+}
