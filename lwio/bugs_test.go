@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/lwio"
 )
 
@@ -67,5 +68,35 @@ func TestCollapsedWriteLarge(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(filepath.Join(r2.dir, "big")); !bytes.Equal(got, want) {
 		t.Fatal("the second server's file is not the page 256 times")
+	}
+}
+
+// TestCloseReleasesFile: after Close the server's file is closed, in both
+// completion modes; Stat leaves nothing open either.
+func TestCloseReleasesFile(t *testing.T) {
+	for _, polling := range []bool{false, true} {
+		r := newRig(t, lwio.ServerConfig{})
+		r.put(t, "f", randomBytes(8192, 3))
+		c := r.dial(t, lwio.ClientConfig{Polling: polling})
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		f, err := c.Open(ctx, "f", lwio.OpenFlags{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := r.srv.Stats().FilesOpen; n != 1 {
+			t.Errorf("polling %v: %d files open after Open, want 1", polling, n)
+		}
+		if _, err := f.ReadAt(make([]byte, 4096), 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, "the file to close on the server", 10*time.Second, func() bool { return r.srv.Stats().FilesOpen == 0 })
+		if _, err := c.Stat(ctx, "f"); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, "Stat's file to close on the server", 10*time.Second, func() bool { return r.srv.Stats().FilesOpen == 0 })
+		cancel()
 	}
 }
