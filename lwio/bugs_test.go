@@ -100,3 +100,50 @@ func TestCloseReleasesFile(t *testing.T) {
 		cancel()
 	}
 }
+
+// TestPollingOneCredit: a polling client holding one credit has no credit
+// to spare for INTERRUPT, and no completion comes for a status block: it
+// must keep polling and finish its I/O rather than sleep for good.
+func TestPollingOneCredit(t *testing.T) {
+	r := newRig(t, lwio.ServerConfig{InitialCredits: 1, MaxCredits: 1,
+		CreditPolicy: func(int, int) int { return 1 }})
+	data := randomBytes(256<<10, 11)
+	r.put(t, "f", data)
+	// SpinPolls 1: the completion loop goes to sleep at its first empty poll.
+	c := r.dial(t, lwio.ClientConfig{Polling: true, Credits: 1, SpinPolls: 1})
+	if n := c.Credits(); n != 1 {
+		t.Fatalf("client holds %d credits, want 1", n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	f, err := c.Open(ctx, "f", lwio.OpenFlags{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 4096)
+	for i := range 64 {
+		off := int64(i) * 4096
+		cl, err := f.StartRead(ctx, got, off, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cl.Wait(ctx); err != nil {
+			t.Fatalf("read %d: %v (client stats %+v)", i, err, c.Stats())
+		}
+		if cl.N != 4096 || !bytes.Equal(got, data[off:off+4096]) {
+			t.Fatalf("read %d: %d bytes, wrong data", i, cl.N)
+		}
+	}
+	wr := randomBytes(8192, 12)
+	cl, err := f.StartWrite(ctx, wr, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Wait(ctx); err != nil || cl.N != len(wr) {
+		t.Fatalf("write: %d, %v", cl.N, err)
+	}
+	// One credit leaves none for INTERRUPT: the client polled instead.
+	if st := c.Stats(); st.Interrupts != 0 || st.PollBackoffs == 0 {
+		t.Errorf("client stats %+v: want no INTERRUPT and some timed polls", st)
+	}
+}
