@@ -334,7 +334,7 @@ func TestClosedFid(t *testing.T) {
 				t.Errorf("polling %v, %v after CLOSE: %v, want FILE_CLOSED", polling, op, err)
 			}
 		}
-		testutil.Eventually(t, "the file to close on the server", 10*time.Second, func() bool { return r.srv.Stats().FilesOpen == 1 })
+		testutil.Eventually(t, "the file to close on the server", 10*time.Second, func() bool { return r.srv.Stats().FilesOpen == 0 })
 	}
 }
 

@@ -130,6 +130,7 @@ type ClientStats struct {
 	BytesRead, BytesWrote  uint64
 	ZeroCopy, Bounced      uint64 // transfers straight to or from the caller's memory, or through a staging buffer
 	Interrupts             uint64 // INTERRUPT requests sent (polling mode)
+	PollBackoffs           uint64 // timed sleeps between status block scans: no credit for INTERRUPT (polling mode)
 	PolledCompletions      uint64 // completions found in status blocks
 	ImmediateCompletions   uint64 // reads completed by RDMA Write with Immediate Data
 	CreditGrants           uint64 // positive delta credit messages
@@ -191,7 +192,7 @@ type Client struct {
 
 type clientCounters struct {
 	requests, completions, bytesRead, bytesWrote, zeroCopy, bounced atomic.Uint64
-	interrupts, polled, imm, grants, retires                        atomic.Uint64
+	interrupts, polled, imm, grants, retires, pollBackoffs          atomic.Uint64
 }
 
 // Memory is client memory registered with the NIC (Client.Alloc): reads
@@ -538,6 +539,6 @@ func (c *Client) Stats() ClientStats {
 	s := &c.st
 	return ClientStats{Requests: s.requests.Load(), Completions: s.completions.Load(), BytesRead: s.bytesRead.Load(),
 		BytesWrote: s.bytesWrote.Load(), ZeroCopy: s.zeroCopy.Load(), Bounced: s.bounced.Load(),
-		Interrupts: s.interrupts.Load(), PolledCompletions: s.polled.Load(), ImmediateCompletions: s.imm.Load(),
+		Interrupts: s.interrupts.Load(), PollBackoffs: s.pollBackoffs.Load(), PolledCompletions: s.polled.Load(), ImmediateCompletions: s.imm.Load(),
 		CreditGrants: s.grants.Load(), CreditRetires: s.retires.Load(), Credits: credits, MaxOutstandingObserved: maxSeen}
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"runtime"
 	"sync/atomic"
+	"time"
 
 	"github.com/emunic/emunic/rings"
 )
@@ -22,6 +23,7 @@ func (c *Client) run() {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-c.done; cancel() }()
 	idle := 0
+	backoff := minPollBackoff
 	for {
 		n := c.cq.Poll(wc)
 		progress := n > 0
@@ -34,7 +36,7 @@ func (c *Client) run() {
 		}
 		c.mu.Unlock()
 		if progress {
-			idle = 0
+			idle, backoff = 0, minPollBackoff
 			continue
 		}
 		if idle++; idle < c.cfg.SpinPolls {
@@ -46,12 +48,29 @@ func (c *Client) run() {
 			c.mu.Unlock()
 			return
 		}
-		if len(c.polling) > 0 && !c.intrOut {
-			c.interruptLocked()
+		// A status block arrives by RDMA Write, which completes nothing
+		// here: with a polling request outstanding the loop sleeps only
+		// when an INTERRUPT will wake it. Without a credit for one (a
+		// client holding a single credit, or one a CREDIT message holds)
+		// it goes on polling the status blocks, sleeping a little longer
+		// each time it finds none done, up to maxPollBackoff; any
+		// completion (a send, a response, a delta credit) still wakes it.
+		wctx, stop := ctx, func() bool { return false }
+		if len(c.polling) > 0 && !c.intrOut && !c.interruptLocked() {
+			var cancelW context.CancelFunc
+			wctx, cancelW = context.WithCancel(ctx)
+			stop = c.h.AfterFunc(backoff, cancelW)
+			backoff = min(2*backoff, maxPollBackoff)
+			c.st.pollBackoffs.Add(1)
 		}
 		c.mu.Unlock()
-		n, err := c.cq.PollWait(ctx, wc, false)
+		n, err := c.cq.PollWait(wctx, wc, false)
+		stop()
 		if err != nil {
+			if ctx.Err() == nil && wctx.Err() != nil {
+				// The backoff ran out: scan the status blocks again.
+				continue
+			}
 			return
 		}
 		c.mu.Lock()
@@ -83,21 +102,30 @@ func (c *Client) scanLocked() bool {
 	return done
 }
 
+// The polling client's backoff while it has no credit for INTERRUPT.
+const (
+	minPollBackoff = 20 * time.Microsecond
+	maxPollBackoff = time.Millisecond
+)
+
 // interruptLocked sends INTERRUPT (the credit kept for it) so the server
-// wakes the client at its next completion.
-func (c *Client) interruptLocked() {
+// wakes the client at its next completion. false: no credit or slot was
+// free, or the send failed; nothing will wake the client.
+func (c *Client) interruptLocked() bool {
 	if c.outstanding >= c.credits || len(c.freeSlots) == 0 {
-		return
+		return false
 	}
 	cl := &Call{Op: OpInterrupt, c: c, internal: true}
 	if c.postLocked(cl, func(_ *Call, h *Header, _ []byte) ([]rings.SGE, error) {
 		h.Flags = FlagInterrupt | FlagControl
 		h.Length = HeaderSize
 		return []rings.SGE{c.smr.SGE(cl.slot*slotSize, HeaderSize)}, nil
-	}) == nil {
-		c.intrOut = true
-		c.st.interrupts.Add(1)
+	}) != nil {
+		return false
 	}
+	c.intrOut = true
+	c.st.interrupts.Add(1)
+	return true
 }
 
 func (c *Client) handleLocked(wc *rings.Completion) {

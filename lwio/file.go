@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"sync"
 	"unsafe"
 
@@ -71,10 +72,18 @@ func (c *Client) Stat(ctx context.Context, path string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	return int64(rsp.Size), c.release(rsp.Key.Key.ResumeKey)
+}
+
+// release gives a resume key back on the pipe (RELEASE): the server drops
+// the key's hold on the file.
+func (c *Client) release(k uint64) error {
 	c.pmu.Lock()
-	_, err = c.pipe.Write(appendRelease(nil, rsp.Key.Key.ResumeKey))
-	c.pmu.Unlock()
-	return int64(rsp.Size), err
+	defer c.pmu.Unlock()
+	if _, err := c.pipe.Write(appendRelease(nil, k)); err != nil {
+		return fmt.Errorf("lwio: pipe: %w", err)
+	}
+	return nil
 }
 
 // Open opens the file at path on the server and registers it on the RDMA
@@ -101,9 +110,17 @@ func (c *Client) Open(ctx context.Context, path string, fl OpenFlags) (*File, er
 		return []rings.SGE{c.smr.SGE(cl.slot*slotSize, HeaderSize+FidParamsSize)}, nil
 	})
 	if err != nil {
+		_ = c.release(p.ResumeKey.ResumeKey)
 		return nil, err
 	}
-	if err := c.wait(ctx, cl); err != nil {
+	err = c.wait(ctx, cl)
+	// The key has done its work: a registered Fid holds the file on its
+	// own, so the file closes on the server with the Fid's CLOSE. (The
+	// pipe is in order and REGISTER was answered, or abandoned, first.)
+	if rerr := c.release(p.ResumeKey.ResumeKey); err == nil && rerr != nil {
+		err = rerr
+	}
+	if err != nil {
 		return nil, fmt.Errorf("lwio: register %s: %w", path, err)
 	}
 	if cl.N == 0 || cl.N > 0xFFFF {
@@ -364,6 +381,12 @@ func (f *File) StartWriteCollapsed(ctx context.Context, page []byte, length int,
 	ps := len(page)
 	if ps == 0 || ps > 0xFFFF || length <= 0 || (length < ps) || (length+ps-1)/ps > 0xFFFF {
 		return nil, ErrVecShape
+	}
+	// Only the page is sent, so only it must fit the server's receive
+	// buffer; length, the span, is bounded by the header's 32 bits.
+	if ps > int(c.srv.MaxRecvBufferSize) || uint64(length) > math.MaxUint32 {
+		return nil, fmt.Errorf("%w: collapsed write of a %d-byte page over %d bytes (a page of at most %d, at most %d bytes)",
+			ErrTooLarge, ps, length, c.srv.MaxRecvBufferSize, uint64(math.MaxUint32))
 	}
 	return c.startIO(ctx, OpVecWrite, f, off, done, func(cl *Call, h *Header, slot []byte) ([]rings.SGE, error) {
 		data, err := c.sourceLocked(cl, page)

@@ -18,6 +18,14 @@ import (
 // its loop is awake: in the code a request submitted while the loop
 // sleeps wakes it with its own send completion, so the model is the
 // stricter case.
+//
+// Credits: the client holds a number of credits; every request and the
+// INTERRUPT takes one until its completion is taken, and a polling client
+// keeps one back for INTERRUPT from two credits up (limitLocked). With one
+// credit and the request outstanding there is none for INTERRUPT: the
+// client then must not sleep (no completion comes for a status block) but
+// go on scanning its status blocks, a timed sleep that wakes by itself
+// (client_completion.go, run).
 
 type intrMsg uint8
 
@@ -41,10 +49,23 @@ type intrState struct {
 
 func (s intrState) key() string { return fmt.Sprintf("%+v", s) }
 
-// intrModel explores every state from the start with n requests. With
-// answerAtOnce false the server lacks the rule that answers an interrupt
-// at once after an unseen completion (the mutant the model must catch).
-func intrModel(n int, answerAtOnce bool) (states int, bad string) {
+// intrModel explores every state from the start with n requests and the
+// given credits. With answerAtOnce false the server lacks the rule that
+// answers an interrupt at once after an unseen completion; with timedPoll
+// false a client without a credit for INTERRUPT sleeps anyway (the two
+// mutants the model must catch).
+func intrModel(n, credits int, answerAtOnce, timedPoll bool) (states int, bad string) {
+	limit := credits
+	if credits >= 2 {
+		limit--
+	}
+	used := func(s intrState) int {
+		u := s.issued - s.consumed
+		if s.intrOut {
+			u++
+		}
+		return u
+	}
 	start := intrState{}
 	seen := map[string]bool{start.key(): true}
 	queue := []intrState{start}
@@ -53,7 +74,7 @@ func intrModel(n int, answerAtOnce bool) (states int, bad string) {
 		queue = queue[1:]
 		var next []intrState
 		// Client: issue the next request (the application submits).
-		if s.issued < n && !s.asleep {
+		if s.issued < n && !s.asleep && used(s) < limit {
 			t := s
 			t.issued++
 			t.c2s += string(rune(mReq))
@@ -75,11 +96,18 @@ func intrModel(n int, answerAtOnce bool) (states int, bad string) {
 				progress = true
 			}
 			if !progress && t.consumed < t.issued {
-				if !t.intrOut {
+				switch {
+				case t.intrOut:
+					t.asleep = t.events == 0
+				case used(t) < credits:
 					t.intrOut = true
 					t.c2s += string(rune(mIntr))
+					t.asleep = t.events == 0
+				case !timedPoll:
+					t.asleep = t.events == 0
 				}
-				t.asleep = t.events == 0
+				// Else a timed sleep: the client wakes by itself and
+				// scans again, the state it is in.
 			}
 			if t != s {
 				next = append(next, t)
@@ -152,18 +180,26 @@ func intrModel(n int, answerAtOnce bool) (states int, bad string) {
 }
 
 func TestInterruptModel(t *testing.T) {
-	for n := 1; n <= 4; n++ {
-		states, bad := intrModel(n, true)
-		if bad != "" {
-			t.Fatalf("%d requests: %s", n, bad)
+	for credits := 1; credits <= 5; credits++ {
+		for n := 1; n <= 4; n++ {
+			states, bad := intrModel(n, credits, true, true)
+			if bad != "" {
+				t.Fatalf("%d requests, %d credits: %s", n, credits, bad)
+			}
+			t.Logf("%d requests, %d credits: %d states, no lost wake-up", n, credits, states)
 		}
-		t.Logf("%d requests: %d states, no lost wake-up", n, states)
 	}
 	// The model must catch the server that only answers at the next
 	// completion: a completion that raced the client's scan leaves it
 	// asleep.
-	if _, bad := intrModel(2, false); bad == "" {
+	if _, bad := intrModel(2, 5, false, true); bad == "" {
 		t.Fatal("the model did not catch the server without the answer-at-once rule")
+	} else {
+		t.Logf("mutant caught: %s", bad)
+	}
+	// And the client that sleeps with one credit and no INTERRUPT sent.
+	if _, bad := intrModel(1, 1, true, false); bad == "" {
+		t.Fatal("the model did not catch the one-credit client that sleeps")
 	} else {
 		t.Logf("mutant caught: %s", bad)
 	}

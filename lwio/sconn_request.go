@@ -271,14 +271,18 @@ func (c *sconn) ioRequest(slot int, h Header, fe *fidEntry, msg []byte) {
 		c.repostLocked(slot)
 	case OpWrite, OpVecWrite:
 		data := msg[HeaderSize:]
-		if int(h.Length) > c.s.cfg.MaxRecvBuffer {
+		collapsed := h.Opcode == OpVecWrite && h.Flags&FlagCollapseIO != 0
+		if int(h.Length) > c.s.cfg.MaxRecvBuffer && !collapsed {
 			// More than the receive buffer could have held: the source
-			// terminates the connection.
+			// terminates the connection. A collapsed write's Length is
+			// the span its one page covers, not what was sent: only
+			// the page must fit, and a longer one never arrives (the
+			// RDMA layer refuses it).
 			c.s.st.protoErr.Add(1)
 			c.failLocked(errors.New("lwio: write beyond MaxRecvBufferSize"))
 			return
 		}
-		if h.Opcode == OpWrite || h.Flags&FlagCollapseIO == 0 {
+		if !collapsed {
 			if len(data) != int(h.Length) || h.Flags&FlagCollapseIO != 0 ||
 				(h.Opcode == OpVecWrite && (h.PageSize == 0 || int(h.NumPages)*int(h.PageSize) < int(h.Length))) {
 				c.refuseLocked(slot, &h, StatusInvalidParameter)
