@@ -638,7 +638,7 @@ func (c *conn) processData(now int64, s *segment) {
 // receive burst. A Linux receiver's GRO acknowledges a 64 KiB GRO packet
 // at once; a 64 KiB super-frame is 46 segments of 1,448 bytes, so 64 lets
 // one ACK cover a whole super-frame (32 took two: 3.5% of a bulk
-// receiver's throughput on a TAP, docs/benchmarks.md).
+// receiver's throughput on a TAP, docs/benchmarks-history.md).
 const maxStretch = 64
 
 // BeginBurst and EndBurst bracket a batch of Input calls the device makes

@@ -9,7 +9,7 @@ import "sync/atomic"
 // busy, and they stay in the processor's cache, where the kernel's copy
 // into a slot and the unit's copy out of it find them. 128 slots, cycled
 // through 8 MiB, cost the TAP path 7% more CPU per GiB and 10% of its
-// throughput (docs/benchmarks.md). A MAC that drops when the FIFO is full
+// throughput (docs/benchmarks-history.md). A MAC that drops when the FIFO is full
 // (Config.DropWhenFull) gets lroDropFIFODepth slots, to ride out a burst
 // as a real one's buffer does.
 const (

@@ -16,7 +16,7 @@ import (
 var deviceCmd = &command{
 	name:     "device",
 	summary:  "the emulated NIC alone, in its own process, for a host that attaches over a socket",
-	synopsis: "--socket PATH [--tap NAME]",
+	synopsis: "--socket PATH [--tap NAME] [--metrics ADDR]",
 	about: `
 Runs the emulated NIC (the offload unit, its engines and its port) as a
 process of its own, in the manner of vhost-user: a host process connects to
@@ -34,7 +34,8 @@ the configuration (a socket to a wire in the host's process), as the emulated
 hosts the tests make with EMUNIC_SPLIT=1 do. On SIGINT or SIGTERM it stops
 and prints its counters.`,
 	examples: `  emunic device --socket /run/emunic/nic0.sock
-  emunic device --socket /run/emunic/nic0.sock --tap emu0`,
+  emunic device --socket /run/emunic/nic0.sock --tap emu0
+  emunic device --socket /run/emunic/nic0.sock --metrics 127.0.0.1:9100`,
 }
 
 type deviceConfig struct {

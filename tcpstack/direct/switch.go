@@ -60,7 +60,7 @@ type Config struct {
 	// stream, and TCP's checksum over every segment is all the integrity
 	// a plain TCP socket gives it, while the devices compute the CRC over
 	// every byte twice (framing and placing), a cost the A/B run in
-	// docs/benchmarks.md measures. A listener's choice is its host
+	// docs/benchmarks-history.md measures. A listener's choice is its host
 	// switch's, set by the first Listen with RDMA on the host (as the pool
 	// geometry is).
 	CRC bool
