@@ -79,14 +79,18 @@ func (r *Recorder) Port() Port { return r.p }
 //
 // The recorder's lock is held across the write: a TAP peer (the kernel) can
 // answer before WriteFrame returns, and the reader recording that answer
-// must wait, so the capture shows cause before effect.
+// must wait, so the capture shows cause before effect. The frame is
+// stamped when it is handed to the port, not after: the far end can take
+// it, answer and finish a transfer before this goroutine runs again, and a
+// stamp taken then would date the frame after its own effects.
 func (r *Recorder) WriteFrame(frame []byte) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	at := time.Now()
 	if err := r.p.WriteFrame(frame); err != nil {
 		return err
 	}
-	r.recordLocked(frame)
+	r.recordLocked(at, frame)
 	return nil
 }
 
@@ -102,15 +106,16 @@ func (r *Recorder) ReadFrame(buf []byte) (int, error) {
 func (r *Recorder) record(b []byte) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.recordLocked(b)
+	r.recordLocked(time.Now(), b)
 }
 
-func (r *Recorder) recordLocked(b []byte) {
+// recordLocked appends b stamped at. Stamps are taken under the lock, so
+// they never go backwards through the file.
+func (r *Recorder) recordLocked(at time.Time, b []byte) {
 	if r.err != nil || r.closed {
 		return
 	}
-	// Taken under the lock so that timestamps never go backwards through the file.
-	ci := gopacket.CaptureInfo{Timestamp: time.Now(), Length: len(b), CaptureLength: min(len(b), r.snaplen)}
+	ci := gopacket.CaptureInfo{Timestamp: at, Length: len(b), CaptureLength: min(len(b), r.snaplen)}
 	if r.err = r.pw.WritePacket(ci, b[:ci.CaptureLength]); r.err == nil {
 		r.frames++
 	}
