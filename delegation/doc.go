@@ -21,20 +21,23 @@
 //	TakeLegacyBuffer() (id, addr, cap, ok)    next legacy rx buffer from the receive descriptor ring
 //	NowNanos() int64                          monotonic device clock
 //
-// Receive path, for every IPv4 frame whose header checksum the device
-// verified:
+// Receive path: the device's network layer parses the frame and hands the
+// engine the connection tuple (as the receiver sees it) and the TCP
+// segment, never the network header:
 //
-//	if idx, ok := e.LookupSegment(ipHdr, ipPayload); ok { e.Input(idx, ipHdr, ipPayload) }
+//	if idx, ok := e.Lookup(&tuple); ok { e.InputSegment(idx, &tuple, tcpSeg, fl) }
 //
-// (or e.Lookup(src, dst, sport, dport) with the parsed tuple). Frames that
-// do not match go to the legacy path. Input verifies the TCP checksum; a
+// Frames that do not match go to the legacy path (or, for a 4-tuple in
+// TIME_WAIT, to InputUnmatchedSegment). The engine verifies the TCP
+// checksum over the tuple's pseudo-header unless fl has RxTCPChecksumOK: a
 // device whose receive parser already did (nic's classify does, for every
-// unfragmented TCP segment) calls e.InputFlags(idx, ipHdr, ipPayload,
-// RxTCPChecksumOK) instead, and the segment is summed once. A device that
-// takes a TCP super-frame whole (large receive offload: nic with a TAP
-// that hands over the kernel's 64 KiB frames) calls e.InputLRO with the
-// number of wire segments it stands for: one placement pass, the ACK rules
-// counting every segment. The wire formats and the checksum are package
+// unfragmented TCP segment) says so, and the segment is summed once. A
+// device that takes a TCP super-frame whole (large receive offload: nic
+// with a TAP that hands over the kernel's 64 KiB frames) calls
+// e.InputSegmentLRO with the number of wire segments it stands for: one
+// placement pass, the ACK rules counting every segment. Input, InputFlags
+// and LookupSegment are the same on raw IPv4 headers (netlayer.go), for
+// the tests and the RX_INJECT path. The wire formats and the checksum are package
 // nic/hdr's.
 //
 // Commands (rings.Command → engine; write the Status, and the Result where

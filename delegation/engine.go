@@ -114,7 +114,7 @@ const NoDeadline = math.MaxInt64
 // free-running; read them with Engine.Counters.
 type Counters struct {
 	RxSegments    uint64 // segments that passed the header and checksum checks (a super-frame: the segments it stands for)
-	RxLRO         uint64 // super-frames taken whole (InputLRO)
+	RxLRO         uint64 // super-frames taken whole (InputSegmentLRO)
 	RxBytes       uint64 // payload bytes accepted in order (placed in host memory)
 	TxSegments    uint64 // frames transmitted
 	TxBytes       uint64 // payload bytes transmitted, retransmissions included

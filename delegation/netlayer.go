@@ -98,13 +98,6 @@ func (e *Engine) InputFlags(idx uint32, ipHdr, tcpSeg []byte, fl RxFlags) {
 	e.inputIPv4(idx, ipHdr, tcpSeg, fl, 1)
 }
 
-// InputLRO is InputFlags for a super-frame the device took whole; see
-// InputSegmentLRO.
-func (e *Engine) InputLRO(idx uint32, ipHdr, tcpSeg []byte, fl RxFlags, segs int) {
-	e.ctr.RxLRO++
-	e.inputIPv4(idx, ipHdr, tcpSeg, fl, max(segs, 1))
-}
-
 func (e *Engine) inputIPv4(idx uint32, ipHdr, tcpSeg []byte, fl RxFlags, segs int) {
 	c := e.inputConn(idx)
 	if c == nil || c.state == rings.StateClosed {

@@ -47,7 +47,7 @@ type segment struct {
 	nSACK   int
 	sack    [hdr.TCPMaxSACKBlocks]sackBlock
 	// segs is how many wire segments this one stands for: more than one
-	// for a super-frame the device took whole (Engine.InputLRO).
+	// for a super-frame the device took whole (Engine.InputSegmentLRO).
 	segs uint32
 }
 

@@ -69,7 +69,7 @@ var ringCounterIDNames = [...]string{
 // The engine counters.
 const (
 	EngRxSegments         EngineCounterID = 0  // segments that passed the header and checksum checks (a super-frame: the segments it stands for)
-	EngRxLRO              EngineCounterID = 1  // super-frames taken whole (InputLRO)
+	EngRxLRO              EngineCounterID = 1  // super-frames taken whole (InputSegmentLRO)
 	EngRxBytes            EngineCounterID = 2  // payload bytes accepted in order (placed in host memory)
 	EngTxSegments         EngineCounterID = 3  // frames transmitted
 	EngTxBytes            EngineCounterID = 4  // payload bytes transmitted, retransmissions included

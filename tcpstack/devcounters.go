@@ -34,7 +34,7 @@ type DeviceCounters struct {
 // them (rings.EngineCounterID documents each).
 type EngineCounters struct {
 	RxSegments         uint64 // segments that passed the header and checksum checks (a super-frame: the segments it stands for)
-	RxLRO              uint64 // super-frames taken whole (InputLRO)
+	RxLRO              uint64 // super-frames taken whole (InputSegmentLRO)
 	RxBytes            uint64 // payload bytes accepted in order (placed in host memory)
 	TxSegments         uint64 // frames transmitted
 	TxBytes            uint64 // payload bytes transmitted, retransmissions included

@@ -365,7 +365,7 @@
 #define EMUNIC_RING_CTR_PARKS 5                  /* RingCounterID: this side went to sleep */
 #define EMUNIC_RING_CTR_PHASE_ERRS 6             /* RingCounterID: entries with the wrong phase tag (protocol violation) */
 #define EMUNIC_ENG_RX_SEGMENTS 0                 /* EngineCounterID: segments that passed the header and checksum checks (a super-frame: the segments it stands for) */
-#define EMUNIC_ENG_RX_LRO 1                      /* EngineCounterID: super-frames taken whole (InputLRO) */
+#define EMUNIC_ENG_RX_LRO 1                      /* EngineCounterID: super-frames taken whole (InputSegmentLRO) */
 #define EMUNIC_ENG_RX_BYTES 2                    /* EngineCounterID: payload bytes accepted in order (placed in host memory) */
 #define EMUNIC_ENG_TX_SEGMENTS 3                 /* EngineCounterID: frames transmitted */
 #define EMUNIC_ENG_TX_BYTES 4                    /* EngineCounterID: payload bytes transmitted, retransmissions included */
