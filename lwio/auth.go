@@ -176,3 +176,65 @@ func (a *AuthParams) Decode(b []byte) error {
 	}
 	return nil
 }
+
+// serverRdmaRead is the server's RdmaReadSupported: 0. The server issues
+// no RDMA Read (write data comes by Send) and registers no memory a client
+// could read, as the asymmetric model wants.
+const serverRdmaRead = 0
+
+// checkClient judges a client's AUTH_PARAMS, every field either honoured
+// or refused with a status (docs/lwio.md, "Authentication"): h is the AUTH
+// header and n the message's length.
+func (a *AuthParams) checkClient(h *Header, n int) uint32 {
+	switch {
+	case a.Endian != EndianPtr64:
+		// Every structure is laid out for 64-bit pointers (PVOID64 is
+		// 8 bytes either way, but the alignment holes follow it).
+		return StatusNotSupported
+	case a.HeaderSize != HeaderSize:
+		return StatusInvalidParameter
+	case a.PageSize < SectorSize || a.PageSize&(a.PageSize-1) != 0:
+		// The client's page size bounds its vectored requests and the
+		// collapse rule compares it with the server's: a power of two
+		// of at least a sector.
+		return StatusInvalidParameter
+	case a.MaxRdmaWindowSize < SectorSize:
+		return StatusInvalidParameter
+	case int(a.MaxSendBufferSize) < n || a.MaxSendBufferSize < HeaderSize+FidParamsSize:
+		// It must cover this very message and a REGISTER; a longer
+		// message later ends the connection.
+		return StatusInvalidParameter
+	case a.MaxRecvBufferSize < StatusResponseSize:
+		// The server's messages (status responses, delta credit
+		// messages) are StatusResponseSize bytes each.
+		return StatusInvalidParameter
+	case a.RdmaReadSupported > 1:
+		return StatusInvalidParameter
+	case h.Sequence != a.BaseSequence:
+		// AUTH is the request numbered BaseSequence; the next is one more.
+		return StatusInvalidParameter
+	}
+	return StatusSuccess
+}
+
+// checkServer judges the server's AUTH_PARAMS against the client's own
+// (mine): what the client needs of them before it sends anything more.
+func (a *AuthParams) checkServer(mine *AuthParams) error {
+	switch {
+	case a.Key != mine.Key || !a.HasSessionID:
+		return errors.New("the server's parameters do not answer ours (key, session id)")
+	case a.Endian != EndianPtr64 || a.HeaderSize != HeaderSize:
+		return fmt.Errorf("the server's Endian %d and HeaderSize %d, want %d and %d", a.Endian, a.HeaderSize, EndianPtr64, HeaderSize)
+	case a.BaseSequence != mine.BaseSequence+1:
+		return fmt.Errorf("the server's BaseSequence %d, want %d", a.BaseSequence, mine.BaseSequence+1)
+	case a.Credits == 0:
+		return errors.New("the server granted no credit")
+	case a.MaxSendBufferSize > mine.MaxRecvBufferSize:
+		return fmt.Errorf("the server sends messages of %d bytes, our receive buffers hold %d", a.MaxSendBufferSize, mine.MaxRecvBufferSize)
+	case a.MaxRecvBufferSize < SectorSize || a.MaxRdmaWindowSize < SectorSize:
+		return fmt.Errorf("the server's MaxRecvBufferSize %d and MaxRdmaWindowSize %d are below a sector", a.MaxRecvBufferSize, a.MaxRdmaWindowSize)
+	case a.PageSize < SectorSize || a.PageSize&(a.PageSize-1) != 0 || a.RdmaReadSupported > 1:
+		return fmt.Errorf("the server's PageSize %d or RdmaReadSupported %d", a.PageSize, a.RdmaReadSupported)
+	}
+	return nil
+}

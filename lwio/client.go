@@ -179,6 +179,7 @@ type Client struct {
 	polling     []*Call
 	intrOut     bool
 	cookie      uint64
+	seq         uint16 // the next request's Sequence (AUTH's is BaseSequence, 0)
 	bounceFree  []*bounce
 	bounceAll   []*bounce
 	regions     []*Memory
@@ -397,7 +398,7 @@ func (c *Client) authenticate(ctx context.Context) error {
 	mine := AuthParams{RevID: RevID, Endian: EndianPtr64, PageSize: uint16(c.cfg.PageSize),
 		MaxRdmaWindowSize: uint32(c.cfg.MaxRdmaWindow), MaxSendBufferSize: uint32(HeaderSize + 64<<10),
 		MaxRecvBufferSize: StatusResponseSize, HeaderSize: HeaderSize, Credits: uint16(c.cfg.Credits),
-		RdmaReadSupported: 1}
+		RdmaReadSupported: 0}
 	putGUID(mine.Key[:], c.key)
 	c.mu.Lock()
 	c.credits = 1 // AUTH is the one request before the server grants any
@@ -426,8 +427,8 @@ func (c *Client) authenticate(ctx context.Context) error {
 	if err := srv.Decode(area[:call.info-8]); err != nil {
 		return fmt.Errorf("lwio: authentication: server's parameters: %w", err)
 	}
-	if srv.Key != mine.Key || !srv.HasSessionID || srv.HeaderSize != HeaderSize || srv.Credits == 0 {
-		return fmt.Errorf("lwio: authentication: the server's parameters do not answer ours")
+	if err := srv.checkServer(&mine); err != nil {
+		return fmt.Errorf("lwio: authentication: %w", err)
 	}
 	c.freeSlot(call)
 	c.mu.Lock()

@@ -31,10 +31,23 @@ func SetTestHookAuth(f func([]byte)) func() {
 // when not negative, overrides the header's Length. It bypasses the
 // client's own checks, to play a broken or hostile client.
 func (c *Client) SendRaw(ctx context.Context, h Header, payload []byte, length int) (*Call, error) {
+	return c.sendRaw(ctx, h, payload, length, false)
+}
+
+// SendRawOrder is SendRaw with h's own Sequence and Tid, to play a client
+// that numbers its requests wrong.
+func (c *Client) SendRawOrder(ctx context.Context, h Header, payload []byte, length int) (*Call, error) {
+	return c.sendRaw(ctx, h, payload, length, true)
+}
+
+func (c *Client) sendRaw(ctx context.Context, h Header, payload []byte, length int, order bool) (*Call, error) {
 	return c.start(ctx, h.Opcode, func(cl *Call, hh *Header, slot []byte) ([]rings.SGE, error) {
 		keep := *hh
 		*hh = h
 		hh.Cookie, hh.ImmCookie, hh.Credits = keep.Cookie, keep.ImmCookie, keep.Credits
+		if !order {
+			hh.Sequence, hh.Tid = keep.Sequence, keep.Tid
+		}
 		if h.Flags&FlagInterrupt == 0 {
 			hh.IosVa, hh.IosMh = c.smr.TO(cl.slot*slotSize+slotIOSB), c.smr.RKey
 		}
@@ -117,7 +130,7 @@ func (s *Server) DebugState() string {
 // request slot).
 func (c *Client) RawBytes(ctx context.Context, b []byte) (*Call, error) {
 	return c.start(ctx, OpClose, func(cl *Call, h *Header, slot []byte) ([]rings.SGE, error) {
-		*h = Header{}
+		*h = Header{Sequence: h.Sequence, Tid: h.Tid}
 		return []rings.SGE{c.smr.SGE(cl.slot*slotSize+slotPayload, copy(slot[slotPayload:slotIOSB], b))}, nil
 	})
 }
@@ -139,3 +152,13 @@ func (c *Client) RawRDMA(read bool, stag uint32, to uint64, n int) error {
 	w.SGL[0] = b.mr.SGE(0, n)
 	return c.qp.PostSend(&w)
 }
+
+// NextSequence is the Sequence the client's next request will carry.
+func (c *Client) NextSequence() uint16 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.seq
+}
+
+// Tid is the transaction ID the request was sent with.
+func (cl *Call) Tid() uint32 { return uint32(cl.cookie) }

@@ -50,9 +50,17 @@ type sconn struct {
 	peerEnded bool // a completion error ended the connection (teardown counts how)
 
 	credits, outstanding int
-	txn                  int // >0: a grant waits for its CREDIT; <0: the next retire's value
-	noPositive           bool
-	lowStreak            int // requests in a row whose hint wanted fewer credits
+	// nextSeq is the Sequence the next request must carry: the client's
+	// BaseSequence + 1 after AUTH (the server's BaseSequence), then one
+	// more per request, modulo 2^16. tids holds the Tid of every request
+	// not yet answered; intrTid is the held INTERRUPT's.
+	nextSeq uint16
+	tids    map[uint32]struct{}
+	intrTid uint32
+
+	txn        int // >0: a grant waits for its CREDIT; <0: the next retire's value
+	noPositive bool
+	lowStreak  int // requests in a row whose hint wanted fewer credits
 
 	fids    []*fidEntry
 	fidNext int
@@ -254,8 +262,8 @@ func (c *sconn) auth(slot int, h *Header, msg []byte) {
 		deny(StatusAccessDenied)
 		return
 	}
-	if a.HeaderSize != HeaderSize || a.PageSize == 0 || a.MaxRdmaWindowSize == 0 {
-		deny(StatusInvalidParameter)
+	if st := a.checkClient(h, len(msg)); st != StatusSuccess {
+		deny(st)
 		return
 	}
 	want := min(max(int(a.Credits), 1), c.s.cfg.InitialCredits)
@@ -273,12 +281,14 @@ func (c *sconn) auth(slot int, h *Header, msg []byte) {
 	_, _ = io.ReadFull(c.s.rnd, sid[:])
 	c.sessionID = int64(binary.LittleEndian.Uint64(sid[:]) &^ (1 << 63))
 	c.peer, c.sess, c.credits, c.authed = a, ss, got, true
+	c.nextSeq = a.BaseSequence + 1
+	c.tids = make(map[uint32]struct{}, c.nslots)
 	c.stopTimer()
 	c.s.st.authed.Add(1)
 	mine := AuthParams{RevID: RevID, Endian: EndianPtr64, PageSize: uint16(c.s.cfg.PageSize),
 		BaseSequence: a.BaseSequence + 1, MaxRdmaWindowSize: uint32(c.s.cfg.MaxRdmaWindow),
 		MaxSendBufferSize: StatusResponseSize, MaxRecvBufferSize: uint32(c.s.cfg.MaxRecvBuffer),
-		HeaderSize: HeaderSize, Credits: uint16(got), RdmaReadSupported: 1, Key: a.Key,
+		HeaderSize: HeaderSize, Credits: uint16(got), RdmaReadSupported: serverRdmaRead, Key: a.Key,
 		HasSessionID: true, SessionID: c.sessionID}
 	p := mine.Append(c.rbuf.Bytes()[c.ctlOff : c.ctlOff : c.ctlOff+ctlAreaSize])
 	write := rings.SendWR{Opcode: rings.WRRDMAWrite, RemoteAddr: h.DataVa, RKey: h.DataMh, NumSGE: 1}

@@ -152,6 +152,7 @@ func (c *sconn) finishLocked(r *sreq, st, info uint32, wrs []rings.SendWR, stage
 		c.s.st.imm.Add(1)
 		c.postLocked(wrs, stage, false)
 		c.outstanding--
+		delete(c.tids, h.Tid)
 	} else {
 		if st != StatusSuccess {
 			wrs = nil
@@ -177,6 +178,7 @@ func (c *sconn) answerLocked(h *Header, st, info uint32, before []rings.SendWR, 
 	wrs := append(before, w)
 	c.postLocked(wrs, stage, c.denied)
 	c.outstanding--
+	delete(c.tids, h.Tid)
 	if h.Polling() {
 		// A status block written: the completion a sleeping polling client
 		// may be waiting for, whatever its status (a refused request
@@ -184,7 +186,7 @@ func (c *sconn) answerLocked(h *Header, st, info uint32, before []rings.SendWR, 
 		// next one be answered at once.
 		if c.intrPending {
 			c.intrPending = false // answerLocked retires the interrupt request
-			c.answerLocked(&Header{Flags: FlagInterrupt | FlagControl, Cookie: c.intrCookie}, StatusSuccess, 0, nil, nil)
+			c.answerLocked(&Header{Flags: FlagInterrupt | FlagControl, Cookie: c.intrCookie, Tid: c.intrTid}, StatusSuccess, 0, nil, nil)
 		} else {
 			c.completedIO = true
 		}

@@ -86,6 +86,9 @@ func (c *sconn) request(slot int, msg []byte) {
 		c.auth(slot, &h, msg)
 		return
 	}
+	if !c.orderLocked(&h, len(msg)) {
+		return
+	}
 	c.outstanding++
 	if c.outstanding > c.credits {
 		c.s.st.creditViol.Add(1)
@@ -192,7 +195,36 @@ func (c *sconn) interrupt(slot int, h Header, _ *fidEntry, _ []byte) {
 		c.answerLocked(&h, StatusSuccess, 0, nil, nil)
 		return
 	}
-	c.intrPending, c.intrCookie = true, h.Cookie
+	c.intrPending, c.intrCookie, c.intrTid = true, h.Cookie, h.Tid
+}
+
+// orderLocked checks what binds a request to its place on the connection:
+// its Sequence is the next one, its Tid is not that of a request still
+// outstanding, and the message is no longer than the client said it would
+// send (its MaxSendBufferSize). The QP delivers messages reliably and in
+// order, so a failure is a client that lies or has lost track of its own
+// requests: its answers could not be matched, and the connection ends
+// (counted). false: the connection is ending.
+func (c *sconn) orderLocked(h *Header, n int) bool {
+	var err error
+	switch _, dup := c.tids[h.Tid]; {
+	case h.Sequence != c.nextSeq:
+		c.s.st.seqErr.Add(1)
+		err = fmt.Errorf("lwio: request Sequence %d, want %d", h.Sequence, c.nextSeq)
+	case dup:
+		c.s.st.tidReuse.Add(1)
+		err = fmt.Errorf("lwio: Tid %#x reused while outstanding", h.Tid)
+	case n > int(c.peer.MaxSendBufferSize):
+		err = fmt.Errorf("lwio: a message of %d bytes, the client's MaxSendBufferSize is %d", n, c.peer.MaxSendBufferSize)
+	}
+	if err != nil {
+		c.s.st.protoErr.Add(1)
+		c.failLocked(err)
+		return false
+	}
+	c.nextSeq++
+	c.tids[h.Tid] = struct{}{}
+	return true
 }
 
 // register turns a resume key and the session id into a Fid.

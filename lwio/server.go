@@ -147,6 +147,8 @@ type ServerStats struct {
 	CreditViolations            uint64 // requests beyond the connection's credits
 	BadRequests                 uint64 // malformed or out-of-range requests (answered with an error status)
 	ProtocolErrors              uint64 // connections closed for a protocol violation
+	SequenceErrors              uint64 // of which: a request's Sequence out of order
+	TidReuses                   uint64 // of which: a Tid reused while its request was outstanding
 	PipeErrors                  uint64 // pipes closed for a malformed message
 	PipeTimeouts                uint64 // pipes closed for not negotiating within AuthTimeout
 	ConnErrors                  uint64 // connections lost (peer gone, Terminate, overflow)
@@ -191,6 +193,7 @@ type serverCounters struct {
 	cancelled, interrupts, grants, retires, bytesRead, bytesWritten atomic.Uint64
 	creditViol, badReq, protoErr, pipeErr, connErr, direct, imm     atomic.Uint64
 	polled, intrDone, pipeTimeouts, connClosed                      atomic.Uint64
+	seqErr, tidReuse                                                atomic.Uint64
 	filesOpen, connsOpen                                            atomic.Int64
 }
 
@@ -270,7 +273,7 @@ func (s *Server) Stats() ServerStats {
 		Interrupts: c.interrupts.Load(), CreditGrants: c.grants.Load(), CreditRetires: c.retires.Load(),
 		BytesRead: c.bytesRead.Load(), BytesWritten: c.bytesWritten.Load(),
 		CreditViolations: c.creditViol.Load(), BadRequests: c.badReq.Load(),
-		ProtocolErrors: c.protoErr.Load(), PipeErrors: c.pipeErr.Load(), PipeTimeouts: c.pipeTimeouts.Load(), ConnErrors: c.connErr.Load(), ConnsClosed: c.connClosed.Load(),
+		ProtocolErrors: c.protoErr.Load(), SequenceErrors: c.seqErr.Load(), TidReuses: c.tidReuse.Load(), PipeErrors: c.pipeErr.Load(), PipeTimeouts: c.pipeTimeouts.Load(), ConnErrors: c.connErr.Load(), ConnsClosed: c.connClosed.Load(),
 		DirectIO: c.direct.Load(), ImmediateCompletions: c.imm.Load(), PollingCompletions: c.polled.Load(),
 		InterruptCompletions: c.intrDone.Load(), FilesOpen: c.filesOpen.Load(), ConnsOpen: c.connsOpen.Load(),
 		CreditsInUse: int64(pool)}
