@@ -1,6 +1,7 @@
 package lwio
 
 import (
+	"crypto/hmac"
 	"crypto/md5"
 	"crypto/subtle"
 	"errors"
@@ -63,10 +64,16 @@ type AuthParams struct {
 	SessionID         int64
 }
 
-// Append appends the encoded parameters: the fixed part, KEY, SESSION_ID
-// (when set), SIGNATURE, END. The signature is the MD5 of the encoding
-// without the SIGNATURE option (docs/lwio.md).
-func (a *AuthParams) Append(b []byte) []byte {
+// Append appends the encoded parameters signed without a secret (the
+// source's MD5): AppendSigned with none.
+func (a *AuthParams) Append(b []byte) []byte { return a.AppendSigned(b, nil) }
+
+// AppendSigned appends the encoded parameters: the fixed part, KEY,
+// SESSION_ID (when set), SIGNATURE, END. The signature covers the encoding
+// without the SIGNATURE option and the secret the server and its clients
+// share: HMAC-MD5 under it, or with no secret the source's plain MD5
+// (docs/lwio.md).
+func (a *AuthParams) AppendSigned(b, secret []byte) []byte {
 	start := len(b)
 	b = append(b, make([]byte, AuthFixedSize)...)
 	m := b[start:]
@@ -87,26 +94,35 @@ func (a *AuthParams) Append(b []byte) []byte {
 		le.PutUint64(sid[:], uint64(a.SessionID))
 		b = append(append(b, OptSessionID, OptSessionIDLen), sid[:]...)
 	}
-	sig := signature(b[start:])
+	sig := signature(secret, b[start:], []byte{OptEnd})
 	b = append(append(b, OptSignature, OptSignatureLen), sig[:]...)
 	return append(b, OptEnd)
 }
 
-// signature is the MD5 of the parameters without the SIGNATURE option: the
-// bytes before it and the END that follows it.
-func signature(before []byte) [md5.Size]byte {
+// signature signs the parameters without the SIGNATURE option: the bytes
+// before it and those after it up to END. Under a secret it is HMAC-MD5,
+// which someone who saw only the pipe (the key, every field) cannot
+// compute; without one it is the source's MD5.
+func signature(secret, before, after []byte) [md5.Size]byte {
 	h := md5.New()
+	if len(secret) > 0 {
+		h = hmac.New(md5.New, secret)
+	}
 	h.Write(before)
-	h.Write([]byte{OptEnd})
+	h.Write(after)
 	var s [md5.Size]byte
 	copy(s[:], h.Sum(nil))
 	return s
 }
 
-// Decode reads parameters from the start of b (extra bytes after END are
-// ignored: they arrive in a larger buffer) and checks the signature. Each
-// option may appear once; KEY and SIGNATURE are required.
-func (a *AuthParams) Decode(b []byte) error {
+// Decode reads parameters signed without a secret: DecodeSigned with none.
+func (a *AuthParams) Decode(b []byte) error { return a.DecodeSigned(b, nil) }
+
+// DecodeSigned reads parameters from the start of b (extra bytes after
+// END are ignored: they arrive in a larger buffer) and checks the
+// signature under secret. Each option may appear once; KEY and SIGNATURE
+// are required.
+func (a *AuthParams) DecodeSigned(b, secret []byte) error {
 	if len(b) < AuthFixedSize {
 		return ErrShort
 	}
@@ -168,10 +184,8 @@ func (a *AuthParams) Decode(b []byte) error {
 	}
 	// The signature covers everything but itself: what precedes it and
 	// what follows it up to END (nothing, in this encoder's order).
-	h := md5.New()
-	h.Write(b[:sigAt])
-	h.Write(b[sigAt+2+OptSignatureLen : off+1])
-	if subtle.ConstantTimeCompare(h.Sum(nil), sig) != 1 {
+	want := signature(secret, b[:sigAt], b[sigAt+2+OptSignatureLen:off+1])
+	if subtle.ConstantTimeCompare(want[:], sig) != 1 {
 		return ErrSignature
 	}
 	return nil

@@ -79,9 +79,12 @@ func (c *Client) RawWrite(ctx context.Context, fid uint16, n int) (*Call, error)
 
 // Resign recomputes the signature of encoded AUTH_PARAMS p (as Append
 // lays them out: the signature option is the last before END).
-func Resign(p []byte) {
+func Resign(p []byte) { ResignWith(p, nil) }
+
+// ResignWith is Resign under secret.
+func ResignWith(p, secret []byte) {
 	at := len(p) - 1 - 2 - OptSignatureLen
-	sig := signature(p[:at])
+	sig := signature(secret, p[:at], []byte{OptEnd})
 	copy(p[at+2:], sig[:])
 }
 

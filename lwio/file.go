@@ -103,6 +103,10 @@ func (c *Client) Open(ctx context.Context, path string, fl OpenFlags) (*File, er
 	if err != nil {
 		return nil, err
 	}
+	if err := c.checkContext(rsp.Key.Server); err != nil {
+		_ = c.release(rsp.Key.Key.ResumeKey)
+		return nil, err
+	}
 	p := FidParams{ResumeKey: rsp.Key.Key, SessionID: c.sessionID, FlagsAndAttributes: o.FlagsAttrs}
 	cl, err := c.start(ctx, OpRegister, func(cl *Call, h *Header, slot []byte) ([]rings.SGE, error) {
 		p.Encode(slot[slotPayload:])

@@ -29,8 +29,9 @@ import (
 //   - every request's last work request is signaled and carries the
 //     count of work requests it retires (sqUsed), and its staging slot.
 type sconn struct {
-	s  *Server
-	qp *verbs.QP
+	s    *Server
+	qp   *verbs.QP
+	inst int // the provider instance (listener) it came in on
 
 	rbuf     *verbs.Buffer
 	rmr      *verbs.MR
@@ -126,8 +127,8 @@ const (
 	ctlAreaSize = 128
 )
 
-func newSconn(s *Server, qp *verbs.QP) (*sconn, error) {
-	c := &sconn{s: s, qp: qp, slotSize: HeaderSize + s.cfg.MaxRecvBuffer, nslots: s.cfg.MaxCredits + creditSlack,
+func newSconn(s *Server, qp *verbs.QP, inst int) (*sconn, error) {
+	c := &sconn{s: s, qp: qp, inst: inst, slotSize: HeaderSize + s.cfg.MaxRecvBuffer, nslots: s.cfg.MaxCredits + creditSlack,
 		inflight: map[uint64]posted{}, sqDepth: sqDepthFor(s.cfg.MaxCredits), teardownDone: make(chan struct{}), fidNext: 0}
 	c.cond = sync.NewCond(&c.mu)
 	c.slotSize = (c.slotSize + 63) &^ 63
@@ -253,12 +254,16 @@ func (c *sconn) auth(slot int, h *Header, msg []byte) {
 		return
 	}
 	var a AuthParams
-	if err := a.Decode(msg[HeaderSize:]); err != nil {
+	if err := a.DecodeSigned(msg[HeaderSize:], c.s.cfg.Secret); err != nil {
 		deny(StatusAccessDenied)
 		return
 	}
+	// The key must be a live pipe's, and this connection's instance one
+	// the pipe was offered and has not used: a key authenticates one
+	// connection per instance, once.
 	ss := c.s.session(getGUID(a.Key[:]))
-	if ss == nil {
+	if ss == nil || !ss.claim(c.inst) {
+		c.s.st.keyRefused.Add(1)
 		deny(StatusAccessDenied)
 		return
 	}
@@ -290,7 +295,8 @@ func (c *sconn) auth(slot int, h *Header, msg []byte) {
 		MaxSendBufferSize: StatusResponseSize, MaxRecvBufferSize: uint32(c.s.cfg.MaxRecvBuffer),
 		HeaderSize: HeaderSize, Credits: uint16(got), RdmaReadSupported: serverRdmaRead, Key: a.Key,
 		HasSessionID: true, SessionID: c.sessionID}
-	p := mine.Append(c.rbuf.Bytes()[c.ctlOff : c.ctlOff : c.ctlOff+ctlAreaSize])
+	p := mine.AppendSigned(c.rbuf.Bytes()[c.ctlOff:c.ctlOff:c.ctlOff+ctlAreaSize], c.s.cfg.Secret)
+	c.s.log("connection authenticated", "client", ss.logon.name, "addr", ss.logon.addr, "instance", c.inst, "qp", c.qp.QPN())
 	write := rings.SendWR{Opcode: rings.WRRDMAWrite, RemoteAddr: h.DataVa, RKey: h.DataMh, NumSGE: 1}
 	write.SGL[0] = c.rmr.SGE(c.ctlOff, len(p))
 	c.repostLocked(slot)

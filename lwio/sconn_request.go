@@ -55,11 +55,11 @@ var reqOps = [...]reqOp{
 	OpRead: {op: OpRead, name: "OpRead", fid: true, closedStatus: StatusFileClosed,
 		size: HeaderSize, exact: true, validate: validateRead, handle: (*sconn).ioRequest},
 	OpWrite: {op: OpWrite, name: "OpWrite", fid: true, closedStatus: StatusFileClosed,
-		size: HeaderSize, validate: validateIO, handle: (*sconn).ioRequest},
+		size: HeaderSize, validate: validateWrite, handle: (*sconn).ioRequest},
 	OpVecRead: {op: OpVecRead, name: "OpVecRead", fid: true, closedStatus: StatusFileClosed,
 		size: HeaderSize + RegionSize, validate: validateIO, handle: (*sconn).ioRequest},
 	OpVecWrite: {op: OpVecWrite, name: "OpVecWrite", fid: true, closedStatus: StatusFileClosed,
-		size: HeaderSize, validate: validateIO, handle: (*sconn).ioRequest},
+		size: HeaderSize, validate: validateWrite, handle: (*sconn).ioRequest},
 	OpClose: {op: OpClose, name: "OpClose", count: func(s *serverCounters) *atomic.Uint64 { return &s.closes },
 		fid: true, closedStatus: StatusInvalidHandle, size: HeaderSize, handle: (*sconn).closeFid},
 	OpCancel: {op: OpCancel, name: "OpCancel", count: func(s *serverCounters) *atomic.Uint64 { return &s.cancels },
@@ -144,6 +144,19 @@ func (c *sconn) refuseLocked(slot int, h *Header, st uint32) {
 func validateIO(_ *sconn, h Header, _ []byte) uint32 {
 	if h.Marker != IOMarker || h.Length == 0 {
 		return StatusInvalidParameter
+	}
+	return StatusSuccess
+}
+
+// validateWrite: a write is an I/O request, and the export is writable
+// (ACCESS_DENIED, counted, on a read-only one).
+func validateWrite(c *sconn, h Header, msg []byte) uint32 {
+	if st := validateIO(c, h, msg); st != StatusSuccess {
+		return st
+	}
+	if c.s.exp.ReadOnly() {
+		c.s.st.readOnly.Add(1)
+		return StatusAccessDenied
 	}
 	return StatusSuccess
 }
@@ -244,9 +257,10 @@ func (c *sconn) registerLocked(msg []byte) (uint32, uint32) {
 		c.s.st.badReq.Add(1)
 		return StatusAccessDenied, 0
 	}
-	c.sess.mu.Lock()
-	f := c.sess.open[p.ResumeKey.ResumeKey]
-	if f != nil && (p.ResumeKey.Timestamp != c.sess.ts || p.ResumeKey.Pid != c.s.pid) {
+	l := c.sess.logon
+	l.mu.Lock()
+	f := l.open[p.ResumeKey.ResumeKey]
+	if f != nil && (p.ResumeKey.Timestamp != l.ts || p.ResumeKey.Pid != c.s.pid) {
 		f = nil
 	}
 	if f != nil {
@@ -254,7 +268,7 @@ func (c *sconn) registerLocked(msg []byte) (uint32, uint32) {
 		f.refs++
 		f.mu.Unlock()
 	}
-	c.sess.mu.Unlock()
+	l.mu.Unlock()
 	if f == nil {
 		c.s.st.badReq.Add(1)
 		return StatusObjectNameNotFound, 0
@@ -267,6 +281,9 @@ func (c *sconn) registerLocked(msg []byte) (uint32, uint32) {
 	for range maxFids {
 		i := c.fidNext
 		c.fidNext = (c.fidNext + 1) % maxFids
+		if i >= c.s.cfg.MaxFiles {
+			continue
+		}
 		if e := c.fids[i]; e == nil || (e.closed && e.busy == 0) {
 			c.fids[i] = &fidEntry{fid: uint16(i + 1), f: f, flags: p.FlagsAndAttributes}
 			if p.FlagsAndAttributes&FileNoIntermediate != 0 {
@@ -276,6 +293,7 @@ func (c *sconn) registerLocked(msg []byte) (uint32, uint32) {
 		}
 	}
 	c.s.unref(f)
+	c.s.st.fileLimit.Add(1)
 	return StatusInsufficientRes, 0
 }
 
