@@ -369,11 +369,6 @@ func (s *Server) serveRDMA(rl *verbs.RDMAListener) {
 			}
 			continue
 		}
-		if a := addrOf(r.RemoteAddr()); !s.allowed(a.Addr()) {
-			s.refuseAddr("an RDMA connection", a)
-			_ = r.Reject(nil)
-			continue
-		}
 		if err := r.Accept(nil); err != nil {
 			s.st.connErr.Add(1)
 		}
@@ -383,6 +378,12 @@ func (s *Server) serveRDMA(rl *verbs.RDMAListener) {
 // setupConn runs at CREATE_QP of every accepted connection: it posts the
 // receive buffers before the MPA reply goes out.
 func (s *Server) setupConn(qp *verbs.QP, inst int) error {
+	// An address Allow does not cover gets no buffers: the QP is
+	// destroyed before the MPA exchange.
+	if a := addrOf(qp.RemoteAddr()); !s.allowed(a.Addr()) {
+		s.refuseAddr("an RDMA connection", a)
+		return errors.New("lwio: server: address not allowed")
+	}
 	s.mu.Lock()
 	full := (len(s.conns)+1)*2*(s.cfg.MaxCredits+creditSlack+2) > serverCQEntries
 	s.mu.Unlock()
