@@ -157,7 +157,10 @@ type Client struct {
 	pmu  sync.Mutex
 	pbuf []byte
 
-	npipe     net.Conn       // the pipe the share's resume key named: NEGOTIATE
+	npipe     net.Conn  // the pipe the share's resume key named: NEGOTIATE
+	links     []*Client // further connections (links.go); a link's primary is its Client
+	primary   *Client
+	resent    atomic.Uint64  // pieces sent again on another link (links.go)
 	pipeAt    netip.AddrPort // where it goes
 	key       uuid.UUID      // the client's key (LOGON, NEGOTIATE)
 	skey      uuid.UUID      // the server's key (NEGOTIATE response, AUTH)
@@ -264,13 +267,10 @@ func Dial(ctx context.Context, h *tcpstack.Host, server netip.Addr, cfg ClientCo
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
-	v, err := verbs.Open(h)
+	c, err := newClient(h, nil, 0, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("lwio: %w", err)
+		return nil, err
 	}
-	c := &Client{cfg: cfg, h: h, v: v, pd: v.AllocPD(), byCookie: map[uint64]*Call{},
-		done: make(chan struct{}), loopDone: make(chan struct{})}
-	c.cond = sync.NewCond(&c.mu)
 	if c.pipe, err = h.Dial(ctx, netip.AddrPortFrom(server, cfg.PipePort)); err != nil {
 		return nil, fmt.Errorf("lwio: pipe: %w", err)
 	}
@@ -280,6 +280,13 @@ func Dial(ctx context.Context, h *tcpstack.Host, server netip.Addr, cfg ClientCo
 	c.pipe.SetDeadline(time.Time{})
 	if err == nil {
 		err = c.connect(ctx, dsts[0])
+	}
+	if err == nil {
+		// More instances offered: a link to each (links.go).
+		if err = c.dialLinks(ctx, dsts[1:]); err != nil {
+			c.Close()
+			return nil, err
+		}
 	}
 	if err != nil {
 		c.pipe.Close()
@@ -458,8 +465,11 @@ func (c *Client) Close() error {
 	c.failLocked(ErrClosed)
 	c.err = ErrClosed
 	c.mu.Unlock()
-	c.pipe.Close()
-	c.npipe.Close()
+	if c.primary == nil { // a link shares the primary's pipes
+		c.pipe.Close()
+		c.npipe.Close()
+	}
+	c.closeLinks()
 	if c.qp != nil {
 		_ = c.qp.Close()
 	}

@@ -2,6 +2,7 @@ package lwio
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/emunic/emunic/rings"
@@ -165,3 +166,31 @@ func (c *Client) NextSequence() uint16 {
 
 // Tid is the transaction ID the request was sent with.
 func (cl *Call) Tid() uint32 { return uint32(cl.cookie) }
+
+// DropConn ends the server's connection with the highest QP number, as a
+// lost connection would end, and returns its QP number (0: none).
+func (s *Server) DropConn() uint32 {
+	s.mu.Lock()
+	var c *sconn
+	for _, x := range s.conns {
+		if c == nil || x.qp.QPN() > c.qp.QPN() {
+			c = x
+		}
+	}
+	s.mu.Unlock()
+	if c == nil {
+		return 0
+	}
+	c.fail(errors.New("lwio: test: connection dropped"))
+	return c.qp.QPN()
+}
+
+// LinkErrs is each connection's error (nil while it works), the primary's
+// first.
+func (c *Client) LinkErrs() []error {
+	errs := []error{c.Err()}
+	for _, l := range c.links {
+		errs = append(errs, l.Err())
+	}
+	return errs
+}
