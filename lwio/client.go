@@ -466,8 +466,11 @@ func (c *Client) Close() error {
 	c.err = ErrClosed
 	c.mu.Unlock()
 	if c.primary == nil { // a link shares the primary's pipes
-		c.pipe.Close()
-		c.npipe.Close()
+		for _, p := range []net.Conn{c.pipe, c.npipe} {
+			if p != nil {
+				p.Close()
+			}
+		}
 	}
 	c.closeLinks()
 	if c.qp != nil {

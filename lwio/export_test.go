@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/emunic/emunic/rings"
 )
@@ -193,4 +194,18 @@ func (c *Client) LinkErrs() []error {
 		errs = append(errs, l.Err())
 	}
 	return errs
+}
+
+// PipeRaw writes m on the client's file-access channel and returns the
+// message that answers it: a client that sends what the API would not.
+func (c *Client) PipeRaw(m []byte) ([]byte, error) {
+	c.pmu.Lock()
+	defer c.pmu.Unlock()
+	if _, err := c.pipe.Write(m); err != nil {
+		return nil, err
+	}
+	c.pipe.SetReadDeadline(time.Now().Add(10 * time.Second))
+	defer c.pipe.SetReadDeadline(time.Time{})
+	r, _, err := readControl(c.pipe, nil)
+	return r, err
 }
