@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -59,7 +61,8 @@ func (r *rig) dialErr(cfg lwio.ClientConfig) error {
 // that has one.
 func TestSecret(t *testing.T) {
 	secret := []byte("correct horse battery staple")
-	r := newRig(t, lwio.ServerConfig{Secret: secret})
+	var logged safeBuffer
+	r := newRig(t, lwio.ServerConfig{Secret: secret, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
 	r.put(t, "f", []byte("secret data"))
 	for _, tc := range []struct {
 		name   string
@@ -75,10 +78,19 @@ func TestSecret(t *testing.T) {
 	if st.LogonFailures != 2 || st.Logons != 0 || st.Opens != 0 || st.Negotiates != 0 || st.Conns != 0 {
 		t.Errorf("after two refusals: %+v", st)
 	}
-	c := r.dial(t, lwio.ClientConfig{Secret: secret})
+	c := r.dial(t, lwio.ClientConfig{Secret: secret, Name: "ALICE"})
 	f, err := c.Open(context.Background(), "f", lwio.OpenFlags{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The server identifies and logs each client by ClientName, key and
+	// address: the refusals, the logon, the negotiation, the connection.
+	log := logged.String()
+	for _, want := range []string{"client refused", "why=\"no secret, or another one\"", "client logged on\" client=ALICE key=",
+		"client negotiated\" client=ALICE addr=" + r.a.Addr().String(), "connection authenticated\" client=ALICE"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("the server's log lacks %q:\n%s", want, log)
+		}
 	}
 	if _, err := f.WriteAt([]byte("SECRET"), 0); err != nil {
 		t.Fatal(err)
@@ -242,4 +254,22 @@ func TestKeysOnce(t *testing.T) {
 	if n, err := c.Stat(ctx, "f"); n != 3 || err != nil {
 		t.Fatalf("the first client after the refusals: Stat %d, %v", n, err)
 	}
+}
+
+// safeBuffer is a bytes.Buffer for a logger several goroutines write to.
+type safeBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *safeBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *safeBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -191,6 +191,11 @@ func (a *AuthParams) DecodeSigned(b, secret []byte) error {
 	return nil
 }
 
+// clientMaxWrite is the most write data the client sends in one message:
+// its MaxSendBufferSize is this and the header. The server's
+// MaxRecvBufferSize bounds a write too; this only keeps the field honest.
+const clientMaxWrite = 16 << 20
+
 // serverRdmaRead is the server's RdmaReadSupported: 0. The server issues
 // no RDMA Read (write data comes by Send) and registers no memory a client
 // could read, as the asymmetric model wants.

@@ -371,7 +371,7 @@ var testHookAuth func([]byte)
 // authenticate sends AUTH and takes the server's parameters.
 func (c *Client) authenticate(ctx context.Context) error {
 	mine := AuthParams{RevID: RevID, Endian: EndianPtr64, PageSize: uint16(c.cfg.PageSize),
-		MaxRdmaWindowSize: uint32(c.cfg.MaxRdmaWindow), MaxSendBufferSize: uint32(HeaderSize + 64<<10),
+		MaxRdmaWindowSize: uint32(c.cfg.MaxRdmaWindow), MaxSendBufferSize: HeaderSize + clientMaxWrite,
 		MaxRecvBufferSize: StatusResponseSize, HeaderSize: HeaderSize, Credits: uint16(c.cfg.Credits),
 		RdmaReadSupported: 0}
 	putGUID(mine.Key[:], c.skey)
@@ -407,6 +407,9 @@ func (c *Client) authenticate(ctx context.Context) error {
 	}
 	c.freeSlot(call)
 	c.mu.Lock()
+	// A write carries at most what the server takes and what we said we
+	// would send.
+	srv.MaxRecvBufferSize = min(srv.MaxRecvBufferSize, mine.MaxSendBufferSize-HeaderSize)
 	c.srv, c.sessionID = srv, srv.SessionID
 	c.window = min(int(srv.MaxRdmaWindowSize), c.cfg.MaxRdmaWindow)
 	c.credits = int(srv.Credits)
