@@ -207,3 +207,33 @@ func isStatus(err error, st uint32) bool {
 	var se *StatusError
 	return errors.As(err, &se) && se.Status == st
 }
+
+// seedSteps are the source's steps TestSeedFlows walks, in order: the
+// first column of docs/lwio.md's table under "Discovery".
+var seedSteps = []string{"201–203", "205–207", "209", "211", "213–215", "217, 601", "603–607", "609–611"}
+
+// TestSeedFlowsDoc holds docs/lwio.md's Discovery table to seedSteps: the
+// page names every step the test walks, in the same order, and no other.
+func TestSeedFlowsDoc(t *testing.T) {
+	b, err := os.ReadFile("../docs/lwio.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	start := strings.Index(doc, "\n## Discovery\n")
+	end := strings.Index(doc[start+1:], "\n### ")
+	if start < 0 || end < 0 {
+		t.Fatal("docs/lwio.md has no Discovery section")
+	}
+	var steps []string
+	for _, line := range strings.Split(doc[start:start+1+end], "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 4 || !strings.HasPrefix(line, "| ") || strings.TrimSpace(cells[1]) == "Step" {
+			continue
+		}
+		steps = append(steps, strings.TrimSpace(cells[1]))
+	}
+	if strings.Join(steps, ";") != strings.Join(seedSteps, ";") {
+		t.Fatalf("the Discovery table's steps %q, the test walks %q", steps, seedSteps)
+	}
+}
