@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/emunic/emunic/rings"
@@ -31,6 +32,8 @@ type File struct {
 	name  string
 	size  int64
 	peers []*File // the same file on the client's links (links.go)
+	self  *File   // with peers: this registration alone, as spread and next use it
+	rr    atomic.Uint32
 
 	mu     sync.Mutex
 	closed bool
@@ -169,7 +172,7 @@ func (c *Client) lookupLocked(p []byte) (*verbs.MR, int, bool) {
 			return r.mr, int(a - base), true
 		}
 	}
-	return nil, 0, false
+	return c.primaryLookup(p) // a link: the primary's memory (links.go)
 }
 
 // bounceLocked takes a staging buffer of the window's size.
@@ -215,6 +218,7 @@ func (f *File) StartRead(ctx context.Context, p []byte, off int64, done chan *Ca
 	if err := f.check(); err != nil {
 		return nil, err
 	}
+	f = f.next() // one of the client's connections (links.go)
 	c := f.c
 	if len(p) == 0 || len(p) > c.window || off < 0 {
 		return nil, fmt.Errorf("%w: read of %d bytes (window %d)", ErrTooLarge, len(p), c.window)
@@ -242,6 +246,7 @@ func (f *File) StartWrite(ctx context.Context, p []byte, off int64, done chan *C
 	if err := f.check(); err != nil {
 		return nil, err
 	}
+	f = f.next() // one of the client's connections (links.go)
 	c := f.c
 	if len(p) == 0 || len(p) > int(c.srv.MaxRecvBufferSize) || off < 0 {
 		return nil, fmt.Errorf("%w: write of %d bytes (at most %d)", ErrTooLarge, len(p), c.srv.MaxRecvBufferSize)
@@ -291,6 +296,7 @@ func (f *File) StartReadV(ctx context.Context, pages [][]byte, off int64, done c
 	if err := f.check(); err != nil {
 		return nil, err
 	}
+	f = f.next() // one of the client's connections (links.go)
 	c := f.c
 	ps, total, err := c.vecShape(pages)
 	if err != nil {
@@ -337,6 +343,7 @@ func (f *File) StartWriteV(ctx context.Context, pages [][]byte, off int64, done 
 	if err := f.check(); err != nil {
 		return nil, err
 	}
+	f = f.next() // one of the client's connections (links.go)
 	c := f.c
 	total, ps := 0, 0
 	for i, p := range pages {
@@ -374,6 +381,7 @@ func (f *File) StartWriteCollapsed(ctx context.Context, page []byte, length int,
 	if err := f.check(); err != nil {
 		return nil, err
 	}
+	f = f.next() // one of the client's connections (links.go)
 	c := f.c
 	ps := len(page)
 	if ps == 0 || ps > 0xFFFF || length <= 0 || (length < ps) || (length+ps-1)/ps > 0xFFFF {
@@ -460,7 +468,15 @@ func (cl *Call) Wait(ctx context.Context) error { return cl.c.wait(ctx, cl) }
 
 // Cancel cancels the file's requests the server has not started: they
 // complete with a *StatusError of STATUS_CANCELLED.
-func (f *File) Cancel(ctx context.Context) error { return f.control(ctx, OpCancel) }
+func (f *File) Cancel(ctx context.Context) error {
+	err := f.control(ctx, OpCancel)
+	for _, g := range f.peers { // the requests on the other connections too
+		if cerr := g.control(ctx, OpCancel); err == nil && g.c.Err() == nil {
+			err = cerr
+		}
+	}
+	return err
+}
 
 // Close closes the Fid on the server; later I/O on f fails.
 func (f *File) Close() error {

@@ -102,7 +102,35 @@ func (c *Client) registerLinks(ctx context.Context, f *File, p FidParams) error 
 		}
 		f.peers = append(f.peers, &File{c: l, fid: fid, name: f.name, size: f.size})
 	}
+	if len(f.peers) > 0 {
+		f.self = &File{c: f.c, fid: f.fid, name: f.name, size: f.size}
+	}
 	return nil
+}
+
+// next is the registration a Start call goes on: with links, the client's
+// connections round robin, skipping failed ones (the first when all
+// failed: its error is the answer); without, f itself.
+func (f *File) next() *File {
+	if len(f.peers) == 0 {
+		return f
+	}
+	if g := f.link(int(f.rr.Add(1))); g != nil {
+		return g
+	}
+	return f.self
+}
+
+// primaryLookup finds p in the memory the primary allocated, which a
+// link's requests may use in place (the same protection domain). Lock
+// order: a link's mu, then its primary's.
+func (c *Client) primaryLookup(p []byte) (*verbs.MR, int, bool) {
+	if c.primary == nil {
+		return nil, 0, false
+	}
+	c.primary.mu.Lock()
+	defer c.primary.mu.Unlock()
+	return c.primary.lookupLocked(p)
 }
 
 // closeLinks closes every link (Client.Close).
@@ -118,9 +146,11 @@ func (c *Client) closeLinks() {
 func (f *File) link(i int) *File {
 	n := 1 + len(f.peers)
 	for k := range n {
-		g := f
+		g := f.self
 		if j := (i + k) % n; j > 0 {
 			g = f.peers[j-1]
+		} else if g == nil {
+			g = f
 		}
 		if g.c.Err() == nil {
 			return g
@@ -148,6 +178,9 @@ type startFn func(g *File, ctx context.Context, p []byte, off int64, done chan *
 // credits; a piece lost with its link goes again on the next live one. It
 // returns, per piece in order, the bytes done and the first error.
 func (f *File) spread(p []byte, off int64, start startFn, piece int) ([]int, error) {
+	if err := f.check(); err != nil {
+		return nil, err
+	}
 	ctx := context.Background()
 	npieces := (len(p) + piece - 1) / piece
 	done := make(chan *Call, npieces)

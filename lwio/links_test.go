@@ -50,6 +50,35 @@ func TestLinksSpread(t *testing.T) {
 		}
 	}
 
+	// Start calls go round robin too, and memory from Alloc is used in
+	// place on every connection.
+	mem, err := c.Alloc(8 * 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := c.LinkStats()
+	var calls []*lwio.Call
+	for i := range 8 {
+		cl, err := f.StartRead(ctx, mem[i*4096:(i+1)*4096], int64(i*4096), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls = append(calls, cl)
+	}
+	for _, cl := range calls {
+		if err := cl.Wait(ctx); err != nil || cl.N != 4096 {
+			t.Fatalf("StartRead: %d, %v", cl.N, err)
+		}
+	}
+	if !bytes.Equal(mem, data[:len(mem)]) {
+		t.Fatal("StartRead: wrong data")
+	}
+	for i, s := range c.LinkStats() {
+		if d := s.ZeroCopy - before[i].ZeroCopy; d != 4 || s.Bounced != before[i].Bounced {
+			t.Errorf("connection %d: %d zero-copy reads (want 4), %d bounced", i, d, s.Bounced-before[i].Bounced)
+		}
+	}
+
 	for _, write := range []bool{false, true} {
 		if write {
 			// A fresh client: the first lost a connection.
