@@ -21,10 +21,6 @@ import (
 // names the server's instances of the providers both have, one RDMA
 // connection per instance.
 
-// ErrAccessDenied is a logon the server refused: no secret, another one,
-// or a key it has seen.
-var ErrAccessDenied = &StatusError{What: "LOGON", Status: StatusAccessDenied}
-
 // discover logs on (c.pipe is dialled) and negotiates; it returns the
 // server's instances to connect to.
 func (c *Client) discover(ctx context.Context) ([]netip.AddrPort, error) {
