@@ -99,6 +99,22 @@ func TestSecret(t *testing.T) {
 	if n, err := f.ReadAt(buf, 0); n != 11 || err != nil || string(buf) != "SECRET data" {
 		t.Fatalf("ReadAt: %d, %v, %q", n, err, buf)
 	}
+	// The server knows the client by name, key and address, with what it
+	// moved; and says so in its log when the client goes.
+	var alice *lwio.ClientInfo
+	for _, ci := range r.srv.Clients() {
+		if ci.Name == "ALICE" {
+			alice = &ci
+		}
+	}
+	if alice == nil || alice.Addr.Addr() != r.a.Addr() || alice.FilesOpened != 1 || alice.BytesRead != 11 || alice.BytesWritten != 6 {
+		t.Fatalf("Clients: %+v", r.srv.Clients())
+	}
+	c.Close()
+	testutil.Eventually(t, "the client's end to be logged", 10*time.Second, func() bool {
+		return strings.Contains(logged.String(), "client gone\" client=ALICE key="+alice.Key.String()) &&
+			strings.Contains(logged.String(), "files=1 bytes_read=11 bytes_written=6")
+	})
 
 	// A server without a secret refuses a client with one.
 	r2 := newRig(t, lwio.ServerConfig{})

@@ -376,6 +376,18 @@ func (c *sconn) teardown() {
 
 func (c *sconn) wait() { <-c.teardownDone }
 
+// countRead and countWritten count bytes a request moved, for the server
+// and for the client it belongs to (its logon: what the log says of it).
+func (c *sconn) countRead(n uint64) {
+	c.s.st.bytesRead.Add(n)
+	c.sess.logon.read.Add(n)
+}
+
+func (c *sconn) countWritten(n uint64) {
+	c.s.st.bytesWritten.Add(n)
+	c.sess.logon.written.Add(n)
+}
+
 func (c *sconn) freeMem() {
 	for _, s := range c.stageAll {
 		_ = s.mr.Dereg()

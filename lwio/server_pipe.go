@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -33,6 +34,40 @@ type logon struct {
 	open       map[uint64]*file // by ResumeKey
 	negotiated bool             // its one NEGOTIATE happened
 	opened     int              // files it opened, for the log
+
+	read, written atomic.Uint64 // bytes its connections moved
+}
+
+// ClientInfo is what the server knows of a client logged on now.
+type ClientInfo struct {
+	Name         string // ClientName
+	Key          uuid.UUID
+	Addr         netip.AddrPort // its file-access channel's
+	FilesOpened  int            // OPENs answered with a resume key
+	BytesRead    uint64         // read from the export by its connections
+	BytesWritten uint64         // written to the export by its connections
+}
+
+// Clients lists the clients logged on now.
+func (s *Server) Clients() []ClientInfo {
+	s.mu.Lock()
+	ls := make([]*logon, 0, len(s.logons))
+	for _, l := range s.logons {
+		ls = append(ls, l)
+	}
+	s.mu.Unlock()
+	out := make([]ClientInfo, 0, len(ls))
+	for _, l := range ls {
+		out = append(out, l.info())
+	}
+	return out
+}
+
+func (l *logon) info() ClientInfo {
+	l.mu.Lock()
+	opened := l.opened
+	l.mu.Unlock()
+	return ClientInfo{Name: l.name, Key: l.key, Addr: l.addr, FilesOpened: opened, BytesRead: l.read.Load(), BytesWritten: l.written.Load()}
 }
 
 // session is what one pipe's NEGOTIATE created: the key the server
@@ -165,10 +200,9 @@ func (s *Server) serveFileAccess(c net.Conn, peer netip.AddrPort, m []byte) {
 		delete(s.logons, l.key)
 		s.mu.Unlock()
 		l.release(s)
-		l.mu.Lock()
-		opened := l.opened
-		l.mu.Unlock()
-		s.log("client gone", "client", l.name, "key", l.key, "addr", peer, "files", opened)
+		in := l.info()
+		s.log("client gone", "client", l.name, "key", l.key, "addr", peer, "files", in.FilesOpened,
+			"bytes_read", in.BytesRead, "bytes_written", in.BytesWritten)
 	}()
 	_ = c.SetReadDeadline(time.Time{})
 	buf := m[:0]
