@@ -1,6 +1,7 @@
 package lwio
 
 import (
+	"crypto/hmac"
 	"crypto/md5"
 	"crypto/subtle"
 	"errors"
@@ -63,10 +64,16 @@ type AuthParams struct {
 	SessionID         int64
 }
 
-// Append appends the encoded parameters: the fixed part, KEY, SESSION_ID
-// (when set), SIGNATURE, END. The signature is the MD5 of the encoding
-// without the SIGNATURE option (docs/lwio.md).
-func (a *AuthParams) Append(b []byte) []byte {
+// Append appends the encoded parameters signed without a secret (the
+// source's MD5): AppendSigned with none.
+func (a *AuthParams) Append(b []byte) []byte { return a.AppendSigned(b, nil) }
+
+// AppendSigned appends the encoded parameters: the fixed part, KEY,
+// SESSION_ID (when set), SIGNATURE, END. The signature covers the encoding
+// without the SIGNATURE option and the secret the server and its clients
+// share: HMAC-MD5 under it, or with no secret the source's plain MD5
+// (docs/lwio.md).
+func (a *AuthParams) AppendSigned(b, secret []byte) []byte {
 	start := len(b)
 	b = append(b, make([]byte, AuthFixedSize)...)
 	m := b[start:]
@@ -87,26 +94,35 @@ func (a *AuthParams) Append(b []byte) []byte {
 		le.PutUint64(sid[:], uint64(a.SessionID))
 		b = append(append(b, OptSessionID, OptSessionIDLen), sid[:]...)
 	}
-	sig := signature(b[start:])
+	sig := signature(secret, b[start:], []byte{OptEnd})
 	b = append(append(b, OptSignature, OptSignatureLen), sig[:]...)
 	return append(b, OptEnd)
 }
 
-// signature is the MD5 of the parameters without the SIGNATURE option: the
-// bytes before it and the END that follows it.
-func signature(before []byte) [md5.Size]byte {
+// signature signs the parameters without the SIGNATURE option: the bytes
+// before it and those after it up to END. Under a secret it is HMAC-MD5,
+// which someone who saw only the pipe (the key, every field) cannot
+// compute; without one it is the source's MD5.
+func signature(secret, before, after []byte) [md5.Size]byte {
 	h := md5.New()
+	if len(secret) > 0 {
+		h = hmac.New(md5.New, secret)
+	}
 	h.Write(before)
-	h.Write([]byte{OptEnd})
+	h.Write(after)
 	var s [md5.Size]byte
 	copy(s[:], h.Sum(nil))
 	return s
 }
 
-// Decode reads parameters from the start of b (extra bytes after END are
-// ignored: they arrive in a larger buffer) and checks the signature. Each
-// option may appear once; KEY and SIGNATURE are required.
-func (a *AuthParams) Decode(b []byte) error {
+// Decode reads parameters signed without a secret: DecodeSigned with none.
+func (a *AuthParams) Decode(b []byte) error { return a.DecodeSigned(b, nil) }
+
+// DecodeSigned reads parameters from the start of b (extra bytes after
+// END are ignored: they arrive in a larger buffer) and checks the
+// signature under secret. Each option may appear once; KEY and SIGNATURE
+// are required.
+func (a *AuthParams) DecodeSigned(b, secret []byte) error {
 	if len(b) < AuthFixedSize {
 		return ErrShort
 	}
@@ -168,11 +184,76 @@ func (a *AuthParams) Decode(b []byte) error {
 	}
 	// The signature covers everything but itself: what precedes it and
 	// what follows it up to END (nothing, in this encoder's order).
-	h := md5.New()
-	h.Write(b[:sigAt])
-	h.Write(b[sigAt+2+OptSignatureLen : off+1])
-	if subtle.ConstantTimeCompare(h.Sum(nil), sig) != 1 {
+	want := signature(secret, b[:sigAt], b[sigAt+2+OptSignatureLen:off+1])
+	if subtle.ConstantTimeCompare(want[:], sig) != 1 {
 		return ErrSignature
+	}
+	return nil
+}
+
+// clientMaxWrite is the most write data the client sends in one message:
+// its MaxSendBufferSize is this and the header. The server's
+// MaxRecvBufferSize bounds a write too; this only keeps the field honest.
+const clientMaxWrite = 16 << 20
+
+// serverRdmaRead is the server's RdmaReadSupported: 0. The server issues
+// no RDMA Read (write data comes by Send) and registers no memory a client
+// could read, as the asymmetric model wants.
+const serverRdmaRead = 0
+
+// checkClient judges a client's AUTH_PARAMS, every field either honoured
+// or refused with a status (docs/lwio.md, "Authentication"): h is the AUTH
+// header and n the message's length.
+func (a *AuthParams) checkClient(h *Header, n int) uint32 {
+	switch {
+	case a.Endian != EndianPtr64:
+		// Every structure is laid out for 64-bit pointers (PVOID64 is
+		// 8 bytes either way, but the alignment holes follow it).
+		return StatusNotSupported
+	case a.HeaderSize != HeaderSize:
+		return StatusInvalidParameter
+	case a.PageSize < SectorSize || a.PageSize&(a.PageSize-1) != 0:
+		// The client's page size bounds its vectored requests and the
+		// collapse rule compares it with the server's: a power of two
+		// of at least a sector.
+		return StatusInvalidParameter
+	case a.MaxRdmaWindowSize < SectorSize:
+		return StatusInvalidParameter
+	case int(a.MaxSendBufferSize) < n || a.MaxSendBufferSize < HeaderSize+FidParamsSize:
+		// It must cover this very message and a REGISTER; a longer
+		// message later ends the connection.
+		return StatusInvalidParameter
+	case a.MaxRecvBufferSize < StatusResponseSize:
+		// The server's messages (status responses, delta credit
+		// messages) are StatusResponseSize bytes each.
+		return StatusInvalidParameter
+	case a.RdmaReadSupported > 1:
+		return StatusInvalidParameter
+	case h.Sequence != a.BaseSequence:
+		// AUTH is the request numbered BaseSequence; the next is one more.
+		return StatusInvalidParameter
+	}
+	return StatusSuccess
+}
+
+// checkServer judges the server's AUTH_PARAMS against the client's own
+// (mine): what the client needs of them before it sends anything more.
+func (a *AuthParams) checkServer(mine *AuthParams) error {
+	switch {
+	case a.Key != mine.Key || !a.HasSessionID:
+		return errors.New("the server's parameters do not answer ours (key, session id)")
+	case a.Endian != EndianPtr64 || a.HeaderSize != HeaderSize:
+		return fmt.Errorf("the server's Endian %d and HeaderSize %d, want %d and %d", a.Endian, a.HeaderSize, EndianPtr64, HeaderSize)
+	case a.BaseSequence != mine.BaseSequence+1:
+		return fmt.Errorf("the server's BaseSequence %d, want %d", a.BaseSequence, mine.BaseSequence+1)
+	case a.Credits == 0:
+		return errors.New("the server granted no credit")
+	case a.MaxSendBufferSize > mine.MaxRecvBufferSize:
+		return fmt.Errorf("the server sends messages of %d bytes, our receive buffers hold %d", a.MaxSendBufferSize, mine.MaxRecvBufferSize)
+	case a.MaxRecvBufferSize < SectorSize || a.MaxRdmaWindowSize < SectorSize:
+		return fmt.Errorf("the server's MaxRecvBufferSize %d and MaxRdmaWindowSize %d are below a sector", a.MaxRecvBufferSize, a.MaxRdmaWindowSize)
+	case a.PageSize < SectorSize || a.PageSize&(a.PageSize-1) != 0 || a.RdmaReadSupported > 1:
+		return fmt.Errorf("the server's PageSize %d or RdmaReadSupported %d", a.PageSize, a.RdmaReadSupported)
 	}
 	return nil
 }

@@ -341,10 +341,16 @@ func TestClosedFid(t *testing.T) {
 func TestCreditViolation(t *testing.T) {
 	r := newRig(t, lwio.ServerConfig{InitialCredits: 2, Workers: 1,
 		CreditPolicy: func(int, int) int { return 2 }})
-	r.put(t, "f", randomBytes(64<<10, 13))
+	data := randomBytes(64<<10, 13)
+	r.put(t, "f", data)
 	c := r.dial(t, lwio.ClientConfig{Credits: 2})
 	ctx := context.Background()
 	f, err := c.Open(ctx, "f", lwio.OpenFlags{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	by := r.dial(t, lwio.ClientConfig{Credits: 2})
+	bf, err := by.Open(ctx, "f", lwio.OpenFlags{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,6 +366,7 @@ func TestCreditViolation(t *testing.T) {
 	if ok != 2 || refused != 2 {
 		t.Fatalf("%d served, %d refused; want 2 and 2", ok, refused)
 	}
+	reader{bf, data}.check(t, "another client's credit violations")
 }
 
 func TestCancel(t *testing.T) {

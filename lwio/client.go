@@ -2,7 +2,6 @@ package lwio
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -43,6 +42,12 @@ type ClientConfig struct {
 	// Seed, when not zero, seeds the client's key in NEGOTIATE: for
 	// repeatable runs only (a deterministic demo).
 	Seed uint64
+	// Secret is the secret shared with the server (ServerConfig.Secret):
+	// proved at logon, and the key of the AUTH_PARAMS signatures.
+	Secret []byte
+	// Connections is the provider instances the client offers, so the
+	// most RDMA connections it makes (1).
+	Connections int
 }
 
 func (c ClientConfig) withDefaults() ClientConfig {
@@ -71,6 +76,7 @@ func (c ClientConfig) withDefaults() ClientConfig {
 	if c.Timeout <= 0 {
 		c.Timeout = 10 * time.Second
 	}
+	c.Connections = min(max(c.Connections, 1), MaxInstances)
 	return c
 }
 
@@ -147,11 +153,17 @@ type Client struct {
 	h    *tcpstack.Host
 	v    *verbs.Provider
 	pd   verbs.PD
-	pipe net.Conn
+	pipe net.Conn // the file-access channel: the logon, OPEN, RELEASE
 	pmu  sync.Mutex
 	pbuf []byte
 
-	key       uuid.UUID
+	npipe     net.Conn  // the pipe the share's resume key named: NEGOTIATE
+	links     []*Client // further connections (links.go); a link's primary is its Client
+	primary   *Client
+	resent    atomic.Uint64  // pieces sent again on another link (links.go)
+	pipeAt    netip.AddrPort // where it goes
+	key       uuid.UUID      // the client's key (LOGON, NEGOTIATE)
+	skey      uuid.UUID      // the server's key (NEGOTIATE response, AUTH)
 	srvName   string
 	sessionID int64
 	srv       AuthParams
@@ -179,6 +191,7 @@ type Client struct {
 	polling     []*Call
 	intrOut     bool
 	cookie      uint64
+	seq         uint16 // the next request's Sequence (AUTH's is BaseSequence, 0)
 	bounceFree  []*bounce
 	bounceAll   []*bounce
 	regions     []*Memory
@@ -246,80 +259,43 @@ type Call struct {
 // read or write when a context ends.
 var deadlinePast = time.Unix(1, 0)
 
-// Dial discovers the server at server (its pipe), negotiates, connects an
-// RDMA connection to the provider instance the server offers, and
-// authenticates it.
+// Dial logs on to the server at server (its file-access channel on the
+// pipe port, with the secret), opens the pipe the share's resume key
+// names, negotiates, connects an RDMA connection to the provider instance
+// the server offers, and authenticates it (discover.go).
 func Dial(ctx context.Context, h *tcpstack.Host, server netip.Addr, cfg ClientConfig) (*Client, error) {
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
-	v, err := verbs.Open(h)
+	c, err := newClient(h, nil, 0, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("lwio: %w", err)
+		return nil, err
 	}
-	c := &Client{cfg: cfg, h: h, v: v, pd: v.AllocPD(), byCookie: map[uint64]*Call{},
-		done: make(chan struct{}), loopDone: make(chan struct{})}
-	c.cond = sync.NewCond(&c.mu)
 	if c.pipe, err = h.Dial(ctx, netip.AddrPortFrom(server, cfg.PipePort)); err != nil {
 		return nil, fmt.Errorf("lwio: pipe: %w", err)
 	}
 	stop := context.AfterFunc(ctx, func() { c.pipe.SetDeadline(deadlinePast) })
-	dst, err := c.negotiate()
+	dsts, err := c.discover(ctx)
 	stop()
 	c.pipe.SetDeadline(time.Time{})
+	if err == nil {
+		err = c.connect(ctx, dsts[0])
+	}
+	if err == nil {
+		// More instances offered: a link to each (links.go).
+		if err = c.dialLinks(ctx, dsts[1:]); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
 	if err != nil {
 		c.pipe.Close()
-		return nil, err
-	}
-	if err := c.connect(ctx, dst); err != nil {
-		c.pipe.Close()
+		if c.npipe != nil {
+			c.npipe.Close()
+		}
 		return nil, err
 	}
 	return c, nil
-}
-
-func (c *Client) negotiate() (netip.AddrPort, error) {
-	key := uuid.New()
-	if c.cfg.Seed != 0 {
-		key, _ = uuid.NewRandomFromReader(tcpstack.NewSeededReader(c.cfg.Seed))
-	}
-	req := Negotiate{Request: true, Name: c.cfg.Name, Key: key, ResponseLen: MaxControlMessage,
-		Providers: []Provider{{Name: ProviderName, Instances: []Instance{c.instance()}}}}
-	m, err := req.Append(nil)
-	if err != nil {
-		return netip.AddrPort{}, err
-	}
-	if _, err := c.pipe.Write(m); err != nil {
-		return netip.AddrPort{}, fmt.Errorf("lwio: pipe: %w", err)
-	}
-	r, op, err := readControl(c.pipe, nil)
-	if err != nil {
-		return netip.AddrPort{}, fmt.Errorf("lwio: negotiate: %w", err)
-	}
-	if op != ControlOpNegotiate {
-		return netip.AddrPort{}, fmt.Errorf("%w: negotiate answered with opcode %#x", ErrPipe, op)
-	}
-	var rsp Negotiate
-	if err := rsp.Decode(r); err != nil {
-		return netip.AddrPort{}, fmt.Errorf("lwio: negotiate: %w", err)
-	}
-	c.key, c.srvName = rsp.Key, rsp.Name
-	for _, p := range rsp.Providers {
-		if p.Name != ProviderName {
-			continue
-		}
-		for _, in := range p.Instances {
-			if len(in.HostAddress) == 4 && len(in.Discriminator) == 2 {
-				return netip.AddrPortFrom(netip.AddrFrom4([4]byte(in.HostAddress)), binary.BigEndian.Uint16(in.Discriminator)), nil
-			}
-		}
-	}
-	return netip.AddrPort{}, ErrNoProvider
-}
-
-func (c *Client) instance() Instance {
-	a := c.h.Addr().As4()
-	return Instance{HostAddress: a[:], Discriminator: []byte{0, 0}}
 }
 
 // ServerName is the server's name from the negotiate response.
@@ -395,15 +371,15 @@ var testHookAuth func([]byte)
 // authenticate sends AUTH and takes the server's parameters.
 func (c *Client) authenticate(ctx context.Context) error {
 	mine := AuthParams{RevID: RevID, Endian: EndianPtr64, PageSize: uint16(c.cfg.PageSize),
-		MaxRdmaWindowSize: uint32(c.cfg.MaxRdmaWindow), MaxSendBufferSize: uint32(HeaderSize + 64<<10),
+		MaxRdmaWindowSize: uint32(c.cfg.MaxRdmaWindow), MaxSendBufferSize: HeaderSize + clientMaxWrite,
 		MaxRecvBufferSize: StatusResponseSize, HeaderSize: HeaderSize, Credits: uint16(c.cfg.Credits),
-		RdmaReadSupported: 1}
-	putGUID(mine.Key[:], c.key)
+		RdmaReadSupported: 0}
+	putGUID(mine.Key[:], c.skey)
 	c.mu.Lock()
 	c.credits = 1 // AUTH is the one request before the server grants any
 	c.mu.Unlock()
 	call, err := c.start(ctx, OpAuth, func(cl *Call, h *Header, slot []byte) ([]rings.SGE, error) {
-		p := mine.Append(slot[slotPayload:slotPayload])
+		p := mine.AppendSigned(slot[slotPayload:slotPayload], c.cfg.Secret)
 		if testHookAuth != nil {
 			testHookAuth(p)
 		}
@@ -423,14 +399,17 @@ func (c *Client) authenticate(ctx context.Context) error {
 	if int(call.info) < 8 || int(call.info)-8 > ctlAreaSize {
 		return fmt.Errorf("lwio: authentication: server's parameters of %d bytes", int(call.info)-8)
 	}
-	if err := srv.Decode(area[:call.info-8]); err != nil {
+	if err := srv.DecodeSigned(area[:call.info-8], c.cfg.Secret); err != nil {
 		return fmt.Errorf("lwio: authentication: server's parameters: %w", err)
 	}
-	if srv.Key != mine.Key || !srv.HasSessionID || srv.HeaderSize != HeaderSize || srv.Credits == 0 {
-		return fmt.Errorf("lwio: authentication: the server's parameters do not answer ours")
+	if err := srv.checkServer(&mine); err != nil {
+		return fmt.Errorf("lwio: authentication: %w", err)
 	}
 	c.freeSlot(call)
 	c.mu.Lock()
+	// A write carries at most what the server takes and what we said we
+	// would send.
+	srv.MaxRecvBufferSize = min(srv.MaxRecvBufferSize, mine.MaxSendBufferSize-HeaderSize)
 	c.srv, c.sessionID = srv, srv.SessionID
 	c.window = min(int(srv.MaxRdmaWindowSize), c.cfg.MaxRdmaWindow)
 	c.credits = int(srv.Credits)
@@ -489,7 +468,14 @@ func (c *Client) Close() error {
 	c.failLocked(ErrClosed)
 	c.err = ErrClosed
 	c.mu.Unlock()
-	c.pipe.Close()
+	if c.primary == nil { // a link shares the primary's pipes
+		for _, p := range []net.Conn{c.pipe, c.npipe} {
+			if p != nil {
+				p.Close()
+			}
+		}
+	}
+	c.closeLinks()
 	if c.qp != nil {
 		_ = c.qp.Close()
 	}

@@ -66,8 +66,11 @@ func (c *Client) postLocked(cl *Call, f fill) error {
 	}
 	cl.cookie = c.cookie
 	slot := c.slots.Bytes()[cl.slot*slotSize : (cl.slot+1)*slotSize]
+	// Sequence numbers the requests in the order they are sent (postLocked
+	// runs under mu and posts at once); Tid is the cookie's low half,
+	// unique among the requests in flight, as ImmCookie must be.
 	h := Header{Opcode: cl.Op, Flags: FlagInterrupt, Credits: uint8(min(c.outstanding+c.waiting+1, MaxCredits)),
-		Cookie: cl.cookie, ImmCookie: uint32(cl.cookie)}
+		Cookie: cl.cookie, ImmCookie: uint32(cl.cookie), Sequence: c.seq, Tid: uint32(cl.cookie)}
 	if c.cfg.Polling && isIO(cl.Op) {
 		h.Flags = 0
 		h.IosVa, h.IosMh = c.smr.TO(cl.slot*slotSize+slotIOSB), c.smr.RKey
@@ -91,6 +94,7 @@ func (c *Client) postLocked(cl *Call, f fill) error {
 	if c.cfg.Polling && isIO(cl.Op) {
 		c.polling = append(c.polling, cl)
 	}
+	c.seq++
 	if err := c.qp.PostSend(&w); err != nil {
 		delete(c.byCookie, cl.cookie)
 		c.outstanding--

@@ -271,15 +271,26 @@ func utf16le(s string) []byte {
 	return b
 }
 
+// fromUTF16le decodes b, less any NUL padding at its end (names, contexts).
 func fromUTF16le(b []byte) string {
-	u := make([]uint16, len(b)/2)
-	for i := range u {
-		u[i] = le.Uint16(b[2*i:])
-	}
+	u := utf16Units(b)
 	for len(u) > 0 && u[len(u)-1] == 0 {
 		u = u[:len(u)-1]
 	}
 	return string(utf16.Decode(u))
+}
+
+// fromUTF16leExact decodes all of b, NULs included: a path's NUL is the
+// path's, for the export to refuse, never padding to drop (a path "f\x00"
+// must not name f).
+func fromUTF16leExact(b []byte) string { return string(utf16.Decode(utf16Units(b))) }
+
+func utf16Units(b []byte) []uint16 {
+	u := make([]uint16, len(b)/2)
+	for i := range u {
+		u[i] = le.Uint16(b[2*i:])
+	}
+	return u
 }
 
 // putName writes s into a fixed UTF-16LE field, NUL padded; it must leave

@@ -6,12 +6,12 @@ import (
 	"errors"
 	"io"
 	"math/rand/v2"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/emunic/emunic/internal/hostrig"
 	"github.com/emunic/emunic/lwio"
 	"github.com/emunic/emunic/tcpstack"
 )
@@ -28,19 +28,7 @@ func newRig(t *testing.T, cfg lwio.ServerConfig) *rig { return newRigTB(t, cfg) 
 
 func newRigTB(t testing.TB, cfg lwio.ServerConfig) *rig {
 	t.Helper()
-	a, b := hostrig.Pair(t)
-	dir := t.TempDir()
-	exp, err := lwio.OpenExport(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { exp.Close() })
-	srv, err := lwio.NewServer(b, exp, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	return &rig{a: a, b: b, dir: dir, srv: srv}
+	return newRigFor(t, false, func(netip.Addr) lwio.ServerConfig { return cfg })
 }
 
 func (r *rig) dial(t *testing.T, cfg lwio.ClientConfig) *lwio.Client { return r.dialTB(t, cfg) }

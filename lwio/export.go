@@ -18,8 +18,9 @@ import (
 // symbolic links that lead outside are refused by the kernel's own
 // resolution, not by string checks alone.
 type Export struct {
-	root *os.Root
-	dir  string
+	root     *os.Root
+	dir      string
+	readOnly bool
 }
 
 // OpenExport opens dir for serving.
@@ -36,6 +37,25 @@ func OpenExport(dir string) (*Export, error) {
 		return nil, fmt.Errorf("lwio: export: %w", err)
 	}
 	return &Export{root: r, dir: dir}, nil
+}
+
+// SetReadOnly makes the export read-only (before it is served): files
+// open read-only, and a create, a truncate or a write is ACCESS_DENIED.
+func (e *Export) SetReadOnly() { e.readOnly = true }
+
+// ReadOnly reports whether the export is read-only.
+func (e *Export) ReadOnly() bool { return e.readOnly }
+
+// errReadOnly refuses a change to a read-only export.
+var errReadOnly = errors.New("lwio: the export is read-only")
+
+// writable is nil when the export may be changed, else errReadOnly: every
+// operation that changes the export asks it first.
+func (e *Export) writable() error {
+	if e.readOnly {
+		return errReadOnly
+	}
+	return nil
 }
 
 // Dir is the exported directory as given.
@@ -78,9 +98,10 @@ var errBadPath = errors.New("lwio: bad path")
 // to directAlign when the registration asked for no intermediate
 // buffering.
 type file struct {
-	name string
-	fd   *os.File
-	dfd  *os.File
+	name     string
+	fd       *os.File
+	dfd      *os.File
+	readOnly bool // fd is O_RDONLY: the twin must be too
 
 	mu   sync.Mutex
 	refs int
@@ -97,6 +118,12 @@ func (e *Export) open(p string, create, truncate bool) (*file, error) {
 		return nil, err
 	}
 	flag := os.O_RDWR
+	if e.readOnly {
+		if create || truncate {
+			return nil, e.writable()
+		}
+		flag = os.O_RDONLY
+	}
 	if create {
 		flag |= os.O_CREATE
 	}
@@ -123,7 +150,7 @@ func (e *Export) open(p string, create, truncate bool) (*file, error) {
 		fd.Close()
 		return nil, fmt.Errorf("lwio: %s: not a regular file", rel)
 	}
-	return &file{name: rel, fd: fd, refs: 1}, nil
+	return &file{name: rel, fd: fd, refs: 1, readOnly: flag&(os.O_WRONLY|os.O_RDWR) == 0}, nil
 }
 
 // enableDirect opens the O_DIRECT twin, once; a file system that refuses
@@ -134,7 +161,13 @@ func (f *file) enableDirect() {
 	if f.dfd != nil {
 		return
 	}
-	fd, err := os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", f.fd.Fd()), os.O_RDWR|syscall.O_DIRECT, 0)
+	// Reopening through /proc takes a new access mode: a read-only file's
+	// twin is opened read-only, never read-write.
+	var fd *os.File
+	err := fs.ErrPermission
+	if !f.readOnly {
+		fd, err = os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", f.fd.Fd()), os.O_RDWR|syscall.O_DIRECT, 0)
+	}
 	if err != nil {
 		fd, err = os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", f.fd.Fd()), os.O_RDONLY|syscall.O_DIRECT, 0)
 	}

@@ -2,7 +2,9 @@ package lwio
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/emunic/emunic/rings"
 )
@@ -31,10 +33,23 @@ func SetTestHookAuth(f func([]byte)) func() {
 // when not negative, overrides the header's Length. It bypasses the
 // client's own checks, to play a broken or hostile client.
 func (c *Client) SendRaw(ctx context.Context, h Header, payload []byte, length int) (*Call, error) {
+	return c.sendRaw(ctx, h, payload, length, false)
+}
+
+// SendRawOrder is SendRaw with h's own Sequence and Tid, to play a client
+// that numbers its requests wrong.
+func (c *Client) SendRawOrder(ctx context.Context, h Header, payload []byte, length int) (*Call, error) {
+	return c.sendRaw(ctx, h, payload, length, true)
+}
+
+func (c *Client) sendRaw(ctx context.Context, h Header, payload []byte, length int, order bool) (*Call, error) {
 	return c.start(ctx, h.Opcode, func(cl *Call, hh *Header, slot []byte) ([]rings.SGE, error) {
 		keep := *hh
 		*hh = h
 		hh.Cookie, hh.ImmCookie, hh.Credits = keep.Cookie, keep.ImmCookie, keep.Credits
+		if !order {
+			hh.Sequence, hh.Tid = keep.Sequence, keep.Tid
+		}
 		if h.Flags&FlagInterrupt == 0 {
 			hh.IosVa, hh.IosMh = c.smr.TO(cl.slot*slotSize+slotIOSB), c.smr.RKey
 		}
@@ -66,9 +81,12 @@ func (c *Client) RawWrite(ctx context.Context, fid uint16, n int) (*Call, error)
 
 // Resign recomputes the signature of encoded AUTH_PARAMS p (as Append
 // lays them out: the signature option is the last before END).
-func Resign(p []byte) {
+func Resign(p []byte) { ResignWith(p, nil) }
+
+// ResignWith is Resign under secret.
+func ResignWith(p, secret []byte) {
 	at := len(p) - 1 - 2 - OptSignatureLen
-	sig := signature(p[:at])
+	sig := signature(secret, p[:at], []byte{OptEnd})
 	copy(p[at+2:], sig[:])
 }
 
@@ -117,7 +135,7 @@ func (s *Server) DebugState() string {
 // request slot).
 func (c *Client) RawBytes(ctx context.Context, b []byte) (*Call, error) {
 	return c.start(ctx, OpClose, func(cl *Call, h *Header, slot []byte) ([]rings.SGE, error) {
-		*h = Header{}
+		*h = Header{Sequence: h.Sequence, Tid: h.Tid}
 		return []rings.SGE{c.smr.SGE(cl.slot*slotSize+slotPayload, copy(slot[slotPayload:slotIOSB], b))}, nil
 	})
 }
@@ -138,4 +156,56 @@ func (c *Client) RawRDMA(read bool, stag uint32, to uint64, n int) error {
 	}
 	w.SGL[0] = b.mr.SGE(0, n)
 	return c.qp.PostSend(&w)
+}
+
+// NextSequence is the Sequence the client's next request will carry.
+func (c *Client) NextSequence() uint16 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.seq
+}
+
+// Tid is the transaction ID the request was sent with.
+func (cl *Call) Tid() uint32 { return uint32(cl.cookie) }
+
+// DropConn ends the server's connection with the highest QP number, as a
+// lost connection would end, and returns its QP number (0: none).
+func (s *Server) DropConn() uint32 {
+	s.mu.Lock()
+	var c *sconn
+	for _, x := range s.conns {
+		if c == nil || x.qp.QPN() > c.qp.QPN() {
+			c = x
+		}
+	}
+	s.mu.Unlock()
+	if c == nil {
+		return 0
+	}
+	c.fail(errors.New("lwio: test: connection dropped"))
+	return c.qp.QPN()
+}
+
+// LinkErrs is each connection's error (nil while it works), the primary's
+// first.
+func (c *Client) LinkErrs() []error {
+	errs := []error{c.Err()}
+	for _, l := range c.links {
+		errs = append(errs, l.Err())
+	}
+	return errs
+}
+
+// PipeRaw writes m on the client's file-access channel and returns the
+// message that answers it: a client that sends what the API would not.
+func (c *Client) PipeRaw(m []byte) ([]byte, error) {
+	c.pmu.Lock()
+	defer c.pmu.Unlock()
+	if _, err := c.pipe.Write(m); err != nil {
+		return nil, err
+	}
+	c.pipe.SetReadDeadline(time.Now().Add(10 * time.Second))
+	defer c.pipe.SetReadDeadline(time.Time{})
+	r, _, err := readControl(c.pipe, nil)
+	return r, err
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/emunic/emunic/rings"
@@ -26,10 +27,13 @@ type OpenFlags struct {
 // File is a registered remote file: io.ReaderAt and io.WriterAt over the
 // client's RDMA connection, safe for concurrent use.
 type File struct {
-	c    *Client
-	fid  uint16
-	name string
-	size int64
+	c     *Client
+	fid   uint16
+	name  string
+	size  int64
+	peers []*File // the same file on the client's links (links.go)
+	self  *File   // with peers: this registration alone, as spread and next use it
+	rr    atomic.Uint32
 
 	mu     sync.Mutex
 	closed bool
@@ -103,17 +107,16 @@ func (c *Client) Open(ctx context.Context, path string, fl OpenFlags) (*File, er
 	if err != nil {
 		return nil, err
 	}
-	p := FidParams{ResumeKey: rsp.Key.Key, SessionID: c.sessionID, FlagsAndAttributes: o.FlagsAttrs}
-	cl, err := c.start(ctx, OpRegister, func(cl *Call, h *Header, slot []byte) ([]rings.SGE, error) {
-		p.Encode(slot[slotPayload:])
-		h.Length = HeaderSize + FidParamsSize
-		return []rings.SGE{c.smr.SGE(cl.slot*slotSize, HeaderSize+FidParamsSize)}, nil
-	})
-	if err != nil {
-		_ = c.release(p.ResumeKey.ResumeKey)
+	if err := c.checkContext(rsp.Key.Server); err != nil {
+		_ = c.release(rsp.Key.Key.ResumeKey)
 		return nil, err
 	}
-	err = c.wait(ctx, cl)
+	p := FidParams{ResumeKey: rsp.Key.Key, FlagsAndAttributes: o.FlagsAttrs}
+	fid, err := c.register(ctx, p)
+	f := &File{c: c, fid: fid, name: path, size: int64(rsp.Size)}
+	if err == nil {
+		err = c.registerLinks(ctx, f, p)
+	}
 	// The key has done its work: a registered Fid holds the file on its
 	// own, so the file closes on the server with the Fid's CLOSE. (The
 	// pipe is in order and REGISTER was answered, or abandoned, first.)
@@ -123,10 +126,7 @@ func (c *Client) Open(ctx context.Context, path string, fl OpenFlags) (*File, er
 	if err != nil {
 		return nil, fmt.Errorf("lwio: register %s: %w", path, err)
 	}
-	if cl.N == 0 || cl.N > 0xFFFF {
-		return nil, fmt.Errorf("lwio: register %s: Fid %d", path, cl.N)
-	}
-	return &File{c: c, fid: uint16(cl.N), name: path, size: int64(rsp.Size)}, nil
+	return f, nil
 }
 
 // Name is the path the file was opened with; Size its size when opened.
@@ -172,7 +172,7 @@ func (c *Client) lookupLocked(p []byte) (*verbs.MR, int, bool) {
 			return r.mr, int(a - base), true
 		}
 	}
-	return nil, 0, false
+	return c.primaryLookup(p) // a link: the primary's memory (links.go)
 }
 
 // bounceLocked takes a staging buffer of the window's size.
@@ -218,6 +218,7 @@ func (f *File) StartRead(ctx context.Context, p []byte, off int64, done chan *Ca
 	if err := f.check(); err != nil {
 		return nil, err
 	}
+	f = f.next() // one of the client's connections (links.go)
 	c := f.c
 	if len(p) == 0 || len(p) > c.window || off < 0 {
 		return nil, fmt.Errorf("%w: read of %d bytes (window %d)", ErrTooLarge, len(p), c.window)
@@ -245,6 +246,7 @@ func (f *File) StartWrite(ctx context.Context, p []byte, off int64, done chan *C
 	if err := f.check(); err != nil {
 		return nil, err
 	}
+	f = f.next() // one of the client's connections (links.go)
 	c := f.c
 	if len(p) == 0 || len(p) > int(c.srv.MaxRecvBufferSize) || off < 0 {
 		return nil, fmt.Errorf("%w: write of %d bytes (at most %d)", ErrTooLarge, len(p), c.srv.MaxRecvBufferSize)
@@ -294,6 +296,7 @@ func (f *File) StartReadV(ctx context.Context, pages [][]byte, off int64, done c
 	if err := f.check(); err != nil {
 		return nil, err
 	}
+	f = f.next() // one of the client's connections (links.go)
 	c := f.c
 	ps, total, err := c.vecShape(pages)
 	if err != nil {
@@ -340,6 +343,7 @@ func (f *File) StartWriteV(ctx context.Context, pages [][]byte, off int64, done 
 	if err := f.check(); err != nil {
 		return nil, err
 	}
+	f = f.next() // one of the client's connections (links.go)
 	c := f.c
 	total, ps := 0, 0
 	for i, p := range pages {
@@ -377,6 +381,7 @@ func (f *File) StartWriteCollapsed(ctx context.Context, page []byte, length int,
 	if err := f.check(); err != nil {
 		return nil, err
 	}
+	f = f.next() // one of the client's connections (links.go)
 	c := f.c
 	ps := len(page)
 	if ps == 0 || ps > 0xFFFF || length <= 0 || (length < ps) || (length+ps-1)/ps > 0xFFFF {
@@ -423,48 +428,27 @@ func (c *Client) vecShape(pages [][]byte) (int, int, error) {
 // all in flight at once up to the credits. It returns io.EOF with n <
 // len(p) at the end of the file.
 func (f *File) ReadAt(p []byte, off int64) (int, error) {
-	return f.run(p, off, f.StartRead, f.c.window)
+	return f.run(p, off, (*File).StartRead, f.c.window)
 }
 
 // WriteAt writes p at off (io.WriterAt), in pieces of the server's
 // MaxRecvBufferSize, all in flight at once up to the credits.
 func (f *File) WriteAt(p []byte, off int64) (int, error) {
-	return f.run(p, off, f.StartWrite, int(f.c.srv.MaxRecvBufferSize))
+	return f.run(p, off, (*File).StartWrite, int(f.c.srv.MaxRecvBufferSize))
 }
 
-func (f *File) run(p []byte, off int64, start func(context.Context, []byte, int64, chan *Call) (*Call, error), piece int) (int, error) {
+func (f *File) run(p []byte, off int64, start startFn, piece int) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	ctx := context.Background()
-	done := make(chan *Call, (len(p)+piece-1)/piece)
-	calls := 0
-	var err error
-	for o := 0; o < len(p); o += piece {
-		if _, err = start(ctx, p[o:min(o+piece, len(p))], off+int64(o), done); err != nil {
-			break
-		}
-		calls++
-	}
+	// The pieces go over every connection of the client (links.go).
+	got, err := f.spread(p, off, start, piece)
 	// The result is the run of whole pieces from the start and the first
 	// short one (the end of the file); an error other than io.EOF wins.
-	got := make(map[int64]int, calls)
-	var first error
-	for range calls {
-		cl := <-done
-		got[cl.Off-off] = cl.N
-		if cl.Err != nil && (first == nil || first == io.EOF) {
-			first = cl.Err
-		}
-	}
-	if err == nil {
-		err = first
-	}
 	n := 0
-	for o := 0; o < calls*piece && o < len(p); o += piece {
-		m := got[int64(o)]
+	for i, m := range got {
 		n += m
-		if m < min(piece, len(p)-o) {
+		if m < min(piece, len(p)-i*piece) {
 			break
 		}
 	}
@@ -484,7 +468,15 @@ func (cl *Call) Wait(ctx context.Context) error { return cl.c.wait(ctx, cl) }
 
 // Cancel cancels the file's requests the server has not started: they
 // complete with a *StatusError of STATUS_CANCELLED.
-func (f *File) Cancel(ctx context.Context) error { return f.control(ctx, OpCancel) }
+func (f *File) Cancel(ctx context.Context) error {
+	err := f.control(ctx, OpCancel)
+	for _, g := range f.peers { // the requests on the other connections too
+		if cerr := g.control(ctx, OpCancel); err == nil && g.c.Err() == nil {
+			err = cerr
+		}
+	}
+	return err
+}
 
 // Close closes the Fid on the server; later I/O on f fails.
 func (f *File) Close() error {
@@ -495,7 +487,13 @@ func (f *File) Close() error {
 	}
 	f.closed = true
 	f.mu.Unlock()
-	return f.control(context.Background(), OpClose)
+	err := f.control(context.Background(), OpClose)
+	for _, g := range f.peers {
+		if cerr := g.Close(); err == nil && g.c.Err() == nil {
+			err = cerr
+		}
+	}
+	return err
 }
 
 func (f *File) control(ctx context.Context, op Opcode) error {

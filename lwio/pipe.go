@@ -89,7 +89,7 @@ func (o *OpenRequest) Decode(m []byte) error {
 		return fmt.Errorf("lwio: OPEN reserved field %#x", le.Uint16(m[OpenOffReserved:]))
 	}
 	*o = OpenRequest{Disposition: le.Uint16(m[OpenOffDisposition:]), FlagsAttrs: le.Uint32(m[OpenOffFlagsAttrs:]),
-		Path: fromUTF16le(m[OpenOffPath:])}
+		Path: fromUTF16leExact(m[OpenOffPath:])}
 	if o.Disposition > DispTruncate {
 		return fmt.Errorf("lwio: OPEN disposition %d", o.Disposition)
 	}

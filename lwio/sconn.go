@@ -29,8 +29,9 @@ import (
 //   - every request's last work request is signaled and carries the
 //     count of work requests it retires (sqUsed), and its staging slot.
 type sconn struct {
-	s  *Server
-	qp *verbs.QP
+	s    *Server
+	qp   *verbs.QP
+	inst int // the provider instance (listener) it came in on
 
 	rbuf     *verbs.Buffer
 	rmr      *verbs.MR
@@ -50,9 +51,17 @@ type sconn struct {
 	peerEnded bool // a completion error ended the connection (teardown counts how)
 
 	credits, outstanding int
-	txn                  int // >0: a grant waits for its CREDIT; <0: the next retire's value
-	noPositive           bool
-	lowStreak            int // requests in a row whose hint wanted fewer credits
+	// nextSeq is the Sequence the next request must carry: the client's
+	// BaseSequence + 1 after AUTH (the server's BaseSequence), then one
+	// more per request, modulo 2^16. tids holds the Tid of every request
+	// not yet answered; intrTid is the held INTERRUPT's.
+	nextSeq uint16
+	tids    map[uint32]struct{}
+	intrTid uint32
+
+	txn        int // >0: a grant waits for its CREDIT; <0: the next retire's value
+	noPositive bool
+	lowStreak  int // requests in a row whose hint wanted fewer credits
 
 	fids    []*fidEntry
 	fidNext int
@@ -118,8 +127,8 @@ const (
 	ctlAreaSize = 128
 )
 
-func newSconn(s *Server, qp *verbs.QP) (*sconn, error) {
-	c := &sconn{s: s, qp: qp, slotSize: HeaderSize + s.cfg.MaxRecvBuffer, nslots: s.cfg.MaxCredits + creditSlack,
+func newSconn(s *Server, qp *verbs.QP, inst int) (*sconn, error) {
+	c := &sconn{s: s, qp: qp, inst: inst, slotSize: HeaderSize + s.cfg.MaxRecvBuffer, nslots: s.cfg.MaxCredits + creditSlack,
 		inflight: map[uint64]posted{}, sqDepth: sqDepthFor(s.cfg.MaxCredits), teardownDone: make(chan struct{}), fidNext: 0}
 	c.cond = sync.NewCond(&c.mu)
 	c.slotSize = (c.slotSize + 63) &^ 63
@@ -245,17 +254,21 @@ func (c *sconn) auth(slot int, h *Header, msg []byte) {
 		return
 	}
 	var a AuthParams
-	if err := a.Decode(msg[HeaderSize:]); err != nil {
+	if err := a.DecodeSigned(msg[HeaderSize:], c.s.cfg.Secret); err != nil {
 		deny(StatusAccessDenied)
 		return
 	}
+	// The key must be a live pipe's, and this connection's instance one
+	// the pipe was offered and has not used: a key authenticates one
+	// connection per instance, once.
 	ss := c.s.session(getGUID(a.Key[:]))
-	if ss == nil {
+	if ss == nil || !ss.claim(c.inst) {
+		c.s.st.keyRefused.Add(1)
 		deny(StatusAccessDenied)
 		return
 	}
-	if a.HeaderSize != HeaderSize || a.PageSize == 0 || a.MaxRdmaWindowSize == 0 {
-		deny(StatusInvalidParameter)
+	if st := a.checkClient(h, len(msg)); st != StatusSuccess {
+		deny(st)
 		return
 	}
 	want := min(max(int(a.Credits), 1), c.s.cfg.InitialCredits)
@@ -273,14 +286,17 @@ func (c *sconn) auth(slot int, h *Header, msg []byte) {
 	_, _ = io.ReadFull(c.s.rnd, sid[:])
 	c.sessionID = int64(binary.LittleEndian.Uint64(sid[:]) &^ (1 << 63))
 	c.peer, c.sess, c.credits, c.authed = a, ss, got, true
+	c.nextSeq = a.BaseSequence + 1
+	c.tids = make(map[uint32]struct{}, c.nslots)
 	c.stopTimer()
 	c.s.st.authed.Add(1)
 	mine := AuthParams{RevID: RevID, Endian: EndianPtr64, PageSize: uint16(c.s.cfg.PageSize),
 		BaseSequence: a.BaseSequence + 1, MaxRdmaWindowSize: uint32(c.s.cfg.MaxRdmaWindow),
 		MaxSendBufferSize: StatusResponseSize, MaxRecvBufferSize: uint32(c.s.cfg.MaxRecvBuffer),
-		HeaderSize: HeaderSize, Credits: uint16(got), RdmaReadSupported: 1, Key: a.Key,
+		HeaderSize: HeaderSize, Credits: uint16(got), RdmaReadSupported: serverRdmaRead, Key: a.Key,
 		HasSessionID: true, SessionID: c.sessionID}
-	p := mine.Append(c.rbuf.Bytes()[c.ctlOff : c.ctlOff : c.ctlOff+ctlAreaSize])
+	p := mine.AppendSigned(c.rbuf.Bytes()[c.ctlOff:c.ctlOff:c.ctlOff+ctlAreaSize], c.s.cfg.Secret)
+	c.s.log("connection authenticated", "client", ss.logon.name, "addr", ss.logon.addr, "instance", c.inst, "qp", c.qp.QPN())
 	write := rings.SendWR{Opcode: rings.WRRDMAWrite, RemoteAddr: h.DataVa, RKey: h.DataMh, NumSGE: 1}
 	write.SGL[0] = c.rmr.SGE(c.ctlOff, len(p))
 	c.repostLocked(slot)
@@ -359,6 +375,18 @@ func (c *sconn) teardown() {
 }
 
 func (c *sconn) wait() { <-c.teardownDone }
+
+// countRead and countWritten count bytes a request moved, for the server
+// and for the client it belongs to (its logon: what the log says of it).
+func (c *sconn) countRead(n uint64) {
+	c.s.st.bytesRead.Add(n)
+	c.sess.logon.read.Add(n)
+}
+
+func (c *sconn) countWritten(n uint64) {
+	c.s.st.bytesWritten.Add(n)
+	c.sess.logon.written.Add(n)
+}
 
 func (c *sconn) freeMem() {
 	for _, s := range c.stageAll {

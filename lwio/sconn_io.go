@@ -84,13 +84,13 @@ func (c *sconn) do(r *sreq, stage *stageSlot) (uint32, uint32, []rings.SendWR) {
 		}
 		if h.Opcode == OpRead {
 			c.s.st.reads.Add(1)
-			c.s.st.bytesRead.Add(uint64(n))
+			c.countRead(uint64(n))
 			w := rings.SendWR{Opcode: rings.WRRDMAWrite, RemoteAddr: h.DataVa, RKey: h.DataMh, NumSGE: 1}
 			w.SGL[0] = stage.mr.SGE(0, n)
 			return StatusSuccess, uint32(n), []rings.SendWR{w}
 		}
 		c.s.st.vecReads.Add(1)
-		c.s.st.bytesRead.Add(uint64(n))
+		c.countRead(uint64(n))
 		wrs := make([]rings.SendWR, 0, len(r.regions))
 		for off, i := 0, 0; off < n; i++ {
 			l := min(int(r.regions[i].Length), n-off)
@@ -105,7 +105,7 @@ func (c *sconn) do(r *sreq, stage *stageSlot) (uint32, uint32, []rings.SendWR) {
 		if _, err := f.writeAt(r.data, int64(h.Offset), direct); err != nil {
 			return StatusIOError, 0, nil
 		}
-		c.s.st.bytesWritten.Add(uint64(len(r.data)))
+		c.countWritten(uint64(len(r.data)))
 		return StatusSuccess, h.Length, nil
 	default: // OpVecWrite
 		c.s.st.vecWrites.Add(1)
@@ -122,7 +122,7 @@ func (c *sconn) do(r *sreq, stage *stageSlot) (uint32, uint32, []rings.SendWR) {
 				}
 			}
 		}
-		c.s.st.bytesWritten.Add(uint64(h.Length))
+		c.countWritten(uint64(h.Length))
 		return StatusSuccess, h.Length, nil
 	}
 }
@@ -152,6 +152,7 @@ func (c *sconn) finishLocked(r *sreq, st, info uint32, wrs []rings.SendWR, stage
 		c.s.st.imm.Add(1)
 		c.postLocked(wrs, stage, false)
 		c.outstanding--
+		delete(c.tids, h.Tid)
 	} else {
 		if st != StatusSuccess {
 			wrs = nil
@@ -177,6 +178,7 @@ func (c *sconn) answerLocked(h *Header, st, info uint32, before []rings.SendWR, 
 	wrs := append(before, w)
 	c.postLocked(wrs, stage, c.denied)
 	c.outstanding--
+	delete(c.tids, h.Tid)
 	if h.Polling() {
 		// A status block written: the completion a sleeping polling client
 		// may be waiting for, whatever its status (a refused request
@@ -184,7 +186,7 @@ func (c *sconn) answerLocked(h *Header, st, info uint32, before []rings.SendWR, 
 		// next one be answered at once.
 		if c.intrPending {
 			c.intrPending = false // answerLocked retires the interrupt request
-			c.answerLocked(&Header{Flags: FlagInterrupt | FlagControl, Cookie: c.intrCookie}, StatusSuccess, 0, nil, nil)
+			c.answerLocked(&Header{Flags: FlagInterrupt | FlagControl, Cookie: c.intrCookie, Tid: c.intrTid}, StatusSuccess, 0, nil, nil)
 		} else {
 			c.completedIO = true
 		}

@@ -55,11 +55,11 @@ var reqOps = [...]reqOp{
 	OpRead: {op: OpRead, name: "OpRead", fid: true, closedStatus: StatusFileClosed,
 		size: HeaderSize, exact: true, validate: validateRead, handle: (*sconn).ioRequest},
 	OpWrite: {op: OpWrite, name: "OpWrite", fid: true, closedStatus: StatusFileClosed,
-		size: HeaderSize, validate: validateIO, handle: (*sconn).ioRequest},
+		size: HeaderSize, validate: validateWrite, handle: (*sconn).ioRequest},
 	OpVecRead: {op: OpVecRead, name: "OpVecRead", fid: true, closedStatus: StatusFileClosed,
 		size: HeaderSize + RegionSize, validate: validateIO, handle: (*sconn).ioRequest},
 	OpVecWrite: {op: OpVecWrite, name: "OpVecWrite", fid: true, closedStatus: StatusFileClosed,
-		size: HeaderSize, validate: validateIO, handle: (*sconn).ioRequest},
+		size: HeaderSize, validate: validateWrite, handle: (*sconn).ioRequest},
 	OpClose: {op: OpClose, name: "OpClose", count: func(s *serverCounters) *atomic.Uint64 { return &s.closes },
 		fid: true, closedStatus: StatusInvalidHandle, size: HeaderSize, handle: (*sconn).closeFid},
 	OpCancel: {op: OpCancel, name: "OpCancel", count: func(s *serverCounters) *atomic.Uint64 { return &s.cancels },
@@ -84,6 +84,9 @@ func (c *sconn) request(slot int, msg []byte) {
 	}
 	if !c.authed {
 		c.auth(slot, &h, msg)
+		return
+	}
+	if !c.orderLocked(&h, len(msg)) {
 		return
 	}
 	c.outstanding++
@@ -145,6 +148,19 @@ func validateIO(_ *sconn, h Header, _ []byte) uint32 {
 	return StatusSuccess
 }
 
+// validateWrite: a write is an I/O request, and the export is writable
+// (ACCESS_DENIED, counted, on a read-only one).
+func validateWrite(c *sconn, h Header, msg []byte) uint32 {
+	if st := validateIO(c, h, msg); st != StatusSuccess {
+		return st
+	}
+	if c.s.exp.ReadOnly() {
+		c.s.st.readOnly.Add(1)
+		return StatusAccessDenied
+	}
+	return StatusSuccess
+}
+
 // validateRead: a read moves at most the window.
 func validateRead(c *sconn, h Header, msg []byte) uint32 {
 	if st := validateIO(c, h, msg); st != StatusSuccess {
@@ -192,7 +208,36 @@ func (c *sconn) interrupt(slot int, h Header, _ *fidEntry, _ []byte) {
 		c.answerLocked(&h, StatusSuccess, 0, nil, nil)
 		return
 	}
-	c.intrPending, c.intrCookie = true, h.Cookie
+	c.intrPending, c.intrCookie, c.intrTid = true, h.Cookie, h.Tid
+}
+
+// orderLocked checks what binds a request to its place on the connection:
+// its Sequence is the next one, its Tid is not that of a request still
+// outstanding, and the message is no longer than the client said it would
+// send (its MaxSendBufferSize). The QP delivers messages reliably and in
+// order, so a failure is a client that lies or has lost track of its own
+// requests: its answers could not be matched, and the connection ends
+// (counted). false: the connection is ending.
+func (c *sconn) orderLocked(h *Header, n int) bool {
+	var err error
+	switch _, dup := c.tids[h.Tid]; {
+	case h.Sequence != c.nextSeq:
+		c.s.st.seqErr.Add(1)
+		err = fmt.Errorf("lwio: request Sequence %d, want %d", h.Sequence, c.nextSeq)
+	case dup:
+		c.s.st.tidReuse.Add(1)
+		err = fmt.Errorf("lwio: Tid %#x reused while outstanding", h.Tid)
+	case n > int(c.peer.MaxSendBufferSize):
+		err = fmt.Errorf("lwio: a message of %d bytes, the client's MaxSendBufferSize is %d", n, c.peer.MaxSendBufferSize)
+	}
+	if err != nil {
+		c.s.st.protoErr.Add(1)
+		c.failLocked(err)
+		return false
+	}
+	c.nextSeq++
+	c.tids[h.Tid] = struct{}{}
+	return true
 }
 
 // register turns a resume key and the session id into a Fid.
@@ -212,9 +257,10 @@ func (c *sconn) registerLocked(msg []byte) (uint32, uint32) {
 		c.s.st.badReq.Add(1)
 		return StatusAccessDenied, 0
 	}
-	c.sess.mu.Lock()
-	f := c.sess.open[p.ResumeKey.ResumeKey]
-	if f != nil && (p.ResumeKey.Timestamp != c.sess.ts || p.ResumeKey.Pid != c.s.pid) {
+	l := c.sess.logon
+	l.mu.Lock()
+	f := l.open[p.ResumeKey.ResumeKey]
+	if f != nil && (p.ResumeKey.Timestamp != l.ts || p.ResumeKey.Pid != c.s.pid) {
 		f = nil
 	}
 	if f != nil {
@@ -222,7 +268,7 @@ func (c *sconn) registerLocked(msg []byte) (uint32, uint32) {
 		f.refs++
 		f.mu.Unlock()
 	}
-	c.sess.mu.Unlock()
+	l.mu.Unlock()
 	if f == nil {
 		c.s.st.badReq.Add(1)
 		return StatusObjectNameNotFound, 0
@@ -235,6 +281,9 @@ func (c *sconn) registerLocked(msg []byte) (uint32, uint32) {
 	for range maxFids {
 		i := c.fidNext
 		c.fidNext = (c.fidNext + 1) % maxFids
+		if i >= c.s.cfg.MaxFiles {
+			continue
+		}
 		if e := c.fids[i]; e == nil || (e.closed && e.busy == 0) {
 			c.fids[i] = &fidEntry{fid: uint16(i + 1), f: f, flags: p.FlagsAndAttributes}
 			if p.FlagsAndAttributes&FileNoIntermediate != 0 {
@@ -244,6 +293,7 @@ func (c *sconn) registerLocked(msg []byte) (uint32, uint32) {
 		}
 	}
 	c.s.unref(f)
+	c.s.st.fileLimit.Add(1)
 	return StatusInsufficientRes, 0
 }
 

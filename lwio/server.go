@@ -3,11 +3,10 @@ package lwio
 import (
 	"context"
 	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -71,6 +70,23 @@ type ServerConfig struct {
 	CreditPolicy func(credits, hint int) int
 	// PageSize is the server's page size in AUTH_PARAMS (4096).
 	PageSize int
+	// Instances is the provider instances the server offers: RDMA
+	// listeners on RDMAPort, RDMAPort+1, … (1, at most MaxInstances). A
+	// client with several instances gets up to as many connections.
+	Instances int
+	// Secret is what every client must prove it holds at logon, and what
+	// signs AUTH_PARAMS (docs/lwio.md, "Access control"); nil: none, and
+	// a client with one is refused.
+	Secret []byte
+	// Allow, when not empty, is the client addresses served: a pipe or an
+	// RDMA connection from any other is closed at once (counted).
+	Allow []netip.Prefix
+	// MaxFiles caps the files one client holds: resume keys on its
+	// file-access channel and Fids on each connection (4096).
+	MaxFiles int
+	// Logger, when set, logs each client: its logon (ClientName, key,
+	// address), refusals, its connections and its end.
+	Logger *slog.Logger
 	// Seed, when not zero, seeds the server's random choices (session
 	// keys, resume keys, session IDs) and stands for the process ID and
 	// session start time in resume keys: for repeatable runs only (a
@@ -117,6 +133,10 @@ func (c ServerConfig) withDefaults() ServerConfig {
 	if c.PageSize <= 0 {
 		c.PageSize = 4096
 	}
+	c.Instances = min(max(c.Instances, 1), MaxInstances)
+	if c.MaxFiles <= 0 || c.MaxFiles > maxFids {
+		c.MaxFiles = maxFids
+	}
 	return c
 }
 
@@ -136,6 +156,12 @@ func defaultCreditPolicy(credits, hint int) int {
 // ServerStats count a server's work and every refusal.
 type ServerStats struct {
 	Pipes, Negotiates, Opens    uint64
+	Logons                      uint64 // file-access channels that proved the secret
+	LogonFailures               uint64 // refused at logon: no secret, another one, a bad proof
+	KeyRefusals                 uint64 // a key used twice, or a NEGOTIATE or AUTH whose key is not good
+	AddrRefused                 uint64 // pipes and connections from an address Allow does not cover
+	ReadOnlyRefusals            uint64 // creates, truncates and writes a read-only export refused
+	FileLimit                   uint64 // OPENs and REGISTERs beyond MaxFiles
 	Conns, Authenticated        uint64
 	AuthFailures, AuthTimeouts  uint64
 	Registers, Reads, Writes    uint64
@@ -147,6 +173,8 @@ type ServerStats struct {
 	CreditViolations            uint64 // requests beyond the connection's credits
 	BadRequests                 uint64 // malformed or out-of-range requests (answered with an error status)
 	ProtocolErrors              uint64 // connections closed for a protocol violation
+	SequenceErrors              uint64 // of which: a request's Sequence out of order
+	TidReuses                   uint64 // of which: a Tid reused while its request was outstanding
 	PipeErrors                  uint64 // pipes closed for a malformed message
 	PipeTimeouts                uint64 // pipes closed for not negotiating within AuthTimeout
 	ConnErrors                  uint64 // connections lost (peer gone, Terminate, overflow)
@@ -169,12 +197,14 @@ type Server struct {
 	cq   *verbs.CQ
 	exp  *Export
 	pipe net.Listener
-	rl   *verbs.RDMAListener
+	rls  []*verbs.RDMAListener // one per provider instance
 	pid  uint64
 	rnd  io.Reader // crypto/rand's, or seeded (ServerConfig.Seed)
 
 	mu       sync.Mutex
-	sessions map[uuid.UUID]*session
+	sessions map[uuid.UUID]*session // negotiated pipes, by the server's key
+	logons   map[uuid.UUID]*logon   // file-access channels, by the client's key
+	usedKeys keyHistory             // every client key the server has taken
 	conns    map[uint32]*sconn
 	pipes    map[net.Conn]struct{}
 	pool     int // credits granted over every connection
@@ -191,16 +221,9 @@ type serverCounters struct {
 	cancelled, interrupts, grants, retires, bytesRead, bytesWritten atomic.Uint64
 	creditViol, badReq, protoErr, pipeErr, connErr, direct, imm     atomic.Uint64
 	polled, intrDone, pipeTimeouts, connClosed                      atomic.Uint64
+	seqErr, tidReuse, logons, logonFail, keyRefused, addrRefused    atomic.Uint64
+	readOnly, fileLimit                                             atomic.Uint64
 	filesOpen, connsOpen                                            atomic.Int64
-}
-
-// session is what one pipe's negotiation created: the key a client must
-// present to authenticate, and the files the pipe opened.
-type session struct {
-	key  uuid.UUID
-	mu   sync.Mutex
-	open map[uint64]*file // by ResumeKey
-	ts   uint64
 }
 
 // NewServer starts serving exp on host h: the pipe on cfg.PipePort (host
@@ -215,7 +238,7 @@ func NewServer(h *tcpstack.Host, exp *Export, cfg ServerConfig) (*Server, error)
 		return nil, fmt.Errorf("lwio: server: %w", err)
 	}
 	s := &Server{cfg: cfg, h: h, v: v, pd: v.AllocPD(), exp: exp, pid: uint64(os.Getpid()), rnd: rand.Reader,
-		sessions: map[uuid.UUID]*session{}, conns: map[uint32]*sconn{}, pipes: map[net.Conn]struct{}{}, done: make(chan struct{})}
+		sessions: map[uuid.UUID]*session{}, logons: map[uuid.UUID]*logon{}, conns: map[uint32]*sconn{}, pipes: map[net.Conn]struct{}{}, done: make(chan struct{})}
 	if cfg.Seed != 0 {
 		s.pid, s.rnd = cfg.Seed, tcpstack.NewSeededReader(cfg.Seed)
 	}
@@ -228,16 +251,30 @@ func NewServer(h *tcpstack.Host, exp *Export, cfg ServerConfig) (*Server, error)
 		_ = s.cq.Destroy()
 		return nil, fmt.Errorf("lwio: server: pipe: %w", err)
 	}
-	attr := verbs.QPAttr{PD: s.pd, SendCQ: s.cq, RecvCQ: s.cq, SQDepth: sqDepthFor(cfg.MaxCredits),
-		RQDepth: cfg.MaxCredits + creditSlack, IRD: 16, ORD: 16, Setup: s.setupConn}
-	if s.rl, err = v.ListenRDMA(cfg.RDMAPort, attr); err != nil {
-		_ = s.pipe.Close()
-		_ = s.cq.Destroy()
-		return nil, fmt.Errorf("lwio: server: rdma: %w", err)
+	if int(cfg.RDMAPort)+cfg.Instances-1 > 0xFFFF {
+		return nil, fmt.Errorf("lwio: server: %d instances from port %d", cfg.Instances, cfg.RDMAPort)
 	}
-	s.wg.Add(3)
+	for i := range cfg.Instances {
+		inst := i
+		attr := verbs.QPAttr{PD: s.pd, SendCQ: s.cq, RecvCQ: s.cq, SQDepth: sqDepthFor(cfg.MaxCredits),
+			RQDepth: cfg.MaxCredits + creditSlack, IRD: 16, ORD: 16,
+			Setup: func(qp *verbs.QP) error { return s.setupConn(qp, inst) }}
+		rl, err := v.ListenRDMA(cfg.RDMAPort+uint16(i), attr)
+		if err != nil {
+			for _, l := range s.rls {
+				_ = l.Close()
+			}
+			_ = s.pipe.Close()
+			_ = s.cq.Destroy()
+			return nil, fmt.Errorf("lwio: server: rdma: %w", err)
+		}
+		s.rls = append(s.rls, rl)
+	}
+	s.wg.Add(2 + len(s.rls))
 	go s.servePipes()
-	go s.serveRDMA()
+	for _, rl := range s.rls {
+		go s.serveRDMA(rl)
+	}
 	go s.poll()
 	return s, nil
 }
@@ -263,6 +300,8 @@ func (s *Server) Stats() ServerStats {
 	pool := s.pool
 	s.mu.Unlock()
 	return ServerStats{Pipes: c.pipes.Load(), Negotiates: c.negotiates.Load(), Opens: c.opens.Load(),
+		Logons: c.logons.Load(), LogonFailures: c.logonFail.Load(), KeyRefusals: c.keyRefused.Load(),
+		AddrRefused: c.addrRefused.Load(), ReadOnlyRefusals: c.readOnly.Load(), FileLimit: c.fileLimit.Load(),
 		Conns: c.conns.Load(), Authenticated: c.authed.Load(), AuthFailures: c.authFail.Load(),
 		AuthTimeouts: c.authTimeout.Load(), Registers: c.registers.Load(), Reads: c.reads.Load(),
 		Writes: c.writes.Load(), VecReads: c.vecReads.Load(), VecWrites: c.vecWrites.Load(),
@@ -270,7 +309,7 @@ func (s *Server) Stats() ServerStats {
 		Interrupts: c.interrupts.Load(), CreditGrants: c.grants.Load(), CreditRetires: c.retires.Load(),
 		BytesRead: c.bytesRead.Load(), BytesWritten: c.bytesWritten.Load(),
 		CreditViolations: c.creditViol.Load(), BadRequests: c.badReq.Load(),
-		ProtocolErrors: c.protoErr.Load(), PipeErrors: c.pipeErr.Load(), PipeTimeouts: c.pipeTimeouts.Load(), ConnErrors: c.connErr.Load(), ConnsClosed: c.connClosed.Load(),
+		ProtocolErrors: c.protoErr.Load(), SequenceErrors: c.seqErr.Load(), TidReuses: c.tidReuse.Load(), PipeErrors: c.pipeErr.Load(), PipeTimeouts: c.pipeTimeouts.Load(), ConnErrors: c.connErr.Load(), ConnsClosed: c.connClosed.Load(),
 		DirectIO: c.direct.Load(), ImmediateCompletions: c.imm.Load(), PollingCompletions: c.polled.Load(),
 		InterruptCompletions: c.intrDone.Load(), FilesOpen: c.filesOpen.Load(), ConnsOpen: c.connsOpen.Load(),
 		CreditsInUse: int64(pool)}
@@ -294,7 +333,9 @@ func (s *Server) Close() error {
 	}
 	s.mu.Unlock()
 	_ = s.pipe.Close()
-	_ = s.rl.Close()
+	for _, rl := range s.rls {
+		_ = rl.Close()
+	}
 	for _, c := range conns {
 		c.fail(errServerClosed)
 	}
@@ -305,8 +346,8 @@ func (s *Server) Close() error {
 	s.wg.Wait()
 	_ = s.cq.Destroy()
 	s.mu.Lock()
-	for _, ss := range s.sessions {
-		ss.release(s)
+	for _, l := range s.logons {
+		l.release(s)
 	}
 	s.mu.Unlock()
 	return nil
@@ -314,228 +355,14 @@ func (s *Server) Close() error {
 
 var errServerClosed = errors.New("lwio: server closed")
 
-// ---- the pipe --------------------------------------------------------------
-
-func (s *Server) servePipes() {
-	defer s.wg.Done()
-	for {
-		c, err := s.pipe.Accept()
-		if err != nil {
-			return
-		}
-		s.st.pipes.Add(1)
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			s.servePipe(c)
-		}()
-	}
-}
-
-// servePipe runs one pipe: NEGOTIATE first, then OPENs and RELEASEs until
-// the client closes it. A malformed message closes the pipe (counted).
-func (s *Server) servePipe(c net.Conn) {
-	defer c.Close()
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return
-	}
-	s.pipes[c] = struct{}{}
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.pipes, c)
-		s.mu.Unlock()
-	}()
-	var ss *session
-	defer func() {
-		if ss != nil {
-			s.mu.Lock()
-			delete(s.sessions, ss.key)
-			s.mu.Unlock()
-			ss.release(s)
-		}
-	}()
-	// A pipe must negotiate within the authentication timeout: one that
-	// says nothing does not hold a goroutine for ever.
-	_ = c.SetReadDeadline(time.Now().Add(s.cfg.AuthTimeout))
-	var buf []byte
-	for {
-		m, op, err := readControl(c, buf)
-		if err != nil {
-			if ne, ok := err.(net.Error); ok && ne.Timeout() {
-				s.st.pipeTimeouts.Add(1)
-			} else if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-				s.st.pipeErr.Add(1)
-			}
-			return
-		}
-		buf = m[:0]
-		if ss == nil && op != ControlOpNegotiate {
-			s.st.pipeErr.Add(1)
-			return
-		}
-		var out []byte
-		switch op {
-		case ControlOpNegotiate:
-			if ss != nil {
-				s.st.pipeErr.Add(1)
-				return
-			}
-			if ss, out, err = s.negotiate(m); err != nil {
-				s.st.pipeErr.Add(1)
-				return
-			}
-			_ = c.SetReadDeadline(time.Time{})
-		case ControlOpOpen:
-			var o OpenRequest
-			if err := o.Decode(m); err != nil {
-				s.st.pipeErr.Add(1)
-				return
-			}
-			out, err = s.open(ss, &o)
-			if err != nil {
-				return
-			}
-		case ControlOpRelease:
-			if len(m) != ReleaseLen {
-				s.st.pipeErr.Add(1)
-				return
-			}
-			ss.mu.Lock()
-			if f := ss.open[le.Uint64(m[RelOffResumeKey:])]; f != nil {
-				delete(ss.open, le.Uint64(m[RelOffResumeKey:]))
-				s.unref(f)
-			}
-			ss.mu.Unlock()
-			continue
-		default:
-			s.st.pipeErr.Add(1)
-			return
-		}
-		if _, err := c.Write(out); err != nil {
-			return
-		}
-	}
-}
-
-// negotiate answers a NEGOTIATE: the server's name, a key generated for
-// this client, and the providers both sides have.
-func (s *Server) negotiate(m []byte) (*session, []byte, error) {
-	req := Negotiate{Request: true}
-	if err := req.Decode(m); err != nil {
-		return nil, nil, err
-	}
-	s.st.negotiates.Add(1)
-	key, err := uuid.NewRandomFromReader(s.rnd)
-	if err != nil {
-		return nil, nil, err
-	}
-	rsp := Negotiate{Name: s.cfg.Name, Key: key}
-	for _, p := range req.Providers {
-		if p.Name == ProviderName {
-			rsp.Providers = append(rsp.Providers, s.provider())
-			break
-		}
-	}
-	out, err := rsp.Append(nil)
-	if err != nil {
-		return nil, nil, err
-	}
-	if req.ResponseLen != 0 && int(req.ResponseLen) < len(out) {
-		return nil, nil, fmt.Errorf("lwio: client's response buffer of %d bytes, the response is %d", req.ResponseLen, len(out))
-	}
-	ss := &session{key: key, open: map[uint64]*file{}, ts: s.now()}
-	s.mu.Lock()
-	s.sessions[key] = ss
-	s.mu.Unlock()
-	return ss, out, nil
-}
-
-// provider is this server's provider entry: one instance, the host's IPv4
-// address (4 bytes) with the RDMA port (2 bytes, big-endian) as the
-// discriminator.
-func (s *Server) provider() Provider {
-	a := s.h.Addr().As4()
-	var port [2]byte
-	binary.BigEndian.PutUint16(port[:], s.cfg.RDMAPort)
-	return Provider{Name: ProviderName, Instances: []Instance{{HostAddress: a[:], Discriminator: port[:]}}}
-}
-
-// open answers an OPEN. A path outside the export is ACCESS_DENIED, a
-// missing file OBJECT_NAME_NOT_FOUND.
-func (s *Server) open(ss *session, o *OpenRequest) ([]byte, error) {
-	s.st.opens.Add(1)
-	rsp := OpenResponse{}
-	f, err := s.exp.open(o.Path, o.Disposition != DispOpen, o.Disposition == DispTruncate)
-	switch {
-	case err == nil:
-	case errors.Is(err, fs.ErrNotExist):
-		rsp.Status = StatusObjectNameNotFound
-	case errors.Is(err, errBadPath), isEscape(err), errors.Is(err, fs.ErrPermission):
-		rsp.Status = StatusAccessDenied
-	default:
-		rsp.Status = StatusInvalidParameter
-	}
-	if f != nil {
-		s.st.filesOpen.Add(1)
-		if o.FlagsAttrs&FileNoIntermediate != 0 {
-			f.enableDirect()
-		}
-		size, err := f.size()
-		if err != nil {
-			s.unref(f)
-			rsp.Status = StatusInvalidParameter
-		} else {
-			rsp.Size = uint64(size)
-			var rk [8]byte
-			_, _ = io.ReadFull(s.rnd, rk[:])
-			k := binary.LittleEndian.Uint64(rk[:]) | 1
-			ss.mu.Lock()
-			ss.open[k] = f
-			ss.mu.Unlock()
-			rsp.Key = RequestResumeKey{Key: ResumeKey{ResumeKey: k, Timestamp: ss.ts, Pid: s.pid}, Server: s.cfg.Name}
-		}
-	}
-	return rsp.Append(nil)
-}
-
-// isEscape reports an os.Root refusal of a path that leaves the root.
-func isEscape(err error) bool {
-	var pe *fs.PathError
-	return errors.As(err, &pe) && pe.Err != nil && pe.Err.Error() == "path escapes from parent"
-}
-
-func (s *Server) unref(f *file) {
-	f.mu.Lock()
-	f.refs--
-	last := f.refs == 0
-	f.mu.Unlock()
-	if last {
-		f.close()
-		s.st.filesOpen.Add(-1)
-	}
-}
-
-func (ss *session) release(s *Server) {
-	ss.mu.Lock()
-	open := ss.open
-	ss.open = map[uint64]*file{}
-	ss.mu.Unlock()
-	for _, f := range open {
-		s.unref(f)
-	}
-}
-
 // ---- RDMA connections ------------------------------------------------------
 
-func (s *Server) serveRDMA() {
+func (s *Server) serveRDMA(rl *verbs.RDMAListener) {
 	defer s.wg.Done()
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-s.done; cancel() }()
 	for {
-		r, err := s.rl.GetRequest(ctx)
+		r, err := rl.GetRequest(ctx)
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
 				return
@@ -550,7 +377,13 @@ func (s *Server) serveRDMA() {
 
 // setupConn runs at CREATE_QP of every accepted connection: it posts the
 // receive buffers before the MPA reply goes out.
-func (s *Server) setupConn(qp *verbs.QP) error {
+func (s *Server) setupConn(qp *verbs.QP, inst int) error {
+	// An address Allow does not cover gets no buffers: the QP is
+	// destroyed before the MPA exchange.
+	if a := addrOf(qp.RemoteAddr()); !s.allowed(a.Addr()) {
+		s.refuseAddr("an RDMA connection", a)
+		return errors.New("lwio: server: address not allowed")
+	}
 	s.mu.Lock()
 	full := (len(s.conns)+1)*2*(s.cfg.MaxCredits+creditSlack+2) > serverCQEntries
 	s.mu.Unlock()
@@ -558,7 +391,7 @@ func (s *Server) setupConn(qp *verbs.QP) error {
 		s.st.connErr.Add(1)
 		return errors.New("lwio: server: connection table full")
 	}
-	c, err := newSconn(s, qp)
+	c, err := newSconn(s, qp, inst)
 	if err != nil {
 		return err
 	}

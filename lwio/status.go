@@ -33,6 +33,7 @@ const (
 	StatusInsufficientRes    = 0xC000009A // more requests outstanding than credits
 	StatusCancelled          = 0xC0000120 // the request was cancelled
 	StatusFileClosed         = 0xC0000128 // I/O on a Fid after its CLOSE
+	StatusNotSupported       = 0xC00000BB // AUTH: an Endian other than EndianPtr64
 )
 
 // IOSB is an I/O status block.

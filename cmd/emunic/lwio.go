@@ -49,7 +49,7 @@ for a subcommand's flags; docs/cli.md (emunic lwio) has a two-host recipe.`,
 }
 
 var lwioSub = map[string]*command{
-	"serve": {name: "lwio serve", synopsis: "--tap NAME --addr CIDR --export DIR [--pipe-port N] [--rdma-port N] [--name NAME] [--arena SIZE] [--mtu N] [--gateway IP] [--pcap FILE]",
+	"serve": {name: "lwio serve", synopsis: "--tap NAME --addr CIDR --export DIR [--key-file FILE] [--read-only] [--allow CIDR]... [--pipe-port N] [--rdma-port N] [--name NAME] [--arena SIZE] [--mtu N] [--gateway IP] [--pcap FILE]",
 		about: `
 Attaches an emulated host to the TAP device NAME with the address CIDR and
 serves the regular files under DIR over LWIO until SIGINT or SIGTERM; then it
@@ -57,23 +57,31 @@ prints the server's counters (connections, requests, bytes, every refusal).
 Each RDMA connection is delegated to the NIC's offload unit and runs as an
 iWARP QP; the server reads and writes the files with the CPU (O_DIRECT for
 files a client registered with no intermediate buffering, where the file
-system allows).`,
+system allows).
+
+With --key-file, a client must prove it holds the same secret (the file's
+bytes, less one trailing newline) before it may name any file, and the
+secret signs every RDMA connection's authentication; without it, any client
+that reaches the pipe port is served, and a client with a key file is
+refused. --read-only refuses creates, truncates and writes; --allow (one
+or more) serves only clients whose address is in one of the prefixes. Each
+client is logged by name, key and address (docs/lwio.md, "Access control").`,
 		examples: `  emunic lwio serve --tap lw0 --addr 10.9.1.1/24 --export /srv/files
   emunic lwio serve --tap lw0 --addr 10.9.1.1/24 --export . --arena 512MiB`},
-	"put": {name: "lwio put", synopsis: "--tap NAME --addr CIDR --server IP [--polling] [--arena SIZE] [--mtu N] [--gateway IP] LOCAL REMOTE",
+	"put": {name: "lwio put", synopsis: "--tap NAME --addr CIDR --server IP [--key-file FILE] [--polling] [--arena SIZE] [--mtu N] [--gateway IP] LOCAL REMOTE",
 		about: `
 Copies the local file LOCAL to REMOTE on the LWIO server at IP (created, or
 truncated if it exists), with writes of the server's largest message in
 flight up to the credits it grants, then checks the remote size.`,
 		examples: `  emunic lwio put --tap lw1 --addr 10.9.1.2/24 --server 10.9.1.1 ./big.bin big.bin`},
-	"get": {name: "lwio get", synopsis: "--tap NAME --addr CIDR --server IP [--polling] [--arena SIZE] [--mtu N] [--gateway IP] REMOTE LOCAL",
+	"get": {name: "lwio get", synopsis: "--tap NAME --addr CIDR --server IP [--key-file FILE] [--polling] [--arena SIZE] [--mtu N] [--gateway IP] REMOTE LOCAL",
 		about: `
 Copies REMOTE from the LWIO server at IP to the local file LOCAL: reads are
 RDMA Writes by the server straight into registered memory, in flight up to
 the credits it grants; the data goes to a temporary file beside LOCAL,
 renamed to LOCAL only when every byte arrived.`,
 		examples: `  emunic lwio get --tap lw1 --addr 10.9.1.2/24 --server 10.9.1.1 big.bin ./copy.bin`},
-	"stat": {name: "lwio stat", synopsis: "--tap NAME --addr CIDR --server IP [--arena SIZE] [--mtu N] [--gateway IP] REMOTE",
+	"stat": {name: "lwio stat", synopsis: "--tap NAME --addr CIDR --server IP [--key-file FILE] [--arena SIZE] [--mtu N] [--gateway IP] REMOTE",
 		about: `
 Prints the size in bytes of REMOTE on the LWIO server at IP.`,
 		examples: `  emunic lwio stat --tap lw1 --addr 10.9.1.2/24 --server 10.9.1.1 big.bin`},
@@ -94,6 +102,11 @@ type lwioConfig struct {
 	Server   netip.Addr
 	Polling  bool
 	Args     []string
+	// Access control (lwio_access.go): the secret from --key-file, and
+	// serve's --read-only and --allow.
+	Secret   []byte
+	ReadOnly bool
+	Allow    []netip.Prefix
 }
 
 // parseLWIOFlags parses the flags of subcommand sub and its positional
@@ -113,8 +126,13 @@ func parseLWIOFlags(sub string, args []string, stdout io.Writer) (lwioConfig, er
 	fs.Var(&gw, "gateway", "default route via `IP`, inside --addr's subnet")
 	fs.Var(&arena, "arena", "host memory, `SIZE`: LWIO's buffers come from it")
 	fs.Var(&pipe, "pipe-port", "the server's pipe TCP `PORT`")
+	var keyFile string
+	var allow allowValue
+	fs.StringVar(&keyFile, "key-file", "", "the secret shared by the server and its clients is the bytes of `FILE` (one trailing newline ignored)")
 	switch sub {
 	case "serve":
+		fs.BoolVar(&cfg.ReadOnly, "read-only", false, "export read-only: refuse creates, truncates and writes")
+		fs.Var(&allow, "allow", "serve only clients whose address is in `CIDR` (repeatable; default: any)")
 		fs.StringVar(&cfg.Export, "export", "", "the directory `DIR` to serve (required)")
 		fs.Var(&rdma, "rdma-port", "the RDMA connections' `PORT` (announced on the pipe)")
 		fs.StringVar(&cfg.Name, "name", "EMUNIC", "the server's `NAME` in the negotiate response (at most 15 characters)")
@@ -130,6 +148,11 @@ func parseLWIOFlags(sub string, args []string, stdout io.Writer) (lwioConfig, er
 	}
 	cfg.Addr, cfg.Gateway, cfg.MTU, cfg.Arena, cfg.Server = addr.p, gw.a, int(mtu), int64(arena), server.a
 	cfg.PipePort, cfg.RDMAPort, cfg.Args = uint16(pipe), uint16(rdma), fs.Args()
+	cfg.Allow = allow.ps
+	var err error
+	if cfg.Secret, err = readKeyFile(keyFile); err != nil {
+		return cfg, err
+	}
 	want := map[string]int{"serve": 0, "put": 2, "get": 2, "stat": 1}[sub]
 	switch {
 	case cfg.Tap == "":
@@ -173,7 +196,7 @@ func runLWIOCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	c, err := lwio.Dial(dctx, th.host, cfg.Server, lwio.ClientConfig{PipePort: cfg.PipePort, Polling: cfg.Polling, Credits: 32})
+	c, err := lwio.Dial(dctx, th.host, cfg.Server, lwio.ClientConfig{PipePort: cfg.PipePort, Polling: cfg.Polling, Credits: 32, Secret: cfg.Secret})
 	if err != nil {
 		return err
 	}
@@ -199,12 +222,16 @@ func runLWIOServe(ctx context.Context, th *tapHost, cfg lwioConfig, stdout io.Wr
 		return err
 	}
 	defer exp.Close()
-	srv, err := lwio.NewServer(th.host, exp, lwio.ServerConfig{Name: cfg.Name, PipePort: cfg.PipePort, RDMAPort: cfg.RDMAPort})
+	if cfg.ReadOnly {
+		exp.SetReadOnly()
+	}
+	srv, err := lwio.NewServer(th.host, exp, lwio.ServerConfig{Name: cfg.Name, PipePort: cfg.PipePort, RDMAPort: cfg.RDMAPort,
+		Secret: cfg.Secret, Allow: cfg.Allow, Logger: logger})
 	if err != nil {
 		return err
 	}
-	logger.Info(fmt.Sprintf("%v on tap %s: LWIO server %q exporting %s, pipe on port %d, RDMA on port %d; Ctrl-C to stop",
-		cfg.Addr, th.tap.Name(), cfg.Name, cfg.Export, cfg.PipePort, cfg.RDMAPort),
+	logger.Info(fmt.Sprintf("%v on tap %s: LWIO server %q exporting %s, pipe on port %d, RDMA on port %d, %s; Ctrl-C to stop",
+		cfg.Addr, th.tap.Name(), cfg.Name, cfg.Export, cfg.PipePort, cfg.RDMAPort, describeAccess(cfg.Secret, cfg.ReadOnly, cfg.Allow)),
 		"addr", cfg.Addr, "tap", th.tap.Name(), "export", cfg.Export)
 	start := time.Now()
 	<-ctx.Done()
