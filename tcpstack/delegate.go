@@ -193,6 +193,7 @@ func (o *offloader) install(ep tcpip.Endpoint, key hdr.Tuple, fi *flowInfo, pre 
 		return nil, o.offloadFailed(c, ep, prep, err)
 	}
 	c = o.delegated(c, ep, prep, res)
+	o.drv.flows.bind(key, c)
 	o.injectHeld(key, idx)
 	return c, nil
 }

@@ -55,6 +55,12 @@ type flowInfo struct {
 	// SND.UNA (and when the flow is removed): delegation waits on it for
 	// the flow to go quiet.
 	acked chan struct{}
+	// dconn is the delegated connection on the flow, once the unit has
+	// it (bind): what an ICMP quoting the flow is about (pmtu.go).
+	dconn *DelegatedConn
+	// learned: the tracker missed the flow's handshake and the entry was
+	// made from netstack's endpoint (flowlearn.go).
+	learned bool
 }
 
 // flowTracker is the driver's table of tracked flows. It is consulted for
@@ -159,6 +165,28 @@ func (t *flowTracker) ackedChan(k hdr.Tuple) (<-chan struct{}, bool) {
 		f.acked = make(chan struct{})
 	}
 	return f.acked, true
+}
+
+// bind records c as the delegated connection on flow k.
+func (t *flowTracker) bind(k hdr.Tuple, c *DelegatedConn) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if f, ok := t.flows[k]; ok {
+		f.dconn = c
+	}
+}
+
+// delegatedConn returns the delegated connection on flow k (nil: none).
+func (t *flowTracker) delegatedConn(k hdr.Tuple) *DelegatedConn {
+	if t.n.Load() == 0 {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if f, ok := t.flows[k]; ok {
+		return f.dconn
+	}
+	return nil
 }
 
 // entry returns flow k's entry (nil if untracked): its identity, for
