@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"gvisor.dev/gvisor/pkg/tcpip"
+
 	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/seqnum"
 )
@@ -81,6 +83,14 @@ type flowTracker struct {
 	// now, when set, is the clock the handshake's RTT is measured with
 	// (DriverConfig.Clock, through Driver.nanos); monotime otherwise.
 	now func() int64
+
+	// What learning a missed flow from netstack takes (flowlearn.go), set
+	// by the host: the next hop's MAC for a remote address, and
+	// netstack's clock (its timestamps count from it).
+	nextHop  func(netip.Addr) ([6]byte, bool)
+	stackNow func() tcpip.MonotonicTime
+	// learnedFlows counts the flows learned so (Host.FlowsLearned).
+	learnedFlows atomic.Uint64
 }
 
 func (t *flowTracker) clock() int64 {

@@ -320,6 +320,7 @@ func newHost(cfg HostConfig, mem *rings.Arena, dev Device, area bool) (*Host, er
 	h := &Host{Stack: st, Mem: mem, Driver: drv, stepper: cfg.Stepper, connTable: cfg.ConnTable}
 	icmp := h.icmpFrame
 	drv.icmpErr.Store(&icmp)
+	drv.flows.nextHop, drv.flows.stackNow = h.nextHopMAC, st.S.Clock().NowMonotonic
 	if area {
 		if err := h.registerStatArea(); err != nil {
 			h.Close()
