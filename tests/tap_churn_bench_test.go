@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -31,11 +30,14 @@ import (
 // Each round runs b.N connections on each path, alternating which goes
 // first, and each run starts from a fresh range of the kernel's ephemeral
 // ports (ip_local_port_range in the namespace): once the kernel holds most
-// of a range in TIME_WAIT, its connect slows down on both paths alike and
-// the comparison measures that instead. Reported: offload-conns/s,
+// of a range in TIME_WAIT (client first), its connect slows down on both
+// paths alike, and a port reused while the server holds its 4-tuple in
+// TIME_WAIT (server first) waits for a SYN retransmission; either way the
+// comparison would measure that instead. About 51,000 connections in all
+// (b.N × 4 × count) fit before ranges are reused. Reported: offload-conns/s,
 // netstack-conns/s and their ratio, offload/netstack. Root only:
 //
-//	go test ./tests/ -run '^$' -bench TAPChurn -benchtime 2000x -count 5
+//	go test ./tests/ -run '^$' -bench TAPChurn -benchtime 2000x -count 6
 func BenchmarkTAPChurn(b *testing.B) {
 	lab := newTAPOffloadLab(b, 72)
 	const netstackPorts = 1000 // the netstack path's ports: the service's plus this
@@ -63,7 +65,7 @@ func BenchmarkTAPChurn(b *testing.B) {
 		go srv.Serve(l)
 		b.Cleanup(func() { srv.Close() })
 	}
-	ports := &portRanges{ns: lab.ns, next: 10000}
+	ports := &portRanges{ns: lab.ns, next: firstPort}
 	const conc = 64
 	for _, mode := range []struct {
 		name string
@@ -119,21 +121,31 @@ type portRanges struct {
 	next int
 }
 
-// fresh sets the namespace's ephemeral port range to n ports (and some
-// room) none of which it has used yet, starting over from 10000 when the
-// ports run out (by then the first range's TIME_WAITs are likely gone).
+// firstPort is where the fresh ranges start: the namespace has no
+// listeners of its own, so every unprivileged port is the client's.
+const firstPort = 1100
+
+// fresh sets the namespace's ephemeral port range to n ports (and a
+// quarter more room: the kernel picks ports at random in the range) none
+// of which it has used yet, starting over from firstPort when the ports run
+// out (by then the first range's TIME_WAITs may be gone; it says so).
 func (p *portRanges) fresh(b *testing.B, n int) {
 	size := n + n/4 + 64
 	if p.next+size > 65535 {
-		b.Logf("ephemeral ports used up in this namespace: starting over from 10000 (TIME_WAITs may remain)")
-		p.next = 10000
+		b.Logf("ephemeral ports used up in this namespace: starting over (TIME_WAITs may remain)")
+		p.next = firstPort
 	}
-	lo, hi := p.next, p.next+size-1
+	lo := p.next
 	p.next += size
+	p.set(b, lo, lo+size-1)
+}
+
+// set sets the namespace's ephemeral port range to lo-hi.
+func (p *portRanges) set(b *testing.B, lo, hi int) {
 	err := p.ns.do(func() error {
 		// The namespace's own sysctl: /proc/sys/net is per namespace,
 		// seen from a thread inside it.
-		return os.WriteFile(filepath.Join("/proc/sys/net/ipv4/ip_local_port_range"), fmt.Appendf(nil, "%d %d", lo, hi), 0o644)
+		return os.WriteFile("/proc/sys/net/ipv4/ip_local_port_range", fmt.Appendf(nil, "%d %d", lo, hi), 0o644)
 	})
 	if err != nil {
 		b.Fatal(err)
