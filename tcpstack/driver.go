@@ -204,9 +204,6 @@ type Driver struct {
 	// drops a segment it was handed (a listener completing a handshake
 	// from a SYN cookie drops data racing it).
 	netstackDrop atomic.Pointer[func([]byte) bool]
-	// icmpErr, when set (by the host, pmtu.go), sees every legacy ICMP
-	// frame first; frames it returns true for are its own.
-	icmpErr atomic.Pointer[func([]byte) bool]
 
 	flows   flowTracker
 	ackFix  ackRepair
@@ -473,9 +470,6 @@ func (d *Driver) deliverFrame(frame []byte, viaGRO bool) {
 		return
 	}
 	if h := d.rxHold.Load(); h != nil && (*h)(frame) {
-		return
-	}
-	if h := d.icmpErr.Load(); h != nil && isICMPv4(frame) && (*h)(frame) {
 		return
 	}
 	if d.flows.observe(frame, false) {

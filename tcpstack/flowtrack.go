@@ -91,6 +91,10 @@ type flowTracker struct {
 	stackNow func() tcpip.MonotonicTime
 	// learnedFlows counts the flows learned so (Host.FlowsLearned).
 	learnedFlows atomic.Uint64
+	// icmpErr, set by the host (pmtu.go) while the driver already runs,
+	// judges every received ICMP frame before netstack does: true means
+	// it took the frame.
+	icmpErr atomic.Pointer[func([]byte) bool]
 }
 
 func (t *flowTracker) clock() int64 {
@@ -271,9 +275,12 @@ func (t *flowTracker) snapshot(k hdr.Tuple) (flowInfo, bool) {
 }
 
 // observe updates the flow a frame belongs to and reports whether the frame
-// must be dropped (the flow is frozen). outbound is true for frames the
-// host sends.
+// must be dropped (the flow is frozen, or an ICMP the host took). outbound
+// is true for frames the host sends.
 func (t *flowTracker) observe(frame []byte, outbound bool) (drop bool) {
+	if h := t.icmpErr.Load(); h != nil && !outbound && isICMPv4(frame) {
+		return (*h)(frame)
+	}
 	if t.n.Load() == 0 {
 		return false
 	}

@@ -65,7 +65,7 @@ func isICMPv4(frame []byte) bool {
 		frame[hdr.EthernetSize+hdr.IPv4OffProto] == hdr.ProtoICMP
 }
 
-// icmpFrame judges a legacy ICMP frame (the driver's icmpErr hook). It
+// icmpFrame judges a legacy ICMP frame (the flow tracker's icmpErr). It
 // returns true for a frame it consumed (dropped or turned into PATH_MTU);
 // false hands the frame on to netstack, after any change it made to it.
 func (h *Host) icmpFrame(frame []byte) bool {

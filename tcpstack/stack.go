@@ -318,9 +318,9 @@ func newHost(cfg HostConfig, mem *rings.Arena, dev Device, area bool) (*Host, er
 		return nil, err
 	}
 	h := &Host{Stack: st, Mem: mem, Driver: drv, stepper: cfg.Stepper, connTable: cfg.ConnTable}
-	icmp := h.icmpFrame
-	drv.icmpErr.Store(&icmp)
 	drv.flows.nextHop, drv.flows.stackNow = h.nextHopMAC, st.S.Clock().NowMonotonic
+	icmp := h.icmpFrame
+	drv.flows.icmpErr.Store(&icmp)
 	if area {
 		if err := h.registerStatArea(); err != nil {
 			h.Close()
