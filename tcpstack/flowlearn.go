@@ -34,7 +34,8 @@ import (
 var errNotTracked = errors.New("not tracked")
 
 // FlowsLearned counts the connections whose flow the tracker had missed
-// and whose delegation state was learned from netstack's endpoint.
+// and whose delegation state was learned from netstack's endpoint (ready
+// to install: the OFFLOAD may still be refused).
 func (h *Host) FlowsLearned() uint64 { return h.Driver.flows.learnedFlows.Load() }
 
 // learn makes flow q.key's tracker entry from netstack's endpoint ep and
@@ -76,6 +77,7 @@ func (q *quiescer) learn(ep tcpip.Endpoint, written uint64) (flowInfo, []byte, e
 		again, err := readEndpointState(ep, t.stackNow())
 		if err == nil && again.state == st.state && again.rcvNxt == st.rcvNxt && again.sndNxt == st.sndNxt &&
 			again.sndUna == st.sndUna && buf.Len() == st.rcvQueued {
+			t.learnedFlows.Add(1)
 			return fi, buf.Bytes(), nil
 		}
 		// netstack moved meanwhile: wait for it to settle (frozen, it
@@ -137,7 +139,6 @@ func (t *flowTracker) addLearned(k hdr.Tuple) {
 	if _, ok := t.flows[k]; !ok {
 		t.flows[k] = &flowInfo{ourWS: -1, peerWS: -1}
 		t.n.Add(1)
-		t.learnedFlows.Add(1)
 	}
 }
 
