@@ -18,14 +18,16 @@ import (
 // delegated all the same, its state learned from netstack's endpoint: the
 // bytes netstack held unread come first, then data both ways in amounts
 // that need the window scale and the options right; and one the peer had
-// half-closed before it was accepted reads its data, then EOF.
+// half-closed before it was accepted reads its data, then EOF; and one the
+// peer keeps sending on while it is learned loses nothing (its frames are
+// held while the flow is frozen, then given to the unit).
 func TestDelegateLearnsMissedFlow(t *testing.T) {
-	for _, halfClosed := range []bool{false, true} {
-		name := "established"
-		if halfClosed {
-			name = "close-wait"
-		}
-		t.Run(name, func(t *testing.T) {
+	for _, tc := range []struct {
+		name                  string
+		halfClosed, streaming bool
+	}{{"established", false, false}, {"close-wait", true, false}, {"streaming", false, true}} {
+		halfClosed := tc.halfClosed
+		t.Run(tc.name, func(t *testing.T) {
 			a, b, _ := gateHosts(t, nil, nil)
 			if err := a.Offload(OffloadConfig{CommandTimeout: time.Minute}); err != nil {
 				t.Fatal(err)
@@ -58,6 +60,11 @@ func TestDelegateLearnsMissedFlow(t *testing.T) {
 				return ok && fi.rcvNxt-fi.irs-1 == 3000+b2u(halfClosed)
 			})
 			a.Driver.flows.remove(k) // the tracker missed it
+			const streamed = 4 << 20
+			sent := make(chan error, 1)
+			if tc.streaming {
+				go func() { _, err := peer.Write(fallbackPattern(len(early), streamed)); sent <- err }()
+			}
 
 			c, err := l.Accept()
 			if err != nil {
@@ -78,6 +85,15 @@ func TestDelegateLearnsMissedFlow(t *testing.T) {
 			_ = dc.SetReadDeadline(time.Now().Add(20 * time.Second))
 			if _, err := io.ReadFull(dc, got); err != nil || !bytes.Equal(got, early) {
 				t.Fatalf("the bytes netstack held: %v", err)
+			}
+			if tc.streaming {
+				more := make([]byte, streamed)
+				if _, err := io.ReadFull(dc, more); err != nil || !bytes.Equal(more, fallbackPattern(len(early), streamed)) {
+					t.Fatalf("what the peer sent while the flow was learned: %v", err)
+				}
+				if err := <-sent; err != nil {
+					t.Fatal(err)
+				}
 			}
 			if halfClosed {
 				if n, err := dc.Read(got[:1]); n != 0 || err != io.EOF {
