@@ -59,7 +59,10 @@ type flowInfo struct {
 	acked chan struct{}
 	// dconn is the delegated connection on the flow, once the unit has
 	// it (bind): what an ICMP quoting the flow is about (pmtu.go).
-	dconn *DelegatedConn
+	// pmtuBusy: a PATH_MTU for it is with the device; ICMPs meanwhile
+	// are dropped, so a flood of them never floods the command ring.
+	dconn    *DelegatedConn
+	pmtuBusy bool
 	// learned: the tracker missed the flow's handshake and the entry was
 	// made from netstack's endpoint (flowlearn.go).
 	learned bool
@@ -201,6 +204,33 @@ func (t *flowTracker) delegatedConn(k hdr.Tuple) *DelegatedConn {
 		return f.dconn
 	}
 	return nil
+}
+
+// pmtuStart returns the delegated connection on flow k and its entry,
+// marked busy with a PATH_MTU; busy is true (and nothing marked) if one
+// already is.
+func (t *flowTracker) pmtuStart(k hdr.Tuple) (dc *DelegatedConn, f *flowInfo, busy bool) {
+	if t.n.Load() == 0 {
+		return nil, nil, false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	f, ok := t.flows[k]
+	if !ok || f.dconn == nil {
+		return nil, nil, false
+	}
+	if f.pmtuBusy {
+		return f.dconn, f, true
+	}
+	f.pmtuBusy = true
+	return f.dconn, f, false
+}
+
+// pmtuDone ends entry f's PATH_MTU.
+func (t *flowTracker) pmtuDone(f *flowInfo) {
+	t.mu.Lock()
+	f.pmtuBusy = false
+	t.mu.Unlock()
 }
 
 // entry returns flow k's entry (nil if untracked): its identity, for

@@ -45,17 +45,18 @@ type PathMTUStats struct {
 	NoConn    uint64 // quoting no connection of ours, dropped
 	Malformed uint64 // bad checksum, short quote, MTU below 68, not a segment we sent: dropped
 	Errors    uint64 // PATH_MTU commands the device refused otherwise or never answered
+	Busy      uint64 // quoting a delegated connection whose last one was still with the device: dropped
 }
 
 type pmtuCounters struct {
-	applied, floored, stale, noConn, malformed, errors atomic.Uint64
+	applied, floored, stale, noConn, malformed, errors, busy atomic.Uint64
 }
 
 // PathMTUStats returns the host's ICMP "fragmentation needed" counts.
 func (h *Host) PathMTUStats() PathMTUStats {
 	c := &h.pmtu
 	return PathMTUStats{Applied: c.applied.Load(), Floored: c.floored.Load(), Stale: c.stale.Load(),
-		NoConn: c.noConn.Load(), Malformed: c.malformed.Load(), Errors: c.errors.Load()}
+		NoConn: c.noConn.Load(), Malformed: c.malformed.Load(), Errors: c.errors.Load(), Busy: c.busy.Load()}
 }
 
 // isICMPv4 is the driver's cheap test of a legacy frame: IPv4, ICMP.
@@ -94,8 +95,12 @@ func (h *Host) icmpFrame(frame []byte) bool {
 	t := hdr.TCP(qtcp)
 	key := hdr.Tuple{LocalIP: local, RemoteIP: remote, LocalPort: t.SrcPort(), RemotePort: t.DstPort()}
 	quoted, mtu := t.Seq(), uint32(m.NextHopMTU())
-	if dc := h.Driver.flows.delegatedConn(key); dc != nil {
-		h.pathMTUDelegated(dc, quoted, mtu)
+	if dc, f, busy := h.Driver.flows.pmtuStart(key); dc != nil {
+		if busy {
+			c.busy.Add(1)
+		} else {
+			h.pathMTUDelegated(dc, f, quoted, mtu)
+		}
 		return true
 	}
 	ep := h.S.FindTransportEndpoint(ipv4.ProtocolNumber, tcp.ProtocolNumber, stack.TransportEndpointID{
@@ -131,11 +136,13 @@ func inFlight(s, una, nxt uint32) bool {
 }
 
 // pathMTUDelegated hands a delegated connection's ICMP to the engine as a
-// PATH_MTU command, without waiting: the interrupt goroutine must not.
-func (h *Host) pathMTUDelegated(dc *DelegatedConn, quoted, mtu uint32) {
+// PATH_MTU command, without waiting: the interrupt goroutine must not. One
+// at a time per connection (f is busy until the answer).
+func (h *Host) pathMTUDelegated(dc *DelegatedConn, f *flowInfo, quoted, mtu uint32) {
 	c := &h.pmtu
 	req := []cmdReq{{c: rings.Command{Opcode: rings.OpPathMTU, Conn: dc.idx, Arg0: quoted, Arg1: mtu}}}
 	err := h.Driver.submitAsync(req, func(r []rings.Command, err error) {
+		defer h.Driver.flows.pmtuDone(f)
 		switch {
 		case err != nil:
 			c.errors.Add(1)
@@ -154,5 +161,6 @@ func (h *Host) pathMTUDelegated(dc *DelegatedConn, quoted, mtu uint32) {
 	})
 	if err != nil {
 		c.errors.Add(1)
+		h.Driver.flows.pmtuDone(f)
 	}
 }

@@ -223,9 +223,12 @@ func TestPathMTUDelegated(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, "the first flight held by the peer", 10*time.Second, func() bool { return len(l.held(k)) >= 10 })
+	// One at a time: each PATH_MTU is answered before the next ICMP.
 	l.icmp(k, una+n+100_000, 1000, false) // forged
-	l.icmp(k, una-1, 1000, false)         // stale
-	l.icmp(k, una, 1000, true)            // bad checksum
+	l.wantStats("a forged ICMP counted", PathMTUStats{Stale: 1})
+	l.icmp(k, una-1, 1000, false) // stale
+	l.wantStats("a stale ICMP counted", PathMTUStats{Stale: 2})
+	l.icmp(k, una, 1000, true) // bad checksum
 	l.wantStats("bad ICMPs counted", PathMTUStats{Stale: 2, Malformed: 1})
 	l.icmp(k, una+1448, 1000, false)
 	l.wantStats("a valid ICMP applied", PathMTUStats{Applied: 1, Stale: 2, Malformed: 1})
@@ -241,6 +244,21 @@ func TestPathMTUDelegated(t *testing.T) {
 	}
 	l.icmp(k, una, 68, false)
 	l.wantStats("a tiny ICMP floored", PathMTUStats{Applied: 2, Floored: 1, Stale: 2, Malformed: 1})
+	// A flood of forged ones: each dropped, by the engine or (while one
+	// is with it) by the host, all counted; nothing else moves.
+	const flood = 500
+	for i := range flood {
+		l.icmp(k, una+n+uint32(i)*1000, 600, false)
+	}
+	testutil.Eventually(t, "the flood counted", 10*time.Second, func() bool {
+		s := l.a.PathMTUStats()
+		return s.Stale+s.Busy == 2+flood
+	})
+	if s := l.a.PathMTUStats(); s.Applied != 2 || s.Errors != 0 {
+		t.Fatalf("after the flood: %+v", s)
+	} else {
+		t.Logf("after a flood of %d forged ICMPs: %+v", flood, s)
+	}
 	resume()
 
 	got := make([]byte, n)
