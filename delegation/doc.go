@@ -50,6 +50,7 @@
 //	OpClose          e.Close(cmd.Conn)
 //	OpAbort          e.Abort(cmd.Conn)
 //	OpRelease        e.Release(cmd.Conn)
+//	OpPathMTU        st, mss := e.PathMTU(cmd.Conn, cmd.Arg0, cmd.Arg1); Result = mss (pmtu.go)
 //
 // Transmit descriptors with Conn != NoConn: e.Send(tx.Conn, &tx); a status
 // other than StatusOK means the descriptor was not taken (count it, and

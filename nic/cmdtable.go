@@ -61,6 +61,7 @@ var cmdHandlers = [...]cmdHandler{
 	rings.OpAbort:         (*Device).cmdAbort,
 	rings.OpRelease:       (*Device).cmdRelease,
 	rings.OpRxInject:      (*Device).cmdRxInject,
+	rings.OpPathMTU:       (*Device).cmdPathMTU,
 
 	// RDMA (rdma.go).
 	rings.OpRegMR:      (*Device).cmdRegMR,

@@ -187,3 +187,8 @@ func (d *Device) sendDelegated(desc rings.TxDesc) {
 		d.post(&rings.Notification{Flags: rings.NtfError, Conn: t.Conn, Aux: uint32(st), Len: t.Len})
 	}
 }
+
+func (d *Device) cmdPathMTU(ce rings.CommandEntry) (rings.Status, uint64) {
+	st, mss := d.eng.PathMTU(ce.Conn(), ce.Arg0(), ce.Arg1())
+	return st, uint64(mss)
+}

@@ -40,6 +40,7 @@ const (
 	OpAbort         Opcode = 0x15 // send RST, release the connection
 	OpRelease       Opcode = 0x16 // free a closed connection's index
 	OpRxInject      Opcode = 0x17 // Addr/Len: a received frame the host gives back for Conn
+	OpPathMTU       Opcode = 0x18 // Arg0: sequence number an ICMP quoted, Arg1: its next-hop MTU; result = the MSS
 
 	// RDMA (parameters in rdma.go).
 	OpRegMR      Opcode = 0x20 // register a memory region; result = its STag
@@ -189,6 +190,7 @@ var Commands = []CommandInfo{
 	{OpRelease, "RELEASE", CmdFamilyOffload, CmdResConn | CmdResQP, stConnState},
 	{OpRxInject, "RX_INJECT", CmdFamilyOffload, CmdResConn | CmdResHostMem,
 		Statuses(StatusOK, StatusBadAddress, StatusBadConn, StatusBadParam)},
+	{OpPathMTU, "PATH_MTU", CmdFamilyOffload, CmdResConn, Statuses(StatusOK, StatusBadConn, StatusBadParam, StatusBadState)},
 
 	{OpRegMR, "REG_MR", CmdFamilyRDMA, CmdResSTag | CmdResPD | CmdResHostMem,
 		Statuses(StatusOK, StatusBadAddress, StatusBadParam, StatusNoResources)},

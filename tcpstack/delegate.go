@@ -46,6 +46,14 @@ func (o *offloader) delegate(ep tcpip.Endpoint, wq *waiter.Queue, key hdr.Tuple,
 	q.readable = readable
 	for {
 		fi, err := q.freeze(written)
+		if errors.Is(err, errNotTracked) {
+			// The tracker missed the flow: learn it from netstack.
+			fi, pre, err := q.learn(ep, written)
+			if err != nil {
+				return nil, err
+			}
+			return o.install(ep, key, &fi, pre)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -93,7 +101,7 @@ func (q *quiescer) freeze(written uint64) (flowInfo, error) {
 	for {
 		fi, ok := t.freeze(q.key, true)
 		if !ok {
-			return fi, fmt.Errorf("%w: flow %v not tracked", ErrNotDelegated, q.key)
+			return fi, fmt.Errorf("%w: flow %v %w", ErrNotDelegated, q.key, errNotTracked)
 		}
 		if !fi.sawOurSyn || !fi.sawPeerSyn {
 			q.o.thaw(q.key)
@@ -111,7 +119,7 @@ func (q *quiescer) freeze(written uint64) (flowInfo, error) {
 		q.o.thaw(q.key)
 		acked, ok := t.ackedChan(q.key)
 		if !ok {
-			return fi, fmt.Errorf("%w: flow %v not tracked", ErrNotDelegated, q.key)
+			return fi, fmt.Errorf("%w: flow %v %w", ErrNotDelegated, q.key, errNotTracked)
 		}
 		select {
 		case <-acked:
@@ -193,6 +201,7 @@ func (o *offloader) install(ep tcpip.Endpoint, key hdr.Tuple, fi *flowInfo, pre 
 		return nil, o.offloadFailed(c, ep, prep, err)
 	}
 	c = o.delegated(c, ep, prep, res)
+	o.drv.flows.bind(key, c)
 	o.injectHeld(key, idx)
 	return c, nil
 }

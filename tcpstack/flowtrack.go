@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"gvisor.dev/gvisor/pkg/tcpip"
+
 	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/seqnum"
 )
@@ -55,6 +57,15 @@ type flowInfo struct {
 	// SND.UNA (and when the flow is removed): delegation waits on it for
 	// the flow to go quiet.
 	acked chan struct{}
+	// dconn is the delegated connection on the flow, once the unit has
+	// it (bind): what an ICMP quoting the flow is about (pmtu.go).
+	// pmtuBusy: a PATH_MTU for it is with the device; ICMPs meanwhile
+	// are dropped, so a flood of them never floods the command ring.
+	dconn    *DelegatedConn
+	pmtuBusy bool
+	// learned: the tracker missed the flow's handshake and the entry was
+	// made from netstack's endpoint (flowlearn.go).
+	learned bool
 }
 
 // flowTracker is the driver's table of tracked flows. It is consulted for
@@ -75,6 +86,18 @@ type flowTracker struct {
 	// now, when set, is the clock the handshake's RTT is measured with
 	// (DriverConfig.Clock, through Driver.nanos); monotime otherwise.
 	now func() int64
+
+	// What learning a missed flow from netstack takes (flowlearn.go), set
+	// by the host: the next hop's MAC for a remote address, and
+	// netstack's clock (its timestamps count from it).
+	nextHop  func(netip.Addr) ([6]byte, bool)
+	stackNow func() tcpip.MonotonicTime
+	// learnedFlows counts the flows learned so (Host.FlowsLearned).
+	learnedFlows atomic.Uint64
+	// icmpErr, set by the host (pmtu.go) while the driver already runs,
+	// judges every received ICMP frame before netstack does: true means
+	// it took the frame.
+	icmpErr atomic.Pointer[func([]byte) bool]
 }
 
 func (t *flowTracker) clock() int64 {
@@ -161,6 +184,55 @@ func (t *flowTracker) ackedChan(k hdr.Tuple) (<-chan struct{}, bool) {
 	return f.acked, true
 }
 
+// bind records c as the delegated connection on flow k.
+func (t *flowTracker) bind(k hdr.Tuple, c *DelegatedConn) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if f, ok := t.flows[k]; ok {
+		f.dconn = c
+	}
+}
+
+// delegatedConn returns the delegated connection on flow k (nil: none).
+func (t *flowTracker) delegatedConn(k hdr.Tuple) *DelegatedConn {
+	if t.n.Load() == 0 {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if f, ok := t.flows[k]; ok {
+		return f.dconn
+	}
+	return nil
+}
+
+// pmtuStart returns the delegated connection on flow k and its entry,
+// marked busy with a PATH_MTU; busy is true (and nothing marked) if one
+// already is.
+func (t *flowTracker) pmtuStart(k hdr.Tuple) (dc *DelegatedConn, f *flowInfo, busy bool) {
+	if t.n.Load() == 0 {
+		return nil, nil, false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	f, ok := t.flows[k]
+	if !ok || f.dconn == nil {
+		return nil, nil, false
+	}
+	if f.pmtuBusy {
+		return f.dconn, f, true
+	}
+	f.pmtuBusy = true
+	return f.dconn, f, false
+}
+
+// pmtuDone ends entry f's PATH_MTU.
+func (t *flowTracker) pmtuDone(f *flowInfo) {
+	t.mu.Lock()
+	f.pmtuBusy = false
+	t.mu.Unlock()
+}
+
 // entry returns flow k's entry (nil if untracked): its identity, for
 // removeEntry.
 func (t *flowTracker) entry(k hdr.Tuple) *flowInfo {
@@ -233,9 +305,12 @@ func (t *flowTracker) snapshot(k hdr.Tuple) (flowInfo, bool) {
 }
 
 // observe updates the flow a frame belongs to and reports whether the frame
-// must be dropped (the flow is frozen). outbound is true for frames the
-// host sends.
+// must be dropped (the flow is frozen, or an ICMP the host took). outbound
+// is true for frames the host sends.
 func (t *flowTracker) observe(frame []byte, outbound bool) (drop bool) {
+	if h := t.icmpErr.Load(); h != nil && !outbound && isICMPv4(frame) {
+		return (*h)(frame)
+	}
 	if t.n.Load() == 0 {
 		return false
 	}

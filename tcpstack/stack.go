@@ -241,6 +241,8 @@ type Host struct {
 	closed     bool
 
 	stepper Stepper // HostConfig.Stepper
+
+	pmtu pmtuCounters // ICMP "fragmentation needed" verdicts (pmtu.go)
 }
 
 // Yield, in a lockstep run (HostConfig.Stepper), returns once every other
@@ -316,6 +318,9 @@ func newHost(cfg HostConfig, mem *rings.Arena, dev Device, area bool) (*Host, er
 		return nil, err
 	}
 	h := &Host{Stack: st, Mem: mem, Driver: drv, stepper: cfg.Stepper, connTable: cfg.ConnTable}
+	drv.flows.nextHop, drv.flows.stackNow = h.nextHopMAC, st.S.Clock().NowMonotonic
+	icmp := h.icmpFrame
+	drv.flows.icmpErr.Store(&icmp)
 	if area {
 		if err := h.registerStatArea(); err != nil {
 			h.Close()
