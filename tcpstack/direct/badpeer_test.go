@@ -153,7 +153,7 @@ func TestBadPeer(t *testing.T) {
 			if err := mr.Dereg(); err != nil {
 				t.Fatal(err)
 			}
-			l.msg(Msg{Type: TypeSrcAvail, Len: 64 << 10, ID: 1, STag: stag, TO: to}, nil)
+			l.msg(Msg{Type: TypeSrcAvail, Total: 64 << 10, ID: 1, STag: stag, TO: to}, nil)
 		}, ErrPeerFailed, func(s Stats) uint64 { return s.RemoteAccessErrors }},
 		{"disappears mid-transfer", TransferInline, func(l *liar) {
 			l.msg(Msg{Type: TypeData, Len: 5}, []byte("hello"))

@@ -47,33 +47,59 @@ const (
 // chunk is one staging region of a transfer: a slice of the conn's source
 // or sink area.
 type chunk struct {
-	idx  int
-	off  int // offset in the area
-	id   uint32
-	n    int       // bytes of the transfer
-	mr   *verbs.MR // the cache registration while in use (source)
-	busy bool
+	idx   int
+	off   int        // offset in the area
+	addr  rings.Addr // source: the transfer's first byte
+	id    uint32     // the transfer
+	n     int        // bytes of the transfer (source: all; sink: the RDMA part)
+	first int        // source: bytes sent inline in the SRC_AVAIL
+	// lmr is the local registration the source's RDMA Write gathers from;
+	// rmr the transfer's own remote registration (source: remote read,
+	// RDMA Read rendezvous; sink: remote write, RDMA Write rendezvous),
+	// deregistered when the transfer is done.
+	lmr, rmr *verbs.MR
+	write    bool // source: RDMA Write rendezvous
+	dst      Msg  // source: the SINK_AVAIL it writes into
+	state    chunkState
+	busy     bool
 }
 
+// chunkState is where a chunk's transfer stands.
+type chunkState uint8
+
+const (
+	srcWantRdDone   chunkState = iota + 1 // SRC_AVAIL sent, the sink reads
+	srcWantSink                           // SRC_AVAIL with FlagSinkReq sent
+	srcWriting                            // RDMA Write and WR_DONE queued or posted
+	sinkReading                           // RDMA Read posted
+	sinkRegistering                       // registering for remote write
+	sinkAdvertised                        // SINK_AVAIL queued or sent
+	sinkFull                              // bytes there, not all read yet
+)
+
 // area is a conn's registered staging memory for one direction: chunks of
-// chunkSize bytes.
+// chunkSize bytes, registered for local access for the conn's life
+// (WSPRegisterMemory, through the registration cache).
 type area struct {
 	buf    *verbs.Buffer
 	mem    []byte
+	mr     *verbs.MR
 	chunks []chunk
 	free   []int
 }
 
 // rseg is one item of the receive stream, in order.
 type rseg struct {
-	n     int    // bytes
-	off   int    // bytes read so far
-	data  []byte // RDMA: the bytes in the sink area, once ready
-	ready bool   // inline bytes are always ready
-	sink  int    // sink chunk index, or -1 for inline bytes
-	srcID uint32 // RDMA Read: the source's transfer ID
-	srcTO uint64
-	stag  uint32
+	n      int    // bytes
+	off    int    // bytes read so far
+	data   []byte // RDMA: the bytes in the sink area, once ready
+	ready  bool   // inline bytes are always ready
+	credit bool   // the last item of its message: reading it gives the buffer back
+	sink   int    // sink chunk index, or -1 for inline bytes
+	srcID  uint32 // RDMA: the source's transfer ID
+	write  bool   // RDMA Write rendezvous (else Read from srcTO/stag)
+	srcTO  uint64
+	stag   uint32
 }
 
 // sendSlot is one send buffer of the control pool.
@@ -104,8 +130,8 @@ type Conn struct {
 	cond    *sync.Cond
 	cs      creditState
 	sends   []sendSlot
-	free    []int // free send slots
-	ctlQ    []Msg // control messages waiting for a credit
+	free    []int     // free send slots
+	ctlQ    []ctlItem // control messages waiting for a credit
 	rq      []rseg
 	ibuf    []byte // inline bytes received, a ring
 	ihead   int
@@ -127,14 +153,17 @@ type Conn struct {
 	// the announced transfers not yet done (corkLocked).
 	open, openN, openCap int
 	inFlight             int
-	sink                 *area // the peer's large sends
-	nextID               uint32
-	sinkAdv              []Msg // the peer's advertised regions (Write mode), in order
+	sink                 *area  // the peer's large sends
+	txID, rxID           uint32 // the last transfer ID sent / received in a SRC_AVAIL
+	myCaps               uint8  // what this side offered as a sink
 	reposts              []rings.RecvWR
 	readsOut             int
-	flushed              bool   // a flushed completion was seen
-	bareSeen             bool   // the peer's one CREDIT without credits was seen
-	gen                  uint64 // the conn's generation, in place in its WRIDs
+	flushed              bool // a flushed completion was seen
+	bareSeen             bool // the peer's one CREDIT without credits was seen
+	// deregs counts per-transfer registrations and deregistrations still
+	// running on their goroutines; freeMem waits for them.
+	deregs sync.WaitGroup
+	gen    uint64 // the conn's generation, in place in its WRIDs
 }
 
 // PathInfo says which path a connection took and why.
@@ -256,13 +285,8 @@ func (c *Conn) start(mine, peer *Hello) {
 	c.txMode = transferMode(c.cfg.Transfer, peer.Caps)
 	c.rxMode = transferMode(peer.Pref, mine.Caps)
 	c.peerXfer = int(peer.MaxTransfer)
+	c.myCaps = mine.Caps
 	c.info = PathInfo{Path: PathRDMA, Send: c.txMode, Recv: c.rxMode}
-	if c.rxMode == TransferWrite && c.sink != nil {
-		for i := range c.sink.chunks {
-			c.advertiseLocked(i)
-		}
-		c.sink.free = nil
-	}
 }
 
 // prepareSink allocates and registers the area the peer's large sends
@@ -278,7 +302,9 @@ func (c *Conn) prepareSink() uint8 {
 	if caps == 0 {
 		return 0
 	}
-	a, err := c.newArea(verbs.AccessLocalWrite | verbs.AccessRemoteWrite)
+	// Local access only: an RDMA Read places into it, and RDMA Write
+	// rendezvous registers one chunk for remote write per transfer.
+	a, err := c.newArea(verbs.AccessLocalWrite)
 	if err != nil {
 		c.sw.stats.noBuffers.Add(1)
 		return 0
@@ -298,17 +324,13 @@ func (c *Conn) newArea(access int) (*area, error) {
 		a.chunks[i] = chunk{idx: i, off: i * c.cfg.ChunkSize}
 		a.free = append(a.free, i)
 	}
-	if access != 0 {
-		// The sink area is registered once for the connection's life.
-		mr, err := c.sw.cache.Get(c.sw.pd, buf.Addr, n, access)
-		if err != nil {
-			_ = buf.Free()
-			return nil, err
-		}
-		for i := range a.chunks {
-			a.chunks[i].mr = mr
-		}
+	// Registered for the connection's life (WSPRegisterMemory).
+	mr, err := c.sw.cache.Get(c.sw.pd, buf.Addr, n, access)
+	if err != nil {
+		_ = buf.Free()
+		return nil, err
 	}
+	a.mr = mr
 	return a, nil
 }
 
@@ -438,9 +460,7 @@ func (c *Conn) Close() error {
 	c.sw.stats.closed.Add(1)
 	_ = c.qp.Close()
 	c.sw.forget(c)
-	c.mu.Lock()
 	c.freeMem()
-	c.mu.Unlock()
 	return nil
 }
 
@@ -454,25 +474,31 @@ func (c *Conn) drainedLocked() bool {
 }
 
 func (c *Conn) freeMem() {
-	if c.src != nil {
-		for i := range c.src.chunks {
-			if ch := &c.src.chunks[i]; ch.mr != nil {
-				_ = c.sw.cache.Put(ch.mr)
-				ch.mr = nil
-			}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// Per-transfer registrations: those still registered go now, and
+	// the memory waits for every deregistration.
+	for _, a := range []*area{c.src, c.sink} {
+		if a == nil {
+			continue
 		}
-		c.sw.cache.Invalidate(c.src.buf.Addr, len(c.src.mem))
-		_ = c.src.buf.Free()
-		c.src = nil
-	}
-	if c.sink != nil {
-		if mr := c.sink.chunks[0].mr; mr != nil {
-			_ = c.sw.cache.Put(mr)
+		for i := range a.chunks {
+			c.deregAsync(a.chunks[i].rmr)
+			a.chunks[i].rmr = nil
 		}
-		c.sw.cache.Invalidate(c.sink.buf.Addr, len(c.sink.mem))
-		_ = c.sink.buf.Free()
-		c.sink = nil
 	}
+	c.mu.Unlock()
+	c.deregs.Wait()
+	c.mu.Lock()
+	for _, a := range []*area{c.src, c.sink} {
+		if a == nil {
+			continue
+		}
+		_ = c.sw.cache.Put(a.mr)
+		c.sw.cache.Invalidate(a.buf.Addr, len(a.mem))
+		_ = a.buf.Free()
+	}
+	c.src, c.sink = nil, nil
 	if c.ctrlMR != nil {
 		_ = c.ctrlMR.Dereg()
 		c.ctrlMR = nil
@@ -480,5 +506,14 @@ func (c *Conn) freeMem() {
 	if c.ctrl != nil {
 		_ = c.ctrl.Free()
 		c.ctrl = nil
+	}
+}
+
+// countCopy counts n stream bytes the switch copied on the CPU, in its
+// stats and in the host's (tcpstack.DriverStats.HostCopyBytes).
+func (c *Conn) countCopy(n int) {
+	if n > 0 {
+		c.sw.stats.copyBytes.Add(uint64(n))
+		c.sw.v.CountCopy(n)
 	}
 }

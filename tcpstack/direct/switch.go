@@ -115,7 +115,17 @@ type Stats struct {
 	PeerFailures             uint64 // QPs that failed or lost the connection mid-stream
 	NoBuffers                uint64 // ErrNoBuffers: staging memory not allocated or registered
 	InlineBytes, RDMABytes   uint64 // stream bytes sent inline / by RDMA
-	RDMATransfers            uint64 // SRC_AVAIL or RDMA Write transfers sent (chunks)
+	RDMATransfers            uint64 // SRC_AVAIL transfers sent (chunks)
+	// ReadRendezvous and WriteRendezvous split RDMATransfers by how the
+	// rest of the send went.
+	ReadRendezvous, WriteRendezvous uint64
+	// Registrations and Deregistrations count per-transfer remote
+	// registrations (WSPRegisterRdmaMemory / WSPDeregisterRdmaMemory).
+	Registrations, Deregistrations uint64
+	// CopyBytes counts stream bytes the switch copied on the CPU (into
+	// and out of control buffers and staging); also in the host's
+	// DriverStats.HostCopyBytes.
+	CopyBytes uint64
 }
 
 type counter = atomic.Uint64
@@ -124,6 +134,8 @@ type switchStats struct {
 	dialed, accepted, closed, fallbacks                       counter
 	badMessages, creditViolations, remoteAccess, peerFailures counter
 	noBuffers, inlineBytes, rdmaBytes, rdmaTransfers          counter
+	readRendezvous, writeRendezvous                           counter
+	registrations, deregistrations, copyBytes                 counter
 }
 
 // hostSwitch is one host's sockets-direct switch: the verbs objects every
@@ -207,7 +219,9 @@ func HostStats(h *tcpstack.Host) Stats {
 	return Stats{Dialed: s.dialed.Load(), Accepted: s.accepted.Load(), Closed: s.closed.Load(),
 		Fallbacks: s.fallbacks.Load(), BadMessages: s.badMessages.Load(), CreditViolations: s.creditViolations.Load(),
 		RemoteAccessErrors: s.remoteAccess.Load(), PeerFailures: s.peerFailures.Load(), NoBuffers: s.noBuffers.Load(),
-		InlineBytes: s.inlineBytes.Load(), RDMABytes: s.rdmaBytes.Load(), RDMATransfers: s.rdmaTransfers.Load()}
+		InlineBytes: s.inlineBytes.Load(), RDMABytes: s.rdmaBytes.Load(), RDMATransfers: s.rdmaTransfers.Load(),
+		ReadRendezvous: s.readRendezvous.Load(), WriteRendezvous: s.writeRendezvous.Load(),
+		Registrations: s.registrations.Load(), Deregistrations: s.deregistrations.Load(), CopyBytes: s.copyBytes.Load()}
 }
 
 // poll takes the completions of every connection of the host and hands
@@ -360,7 +374,7 @@ func dialRDMA(ctx context.Context, h *tcpstack.Host, addr netip.AddrPort, cfg Co
 	// MPA: the initiator speaks first, and the responder's sends wait for
 	// it; a credit-only message opens the way.
 	if len(c.free) > 0 {
-		_ = c.postLocked(Msg{Type: TypeCredit}, nil, -1, nil)
+		_ = c.postLocked(ctlItem{m: Msg{Type: TypeCredit}, src: -1}, nil)
 	}
 	c.flushLocked()
 	c.mu.Unlock()

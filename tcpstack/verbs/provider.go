@@ -226,3 +226,9 @@ func (v *Provider) submitLate(c rings.Command, done func(rings.Command, error)) 
 		}
 	})
 }
+
+// CountCopy counts n payload bytes a layer above the verbs (sockets
+// direct's staging) copied on the CPU for an RDMA connection, in the
+// host's tcpstack.DriverStats (RDMACopyBytes and HostCopyBytes), so that
+// the host's copy counters tell every byte the CPU moved.
+func (v *Provider) CountCopy(n int) { v.copied(n) }
