@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"time"
 
 	"github.com/emunic/emunic/rings"
 )
@@ -132,8 +133,9 @@ func (c *Conn) recvLocked(i int, wc *rings.Completion) {
 // afterBatchLocked re-posts the receive buffers a batch consumed, then
 // sends what waits: credits are granted only for buffers posted again.
 func (c *Conn) afterBatchLocked() {
-	if c.flushed && c.err == nil && c.readsOut <= 0 {
-		c.failLocked(fmt.Errorf("%w: the QP was flushed (the peer closed or reset the connection)", ErrPeerFailed), &c.sw.stats.peerFailures)
+	if c.flushed && c.err == nil && c.readsOut <= 0 && !c.flushSeen {
+		c.flushSeen = true
+		go c.failFlushed()
 	}
 	if len(c.reposts) > 0 && c.err == nil && !c.closed {
 		_, err := c.qp.PostRecvList(c.reposts)
@@ -144,6 +146,31 @@ func (c *Conn) afterBatchLocked() {
 		}
 	}
 	c.flushLocked()
+}
+
+// flushEventWait bounds how long a flushed conn waits for its QP's event
+// (which travels on the notification ring, not the CQ) to tell why.
+const flushEventWait = 200 * time.Millisecond
+
+// failFlushed fails the conn whose QP was flushed, with the reason its QP
+// event gives: a Terminate means a NIC refused an RDMA access or message on
+// the stream (the peer wrote or read outside what it was given, or named a
+// region it no longer has); otherwise the peer closed or reset it.
+func (c *Conn) failFlushed() {
+	expired := make(chan struct{})
+	stop := c.sw.h.AfterFunc(flushEventWait, func() { close(expired) })
+	select {
+	case <-c.qp.Failed():
+	case <-expired:
+	}
+	stop()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.qp.LastEvent() == rings.QPEvTerminate {
+		c.failLocked(fmt.Errorf("%w: the RDMA stream was terminated (%v): a NIC refused an RDMA access or message", ErrPeerFailed, c.qp.Err()), &c.sw.stats.remoteAccess)
+		return
+	}
+	c.failLocked(fmt.Errorf("%w: the QP was flushed (the peer closed or reset the connection)", ErrPeerFailed), &c.sw.stats.peerFailures)
 }
 
 // failLocked makes err the conn's error (the first one counts) and tears

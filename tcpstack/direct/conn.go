@@ -159,6 +159,7 @@ type Conn struct {
 	reposts              []rings.RecvWR
 	readsOut             int
 	flushed              bool // a flushed completion was seen
+	flushSeen            bool // failFlushed runs
 	bareSeen             bool // the peer's one CREDIT without credits was seen
 	// deregs counts per-transfer registrations and deregistrations still
 	// running on their goroutines; freeMem waits for them.
