@@ -120,6 +120,11 @@ func (c *Conn) recvLocked(i int, wc *rings.Completion) {
 		err = c.sinkAvailLocked(&m)
 	case TypeWrDone:
 		err = c.wrDoneLocked(&m, wc)
+	case TypeSinkWait:
+		// The peer's application waits in a read of registered memory:
+		// this side's next large sends go into it (writeRendezvousLocked).
+		c.peerWait = int(m.Len)
+		c.cond.Broadcast()
 	case TypeFin:
 		c.finRecv = true
 	}

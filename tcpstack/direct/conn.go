@@ -59,6 +59,7 @@ type chunk struct {
 	// deregistered when the transfer is done.
 	lmr, rmr *verbs.MR
 	write    bool // source: RDMA Write rendezvous
+	ext      bool // source: an application buffer's slot (no staging memory)
 	dst      Msg  // source: the SINK_AVAIL it writes into
 	state    chunkState
 	busy     bool
@@ -68,13 +69,10 @@ type chunk struct {
 type chunkState uint8
 
 const (
-	srcWantRdDone   chunkState = iota + 1 // SRC_AVAIL sent, the sink reads
-	srcWantSink                           // SRC_AVAIL with FlagSinkReq sent
-	srcWriting                            // RDMA Write and WR_DONE queued or posted
-	sinkReading                           // RDMA Read posted
-	sinkRegistering                       // registering for remote write
-	sinkAdvertised                        // SINK_AVAIL queued or sent
-	sinkFull                              // bytes there, not all read yet
+	srcWantRdDone chunkState = iota + 1 // SRC_AVAIL sent, the sink reads
+	srcWantSink                         // SRC_AVAIL with FlagSinkReq sent
+	srcWriting                          // RDMA Write and WR_DONE queued or posted
+	sinkBusy                            // an RDMA Read or Write lands in it, or its bytes are not all read
 )
 
 // area is a conn's registered staging memory for one direction: chunks of
@@ -86,20 +84,28 @@ type area struct {
 	mr     *verbs.MR
 	chunks []chunk
 	free   []int
+	zfree  []int // source: free slots for application buffers
 }
 
 // rseg is one item of the receive stream, in order.
 type rseg struct {
 	n      int    // bytes
 	off    int    // bytes read so far
-	data   []byte // RDMA: the bytes in the sink area, once ready
+	data   []byte // RDMA: the bytes where they landed, once ready
 	ready  bool   // inline bytes are always ready
 	credit bool   // the last item of its message: reading it gives the buffer back
-	sink   int    // sink chunk index, or -1 for inline bytes
+	rdma   bool   // the RDMA part of a SRC_AVAIL (else inline bytes in the ring)
+	sink   int    // the sink chunk it lands in, or -1 (inline, or a user sink)
 	srcID  uint32 // RDMA: the source's transfer ID
 	write  bool   // RDMA Write rendezvous (else Read from srcTO/stag)
 	srcTO  uint64
 	stag   uint32
+	// Write rendezvous: sinking says the sink is being registered or is
+	// advertised; rmr is its registration once made (deregistered at
+	// WR_DONE). user says the sink is the buffer of the Read blocked on
+	// the conn (zero copy).
+	sinking, user bool
+	rmr           *verbs.MR
 }
 
 // sendSlot is one send buffer of the control pool.
@@ -155,12 +161,20 @@ type Conn struct {
 	inFlight             int
 	sink                 *area  // the peer's large sends
 	txID, rxID           uint32 // the last transfer ID sent / received in a SRC_AVAIL
-	myCaps               uint8  // what this side offered as a sink
-	reposts              []rings.RecvWR
-	readsOut             int
-	flushed              bool // a flushed completion was seen
-	flushSeen            bool // failFlushed runs
-	bareSeen             bool // the peer's one CREDIT without credits was seen
+	myCaps, peerCaps     uint8  // what each side offered as a sink
+	// usink is the registered buffer of a Read blocked on the conn (nil:
+	// none); peerWait the length of the peer's (its SINK_WAIT), until
+	// this side sends it stream bytes.
+	usink    *userSink
+	peerWait int
+	// The per-transfer choices, for PathInfo.
+	nInline, nRead, nWrite, zcSends, zcRecvs uint64
+	zcBusy                                   int // application-buffer transfers not done
+	reposts                                  []rings.RecvWR
+	readsOut                                 int
+	flushed                                  bool // a flushed completion was seen
+	flushSeen                                bool // failFlushed runs
+	bareSeen                                 bool // the peer's one CREDIT without credits was seen
 	// deregs counts per-transfer registrations and deregistrations still
 	// running on their goroutines; freeMem waits for them.
 	deregs sync.WaitGroup
@@ -173,9 +187,15 @@ type PathInfo struct {
 	// Reason is why the connection fell back to TCP (nil on the RDMA
 	// path).
 	Reason error
-	// Send and Recv are the transfer modes of large sends each way on
-	// the RDMA path.
+	// Send and Recv are the transfer modes of large sends each way
+	// negotiated at connection time (the default of each transfer).
 	Send, Recv Transfer
+	// The choices made per transfer on the RDMA path, sending: DATA
+	// messages (small sends, inline), RDMA Read and RDMA Write rendezvous,
+	// and of those the ones that went from a registered application
+	// buffer (zero copy); receiving: transfers written into the buffer
+	// of a blocked Read (zero copy).
+	InlineSends, ReadRendezvous, WriteRendezvous, ZeroCopySends, ZeroCopyRecvs uint64
 }
 
 // Path is a connection's data path.
@@ -199,13 +219,21 @@ func (p Path) String() string {
 
 func (i PathInfo) String() string {
 	if i.Path == PathRDMA {
-		return fmt.Sprintf("rdma (send %v, receive %v)", i.Send, i.Recv)
+		return fmt.Sprintf("rdma (send %v, receive %v; sent %d inline, %d by RDMA Read, %d by RDMA Write, %d zero copy; received %d zero copy)",
+			i.Send, i.Recv, i.InlineSends, i.ReadRendezvous, i.WriteRendezvous, i.ZeroCopySends, i.ZeroCopyRecvs)
 	}
 	return fmt.Sprintf("tcp fallback: %v", i.Reason)
 }
 
-// PathInfo says which path the connection is on.
-func (c *Conn) PathInfo() PathInfo { return c.info }
+// PathInfo says which path the connection is on, and how its transfers
+// went so far.
+func (c *Conn) PathInfo() PathInfo {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i := c.info
+	i.InlineSends, i.ReadRendezvous, i.WriteRendezvous, i.ZeroCopySends, i.ZeroCopyRecvs = c.nInline, c.nRead, c.nWrite, c.zcSends, c.zcRecvs
+	return i
+}
 
 // newConn allocates a conn's control pool and posts its receives (from
 // the QP's Setup, before the connection is established).
@@ -286,7 +314,7 @@ func (c *Conn) start(mine, peer *Hello) {
 	c.txMode = transferMode(c.cfg.Transfer, peer.Caps)
 	c.rxMode = transferMode(peer.Pref, mine.Caps)
 	c.peerXfer = int(peer.MaxTransfer)
-	c.myCaps = mine.Caps
+	c.myCaps, c.peerCaps = mine.Caps, peer.Caps
 	c.info = PathInfo{Path: PathRDMA, Send: c.txMode, Recv: c.rxMode}
 }
 
@@ -471,7 +499,7 @@ func (c *Conn) drainedLocked() bool {
 	if !c.finSent || len(c.free) != c.nSend {
 		return false
 	}
-	return c.src == nil || len(c.src.free) == len(c.src.chunks)
+	return c.src == nil || len(c.src.free)+len(c.src.zfree) == len(c.src.chunks)
 }
 
 func (c *Conn) freeMem() {
@@ -479,6 +507,10 @@ func (c *Conn) freeMem() {
 	defer c.mu.Unlock()
 	// Per-transfer registrations: those still registered go now, and
 	// the memory waits for every deregistration.
+	for i := range c.rq {
+		c.deregAsync(c.rq[i].rmr)
+		c.rq[i].rmr = nil
+	}
 	for _, a := range []*area{c.src, c.sink} {
 		if a == nil {
 			continue

@@ -82,9 +82,15 @@ const (
 	TypeCredit MsgType = 6
 	// TypeFin: the sender will send no more stream bytes (half-close).
 	TypeFin MsgType = 7
+	// TypeSinkWait: the sender's application is blocked in a read of Len
+	// bytes into registered memory, with nothing to read. A hint, with no
+	// region: the peer's next large send then asks for a sink with no
+	// first part (RDMA Write rendezvous), and the sink it gets is that
+	// read's buffer (zero copy).
+	TypeSinkWait MsgType = 8
 )
 
-var msgTypeNames = [...]string{1: "DATA", 2: "SRC_AVAIL", 3: "RD_DONE", 4: "SINK_AVAIL", 5: "WR_DONE", 6: "CREDIT", 7: "FIN"}
+var msgTypeNames = [...]string{1: "DATA", 2: "SRC_AVAIL", 3: "RD_DONE", 4: "SINK_AVAIL", 5: "WR_DONE", 6: "CREDIT", 7: "FIN", 8: "SINK_WAIT"}
 
 func (t MsgType) String() string {
 	if int(t) < len(msgTypeNames) && msgTypeNames[t] != "" {
@@ -200,6 +206,10 @@ func (m *Msg) Decode(b []byte, maxInline int) ([]byte, error) {
 	case TypeRdDone, TypeWrDone:
 		if m.Len == 0 || m.ID == 0 || m.STag != 0 || m.TO != 0 {
 			return nil, fmt.Errorf("%w: %v with length %d, ID %d or a region", ErrBadMessage, m.Type, m.Len, m.ID)
+		}
+	case TypeSinkWait:
+		if m.Len == 0 || m.ID != 0 || m.STag != 0 || m.TO != 0 {
+			return nil, fmt.Errorf("%w: SINK_WAIT of %d bytes with an ID or region", ErrBadMessage, m.Len)
 		}
 	case TypeCredit, TypeFin:
 		if m.Len != 0 || m.ID != 0 || m.STag != 0 || m.TO != 0 {

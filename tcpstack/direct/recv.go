@@ -14,18 +14,42 @@ import (
 	"github.com/emunic/emunic/tcpstack/verbs"
 )
 
-// Read implements net.Conn.
+// userSink is the buffer of a Read blocked on the conn when it is
+// registered memory (Alloc) of at least Threshold bytes: the peer's next
+// large send may land in it directly.
+type userSink struct {
+	p    []byte
+	addr rings.Addr
+	// used is the bytes of p given to transfers as their sink, pending
+	// those whose WR_DONE has not come: the Read waits for them.
+	used, pending int
+}
+
+// Read implements net.Conn. A Read into registered memory (Alloc) of at
+// least Threshold bytes with nothing to read tells the peer (SINK_WAIT),
+// and the peer's next large sends, up to the Read's length, are
+// RDMA-written into the Read's buffer: no copy. Once part of the buffer is
+// advertised the Read waits for every transfer given a part, whatever its
+// deadline (the peer may write into it until their WR_DONE); a failed or
+// closed conn ends the wait.
 func (c *Conn) Read(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	var us *userSink
+	defer func() {
+		if us != nil && c.usink == us {
+			c.usink = nil
+		}
+	}()
 	for {
 		if c.closed {
 			return 0, c.opErr("read", net.ErrClosed)
 		}
-		if c.rdl.passed() {
+		claimed := us != nil && us.pending > 0
+		if c.rdl.passed() && !claimed {
 			return 0, c.opErr("read", os.ErrDeadlineExceeded)
 		}
-		if len(c.rq) > 0 && c.rq[0].ready {
+		if len(c.rq) > 0 && c.rq[0].ready && !claimed {
 			if len(p) == 0 {
 				return 0, nil
 			}
@@ -37,7 +61,17 @@ func (c *Conn) Read(p []byte) (int, error) {
 		if c.err != nil {
 			return 0, c.opErr("read", c.err)
 		}
-		if err := c.waitLocked(&c.rdl, false); err != nil {
+		if us == nil && c.usink == nil && len(c.rq) == 0 && len(p) >= c.cfg.Threshold && c.myCaps&CapWrite != 0 {
+			if addr, ok := c.sw.registered(p); ok {
+				us = &userSink{p: p, addr: addr}
+				c.usink = us
+				c.queueLocked(ctlItem{m: Msg{Type: TypeSinkWait, Len: uint32(min(len(p), maxTransfer))}, src: -1})
+				c.flushLocked()
+			}
+		}
+		if claimed {
+			c.cond.Wait()
+		} else if err := c.waitLocked(&c.rdl, false); err != nil && !(us != nil && us.pending > 0) {
 			return 0, c.opErr("read", err)
 		}
 	}
@@ -49,9 +83,9 @@ func (c *Conn) readLocked(p []byte) int {
 	for n < len(p) && len(c.rq) > 0 && c.rq[0].ready {
 		s := &c.rq[0]
 		k := min(len(p)-n, s.n-s.off)
-		c.countCopy(k)
-		if s.sink < 0 {
+		if !s.rdma {
 			// Inline bytes, from the ring.
+			c.countCopy(k)
 			for k > 0 {
 				i := c.ihead
 				m := copy(p[n:n+min(k, len(c.ibuf)-i)], c.ibuf[i:])
@@ -62,7 +96,10 @@ func (c *Conn) readLocked(p []byte) int {
 				s.off += m
 			}
 		} else {
-			copy(p[n:n+k], s.data[s.off:])
+			if src := s.data[s.off:]; &src[0] != &p[n] {
+				copy(p[n:n+k], src)
+				c.countCopy(k)
+			} // else the peer wrote them into p itself
 			n += k
 			s.off += k
 		}
@@ -113,7 +150,7 @@ func (c *Conn) srcAvailLocked(m *Msg, payload []byte) error {
 	if len(payload) > 0 {
 		c.inlineLocked(payload, false)
 	}
-	s := rseg{n: rest, sink: -1, srcID: m.ID, credit: true}
+	s := rseg{n: rest, sink: -1, srcID: m.ID, credit: true, rdma: true}
 	if m.Flags&FlagSinkReq != 0 {
 		s.write = true
 	} else {
@@ -134,32 +171,45 @@ func (c *Conn) inlineLocked(payload []byte, credit bool) {
 	c.rq = append(c.rq, rseg{n: len(payload), ready: true, sink: -1, credit: credit})
 }
 
-// startSinksLocked gives free sink chunks to the RDMA items waiting, in
-// order: RDMA Read rendezvous posts the Read at once (the data is pulled
-// as soon as it is announced, not when the application reads, so the
-// source gets its memory back early); RDMA Write rendezvous registers the
-// chunk for remote write for this transfer (WSPRegisterRdmaMemory, off the
-// poller) and advertises it with SINK_AVAIL.
+// startSinksLocked finds a sink for each RDMA item waiting, in order. A
+// Write rendezvous that is the head of the stream while a Read is blocked
+// on a registered buffer large enough gets that buffer (zero copy). The
+// others get free sink chunks: RDMA Read rendezvous posts the Read at once
+// (the data is pulled as soon as it is announced, not when the application
+// reads, so the source gets its memory back early); RDMA Write rendezvous
+// registers the sink for remote write for this transfer
+// (WSPRegisterRdmaMemory, off the poller) and advertises it with
+// SINK_AVAIL.
 func (c *Conn) startSinksLocked() {
 	for i := range c.rq {
 		s := &c.rq[i]
-		if s.ready || s.sink >= 0 || s.srcID == 0 {
+		if s.ready || !s.rdma || s.sink >= 0 || s.sinking {
 			continue
 		}
-		if len(c.sink.free) == 0 || c.err != nil {
+		if c.err != nil {
+			return
+		}
+		if us := c.usink; s.write && us != nil && s.n <= len(us.p)-us.used && c.userRunLocked(i) {
+			s.user, s.sinking, s.data = true, true, us.p[us.used:us.used+s.n]
+			us.used += s.n
+			us.pending++
+			c.zcRecvs++
+			c.regSinkAsync(s.srcID, us.addr+rings.Addr(us.used-s.n), s.n)
+			continue
+		}
+		if len(c.sink.free) == 0 {
 			return
 		}
 		ci := c.sink.free[len(c.sink.free)-1]
 		c.sink.free = c.sink.free[:len(c.sink.free)-1]
 		ch := &c.sink.chunks[ci]
-		ch.busy, ch.n, ch.id = true, s.n, s.srcID
-		s.sink = ci
+		ch.busy, ch.state, ch.n, ch.id = true, sinkBusy, s.n, s.srcID
+		s.sink, s.data = ci, c.sink.mem[ch.off:ch.off+s.n]
 		if s.write {
-			ch.state = sinkRegistering
-			c.regSinkAsync(ci, s.n)
+			s.sinking = true
+			c.regSinkAsync(s.srcID, c.sink.buf.Addr+rings.Addr(ch.off), s.n)
 			continue
 		}
-		ch.state = sinkReading
 		w := rings.SendWR{Opcode: rings.WRRDMARead, Flags: rings.WRSignaled, WRID: wrRead | c.gen | uint64(ci),
 			RemoteAddr: s.srcTO, RKey: s.stag, NumSGE: 1}
 		w.SGL[0] = c.sink.mr.SGE(ch.off+int(c.sink.buf.Addr-c.sink.mr.Addr), s.n)
@@ -171,12 +221,22 @@ func (c *Conn) startSinksLocked() {
 	}
 }
 
-// regSinkAsync registers sink chunk ci's first n bytes for remote write
-// and queues the SINK_AVAIL, on a goroutine: the registration is a device
-// command, and the poller serves every conn of the host.
-func (c *Conn) regSinkAsync(ci, n int) {
-	ch := &c.sink.chunks[ci]
-	addr, id := c.sink.buf.Addr+rings.Addr(ch.off), ch.id
+// userRunLocked says whether every item before rq[i] is a transfer into
+// the blocked Read's buffer: rq[i]'s bytes then follow theirs in it.
+func (c *Conn) userRunLocked(i int) bool {
+	for j := range i {
+		if !c.rq[j].user {
+			return false
+		}
+	}
+	return true
+}
+
+// regSinkAsync registers the n bytes at addr for remote write as the sink
+// of transfer id and queues the SINK_AVAIL, on a goroutine: the
+// registration is a device command, and the poller serves every conn of
+// the host.
+func (c *Conn) regSinkAsync(id uint32, addr rings.Addr, n int) {
 	c.deregs.Add(1)
 	go func() {
 		defer c.deregs.Done()
@@ -189,15 +249,26 @@ func (c *Conn) regSinkAsync(ci, n int) {
 			return
 		}
 		c.sw.stats.registrations.Add(1)
-		if c.err != nil || c.closed || c.sink == nil || c.sink.chunks[ci].state != sinkRegistering || c.sink.chunks[ci].id != id {
+		s := c.sinkingLocked(id)
+		if c.err != nil || c.closed || s == nil || s.rmr != nil {
 			c.deregAsync(mr)
 			return
 		}
-		ch := &c.sink.chunks[ci]
-		ch.rmr, ch.state = mr, sinkAdvertised
+		s.rmr = mr
 		c.queueLocked(ctlItem{m: Msg{Type: TypeSinkAvail, Len: uint32(n), ID: id, STag: mr.RKey, TO: mr.TO(0)}, src: -1})
 		c.flushLocked()
 	}()
+}
+
+// sinkingLocked is the Write rendezvous item of transfer id whose sink is
+// being registered or advertised (nil if none).
+func (c *Conn) sinkingLocked(id uint32) *rseg {
+	for i := range c.rq {
+		if s := &c.rq[i]; s.sinking && !s.ready && s.srcID == id {
+			return s
+		}
+	}
+	return nil
 }
 
 // wrDoneLocked takes a WR_DONE: the source wrote the rest of transfer
@@ -205,27 +276,22 @@ func (c *Conn) regSinkAsync(ci, n int) {
 // sink's STag (wc says which it did); the region is deregistered and the
 // bytes are ready.
 func (c *Conn) wrDoneLocked(m *Msg, wc *rings.Completion) error {
-	for i := range c.rq {
-		s := &c.rq[i]
-		if s.ready || !s.write || s.srcID != m.ID || s.sink < 0 {
-			continue
-		}
-		ch := &c.sink.chunks[s.sink]
-		if ch.state != sinkAdvertised {
-			break
-		}
-		if int(m.Len) != s.n {
-			return fmt.Errorf("WR_DONE of %d bytes for transfer %d of %d", m.Len, m.ID, s.n)
-		}
-		if wc.Flags&rings.WCWithInv == 0 || uint32(wc.ImmData) != ch.rmr.RKey {
-			return fmt.Errorf("WR_DONE of transfer %d did not invalidate the sink's STag %#x", m.ID, ch.rmr.RKey)
-		}
-		c.deregAsync(ch.rmr)
-		ch.rmr, ch.state = nil, sinkFull
-		s.ready, s.data = true, c.sink.mem[ch.off:ch.off+s.n]
-		return nil
+	s := c.sinkingLocked(m.ID)
+	if s == nil || s.rmr == nil {
+		return fmt.Errorf("WR_DONE of transfer %d, which has no sink advertised", m.ID)
 	}
-	return fmt.Errorf("WR_DONE of transfer %d, which has no sink advertised", m.ID)
+	if int(m.Len) != s.n {
+		return fmt.Errorf("WR_DONE of %d bytes for transfer %d of %d", m.Len, m.ID, s.n)
+	}
+	if wc.Flags&rings.WCWithInv == 0 || uint32(wc.ImmData) != s.rmr.RKey {
+		return fmt.Errorf("WR_DONE of transfer %d did not invalidate the sink's STag %#x", m.ID, s.rmr.RKey)
+	}
+	c.deregAsync(s.rmr)
+	s.rmr, s.sinking, s.ready = nil, false, true
+	if s.user && c.usink != nil {
+		c.usink.pending--
+	}
+	return nil
 }
 
 // readDoneLocked takes the completion of the RDMA Read into sink chunk
@@ -235,9 +301,7 @@ func (c *Conn) readDoneLocked(ci int) {
 	for i := range c.rq {
 		s := &c.rq[i]
 		if s.sink == ci && !s.ready && !s.write {
-			ch := &c.sink.chunks[ci]
-			ch.state = sinkFull
-			s.ready, s.data = true, c.sink.mem[ch.off:ch.off+s.n]
+			s.ready = true
 			c.queueLocked(ctlItem{m: Msg{Type: TypeRdDone, ID: s.srcID, Len: uint32(s.n)}, inv: s.stag, src: -1})
 			return
 		}

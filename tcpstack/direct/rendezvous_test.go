@@ -80,12 +80,22 @@ func TestSTagDeadAfterRdDone(t *testing.T) {
 	if wc.Status == rings.WCSuccess {
 		t.Fatal("an RDMA Read of the source's STag after RD_DONE succeeded")
 	}
+	// The QP event comes on the notification ring, not the CQ.
+	select {
+	case <-lr.qp.Failed():
+	case <-time.After(10 * time.Second):
+	}
 	t.Logf("the Read after RD_DONE: %v; liar's QP: %v", wc.Status, lr.qp.Err())
-	if !errors.Is(lr.qp.Err(), verbs.ErrQPError) && lr.qp.LastEvent() != rings.QPEvTerminate {
+	if !errors.Is(lr.qp.Err(), verbs.ErrQPError) || lr.qp.LastEvent() != rings.QPEvTerminate {
 		t.Errorf("the liar's QP is not terminated: %v (event %v)", lr.qp.Err(), lr.qp.LastEvent())
 	}
 	if err := waitFailed(vc, 10*time.Second); !errors.Is(err, ErrPeerFailed) {
 		t.Fatalf("the victim: %v, want ErrPeerFailed", err)
+	}
+	// The victim's QP is gone (its conn failed); the liar's device
+	// counted the Terminate it got.
+	if d := settled(t, lr.n.H); d.QPs[lr.qp.QPN()].TerminatesRecv == 0 {
+		t.Errorf("no Terminate reached the liar: %+v", d.QPs[lr.qp.QPN()])
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for HostStats(vc.sw.h).Deregistrations < HostStats(vc.sw.h).Registrations && time.Now().Before(deadline) {

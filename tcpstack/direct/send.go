@@ -129,7 +129,10 @@ func (c *Conn) Write(b []byte) (int, error) {
 }
 
 // writeOnceLocked sends or stages a first part of b; large says b's Write
-// was at least Threshold bytes long, so even its tail goes by RDMA.
+// was at least Threshold bytes long, so even its tail goes by RDMA. The
+// threshold is per transfer: while the peer's application waits in a read
+// of registered memory (SINK_WAIT), anything longer than one DATA goes by
+// RDMA Write straight into that memory.
 func (c *Conn) writeOnceLocked(b []byte, large bool) (int, error) {
 	for {
 		if err := c.sendErrLocked(); err != nil {
@@ -138,7 +141,14 @@ func (c *Conn) writeOnceLocked(b []byte, large bool) (int, error) {
 		if c.wdl.passed() {
 			return 0, os.ErrDeadlineExceeded
 		}
-		if c.txMode != TransferInline && (large || len(b) >= c.cfg.Threshold || c.open >= 0) {
+		rdma := c.txMode != TransferInline && (large || len(b) >= c.cfg.Threshold || c.open >= 0 ||
+			c.peerWait > 0 && len(b) > c.peerIn && c.peerCaps&CapWrite != 0)
+		if rdma && len(b) >= c.cfg.Threshold && c.open < 0 {
+			if addr, ok := c.sw.registered(b); ok {
+				return c.writeZeroCopyLocked(b, addr)
+			}
+		}
+		if rdma {
 			// A chunk being filled takes short writes too: they may not
 			// overtake its bytes, and joining it costs no message.
 			n, done, err := c.writeRDMALocked(b)
@@ -149,6 +159,8 @@ func (c *Conn) writeOnceLocked(b []byte, large bool) (int, error) {
 			n := min(len(b), c.peerIn)
 			err := c.postLocked(ctlItem{m: Msg{Type: TypeData, Len: uint32(n)}, src: -1}, b[:n])
 			c.sw.stats.inlineBytes.Add(uint64(n))
+			c.nInline++
+			c.peerWait = 0
 			return n, err
 		}
 		if err := c.waitLocked(&c.wdl, true); err != nil {
@@ -203,13 +215,8 @@ func (c *Conn) writeRDMALocked(b []byte) (int, bool, error) {
 // with the conn's lock released for the command. It leaves c.open -1 when
 // no chunk is free.
 func (c *Conn) openLocked() error {
-	if c.src == nil {
-		a, err := c.newArea(verbs.AccessLocalWrite)
-		if err != nil {
-			c.sw.stats.noBuffers.Add(1)
-			return fmt.Errorf("%w: %v", ErrNoBuffers, err)
-		}
-		c.src = a
+	if err := c.srcAreaLocked(); err != nil {
+		return err
 	}
 	if len(c.src.free) == 0 {
 		return nil
@@ -218,24 +225,42 @@ func (c *Conn) openLocked() error {
 	c.src.free = c.src.free[:len(c.src.free)-1]
 	ch := &c.src.chunks[ci]
 	*ch = chunk{idx: ci, off: ch.off, addr: c.src.buf.Addr + rings.Addr(ch.off), lmr: c.src.mr, busy: true}
-	ch.write = c.txMode == TransferWrite
-	if !ch.write {
-		mr, err := c.regRemoteUnlocked(ch.addr, c.cfg.ChunkSize, verbs.AccessRemoteRead)
-		if err == nil && c.err != nil {
-			c.deregAsync(mr)
-			err = c.err
-		}
-		if err != nil {
-			ch.busy = false
-			c.src.free = append(c.src.free, ci)
-			return err
-		}
-		ch.rmr = mr
+	ch.write = c.writeRendezvousLocked()
+	if err := c.regSourceLocked(ci, c.cfg.ChunkSize); err != nil {
+		return err
 	}
 	c.open, c.openN = ci, 0
 	// The first part rides in the SRC_AVAIL, the rest in the peer's sink
 	// chunk.
 	c.openCap = min(c.cfg.ChunkSize, c.peerIn+c.peerXfer)
+	return nil
+}
+
+// regSourceLocked registers n bytes of source chunk ci for remote read
+// for its transfer when it is an RDMA Read rendezvous (the conn's lock is
+// released for the command); on failure the chunk is given back.
+func (c *Conn) regSourceLocked(ci, n int) error {
+	ch := &c.src.chunks[ci]
+	if ch.write {
+		return nil
+	}
+	mr, err := c.regRemoteUnlocked(ch.addr, n, verbs.AccessRemoteRead)
+	if err == nil && c.err != nil {
+		// The conn failed while unlocked.
+		c.deregAsync(mr)
+		err = c.err
+	}
+	if err != nil {
+		ch.busy = false
+		if ch.ext {
+			c.src.zfree = append(c.src.zfree, ci)
+			c.zcBusy--
+		} else {
+			c.src.free = append(c.src.free, ci)
+		}
+		return err
+	}
+	ch.rmr = mr
 	return nil
 }
 
@@ -272,9 +297,7 @@ func (c *Conn) deregAsync(mr *verbs.MR) {
 }
 
 // announceLocked sends the open chunk if a credit and a send slot allow:
-// a DATA if it all fits inline, else SRC_AVAIL with the first part inline
-// and the total, naming the rest's region (RDMA Read) or asking for a sink
-// (RDMA Write).
+// a DATA if it all fits inline, else a SRC_AVAIL.
 func (c *Conn) announceLocked() error {
 	if c.open < 0 || c.openN == 0 || len(c.free) == 0 || !c.cs.canSend(classData) {
 		return nil
@@ -282,19 +305,57 @@ func (c *Conn) announceLocked() error {
 	ci, n := c.open, c.openN
 	ch := &c.src.chunks[ci]
 	c.open, c.openN = -1, 0
-	first := min(c.peerIn, n)
 	data := c.src.mem[ch.off : ch.off+n]
-	if first == n {
+	waiting := c.peerWait > 0 && c.peerCaps&CapWrite != 0
+	if n <= c.peerIn && !waiting {
 		// Too little for RDMA: one DATA, and the chunk is free again.
 		c.sw.stats.inlineBytes.Add(uint64(n))
+		c.nInline++
 		err := c.postLocked(ctlItem{m: Msg{Type: TypeData, Len: uint32(n)}, src: -1}, data)
 		c.inFlight++
 		c.releaseSrcLocked(ci)
 		return err
 	}
+	first := min(c.peerIn, n)
+	if waiting {
+		// The peer waits in a read of registered memory: all of it by
+		// RDMA Write, into that memory.
+		first = 0
+		if !ch.write {
+			c.deregAsync(ch.rmr)
+			ch.rmr, ch.write = nil, true
+		}
+	}
+	return c.srcAvailSendLocked(ci, n, first, data[:first])
+}
+
+// writeRendezvousLocked picks the rendezvous of the next transfer: RDMA
+// Write when the peer cannot read, when its application waits in a read
+// of registered memory (SINK_WAIT: the sink is then that memory), or when
+// this side prefers it; else RDMA Read (the sender was first: the sink
+// pulls from it).
+func (c *Conn) writeRendezvousLocked() bool {
+	if c.peerCaps&CapWrite == 0 {
+		return false
+	}
+	return c.peerCaps&CapRead == 0 || c.peerWait > 0 || c.cfg.Transfer == TransferWrite
+}
+
+// srcAvailSendLocked sends the SRC_AVAIL of source chunk ci: n bytes in
+// all, the first ones (payload) inline, the rest named by the chunk's
+// remote-read region (RDMA Read) or asked a sink for (RDMA Write).
+func (c *Conn) srcAvailSendLocked(ci, n, first int, payload []byte) error {
+	ch := &c.src.chunks[ci]
 	c.inFlight++
 	c.txID++
 	ch.id, ch.n, ch.first = c.txID, n, first
+	if ch.write && first == 0 {
+		// It goes into the waiting read's memory, which takes peerWait
+		// bytes in all.
+		c.peerWait = max(0, c.peerWait-n)
+	} else {
+		c.peerWait = 0
+	}
 	c.sw.stats.inlineBytes.Add(uint64(first))
 	c.sw.stats.rdmaBytes.Add(uint64(n - first))
 	c.sw.stats.rdmaTransfers.Add(1)
@@ -303,12 +364,92 @@ func (c *Conn) announceLocked() error {
 		m.Flags = FlagSinkReq
 		ch.state = srcWantSink
 		c.sw.stats.writeRendezvous.Add(1)
+		c.nWrite++
 	} else {
-		m.STag, m.TO = ch.rmr.RKey, ch.rmr.TO(first)
+		m.STag, m.TO = ch.rmr.RKey, ch.rmr.TO(int(ch.addr-ch.rmr.Addr)+first)
 		ch.state = srcWantRdDone
 		c.sw.stats.readRendezvous.Add(1)
+		c.nRead++
 	}
-	return c.postLocked(ctlItem{m: m, src: -1}, data[:first])
+	return c.postLocked(ctlItem{m: m, src: -1}, payload)
+}
+
+// srcAreaLocked makes the source area: Chunks staging chunks, and as many
+// slots for transfers straight from registered application buffers.
+func (c *Conn) srcAreaLocked() error {
+	if c.src != nil {
+		return nil
+	}
+	a, err := c.newArea(verbs.AccessLocalWrite)
+	if err != nil {
+		c.sw.stats.noBuffers.Add(1)
+		return fmt.Errorf("%w: %v", ErrNoBuffers, err)
+	}
+	n := len(a.chunks)
+	for i := range n {
+		a.chunks = append(a.chunks, chunk{idx: n + i, ext: true})
+		a.zfree = append(a.zfree, n+i)
+	}
+	c.src = a
+	return nil
+}
+
+// writeZeroCopyLocked sends b, in registered memory at addr, with no copy:
+// each transfer offers b's own memory as the source, registered for
+// remote read for the transfer (RDMA Read) or read by the RDMA Write, with
+// no first part. The application registration goes through the
+// registration cache (WSPRegisterMemory), so a buffer sent again costs no
+// command. It returns when every transfer is done: the memory is the
+// application's again.
+func (c *Conn) writeZeroCopyLocked(b []byte, addr rings.Addr) (int, error) {
+	if err := c.srcAreaLocked(); err != nil {
+		return 0, err
+	}
+	c.mu.Unlock()
+	lmr, err := c.sw.cache.Get(c.sw.pd, addr, len(b), verbs.AccessLocalWrite)
+	c.mu.Lock()
+	if err != nil {
+		c.sw.stats.noBuffers.Add(1)
+		return 0, fmt.Errorf("%w: %v", ErrNoBuffers, err)
+	}
+	defer func() {
+		// Writes are serialized: every application-buffer transfer is
+		// this Write's. A failed conn's QP is destroyed: nothing moves
+		// any more.
+		for c.zcBusy > 0 && c.err == nil {
+			c.cond.Wait()
+		}
+		c.mu.Unlock()
+		_ = c.sw.cache.Put(lmr)
+		c.mu.Lock()
+	}()
+	off := 0
+	for off < len(b) {
+		if err := c.sendErrLocked(); err != nil {
+			return off, err
+		}
+		if len(c.src.zfree) == 0 || len(c.free) == 0 || !c.cs.canSend(classData) {
+			if err := c.waitLocked(&c.wdl, true); err != nil {
+				return off, err
+			}
+			continue
+		}
+		n := min(len(b)-off, c.peerXfer)
+		ci := c.src.zfree[len(c.src.zfree)-1]
+		c.src.zfree = c.src.zfree[:len(c.src.zfree)-1]
+		ch := &c.src.chunks[ci]
+		*ch = chunk{idx: ci, ext: true, addr: addr + rings.Addr(off), lmr: lmr, busy: true, write: c.writeRendezvousLocked()}
+		c.zcBusy++
+		if err := c.regSourceLocked(ci, n); err != nil {
+			return off, err
+		}
+		c.zcSends++
+		if err := c.srcAvailSendLocked(ci, n, 0, nil); err != nil {
+			return off, err
+		}
+		off += n
+	}
+	return off, nil
 }
 
 // releaseSrcLocked gives a source chunk back: its RDMA Read is done
@@ -322,7 +463,13 @@ func (c *Conn) releaseSrcLocked(ci int) {
 	c.deregAsync(ch.rmr)
 	ch.rmr = nil
 	ch.busy, ch.state = false, 0
-	c.src.free = append(c.src.free, ci)
+	if ch.ext {
+		ch.lmr = nil
+		c.src.zfree = append(c.src.zfree, ci)
+		c.zcBusy--
+	} else {
+		c.src.free = append(c.src.free, ci)
+	}
 	c.inFlight--
 }
 

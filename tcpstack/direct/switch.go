@@ -164,6 +164,9 @@ type hostSwitch struct {
 	pending   map[uint32]*Conn // accepted QPs waiting for their request
 	done      chan struct{}
 	stopOnce  sync.Once
+
+	bufMu sync.Mutex
+	bufs  []*Buffer // Alloc's live buffers, by address
 }
 
 var (
