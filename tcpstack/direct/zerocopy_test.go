@@ -58,23 +58,27 @@ func fill(b []byte, seed int) {
 	}
 }
 
+// waitFor polls cond until it holds (10 s at most).
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("the condition did not come within 10 s")
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
 // waitPeerWaiting waits until c got its peer's SINK_WAIT (the peer's Read
 // is blocked on a registered buffer).
 func waitPeerWaiting(t *testing.T, c *Conn) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	waitFor(t, func() bool {
 		c.mu.Lock()
-		w := c.peerWait
-		c.mu.Unlock()
-		if w > 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no SINK_WAIT from the blocked reader")
-		}
-		time.Sleep(100 * time.Microsecond)
-	}
+		defer c.mu.Unlock()
+		return c.peerWait > 0
+	})
 }
 
 // TestZeroCopy: a Write from registered memory to a Read blocked on
