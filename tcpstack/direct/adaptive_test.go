@@ -2,6 +2,7 @@ package direct
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"testing"
 )
@@ -83,7 +84,11 @@ func TestAdaptiveMix(t *testing.T) {
 			WriteRendezvous: w.WriteRendezvous - w0.WriteRendezvous, ZeroCopySends: w.ZeroCopySends - w0.ZeroCopySends,
 			ZeroCopyRecvs: r.ZeroCopyRecvs - r0.ZeroCopyRecvs}
 		if d != st.want {
-			t.Errorf("%s: choices %+v, want %+v", st.name, d, st.want)
+			f := func(p PathInfo) string {
+				return fmt.Sprintf("inline %d, read %d, write %d, zero-copy sends %d, zero-copy receives %d",
+					p.InlineSends, p.ReadRendezvous, p.WriteRendezvous, p.ZeroCopySends, p.ZeroCopyRecvs)
+			}
+			t.Errorf("%s: choices %s, want %s", st.name, f(d), f(st.want))
 		}
 	}
 	t.Logf("writer %v", PathOf(ca))

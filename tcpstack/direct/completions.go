@@ -101,6 +101,9 @@ func (c *Conn) recvLocked(i int, wc *rings.Completion) {
 		c.failLocked(fmt.Errorf("%w: %v after FIN", ErrProtocol, m.Type), &c.sw.stats.badMessages)
 		return
 	}
+	if m.Type.class() == classData {
+		c.dataRecv++
+	}
 	switch m.Type {
 	case TypeData:
 		if c.ilen+len(payload) > len(c.ibuf) {
@@ -122,9 +125,14 @@ func (c *Conn) recvLocked(i int, wc *rings.Completion) {
 		err = c.wrDoneLocked(&m, wc)
 	case TypeSinkWait:
 		// The peer's application waits in a read of registered memory:
-		// this side's next large sends go into it (writeRendezvousLocked).
-		c.peerWait = int(m.Len)
-		c.cond.Broadcast()
+		// this side's next large sends go into it (writeRendezvousLocked),
+		// unless data this side sent crossed the hint.
+		if m.ID == c.dataSent {
+			c.peerWait = int(m.Len)
+			c.cond.Broadcast()
+		} else {
+			c.sw.stats.staleHints.Add(1)
+		}
 	case TypeFin:
 		c.finRecv = true
 	}

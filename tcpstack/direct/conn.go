@@ -167,6 +167,9 @@ type Conn struct {
 	// this side sends it stream bytes.
 	usink    *userSink
 	peerWait int
+	// dataSent and dataRecv count data messages (DATA, SRC_AVAIL) each
+	// way, mod 2^32: a SINK_WAIT names the count it saw.
+	dataSent, dataRecv uint32
 	// The per-transfer choices, for PathInfo.
 	nInline, nRead, nWrite, zcSends, zcRecvs uint64
 	zcBusy                                   int // application-buffer transfers not done

@@ -22,7 +22,8 @@ import (
 //	0x0C u32 Len: Data, SrcAvail: payload bytes after the header (SrcAvail:
 //	         the send's first part); SinkAvail: the region's length;
 //	         RdDone, WrDone: bytes transferred by RDMA
-//	0x10 u32 ID: the transfer (SrcAvail, its SinkAvail, RdDone and WrDone)
+//	0x10 u32 ID: the transfer (SrcAvail, its SinkAvail, RdDone and WrDone);
+//	         SinkWait: the data messages the sender has received
 //	0x14 u32 STag of the advertised region (SrcAvail without FlagSinkReq, SinkAvail)
 //	0x18 u64 TO: tagged offset of the advertised region's first byte
 const (
@@ -83,10 +84,12 @@ const (
 	// TypeFin: the sender will send no more stream bytes (half-close).
 	TypeFin MsgType = 7
 	// TypeSinkWait: the sender's application is blocked in a read of Len
-	// bytes into registered memory, with nothing to read. A hint, with no
-	// region: the peer's next large send then asks for a sink with no
-	// first part (RDMA Write rendezvous), and the sink it gets is that
-	// read's buffer (zero copy).
+	// bytes into registered memory, with nothing to read, having received
+	// ID data messages (DATA and SRC_AVAIL, mod 2^32). A hint, with no
+	// region: a peer that has sent no more data messages than ID sends its
+	// next large sends, up to Len bytes, asking for a sink with no first
+	// part (RDMA Write rendezvous), and the sink it gets is that read's
+	// buffer (zero copy); a hint that crossed data is stale and ignored.
 	TypeSinkWait MsgType = 8
 )
 
@@ -208,8 +211,8 @@ func (m *Msg) Decode(b []byte, maxInline int) ([]byte, error) {
 			return nil, fmt.Errorf("%w: %v with length %d, ID %d or a region", ErrBadMessage, m.Type, m.Len, m.ID)
 		}
 	case TypeSinkWait:
-		if m.Len == 0 || m.ID != 0 || m.STag != 0 || m.TO != 0 {
-			return nil, fmt.Errorf("%w: SINK_WAIT of %d bytes with an ID or region", ErrBadMessage, m.Len)
+		if m.Len == 0 || m.STag != 0 || m.TO != 0 {
+			return nil, fmt.Errorf("%w: SINK_WAIT of %d bytes with a region", ErrBadMessage, m.Len)
 		}
 	case TypeCredit, TypeFin:
 		if m.Len != 0 || m.ID != 0 || m.STag != 0 || m.TO != 0 {

@@ -58,8 +58,8 @@ var wireMsgs = []wireMsg{
 		"02 05 0000 1e000000 00000000 feff0000 08000000 00000000 0000000000000000"},
 	{"CREDIT", Msg{Type: TypeCredit, Credits: 16}, nil,
 		"02 06 0000 10000000 00000000 00000000 00000000 00000000 0000000000000000"},
-	{"SINK_WAIT", Msg{Type: TypeSinkWait, Len: 1 << 20}, nil,
-		"02 08 0000 00000000 00000000 00001000 00000000 00000000 0000000000000000"},
+	{"SINK_WAIT", Msg{Type: TypeSinkWait, Len: 1 << 20, ID: 3}, nil,
+		"02 08 0000 00000000 00000000 00001000 03000000 00000000 0000000000000000"},
 	{"FIN", Msg{Type: TypeFin}, nil,
 		"02 07 0000 00000000 00000000 00000000 00000000 00000000 0000000000000000"},
 }
@@ -163,6 +163,7 @@ func TestMsgRejects(t *testing.T) {
 		"fin with id":            enc(Msg{Type: TypeFin, ID: 1}, nil),
 		"empty sink wait":        enc(Msg{Type: TypeSinkWait}, nil),
 		"sink wait with region":  enc(Msg{Type: TypeSinkWait, Len: 5, STag: 1}, nil),
+		"sink wait with a total": enc(Msg{Type: TypeSinkWait, Len: 5, Total: 1}, nil),
 		"fin with payload":       enc(Msg{Type: TypeFin}, []byte("x")),
 	}
 	for name, b := range bad {

@@ -65,7 +65,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 			if addr, ok := c.sw.registered(p); ok {
 				us = &userSink{p: p, addr: addr}
 				c.usink = us
-				c.queueLocked(ctlItem{m: Msg{Type: TypeSinkWait, Len: uint32(min(len(p), maxTransfer))}, src: -1})
+				c.queueLocked(ctlItem{m: Msg{Type: TypeSinkWait, Len: uint32(min(len(p), maxTransfer)), ID: c.dataRecv}, src: -1})
 				c.flushLocked()
 			}
 		}

@@ -33,6 +33,9 @@ func (c *Conn) postLocked(it ctlItem, payload []byte) error {
 	slot := c.free[len(c.free)-1]
 	c.free = c.free[:len(c.free)-1]
 	m := it.m
+	if m.Type.class() == classData {
+		c.dataSent++
+	}
 	m.Credits = c.cs.send(m.Type.class())
 	b := c.sendBuf(slot)
 	m.Encode(b)

@@ -126,6 +126,9 @@ type Stats struct {
 	// and out of control buffers and staging); also in the host's
 	// DriverStats.HostCopyBytes.
 	CopyBytes uint64
+	// StaleHints counts SINK_WAIT hints ignored because data crossed
+	// them.
+	StaleHints uint64
 }
 
 type counter = atomic.Uint64
@@ -135,7 +138,7 @@ type switchStats struct {
 	badMessages, creditViolations, remoteAccess, peerFailures counter
 	noBuffers, inlineBytes, rdmaBytes, rdmaTransfers          counter
 	readRendezvous, writeRendezvous                           counter
-	registrations, deregistrations, copyBytes                 counter
+	registrations, deregistrations, copyBytes, staleHints     counter
 }
 
 // hostSwitch is one host's sockets-direct switch: the verbs objects every
@@ -224,7 +227,7 @@ func HostStats(h *tcpstack.Host) Stats {
 		RemoteAccessErrors: s.remoteAccess.Load(), PeerFailures: s.peerFailures.Load(), NoBuffers: s.noBuffers.Load(),
 		InlineBytes: s.inlineBytes.Load(), RDMABytes: s.rdmaBytes.Load(), RDMATransfers: s.rdmaTransfers.Load(),
 		ReadRendezvous: s.readRendezvous.Load(), WriteRendezvous: s.writeRendezvous.Load(),
-		Registrations: s.registrations.Load(), Deregistrations: s.deregistrations.Load(), CopyBytes: s.copyBytes.Load()}
+		Registrations: s.registrations.Load(), Deregistrations: s.deregistrations.Load(), CopyBytes: s.copyBytes.Load(), StaleHints: s.staleHints.Load()}
 }
 
 // poll takes the completions of every connection of the host and hands
