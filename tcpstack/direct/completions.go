@@ -151,7 +151,10 @@ func (c *Conn) afterBatchLocked() {
 		go c.failFlushed()
 	}
 	if len(c.reposts) > 0 && c.err == nil && !c.closed {
-		_, err := c.qp.PostRecvList(c.reposts)
+		// No doorbell: the device reads the receive queue when a
+		// message arrives, and the peer sends into these buffers only
+		// after the grant, which goes in a message posted after them.
+		_, err := c.qp.PostRecvListQuiet(c.reposts)
 		c.reposts = c.reposts[:0]
 		if err != nil {
 			c.failLocked(fmt.Errorf("%w: re-post receives: %v", ErrPeerFailed, err), &c.sw.stats.peerFailures)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -129,6 +130,9 @@ type Stats struct {
 	// StaleHints counts SINK_WAIT hints ignored because data crossed
 	// them.
 	StaleHints uint64
+	// PollSpins counts the poller's polls that found completions while it
+	// spun (busy polling), PollSleeps the times it armed the CQ and slept.
+	PollSpins, PollSleeps uint64
 }
 
 type counter = atomic.Uint64
@@ -139,6 +143,7 @@ type switchStats struct {
 	noBuffers, inlineBytes, rdmaBytes, rdmaTransfers          counter
 	readRendezvous, writeRendezvous                           counter
 	registrations, deregistrations, copyBytes, staleHints     counter
+	pollSpins, pollSleeps                                     counter
 }
 
 // hostSwitch is one host's sockets-direct switch: the verbs objects every
@@ -227,7 +232,8 @@ func HostStats(h *tcpstack.Host) Stats {
 		RemoteAccessErrors: s.remoteAccess.Load(), PeerFailures: s.peerFailures.Load(), NoBuffers: s.noBuffers.Load(),
 		InlineBytes: s.inlineBytes.Load(), RDMABytes: s.rdmaBytes.Load(), RDMATransfers: s.rdmaTransfers.Load(),
 		ReadRendezvous: s.readRendezvous.Load(), WriteRendezvous: s.writeRendezvous.Load(),
-		Registrations: s.registrations.Load(), Deregistrations: s.deregistrations.Load(), CopyBytes: s.copyBytes.Load(), StaleHints: s.staleHints.Load()}
+		Registrations: s.registrations.Load(), Deregistrations: s.deregistrations.Load(), CopyBytes: s.copyBytes.Load(), StaleHints: s.staleHints.Load(),
+		PollSpins: s.pollSpins.Load(), PollSleeps: s.pollSleeps.Load()}
 }
 
 // poll takes the completions of every connection of the host and hands
@@ -238,7 +244,7 @@ func (sw *hostSwitch) poll() {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-sw.done; cancel() }()
 	for {
-		n, err := sw.cq.PollSpin(ctx, wc, 16)
+		n, err := sw.pollCQ(ctx, wc)
 		if err != nil {
 			return
 		}
@@ -261,6 +267,33 @@ func (sw *hostSwitch) poll() {
 			i = j
 		}
 	}
+}
+
+// pollSpin is how long the poller keeps polling an empty CQ before it
+// arms it and sleeps (busy polling, as RDMA applications do): arming is a
+// device command and the CQ event a notification and a wake-up, a round
+// trip's worth of latency on a request/response exchange. The time spent
+// spinning is the poller's CPU (HostStats.PollSpins counts the spins that
+// found work, PollSleeps the times it slept).
+var pollSpin = 50 * time.Microsecond
+
+// pollCQ returns at least one completion: it polls, spinning up to
+// pollSpin with the processor yielded between polls, then waits as
+// PollWait does.
+func (sw *hostSwitch) pollCQ(ctx context.Context, wc []rings.Completion) (int, error) {
+	if n := sw.cq.Poll(wc); n > 0 {
+		return n, nil
+	}
+	start := time.Now()
+	for time.Since(start) < pollSpin {
+		runtime.Gosched()
+		if n := sw.cq.Poll(wc); n > 0 {
+			sw.stats.pollSpins.Add(1)
+			return n, nil
+		}
+	}
+	sw.stats.pollSleeps.Add(1)
+	return sw.cq.PollWait(ctx, wc, false)
 }
 
 func (sw *hostSwitch) forget(c *Conn) {
