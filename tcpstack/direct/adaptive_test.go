@@ -18,15 +18,9 @@ func TestAdaptiveMix(t *testing.T) {
 	ca, cb := pair(t, a, b, Config{}, Config{})
 	defer ca.Close()
 	defer cb.Close()
-	src, err := Alloc(a, 256<<10)
-	if err != nil {
-		t.Fatal(err)
-	}
+	src := alloc(t, a, 256<<10)
 	defer src.Free()
-	dst, err := Alloc(b, 256<<10)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dst := alloc(t, b, 256<<10)
 	defer dst.Free()
 	fill(src.Bytes(), 4)
 	plain := make([]byte, 256<<10)

@@ -181,7 +181,10 @@ type Conn struct {
 	// deregs counts per-transfer registrations and deregistrations still
 	// running on their goroutines; freeMem waits for them.
 	deregs sync.WaitGroup
-	gen    uint64 // the conn's generation, in place in its WRIDs
+	// zcDeregs counts the deregistrations of application buffers' remote
+	// registrations still running.
+	zcDeregs sync.WaitGroup
+	gen      uint64 // the conn's generation, in place in its WRIDs
 }
 
 // PathInfo says which path a connection took and why.
@@ -324,13 +327,7 @@ func (c *Conn) start(mine, peer *Hello) {
 // prepareSink allocates and registers the area the peer's large sends
 // land in; it returns the caps this side can offer (none without memory).
 func (c *Conn) prepareSink() uint8 {
-	caps := uint8(0)
-	if !c.cfg.NoRDMARead {
-		caps |= CapRead
-	}
-	if !c.cfg.NoRDMAWrite {
-		caps |= CapWrite
-	}
+	caps := c.sw.sinkCaps(c.cfg)
 	if caps == 0 {
 		return 0
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"sync"
 
 	"github.com/emunic/emunic/rings"
 	"github.com/emunic/emunic/tcpstack/verbs"
@@ -286,13 +287,23 @@ func (c *Conn) regRemoteUnlocked(addr rings.Addr, n int, access int) (*verbs.MR,
 // off the poller: the NIC already invalidated its STag (the peer's Send
 // with Invalidate) or the conn is going, so nothing waits for it but the
 // conn's memory, which freeMem frees after every deregistration.
-func (c *Conn) deregAsync(mr *verbs.MR) {
+func (c *Conn) deregAsync(mr *verbs.MR) { c.deregAsyncAlso(mr, nil) }
+
+// deregAsyncAlso is deregAsync that also counts the deregistration in
+// also (a zero-copy Write waits for its buffer's).
+func (c *Conn) deregAsyncAlso(mr *verbs.MR, also *sync.WaitGroup) {
 	if mr == nil {
 		return
 	}
 	c.deregs.Add(1)
+	if also != nil {
+		also.Add(1)
+	}
 	go func() {
 		defer c.deregs.Done()
+		if also != nil {
+			defer also.Done()
+		}
 		if mr.Dereg() == nil {
 			c.sw.stats.deregistrations.Add(1)
 		}
@@ -408,8 +419,17 @@ func (c *Conn) writeZeroCopyLocked(b []byte, addr rings.Addr) (int, error) {
 	if err := c.srcAreaLocked(); err != nil {
 		return 0, err
 	}
+	// Through the cache when the provider tells its caches of freed
+	// memory; else registered for this Write only, since a cached
+	// registration would outlive a Free it never hears of.
 	c.mu.Unlock()
-	lmr, err := c.sw.cache.Get(c.sw.pd, addr, len(b), verbs.AccessLocalWrite)
+	var lmr *verbs.MR
+	var err error
+	if c.sw.cacheCB {
+		lmr, err = c.sw.cache.Get(c.sw.pd, addr, len(b), verbs.AccessLocalWrite)
+	} else {
+		lmr, err = c.sw.v.RegMRAddr(c.sw.pd, addr, len(b), verbs.AccessLocalWrite)
+	}
 	c.mu.Lock()
 	if err != nil {
 		c.sw.stats.noBuffers.Add(1)
@@ -423,7 +443,14 @@ func (c *Conn) writeZeroCopyLocked(b []byte, addr rings.Addr) (int, error) {
 			c.cond.Wait()
 		}
 		c.mu.Unlock()
-		_ = c.sw.cache.Put(lmr)
+		// The buffer is the application's again once no remote
+		// registration of it is left.
+		c.zcDeregs.Wait()
+		if c.sw.cacheCB {
+			_ = c.sw.cache.Put(lmr)
+		} else {
+			_ = lmr.Dereg()
+		}
 		c.mu.Lock()
 	}()
 	off := 0
@@ -463,7 +490,11 @@ func (c *Conn) releaseSrcLocked(ci int) {
 	if !ch.busy {
 		return
 	}
-	c.deregAsync(ch.rmr)
+	if ch.ext {
+		c.deregAsyncAlso(ch.rmr, &c.zcDeregs)
+	} else {
+		c.deregAsync(ch.rmr)
+	}
 	ch.rmr = nil
 	ch.busy, ch.state = false, 0
 	if ch.ext {

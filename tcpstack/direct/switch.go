@@ -175,6 +175,25 @@ type hostSwitch struct {
 
 	bufMu sync.Mutex
 	bufs  []*Buffer // Alloc's live buffers, by address
+
+	// canRead: the provider has RDMA Read (WSPRdmaRead); cacheCB: its
+	// registration caches hear of freed memory
+	// (WSPMemoryRegistrationCacheCallback), so application buffers'
+	// registrations may be kept between transfers.
+	canRead, cacheCB bool
+}
+
+// sinkCaps is what this side offers as a sink: RDMA Read if the provider
+// has it and the config allows, RDMA Write unless the config says no.
+func (sw *hostSwitch) sinkCaps(cfg Config) uint8 {
+	caps := uint8(0)
+	if !cfg.NoRDMARead && sw.canRead {
+		caps |= CapRead
+	}
+	if !cfg.NoRDMAWrite {
+		caps |= CapWrite
+	}
+	return caps
 }
 
 var (
@@ -211,6 +230,11 @@ func switchFor(h *tcpstack.Host) (*hostSwitch, error) {
 	}
 	sw := &hostSwitch{h: h, v: v, pd: v.AllocPD(), cq: cq, cache: cache, conns: map[uint32]*Conn{},
 		listeners: map[uint16]*Listener{}, pending: map[uint32]*Conn{}, done: make(chan struct{})}
+	// The optional extensions, by query (WSPIoctl's
+	// SIO_GET_EXTENSION_FUNCTION_POINTER): a provider without them says
+	// WSAEOPNOTSUPP, and the switch does without.
+	sw.canRead = v.GetExtension(verbs.ExtRdmaRead) == nil
+	sw.cacheCB = v.GetExtension(verbs.ExtMemoryRegistrationCacheCallback) == nil
 	switches[h] = sw
 	go sw.poll()
 	// A host closed without Shutdown stops its switch all the same.
@@ -364,13 +388,7 @@ func dialRDMA(ctx context.Context, h *tcpstack.Host, addr netip.AddrPort, cfg Co
 	// the QP does: the request is sent with the caps this side would
 	// offer, and a sink that could not be allocated fails the dial (it
 	// then falls back to TCP).
-	caps := uint8(0)
-	if !cfg.NoRDMARead {
-		caps |= CapRead
-	}
-	if !cfg.NoRDMAWrite {
-		caps |= CapWrite
-	}
+	caps := sw.sinkCaps(cfg)
 	mine := cfg.hello(false, addr.Port(), caps)
 	hb := make([]byte, HelloSize)
 	mine.Encode(hb)
@@ -622,12 +640,7 @@ func (sw *hostSwitch) serve(rl *verbs.RDMAListener) {
 		}
 		caps := uint8(0)
 		if c.sink != nil {
-			if !cfg.NoRDMARead {
-				caps |= CapRead
-			}
-			if !cfg.NoRDMAWrite {
-				caps |= CapWrite
-			}
+			caps = sw.sinkCaps(cfg)
 		}
 		mine := cfg.hello(true, 0, caps)
 		hb := make([]byte, HelloSize)

@@ -96,6 +96,9 @@ type Provider struct {
 	mem  *rings.Arena
 
 	pdNext atomic.Uint32 // the last protection domain number handed out
+	// dropped is the optional extensions taken away (DropExtension), a
+	// bit per Extension.
+	dropped atomic.Uint32
 
 	mu     sync.Mutex
 	cqs    [maxCQNum]*CQ

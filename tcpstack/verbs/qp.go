@@ -530,6 +530,9 @@ func (qp *QP) PostSendList(wrs []rings.SendWR) (int, error) {
 		if err = checkSendWR(&wrs[i]); err != nil {
 			break
 		}
+		if err = qp.v.checkExtension(&wrs[i]); err != nil {
+			break
+		}
 		e := qp.sq.Next()
 		if e == nil {
 			err = ErrQueueFull
