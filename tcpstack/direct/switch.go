@@ -409,6 +409,10 @@ func dialRDMA(ctx context.Context, h *tcpstack.Host, addr netip.AddrPort, cfg Co
 		if errors.Is(err, verbs.ErrRejected) {
 			return nil, fmt.Errorf("the peer's switch has no sockets-direct listener on port %d", addr.Port())
 		}
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			return nil, fmt.Errorf("the RDMA negotiation with %v did not finish within NegotiateTimeout (%v): %w",
+				netip.AddrPortFrom(addr.Addr(), cfg.SwitchPort), cfg.NegotiateTimeout, err)
+		}
 		return nil, fmt.Errorf("no sockets-direct switch at %v: %w", netip.AddrPortFrom(addr.Addr(), cfg.SwitchPort), err)
 	}
 	fail := func(err error) (*Conn, error) {
@@ -423,7 +427,10 @@ func dialRDMA(ctx context.Context, h *tcpstack.Host, addr netip.AddrPort, cfg Co
 	var peer Hello
 	if err := peer.Decode(qp.PeerPrivateData()); err != nil || !peer.Reply {
 		sw.stats.badMessages.Add(1)
-		return fail(fmt.Errorf("the listener's reply: %v", err))
+		if err == nil {
+			err = fmt.Errorf("%w: a request where the reply belongs", ErrBadHello)
+		}
+		return fail(fmt.Errorf("the listener's reply: %w", err))
 	}
 	c.local, c.remote = qp.LocalAddr(), qp.RemoteAddr()
 	c.mu.Lock()
