@@ -71,15 +71,7 @@ func TestFallback(t *testing.T) {
 	if ok, why := l.RDMA(); !ok {
 		t.Fatalf("listener without RDMA: %v", why)
 	}
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go echoAll(c)
-		}
-	}()
+	go echoEach(l)
 	c, err = Dial(ctx, a, netip.AddrPortFrom(b.Addr(), 8102), Config{NoRDMA: true})
 	if err != nil {
 		t.Fatal(err)
@@ -139,6 +131,17 @@ func TestFallback(t *testing.T) {
 	}
 }
 
+// echoEach echoes every conn l accepts until it is closed.
+func echoEach(l net.Listener) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go echoAll(c)
+	}
+}
+
 // plainEcho listens on port of h over plain TCP and echoes every conn.
 func plainEcho(t *testing.T, h *tcpstack.Host, port uint16) {
 	t.Helper()
@@ -147,15 +150,7 @@ func plainEcho(t *testing.T, h *tcpstack.Host, port uint16) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go echoAll(c)
-		}
-	}()
+	go echoEach(l)
 }
 
 // TestFallbackTimeout: the peer's switch port accepts the TCP connection
