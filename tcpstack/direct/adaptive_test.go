@@ -63,8 +63,14 @@ func TestAdaptiveMix(t *testing.T) {
 		werr := make(chan error, 1)
 		go func() { _, err := ca.Write(st.data); werr <- err }()
 		if !st.readerFirst {
-			// The writer's transfer is announced before the reader reads.
+			// The writer's transfer is there before the reader reads.
 			waitAnnounced(t, ca, w0)
+			rc := cb.(*Conn)
+			waitFor(t, func() bool {
+				rc.mu.Lock()
+				defer rc.mu.Unlock()
+				return len(rc.rq) > 0 && rc.rq[0].ready
+			})
 			go read()
 		}
 		if err := <-werr; err != nil {

@@ -56,11 +56,12 @@ func (c *Conn) handleLocked(wc *rings.Completion) {
 		}
 		c.free = append(c.free, idx)
 	case wrRead:
-		if c.sink == nil || idx >= len(c.sink.chunks) {
+		user := wc.WRID&wrUserRead != 0
+		if !user && (c.sink == nil || idx >= len(c.sink.chunks)) {
 			return
 		}
 		c.readsOut--
-		c.readDoneLocked(idx)
+		c.readDoneLocked(int(wc.WRID&wrIdxMsk&^wrUserRead), user)
 	}
 	c.cond.Broadcast()
 }

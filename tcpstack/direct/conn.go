@@ -42,6 +42,9 @@ const (
 	wrGenSh  = 32
 	wrGenMsk = 0xFFFFFF << wrGenSh
 	wrIdxMsk = 0xFFFFFFFF
+	// wrUserRead marks an RDMA Read into a blocked Read's buffer; the low
+	// 31 bits are then the transfer's ID.
+	wrUserRead = 1 << 31
 )
 
 // chunk is one staging region of a transfer: a slice of the conn's source
@@ -106,6 +109,7 @@ type rseg struct {
 	// the conn (zero copy).
 	sinking, user bool
 	rmr           *verbs.MR
+	sunk          bool // it has its sink (a chunk or the Read's buffer)
 }
 
 // sendSlot is one send buffer of the control pool.

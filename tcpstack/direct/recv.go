@@ -20,9 +20,45 @@ import (
 type userSink struct {
 	p    []byte
 	addr rings.Addr
+	lmr  *verbs.MR // its local registration (RDMA Read rendezvous), nil if none
 	// used is the bytes of p given to transfers as their sink, pending
 	// those whose WR_DONE has not come: the Read waits for them.
 	used, pending int
+}
+
+// userSinkLocked makes the buffer p (registered memory at addr) of a
+// blocked Read the sink of the peer's next transfers: registered through
+// the registration cache for local access (an RDMA Read places into it;
+// the lock is released for a miss), and announced with SINK_WAIT when
+// this side takes RDMA Write.
+func (c *Conn) userSinkLocked(p []byte, addr rings.Addr) *userSink {
+	us := &userSink{p: p, addr: addr}
+	if c.sw.cacheCB && c.myCaps&CapRead != 0 {
+		c.mu.Unlock()
+		mr, err := c.sw.cache.Get(c.sw.pd, addr, len(p), verbs.AccessLocalWrite)
+		c.mu.Lock()
+		if err == nil {
+			us.lmr = mr
+		}
+	}
+	c.usink = us
+	if c.myCaps&CapWrite != 0 {
+		c.queueLocked(ctlItem{m: Msg{Type: TypeSinkWait, Len: uint32(min(len(p), maxTransfer)), ID: c.dataRecv}, src: -1})
+		c.flushLocked()
+	}
+	c.startSinksLocked()
+	return us
+}
+
+// dropUserSinkLocked ends a Read's user sink.
+func (c *Conn) dropUserSinkLocked(us *userSink) {
+	if c.usink == us {
+		c.usink = nil
+	}
+	if us.lmr != nil {
+		_ = c.sw.cache.Put(us.lmr)
+		us.lmr = nil
+	}
 }
 
 // Read implements net.Conn. A Read into registered memory (Alloc) of at
@@ -36,11 +72,6 @@ func (c *Conn) Read(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var us *userSink
-	defer func() {
-		if us != nil && c.usink == us {
-			c.usink = nil
-		}
-	}()
 	for {
 		if c.closed {
 			return 0, c.opErr("read", net.ErrClosed)
@@ -61,12 +92,10 @@ func (c *Conn) Read(p []byte) (int, error) {
 		if c.err != nil {
 			return 0, c.opErr("read", c.err)
 		}
-		if us == nil && c.usink == nil && len(c.rq) == 0 && len(p) >= c.cfg.Threshold && c.myCaps&CapWrite != 0 {
+		if us == nil && c.usink == nil && len(c.rq) == 0 && len(p) >= c.cfg.Threshold && c.myCaps != 0 {
 			if addr, ok := c.sw.registered(p); ok {
-				us = &userSink{p: p, addr: addr}
-				c.usink = us
-				c.queueLocked(ctlItem{m: Msg{Type: TypeSinkWait, Len: uint32(min(len(p), maxTransfer)), ID: c.dataRecv}, src: -1})
-				c.flushLocked()
+				us = c.userSinkLocked(p, addr)
+				defer c.dropUserSinkLocked(us)
 			}
 		}
 		if claimed {
@@ -183,18 +212,30 @@ func (c *Conn) inlineLocked(payload []byte, credit bool) {
 func (c *Conn) startSinksLocked() {
 	for i := range c.rq {
 		s := &c.rq[i]
-		if s.ready || !s.rdma || s.sink >= 0 || s.sinking {
+		if s.ready || !s.rdma || s.sunk {
 			continue
 		}
 		if c.err != nil {
 			return
 		}
-		if us := c.usink; s.write && us != nil && s.n <= len(us.p)-us.used && c.userRunLocked(i) {
-			s.user, s.sinking, s.data = true, true, us.p[us.used:us.used+s.n]
+		if us := c.usink; us != nil && s.n <= len(us.p)-us.used && c.userRunLocked(i) && (s.write || us.lmr != nil) {
+			at := us.used
+			s.user, s.sunk, s.data = true, true, us.p[at:at+s.n]
 			us.used += s.n
 			us.pending++
 			c.zcRecvs++
-			c.regSinkAsync(s.srcID, us.addr+rings.Addr(us.used-s.n), s.n)
+			if s.write {
+				s.sinking = true
+				c.regSinkAsync(s.srcID, us.addr+rings.Addr(at), s.n)
+				continue
+			}
+			// RDMA Read straight into the Read's buffer.
+			w := rings.SendWR{Opcode: rings.WRRDMARead, Flags: rings.WRSignaled, WRID: wrRead | c.gen | wrUserRead | uint64(s.srcID&^wrUserRead),
+				RemoteAddr: s.srcTO, RKey: s.stag, NumSGE: 1}
+			w.SGL[0] = us.lmr.SGE(int(us.addr-us.lmr.Addr)+at, s.n)
+			if !c.postReadLocked(&w) {
+				return
+			}
 			continue
 		}
 		if len(c.sink.free) == 0 {
@@ -204,7 +245,7 @@ func (c *Conn) startSinksLocked() {
 		c.sink.free = c.sink.free[:len(c.sink.free)-1]
 		ch := &c.sink.chunks[ci]
 		ch.busy, ch.state, ch.n, ch.id = true, sinkBusy, s.n, s.srcID
-		s.sink, s.data = ci, c.sink.mem[ch.off:ch.off+s.n]
+		s.sink, s.sunk, s.data = ci, true, c.sink.mem[ch.off:ch.off+s.n]
 		if s.write {
 			s.sinking = true
 			c.regSinkAsync(s.srcID, c.sink.buf.Addr+rings.Addr(ch.off), s.n)
@@ -213,12 +254,20 @@ func (c *Conn) startSinksLocked() {
 		w := rings.SendWR{Opcode: rings.WRRDMARead, Flags: rings.WRSignaled, WRID: wrRead | c.gen | uint64(ci),
 			RemoteAddr: s.srcTO, RKey: s.stag, NumSGE: 1}
 		w.SGL[0] = c.sink.mr.SGE(ch.off+int(c.sink.buf.Addr-c.sink.mr.Addr), s.n)
-		c.readsOut++
-		if err := c.qp.PostSend(&w); err != nil {
-			c.failLocked(fmt.Errorf("%w: post RDMA Read: %v", ErrPeerFailed, err), &c.sw.stats.peerFailures)
+		if !c.postReadLocked(&w) {
 			return
 		}
 	}
+}
+
+// postReadLocked posts an RDMA Read; false if the conn failed.
+func (c *Conn) postReadLocked(w *rings.SendWR) bool {
+	c.readsOut++
+	if err := c.qp.PostSend(w); err != nil {
+		c.failLocked(fmt.Errorf("%w: post RDMA Read: %v", ErrPeerFailed, err), &c.sw.stats.peerFailures)
+		return false
+	}
+	return true
 }
 
 // userRunLocked says whether every item before rq[i] is a transfer into
@@ -295,12 +344,17 @@ func (c *Conn) wrDoneLocked(m *Msg, wc *rings.Completion) error {
 }
 
 // readDoneLocked takes the completion of the RDMA Read into sink chunk
-// ci: the bytes are ready, and RD_DONE (a Send with Invalidate of the
-// source's STag) is queued.
-func (c *Conn) readDoneLocked(ci int) {
+// ci, or (user) into the blocked Read's buffer for the transfer whose ID's
+// low 31 bits are ci: the bytes are ready, and RD_DONE (a Send with
+// Invalidate of the source's STag) is queued.
+func (c *Conn) readDoneLocked(ci int, user bool) {
 	for i := range c.rq {
 		s := &c.rq[i]
-		if s.sink == ci && !s.ready && !s.write {
+		mine := !user && s.sink == ci || user && s.user && uint64(s.srcID&^wrUserRead) == uint64(ci)
+		if mine && !s.ready && !s.write {
+			if user && c.usink != nil {
+				c.usink.pending--
+			}
 			s.ready = true
 			c.queueLocked(ctlItem{m: Msg{Type: TypeRdDone, ID: s.srcID, Len: uint32(s.n)}, inv: s.stag, src: -1})
 			return

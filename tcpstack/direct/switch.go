@@ -133,6 +133,9 @@ type Stats struct {
 	// PollSpins counts the poller's polls that found completions while it
 	// spun (busy polling), PollSleeps the times it armed the CQ and slept.
 	PollSpins, PollSleeps uint64
+	// PollSpinTime is the time the poller spent spinning on an empty CQ
+	// (yielding between polls): at most the CPU busy polling cost.
+	PollSpinTime time.Duration
 }
 
 type counter = atomic.Uint64
@@ -143,7 +146,7 @@ type switchStats struct {
 	noBuffers, inlineBytes, rdmaBytes, rdmaTransfers          counter
 	readRendezvous, writeRendezvous                           counter
 	registrations, deregistrations, copyBytes, staleHints     counter
-	pollSpins, pollSleeps                                     counter
+	pollSpins, pollSleeps, pollSpinNanos                      counter
 }
 
 // hostSwitch is one host's sockets-direct switch: the verbs objects every
@@ -257,7 +260,7 @@ func HostStats(h *tcpstack.Host) Stats {
 		InlineBytes: s.inlineBytes.Load(), RDMABytes: s.rdmaBytes.Load(), RDMATransfers: s.rdmaTransfers.Load(),
 		ReadRendezvous: s.readRendezvous.Load(), WriteRendezvous: s.writeRendezvous.Load(),
 		Registrations: s.registrations.Load(), Deregistrations: s.deregistrations.Load(), CopyBytes: s.copyBytes.Load(), StaleHints: s.staleHints.Load(),
-		PollSpins: s.pollSpins.Load(), PollSleeps: s.pollSleeps.Load()}
+		PollSpins: s.pollSpins.Load(), PollSleeps: s.pollSleeps.Load(), PollSpinTime: time.Duration(s.pollSpinNanos.Load())}
 }
 
 // poll takes the completions of every connection of the host and hands
@@ -313,9 +316,11 @@ func (sw *hostSwitch) pollCQ(ctx context.Context, wc []rings.Completion) (int, e
 		runtime.Gosched()
 		if n := sw.cq.Poll(wc); n > 0 {
 			sw.stats.pollSpins.Add(1)
+			sw.stats.pollSpinNanos.Add(uint64(time.Since(start)))
 			return n, nil
 		}
 	}
+	sw.stats.pollSpinNanos.Add(uint64(time.Since(start)))
 	sw.stats.pollSleeps.Add(1)
 	return sw.cq.PollWait(ctx, wc, false)
 }

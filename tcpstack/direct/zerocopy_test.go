@@ -92,14 +92,26 @@ func waitPeerWaiting(t *testing.T, c *Conn) {
 }
 
 // TestZeroCopy: a Write from registered memory to a Read blocked on
-// registered memory moves every byte by the devices: the reader's
-// SINK_WAIT makes each transfer an RDMA Write straight from the writer's
-// buffer into the reader's. No host copies on either side (the switch's
-// counter and the driver's HostCopyBytes), and the devices' QP counters
-// show the bytes fetched from and placed into host memory.
+// registered memory moves every byte by the devices, in both rendezvous:
+// the reader's SINK_WAIT makes each transfer an RDMA Write straight from
+// the writer's buffer into the reader's; a reader that takes no RDMA Write
+// (NoRDMAWrite) RDMA-reads the writer's buffer straight into its own. No
+// host copies on either side (the switch's counter and the driver's
+// HostCopyBytes), and the devices' QP counters show the bytes fetched
+// from and placed into host memory.
 func TestZeroCopy(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		cfgB  Config
+		write bool
+	}{{"rdma-write", Config{}, true}, {"rdma-read", Config{NoRDMAWrite: true}, false}} {
+		t.Run(tc.name, func(t *testing.T) { testZeroCopy(t, tc.cfgB, tc.write) })
+	}
+}
+
+func testZeroCopy(t *testing.T, cfgB Config, write bool) {
 	a, b := rig(t)
-	ca, cb := pair(t, a, b, Config{}, Config{})
+	ca, cb := pair(t, a, b, Config{}, cfgB)
 	defer ca.Close()
 	defer cb.Close()
 	const size = 1 << 20
@@ -118,7 +130,15 @@ func TestZeroCopy(t *testing.T) {
 		_, err := io.ReadFull(cb, dst.Bytes())
 		got <- err
 	}()
-	waitPeerWaiting(t, ca.(*Conn))
+	rc := cb.(*Conn)
+	waitFor(t, func() bool {
+		rc.mu.Lock()
+		defer rc.mu.Unlock()
+		return rc.usink != nil
+	})
+	if write {
+		waitPeerWaiting(t, ca.(*Conn))
+	}
 	if _, err := ca.Write(src.Bytes()); err != nil {
 		t.Fatal(err)
 	}
@@ -135,8 +155,8 @@ func TestZeroCopy(t *testing.T) {
 	}
 	pa, pb := PathOf(ca), PathOf(cb)
 	t.Logf("writer %v; reader %v", pa, pb)
-	if pa.ZeroCopySends == 0 || pa.WriteRendezvous == 0 || pb.ZeroCopyRecvs == 0 {
-		t.Errorf("writer %v, reader %v: want zero-copy RDMA Write transfers", pa, pb)
+	if pa.ZeroCopySends == 0 || pb.ZeroCopyRecvs == 0 || write && pa.ReadRendezvous != 0 || !write && pa.WriteRendezvous != 0 {
+		t.Errorf("writer %v, reader %v: want zero-copy transfers, RDMA Write %v", pa, pb, write)
 	}
 	da, db := settled(t, a), settled(t, b)
 	sourced := da.QPs[qa].Sourced - devA.QPs[qa].Sourced
