@@ -217,6 +217,13 @@ func TestBadPeer(t *testing.T) {
 			l.msg(Msg{Type: TypeData, Len: 5}, []byte("hello"))
 			_ = l.qp.Destroy()
 		}, ErrPeerFailed, func(s Stats) uint64 { return s.PeerFailures }},
+		{"urgent data without credits", TransferInline, func(l *liar, _ net.Conn) {
+			// Urgent bytes take a credit each until the application
+			// reads them: the 33rd, with nothing read, has none.
+			for range 33 {
+				l.msg(Msg{Type: TypeData, Flags: FlagUrgent, Len: 1}, []byte("!"))
+			}
+		}, ErrProtocol, func(s Stats) uint64 { return s.CreditViolations }},
 		{"reuses a transfer ID", TransferWrite, func(l *liar, _ net.Conn) {
 			l.msg(Msg{Type: TypeSrcAvail, Flags: FlagSinkReq, Total: 100, ID: 1}, nil)
 			l.msg(Msg{Type: TypeSrcAvail, Flags: FlagSinkReq, Total: 100, ID: 1}, nil)

@@ -107,6 +107,10 @@ func (c *Conn) recvLocked(i int, wc *rings.Completion) {
 	}
 	switch m.Type {
 	case TypeData:
+		if m.Flags == FlagUrgent {
+			c.urgentLocked(payload[0])
+			break
+		}
 		if c.ilen+len(payload) > len(c.ibuf) {
 			c.failLocked(fmt.Errorf("%w: inline data beyond the pool", ErrProtocol), &c.sw.stats.creditViolations)
 			return

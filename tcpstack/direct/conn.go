@@ -175,13 +175,22 @@ type Conn struct {
 	// way, mod 2^32: a SINK_WAIT names the count it saw.
 	dataSent, dataRecv uint32
 	// The per-transfer choices, for PathInfo.
-	nInline, nRead, nWrite, zcSends, zcRecvs uint64
-	zcBusy                                   int // application-buffer transfers not done
-	reposts                                  []rings.RecvWR
-	readsOut                                 int
-	flushed                                  bool // a flushed completion was seen
-	flushSeen                                bool // failFlushed runs
-	bareSeen                                 bool // the peer's one CREDIT without credits was seen
+	nInline, nRead, nWrite, zcSends, zcRecvs, nUrgent uint64
+	// Urgent data received: the last byte (oobValid until ReadOOB), the
+	// mark (stream bytes before it), the marks of the urgent messages
+	// whose credit is held; readBytes and recvBytes count the stream bytes
+	// read and received.
+	oob                  byte
+	oobValid, markSet    bool
+	mark                 uint64
+	urgHeld              []uint64
+	readBytes, recvBytes uint64
+	zcBusy               int // application-buffer transfers not done
+	reposts              []rings.RecvWR
+	readsOut             int
+	flushed              bool // a flushed completion was seen
+	flushSeen            bool // failFlushed runs
+	bareSeen             bool // the peer's one CREDIT without credits was seen
 	// deregs counts per-transfer registrations and deregistrations still
 	// running on their goroutines; freeMem waits for them.
 	deregs sync.WaitGroup
@@ -206,6 +215,8 @@ type PathInfo struct {
 	// buffer (zero copy); receiving: transfers written into the buffer
 	// of a blocked Read (zero copy).
 	InlineSends, ReadRendezvous, WriteRendezvous, ZeroCopySends, ZeroCopyRecvs uint64
+	// UrgentSends counts urgent bytes sent (WriteOOB).
+	UrgentSends uint64
 }
 
 // Path is a connection's data path.
@@ -242,6 +253,7 @@ func (c *Conn) PathInfo() PathInfo {
 	defer c.mu.Unlock()
 	i := c.info
 	i.InlineSends, i.ReadRendezvous, i.WriteRendezvous, i.ZeroCopySends, i.ZeroCopyRecvs = c.nInline, c.nRead, c.nWrite, c.zcSends, c.zcRecvs
+	i.UrgentSends = c.nUrgent
 	return i
 }
 

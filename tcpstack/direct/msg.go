@@ -15,7 +15,7 @@ import (
 //
 //	0x00 u8  Version (MsgVersion)
 //	0x01 u8  Type
-//	0x02 u16 Flags: SrcAvail: FlagSinkReq; none on other types
+//	0x02 u16 Flags: SrcAvail: FlagSinkReq; Data: FlagUrgent; none on other types
 //	0x04 u32 Credits: receive buffers the sender re-posted since its last message (a grant)
 //	0x08 u32 Total: SrcAvail: the bytes of the whole send (the first part
 //	         inline plus the rest by RDMA); zero on other types
@@ -46,6 +46,11 @@ const (
 // write and advertises it with SINK_AVAIL; without it the SRC_AVAIL names
 // the source's region, registered for remote read (RDMA Read rendezvous).
 const FlagSinkReq uint16 = 1 << 0
+
+// FlagUrgent on a DATA marks its one byte as urgent (out-of-band) data:
+// it is not part of the stream; the receiver keeps it for ReadOOB, and
+// the stream position it was sent at is the mark (AtMark).
+const FlagUrgent uint16 = 1 << 0
 
 // MsgType is a control message's type.
 type MsgType uint8
@@ -171,7 +176,7 @@ func (m *Msg) Decode(b []byte, maxInline int) ([]byte, error) {
 	}
 	*m = Msg{Type: h.Type(), Flags: h.Flags(), Credits: h.Credits(), Total: h.Total(), Len: h.Len(), ID: h.ID(), STag: h.STag(), TO: h.TO()}
 	payload := b[HeaderSize:]
-	if m.Flags != 0 && (m.Type != TypeSrcAvail || m.Flags&^FlagSinkReq != 0) {
+	if m.Flags != 0 && !(m.Type == TypeSrcAvail && m.Flags == FlagSinkReq || m.Type == TypeData && m.Flags == FlagUrgent) {
 		return nil, fmt.Errorf("%w: %v with flags %#x", ErrBadMessage, m.Type, m.Flags)
 	}
 	if m.Total != 0 && m.Type != TypeSrcAvail {
@@ -184,6 +189,9 @@ func (m *Msg) Decode(b []byte, maxInline int) ([]byte, error) {
 		}
 		if m.ID != 0 || m.STag != 0 || m.TO != 0 {
 			return nil, fmt.Errorf("%w: DATA with a region", ErrBadMessage)
+		}
+		if m.Flags == FlagUrgent && m.Len != 1 {
+			return nil, fmt.Errorf("%w: urgent DATA of %d bytes (one byte)", ErrBadMessage, m.Len)
 		}
 		return payload, nil
 	case TypeSrcAvail:

@@ -106,8 +106,12 @@ func (c *Conn) Read(p []byte) (int, error) {
 	}
 }
 
-// readLocked copies ready bytes into p (partial reads take what fits).
+// readLocked copies ready bytes into p (partial reads take what fits). A
+// read stops at the urgent mark.
 func (c *Conn) readLocked(p []byte) int {
+	if c.markSet && c.readBytes < c.mark {
+		p = p[:min(uint64(len(p)), c.mark-c.readBytes)]
+	}
 	n := 0
 	for n < len(p) && len(c.rq) > 0 && c.rq[0].ready {
 		s := &c.rq[0]
@@ -146,6 +150,10 @@ func (c *Conn) readLocked(p []byte) int {
 			c.sinkFreeLocked(sink)
 		}
 	}
+	c.readBytes += uint64(n)
+	if len(c.urgHeld) > 0 {
+		c.passedMarksLocked()
+	}
 	c.flushLocked()
 	c.cond.Broadcast()
 	return n
@@ -179,6 +187,7 @@ func (c *Conn) srcAvailLocked(m *Msg, payload []byte) error {
 	if len(payload) > 0 {
 		c.inlineLocked(payload, false)
 	}
+	c.recvBytes += uint64(rest)
 	s := rseg{n: rest, sink: -1, srcID: m.ID, credit: true, rdma: true}
 	if m.Flags&FlagSinkReq != 0 {
 		s.write = true
@@ -197,6 +206,7 @@ func (c *Conn) inlineLocked(payload []byte, credit bool) {
 	copy(c.ibuf, payload[k:])
 	c.countCopy(len(payload))
 	c.ilen += len(payload)
+	c.recvBytes += uint64(len(payload))
 	c.rq = append(c.rq, rseg{n: len(payload), ready: true, sink: -1, credit: credit})
 }
 
