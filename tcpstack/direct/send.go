@@ -184,7 +184,7 @@ const corkAt = 2
 // corkLocked says whether the open chunk waits for more bytes: it is not
 // full, transfers are in flight, and no FIN waits behind it.
 func (c *Conn) corkLocked() bool {
-	return c.openN < c.openCap && c.inFlight >= corkAt && !c.finQ && !c.closing && !c.cfg.noCork
+	return c.openN < c.openCap && c.inFlight >= corkAt && !c.finQ && !c.closing
 }
 
 // writeRDMALocked copies a first part of b into the open source chunk,

@@ -66,10 +66,6 @@ type Config struct {
 	// geometry is).
 	CRC bool
 
-	// noCork sends every source chunk at once, full or not (the sender's
-	// behaviour before coalescing): for the benchmark's before/after
-	// comparison in one run.
-	noCork bool
 }
 
 func (c Config) withDefaults() Config {
