@@ -65,7 +65,6 @@ type Config struct {
 	// switch's, set by the first Listen with RDMA on the host (as the pool
 	// geometry is).
 	CRC bool
-
 }
 
 func (c Config) withDefaults() Config {
