@@ -13,6 +13,7 @@ import (
 	"github.com/emunic/emunic/board"
 	"github.com/emunic/emunic/internal/cpusplit"
 	"github.com/emunic/emunic/internal/testutil"
+	"github.com/emunic/emunic/tcpstack"
 )
 
 // BenchmarkDirect compares sockets direct with delegated TCP
@@ -188,92 +189,54 @@ func benchPingPong(b *testing.B, path string) {
 	}
 }
 
-// BenchmarkDirectVsDelegated measures the bar's ratio the way the rings'
-// RingVsChannel does: sockets-direct and delegated TCP connections between
-// the same two hosts, all open, written in turn in chunks of 32 MiB (each
-// timed until the reader on B has received the whole chunk), so all see
-// the same machine from one moment to the next; it reports the median
-// per-round ratio of direct's throughput to delegated's and the medians.
-// direct is the default configuration; crc the same with MPA's CRC
-// (Config.CRC); before is the sender as it was before MPA CRC went off by
-// default and chunks were coalesced (CRC on, every chunk sent at once),
-// all in the same rounds. b.N is the number of rounds. Run with:
+// BenchmarkDirectVsDelegated compares a sockets-direct connection with a
+// delegated TCP one between the same two hosts, both open, measured in
+// turn in every round (b.N rounds), so both see the same machine from one
+// moment to the next. Each round, on each path:
 //
-//	go test ./tcpstack/direct -run '^$' -bench DirectVsDelegated -benchtime 9x
+//   - registered: 512 MiB in 256 KiB Writes from memory of the provider
+//     (Alloc) to a reader that Reads 256 KiB at a time into provider
+//     memory (sockets direct: zero copy both ends; delegated TCP has no
+//     registered memory and moves the same sizes from and into ordinary
+//     buffers), timed until the reader has it all, host CPU split off
+//     with pprof labels (internal/cpusplit: everything but the emulated
+//     devices: both hosts' applications, stacks, drivers, the switch and
+//     its poller, the runtime);
+//   - plain: 128 MiB in ordinary 64 KiB Writes, read 256 KiB at a time;
+//   - rtt: 1-byte request/response, one outstanding, 200 of them.
+//
+// It reports each ratio, sockets direct over delegated TCP, as the median
+// over rounds (cpu/delegated: the ratio of the totals over all rounds, as
+// a round's delegated figure is a few profile samples): cpu/delegated
+// (host CPU per GiB, registered), tput/delegated
+// (registered), tput-plain/delegated, rtt/delegated (median round trip);
+// and direct's and delegated's own figures, and the time sockets direct's
+// pollers spent busy polling per GiB (poll-s/GiB, registered: an upper
+// bound on the CPU polling cost, which is part of direct's host CPU). Run
+// with:
+//
+//	go test ./tcpstack/direct -run '^$' -bench DirectVsDelegated -benchtime 5x -count 3
 func BenchmarkDirectVsDelegated(b *testing.B) {
-	for _, size := range []int{64 << 10, 1 << 20} {
-		for _, tr := range []Transfer{TransferRead, TransferWrite} {
-			b.Run(fmt.Sprintf("%s/%v", sizeName(size), tr), func(b *testing.B) { benchVs(b, size, tr) })
-		}
+	if noSplit() {
+		b.Skip("the CPU split needs the profiler (not under -cpuprofile)")
 	}
-}
-
-// countingSink reads c and reports every byte count it reached on got.
-type countingSink struct {
-	got chan int64
-}
-
-func newCountingSink(c net.Conn) *countingSink {
-	s := &countingSink{got: make(chan int64, 1024)}
-	go func() {
-		buf := make([]byte, 256<<10)
-		var n int64
-		for {
-			k, err := c.Read(buf)
-			n += int64(k)
-			if k > 0 {
-				select {
-				case s.got <- n:
-				default:
-				}
-			}
-			if err != nil {
-				close(s.got)
-				return
-			}
-		}
-	}()
-	return s
-}
-
-// until waits until the sink has counted want bytes.
-func (s *countingSink) until(want int64) bool {
-	for n := range s.got {
-		if n >= want {
-			return true
-		}
-	}
-	return false
-}
-
-func benchVs(b *testing.B, size int, tr Transfer) {
 	a, h := rig(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	var conns []net.Conn
-	var sinks []*countingSink
-	accept := func(l net.Listener) {
-		s, err := l.Accept()
-		if err != nil {
-			b.Fatal(err)
-		}
-		sinks = append(sinks, newCountingSink(s))
+	benchPort++
+	dl, err := Listen(h, benchPort, Config{})
+	if err != nil {
+		b.Fatal(err)
 	}
-	// direct, crc, before, delegated.
-	for _, cfg := range []Config{{Transfer: tr}, {Transfer: tr, CRC: true}, {Transfer: tr, CRC: true, noCork: true}} {
-		benchPort++
-		dl, err := Listen(h, benchPort, cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer dl.Close()
-		dc, err := Dial(ctx, a, netip.AddrPortFrom(h.Addr(), benchPort), cfg)
-		if err != nil || PathOf(dc).Path != PathRDMA {
-			b.Fatalf("direct: %v %v", err, PathOf(dc))
-		}
-		defer dc.Close()
-		conns = append(conns, dc)
-		accept(dl)
+	defer dl.Close()
+	dc, err := Dial(ctx, a, netip.AddrPortFrom(h.Addr(), benchPort), Config{})
+	if err != nil || PathOf(dc).Path != PathRDMA {
+		b.Fatalf("direct: %v %v", err, PathOf(dc))
+	}
+	defer dc.Close()
+	ds, err := dl.Accept()
+	if err != nil {
+		b.Fatal(err)
 	}
 	benchPort++
 	ol, err := h.ListenOffload(benchPort + 1000)
@@ -286,49 +249,144 @@ func benchVs(b *testing.B, size int, tr Transfer) {
 		b.Fatal(err)
 	}
 	defer oc.Close()
-	conns = append(conns, oc)
-	accept(ol)
-	sent := make([]int64, len(conns))
-	buf := make([]byte, size)
-	const chunk = 32 << 20
-	round := func(i int) time.Duration {
-		start := time.Now()
-		for k := 0; k < chunk/size; k++ {
-			if _, err := conns[i].Write(buf); err != nil {
+	os2, err := ol.Accept()
+	if err != nil {
+		b.Fatal(err)
+	}
+	// 512 MiB registered: delegated TCP's host CPU is a few profile
+	// samples (10 ms each) per round at that.
+	const regChunk, plainChunk, regSize = 512 << 20, 128 << 20, 256 << 10
+	alloc := func(h *tcpstack.Host) []byte {
+		buf, err := Alloc(h, regSize)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = buf.Free() })
+		return buf.Bytes()
+	}
+	type path struct {
+		c, s     net.Conn
+		src, dst []byte // registered (direct) or ordinary memory
+	}
+	paths := []path{
+		{dc, ds, alloc(a), alloc(h)},
+		{oc, os2, make([]byte, regSize), make([]byte, regSize)},
+	}
+	// Ordinary memory for the plain transfers, both ends.
+	plain, plainDst := make([]byte, 64<<10), make([]byte, regSize)
+	// stream writes chunk bytes from src in len(src) writes to a reader
+	// reading into dst, and returns the time and its CPU split.
+	stream := func(p path, src, dst []byte, chunk int) cpusplit.Split {
+		done := make(chan error, 1)
+		go func() {
+			n := 0
+			for n < chunk {
+				k, err := p.s.Read(dst)
+				n += k
+				if err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+		var werr error
+		sp, err := cpusplit.Measure(func() {
+			for range chunk / len(src) {
+				if _, werr = p.c.Write(src); werr != nil {
+					return
+				}
+			}
+			werr = <-done
+		})
+		if err != nil {
+			b.Skip(err)
+		}
+		if werr != nil {
+			b.Fatal(werr)
+		}
+		return sp
+	}
+	// rtt returns the median of n 1-byte round trips.
+	rtt := func(p path, n int) time.Duration {
+		go func() {
+			one := make([]byte, 1)
+			for range n {
+				if _, err := io.ReadFull(p.s, one); err != nil {
+					return
+				}
+				if _, err := p.s.Write(one); err != nil {
+					return
+				}
+			}
+		}()
+		one := make([]byte, 1)
+		ts := make([]float64, n)
+		for i := range n {
+			start := time.Now()
+			if _, err := p.c.Write(one); err != nil {
 				b.Fatal(err)
 			}
+			if _, err := io.ReadFull(p.c, one); err != nil {
+				b.Fatal(err)
+			}
+			ts[i] = float64(time.Since(start))
 		}
-		sent[i] += chunk
-		if !sinks[i].until(sent[i]) {
-			b.Fatal("the reader stopped")
-		}
-		return time.Since(start)
+		return time.Duration(testutil.Median(ts))
 	}
-	for i := range conns { // warm up
-		round(i)
+	for _, p := range paths { // warm up
+		stream(p, p.src, p.dst, plainChunk)
+		stream(p, plain, plainDst, plainChunk)
+		rtt(p, 50)
 	}
-	names := []string{"direct", "crc", "before", "delegated"}
-	ratios := make([][]float64, len(conns)) // to delegated's time
-	mbs := make([][]float64, len(conns))
-	var gain []float64 // direct against before
+	gib := float64(regChunk) / (1 << 30)
+	var cpu, tput, tputPlain, rt [2][]float64
+	var pollPerGiB []float64
 	b.ResetTimer()
 	for range b.N {
-		t := make([]time.Duration, len(conns))
-		for i := range conns {
-			t[i] = round(i)
-			mbs[i] = append(mbs[i], chunk/t[i].Seconds()/1e6)
+		for i, p := range paths {
+			poll0 := HostStats(a).PollSpinTime + HostStats(h).PollSpinTime
+			sp := stream(p, p.src, p.dst, regChunk)
+			if i == 0 {
+				poll := HostStats(a).PollSpinTime + HostStats(h).PollSpinTime - poll0
+				pollPerGiB = append(pollPerGiB, poll.Seconds()/gib)
+			}
+			cpu[i] = append(cpu[i], sp.Host.Seconds()/gib)
+			tput[i] = append(tput[i], regChunk/sp.Wall.Seconds()/1e6)
+			sp = stream(p, plain, plainDst, plainChunk)
+			tputPlain[i] = append(tputPlain[i], plainChunk/sp.Wall.Seconds()/1e6)
+			rt[i] = append(rt[i], float64(rtt(p, 200)))
 		}
-		for i := range conns {
-			ratios[i] = append(ratios[i], t[len(t)-1].Seconds()/t[i].Seconds())
-		}
-		gain = append(gain, t[2].Seconds()/t[0].Seconds())
 	}
 	b.StopTimer()
-	for i, n := range names {
-		b.ReportMetric(testutil.Median(mbs[i]), n+"-MB/s")
-		if i < len(names)-1 {
-			b.ReportMetric(testutil.Median(ratios[i]), n+"/delegated")
+	ratio := func(x [2][]float64) float64 {
+		r := make([]float64, len(x[0]))
+		for k := range r {
+			r[k] = x[0][k] / x[1][k]
 		}
+		return testutil.Median(r)
 	}
-	b.ReportMetric(testutil.Median(gain), "direct/before")
+	// CPU: the ratio of the totals over every round (a round's delegated
+	// figure is a few profile samples).
+	sum := func(x []float64) float64 {
+		t := 0.0
+		for _, v := range x {
+			t += v
+		}
+		return t
+	}
+	b.ReportMetric(sum(cpu[0])/sum(cpu[1]), "cpu/delegated")
+	b.ReportMetric(ratio(tput), "tput/delegated")
+	b.ReportMetric(ratio(tputPlain), "tput-plain/delegated")
+	b.ReportMetric(ratio(rt), "rtt/delegated")
+	for i, name := range []string{"direct", "delegated"} {
+		b.ReportMetric(sum(cpu[i])/float64(len(cpu[i])), name+"-host-cpu-s/GiB")
+		b.ReportMetric(testutil.Median(tput[i]), name+"-MB/s")
+		b.ReportMetric(testutil.Median(tputPlain[i]), name+"-plain-MB/s")
+		b.ReportMetric(testutil.Median(rt[i])/1e3, name+"-rtt-µs")
+	}
+	b.ReportMetric(testutil.Median(pollPerGiB), "direct-poll-s/GiB")
+	if p := PathOf(dc); p.ZeroCopySends == 0 || PathOf(ds).ZeroCopyRecvs == 0 {
+		b.Errorf("the registered transfers did not go zero copy: %v; %v", p, PathOf(ds))
+	}
 }

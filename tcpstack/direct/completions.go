@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"time"
 
 	"github.com/emunic/emunic/rings"
 )
@@ -44,7 +45,7 @@ func (c *Conn) handleLocked(wc *rings.Completion) {
 		if idx >= c.nRecv {
 			return
 		}
-		c.recvLocked(idx, int(wc.ByteLen))
+		c.recvLocked(idx, wc)
 	case wrSend:
 		if idx >= c.nSend {
 			return
@@ -55,30 +56,29 @@ func (c *Conn) handleLocked(wc *rings.Completion) {
 		}
 		c.free = append(c.free, idx)
 	case wrRead:
-		if c.sink == nil || idx >= len(c.sink.chunks) {
+		user := wc.WRID&wrUserRead != 0
+		if !user && (c.sink == nil || idx >= len(c.sink.chunks)) {
 			return
 		}
 		c.readsOut--
-		for i := range c.rq {
-			s := &c.rq[i]
-			if s.sink == idx && !s.ready {
-				ch := &c.sink.chunks[idx]
-				s.ready, s.data = true, c.sink.mem[ch.off:ch.off+s.n]
-				c.ctlQ = append(c.ctlQ, Msg{Type: TypeRdDone, ID: s.srcID, Len: uint32(s.n)})
-				break
-			}
-		}
+		c.readDoneLocked(int(wc.WRID&wrIdxMsk&^wrUserRead), user)
 	}
 	c.cond.Broadcast()
 }
 
-// recvLocked takes the message in receive buffer i and re-posts the buffer.
-func (c *Conn) recvLocked(i, n int) {
+// recvLocked takes the message in receive buffer i (completion wc) and
+// re-posts the buffer.
+func (c *Conn) recvLocked(i int, wc *rings.Completion) {
+	n := int(wc.ByteLen)
 	o := i * c.bufSize
 	var m Msg
 	payload, err := m.Decode(c.ctrlMem[o:o+min(n, c.bufSize)], c.maxIn)
 	if err == nil && n > c.bufSize {
 		err = fmt.Errorf("%w: %d bytes into a %d-byte buffer", ErrBadMessage, n, c.bufSize)
+	}
+	if err == nil && wc.Flags&rings.WCWithInv != 0 && m.Type != TypeRdDone && m.Type != TypeWrDone {
+		// Only the completion messages end a region's life.
+		err = fmt.Errorf("%w: %v as a Send with Invalidate of STag %#x", ErrBadMessage, m.Type, uint32(wc.ImmData))
 	}
 	if err != nil {
 		c.failLocked(fmt.Errorf("%w: %v", ErrProtocol, err), &c.sw.stats.badMessages)
@@ -97,86 +97,69 @@ func (c *Conn) recvLocked(i, n int) {
 		c.failLocked(fmt.Errorf("%w: %v beyond its credits (grant %d)", ErrProtocol, m.Type, m.Credits), &c.sw.stats.creditViolations)
 		return
 	}
+	// A WR_DONE may follow the FIN: its bytes were announced before it.
 	if c.finRecv && m.Type.class() == classData {
 		c.failLocked(fmt.Errorf("%w: %v after FIN", ErrProtocol, m.Type), &c.sw.stats.badMessages)
 		return
 	}
+	if m.Type.class() == classData {
+		c.dataRecv++
+	}
 	switch m.Type {
 	case TypeData:
+		if m.Flags == FlagUrgent {
+			c.urgentLocked(payload[0])
+			break
+		}
 		if c.ilen+len(payload) > len(c.ibuf) {
 			c.failLocked(fmt.Errorf("%w: inline data beyond the pool", ErrProtocol), &c.sw.stats.creditViolations)
 			return
 		}
-		t := (c.ihead + c.ilen) % len(c.ibuf)
-		k := copy(c.ibuf[t:], payload)
-		copy(c.ibuf, payload[k:])
-		c.ilen += len(payload)
-		c.rq = append(c.rq, rseg{n: len(payload), ready: true, sink: -1})
+		c.inlineLocked(payload, true)
 	case TypeSrcAvail:
-		if c.rxMode != TransferRead || c.sink == nil || int(m.Len) > c.cfg.ChunkSize || m.STag == 0 {
-			c.failLocked(fmt.Errorf("%w: SRC_AVAIL of %d bytes in %v mode", ErrProtocol, m.Len, c.rxMode), &c.sw.stats.badMessages)
+		if c.ilen+len(payload) > len(c.ibuf) {
+			c.failLocked(fmt.Errorf("%w: inline data beyond the pool", ErrProtocol), &c.sw.stats.creditViolations)
 			return
 		}
-		c.rq = append(c.rq, rseg{n: int(m.Len), sink: -1, srcID: m.ID, srcTO: m.TO, stag: m.STag})
-		c.startReadsLocked()
+		err = c.srcAvailLocked(&m, payload)
 	case TypeRdDone:
-		if c.txMode != TransferRead || c.src == nil || !c.releaseByIDLocked(m.ID, int(m.Len)) {
-			c.failLocked(fmt.Errorf("%w: RD_DONE of unknown transfer %d", ErrProtocol, m.ID), &c.sw.stats.badMessages)
-			return
-		}
+		err = c.rdDoneLocked(&m, wc)
 	case TypeSinkAvail:
-		if c.txMode != TransferWrite || m.STag == 0 || len(c.sinkAdv) >= maxPool {
-			c.failLocked(fmt.Errorf("%w: SINK_AVAIL in %v mode", ErrProtocol, c.txMode), &c.sw.stats.badMessages)
-			return
-		}
-		c.sinkAdv = append(c.sinkAdv, m)
+		err = c.sinkAvailLocked(&m)
 	case TypeWrDone:
-		ci := c.sinkByIDLocked(m.ID)
-		if c.rxMode != TransferWrite || ci < 0 || int(m.Len) > c.cfg.ChunkSize {
-			c.failLocked(fmt.Errorf("%w: WR_DONE of unknown region %d", ErrProtocol, m.ID), &c.sw.stats.badMessages)
-			return
+		err = c.wrDoneLocked(&m, wc)
+	case TypeSinkWait:
+		// The peer's application waits in a read of registered memory:
+		// this side's next large sends go into it (writeRendezvousLocked),
+		// unless data this side sent crossed the hint.
+		if m.ID == c.dataSent {
+			c.peerWait = int(m.Len)
+			c.cond.Broadcast()
+		} else {
+			c.sw.stats.staleHints.Add(1)
 		}
-		ch := &c.sink.chunks[ci]
-		ch.n = int(m.Len)
-		ch.id = 0 // used: a second WR_DONE for it is refused
-		c.rq = append(c.rq, rseg{n: ch.n, ready: true, sink: ci, data: c.sink.mem[ch.off : ch.off+ch.n]})
 	case TypeFin:
 		c.finRecv = true
 	}
+	if err != nil {
+		c.failLocked(fmt.Errorf("%w: %v", ErrProtocol, err), &c.sw.stats.badMessages)
+		return
+	}
 	c.reposts = append(c.reposts, c.recvWR(i))
-}
-
-func (c *Conn) releaseByIDLocked(id uint32, n int) bool {
-	for i := range c.src.chunks {
-		ch := &c.src.chunks[i]
-		if ch.busy && ch.id == id && ch.n == n && i != c.open {
-			c.releaseSrcLocked(i)
-			return true
-		}
-	}
-	return false
-}
-
-func (c *Conn) sinkByIDLocked(id uint32) int {
-	if c.sink == nil || id == 0 {
-		return -1
-	}
-	for i := range c.sink.chunks {
-		if ch := &c.sink.chunks[i]; ch.busy && ch.id == id {
-			return i
-		}
-	}
-	return -1
 }
 
 // afterBatchLocked re-posts the receive buffers a batch consumed, then
 // sends what waits: credits are granted only for buffers posted again.
 func (c *Conn) afterBatchLocked() {
-	if c.flushed && c.err == nil && c.readsOut <= 0 {
-		c.failLocked(fmt.Errorf("%w: the QP was flushed (the peer closed or reset the connection)", ErrPeerFailed), &c.sw.stats.peerFailures)
+	if c.flushed && c.err == nil && c.readsOut <= 0 && !c.flushSeen {
+		c.flushSeen = true
+		go c.failFlushed()
 	}
 	if len(c.reposts) > 0 && c.err == nil && !c.closed {
-		_, err := c.qp.PostRecvList(c.reposts)
+		// No doorbell: the device reads the receive queue when a
+		// message arrives, and the peer sends into these buffers only
+		// after the grant, which goes in a message posted after them.
+		_, err := c.qp.PostRecvListQuiet(c.reposts)
 		c.reposts = c.reposts[:0]
 		if err != nil {
 			c.failLocked(fmt.Errorf("%w: re-post receives: %v", ErrPeerFailed, err), &c.sw.stats.peerFailures)
@@ -184,6 +167,31 @@ func (c *Conn) afterBatchLocked() {
 		}
 	}
 	c.flushLocked()
+}
+
+// flushEventWait bounds how long a flushed conn waits for its QP's event
+// (which travels on the notification ring, not the CQ) to tell why.
+const flushEventWait = 200 * time.Millisecond
+
+// failFlushed fails the conn whose QP was flushed, with the reason its QP
+// event gives: a Terminate means a NIC refused an RDMA access or message on
+// the stream (the peer wrote or read outside what it was given, or named a
+// region it no longer has); otherwise the peer closed or reset it.
+func (c *Conn) failFlushed() {
+	expired := make(chan struct{})
+	stop := c.sw.h.AfterFunc(flushEventWait, func() { close(expired) })
+	select {
+	case <-c.qp.Failed():
+	case <-expired:
+	}
+	stop()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.qp.LastEvent() == rings.QPEvTerminate {
+		c.failLocked(fmt.Errorf("%w: the RDMA stream was terminated (%v): a NIC refused an RDMA access or message", ErrPeerFailed, c.qp.Err()), &c.sw.stats.remoteAccess)
+		return
+	}
+	c.failLocked(fmt.Errorf("%w: the QP was flushed (the peer closed or reset the connection)", ErrPeerFailed), &c.sw.stats.peerFailures)
 }
 
 // failLocked makes err the conn's error (the first one counts) and tears

@@ -42,38 +42,74 @@ const (
 	wrGenSh  = 32
 	wrGenMsk = 0xFFFFFF << wrGenSh
 	wrIdxMsk = 0xFFFFFFFF
+	// wrUserRead marks an RDMA Read into a blocked Read's buffer; the low
+	// 31 bits are then the transfer's ID.
+	wrUserRead = 1 << 31
 )
 
 // chunk is one staging region of a transfer: a slice of the conn's source
 // or sink area.
 type chunk struct {
-	idx  int
-	off  int // offset in the area
-	id   uint32
-	n    int       // bytes of the transfer
-	mr   *verbs.MR // the cache registration while in use (source)
-	busy bool
+	idx   int
+	off   int        // offset in the area
+	addr  rings.Addr // source: the transfer's first byte
+	id    uint32     // the transfer
+	n     int        // bytes of the transfer (source: all; sink: the RDMA part)
+	first int        // source: bytes sent inline in the SRC_AVAIL
+	// lmr is the local registration the source's RDMA Write gathers from;
+	// rmr the transfer's own remote registration (source: remote read,
+	// RDMA Read rendezvous; sink: remote write, RDMA Write rendezvous),
+	// deregistered when the transfer is done.
+	lmr, rmr *verbs.MR
+	write    bool // source: RDMA Write rendezvous
+	ext      bool // source: an application buffer's slot (no staging memory)
+	dst      Msg  // source: the SINK_AVAIL it writes into
+	state    chunkState
+	busy     bool
 }
 
+// chunkState is where a chunk's transfer stands.
+type chunkState uint8
+
+const (
+	srcWantRdDone chunkState = iota + 1 // SRC_AVAIL sent, the sink reads
+	srcWantSink                         // SRC_AVAIL with FlagSinkReq sent
+	srcWriting                          // RDMA Write and WR_DONE queued or posted
+	sinkBusy                            // an RDMA Read or Write lands in it, or its bytes are not all read
+)
+
 // area is a conn's registered staging memory for one direction: chunks of
-// chunkSize bytes.
+// chunkSize bytes, registered for local access for the conn's life
+// (WSPRegisterMemory, through the registration cache).
 type area struct {
 	buf    *verbs.Buffer
 	mem    []byte
+	mr     *verbs.MR
 	chunks []chunk
 	free   []int
+	zfree  []int // source: free slots for application buffers
 }
 
 // rseg is one item of the receive stream, in order.
 type rseg struct {
-	n     int    // bytes
-	off   int    // bytes read so far
-	data  []byte // RDMA: the bytes in the sink area, once ready
-	ready bool   // inline bytes are always ready
-	sink  int    // sink chunk index, or -1 for inline bytes
-	srcID uint32 // RDMA Read: the source's transfer ID
-	srcTO uint64
-	stag  uint32
+	n      int    // bytes
+	off    int    // bytes read so far
+	data   []byte // RDMA: the bytes where they landed, once ready
+	ready  bool   // inline bytes are always ready
+	credit bool   // the last item of its message: reading it gives the buffer back
+	rdma   bool   // the RDMA part of a SRC_AVAIL (else inline bytes in the ring)
+	sink   int    // the sink chunk it lands in, or -1 (inline, or a user sink)
+	srcID  uint32 // RDMA: the source's transfer ID
+	write  bool   // RDMA Write rendezvous (else Read from srcTO/stag)
+	srcTO  uint64
+	stag   uint32
+	// Write rendezvous: sinking says the sink is being registered or is
+	// advertised; rmr is its registration once made (deregistered at
+	// WR_DONE). user says the sink is the buffer of the Read blocked on
+	// the conn (zero copy).
+	sinking, user bool
+	rmr           *verbs.MR
+	sunk          bool // it has its sink (a chunk or the Read's buffer)
 }
 
 // sendSlot is one send buffer of the control pool.
@@ -104,8 +140,8 @@ type Conn struct {
 	cond    *sync.Cond
 	cs      creditState
 	sends   []sendSlot
-	free    []int // free send slots
-	ctlQ    []Msg // control messages waiting for a credit
+	free    []int     // free send slots
+	ctlQ    []ctlItem // control messages waiting for a credit
 	rq      []rseg
 	ibuf    []byte // inline bytes received, a ring
 	ihead   int
@@ -127,14 +163,41 @@ type Conn struct {
 	// the announced transfers not yet done (corkLocked).
 	open, openN, openCap int
 	inFlight             int
-	sink                 *area // the peer's large sends
-	nextID               uint32
-	sinkAdv              []Msg // the peer's advertised regions (Write mode), in order
+	sink                 *area  // the peer's large sends
+	txID, rxID           uint32 // the last transfer ID sent / received in a SRC_AVAIL
+	myCaps, peerCaps     uint8  // what each side offered as a sink
+	// usink is the registered buffer of a Read blocked on the conn (nil:
+	// none); peerWait the length of the peer's (its SINK_WAIT), until
+	// this side sends it stream bytes.
+	usink    *userSink
+	peerWait int
+	// dataSent and dataRecv count data messages (DATA, SRC_AVAIL) each
+	// way, mod 2^32: a SINK_WAIT names the count it saw.
+	dataSent, dataRecv uint32
+	// The per-transfer choices, for PathInfo.
+	nInline, nRead, nWrite, zcSends, zcRecvs, nUrgent uint64
+	// Urgent data received: the last byte (oobValid until ReadOOB), the
+	// mark (stream bytes before it), the marks of the urgent messages
+	// whose credit is held; readBytes and recvBytes count the stream bytes
+	// read and received.
+	oob                  byte
+	oobValid, markSet    bool
+	mark                 uint64
+	urgHeld              []uint64
+	readBytes, recvBytes uint64
+	zcBusy               int // application-buffer transfers not done
 	reposts              []rings.RecvWR
 	readsOut             int
-	flushed              bool   // a flushed completion was seen
-	bareSeen             bool   // the peer's one CREDIT without credits was seen
-	gen                  uint64 // the conn's generation, in place in its WRIDs
+	flushed              bool // a flushed completion was seen
+	flushSeen            bool // failFlushed runs
+	bareSeen             bool // the peer's one CREDIT without credits was seen
+	// deregs counts per-transfer registrations and deregistrations still
+	// running on their goroutines; freeMem waits for them.
+	deregs sync.WaitGroup
+	// zcDeregs counts the deregistrations of application buffers' remote
+	// registrations still running.
+	zcDeregs sync.WaitGroup
+	gen      uint64 // the conn's generation, in place in its WRIDs
 }
 
 // PathInfo says which path a connection took and why.
@@ -143,9 +206,17 @@ type PathInfo struct {
 	// Reason is why the connection fell back to TCP (nil on the RDMA
 	// path).
 	Reason error
-	// Send and Recv are the transfer modes of large sends each way on
-	// the RDMA path.
+	// Send and Recv are the transfer modes of large sends each way
+	// negotiated at connection time (the default of each transfer).
 	Send, Recv Transfer
+	// The choices made per transfer on the RDMA path, sending: DATA
+	// messages (small sends, inline), RDMA Read and RDMA Write rendezvous,
+	// and of those the ones that went from a registered application
+	// buffer (zero copy); receiving: transfers written into the buffer
+	// of a blocked Read (zero copy).
+	InlineSends, ReadRendezvous, WriteRendezvous, ZeroCopySends, ZeroCopyRecvs uint64
+	// UrgentSends counts urgent bytes sent (WriteOOB).
+	UrgentSends uint64
 }
 
 // Path is a connection's data path.
@@ -169,13 +240,22 @@ func (p Path) String() string {
 
 func (i PathInfo) String() string {
 	if i.Path == PathRDMA {
-		return fmt.Sprintf("rdma (send %v, receive %v)", i.Send, i.Recv)
+		return fmt.Sprintf("rdma (send %v, receive %v; sent %d inline, %d by RDMA Read, %d by RDMA Write, %d zero copy; received %d zero copy)",
+			i.Send, i.Recv, i.InlineSends, i.ReadRendezvous, i.WriteRendezvous, i.ZeroCopySends, i.ZeroCopyRecvs)
 	}
 	return fmt.Sprintf("tcp fallback: %v", i.Reason)
 }
 
-// PathInfo says which path the connection is on.
-func (c *Conn) PathInfo() PathInfo { return c.info }
+// PathInfo says which path the connection is on, and how its transfers
+// went so far.
+func (c *Conn) PathInfo() PathInfo {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i := c.info
+	i.InlineSends, i.ReadRendezvous, i.WriteRendezvous, i.ZeroCopySends, i.ZeroCopyRecvs = c.nInline, c.nRead, c.nWrite, c.zcSends, c.zcRecvs
+	i.UrgentSends = c.nUrgent
+	return i
+}
 
 // newConn allocates a conn's control pool and posts its receives (from
 // the QP's Setup, before the connection is established).
@@ -256,29 +336,20 @@ func (c *Conn) start(mine, peer *Hello) {
 	c.txMode = transferMode(c.cfg.Transfer, peer.Caps)
 	c.rxMode = transferMode(peer.Pref, mine.Caps)
 	c.peerXfer = int(peer.MaxTransfer)
+	c.myCaps, c.peerCaps = mine.Caps, peer.Caps
 	c.info = PathInfo{Path: PathRDMA, Send: c.txMode, Recv: c.rxMode}
-	if c.rxMode == TransferWrite && c.sink != nil {
-		for i := range c.sink.chunks {
-			c.advertiseLocked(i)
-		}
-		c.sink.free = nil
-	}
 }
 
 // prepareSink allocates and registers the area the peer's large sends
 // land in; it returns the caps this side can offer (none without memory).
 func (c *Conn) prepareSink() uint8 {
-	caps := uint8(0)
-	if !c.cfg.NoRDMARead {
-		caps |= CapRead
-	}
-	if !c.cfg.NoRDMAWrite {
-		caps |= CapWrite
-	}
+	caps := c.sw.sinkCaps(c.cfg)
 	if caps == 0 {
 		return 0
 	}
-	a, err := c.newArea(verbs.AccessLocalWrite | verbs.AccessRemoteWrite)
+	// Local access only: an RDMA Read places into it, and RDMA Write
+	// rendezvous registers one chunk for remote write per transfer.
+	a, err := c.newArea(verbs.AccessLocalWrite)
 	if err != nil {
 		c.sw.stats.noBuffers.Add(1)
 		return 0
@@ -298,17 +369,13 @@ func (c *Conn) newArea(access int) (*area, error) {
 		a.chunks[i] = chunk{idx: i, off: i * c.cfg.ChunkSize}
 		a.free = append(a.free, i)
 	}
-	if access != 0 {
-		// The sink area is registered once for the connection's life.
-		mr, err := c.sw.cache.Get(c.sw.pd, buf.Addr, n, access)
-		if err != nil {
-			_ = buf.Free()
-			return nil, err
-		}
-		for i := range a.chunks {
-			a.chunks[i].mr = mr
-		}
+	// Registered for the connection's life (WSPRegisterMemory).
+	mr, err := c.sw.cache.Get(c.sw.pd, buf.Addr, n, access)
+	if err != nil {
+		_ = buf.Free()
+		return nil, err
 	}
+	a.mr = mr
 	return a, nil
 }
 
@@ -438,9 +505,7 @@ func (c *Conn) Close() error {
 	c.sw.stats.closed.Add(1)
 	_ = c.qp.Close()
 	c.sw.forget(c)
-	c.mu.Lock()
 	c.freeMem()
-	c.mu.Unlock()
 	return nil
 }
 
@@ -450,29 +515,39 @@ func (c *Conn) drainedLocked() bool {
 	if !c.finSent || len(c.free) != c.nSend {
 		return false
 	}
-	return c.src == nil || len(c.src.free) == len(c.src.chunks)
+	return c.src == nil || len(c.src.free)+len(c.src.zfree) == len(c.src.chunks)
 }
 
 func (c *Conn) freeMem() {
-	if c.src != nil {
-		for i := range c.src.chunks {
-			if ch := &c.src.chunks[i]; ch.mr != nil {
-				_ = c.sw.cache.Put(ch.mr)
-				ch.mr = nil
-			}
-		}
-		c.sw.cache.Invalidate(c.src.buf.Addr, len(c.src.mem))
-		_ = c.src.buf.Free()
-		c.src = nil
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// Per-transfer registrations: those still registered go now, and
+	// the memory waits for every deregistration.
+	for i := range c.rq {
+		c.deregAsync(c.rq[i].rmr)
+		c.rq[i].rmr = nil
 	}
-	if c.sink != nil {
-		if mr := c.sink.chunks[0].mr; mr != nil {
-			_ = c.sw.cache.Put(mr)
+	for _, a := range []*area{c.src, c.sink} {
+		if a == nil {
+			continue
 		}
-		c.sw.cache.Invalidate(c.sink.buf.Addr, len(c.sink.mem))
-		_ = c.sink.buf.Free()
-		c.sink = nil
+		for i := range a.chunks {
+			c.deregAsync(a.chunks[i].rmr)
+			a.chunks[i].rmr = nil
+		}
 	}
+	c.mu.Unlock()
+	c.deregs.Wait()
+	c.mu.Lock()
+	for _, a := range []*area{c.src, c.sink} {
+		if a == nil {
+			continue
+		}
+		_ = c.sw.cache.Put(a.mr)
+		c.sw.cache.Invalidate(a.buf.Addr, len(a.mem))
+		_ = a.buf.Free()
+	}
+	c.src, c.sink = nil, nil
 	if c.ctrlMR != nil {
 		_ = c.ctrlMR.Dereg()
 		c.ctrlMR = nil
@@ -480,5 +555,14 @@ func (c *Conn) freeMem() {
 	if c.ctrl != nil {
 		_ = c.ctrl.Free()
 		c.ctrl = nil
+	}
+}
+
+// countCopy counts n stream bytes the switch copied on the CPU, in its
+// stats and in the host's (tcpstack.DriverStats.HostCopyBytes).
+func (c *Conn) countCopy(n int) {
+	if n > 0 {
+		c.sw.stats.copyBytes.Add(uint64(n))
+		c.sw.v.CountCopy(n)
 	}
 }

@@ -25,18 +25,21 @@
 // has a pool of registered control-message buffers, Pool+Slots posted for
 // receives and re-posted as soon as a batch of completions is consumed,
 // the rest for sends.
-// Control messages (msg.go) are a 32-byte header and, for DATA, inline
-// stream bytes. Writes below Config.Threshold travel inline; longer ones
-// go in chunks by RDMA (a chunk not full is held for the next Writes while
-// transfers are in flight): with RDMA Read, the source copies a chunk into its
-// staging area, registers it for remote read through the registration
-// cache (WSPRegisterRdmaMemory), and sends SRC_AVAIL; the sink pulls it
-// with RDMA Read as soon as a sink chunk is free and answers RD_DONE, upon
-// which the source gives the registration back (WSPDeregisterRdmaMemory).
-// With RDMA Write, the sink advertises its registered chunks (SINK_AVAIL);
-// the source writes into one and sends WR_DONE behind the Write on the same
-// QP. Staging memory that cannot be allocated or registered fails the
-// Write with ErrNoBuffers (WSAENOBUFS). Credit flow control of control
+// Control messages (msg.go) are a 32-byte header and, for DATA and
+// SRC_AVAIL, inline stream bytes. Writes below Config.Threshold travel
+// inline; longer ones go in transfers of up to a chunk (a chunk not full is
+// held for the next Writes while transfers are in flight), each announced
+// by a SRC_AVAIL that carries the transfer's total and its first part. RDMA
+// Read rendezvous: the source registers the rest for remote read for this
+// transfer only (WSPRegisterRdmaMemory) and names it in the SRC_AVAIL; the
+// sink pulls it into memory registered for local access only and answers
+// RD_DONE as a Send with Invalidate, so the source's STag is dead when the
+// source deregisters it (WSPDeregisterRdmaMemory). RDMA Write rendezvous
+// (FlagSinkReq): the sink registers a region for remote write on request,
+// advertises it (SINK_AVAIL), and the source writes it and sends WR_DONE as
+// a Send with Invalidate of the sink's STag; the sink then deregisters it.
+// Memory that cannot be allocated or registered fails the Write with
+// ErrNoBuffers (WSAENOBUFS). Credit flow control of control
 // messages, with a reserve so neither side can deadlock, is credit.go,
 // checked by an exhaustive model (credit_model_test.go). docs/direct.md
 // gives every byte and the rules.

@@ -9,7 +9,7 @@ import (
 // The hello: the MPA private data of the connection request (dialler) and
 // of the reply (listener), which negotiates the session (docs/direct.md).
 //
-//	0x00 [4] Magic "SDv1"
+//	0x00 [4] Magic "SDv2"
 //	0x04 u8  Kind: 1 request, 2 reply
 //	0x05 u8  Caps: CapRead, CapWrite (what this side does as a sink)
 //	0x06 u8  Pref: this side's preferred transfer for its large sends (Transfer)
@@ -34,7 +34,7 @@ const (
 	helloOffMaxInline = 0x10
 	helloOffMaxXfer   = 0x14
 
-	helloMagic = "SDv1"
+	helloMagic = "SDv2"
 
 	helloRequest = 1
 	helloReply   = 2

@@ -25,7 +25,7 @@ func TestHelloLayout(t *testing.T) {
 		MaxTransfer: 0x04030201}
 	b := make([]byte, HelloSize)
 	h.Encode(b)
-	want := []byte{'S', 'D', 'v', '1', helloRequest, CapRead, byte(TransferRead), 0, 0x01, 0x02, 0x03, 0x00,
+	want := []byte{'S', 'D', 'v', '2', helloRequest, CapRead, byte(TransferRead), 0, 0x01, 0x02, 0x03, 0x00,
 		0x04, 0x01, 0, 0, 0, 0, 1, 0, 1, 2, 3, 4}
 	if !bytes.Equal(b, want) {
 		t.Fatalf("encoded\n% x\nwant\n% x", b, want)

@@ -1,35 +1,62 @@
 package direct
 
 // The send side of a connection: control messages out, Write in inline
-// DATA or RDMA chunks, the source side of the RDMA transfers, CloseWrite.
+// DATA or RDMA transfers, the source side of the rendezvous, CloseWrite.
 
 import (
 	"errors"
 	"fmt"
 	"net"
 	"os"
+	"sync"
 
 	"github.com/emunic/emunic/rings"
 	"github.com/emunic/emunic/tcpstack/verbs"
 )
 
+// ctlItem is a control message waiting for a credit and a send slot.
+type ctlItem struct {
+	m Msg
+	// inv makes the message a Send with Invalidate of the peer's STag inv
+	// (RD_DONE, WR_DONE): the peer's NIC invalidates the region as the
+	// message arrives, so the completion message itself ends the
+	// region's life.
+	inv uint32
+	// src is the source chunk whose RDMA Write goes in the same doorbell,
+	// before the message (WR_DONE); -1 for none.
+	src int
+}
+
 // postLocked sends one control message (the caller checked the credit and
-// took a free slot); payload follows the header of a DATA message. extra
-// work requests (an RDMA Write) go before it in the same doorbell.
-func (c *Conn) postLocked(m Msg, payload []byte, src int, extra *rings.SendWR) error {
+// that a send slot is free); payload follows the header (DATA,
+// SRC_AVAIL). A WR_DONE item posts its chunk's RDMA Write before it.
+func (c *Conn) postLocked(it ctlItem, payload []byte) error {
 	slot := c.free[len(c.free)-1]
 	c.free = c.free[:len(c.free)-1]
+	m := it.m
+	if m.Type.class() == classData {
+		c.dataSent++
+	}
 	m.Credits = c.cs.send(m.Type.class())
 	b := c.sendBuf(slot)
 	m.Encode(b)
 	copy(b[HeaderSize:], payload)
-	c.sends[slot].src = src
+	c.countCopy(len(payload))
+	c.sends[slot].src = it.src
 	w := rings.SendWR{Opcode: rings.WRSend, Flags: rings.WRSignaled, WRID: wrSend | c.gen | uint64(slot), NumSGE: 1}
+	if it.inv != 0 {
+		w.Opcode, w.InvSTag = rings.WRSendInv, it.inv
+	}
 	w.SGL[0] = c.ctrlMR.SGE((c.nRecv+slot)*c.bufSize, HeaderSize+len(payload))
 	var err error
-	if extra != nil {
+	if it.src >= 0 {
+		ch := &c.src.chunks[it.src]
+		rest := ch.n - ch.first
 		var wrs [2]rings.SendWR
-		wrs[0], wrs[1] = *extra, w
+		wrs[0] = rings.SendWR{Opcode: rings.WRRDMAWrite, WRID: wrWrite | c.gen | uint64(it.src),
+			RemoteAddr: ch.dst.TO, RKey: ch.dst.STag, NumSGE: 1}
+		wrs[0].SGL[0] = ch.lmr.SGE(int(ch.addr-ch.lmr.Addr)+ch.first, rest)
+		wrs[1] = w
 		_, err = c.qp.PostSendList(wrs[:])
 	} else {
 		err = c.qp.PostSend(&w)
@@ -43,6 +70,9 @@ func (c *Conn) postLocked(m Msg, payload []byte, src int, extra *rings.SendWR) e
 	return err
 }
 
+// queueLocked queues a control message behind those already waiting.
+func (c *Conn) queueLocked(it ctlItem) { c.ctlQ = append(c.ctlQ, it) }
+
 // flushLocked sends what waits for a credit: queued control messages in
 // order, then a credit-only message if one is due.
 func (c *Conn) flushLocked() {
@@ -50,9 +80,9 @@ func (c *Conn) flushLocked() {
 		return
 	}
 	for len(c.ctlQ) > 0 && len(c.free) > 0 && c.cs.canSend(classCtl) {
-		m := c.ctlQ[0]
+		it := c.ctlQ[0]
 		c.ctlQ = popFront(c.ctlQ)
-		if c.postLocked(m, nil, -1, nil) != nil {
+		if c.postLocked(it, nil) != nil {
 			return
 		}
 	}
@@ -60,20 +90,21 @@ func (c *Conn) flushLocked() {
 		return
 	}
 	if len(c.ctlQ) == 0 && c.open < 0 && c.finQ && !c.finSent && !c.writing && len(c.free) > 0 && c.cs.canSend(classCtl) {
-		if c.postLocked(Msg{Type: TypeFin}, nil, -1, nil) != nil {
+		if c.postLocked(ctlItem{m: Msg{Type: TypeFin}, src: -1}, nil) != nil {
 			return
 		}
 	}
 	if len(c.free) > 0 && c.cs.canSend(classCredit) {
-		_ = c.postLocked(Msg{Type: TypeCredit}, nil, -1, nil)
+		_ = c.postLocked(ctlItem{m: Msg{Type: TypeCredit}, src: -1}, nil)
 	}
 }
 
 // Write implements net.Conn. Bytes below the copy threshold travel inline;
-// runs of at least Threshold bytes go by RDMA Read or Write in chunks.
-// Write returns once its bytes are sent or copied into a source chunk: the
-// last chunk of a Write may be held for the next Writes to fill while
-// transfers are in flight (corkLocked), and goes when they are done.
+// runs of at least Threshold bytes go by RDMA rendezvous in transfers of up
+// to a chunk. Write returns once its bytes are sent or copied into a
+// source chunk: the last chunk of a Write may be held for the next Writes
+// to fill while transfers are in flight (corkLocked), and goes when they
+// are done.
 func (c *Conn) Write(b []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -102,7 +133,10 @@ func (c *Conn) Write(b []byte) (int, error) {
 }
 
 // writeOnceLocked sends or stages a first part of b; large says b's Write
-// was at least Threshold bytes long, so even its tail goes by RDMA.
+// was at least Threshold bytes long, so even its tail goes by RDMA. The
+// threshold is per transfer: while the peer's application waits in a read
+// of registered memory (SINK_WAIT), anything longer than one DATA goes by
+// RDMA Write straight into that memory.
 func (c *Conn) writeOnceLocked(b []byte, large bool) (int, error) {
 	for {
 		if err := c.sendErrLocked(); err != nil {
@@ -111,7 +145,14 @@ func (c *Conn) writeOnceLocked(b []byte, large bool) (int, error) {
 		if c.wdl.passed() {
 			return 0, os.ErrDeadlineExceeded
 		}
-		if c.txMode != TransferInline && (large || len(b) >= c.cfg.Threshold || c.open >= 0) {
+		rdma := c.txMode != TransferInline && (large || len(b) >= c.cfg.Threshold || c.open >= 0 ||
+			c.peerWait > 0 && len(b) > c.peerIn && c.peerCaps&CapWrite != 0)
+		if rdma && len(b) >= c.cfg.Threshold && c.open < 0 {
+			if addr, ok := c.sw.registered(b); ok {
+				return c.writeZeroCopyLocked(b, addr)
+			}
+		}
+		if rdma {
 			// A chunk being filled takes short writes too: they may not
 			// overtake its bytes, and joining it costs no message.
 			n, done, err := c.writeRDMALocked(b)
@@ -120,8 +161,10 @@ func (c *Conn) writeOnceLocked(b []byte, large bool) (int, error) {
 			}
 		} else if len(c.free) > 0 && c.cs.canSend(classData) {
 			n := min(len(b), c.peerIn)
-			err := c.postLocked(Msg{Type: TypeData, Len: uint32(n)}, b[:n], -1, nil)
+			err := c.postLocked(ctlItem{m: Msg{Type: TypeData, Len: uint32(n)}, src: -1}, b[:n])
 			c.sw.stats.inlineBytes.Add(uint64(n))
+			c.nInline++
+			c.peerWait = 0
 			return n, err
 		}
 		if err := c.waitLocked(&c.wdl, true); err != nil {
@@ -141,13 +184,12 @@ const corkAt = 2
 // corkLocked says whether the open chunk waits for more bytes: it is not
 // full, transfers are in flight, and no FIN waits behind it.
 func (c *Conn) corkLocked() bool {
-	return c.openN < c.openCap && c.inFlight >= corkAt && !c.finQ && !c.closing && !c.cfg.noCork
+	return c.openN < c.openCap && c.inFlight >= corkAt && !c.finQ && !c.closing
 }
 
 // writeRDMALocked copies a first part of b into the open source chunk,
-// opening one if a chunk (and, in Write mode, an advertised sink region)
-// is available, and announces the chunk when it is full; done false means
-// wait and try again.
+// opening one if a chunk is free, and announces the chunk when it is full;
+// done false means wait and try again.
 func (c *Conn) writeRDMALocked(b []byte) (int, bool, error) {
 	if c.open >= 0 && c.openN == c.openCap {
 		// Full, waiting for a credit or a send slot.
@@ -162,6 +204,7 @@ func (c *Conn) writeRDMALocked(b []byte) (int, bool, error) {
 	}
 	ch := &c.src.chunks[c.open]
 	n := copy(c.src.mem[ch.off+c.openN:ch.off+c.openCap], b)
+	c.countCopy(n)
 	c.openN += n
 	var err error
 	if c.openN == c.openCap {
@@ -170,47 +213,105 @@ func (c *Conn) writeRDMALocked(b []byte) (int, bool, error) {
 	return n, true, err
 }
 
-// openLocked makes a free source chunk the open one, registered through
-// the registration cache (WSPRegisterRdmaMemory; a hit after the first
-// transfer of the chunk). It leaves c.open -1 when there is no chunk (or,
-// in Write mode, no advertised region) yet.
+// openLocked makes a free source chunk the open one and picks its
+// rendezvous. For RDMA Read it registers the chunk for remote read for
+// this transfer only (WSPRegisterRdmaMemory; deregistered after RD_DONE),
+// with the conn's lock released for the command. It leaves c.open -1 when
+// no chunk is free.
 func (c *Conn) openLocked() error {
-	if c.src == nil {
-		a, err := c.newArea(0)
-		if err != nil {
-			c.sw.stats.noBuffers.Add(1)
-			return ErrNoBuffers
-		}
-		c.src = a
+	if err := c.srcAreaLocked(); err != nil {
+		return err
 	}
-	if len(c.src.free) == 0 || c.txMode == TransferWrite && len(c.sinkAdv) == 0 {
+	if len(c.src.free) == 0 {
 		return nil
 	}
 	ci := c.src.free[len(c.src.free)-1]
-	ch := &c.src.chunks[ci]
-	access := verbs.AccessLocalWrite
-	if c.txMode == TransferRead {
-		access |= verbs.AccessRemoteRead
-	}
-	mr, err := c.sw.cache.Get(c.sw.pd, c.src.buf.Addr+rings.Addr(ch.off), c.cfg.ChunkSize, access)
-	if err != nil {
-		c.sw.stats.noBuffers.Add(1)
-		return fmt.Errorf("%w: %v", ErrNoBuffers, err)
-	}
 	c.src.free = c.src.free[:len(c.src.free)-1]
-	*ch = chunk{idx: ci, off: ch.off, mr: mr, busy: true}
-	c.open, c.openN = ci, 0
-	// The region the chunk will go to is the oldest advertised one (Write
-	// mode): only announcements take regions, in order.
-	c.openCap = min(c.cfg.ChunkSize, c.peerXfer)
-	if c.txMode == TransferWrite {
-		c.openCap = min(c.cfg.ChunkSize, int(c.sinkAdv[0].Len))
+	ch := &c.src.chunks[ci]
+	*ch = chunk{idx: ci, off: ch.off, addr: c.src.buf.Addr + rings.Addr(ch.off), lmr: c.src.mr, busy: true}
+	ch.write = c.writeRendezvousLocked()
+	if err := c.regSourceLocked(ci, c.cfg.ChunkSize); err != nil {
+		return err
 	}
+	c.open, c.openN = ci, 0
+	// The first part rides in the SRC_AVAIL, the rest in the peer's sink
+	// chunk.
+	c.openCap = min(c.cfg.ChunkSize, c.peerIn+c.peerXfer)
 	return nil
 }
 
+// regSourceLocked registers n bytes of source chunk ci for remote read
+// for its transfer when it is an RDMA Read rendezvous (the conn's lock is
+// released for the command); on failure the chunk is given back.
+func (c *Conn) regSourceLocked(ci, n int) error {
+	ch := &c.src.chunks[ci]
+	if ch.write {
+		return nil
+	}
+	mr, err := c.regRemoteUnlocked(ch.addr, n, verbs.AccessRemoteRead)
+	if err == nil && c.err != nil {
+		// The conn failed while unlocked.
+		c.deregAsync(mr)
+		err = c.err
+	}
+	if err != nil {
+		ch.busy = false
+		if ch.ext {
+			c.src.zfree = append(c.src.zfree, ci)
+			c.zcBusy--
+		} else {
+			c.src.free = append(c.src.free, ci)
+		}
+		return err
+	}
+	ch.rmr = mr
+	return nil
+}
+
+// regRemoteUnlocked registers [addr, addr+n) for remote access
+// (WSPRegisterRdmaMemory) with the conn's lock released for the device
+// command; a failure is ErrNoBuffers (WSAENOBUFS), counted.
+func (c *Conn) regRemoteUnlocked(addr rings.Addr, n int, access int) (*verbs.MR, error) {
+	c.mu.Unlock()
+	mr, err := c.sw.v.RegMRAddr(c.sw.pd, addr, n, access)
+	c.mu.Lock()
+	if err != nil {
+		c.sw.stats.noBuffers.Add(1)
+		return nil, fmt.Errorf("%w: %v", ErrNoBuffers, err)
+	}
+	c.sw.stats.registrations.Add(1)
+	return mr, nil
+}
+
+// deregAsync deregisters a per-transfer region (WSPDeregisterRdmaMemory)
+// off the poller: the NIC already invalidated its STag (the peer's Send
+// with Invalidate) or the conn is going, so nothing waits for it but the
+// conn's memory, which freeMem frees after every deregistration.
+func (c *Conn) deregAsync(mr *verbs.MR) { c.deregAsyncAlso(mr, nil) }
+
+// deregAsyncAlso is deregAsync that also counts the deregistration in
+// also (a zero-copy Write waits for its buffer's).
+func (c *Conn) deregAsyncAlso(mr *verbs.MR, also *sync.WaitGroup) {
+	if mr == nil {
+		return
+	}
+	c.deregs.Add(1)
+	if also != nil {
+		also.Add(1)
+	}
+	go func() {
+		defer c.deregs.Done()
+		if also != nil {
+			defer also.Done()
+		}
+		if mr.Dereg() == nil {
+			c.sw.stats.deregistrations.Add(1)
+		}
+	}()
+}
+
 // announceLocked sends the open chunk if a credit and a send slot allow:
-// SRC_AVAIL (Read mode), or the RDMA Write and WR_DONE behind it.
+// a DATA if it all fits inline, else a SRC_AVAIL.
 func (c *Conn) announceLocked() error {
 	if c.open < 0 || c.openN == 0 || len(c.free) == 0 || !c.cs.canSend(classData) {
 		return nil
@@ -218,37 +319,239 @@ func (c *Conn) announceLocked() error {
 	ci, n := c.open, c.openN
 	ch := &c.src.chunks[ci]
 	c.open, c.openN = -1, 0
-	c.inFlight++
-	c.nextID++
-	ch.id, ch.n = c.nextID, n
-	mr := ch.mr
-	to := mr.TO(int(c.src.buf.Addr) + ch.off - int(mr.Addr))
-	c.sw.stats.rdmaBytes.Add(uint64(n))
-	c.sw.stats.rdmaTransfers.Add(1)
-	if c.txMode == TransferRead {
-		return c.postLocked(Msg{Type: TypeSrcAvail, Len: uint32(n), ID: ch.id, STag: mr.RKey, TO: to}, nil, -1, nil)
+	data := c.src.mem[ch.off : ch.off+n]
+	waiting := c.peerWait > 0 && c.peerCaps&CapWrite != 0
+	if n <= c.peerIn && !waiting {
+		// Too little for RDMA: one DATA, and the chunk is free again.
+		c.sw.stats.inlineBytes.Add(uint64(n))
+		c.nInline++
+		err := c.postLocked(ctlItem{m: Msg{Type: TypeData, Len: uint32(n)}, src: -1}, data)
+		c.inFlight++
+		c.releaseSrcLocked(ci)
+		return err
 	}
-	adv := c.sinkAdv[0]
-	c.sinkAdv = popFront(c.sinkAdv)
-	w := rings.SendWR{Opcode: rings.WRRDMAWrite, WRID: wrWrite | c.gen | uint64(ci), RemoteAddr: adv.TO, RKey: adv.STag, NumSGE: 1}
-	w.SGL[0] = rings.SGE{Addr: to, Length: uint32(n), LKey: mr.LKey}
-	return c.postLocked(Msg{Type: TypeWrDone, Len: uint32(n), ID: adv.ID}, nil, ci, &w)
+	first := min(c.peerIn, n)
+	if waiting {
+		// The peer waits in a read of registered memory: all of it by
+		// RDMA Write, into that memory.
+		first = 0
+		if !ch.write {
+			c.deregAsync(ch.rmr)
+			ch.rmr, ch.write = nil, true
+		}
+	}
+	return c.srcAvailSendLocked(ci, n, first, data[:first])
 }
 
-// releaseSrcLocked gives a source chunk back (its RDMA Read is done, or
-// its RDMA Write and WR_DONE completed): WSPDeregisterRdmaMemory.
+// writeRendezvousLocked picks the rendezvous of the next transfer: RDMA
+// Write when the peer cannot read, when its application waits in a read
+// of registered memory (SINK_WAIT: the sink is then that memory), or when
+// this side prefers it; else RDMA Read (the sender was first: the sink
+// pulls from it).
+func (c *Conn) writeRendezvousLocked() bool {
+	if c.peerCaps&CapWrite == 0 {
+		return false
+	}
+	return c.peerCaps&CapRead == 0 || c.peerWait > 0 || c.cfg.Transfer == TransferWrite
+}
+
+// srcAvailSendLocked sends the SRC_AVAIL of source chunk ci: n bytes in
+// all, the first ones (payload) inline, the rest named by the chunk's
+// remote-read region (RDMA Read) or asked a sink for (RDMA Write).
+func (c *Conn) srcAvailSendLocked(ci, n, first int, payload []byte) error {
+	ch := &c.src.chunks[ci]
+	c.inFlight++
+	c.txID++
+	ch.id, ch.n, ch.first = c.txID, n, first
+	if ch.write && first == 0 {
+		// It goes into the waiting read's memory, which takes peerWait
+		// bytes in all.
+		c.peerWait = max(0, c.peerWait-n)
+	} else {
+		c.peerWait = 0
+	}
+	c.sw.stats.inlineBytes.Add(uint64(first))
+	c.sw.stats.rdmaBytes.Add(uint64(n - first))
+	c.sw.stats.rdmaTransfers.Add(1)
+	m := Msg{Type: TypeSrcAvail, Total: uint32(n), Len: uint32(first), ID: ch.id}
+	if ch.write {
+		m.Flags = FlagSinkReq
+		ch.state = srcWantSink
+		c.sw.stats.writeRendezvous.Add(1)
+		c.nWrite++
+	} else {
+		m.STag, m.TO = ch.rmr.RKey, ch.rmr.TO(int(ch.addr-ch.rmr.Addr)+first)
+		ch.state = srcWantRdDone
+		c.sw.stats.readRendezvous.Add(1)
+		c.nRead++
+	}
+	return c.postLocked(ctlItem{m: m, src: -1}, payload)
+}
+
+// srcAreaLocked makes the source area: Chunks staging chunks, and as many
+// slots for transfers straight from registered application buffers.
+func (c *Conn) srcAreaLocked() error {
+	if c.src != nil {
+		return nil
+	}
+	a, err := c.newArea(verbs.AccessLocalWrite)
+	if err != nil {
+		c.sw.stats.noBuffers.Add(1)
+		return fmt.Errorf("%w: %v", ErrNoBuffers, err)
+	}
+	n := len(a.chunks)
+	for i := range n {
+		a.chunks = append(a.chunks, chunk{idx: n + i, ext: true})
+		a.zfree = append(a.zfree, n+i)
+	}
+	c.src = a
+	return nil
+}
+
+// writeZeroCopyLocked sends b, in registered memory at addr, with no copy:
+// each transfer offers b's own memory as the source, registered for
+// remote read for the transfer (RDMA Read) or read by the RDMA Write, with
+// no first part. The application registration goes through the
+// registration cache (WSPRegisterMemory), so a buffer sent again costs no
+// command. It returns when every transfer is done: the memory is the
+// application's again.
+func (c *Conn) writeZeroCopyLocked(b []byte, addr rings.Addr) (int, error) {
+	if err := c.srcAreaLocked(); err != nil {
+		return 0, err
+	}
+	// Through the cache when the provider tells its caches of freed
+	// memory; else registered for this Write only, since a cached
+	// registration would outlive a Free it never hears of.
+	c.mu.Unlock()
+	var lmr *verbs.MR
+	var err error
+	if c.sw.cacheCB {
+		lmr, err = c.sw.cache.Get(c.sw.pd, addr, len(b), verbs.AccessLocalWrite)
+	} else {
+		lmr, err = c.sw.v.RegMRAddr(c.sw.pd, addr, len(b), verbs.AccessLocalWrite)
+	}
+	c.mu.Lock()
+	if err != nil {
+		c.sw.stats.noBuffers.Add(1)
+		return 0, fmt.Errorf("%w: %v", ErrNoBuffers, err)
+	}
+	defer func() {
+		// Writes are serialized: every application-buffer transfer is
+		// this Write's. A failed conn's QP is destroyed: nothing moves
+		// any more.
+		for c.zcBusy > 0 && c.err == nil {
+			c.cond.Wait()
+		}
+		c.mu.Unlock()
+		// The buffer is the application's again once no remote
+		// registration of it is left.
+		c.zcDeregs.Wait()
+		if c.sw.cacheCB {
+			_ = c.sw.cache.Put(lmr)
+		} else {
+			_ = lmr.Dereg()
+		}
+		c.mu.Lock()
+	}()
+	off := 0
+	for off < len(b) {
+		if err := c.sendErrLocked(); err != nil {
+			return off, err
+		}
+		if len(c.src.zfree) == 0 || len(c.free) == 0 || !c.cs.canSend(classData) {
+			if err := c.waitLocked(&c.wdl, true); err != nil {
+				return off, err
+			}
+			continue
+		}
+		n := min(len(b)-off, c.peerXfer)
+		ci := c.src.zfree[len(c.src.zfree)-1]
+		c.src.zfree = c.src.zfree[:len(c.src.zfree)-1]
+		ch := &c.src.chunks[ci]
+		*ch = chunk{idx: ci, ext: true, addr: addr + rings.Addr(off), lmr: lmr, busy: true, write: c.writeRendezvousLocked()}
+		c.zcBusy++
+		if err := c.regSourceLocked(ci, n); err != nil {
+			return off, err
+		}
+		c.zcSends++
+		if err := c.srcAvailSendLocked(ci, n, 0, nil); err != nil {
+			return off, err
+		}
+		off += n
+	}
+	return off, nil
+}
+
+// releaseSrcLocked gives a source chunk back: its RDMA Read is done
+// (RD_DONE), or its RDMA Write and WR_DONE completed. Its remote
+// registration, if any, is deregistered.
 func (c *Conn) releaseSrcLocked(ci int) {
 	ch := &c.src.chunks[ci]
 	if !ch.busy {
 		return
 	}
-	if ch.mr != nil {
-		_ = c.sw.cache.Put(ch.mr)
-		ch.mr = nil
+	if ch.ext {
+		c.deregAsyncAlso(ch.rmr, &c.zcDeregs)
+	} else {
+		c.deregAsync(ch.rmr)
 	}
-	ch.busy = false
-	c.src.free = append(c.src.free, ci)
+	ch.rmr = nil
+	ch.busy, ch.state = false, 0
+	if ch.ext {
+		ch.lmr = nil
+		c.src.zfree = append(c.src.zfree, ci)
+		c.zcBusy--
+	} else {
+		c.src.free = append(c.src.free, ci)
+	}
 	c.inFlight--
+}
+
+// srcWaitingLocked returns the source chunk of transfer id in state st,
+// checking the RDMA length a message claims for it; -1 and why if none.
+func (c *Conn) srcWaitingLocked(m *Msg, st chunkState) (int, error) {
+	if c.src != nil {
+		for i := range c.src.chunks {
+			ch := &c.src.chunks[i]
+			if !ch.busy || ch.state != st || ch.id != m.ID {
+				continue
+			}
+			if int(m.Len) != ch.n-ch.first {
+				return -1, fmt.Errorf("%v of %d bytes for transfer %d of %d", m.Type, m.Len, m.ID, ch.n-ch.first)
+			}
+			return i, nil
+		}
+	}
+	return -1, fmt.Errorf("%v for transfer %d, which waits for none", m.Type, m.ID)
+}
+
+// sinkAvailLocked takes the peer's SINK_AVAIL: the region it registered
+// for the rest of source transfer m.ID. The RDMA Write and the WR_DONE (a
+// Send with Invalidate of the region's STag) go behind the control
+// messages already queued.
+func (c *Conn) sinkAvailLocked(m *Msg) error {
+	i, err := c.srcWaitingLocked(m, srcWantSink)
+	if err != nil {
+		return err
+	}
+	ch := &c.src.chunks[i]
+	ch.dst, ch.state = *m, srcWriting
+	c.queueLocked(ctlItem{m: Msg{Type: TypeWrDone, Len: m.Len, ID: m.ID}, inv: m.STag, src: i})
+	return nil
+}
+
+// rdDoneLocked takes the peer's RD_DONE: it must have invalidated the
+// transfer's STag (wc says which it did).
+func (c *Conn) rdDoneLocked(m *Msg, wc *rings.Completion) error {
+	i, err := c.srcWaitingLocked(m, srcWantRdDone)
+	if err != nil {
+		return err
+	}
+	if stag := c.src.chunks[i].rmr.RKey; wc.Flags&rings.WCWithInv == 0 || uint32(wc.ImmData) != stag {
+		return fmt.Errorf("RD_DONE of transfer %d did not invalidate its STag %#x", m.ID, stag)
+	}
+	c.releaseSrcLocked(i)
+	return nil
 }
 
 func (c *Conn) sendErrLocked() error {

@@ -240,8 +240,8 @@ type res2 struct {
 func (c *Conn) debugState() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := fmt.Sprintf("cs %+v free %d ctlQ %d rq %d finQ %v finSent %v finRecv %v writing %v err %v readsOut %d sinkAdv %d",
-		c.cs, len(c.free), len(c.ctlQ), len(c.rq), c.finQ, c.finSent, c.finRecv, c.writing, c.err, c.readsOut, len(c.sinkAdv))
+	s := fmt.Sprintf("cs %+v free %d ctlQ %d rq %d finQ %v finSent %v finRecv %v writing %v err %v readsOut %d txID %d rxID %d",
+		c.cs, len(c.free), len(c.ctlQ), len(c.rq), c.finQ, c.finSent, c.finRecv, c.writing, c.err, c.readsOut, c.txID, c.rxID)
 	if c.src != nil {
 		s += fmt.Sprintf(" srcFree %d", len(c.src.free))
 	}

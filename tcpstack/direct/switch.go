@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,11 +65,6 @@ type Config struct {
 	// switch's, set by the first Listen with RDMA on the host (as the pool
 	// geometry is).
 	CRC bool
-
-	// noCork sends every source chunk at once, full or not (the sender's
-	// behaviour before coalescing): for the benchmark's before/after
-	// comparison in one run.
-	noCork bool
 }
 
 func (c Config) withDefaults() Config {
@@ -115,7 +111,26 @@ type Stats struct {
 	PeerFailures             uint64 // QPs that failed or lost the connection mid-stream
 	NoBuffers                uint64 // ErrNoBuffers: staging memory not allocated or registered
 	InlineBytes, RDMABytes   uint64 // stream bytes sent inline / by RDMA
-	RDMATransfers            uint64 // SRC_AVAIL or RDMA Write transfers sent (chunks)
+	RDMATransfers            uint64 // SRC_AVAIL transfers sent (chunks)
+	// ReadRendezvous and WriteRendezvous split RDMATransfers by how the
+	// rest of the send went.
+	ReadRendezvous, WriteRendezvous uint64
+	// Registrations and Deregistrations count per-transfer remote
+	// registrations (WSPRegisterRdmaMemory / WSPDeregisterRdmaMemory).
+	Registrations, Deregistrations uint64
+	// CopyBytes counts stream bytes the switch copied on the CPU (into
+	// and out of control buffers and staging); also in the host's
+	// DriverStats.HostCopyBytes.
+	CopyBytes uint64
+	// StaleHints counts SINK_WAIT hints ignored because data crossed
+	// them.
+	StaleHints uint64
+	// PollSpins counts the poller's polls that found completions while it
+	// spun (busy polling), PollSleeps the times it armed the CQ and slept.
+	PollSpins, PollSleeps uint64
+	// PollSpinTime is the time the poller spent spinning on an empty CQ
+	// (yielding between polls): at most the CPU busy polling cost.
+	PollSpinTime time.Duration
 }
 
 type counter = atomic.Uint64
@@ -124,6 +139,9 @@ type switchStats struct {
 	dialed, accepted, closed, fallbacks                       counter
 	badMessages, creditViolations, remoteAccess, peerFailures counter
 	noBuffers, inlineBytes, rdmaBytes, rdmaTransfers          counter
+	readRendezvous, writeRendezvous                           counter
+	registrations, deregistrations, copyBytes, staleHints     counter
+	pollSpins, pollSleeps, pollSpinNanos                      counter
 }
 
 // hostSwitch is one host's sockets-direct switch: the verbs objects every
@@ -152,6 +170,28 @@ type hostSwitch struct {
 	pending   map[uint32]*Conn // accepted QPs waiting for their request
 	done      chan struct{}
 	stopOnce  sync.Once
+
+	bufMu sync.Mutex
+	bufs  []*Buffer // Alloc's live buffers, by address
+
+	// canRead: the provider has RDMA Read (WSPRdmaRead); cacheCB: its
+	// registration caches hear of freed memory
+	// (WSPMemoryRegistrationCacheCallback), so application buffers'
+	// registrations may be kept between transfers.
+	canRead, cacheCB bool
+}
+
+// sinkCaps is what this side offers as a sink: RDMA Read if the provider
+// has it and the config allows, RDMA Write unless the config says no.
+func (sw *hostSwitch) sinkCaps(cfg Config) uint8 {
+	caps := uint8(0)
+	if !cfg.NoRDMARead && sw.canRead {
+		caps |= CapRead
+	}
+	if !cfg.NoRDMAWrite {
+		caps |= CapWrite
+	}
+	return caps
 }
 
 var (
@@ -188,6 +228,11 @@ func switchFor(h *tcpstack.Host) (*hostSwitch, error) {
 	}
 	sw := &hostSwitch{h: h, v: v, pd: v.AllocPD(), cq: cq, cache: cache, conns: map[uint32]*Conn{},
 		listeners: map[uint16]*Listener{}, pending: map[uint32]*Conn{}, done: make(chan struct{})}
+	// The optional extensions, by query (WSPIoctl's
+	// SIO_GET_EXTENSION_FUNCTION_POINTER): a provider without them says
+	// WSAEOPNOTSUPP, and the switch does without.
+	sw.canRead = v.GetExtension(verbs.ExtRdmaRead) == nil
+	sw.cacheCB = v.GetExtension(verbs.ExtMemoryRegistrationCacheCallback) == nil
 	switches[h] = sw
 	go sw.poll()
 	// A host closed without Shutdown stops its switch all the same.
@@ -207,7 +252,10 @@ func HostStats(h *tcpstack.Host) Stats {
 	return Stats{Dialed: s.dialed.Load(), Accepted: s.accepted.Load(), Closed: s.closed.Load(),
 		Fallbacks: s.fallbacks.Load(), BadMessages: s.badMessages.Load(), CreditViolations: s.creditViolations.Load(),
 		RemoteAccessErrors: s.remoteAccess.Load(), PeerFailures: s.peerFailures.Load(), NoBuffers: s.noBuffers.Load(),
-		InlineBytes: s.inlineBytes.Load(), RDMABytes: s.rdmaBytes.Load(), RDMATransfers: s.rdmaTransfers.Load()}
+		InlineBytes: s.inlineBytes.Load(), RDMABytes: s.rdmaBytes.Load(), RDMATransfers: s.rdmaTransfers.Load(),
+		ReadRendezvous: s.readRendezvous.Load(), WriteRendezvous: s.writeRendezvous.Load(),
+		Registrations: s.registrations.Load(), Deregistrations: s.deregistrations.Load(), CopyBytes: s.copyBytes.Load(), StaleHints: s.staleHints.Load(),
+		PollSpins: s.pollSpins.Load(), PollSleeps: s.pollSleeps.Load(), PollSpinTime: time.Duration(s.pollSpinNanos.Load())}
 }
 
 // poll takes the completions of every connection of the host and hands
@@ -218,7 +266,7 @@ func (sw *hostSwitch) poll() {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-sw.done; cancel() }()
 	for {
-		n, err := sw.cq.PollSpin(ctx, wc, 16)
+		n, err := sw.pollCQ(ctx, wc)
 		if err != nil {
 			return
 		}
@@ -241,6 +289,35 @@ func (sw *hostSwitch) poll() {
 			i = j
 		}
 	}
+}
+
+// pollSpin is how long the poller keeps polling an empty CQ before it
+// arms it and sleeps (busy polling, as RDMA applications do): arming is a
+// device command and the CQ event a notification and a wake-up, a round
+// trip's worth of latency on a request/response exchange. The time spent
+// spinning is the poller's CPU (HostStats.PollSpins counts the spins that
+// found work, PollSleeps the times it slept).
+var pollSpin = 50 * time.Microsecond
+
+// pollCQ returns at least one completion: it polls, spinning up to
+// pollSpin with the processor yielded between polls, then waits as
+// PollWait does.
+func (sw *hostSwitch) pollCQ(ctx context.Context, wc []rings.Completion) (int, error) {
+	if n := sw.cq.Poll(wc); n > 0 {
+		return n, nil
+	}
+	start := time.Now()
+	for time.Since(start) < pollSpin {
+		runtime.Gosched()
+		if n := sw.cq.Poll(wc); n > 0 {
+			sw.stats.pollSpins.Add(1)
+			sw.stats.pollSpinNanos.Add(uint64(time.Since(start)))
+			return n, nil
+		}
+	}
+	sw.stats.pollSpinNanos.Add(uint64(time.Since(start)))
+	sw.stats.pollSleeps.Add(1)
+	return sw.cq.PollWait(ctx, wc, false)
 }
 
 func (sw *hostSwitch) forget(c *Conn) {
@@ -311,13 +388,7 @@ func dialRDMA(ctx context.Context, h *tcpstack.Host, addr netip.AddrPort, cfg Co
 	// the QP does: the request is sent with the caps this side would
 	// offer, and a sink that could not be allocated fails the dial (it
 	// then falls back to TCP).
-	caps := uint8(0)
-	if !cfg.NoRDMARead {
-		caps |= CapRead
-	}
-	if !cfg.NoRDMAWrite {
-		caps |= CapWrite
-	}
+	caps := sw.sinkCaps(cfg)
 	mine := cfg.hello(false, addr.Port(), caps)
 	hb := make([]byte, HelloSize)
 	mine.Encode(hb)
@@ -338,6 +409,10 @@ func dialRDMA(ctx context.Context, h *tcpstack.Host, addr netip.AddrPort, cfg Co
 		if errors.Is(err, verbs.ErrRejected) {
 			return nil, fmt.Errorf("the peer's switch has no sockets-direct listener on port %d", addr.Port())
 		}
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			return nil, fmt.Errorf("the RDMA negotiation with %v did not finish within NegotiateTimeout (%v): %w",
+				netip.AddrPortFrom(addr.Addr(), cfg.SwitchPort), cfg.NegotiateTimeout, err)
+		}
 		return nil, fmt.Errorf("no sockets-direct switch at %v: %w", netip.AddrPortFrom(addr.Addr(), cfg.SwitchPort), err)
 	}
 	fail := func(err error) (*Conn, error) {
@@ -352,7 +427,10 @@ func dialRDMA(ctx context.Context, h *tcpstack.Host, addr netip.AddrPort, cfg Co
 	var peer Hello
 	if err := peer.Decode(qp.PeerPrivateData()); err != nil || !peer.Reply {
 		sw.stats.badMessages.Add(1)
-		return fail(fmt.Errorf("the listener's reply: %v", err))
+		if err == nil {
+			err = fmt.Errorf("%w: a request where the reply belongs", ErrBadHello)
+		}
+		return fail(fmt.Errorf("the listener's reply: %w", err))
 	}
 	c.local, c.remote = qp.LocalAddr(), qp.RemoteAddr()
 	c.mu.Lock()
@@ -360,7 +438,7 @@ func dialRDMA(ctx context.Context, h *tcpstack.Host, addr netip.AddrPort, cfg Co
 	// MPA: the initiator speaks first, and the responder's sends wait for
 	// it; a credit-only message opens the way.
 	if len(c.free) > 0 {
-		_ = c.postLocked(Msg{Type: TypeCredit}, nil, -1, nil)
+		_ = c.postLocked(ctlItem{m: Msg{Type: TypeCredit}, src: -1}, nil)
 	}
 	c.flushLocked()
 	c.mu.Unlock()
@@ -569,12 +647,7 @@ func (sw *hostSwitch) serve(rl *verbs.RDMAListener) {
 		}
 		caps := uint8(0)
 		if c.sink != nil {
-			if !cfg.NoRDMARead {
-				caps |= CapRead
-			}
-			if !cfg.NoRDMAWrite {
-				caps |= CapWrite
-			}
+			caps = sw.sinkCaps(cfg)
 		}
 		mine := cfg.hello(true, 0, caps)
 		hb := make([]byte, HelloSize)

@@ -110,6 +110,9 @@ func (b *Buffer) Free() error {
 
 // invalidate runs every registration cache's invalidation callback.
 func (v *Provider) invalidate(a rings.Addr, n int) {
+	if v.GetExtension(ExtMemoryRegistrationCacheCallback) != nil {
+		return
+	}
 	v.mu.Lock()
 	cs := make([]*RegCache, 0, len(v.caches))
 	for c := range v.caches {

@@ -96,6 +96,9 @@ type Provider struct {
 	mem  *rings.Arena
 
 	pdNext atomic.Uint32 // the last protection domain number handed out
+	// dropped is the optional extensions taken away (DropExtension), a
+	// bit per Extension.
+	dropped atomic.Uint32
 
 	mu     sync.Mutex
 	cqs    [maxCQNum]*CQ
@@ -226,3 +229,9 @@ func (v *Provider) submitLate(c rings.Command, done func(rings.Command, error)) 
 		}
 	})
 }
+
+// CountCopy counts n payload bytes a layer above the verbs (sockets
+// direct's staging) copied on the CPU for an RDMA connection, in the
+// host's tcpstack.DriverStats (RDMACopyBytes and HostCopyBytes), so that
+// the host's copy counters tell every byte the CPU moved.
+func (v *Provider) CountCopy(n int) { v.copied(n) }

@@ -530,6 +530,9 @@ func (qp *QP) PostSendList(wrs []rings.SendWR) (int, error) {
 		if err = checkSendWR(&wrs[i]); err != nil {
 			break
 		}
+		if err = qp.v.checkExtension(&wrs[i]); err != nil {
+			break
+		}
 		e := qp.sq.Next()
 		if e == nil {
 			err = ErrQueueFull
@@ -578,7 +581,18 @@ func (qp *QP) PostRecv(wr *rings.RecvWR) error {
 
 // PostRecvList posts receive work requests with one doorbell; as
 // PostSendList.
-func (qp *QP) PostRecvList(wrs []rings.RecvWR) (int, error) {
+func (qp *QP) PostRecvList(wrs []rings.RecvWR) (int, error) { return qp.postRecvList(wrs, true) }
+
+// PostRecvListQuiet posts receive work requests without ringing the
+// doorbell. The device takes a receive work request from the ring itself
+// when a message arrives (it reads the queue's producer index then), so
+// the entries are found by any message that arrives after this returns.
+// For a caller whose peer can only send into these buffers once told so in
+// a message it posts afterwards (credits), whose doorbell follows them:
+// the re-post then costs no command.
+func (qp *QP) PostRecvListQuiet(wrs []rings.RecvWR) (int, error) { return qp.postRecvList(wrs, false) }
+
+func (qp *QP) postRecvList(wrs []rings.RecvWR, ring bool) (int, error) {
 	if qp == nil {
 		return 0, errors.New("verbs: post recv: nil QP")
 	}
@@ -607,7 +621,7 @@ func (qp *QP) PostRecvList(wrs []rings.RecvWR) (int, error) {
 		qp.rq.Publish()
 	}
 	qp.rqMu.Unlock()
-	if n > 0 {
+	if n > 0 && ring {
 		if derr := qp.doorbell(); derr != nil && err == nil {
 			err = derr
 		}
