@@ -73,7 +73,8 @@ func TestDirMessages(t *testing.T) {
 }
 
 // TestDirWireBadPath: a client that skips the checks and puts a NUL or an
-// overlong path on the wire gets a status, not a closed pipe.
+// overlong path on the wire gets a status, not a closed pipe; a field that
+// should be zero is a malformed message.
 func TestDirWireBadPath(t *testing.T) {
 	exp, err := OpenExport(t.TempDir())
 	if err != nil {
@@ -101,6 +102,18 @@ func TestDirWireBadPath(t *testing.T) {
 		if err := rsp.Decode(out, ControlOpStat); err != nil || rsp.Status != c.status {
 			t.Fatalf("%q: status %#x, want %#x (%v)", c.path, rsp.Status, c.status, err)
 		}
+	}
+	// A field STAT does not use, an undefined MKDIR flag: malformed, the
+	// caller closes the channel.
+	m, _ := (&DirRequest{Op: ControlOpStat, Path: "p"}).Append(nil)
+	le.PutUint32(m[DirOffMode:], 1)
+	if _, err := s.pipeDir(nil, m); err == nil {
+		t.Error("a STAT with a Mode was answered")
+	}
+	m, _ = (&DirRequest{Op: ControlOpMkdir, Path: "p"}).Append(nil)
+	le.PutUint32(m[DirOffFlags:], 8)
+	if _, err := s.pipeDir(nil, m); err == nil {
+		t.Error("a MKDIR with an undefined flag was answered")
 	}
 	if s.DirStats().Refused != 3 {
 		t.Fatalf("refusals counted: %+v", s.DirStats())
