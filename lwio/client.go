@@ -119,7 +119,7 @@ func statusName(s uint32) string {
 	case StatusIOError:
 		return "I/O error"
 	}
-	return "unknown"
+	return dirStatusName(s)
 }
 
 // Errors of the client.

@@ -45,24 +45,18 @@ func (c *Client) pipeOpen(ctx context.Context, o *OpenRequest) (*OpenResponse, e
 	if err != nil {
 		return nil, err
 	}
-	c.pmu.Lock()
-	defer c.pmu.Unlock()
-	stop := context.AfterFunc(ctx, func() { c.pipe.SetDeadline(deadlinePast) })
-	defer stop()
-	if _, err := c.pipe.Write(m); err != nil {
-		return nil, fmt.Errorf("lwio: pipe: %w", err)
-	}
-	r, op, err := readControl(c.pipe, c.pbuf)
-	if err != nil {
-		return nil, fmt.Errorf("lwio: pipe: %w", err)
-	}
-	c.pbuf = r[:0]
-	if op != ControlOpOpenResp {
-		return nil, fmt.Errorf("%w: OPEN answered with opcode %#x", ErrPipe, op)
-	}
 	var rsp OpenResponse
-	if err := rsp.Decode(r); err != nil {
-		return nil, fmt.Errorf("lwio: pipe: %w", err)
+	err = c.pipeRoundTrip(ctx, m, func(r []byte, op uint16) error {
+		if op != ControlOpOpenResp {
+			return fmt.Errorf("%w: OPEN answered with opcode %#x", ErrPipe, op)
+		}
+		if err := rsp.Decode(r); err != nil {
+			return fmt.Errorf("lwio: pipe: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if rsp.Status != StatusSuccess {
 		return nil, &StatusError{What: "OPEN " + o.Path, Status: rsp.Status}

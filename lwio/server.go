@@ -211,6 +211,7 @@ type Server struct {
 	closed   bool
 
 	st   serverCounters
+	dir  dirCounters
 	done chan struct{}
 	wg   sync.WaitGroup
 }

@@ -91,6 +91,10 @@ type pipeOp func(s *Server, l *logon, m []byte) ([]byte, error)
 var pipeOps = map[uint16]pipeOp{
 	ControlOpOpen:    (*Server).pipeOpen,
 	ControlOpRelease: (*Server).pipeRelease,
+	// The directory operations (pipe_dir.go, server_dir.go).
+	ControlOpStat: (*Server).pipeDir, ControlOpList: (*Server).pipeDir, ControlOpMkdir: (*Server).pipeDir,
+	ControlOpRemove: (*Server).pipeDir, ControlOpRename: (*Server).pipeDir, ControlOpSetAttr: (*Server).pipeDir,
+	ControlOpHash: (*Server).pipeDir, ControlOpSync: (*Server).pipeDir,
 }
 
 // keyHistory remembers the client keys the server has taken, so that each

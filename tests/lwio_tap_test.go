@@ -64,9 +64,9 @@ func TestTAPLWIOCommands(t *testing.T) {
 		return string(out)
 	}
 
-	os.MkdirAll(filepath.Join(export, "sub"), 0o755)
+	// put makes the missing folder "sub".
 	out := run("put", local, "sub/copy.bin")
-	if !strings.Contains(out, fmt.Sprintf("%d bytes", size)) {
+	if !strings.Contains(out, fmt.Sprintf("%d bytes", size)) || !strings.Contains(out, fmt.Sprintf("SHA-256 %x", want)) {
 		t.Errorf("put printed %q", out)
 	}
 	if got, err := os.ReadFile(filepath.Join(export, "sub", "copy.bin")); err != nil || sha256.Sum256(got) != want {
@@ -88,13 +88,26 @@ func TestTAPLWIOCommands(t *testing.T) {
 		t.Errorf("stat outside the export: %v, want exit status 1", err)
 	}
 
+	if out := run("ls", "sub"); !strings.Contains(out, fmt.Sprintf(" %d ", size)) || !strings.HasSuffix(strings.TrimSpace(out), " copy.bin") {
+		t.Errorf("ls sub printed %q", out)
+	}
+	// Each client is logged as it leaves: five so far.
+	srv.waitLog(`msg="lwio: client gone"`, 5, 10*time.Second)
+	if !strings.Contains(srv.stderr.String(), fmt.Sprintf("files=1 bytes_read=%d bytes_written=0", size)) {
+		t.Errorf("no log line for get's client:\n%s", srv.stderr.String())
+	}
+
 	report := srv.interrupt()
-	// put and get move 64 KiB a request; OPENs: put's and the Stat that
-	// checks it, stat, get, the refused stat.
+	// put and get move 64 KiB a request; OPENs: put's (of its temporary
+	// file) and get's. STATs: put's look at its target (refused: missing),
+	// stat, the refused stat, get's; LIST: ls. put's MKDIR, HASH and
+	// RENAME, get's HASH.
 	pieces := (size + 64<<10 - 1) / (64 << 10)
-	for name, want := range map[string]int{"bytes written": size, "bytes read": size, "connections": 4, "authenticated": 4,
-		"registers": 2, "closes": 2, "reads": pieces, "writes": pieces, "opens": 5, "bad requests": 0, "protocol errors": 0,
-		"connections closed by clients": 4, "connections lost": 0, "credit violations": 0} {
+	for name, want := range map[string]int{"bytes written": size, "bytes read": size, "connections": 5, "authenticated": 5,
+		"registers": 2, "closes": 2, "reads": pieces, "writes": pieces, "opens": 2, "bad requests": 0, "protocol errors": 0,
+		"connections closed by clients": 5, "connections lost": 0, "credit violations": 0,
+		"directory stats": 5, "directory lists": 1, "directories made": 1, "hashes": 2, "renames": 1, "bytes hashed": 2 * size,
+		"directory ops refused": 2} {
 		got := -1
 		for _, line := range strings.Split(report, "\n") {
 			f := strings.Fields(line)

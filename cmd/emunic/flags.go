@@ -128,6 +128,9 @@ func printCommandHelp(w io.Writer, cmd *command, fs *flag.FlagSet) {
 		fs.VisitAll(func(f *flag.Flag) {
 			name, usage := flag.UnquoteUsage(f)
 			left := "--" + f.Name
+			if len(f.Name) == 1 {
+				left = "-" + f.Name // one letter, as rm -r and mkdir -p spell it
+			}
 			if name != "" {
 				left += " " + name
 			}

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -16,76 +15,145 @@ import (
 
 var lwioCmd = &command{
 	name:     "lwio",
-	summary:  "LWIO file I/O over RDMA on a TAP: serve a directory; put, get, stat",
-	synopsis: "serve|put|get|stat [flags] [arguments]",
+	summary:  "LWIO file I/O over RDMA on a TAP: serve a directory; mount it, or put, get, ls, rm, mkdir, mv, stat",
+	synopsis: "serve|mount|put|get|ls|stat|mkdir|rm|mv [flags] [arguments]",
 	about: `
 LWIO is the lightweight file-I/O protocol of docs/lwio.md: a client finds the
 server on its pipe (TCP port 4445), authenticates an RDMA connection (port
 4446), and then reads by RDMA Writes the server makes into the client's
-registered memory and writes by sends. Each subcommand is one emulated host
-(host memory, the emulated NIC, gVisor netstack) on a Linux TAP device:
+registered memory and writes by sends; names (list, make, remove, rename)
+go over the pipe. Each subcommand is one emulated host (host memory, the
+emulated NIC, gVisor netstack) on a Linux TAP device:
 
   emunic lwio serve --tap NAME --addr CIDR --export DIR
-        serve the files of DIR until SIGINT or SIGTERM, then print the
-        server's counters
-  emunic lwio put --tap NAME --addr CIDR --server IP LOCAL REMOTE
-        copy the local file LOCAL to REMOTE on the server (created or
-        truncated)
-  emunic lwio get --tap NAME --addr CIDR --server IP REMOTE LOCAL
-        copy REMOTE to the local file LOCAL (written to a temporary file
-        beside it, renamed when complete)
-  emunic lwio stat --tap NAME --addr CIDR --server IP REMOTE
-        print REMOTE's size in bytes
+        serve the files of DIR until SIGINT or SIGTERM, logging each client
+        as it leaves, then print the server's counters
+  emunic lwio mount --tap NAME --addr CIDR --server IP MOUNTPOINT
+        mount the export with FUSE until SIGINT or SIGTERM
+  emunic lwio put [-r] ... LOCAL REMOTE      copy a file (- for stdin) or tree there
+  emunic lwio get [-r] ... REMOTE LOCAL      copy a file or tree here (- for stdout)
+  emunic lwio ls ... [REMOTE]                list a directory (the export's root)
+  emunic lwio stat ... REMOTE                print the size of a file or directory
+  emunic lwio mkdir [-p] ... REMOTE...       make directories
+  emunic lwio rm [-r] ... REMOTE...          remove files (and with -r, trees)
+  emunic lwio mv ... FROM TO                 rename (into TO when it is a directory)
 
-REMOTE is a path inside the server's export; the server refuses any path
-that leaves it. put and get print the bytes moved and the rate, with a
-progress bar on long transfers when stderr is a terminal. Exit status 1 when
-the transfer failed or the sizes disagree. Run 'emunic lwio COMMAND --help'
-for a subcommand's flags; docs/cli.md (emunic lwio) has a two-host recipe.`,
+REMOTE is a path inside the server's export ("." is its root); the server
+refuses any path that leaves it. put writes to a temporary name beside the
+target, creating missing folders, and renames it into place only when the
+server's SHA-256 of it matches what was read: a failed put leaves the old
+file. get writes a temporary file and renames it when every byte arrived
+and the server's SHA-256 matches. put and get print the bytes moved, the
+rate and the digest, with a progress bar on long transfers when stderr is
+a terminal. Exit status 1 when a command failed. Run 'emunic lwio COMMAND
+--help' for a subcommand's flags; docs/cli.md (emunic lwio) has a two-host
+recipe.`,
 	examples: `  emunic lwio serve --tap lw0 --addr 10.9.1.1/24 --export /srv/files
-  emunic lwio put --tap lw1 --addr 10.9.1.2/24 --server 10.9.1.1 ./big.bin big.bin
-  emunic lwio stat --tap lw1 --addr 10.9.1.2/24 --server 10.9.1.1 big.bin
-  emunic lwio get --tap lw1 --addr 10.9.1.2/24 --server 10.9.1.1 big.bin ./copy.bin`,
+  emunic lwio mount --tap lw1 --addr 10.9.1.2/24 --server 10.9.1.1 /mnt/lwio
+  emunic lwio put --tap lw1 --addr 10.9.1.2/24 --server 10.9.1.1 -r ./photos backup/
+  emunic lwio ls --tap lw1 --addr 10.9.1.2/24 --server 10.9.1.1 backup
+  emunic lwio get --tap lw1 --addr 10.9.1.2/24 --server 10.9.1.1 big.bin ./copy.bin
+  tar c src | emunic lwio put --tap lw1 --addr 10.9.1.2/24 --server 10.9.1.1 - src.tar`,
 }
+
+// lwioClientSyn is the flags every client subcommand takes.
+const lwioClientSyn = "--tap NAME --addr CIDR --server IP [--key-file FILE] [--pipe-port N] [--arena SIZE] [--mtu N] [--gateway IP]"
 
 var lwioSub = map[string]*command{
 	"serve": {name: "lwio serve", synopsis: "--tap NAME --addr CIDR --export DIR [--key-file FILE] [--read-only] [--allow CIDR]... [--pipe-port N] [--rdma-port N] [--name NAME] [--arena SIZE] [--mtu N] [--gateway IP] [--pcap FILE]",
 		about: `
 Attaches an emulated host to the TAP device NAME with the address CIDR and
-serves the regular files under DIR over LWIO until SIGINT or SIGTERM; then it
-prints the server's counters (connections, requests, bytes, every refusal).
-Each RDMA connection is delegated to the NIC's offload unit and runs as an
-iWARP QP; the server reads and writes the files with the CPU (O_DIRECT for
-files a client registered with no intermediate buffering, where the file
-system allows).
+serves the files under DIR over LWIO until SIGINT or SIGTERM; then it prints
+the server's counters (connections, requests, bytes, directory operations,
+every refusal). Each RDMA connection is delegated to the NIC's offload unit and runs as
+an iWARP QP; the server reads and writes the files with the CPU (O_DIRECT
+for files a client registered with no intermediate buffering, where the
+file system allows).
 
 With --key-file, a client must prove it holds the same secret (the file's
 bytes, less one trailing newline) before it may name any file, and the
 secret signs every RDMA connection's authentication; without it, any client
 that reaches the pipe port is served, and a client with a key file is
-refused. --read-only refuses creates, truncates and writes; --allow (one
-or more) serves only clients whose address is in one of the prefixes. Each
-client is logged by name, key and address (docs/lwio.md, "Access control").`,
+refused. --read-only refuses creates, truncates, writes and changes to
+names; --allow (one or more) serves only clients whose address is in one of
+the prefixes. Each client is logged by name, key and address, and when it
+goes with the files it opened and its bytes each way (docs/lwio.md,
+"Access control").`,
 		examples: `  emunic lwio serve --tap lw0 --addr 10.9.1.1/24 --export /srv/files
   emunic lwio serve --tap lw0 --addr 10.9.1.1/24 --export . --arena 512MiB`},
-	"put": {name: "lwio put", synopsis: "--tap NAME --addr CIDR --server IP [--key-file FILE] [--polling] [--arena SIZE] [--mtu N] [--gateway IP] LOCAL REMOTE",
+	"mount": {name: "lwio mount", synopsis: lwioClientSyn + " [--polling] [--debug] MOUNTPOINT",
 		about: `
-Copies the local file LOCAL to REMOTE on the LWIO server at IP (created, or
-truncated if it exists), with writes of the server's largest message in
-flight up to the credits it grants, then checks the remote size.`,
-		examples: `  emunic lwio put --tap lw1 --addr 10.9.1.2/24 --server 10.9.1.1 ./big.bin big.bin`},
-	"get": {name: "lwio get", synopsis: "--tap NAME --addr CIDR --server IP [--key-file FILE] [--polling] [--arena SIZE] [--mtu N] [--gateway IP] REMOTE LOCAL",
+Mounts the export of the LWIO server at IP on the directory MOUNTPOINT with
+FUSE, so that any program can use its files (ls, cp -r, cat, dd, rsync,
+fio), until SIGINT or SIGTERM; then it unmounts (lazily, if a program still
+has the mount busy) and exits. Names go over the pipe, file data over the
+RDMA connection: each open file is registered with the server. Needs
+/dev/fuse, and root or fusermount3. Times: the server keeps one, the
+modification time; owners are the mounting user's; hard and symbolic links
+cannot be made.`,
+		examples: `  sudo emunic lwio mount --tap lw1 --addr 10.9.1.2/24 --server 10.9.1.1 /mnt/lwio`},
+	"put": {name: "lwio put", synopsis: lwioClientSyn + " [--polling] [-r] LOCAL REMOTE",
 		about: `
-Copies REMOTE from the LWIO server at IP to the local file LOCAL: reads are
-RDMA Writes by the server straight into registered memory, in flight up to
-the credits it grants; the data goes to a temporary file beside LOCAL,
-renamed to LOCAL only when every byte arrived.`,
-		examples: `  emunic lwio get --tap lw1 --addr 10.9.1.2/24 --server 10.9.1.1 big.bin ./copy.bin`},
-	"stat": {name: "lwio stat", synopsis: "--tap NAME --addr CIDR --server IP [--key-file FILE] [--arena SIZE] [--mtu N] [--gateway IP] REMOTE",
+Copies the local file LOCAL ("-": standard input) to REMOTE on the LWIO
+server at IP, or into REMOTE when it is a directory (an existing one, "."
+or a path ending in "/"); with -r, LOCAL may be a directory, copied with
+everything under it. Missing folders of REMOTE are made. Each file goes to
+a temporary name beside its target, with writes of 64 KiB from registered
+memory in flight up to the credits the server grants; the server's SHA-256
+of what it holds is compared with the one of what was read, and only then
+is the file renamed into place (with LOCAL's permissions). A failed put
+removes the temporary file and leaves the old one as it was.`,
+		examples: `  emunic lwio put --tap lw1 --addr 10.9.1.2/24 --server 10.9.1.1 ./big.bin big.bin
+  emunic lwio put --tap lw1 --addr 10.9.1.2/24 --server 10.9.1.1 -r ./photos backup/
+  tar c src | emunic lwio put --tap lw1 --addr 10.9.1.2/24 --server 10.9.1.1 - src.tar`},
+	"get": {name: "lwio get", synopsis: lwioClientSyn + " [--polling] [-r] REMOTE LOCAL",
 		about: `
-Prints the size in bytes of REMOTE on the LWIO server at IP.`,
+Copies REMOTE from the LWIO server at IP to the local file LOCAL ("-":
+standard output), or into LOCAL when it is a directory; with -r, REMOTE may
+be a directory, copied with everything under it. Reads are RDMA Writes by
+the server straight into registered memory, in flight up to the credits it
+grants; the data goes to a temporary file beside LOCAL, renamed to LOCAL
+only when every byte arrived and the server's SHA-256 of REMOTE matches the
+one of the bytes received. With "-", the report goes to standard error.`,
+		examples: `  emunic lwio get --tap lw1 --addr 10.9.1.2/24 --server 10.9.1.1 big.bin ./copy.bin
+  emunic lwio get --tap lw1 --addr 10.9.1.2/24 --server 10.9.1.1 -r backup ./restored
+  emunic lwio get --tap lw1 --addr 10.9.1.2/24 --server 10.9.1.1 src.tar - | tar x`},
+	"stat": {name: "lwio stat", synopsis: lwioClientSyn + " REMOTE",
+		about: `
+Prints the size in bytes of REMOTE, a file or a directory, on the LWIO
+server at IP.`,
 		examples: `  emunic lwio stat --tap lw1 --addr 10.9.1.2/24 --server 10.9.1.1 big.bin`},
+	"ls": {name: "lwio ls", synopsis: lwioClientSyn + " [REMOTE]",
+		about: `
+Lists the directory REMOTE (the export's root if none) on the LWIO server at
+IP, one entry a line, sorted by name: permissions, size in bytes, the
+modification time and the name (a directory's with a trailing "/"). A file
+is listed on its own.`,
+		examples: `  emunic lwio ls --tap lw1 --addr 10.9.1.2/24 --server 10.9.1.1
+  emunic lwio ls --tap lw1 --addr 10.9.1.2/24 --server 10.9.1.1 backup/photos`},
+	"mkdir": {name: "lwio mkdir", synopsis: lwioClientSyn + " [-p] REMOTE...",
+		about: `
+Makes each directory REMOTE on the LWIO server at IP; with -p, its missing
+parents too, and an existing directory is no error.`,
+		examples: `  emunic lwio mkdir --tap lw1 --addr 10.9.1.2/24 --server 10.9.1.1 -p backup/2026/11`},
+	"rm": {name: "lwio rm", synopsis: lwioClientSyn + " [-r] REMOTE...",
+		about: `
+Removes each file REMOTE on the LWIO server at IP; with -r, a directory and
+everything under it.`,
+		examples: `  emunic lwio rm --tap lw1 --addr 10.9.1.2/24 --server 10.9.1.1 big.bin
+  emunic lwio rm --tap lw1 --addr 10.9.1.2/24 --server 10.9.1.1 -r backup/old`},
+	"mv": {name: "lwio mv", synopsis: lwioClientSyn + " FROM TO",
+		about: `
+Renames FROM to TO on the LWIO server at IP, replacing a file at TO; when
+TO is a directory, FROM moves into it. The server renames in one step
+(renameat2): no copy is made.`,
+		examples: `  emunic lwio mv --tap lw1 --addr 10.9.1.2/24 --server 10.9.1.1 big.bin backup/big.bin`},
 }
+
+// lwioArgs is how many positional arguments each subcommand takes: at
+// least min, at most max (-1: no limit).
+var lwioArgs = map[string][2]int{"serve": {0, 0}, "mount": {1, 1}, "put": {2, 2}, "get": {2, 2}, "stat": {1, 1},
+	"ls": {0, 1}, "mkdir": {1, -1}, "rm": {1, -1}, "mv": {2, 2}}
 
 // lwioConfig is the command line of an lwio subcommand.
 type lwioConfig struct {
@@ -107,10 +175,13 @@ type lwioConfig struct {
 	Secret   []byte
 	ReadOnly bool
 	Allow    []netip.Prefix
+	// Recursive is put's, get's and rm's -r; Parents mkdir's -p; Debug
+	// mount's --debug.
+	Recursive, Parents, Debug bool
 }
 
 // parseLWIOFlags parses the flags of subcommand sub and its positional
-// arguments (serve none, stat one, put and get two).
+// arguments (lwioArgs).
 func parseLWIOFlags(sub string, args []string, stdout io.Writer) (lwioConfig, error) {
 	cmd := lwioSub[sub]
 	cfg := lwioConfig{MTU: 1500}
@@ -139,8 +210,19 @@ func parseLWIOFlags(sub string, args []string, stdout io.Writer) (lwioConfig, er
 		fs.StringVar(&cfg.Pcap, "pcap", "", "record every frame at the TAP port in the pcap file `FILE`")
 	default:
 		fs.Var(&server, "server", "the LWIO server's `IP` (required)")
-		if sub != "stat" {
+		switch sub {
+		case "put", "get", "mount":
 			fs.BoolVar(&cfg.Polling, "polling", false, "complete I/O by status blocks the server RDMA-writes (polled), not by status responses")
+		}
+		switch sub {
+		case "put", "get":
+			fs.BoolVar(&cfg.Recursive, "r", false, "copy a directory and everything under it")
+		case "rm":
+			fs.BoolVar(&cfg.Recursive, "r", false, "remove directories and everything under them")
+		case "mkdir":
+			fs.BoolVar(&cfg.Parents, "p", false, "make missing parents too; an existing directory is no error")
+		case "mount":
+			fs.BoolVar(&cfg.Debug, "debug", false, "log every FUSE request")
 		}
 	}
 	if err := parseWithArgs(cmd, fs, args, stdout); err != nil {
@@ -153,7 +235,7 @@ func parseLWIOFlags(sub string, args []string, stdout io.Writer) (lwioConfig, er
 	if cfg.Secret, err = readKeyFile(keyFile); err != nil {
 		return cfg, err
 	}
-	want := map[string]int{"serve": 0, "put": 2, "get": 2, "stat": 1}[sub]
+	want := lwioArgs[sub]
 	switch {
 	case cfg.Tap == "":
 		return cfg, usagef("--tap NAME is required (see 'emunic %s --help')", cmd.name)
@@ -169,20 +251,38 @@ func parseLWIOFlags(sub string, args []string, stdout io.Writer) (lwioConfig, er
 		return cfg, usagef("--export DIR is required (see 'emunic lwio serve --help')")
 	case sub != "serve" && !cfg.Server.IsValid():
 		return cfg, usagef("--server IP is required (see 'emunic %s --help')", cmd.name)
-	case len(cfg.Args) != want:
-		return cfg, usagef("'emunic %s' takes %d argument(s) after its flags, got %d: %s", cmd.name, want, len(cfg.Args), cmd.synopsis)
+	case len(cfg.Args) < want[0] || want[1] >= 0 && len(cfg.Args) > want[1]:
+		n := fmt.Sprint(want[0])
+		switch {
+		case want[1] < 0:
+			n += " or more"
+		case want[1] != want[0]:
+			n += fmt.Sprintf(" to %d", want[1])
+		}
+		return cfg, usagef("'emunic %s' takes %s argument(s) after its flags, got %d: %s", cmd.name, n, len(cfg.Args), cmd.synopsis)
+	}
+	for _, a := range cfg.Args {
+		if strings.IndexByte(a, 0) >= 0 {
+			return cfg, usagef("argument %q holds a NUL byte", a)
+		}
 	}
 	return cfg, nil
 }
 
 func runLWIOCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	sub, _, err := pickSub(lwioCmd, lwioSub, "serve, put, get or stat", args, stdout)
+	sub, _, err := pickSub(lwioCmd, lwioSub, "serve, mount, put, get, ls, stat, mkdir, rm or mv", args, stdout)
 	if err != nil {
 		return err
 	}
 	cfg, err := parseLWIOFlags(sub, args[1:], stdout)
 	if err != nil {
 		return err
+	}
+	if sub == "mount" {
+		// Before the host is built: a wrong mount point is a plain error.
+		if err := checkMountPoint(cfg.Args[0]); err != nil {
+			return err
+		}
 	}
 	logger := newLogger(stderr)
 	arena := cfg.Arena
@@ -201,19 +301,47 @@ func runLWIOCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 		return err
 	}
 	defer c.Close()
+	if sub == "mount" {
+		return runLWIOMount(ctx, c, cfg, logger)
+	}
+	return runLWIOClient(ctx, c, sub, cfg, os.Stdin, stdout, stderr)
+}
+
+// runLWIOClient runs a one-shot client subcommand on a connected client.
+func runLWIOClient(ctx context.Context, c *lwio.Client, sub string, cfg lwioConfig, stdin io.Reader, stdout, stderr io.Writer) error {
+	x := &lwioSession{ctx: ctx, c: c, stdin: stdin, stdout: stdout, stderr: stderr}
+	a := cfg.Args
+	var err error
 	switch sub {
 	case "stat":
-		n, err := c.Stat(ctx, cfg.Args[0])
-		if err != nil {
-			return err
-		}
-		fmt.Fprintln(stdout, n)
-		return nil
+		err = x.stat(a[0])
+	case "ls":
+		err = x.ls(append(a, ".")[0])
 	case "put":
-		return lwioPut(ctx, c, cfg.Args[0], cfg.Args[1], stdout, stderr)
-	default:
-		return lwioGet(ctx, c, cfg.Args[0], cfg.Args[1], stdout, stderr)
+		err = x.put(a[0], a[1], cfg.Recursive)
+	case "get":
+		err = x.get(a[0], a[1], cfg.Recursive)
+	case "mv":
+		err = x.mv(a[0], a[1])
+	case "mkdir", "rm":
+		for _, p := range a {
+			if sub == "mkdir" {
+				err = x.mkdir(p, cfg.Parents)
+			} else {
+				err = x.rm(p, cfg.Recursive)
+			}
+			if err != nil {
+				break
+			}
+		}
 	}
+	if err == nil && cfg.Recursive && (sub == "put" || sub == "get") {
+		fmt.Fprintf(stdout, "%s: %d files, %d bytes\n", sub, x.files, x.bytes)
+	}
+	if err == nil && x.skipped > 0 {
+		err = fmt.Errorf("%s: %d entries skipped (not regular files or directories)", sub, x.skipped)
+	}
+	return err
 }
 
 func runLWIOServe(ctx context.Context, th *tapHost, cfg lwioConfig, stdout io.Writer, logger *slog.Logger) error {
@@ -237,13 +365,13 @@ func runLWIOServe(ctx context.Context, th *tapHost, cfg lwioConfig, stdout io.Wr
 	<-ctx.Done()
 	logger.Info("stopping", "after", time.Since(start).Round(time.Second))
 	srv.Close()
-	printLWIOServerStats(stdout, srv.Stats())
+	printLWIOServerStats(stdout, srv.Stats(), srv.DirStats())
 	return nil
 }
 
 // printLWIOServerStats prints every counter of the server, the zero ones
 // too: a report that drops rows cannot be compared run to run.
-func printLWIOServerStats(w io.Writer, s lwio.ServerStats) {
+func printLWIOServerStats(w io.Writer, s lwio.ServerStats, d lwio.DirStats) {
 	rows := []struct {
 		name string
 		v    uint64
@@ -260,206 +388,13 @@ func printLWIOServerStats(w io.Writer, s lwio.ServerStats) {
 		{"credit violations", s.CreditViolations}, {"bad requests", s.BadRequests},
 		{"protocol errors", s.ProtocolErrors}, {"pipe errors", s.PipeErrors}, {"pipe timeouts", s.PipeTimeouts},
 		{"connections closed by clients", s.ConnsClosed}, {"connections lost", s.ConnErrors},
+		{"directory stats", d.Ops["STAT"]}, {"directory lists", d.Ops["LIST"]}, {"directories made", d.Ops["MKDIR"]},
+		{"removes", d.Ops["REMOVE"]}, {"renames", d.Ops["RENAME"]}, {"attribute changes", d.Ops["SETATTR"]},
+		{"hashes", d.Ops["HASH"]}, {"syncs", d.Ops["SYNC"]}, {"bytes hashed", d.BytesHashed},
+		{"directory ops refused", d.Refused}, {"names not listed", d.Skipped},
 	}
 	fmt.Fprintln(w, "LWIO server:")
 	for _, r := range rows {
 		fmt.Fprintf(w, "  %-28s %d\n", r.name, r.v)
-	}
-}
-
-// lwioWindow is the most requests put and get keep in flight (the
-// client also never exceeds the server's credits).
-const lwioWindow = 32
-
-func lwioPut(ctx context.Context, c *lwio.Client, local, remote string, stdout, stderr io.Writer) error {
-	in, err := os.Open(local)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	st, err := in.Stat()
-	if err != nil {
-		return err
-	}
-	if !st.Mode().IsRegular() {
-		return fmt.Errorf("%s: not a regular file", local)
-	}
-	size := st.Size()
-	f, err := c.Open(ctx, remote, lwio.OpenFlags{Create: true, Truncate: true})
-	if err != nil {
-		return fmt.Errorf("open %s on the server: %w", remote, err)
-	}
-	defer f.Close()
-	start := time.Now()
-	moved, err := transfer(c, size, newProgress(stderr, "put "+local, size),
-		func(buf []byte, off int64, done chan *lwio.Call) (*lwio.Call, error) {
-			if _, err := io.ReadFull(in, buf); err != nil {
-				return nil, fmt.Errorf("%s: %w", local, err)
-			}
-			return f.StartWrite(ctx, buf, off, done)
-		}, nil)
-	if err != nil {
-		return err
-	}
-	got, err := c.Stat(ctx, remote)
-	if err != nil {
-		return err
-	}
-	if got != size || moved != size {
-		return fmt.Errorf("put %s: the server holds %d bytes of %d (%d acknowledged)", remote, got, size, moved)
-	}
-	fmt.Fprintf(stdout, "put %s -> %s:%s: %d bytes in %v (%s)\n", local, c.ServerName(), remote, size,
-		time.Since(start).Round(time.Millisecond), rate(size, time.Since(start)))
-	return nil
-}
-
-func lwioGet(ctx context.Context, c *lwio.Client, remote, local string, stdout, stderr io.Writer) error {
-	f, err := c.Open(ctx, remote, lwio.OpenFlags{})
-	if err != nil {
-		return fmt.Errorf("open %s on the server: %w", remote, err)
-	}
-	defer f.Close()
-	size := f.Size()
-	tmp, err := os.CreateTemp(filepath.Dir(local), "."+filepath.Base(local)+".lwio-*")
-	if err != nil {
-		return err
-	}
-	committed := false
-	defer func() {
-		if !committed {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	start := time.Now()
-	moved, err := transfer(c, size, newProgress(stderr, "get "+remote, size),
-		func(buf []byte, off int64, done chan *lwio.Call) (*lwio.Call, error) {
-			return f.StartRead(ctx, buf, off, done)
-		}, func(cl *lwio.Call, buf []byte) error {
-			_, err := tmp.WriteAt(buf[:cl.N], cl.Off)
-			return err
-		})
-	if err != nil {
-		return err
-	}
-	if moved != size {
-		return fmt.Errorf("get %s: %d bytes arrived of %d (the file changed on the server?)", remote, moved, size)
-	}
-	if err := tmp.Sync(); err != nil {
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), local); err != nil {
-		return err
-	}
-	committed = true
-	fmt.Fprintf(stdout, "get %s:%s -> %s: %d bytes in %v (%s)\n", c.ServerName(), remote, local, size,
-		time.Since(start).Round(time.Millisecond), rate(size, time.Since(start)))
-	return nil
-}
-
-// transfer moves size bytes in 64 KiB requests with up to lwioWindow in
-// flight, each with its own slice of registered memory (so the NIC moves
-// the data without a copy): issue starts the request for buf at off, its
-// completion going to done; finish, if set, takes each completed request
-// with its buffer. It returns the bytes the completions account for; the
-// first error stops issuing, and what is in flight is still taken.
-func transfer(c *lwio.Client, size int64, bar *progress, issue func(buf []byte, off int64, done chan *lwio.Call) (*lwio.Call, error),
-	finish func(cl *lwio.Call, buf []byte) error) (int64, error) {
-	const piece = 64 << 10
-	mem, err := c.Alloc(lwioWindow * piece)
-	if err != nil {
-		return 0, err
-	}
-	done := make(chan *lwio.Call, lwioWindow)
-	free := make([]int, 0, lwioWindow)
-	for i := range lwioWindow {
-		free = append(free, lwioWindow-1-i)
-	}
-	// One goroutine issues and takes, so a Call is in slotOf before it is
-	// taken even when it completed at once.
-	slotOf := make(map[*lwio.Call]int, lwioWindow)
-	var off, moved int64
-	var firstErr error
-	take := func() {
-		cl := <-done
-		s := slotOf[cl]
-		delete(slotOf, cl)
-		free = append(free, s)
-		err := cl.Err
-		if err == io.EOF {
-			err = nil
-		}
-		if err == nil && finish != nil && cl.N > 0 {
-			err = finish(cl, mem[s*piece:(s+1)*piece])
-		}
-		if err != nil && firstErr == nil {
-			firstErr = err
-		}
-		moved += int64(cl.N)
-		bar.set(moved)
-	}
-	for firstErr == nil && off < size {
-		if len(free) == 0 {
-			take()
-			continue
-		}
-		s := free[len(free)-1]
-		n := int(min(piece, size-off))
-		cl, err := issue(mem[s*piece:s*piece+n], off, done)
-		if err != nil {
-			firstErr = err
-			break
-		}
-		free = free[:len(free)-1]
-		slotOf[cl] = s
-		off += int64(n)
-	}
-	for len(slotOf) > 0 {
-		take()
-	}
-	bar.finish()
-	return moved, firstErr
-}
-
-func rate(n int64, d time.Duration) string {
-	if d <= 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%.1f MB/s", float64(n)/d.Seconds()/1e6)
-}
-
-// progress is a one-line progress bar on a terminal (nothing otherwise),
-// redrawn at most ten times a second, for transfers of 8 MiB and more.
-type progress struct {
-	w     io.Writer
-	label string
-	total int64
-	on    bool
-	last  time.Time
-	start time.Time
-}
-
-func newProgress(w io.Writer, label string, total int64) *progress {
-	f, ok := w.(*os.File)
-	return &progress{w: w, label: label, total: total, on: ok && isTerminal(f) && total >= 8<<20, start: time.Now()}
-}
-
-func (p *progress) set(n int64) {
-	if !p.on || time.Since(p.last) < 100*time.Millisecond {
-		return
-	}
-	p.last = time.Now()
-	const width = 30
-	done := int(int64(width) * n / max(p.total, 1))
-	fmt.Fprintf(p.w, "\r%s [%s%s] %3d%% %s", p.label, strings.Repeat("=", done), strings.Repeat(" ", width-done),
-		100*n/max(p.total, 1), rate(n, time.Since(p.start)))
-}
-
-func (p *progress) finish() {
-	if p.on {
-		fmt.Fprint(p.w, "\r\033[K")
 	}
 }
