@@ -413,9 +413,50 @@ func TestImpairedCloseDropsInFlight(t *testing.T) {
 	b.Close()
 }
 
+// TestImpairLossBurst: with LossBurst, frames are lost in runs of exactly
+// that many (a TAP's dropped super-frame), about LossPercent of them in all,
+// counted, and the runs start at random (same seed, same runs).
+func TestImpairLossBurst(t *testing.T) {
+	const n, burst = 200000, 44
+	imp := Impairments{LossPercent: 2, LossBurst: burst}
+	got, s := runImpaired(t, 3, imp, n, 60)
+	lost := n - len(got)
+	if uint64(lost) != s.TxDropLoss {
+		t.Errorf("%d frames missing, TxDropLoss = %d", lost, s.TxDropLoss)
+	}
+	// Runs of missing sequence numbers: each a whole burst, except one
+	// cut short by the end of the stream.
+	sq := seqs(got)
+	runs, short := 0, 0
+	prev := int64(-1)
+	for _, v := range append(sq, n) {
+		if gap := int64(v) - prev - 1; gap > 0 {
+			runs++
+			if gap%burst != 0 { // two bursts back to back make one run of 88
+				short++
+			}
+		}
+		prev = int64(v)
+	}
+	if short > 1 {
+		t.Errorf("%d of %d runs of lost frames are not whole bursts of %d", short, runs, burst)
+	}
+	// Bursts are Bernoulli trials of chance 2%/44 on the frames outside
+	// one: about n·p/(1+p·43) of them; 5 standard deviations.
+	p := 0.02 / burst
+	want := n * p / (1 + p*(burst-1))
+	if tol := 5 * math.Sqrt(want); math.Abs(float64(lost/burst)-want) > tol {
+		t.Errorf("%d bursts (%d frames lost of %d), want %.0f ± %.0f", lost/burst, lost, n, want, tol)
+	}
+	again, _ := runImpaired(t, 3, imp, n, 60)
+	if !slices.Equal(seqs(again), sq) {
+		t.Error("same seed, different bursts")
+	}
+}
+
 func TestImpairmentsValidate(t *testing.T) {
 	for _, im := range []Impairments{
-		{LossPercent: -0.1}, {DuplicatePercent: 100.1}, {CorruptPercent: math.NaN()},
+		{LossBurst: -1}, {LossPercent: -0.1}, {DuplicatePercent: 100.1}, {CorruptPercent: math.NaN()},
 		{ReorderPercent: 200}, {ReorderGap: -1}, {ReorderHoldMax: -1}, {Delay: -1}, {Jitter: -1},
 	} {
 		if im.Validate() == nil {
