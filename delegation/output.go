@@ -252,9 +252,25 @@ func (c *conn) retransmitHead(now int64) bool {
 // or fills the hole), and the SACK it carries starts ordinary recovery
 // (dupAck: a probe SACKed while the head is not means the head is lost).
 
-// minPTO is the floor of the probe timeout: below a millisecond, a path's
-// RTT estimate is mostly scheduling noise.
-const minPTO = int64(time.Millisecond)
+// minPTO is the floor of the probe timeout. On a path of tens of
+// microseconds (a TAP to the local kernel) two round trips are well under
+// it, and it is what a tail lost whole costs: a TSO super-frame is up to 44
+// segments, often all of a small window's tail, so nothing behind it can be
+// SACKed and only the probe finds it. A millisecond floor made those stalls
+// a third of the time a 2%-loss transfer took (docs/benchmarks.md,
+// BenchmarkTAPLossPair); a probe sent early costs one segment.
+const minPTO = int64(200 * time.Microsecond)
+
+// ptoRTT is the round-trip time probe timeouts are measured in: RACK's,
+// with the device clock's precision, or the host's estimate before RACK
+// has one (the timestamp option's is only as fine as its millisecond
+// clock).
+func (c *conn) ptoRTT() int64 {
+	if c.rack.srtt > 0 {
+		return c.rack.srtt
+	}
+	return c.srtt
+}
 
 // maxProbes is how many probes go out before the RTO is left to act. The
 // first is new data when there is some (RFC 8985 §7.3); a receiver that
@@ -272,7 +288,7 @@ func (c *conn) armTLP(now int64) {
 		// again; without this only the RTO would find it.
 		c.tlpAt = 0
 		if c.rtxAt != 0 && c.hasRTT && c.sackOK {
-			if at := c.rtxAt + max(2*c.srtt, minPTO); c.rtoAt == 0 || at < c.rtoAt {
+			if at := c.rtxAt + max(2*c.ptoRTT(), minPTO); c.rtoAt == 0 || at < c.rtoAt {
 				c.tlpAt = at
 			}
 		}
@@ -285,7 +301,7 @@ func (c *conn) armTLP(now int64) {
 		c.tlpAt = 0
 		return
 	}
-	pto := max(2*c.srtt, minPTO)
+	pto := max(2*c.ptoRTT(), minPTO)
 	if c.sndMax.Sub(c.sndUna) <= c.maxPayload() {
 		pto += c.e.cfg.DelayedAck // one segment out: its ACK may be delayed
 	}

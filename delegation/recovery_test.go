@@ -3,6 +3,7 @@ package delegation
 import (
 	"testing"
 
+	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/rings"
 )
 
@@ -20,7 +21,7 @@ func lossyOneWay(size int64, loss float64, seed uint64) simOpts {
 
 // recoveryRun runs a lossy one-way transfer and returns A's counters and
 // the simulated seconds it took.
-func recoveryRun(t *testing.T, o simOpts) (Counters, float64, int) {
+func recoveryRun(t *testing.T, o simOpts) (Counters, float64, *simLink) {
 	t.Helper()
 	s := newSim(t, o)
 	s.start()
@@ -31,7 +32,7 @@ func recoveryRun(t *testing.T, o simOpts) (Counters, float64, int) {
 	t.Logf("%d MiB at %.0f%% loss: %.2f s simulated (%.1f MB/s); link lost %d frames; A: retransmitted %d segs, %d recoveries, %d partial ACKs, %d RTOs, %d probes",
 		o.host[0].sendBytes>>20, o.link.loss*100, secs, float64(o.host[0].sendBytes)/secs/1e6, s.link.lost,
 		c.TxRetransSegs, c.FastRetransmits, c.PartialAcks, c.RTOExpired, c.TailLossProbes)
-	return c, secs, s.link.lost
+	return c, secs, s.link
 }
 
 // TestRecoveryTwoPercent: at 2% loss each way on a short path, losses are
@@ -52,7 +53,7 @@ func TestRecoveryTwoPercent(t *testing.T) {
 				o := lossyOneWay(size, 0.02, seed)
 				o.pair.cc = algo
 				c, s, l := recoveryRun(t, o)
-				rtos, lost, secs = rtos+c.RTOExpired, lost+uint64(l), secs+s
+				rtos, lost, secs = rtos+c.RTOExpired, lost+uint64(l.lost), secs+s
 			}
 			t.Logf("all seeds: %d RTOs for %d frames lost, %.1f MB/s", rtos, lost, float64(8*size)/secs/1e6)
 			if rtos*20 > lost {
@@ -86,5 +87,122 @@ func TestReorderingUndone(t *testing.T) {
 	}
 	if rec == 0 || undone*2 < rec {
 		t.Errorf("%d of %d recoveries undone, want most", undone, rec)
+	}
+}
+
+// burstSeg is the sequence number and payload length of a data frame
+// towards B (side 1) on the sim link; ok false for anything else.
+func burstSeg(to int, f []byte) (sq seq, n int, ok bool) {
+	off := hdr.EthernetSize + netHdrLen
+	if to != 1 || len(f) <= off+hdr.TCPMinSize {
+		return 0, 0, false
+	}
+	tcp := hdr.TCP(f[off:])
+	n = len(f) - off - tcp.HeaderLen()
+	return seq(tcp.Seq()), n, n > 0
+}
+
+// burstCase drops, from A's transfer to B, the 44 segments (one TSO
+// super-frame) that start at offset from the initial sequence number, on
+// their first transmission, and the first again times' of the first
+// retransmission of each segment (again 0: every retransmission arrives).
+// It returns A's counters.
+func burstCase(t *testing.T, size int64, offset uint32, again int) Counters {
+	t.Helper()
+	const burst, mss = 44, 1448
+	o := lossyOneWay(size, 0, 1)
+	// A receiver that keeps out-of-order data over the whole window (as
+	// Linux's does): with the default OOOLimit (256 KiB) B refuses what
+	// arrives past it behind the hole, and A must resend that as well.
+	o.cfg.OOOLimit, o.cfg.OOOPoolBytes = o.pair.rcvBufB, int(o.pair.rcvBufB)
+	s := newSim(t, o)
+	lo := seq(o.pair.issA + 1 + offset)
+	hi := lo.Add(burst * mss)
+	sent := map[seq]int{}
+	s.link.drop = func(to int, f []byte) bool {
+		sq, _, ok := burstSeg(to, f)
+		if !ok || sq.LessThan(lo) || !sq.LessThan(hi) {
+			return false
+		}
+		sent[sq]++
+		return sent[sq] == 1 || sent[sq] == 2 && again > 0 && sq.LessThan(lo.Add(uint32(again)*mss))
+	}
+	s.start()
+	s.runUntil(func() bool { return s.transferred() && s.host[0].closed && s.host[1].closed }, 60e9)
+	s.checkHashes()
+	c := s.eng[0].Counters()
+	if d := s.eng[1].Counters().OOOBytesDropped; d != 0 {
+		t.Fatalf("B refused %d out-of-order bytes: the case needs a receiver that keeps the whole window", d)
+	}
+	dropped := 0
+	for _, k := range sent {
+		dropped += min(k, 2)
+	}
+	t.Logf("offset %d, %d lost again: %d segments of the burst sent; A: %d retransmitted, %d recoveries, %d RACK marks, %d probes, %d lost retransmissions, %d RTOs",
+		offset, again, dropped, c.TxRetransSegs, c.FastRetransmits, c.RACKLost, c.TailLossProbes, c.LostRetransmits, c.RTOExpired)
+	if len(sent) < burst {
+		t.Fatalf("the burst's %d segments were sent as %d frames: the transfer does not send whole segments there", burst, len(sent))
+	}
+	return c
+}
+
+// TestBurstLossOneRecovery: a super-frame's 44 segments lost together in
+// mid-flight are one loss episode. RACK marks all of them lost from the
+// first ACK that SACKs what was sent after them (not one per round trip),
+// one recovery resends each once, PRR paces it, and no timer is needed: one
+// window cut, 44 retransmissions, no RTO, no probe.
+func TestBurstLossOneRecovery(t *testing.T) {
+	c := burstCase(t, 8<<20, 2<<20, 0)
+	if c.FastRetransmits != 1 || c.TxRetransSegs != 44 || c.RTOExpired != 0 || c.TailLossProbes != 0 {
+		t.Errorf("%d recoveries, %d segments resent, %d RTOs, %d probes; want 1, 44, 0, 0",
+			c.FastRetransmits, c.TxRetransSegs, c.RTOExpired, c.TailLossProbes)
+	}
+}
+
+// TestBurstLossRetransmissionsLostAgain: the same burst, and the first ten
+// of its retransmissions lost as well. RACK sees each lost retransmission
+// when one sent after it is delivered, and resends it in the same recovery:
+// still one window cut, 54 retransmissions, no RTO.
+func TestBurstLossRetransmissionsLostAgain(t *testing.T) {
+	c := burstCase(t, 8<<20, 2<<20, 10)
+	if c.FastRetransmits != 1 || c.TxRetransSegs != 54 || c.RTOExpired != 0 {
+		t.Errorf("%d recoveries, %d segments resent, %d RTOs; want 1, 54, 0", c.FastRetransmits, c.TxRetransSegs, c.RTOExpired)
+	}
+}
+
+// TestBurstLossAtTheTail: the burst is the last 44 segments of the
+// transfer, so nothing sent after it can be SACKed. The tail loss probe
+// finds it (RFC 8985 §7) and recovery resends it: no RTO.
+func TestBurstLossAtTheTail(t *testing.T) {
+	const size = 4 << 20
+	c := burstCase(t, size, size-44*1448, 0)
+	if c.TailLossProbes == 0 || c.RTOExpired != 0 || c.TxRetransSegs > 44+2 {
+		t.Errorf("%d probes, %d RTOs, %d segments resent; want a probe, no RTO, the burst resent once",
+			c.TailLossProbes, c.RTOExpired, c.TxRetransSegs)
+	}
+}
+
+// TestBurstLossTwoPercent: 2% of A's data segments lost in bursts of 44
+// (2% of super-frames, as on a TAP), ACKs lost at 2% one by one: the
+// transfer completes intact, each burst costs one recovery at most (never
+// one per segment: two when a burst straddles a recovery's end), and fewer
+// than one burst in ten waits for an RTO.
+func TestBurstLossTwoPercent(t *testing.T) {
+	size := int64(64 << 20)
+	if testing.Short() || raceEnabled {
+		size = 8 << 20
+	}
+	for seed := uint64(1); seed <= 3; seed++ {
+		o := lossyOneWay(size, 0.02, seed)
+		o.link.burst = 44
+		c, secs, l := recoveryRun(t, o)
+		t.Logf("seed %d: %.0f MB/s; %d bursts; A: %d retransmitted, %d recoveries, %d probes, %d RTOs",
+			seed, float64(size)/secs/1e6, l.bursts, c.TxRetransSegs, c.FastRetransmits, c.TailLossProbes, c.RTOExpired)
+		if l.bursts == 0 {
+			t.Fatalf("seed %d: no burst lost", seed)
+		}
+		if c.FastRetransmits > 2*uint64(l.bursts) || c.RTOExpired*10 > uint64(l.bursts) {
+			t.Errorf("seed %d: %d recoveries and %d RTOs for %d bursts", seed, c.FastRetransmits, c.RTOExpired, l.bursts)
+		}
 	}
 }

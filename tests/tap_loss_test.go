@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/emunic/emunic/nic/port"
+	"github.com/emunic/emunic/tcpstack/services"
 )
 
 // Loss on a TAP as a link loses frames: whole super-frames, either way, and
@@ -32,27 +33,24 @@ import (
 func newTAPWireLossLab(t testing.TB, subnet byte, pct int, seed uint64) *tapOffloadLab {
 	t.Helper()
 	lab := newTAPOffloadLabWith(t, subnet, port.TAPOptions{RxLossPercent: float64(pct), LossSeed: seed})
-	lab.injectInputLoss(t, pct)
+	lab.injectLossOn(t, pct, "input")
 	return lab
 }
 
-// injectInputLoss is injectLoss on the kernel's input only.
-func (l *tapOffloadLab) injectInputLoss(t testing.TB, pct int) {
+// serveDelegated serves discard and source on the lab's host, delegated,
+// until the test ends.
+func (l *tapOffloadLab) serveDelegated(t testing.TB) {
 	t.Helper()
-	if _, err := exec.LookPath("nft"); err != nil {
-		t.Skip("skipped: the nft command (nftables) is not installed: apt-get install nftables")
-	}
-	rules := fmt.Sprintf(`table inet emuloss {
-	chain in {
-		type filter hook input priority 0; policy accept;
-		meta l4proto tcp numgen random mod 100 < %d counter drop
-	}
-}
-`, pct)
-	cmd := exec.Command("ip", "netns", "exec", l.ns.name, "nft", "-f", "-")
-	cmd.Stdin = strings.NewReader(rules)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Skipf("skipped: nft cannot install the loss rules in the namespace (%v): %s", err, bytes.TrimSpace(out))
+	for _, svc := range []struct {
+		srv  *services.Server
+		port uint16
+	}{{services.NewDiscard(nil), services.DiscardPort}, {services.NewSource(nil), services.SourcePort}} {
+		ln, err := l.host.ListenOffload(svc.port)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go svc.srv.Serve(ln)
+		t.Cleanup(func() { svc.srv.Close() })
 	}
 }
 
