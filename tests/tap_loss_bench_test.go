@@ -20,7 +20,7 @@ import (
 // EMUNIC_TAP_STREAM_MB MiB (default 256) each way per iteration. It reports
 // the medians (linux-MB/s, engine-MB/s) and their ratio, engine÷linux.
 //
-// Two ways of losing 2%:
+// none is the same pair without loss, the ceiling. Two ways of losing 2%:
 //   - nft: nftables on the kernel's input and output, as issue 25 set the bar.
 //     The kernel's sender never sees its loss (tap_loss_test.go): its drops
 //     are failed transmissions it repeats, so this is a lossy engine against
@@ -42,18 +42,21 @@ func BenchmarkTAPLossPair(b *testing.B) {
 	if r, err := strconv.Atoi(os.Getenv("EMUNIC_TAP_LOSS_ROUNDS")); err == nil && r > 0 {
 		rounds = r
 	}
-	for i, mode := range []string{"nft", "wire"} {
+	for i, mode := range []string{"none", "nft", "wire"} {
 		b.Run(mode, func(b *testing.B) {
 			var lab *tapOffloadLab
-			if mode == "nft" {
+			switch mode {
+			case "none":
+				lab = newTAPOffloadLab(b, byte(94+i))
+			case "nft":
 				lab = newTAPOffloadLab(b, byte(94+i))
 				lab.injectLoss(b, 2)
-			} else {
+			default:
 				lab = newTAPWireLossLab(b, byte(94+i), 2, 7)
 			}
 			lab.serveDelegated(b)
 			var linux, engine []float64
-			kc := []string{"TcpRetransSegs", "TcpExtTCPRcvQDrop", "TcpExtTCPOFODrop", "TcpExtPAWSEstab", "TcpExtTCPBacklogDrop", "TcpExtTCPZeroWindowDrop", "TcpExtTCPDSACKOldSent", "TcpExtTCPDSACKOfoSent"}
+			kc := []string{"TcpRetransSegs", "TcpExtDelayedACKs", "TcpExtTCPLossProbes", "TcpOutRsts", "TcpExtTCPACKSkippedSeq", "TcpExtTCPACKSkippedPAWS", "TcpExtTCPACKSkippedTimeWait", "TcpExtTCPACKSkippedChallenge", "TcpExtPAWSEstab", "TcpExtTCPChallengeACK", "TcpExtTCPRcvQDrop", "TcpExtTCPOFODrop", "TcpExtPAWSEstab", "TcpExtTCPBacklogDrop", "TcpExtTCPZeroWindowDrop", "TcpExtTCPDSACKOldSent", "TcpExtTCPDSACKOfoSent"}
 			k0 := lab.kernelTCP(b, kc...)
 			e0 := lab.engine()
 			for n := 0; n < b.N; n++ {
@@ -63,6 +66,9 @@ func BenchmarkTAPLossPair(b *testing.B) {
 				}
 			}
 			k1 := lab.kernelTCP(b, kc...)
+			if os.Getenv("EMUNIC_TAP_STREAM_DEBUG") != "" {
+				b.Logf("%s: engine counters at the end: %s", mode, nonZeroCounters(lab.engine()))
+			}
 			for _, name := range kc {
 				if d := k1[name] - k0[name]; d > 0 {
 					b.Logf("%s: kernel %s %d", mode, name, d)
