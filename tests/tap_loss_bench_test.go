@@ -56,7 +56,7 @@ func BenchmarkTAPLossPair(b *testing.B) {
 			}
 			lab.serveDelegated(b)
 			var linux, engine []float64
-			kc := []string{"TcpRetransSegs", "TcpExtDelayedACKs", "TcpExtTCPLossProbes", "TcpOutRsts", "TcpExtTCPACKSkippedSeq", "TcpExtTCPACKSkippedPAWS", "TcpExtTCPACKSkippedTimeWait", "TcpExtTCPACKSkippedChallenge", "TcpExtPAWSEstab", "TcpExtTCPChallengeACK", "TcpExtTCPRcvQDrop", "TcpExtTCPOFODrop", "TcpExtPAWSEstab", "TcpExtTCPBacklogDrop", "TcpExtTCPZeroWindowDrop", "TcpExtTCPDSACKOldSent", "TcpExtTCPDSACKOfoSent"}
+			kc := []string{"TcpRetransSegs", "TcpExtDelayedACKs", "TcpExtTCPLossProbes", "TcpOutRsts", "TcpExtTCPACKSkippedSeq", "TcpExtTCPACKSkippedPAWS", "TcpExtTCPACKSkippedTimeWait", "TcpExtTCPACKSkippedChallenge", "TcpExtPAWSEstab", "TcpExtTCPChallengeACK", "TcpExtTCPRcvQDrop", "TcpExtTCPOFODrop", "TcpExtPAWSEstab", "TcpExtTCPBacklogDrop", "TcpExtTCPZeroWindowDrop", "TcpExtTCPDSACKOldSent", "TcpExtTCPDSACKOfoSent", "TcpExtTCPFullUndo", "TcpExtTCPPartialUndo", "TcpExtTCPDSACKUndo", "TcpExtTCPLossUndo", "TcpExtTCPSackRecovery", "TcpExtTCPLostRetransmit", "TcpExtTCPSpuriousRTOs", "TcpExtTCPTimeouts", "TcpExtTCPLossProbes", "TcpExtTCPLossProbeRecovery", "TcpExtTCPSACKReorder", "TcpExtTCPTSReorder", "TcpExtTCPRenoReorder"}
 			k0 := lab.kernelTCP(b, kc...)
 			e0 := lab.engine()
 			for n := 0; n < b.N; n++ {
