@@ -106,11 +106,16 @@ func burstSeg(to int, f []byte) (sq seq, n int, ok bool) {
 // super-frame) that start at offset from the initial sequence number, on
 // their first transmission, and the first again times' of the first
 // retransmission of each segment (again 0: every retransmission arrives).
-// It returns A's counters.
-func burstCase(t *testing.T, size int64, offset uint32, again int) Counters {
+// It returns A's counters and what its first recovery did to the window.
+func burstCase(t *testing.T, size int64, offset uint32, again int) (Counters, prrTrace) {
 	t.Helper()
 	const burst, mss = 44, 1448
 	o := lossyOneWay(size, 0, 1)
+	// A sender limited by its congestion window alone, so that what
+	// PRR allows is what it sends: data queued past a receive window
+	// wider than the flight.
+	o.host[0].txBufs, o.pair.rcvBufB, o.host[1].userBufs = 128, 4<<20, 64
+	o.cfg.OOOLimit, o.cfg.OOOPoolBytes = 4<<20, 8<<20
 	s := newSim(t, o)
 	lo := seq(o.pair.issA + 1 + offset)
 	hi := lo.Add(burst * mss)
@@ -123,6 +128,8 @@ func burstCase(t *testing.T, size int64, offset uint32, again int) Counters {
 		sent[sq]++
 		return sent[sq] == 1 || sent[sq] == 2 && again > 0 && sq.LessThan(lo.Add(uint32(again)*mss))
 	}
+	var pt prrTrace
+	s.hook = func() { pt.observe(s.eng[0]) }
 	s.start()
 	s.runUntil(func() bool { return s.transferred() && s.host[0].closed && s.host[1].closed }, 60e9)
 	s.checkHashes()
@@ -142,7 +149,46 @@ func burstCase(t *testing.T, size int64, offset uint32, again int) Counters {
 	if len(sent) < burst {
 		t.Fatalf("the burst's %d segments were sent as %d frames: the transfer does not send whole segments there", burst, len(sent))
 	}
-	return c
+	return c, pt
+}
+
+// prrTrace is what A's first fast recovery did to its window, seen at every
+// step of the simulation.
+type prrTrace struct {
+	in, done   bool
+	recoverFS  uint32 // bytes in flight when it began
+	ssthresh   uint32
+	exitCwnd   uint32 // cwnd when it ended
+	maxOverrun int64  // the most recovery sent beyond PRR's allowance (RFC 6937: 0)
+	steps      int    // steps seen in recovery
+}
+
+func (p *prrTrace) observe(e *Engine) {
+	if p.done {
+		return
+	}
+	for _, c := range e.conns {
+		if c == nil || !c.inUse {
+			continue
+		}
+		switch {
+		case c.inRecovery:
+			p.in, p.recoverFS, p.ssthresh = true, c.cc.recoverFS, c.ssthresh
+			// RFC 6937: while pipe is above ssthresh, recovery sends
+			// at most its proportional share of what was delivered
+			// (ssthresh/RecoverFS of it); below, it may send more but
+			// never takes pipe past ssthresh. A segment of slack for
+			// the fast retransmit, which goes whatever the share.
+			mss := int64(c.maxPayload())
+			share := (int64(c.cc.prrDelivered)*int64(c.ssthresh)+int64(c.cc.recoverFS)-1)/int64(c.cc.recoverFS) + mss
+			if over := int64(c.cc.prrOut) - share; over > 0 && int64(c.pipe()) > int64(c.ssthresh)+mss {
+				p.maxOverrun = max(p.maxOverrun, over)
+			}
+			p.steps++
+		case p.in:
+			p.done, p.exitCwnd = true, c.cwnd
+		}
+	}
 }
 
 // TestBurstLossOneRecovery: a super-frame's 44 segments lost together in
@@ -151,10 +197,22 @@ func burstCase(t *testing.T, size int64, offset uint32, again int) Counters {
 // one recovery resends each once, PRR paces it, and no timer is needed: one
 // window cut, 44 retransmissions, no RTO, no probe.
 func TestBurstLossOneRecovery(t *testing.T) {
-	c := burstCase(t, 8<<20, 2<<20, 0)
+	c, p := burstCase(t, 8<<20, 2<<20, 0)
 	if c.FastRetransmits != 1 || c.TxRetransSegs != 44 || c.RTOExpired != 0 || c.TailLossProbes != 0 {
 		t.Errorf("%d recoveries, %d segments resent, %d RTOs, %d probes; want 1, 44, 0, 0",
 			c.FastRetransmits, c.TxRetransSegs, c.RTOExpired, c.TailLossProbes)
+	}
+	// One window cut for the 44 losses (CUBIC's β 0.7 of what was in
+	// flight), and PRR brought the window down to ssthresh by the end
+	// without sending more than its allowance on the way.
+	t.Logf("recovery: in flight %d, ssthresh %d, cwnd at the end %d, %d steps, %d bytes past PRR's allowance",
+		p.recoverFS, p.ssthresh, p.exitCwnd, p.steps, p.maxOverrun)
+	// (The window is seen after the step that ended recovery, whose
+	// later ACKs may have grown it a little in congestion avoidance.)
+	if !p.done || p.steps < 2 || p.ssthresh != uint32(float64(p.recoverFS)*cubicBeta) ||
+		p.exitCwnd < p.ssthresh || p.exitCwnd > p.ssthresh+4*1448 || p.maxOverrun > 0 {
+		t.Errorf("want one recovery over several steps, ssthresh %d, the window at ssthresh at the end, nothing past PRR's allowance",
+			uint32(float64(p.recoverFS)*cubicBeta))
 	}
 }
 
@@ -163,7 +221,7 @@ func TestBurstLossOneRecovery(t *testing.T) {
 // when one sent after it is delivered, and resends it in the same recovery:
 // still one window cut, 54 retransmissions, no RTO.
 func TestBurstLossRetransmissionsLostAgain(t *testing.T) {
-	c := burstCase(t, 8<<20, 2<<20, 10)
+	c, _ := burstCase(t, 8<<20, 2<<20, 10)
 	if c.FastRetransmits != 1 || c.TxRetransSegs != 54 || c.RTOExpired != 0 {
 		t.Errorf("%d recoveries, %d segments resent, %d RTOs; want 1, 54, 0", c.FastRetransmits, c.TxRetransSegs, c.RTOExpired)
 	}
@@ -174,7 +232,7 @@ func TestBurstLossRetransmissionsLostAgain(t *testing.T) {
 // finds it (RFC 8985 §7) and recovery resends it: no RTO.
 func TestBurstLossAtTheTail(t *testing.T) {
 	const size = 4 << 20
-	c := burstCase(t, size, size-44*1448, 0)
+	c, _ := burstCase(t, size, size-44*1448, 0)
 	if c.TailLossProbes == 0 || c.RTOExpired != 0 || c.TxRetransSegs > 44+2 {
 		t.Errorf("%d probes, %d RTOs, %d segments resent; want a probe, no RTO, the burst resent once",
 			c.TailLossProbes, c.RTOExpired, c.TxRetransSegs)
@@ -203,5 +261,45 @@ func TestBurstLossTwoPercent(t *testing.T) {
 		if c.FastRetransmits > 2*uint64(l.bursts) || c.RTOExpired*10 > uint64(l.bursts) {
 			t.Errorf("seed %d: %d recoveries and %d RTOs for %d bursts", seed, c.FastRetransmits, c.RTOExpired, l.bursts)
 		}
+	}
+}
+
+// TestTxLogMergedRangeDatesNothing: past maxTxRanges a transmission merges
+// into the last range, dated by the later time. Delivered, that range
+// gives no RTT sample and does not become RACK's latest delivered
+// transmission: its bytes went at times it no longer knows, and a sample
+// from it measured less than the path's RTT, which made RACK mark whole
+// delivered flights lost (TestBurstLossRetransmissionsLostAgain, with a
+// 1 MB flight).
+func TestTxLogMergedRangeDatesNothing(t *testing.T) {
+	c := &conn{sackOK: true}
+	const mss = 1000
+	at := func(i int) seq { return seq(1 + i*mss) }
+	for i := 0; i <= maxTxRanges; i++ {
+		c.tx.sent(at(i), at(i+1), int64(i)*1000, false) // one range each: a new time each
+	}
+	live := c.tx.live()
+	if len(live) != maxTxRanges || !live[len(live)-1].merged || live[0].merged {
+		t.Fatalf("%d ranges, last merged %v, first merged %v; want %d, the last merged",
+			len(live), live[len(live)-1].merged, live[0].merged, maxTxRanges)
+	}
+	// Everything but the merged range is delivered: the latest of it,
+	// range 1022, went at 1,022 µs, so RACK's RTT is 102 µs.
+	var before scoreboard
+	now := int64(maxTxRanges)*1000 + 100e3
+	c.rackDelivered(now, at(maxTxRanges-1), &before)
+	minRTT, ord := c.rack.minRTT, c.rack.ord
+	if minRTT != 102e3 {
+		t.Fatalf("min RTT %d, want 102000", minRTT)
+	}
+	// The merged range [at(1023), at(1025)) went at 1,023 and 1,024 µs,
+	// dated 1,024: delivered 1 µs after the rest it would read as an RTT
+	// of 101 µs, below the path's.
+	c.rackDelivered(now+1000, at(maxTxRanges+1), &before)
+	if c.rack.minRTT != minRTT || c.rack.ord != ord {
+		t.Errorf("after the merged range's delivery: min RTT %d, order %d; want %d, %d", c.rack.minRTT, c.rack.ord, minRTT, ord)
+	}
+	if c.rack.fack != at(maxTxRanges+1) {
+		t.Errorf("RACK.fack %d, want %d", c.rack.fack, at(maxTxRanges+1))
 	}
 }
