@@ -338,7 +338,7 @@ func (c *conn) processAck(now int64, s *segment, pure bool) {
 		b := s.sack[0]
 		if b.start.LessThan(b.end) && (b.end.LessThanEq(s.ack) || s.nSACK > 1 && s.sack[1].start.LessThanEq(b.start) && b.end.LessThanEq(s.sack[1].end)) {
 			c.rackDSACK()
-			c.dsack(b.end.Sub(b.start))
+			c.dsack(b.start, b.end)
 		}
 	}
 	var before scoreboard

@@ -253,8 +253,8 @@ func TestBurstLossTwoPercent(t *testing.T) {
 		o := lossyOneWay(size, 0.02, seed)
 		o.link.burst = 44
 		c, secs, l := recoveryRun(t, o)
-		t.Logf("seed %d: %.0f MB/s; %d bursts; A: %d retransmitted, %d recoveries, %d probes, %d RTOs",
-			seed, float64(size)/secs/1e6, l.bursts, c.TxRetransSegs, c.FastRetransmits, c.TailLossProbes, c.RTOExpired)
+		t.Logf("seed %d: %.0f MB/s; %d bursts; A: %d retransmitted, %d recoveries (%d undone), %d probes, %d RTOs",
+			seed, float64(size)/secs/1e6, l.bursts, c.TxRetransSegs, c.FastRetransmits, c.SpuriousRecoveries, c.TailLossProbes, c.RTOExpired)
 		if l.bursts == 0 {
 			t.Fatalf("seed %d: no burst lost", seed)
 		}
@@ -301,5 +301,29 @@ func TestTxLogMergedRangeDatesNothing(t *testing.T) {
 	}
 	if c.rack.fack != at(maxTxRanges+1) {
 		t.Errorf("RACK.fack %d, want %d", c.rack.fack, at(maxTxRanges+1))
+	}
+}
+
+// TestDSACKOutsideRecoveryNotCounted: a recovery is undone when D-SACKs
+// have reported all it resent (RFC 2883 §5), but only D-SACKs inside its
+// own sequence space count. One for a needless resend below it (an earlier
+// episode's, or a tail probe's) does not: counted, it undid half the
+// recoveries of a transfer losing 2% in bursts of 44.
+func TestDSACKOutsideRecoveryNotCounted(t *testing.T) {
+	c := &conn{e: &Engine{}, sackOK: true, sndUna: 10000, sndMax: 100000, cwnd: 90000, ssthresh: 1 << 30}
+	c.recoveryUndoStart()
+	c.ccLoss(c.sndMax.Sub(c.sndUna))
+	c.inRecovery = true
+	c.recoveryResent(2 * 1448) // two segments resent: [10000, 12896)
+	c.dsack(5000, 6448)        // an older episode's needless resend
+	c.dsack(100000, 101448)    // past what the recovery covers
+	if c.cc.recUndoLeft != 2*1448 || c.e.ctr.SpuriousRecoveries != 0 {
+		t.Fatalf("after D-SACKs outside the recovery: %d bytes left to report, %d undone", c.cc.recUndoLeft, c.e.ctr.SpuriousRecoveries)
+	}
+	c.dsack(9000, 11448) // half of it inside: the first resend
+	c.dsack(11448, 12896)
+	if c.cc.recUndoLeft != 0 || c.e.ctr.SpuriousRecoveries != 1 || c.cwnd != 90000 || c.inRecovery {
+		t.Fatalf("after both resends were reported: %d left, %d undone, cwnd %d, in recovery %v; want 0, 1, 90000, false",
+			c.cc.recUndoLeft, c.e.ctr.SpuriousRecoveries, c.cwnd, c.inRecovery)
 	}
 }

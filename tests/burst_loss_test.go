@@ -6,6 +6,7 @@ import (
 	"github.com/emunic/emunic/board"
 	"github.com/emunic/emunic/internal/hostrig"
 	"github.com/emunic/emunic/nic/port"
+	"github.com/emunic/emunic/tcpstack"
 )
 
 // Burst loss as a TAP makes it: the kernel drops a TCP super-frame whole, up
@@ -48,8 +49,14 @@ func checkBurstLoss(t *testing.T, r *hostrig.Rig) {
 	t.Helper()
 	ea, eb := engineOf(t, r.A), engineOf(t, r.B)
 	la, lb := r.PortA.Stats().TxDropLoss, r.PortB.Stats().TxDropLoss
-	t.Logf("wire lost %d frames A→B, %d B→A; A: %d retransmitted, %d recoveries, %d RTOs; B: %d retransmitted, %d recoveries, %d RTOs",
-		la, lb, ea.TxRetransSegs, ea.FastRetransmits, ea.RTOExpired, eb.TxRetransSegs, eb.FastRetransmits, eb.RTOExpired)
+	for _, e := range []struct {
+		name string
+		lost uint64
+		c    tcpstack.EngineCounters
+	}{{"A", la, ea}, {"B", lb, eb}} {
+		t.Logf("%s: the wire lost %d of its frames; it retransmitted %d segments in %d recoveries (%d shown needless by D-SACKs), %d RTOs (%d needless), %d probes",
+			e.name, e.lost, e.c.TxRetransSegs, e.c.FastRetransmits, e.c.SpuriousRecoveries, e.c.RTOExpired, e.c.SpuriousTimeouts, e.c.TailLossProbes)
+	}
 	if la == 0 || lb == 0 || ea.TxRetransSegs == 0 || eb.TxRetransSegs == 0 {
 		t.Errorf("wire lost %d and %d frames, engines resent %d and %d segments: want all non-zero", la, lb, ea.TxRetransSegs, eb.TxRetransSegs)
 	}
