@@ -47,12 +47,12 @@ func BenchmarkTAPLossPair(b *testing.B) {
 			var lab *tapOffloadLab
 			switch mode {
 			case "none":
-				lab = newTAPOffloadLab(b, byte(94+i))
+				lab = newTAPOffloadLab(b, byte(102+i))
 			case "nft":
-				lab = newTAPOffloadLab(b, byte(94+i))
+				lab = newTAPOffloadLab(b, byte(102+i))
 				lab.injectLoss(b, 2)
 			default:
-				lab = newTAPWireLossLab(b, byte(94+i), 2, 7)
+				lab = newTAPWireLossLab(b, byte(102+i), 2, 7)
 			}
 			lab.serveDelegated(b)
 			var linux, engine []float64

@@ -81,7 +81,7 @@ func (l *tapOffloadLab) kernelTCP(t testing.TB, names ...string) map[string]uint
 // retransmit too (its TcpRetransSegs), which nftables alone cannot make it do
 // (see above). Both directions arrive intact.
 func TestTAPOffloadBurstLoss(t *testing.T) {
-	lab := newTAPWireLossLab(t, 93, 2, 1)
+	lab := newTAPWireLossLab(t, 101, 2, 1)
 	ours, theirs := lab.acceptDelegated(t, 5207)
 	k0 := lab.kernelTCP(t, "TcpRetransSegs", "TcpExtTCPSackRecovery")
 	n := tapOffloadLossyBytes()
