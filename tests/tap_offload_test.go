@@ -431,8 +431,9 @@ func TestTAPOffload(t *testing.T) {
 // host dials) with nftables dropping 2% of TCP packets at random in the
 // namespace, on input and on output. The engine must retransmit what the
 // kernel's side lost and reassemble around what it never received. The
-// transfers are 256 MiB each way; the engine's sender recovers from loss far
-// more slowly than the kernel's (see the throughput it logs).
+// transfers are 256 MiB each way. The kernel's sender does not see its
+// output drops as loss (tap_loss_test.go), so the two rates it logs are not
+// a comparison of recovery: TestTAPOffloadBurstLoss is.
 func TestTAPOffloadLossy(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
