@@ -349,6 +349,7 @@ func (c *conn) probeTail(now int64) {
 	if c.tlpOut == 0 {
 		c.tlpHigh = c.sndMax
 	}
+	c.rack.tlpRtx = true // its verdict: tlpAck
 	c.tlpOut++
 	c.persist = false
 	c.armTLP(now)

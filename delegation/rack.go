@@ -181,6 +181,37 @@ type rackState struct {
 	dsackRound seq    // a D-SACK widened the window this round (until SND.UNA passes it)
 	dsackArmed bool
 	anyLost    bool // some range is marked lost and not resent
+	tlpRtx     bool // a tail loss probe's resend awaits its verdict (tlpAck)
+}
+
+// tlpAck is RFC 8985 §7.4's loss detection for tail loss probes, on an ACK
+// before SND.UNA moves (dsack: it carries a D-SACK; pure: no data, no
+// SACK blocks). A probe resends the last segment; if the peer reports the
+// resend with a D-SACK, or answers it with a pure duplicate ACK, both
+// copies arrived and nothing was lost. If instead the cumulative ACK
+// passes where SND.MAX stood at the probe (conn.tlpHigh) with no D-SACK,
+// the probe repaired a loss the ACK clock never saw: a congestion event
+// like any other, one window cut, with no recovery to go through (Linux's
+// tcp_process_tlp_ack). A recovery in the meantime made the cut already.
+func (c *conn) tlpAck(ack seq, dsack, pure bool) {
+	r := &c.rack
+	if !r.tlpRtx || ack.LessThan(c.tlpHigh) {
+		return
+	}
+	switch {
+	case dsack:
+		r.tlpRtx = false
+	case ack.GreaterThan(c.tlpHigh):
+		r.tlpRtx = false
+		if !c.inRecovery && c.sndUna.GreaterThan(c.recover) {
+			c.ccLoss(c.sndMax.Sub(c.sndUna))
+			c.cwnd = min(c.cwnd, c.ssthresh)
+			c.caAcked = 0
+			c.recover = c.sndMax - 1 // one cut for this flight
+		}
+	case pure && ack == c.sndUna:
+		r.tlpRtx = false
+	}
 }
 
 // txSent is every transmission's record (emit).

@@ -327,3 +327,52 @@ func TestDSACKOutsideRecoveryNotCounted(t *testing.T) {
 			c.cc.recUndoLeft, c.e.ctr.SpuriousRecoveries, c.cwnd, c.inRecovery)
 	}
 }
+
+// TestTLPLossDetection is RFC 8985 §7.4 for the probe that resends the
+// last segment: a D-SACK for the resend, or a pure duplicate ACK, says both
+// copies arrived (no cut); an ACK past where SND.MAX stood at the probe,
+// with no D-SACK on the way, says the probe repaired a loss (one cut, as
+// for any congestion event); an ACK that reaches only that point decides
+// nothing yet.
+func TestTLPLossDetection(t *testing.T) {
+	probed := func() *conn {
+		c := &conn{e: &Engine{}, sackOK: true, mss: 1460, sndUna: 10000, sndMax: 40000, cwnd: 30000, ssthresh: 1 << 30, recover: 9999}
+		c.tlpHigh, c.rack.tlpRtx = c.sndMax, true
+		return c
+	}
+	for _, tc := range []struct {
+		name        string
+		ack         seq
+		dsack, pure bool
+		cut, open   bool // the window cut; the verdict still open
+	}{
+		{"dsack", 40000, true, false, false, false},
+		{"pure duplicate", 10000, false, true, false, true}, // below tlpHigh: no verdict yet
+		{"up to the probe", 40000, false, false, false, true},
+		{"past the probe", 41448, false, false, true, false},
+		{"past the probe with a D-SACK", 41448, true, false, false, false},
+	} {
+		c := probed()
+		c.tlpAck(tc.ack, tc.dsack, tc.pure)
+		if cut := c.cwnd < 30000; cut != tc.cut || c.rack.tlpRtx != tc.open {
+			t.Errorf("%s: cwnd %d (cut %v, want %v), verdict open %v (want %v)", tc.name, c.cwnd, cut, tc.cut, c.rack.tlpRtx, tc.open)
+		}
+		if tc.cut && (c.ssthresh != uint32(30000*cubicBeta) || c.cwnd != c.ssthresh) {
+			t.Errorf("%s: ssthresh %d, cwnd %d; want both %d", tc.name, c.ssthresh, c.cwnd, uint32(30000*cubicBeta))
+		}
+	}
+	// A pure duplicate ACK at the probe point: both copies arrived.
+	c := probed()
+	c.sndUna = 40000
+	c.tlpAck(40000, false, true)
+	if c.rack.tlpRtx || c.cwnd != 30000 {
+		t.Errorf("pure duplicate at the probe point: verdict open %v, cwnd %d", c.rack.tlpRtx, c.cwnd)
+	}
+	// In recovery the recovery's own cut covers the loss.
+	c = probed()
+	c.inRecovery = true
+	c.tlpAck(41448, false, false)
+	if c.rack.tlpRtx || c.cwnd != 30000 {
+		t.Errorf("in recovery: verdict open %v, cwnd %d; want closed, no second cut", c.rack.tlpRtx, c.cwnd)
+	}
+}
