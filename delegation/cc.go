@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/emunic/emunic/rings"
+	"github.com/emunic/emunic/seqnum"
 )
 
 // Congestion control: the window's growth between losses and its cut at a
@@ -50,6 +51,8 @@ type ccState struct {
 	recUndoSsthresh uint32
 	recUndoWMax     float64
 	recUndoLeft     uint32
+	recUndoLo       seq // the recovery's sequence space, [SND.UNA, SND.MAX) when it began:
+	recUndoHi       seq // only a D-SACK inside it reports one of its retransmissions
 
 	// Proportional Rate Reduction (RFC 6937) through a recovery.
 	recoverFS    uint32 // bytes in flight when recovery began
@@ -158,6 +161,7 @@ func (c *conn) recoveryUndoStart() {
 	cc.recUndo = c.sackOK
 	cc.recUndoCwnd, cc.recUndoSsthresh, cc.recUndoWMax = c.cwnd, c.ssthresh, cc.wMax
 	cc.recUndoLeft = 0
+	cc.recUndoLo, cc.recUndoHi = c.sndUna, c.sndMax
 }
 
 // recoveryResent counts n bytes a fast recovery resent (emit).
@@ -167,17 +171,27 @@ func (c *conn) recoveryResent(n uint32) {
 	}
 }
 
-// dsack takes a D-SACK of n bytes (RFC 2883 §4: the first block, below the
-// cumulative ACK or inside the second block). When the D-SACKs have
-// covered everything the last fast recovery resent, the recovery was
+// dsack takes a D-SACK of [start, end) (RFC 2883 §4: the first block,
+// below the cumulative ACK or inside the second block). When the D-SACKs
+// have covered everything the last fast recovery resent, the recovery was
 // spurious (the segments were reordered, not lost): the window goes back
 // to what it was, as Linux's tcp_try_undo_dsack does. A timeout since, or
-// another recovery, ends the chance.
-func (c *conn) dsack(n uint32) {
+// another recovery, ends the chance. Only the part of a D-SACK inside the
+// recovery's own sequence space counts (Linux: above its undo_marker): one
+// for a needless resend of an earlier episode, or for a tail probe before
+// it, arriving during this one had counted toward it, and on a path that
+// loses 2% in bursts half the recoveries were undone although the wire had
+// lost what they resent.
+func (c *conn) dsack(start, end seq) {
 	cc := &c.cc
 	if !cc.recUndo || cc.recUndoLeft == 0 {
 		return
 	}
+	lo, hi := seqnum.Max(start, cc.recUndoLo), seqnum.Min(end, cc.recUndoHi)
+	if !lo.LessThan(hi) {
+		return
+	}
+	n := hi.Sub(lo)
 	cc.recUndoLeft -= min(n, cc.recUndoLeft)
 	if cc.recUndoLeft > 0 {
 		return

@@ -38,7 +38,7 @@ type Config struct {
 	MaxTxBuffers   int    // upper bound of transmit buffers queued per connection (256)
 	MaxUserBufs    int    // user buffers posted per connection (64)
 	RcvBufSize     uint32 // receive buffer when the state block says 0 (256 KiB)
-	OOOLimit       uint32 // out-of-order bytes held per connection beyond RCV.NXT (256 KiB)
+	OOOLimit       uint32 // out-of-order bytes held per connection beyond RCV.NXT (1 MiB: a host's whole window, so a hole costs its own bytes, not everything sent behind it)
 	OOOPoolBytes   int    // out-of-order slab shared by all connections (4 MiB, at least OOOLimit)
 	PendingNotify  int    // notifications queued per connection while the ring is full (64, at least 16)
 	MinRTO         int64  // ns (200 ms)
@@ -74,7 +74,7 @@ func (c *Config) setDefaults() {
 		c.RcvBufSize = maxWindowBytes
 	}
 	if c.OOOLimit == 0 {
-		c.OOOLimit = 256 << 10
+		c.OOOLimit = 1 << 20
 	}
 	if c.OOOLimit > maxWindowBytes {
 		c.OOOLimit = maxWindowBytes

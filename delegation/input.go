@@ -331,16 +331,19 @@ func (c *conn) processAck(now int64, s *segment, pure bool) {
 	if c.undoOK {
 		c.undoSpuriousRTO(s)
 	}
+	dsack := false
 	if c.sackOK && s.nSACK > 0 {
 		// A D-SACK (RFC 2883 §4): the first block below the cumulative
 		// ACK, or inside the second. It widens RACK's reordering window
 		// and may show the last recovery spurious.
 		b := s.sack[0]
 		if b.start.LessThan(b.end) && (b.end.LessThanEq(s.ack) || s.nSACK > 1 && s.sack[1].start.LessThanEq(b.start) && b.end.LessThanEq(s.sack[1].end)) {
+			dsack = true
 			c.rackDSACK()
-			c.dsack(b.end.Sub(b.start))
+			c.dsack(b.start, b.end)
 		}
 	}
+	c.tlpAck(s.ack, dsack, pure && s.nSACK == 0)
 	var before scoreboard
 	if c.sackOK {
 		before = c.sacked

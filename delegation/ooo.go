@@ -53,20 +53,26 @@ type oooRange struct {
 type oooQueue struct {
 	ranges [maxOOORanges]oooRange
 	n      int
-	slots  []int32 // page number + 1; 0: none
+	slots  []int32 // page number + 1; 0: none (made at the first segment held)
+	nslots int     // the table's size for the limit (init)
 	pages  int     // slots in use
 	bytes  uint32  // bytes held (sum of range lengths)
 	stamp  uint32
 }
 
+// init sizes the slot table for a limit. The table is made when the
+// connection first holds a segment (write), and a connection slot keeps it
+// for its next lives: a table of 10,000 connections that never see a hole
+// costs none (at the 1 MiB default limit, a table is 4 KiB).
 func (q *oooQueue) init(limit uint32) {
 	want := int(limit/oooPageSize) + 2
 	n := 4
 	for n < want {
 		n <<= 1
 	}
-	if len(q.slots) != n {
-		q.slots = make([]int32, n)
+	q.nslots = n
+	if len(q.slots) != 0 && len(q.slots) != n {
+		q.slots = nil
 	}
 }
 
@@ -88,6 +94,9 @@ func (q *oooQueue) reset(p *oooPool) {
 // allocating them as needed. It returns how many leading bytes it stored
 // (fewer than len(data) only when the slab ran out).
 func (q *oooQueue) write(p *oooPool, at seq, data []byte) int {
+	if len(q.slots) == 0 {
+		q.slots = make([]int32, q.nslots)
+	}
 	done := 0
 	mask := uint32(len(q.slots) - 1)
 	for done < len(data) {

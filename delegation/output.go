@@ -247,21 +247,41 @@ func (c *conn) retransmitHead(now int64) bool {
 // too few segments behind it to produce duplicate ACKs, and a receiver
 // that delays its ACK for what did arrive (Linux: up to 40 ms) lets the
 // RTO fire first; so two round trips after the last transmission with no
-// ACK, the sender sends one segment, new data if it may or else the last
-// segment again. The receiver answers at once (the probe is out of order,
-// or fills the hole), and the SACK it carries starts ordinary recovery
-// (dupAck: a probe SACKed while the head is not means the head is lost).
+// ACK, the sender sends one segment: the last one again. The receiver
+// answers at once: the probe is out of order (the tail was lost), and the
+// SACK it carries starts ordinary recovery (dupAck: a probe SACKed while
+// the head is not means the head is lost); or it is a duplicate (the ACK
+// was lost or held), which any receiver acknowledges at once with a D-SACK.
+//
+// RFC 8985 §7.3 prefers new data when there is some. A Linux receiver
+// whose application is slow to read (its window not opening) holds its ACK
+// for in-order data: in a capture of a TAP at 2% loss, a super-frame that
+// arrived whole and the new-data probe after it drew no ACK for another
+// probe timeout, while the duplicate probe drew one in 20 µs. A duplicate
+// costs one segment when nothing was lost, and the D-SACK says so.
 
-// minPTO is the floor of the probe timeout: below a millisecond, a path's
-// RTT estimate is mostly scheduling noise.
-const minPTO = int64(time.Millisecond)
+// minPTO is the floor of the probe timeout. On a path of tens of
+// microseconds (a TAP to the local kernel) two round trips are well under
+// it, and it is what a tail lost whole costs: a TSO super-frame is up to 44
+// segments, often all of a small window's tail, so nothing behind it can be
+// SACKed and only the probe finds it. A millisecond floor made those stalls
+// a third of the time a 2%-loss transfer took (docs/benchmarks.md,
+// BenchmarkTAPLossPair); a probe sent early costs one segment.
+const minPTO = int64(200 * time.Microsecond)
 
-// maxProbes is how many probes go out before the RTO is left to act. The
-// first is new data when there is some (RFC 8985 §7.3); a receiver that
-// delays its ACKs while its window stands still (Linux does, for up to 40
-// ms, longer than the 20 ms minimum RTO hosts give the engine) takes that
-// as ordinary data and keeps waiting, so the second is the last segment
-// again, which a receiver acknowledges at once (with a D-SACK, RFC 2883).
+// ptoRTT is the round-trip time probe timeouts are measured in: RACK's,
+// with the device clock's precision, or the host's estimate before RACK
+// has one (the timestamp option's is only as fine as its millisecond
+// clock).
+func (c *conn) ptoRTT() int64 {
+	if c.rack.srtt > 0 {
+		return c.rack.srtt
+	}
+	return c.srtt
+}
+
+// maxProbes is how many probes go out before the RTO is left to act: a
+// second in case the first or its answer was lost.
 const maxProbes = 2
 
 // armTLP (re)arms the probe timer while data is out, the connection is not
@@ -272,7 +292,7 @@ func (c *conn) armTLP(now int64) {
 		// again; without this only the RTO would find it.
 		c.tlpAt = 0
 		if c.rtxAt != 0 && c.hasRTT && c.sackOK {
-			if at := c.rtxAt + max(2*c.srtt, minPTO); c.rtoAt == 0 || at < c.rtoAt {
+			if at := c.rtxAt + max(2*c.ptoRTT(), minPTO); c.rtoAt == 0 || at < c.rtoAt {
 				c.tlpAt = at
 			}
 		}
@@ -285,7 +305,7 @@ func (c *conn) armTLP(now int64) {
 		c.tlpAt = 0
 		return
 	}
-	pto := max(2*c.srtt, minPTO)
+	pto := max(2*c.ptoRTT(), minPTO)
 	if c.sndMax.Sub(c.sndUna) <= c.maxPayload() {
 		pto += c.e.cfg.DelayedAck // one segment out: its ACK may be delayed
 	}
@@ -312,19 +332,10 @@ func (c *conn) probeTail(now int64) {
 	e := c.e
 	mss := c.maxPayload()
 	sent := false
-	if c.tlpOut == 0 && c.sndNxt == c.sndMax && c.sndEnd.GreaterThan(c.sndMax) && c.sndUna.Add(c.sndWnd).GreaterThan(c.sndMax) {
-		// New data: one segment, whatever the congestion window says.
-		if !c.sendNext(now, min(c.sndEnd.Sub(c.sndMax), c.sndUna.Add(c.sndWnd).Sub(c.sndMax), mss)) {
-			return
-		}
-		sent = true
-	} else if end := seqnum.Min(c.sndMax, c.sndEnd); end.GreaterThan(c.sndUna) {
+	if end := seqnum.Min(c.sndMax, c.sndEnd); end.GreaterThan(c.sndUna) {
 		// The last segment again.
 		n := min(end.Sub(c.sndUna), mss)
 		sq := seq(uint32(end) - n)
-		if n == 0 {
-			return
-		}
 		if !c.emit(now, sq, n, hdr.TCPFlagACK, false) { // counted as a retransmission there
 			c.fail(now, rings.NtfError, AuxErrorDMA)
 			return
@@ -338,6 +349,7 @@ func (c *conn) probeTail(now int64) {
 	if c.tlpOut == 0 {
 		c.tlpHigh = c.sndMax
 	}
+	c.rack.tlpRtx = true // its verdict: tlpAck
 	c.tlpOut++
 	c.persist = false
 	c.armTLP(now)

@@ -12,11 +12,17 @@ import (
 
 type linkOpts struct {
 	loss, dup, reorder float64 // probabilities per frame
-	delay              int64   // one-way propagation, ns
-	jitter             int64   // extra delay of a reordered frame, up to, ns
-	rate               int64   // bottleneck bytes per second (0: unlimited)
-	queue              int64   // bottleneck queue, ns of backlog before tail drop
-	seed               uint64
+	// burst > 1: a frame with data lost takes the next burst-1 frames
+	// with data towards the same side with it (a TAP's dropped TCP
+	// super-frame) if sent within simBurstSpan, and loss stays about
+	// the share of data frames lost (a burst starts with chance
+	// loss/burst). ACKs are lost one at a time.
+	burst  int
+	delay  int64 // one-way propagation, ns
+	jitter int64 // extra delay of a reordered frame, up to, ns
+	rate   int64 // bottleneck bytes per second (0: unlimited)
+	queue  int64 // bottleneck queue, ns of backlog before tail drop
+	seed   uint64
 }
 
 type frameEv struct {
@@ -36,11 +42,22 @@ type simLink struct {
 	free      [][]byte
 	drop      func(to int, f []byte) bool // test hook: true drops the frame
 	lost      int
+	bursts    int
+	burstLeft [2]int
+	burstEnd  [2]int64
 	dups      int
 	reordered int
 	tailDrops int
 	frames    int
 }
+
+// simBurstSpan is the longest a loss burst lasts (port.LossBurstSpan): it
+// takes the segments of one super-frame, not those of the timeouts after.
+const simBurstSpan = 1e6
+
+// simAckFrame is the longest frame a burst loss leaves alone: an ACK with
+// every option (Ethernet, IPv6, TCP with timestamps and four SACK blocks).
+const simAckFrame = 14 + 40 + 60
 
 func newSimLink(o linkOpts, now *int64) *simLink {
 	return &simLink{o: o, rng: rand.New(rand.NewPCG(o.seed, 0x5eed)), now: now, q: make([]frameEv, 0, 4096)}
@@ -64,7 +81,19 @@ func (l *simLink) send(to int, f []byte) error {
 		return nil
 	}
 	now := *l.now
-	if l.o.loss > 0 && l.rng.Float64() < l.o.loss {
+	if l.o.burst > 1 && len(f) > simAckFrame {
+		if l.burstLeft[to] > 0 && now <= l.burstEnd[to] {
+			l.burstLeft[to]--
+			l.lost++
+			return nil
+		}
+		if l.o.loss > 0 && l.rng.Float64() < l.o.loss/float64(l.o.burst) {
+			l.burstLeft[to], l.burstEnd[to] = l.o.burst-1, now+simBurstSpan
+			l.bursts++
+			l.lost++
+			return nil
+		}
+	} else if l.o.loss > 0 && l.rng.Float64() < l.o.loss {
 		l.lost++
 		return nil
 	}

@@ -121,6 +121,12 @@ func (s *scaleBench) stream(b *testing.B, v string, toServer bool, size int64) t
 		b.Fatal(err)
 	}
 	defer c.Close()
+	return kernelStream(b, c, toServer, size)
+}
+
+// kernelStream moves size bytes on the kernel's connection c: it writes them
+// and waits for the server's FIN (toServer), or reads them.
+func kernelStream(b *testing.B, c net.Conn, toServer bool, size int64) time.Duration {
 	c.SetDeadline(time.Now().Add(10 * time.Minute))
 	start := time.Now()
 	if toServer {

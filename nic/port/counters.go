@@ -24,6 +24,7 @@ type counters struct {
 	rxDropTooBig      atomic.Uint64
 	rxGSO             atomic.Uint64
 	rxDropBadGSO      atomic.Uint64
+	rxDropLoss        atomic.Uint64
 	_                 [64]byte
 
 	// Written by whoever delivers into this port's receive FIFO (the peer's writer or a
@@ -51,6 +52,7 @@ func (c *counters) snapshot() Stats {
 		RxDropBadGSO:    c.rxDropBadGSO.Load(),
 		RxDropQueueFull: c.rxDropQueueFull.Load(),
 		RxDropClosed:    c.rxDropClosed.Load(),
+		RxDropLoss:      c.rxDropLoss.Load(),
 		Duplicated:      c.duplicated.Load(),
 		Reordered:       c.reordered.Load(),
 		Corrupted:       c.corrupted.Load(),

@@ -21,6 +21,14 @@ import (
 type Impairments struct {
 	// LossPercent of frames are dropped on the wire (counted in the sender's TxDropLoss).
 	LossPercent float64
+	// LossBurst is how many consecutive frames one loss takes (0 or 1: one). A TAP whose
+	// kernel side drops a TCP super-frame drops all the segments it carries at once (up to 44
+	// of 1,448 bytes in 64 KiB); a wire of single segments shows that loss with LossBurst 44.
+	// LossPercent stays the share of frames lost: a burst starts at a frame with chance
+	// LossPercent/LossBurst, and the frames it takes draw nothing. A super-frame's segments
+	// leave back to back, so a burst takes only frames written within LossBurstSpan of its
+	// first: a sender down to one retransmission per timeout loses one, not the next 44.
+	LossBurst int
 	// DuplicatePercent of frames arrive twice (the copy right behind the original).
 	DuplicatePercent float64
 	// CorruptPercent of frames have one byte past the Ethernet header XORed with a random
@@ -51,6 +59,10 @@ type Impairments struct {
 	Jitter time.Duration
 }
 
+// LossBurstSpan is the longest a loss burst lasts (Impairments.LossBurst): far longer
+// than a 64 KiB super-frame's segments take to be written, far shorter than any timeout.
+const LossBurstSpan = time.Millisecond
+
 // DefaultReorderHoldMax is the default for Impairments.ReorderHoldMax.
 const DefaultReorderHoldMax = 10 * time.Millisecond
 
@@ -74,6 +86,8 @@ func (im Impairments) Validate() error {
 		}
 	}
 	switch {
+	case im.LossBurst < 0:
+		return fmt.Errorf("LossBurst %d is negative", im.LossBurst)
 	case im.ReorderGap < 0:
 		return fmt.Errorf("ReorderGap %d is negative", im.ReorderGap)
 	case im.ReorderHoldMax < 0:
@@ -139,6 +153,8 @@ type direction struct {
 	clock    Clock // WireConfig.Clock, or nil: the real clock
 	lineFree int64 // rate: when the line finishes serializing the last accepted frame
 	lastDue  int64 // due time of the last frame put on the delay line
+	burst    int   // frames the loss burst in progress still takes (Impairments.LossBurst)
+	burstEnd int64 // and until when
 	queueLen int
 	queueB   int
 }
@@ -265,7 +281,21 @@ func (d *direction) transmit(b []byte) {
 		return
 	}
 	imp := &d.imp
-	if d.chance(streamLoss, imp.LossPercent) {
+	if d.burst > 0 {
+		if d.now() <= d.burstEnd {
+			d.burst--
+			d.tx.stats.txDropLoss.Add(1)
+			return
+		}
+		d.burst = 0
+	}
+	if imp.LossBurst > 1 {
+		if d.chance(streamLoss, imp.LossPercent/float64(imp.LossBurst)) {
+			d.burst, d.burstEnd = imp.LossBurst-1, d.now()+int64(LossBurstSpan)
+			d.tx.stats.txDropLoss.Add(1)
+			return
+		}
+	} else if d.chance(streamLoss, imp.LossPercent) {
 		d.tx.stats.txDropLoss.Add(1)
 		return
 	}

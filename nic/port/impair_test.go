@@ -14,8 +14,14 @@ import (
 // returns what B received, in order, once nothing more can arrive (no delay line: frames held
 // for reordering are flushed by the hold timer, so this waits ReorderHoldMax when reordering).
 func runImpaired(t *testing.T, seed uint64, imp Impairments, n, size int) ([][]byte, Stats) {
+	return runImpairedOn(t, WireConfig{Seed: seed, AToB: imp}, n, size)
+}
+
+// runImpairedOn is runImpaired on a wire configured as cfg.
+func runImpairedOn(t *testing.T, cfg WireConfig, n, size int) ([][]byte, Stats) {
 	t.Helper()
-	a, b := MustNewWire(WireConfig{Seed: seed, AToB: imp})
+	imp := cfg.AToB
+	a, b := MustNewWire(cfg)
 	defer b.Close()
 	defer a.Close()
 	var got [][]byte
@@ -413,9 +419,98 @@ func TestImpairedCloseDropsInFlight(t *testing.T) {
 	b.Close()
 }
 
+// frozenClock is a Clock that never moves: every frame is written at once.
+type frozenClock struct{}
+
+func (frozenClock) Nanos() int64 { return 0 }
+func (frozenClock) AfterFunc(d time.Duration, f func()) ClockTimer {
+	return realTimer{time.AfterFunc(d, f)}
+}
+
+// TestImpairLossBurst: with LossBurst, frames written back to back (here on
+// a clock that stands still) are lost in runs of exactly that many (a TAP's
+// dropped super-frame), about LossPercent of them in all, counted, and the
+// runs start at random (same seed, same runs).
+func TestImpairLossBurst(t *testing.T) {
+	const n, burst = 200000, 44
+	imp := Impairments{LossPercent: 2, LossBurst: burst}
+	cfg := WireConfig{Seed: 3, AToB: imp, Clock: frozenClock{}}
+	got, s := runImpairedOn(t, cfg, n, 60)
+	lost := n - len(got)
+	if uint64(lost) != s.TxDropLoss {
+		t.Errorf("%d frames missing, TxDropLoss = %d", lost, s.TxDropLoss)
+	}
+	// Runs of missing sequence numbers: each a whole burst, except one
+	// cut short by the end of the stream.
+	sq := seqs(got)
+	runs, short := 0, 0
+	prev := int64(-1)
+	for _, v := range append(sq, n) {
+		if gap := int64(v) - prev - 1; gap > 0 {
+			runs++
+			if gap%burst != 0 { // two bursts back to back make one run of 88
+				short++
+			}
+		}
+		prev = int64(v)
+	}
+	if short > 1 {
+		t.Errorf("%d of %d runs of lost frames are not whole bursts of %d", short, runs, burst)
+	}
+	// Bursts are Bernoulli trials of chance 2%/44 on the frames outside
+	// one: about n·p/(1+p·43) of them; 5 standard deviations.
+	p := 0.02 / burst
+	want := n * p / (1 + p*(burst-1))
+	if tol := 5 * math.Sqrt(want); math.Abs(float64(lost/burst)-want) > tol {
+		t.Errorf("%d bursts (%d frames lost of %d), want %.0f ± %.0f", lost/burst, lost, n, want, tol)
+	}
+	again, _ := runImpairedOn(t, cfg, n, 60)
+	if !slices.Equal(seqs(again), sq) {
+		t.Error("same seed, different bursts")
+	}
+}
+
+// TestImpairLossBurstSpan: a burst ends LossBurstSpan after its first frame,
+// however few frames followed: a sender that retransmits once per timeout
+// loses one frame to it, not its next 43.
+func TestImpairLossBurstSpan(t *testing.T) {
+	clk := &steppingClock{}
+	a, b := MustNewWire(WireConfig{Seed: 1, AToB: Impairments{LossPercent: 100, LossBurst: 44}, Clock: clk})
+	defer b.Close()
+	defer a.Close()
+	// Frames until one starts a burst (chance 100/44 % each).
+	i := uint32(0)
+	for ; a.Stats().TxDropLoss == 0; i++ {
+		if i == 100000 {
+			t.Fatal("no burst in 100000 frames")
+		}
+		a.WriteFrame(testFrame(i, 60))
+	}
+	drain(t, b)
+	// Loss all but off: only the burst in progress drops.
+	if err := a.SetTxImpairments(Impairments{LossPercent: 1e-12, LossBurst: 44}); err != nil {
+		t.Fatal(err)
+	}
+	a.WriteFrame(testFrame(i, 60)) // still in the burst: lost
+	clk.now += int64(LossBurstSpan) + 1
+	a.WriteFrame(testFrame(i+1, 60)) // past its span: delivered
+	got := seqs(drain(t, b))
+	if !slices.Equal(got, []uint32{i + 1}) || a.Stats().TxDropLoss != 2 {
+		t.Errorf("delivered %v with %d lost, want [%d] with 2 lost", got, a.Stats().TxDropLoss, i+1)
+	}
+}
+
+// steppingClock is a Clock a test moves by hand.
+type steppingClock struct{ now int64 }
+
+func (c *steppingClock) Nanos() int64 { return c.now }
+func (c *steppingClock) AfterFunc(d time.Duration, f func()) ClockTimer {
+	return realTimer{time.AfterFunc(d, f)}
+}
+
 func TestImpairmentsValidate(t *testing.T) {
 	for _, im := range []Impairments{
-		{LossPercent: -0.1}, {DuplicatePercent: 100.1}, {CorruptPercent: math.NaN()},
+		{LossBurst: -1}, {LossPercent: -0.1}, {DuplicatePercent: 100.1}, {CorruptPercent: math.NaN()},
 		{ReorderPercent: 200}, {ReorderGap: -1}, {ReorderHoldMax: -1}, {Delay: -1}, {Jitter: -1},
 	} {
 		if im.Validate() == nil {

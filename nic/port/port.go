@@ -87,6 +87,7 @@ type Stats struct {
 	RxDropBadGSO    uint64 // TAP with offloads: a super-frame or virtio-net header the port could not take apart
 	RxDropQueueFull uint64 // arrived while the receive FIFO was full (drop-tail, like rx_missed)
 	RxDropClosed    uint64 // still queued in the receive FIFO when the port closed
+	RxDropLoss      uint64 // TAP: reads the receive loss impairment dropped (TAPOptions.RxLossPercent)
 
 	Duplicated uint64 // extra copies the duplication impairment put on the wire
 	Reordered  uint64 // frames the reordering impairment held back
@@ -101,7 +102,7 @@ func (s Stats) TxDropped() uint64 {
 
 // RxDropped is the total of frames that arrived at this port and were not delivered by ReadFrame.
 func (s Stats) RxDropped() uint64 {
-	return s.RxDropTooBig + s.RxDropQueueFull + s.RxDropClosed + s.RxDropBadGSO
+	return s.RxDropTooBig + s.RxDropQueueFull + s.RxDropClosed + s.RxDropBadGSO + s.RxDropLoss
 }
 
 // String prints the non-zero counters on one line, for logs and test failures.
@@ -130,6 +131,7 @@ func (s Stats) String() string {
 	add("rx_drop_too_big", s.RxDropTooBig)
 	add("rx_drop_queue_full", s.RxDropQueueFull)
 	add("rx_drop_closed", s.RxDropClosed)
+	add("rx_drop_loss", s.RxDropLoss)
 	add("duplicated", s.Duplicated)
 	add("reordered", s.Reordered)
 	add("corrupted", s.Corrupted)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"math/rand/v2"
 	"net"
 	"os"
 	"sync"
@@ -49,6 +51,23 @@ type TAPPort struct {
 	// returned, as the Port contract says.
 	rmu  sync.Mutex
 	rbuf []byte
+
+	// The receive loss impairment (TAPOptions.RxLossPercent): its
+	// chance in 2^64ths, and its generator, used under rmu.
+	rxLoss uint64
+	rxRng  *rand.Rand
+}
+
+var errBadLoss = errors.New("loss percentage out of range")
+
+// rxLost reports whether the read just made is dropped by the receive
+// loss impairment (counted). Called with rmu held.
+func (t *TAPPort) rxLost() bool {
+	if t.rxLoss == 0 || t.rxRng.Uint64() >= t.rxLoss {
+		return false
+	}
+	t.stats.rxDropLoss.Add(1)
+	return true
 }
 
 // TAPError is the error OpenTAP returns. Its message is one line that names the device and
@@ -130,6 +149,16 @@ type TAPOptions struct {
 	// splits into wire-size frames: a read per super-frame instead of per
 	// frame. A kernel that refuses the offloads gets the plain mode.
 	NoOffload bool
+	// RxLossPercent of the reads from the TAP are dropped (counted in
+	// RxDropLoss): with offloads a read is a whole super-frame, up to 44
+	// segments lost at once, as a link drops a frame. It is loss the
+	// kernel's TCP sees as loss: a packet its own output path drops
+	// (nftables on output or postrouting, a tc egress filter) is reported
+	// to TCP as a failed transmission, which it sends again at the next
+	// chance without a retransmission or a window cut. LossSeed seeds the
+	// choice (the same seed, the same reads dropped).
+	RxLossPercent float64
+	LossSeed      uint64
 }
 
 // Offload reports whether the port runs with the virtio-net header and the
@@ -140,6 +169,9 @@ func (t *TAPPort) Offload() bool { return t.vnet }
 func OpenTAPWith(name string, opt TAPOptions) (*TAPPort, error) {
 	if err := checkIfName(name); err != nil {
 		return nil, err
+	}
+	if !(opt.RxLossPercent >= 0 && opt.RxLossPercent <= 100) {
+		return nil, &TAPError{Name: name, Op: "options", Err: errBadLoss, Reason: fmt.Sprintf("RxLossPercent %v is not between 0 and 100", opt.RxLossPercent)}
 	}
 	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
@@ -173,7 +205,8 @@ func OpenTAPWith(name string, opt TAPOptions) (*TAPPort, error) {
 		}
 		if !vnet {
 			unix.Close(fd)
-			return OpenTAPWith(name, TAPOptions{NoOffload: true})
+			opt.NoOffload = true
+			return OpenTAPWith(name, opt)
 		}
 	}
 	actual := ifr.Name()
@@ -187,6 +220,13 @@ func OpenTAPWith(name string, opt TAPOptions) (*TAPPort, error) {
 	// fd is non-blocking, so os.NewFile registers it with the netpoller.
 	file := os.NewFile(uintptr(fd), "/dev/net/tun ("+actual+")")
 	t := &TAPPort{name: actual, file: file, ctl: ctl, rbuf: make([]byte, TAPMaxFrameSize), vnet: vnet}
+	if opt.RxLossPercent > 0 {
+		t.rxLoss = math.MaxUint64
+		if opt.RxLossPercent < 100 {
+			t.rxLoss = uint64(opt.RxLossPercent / 100 * (1 << 64))
+		}
+		t.rxRng = rand.New(rand.NewPCG(splitmix64(opt.LossSeed), splitmix64(opt.LossSeed+1)))
+	}
 	if vnet {
 		t.wbuf = make([]byte, VnetHdrSize+TAPMaxFrameSize)
 		t.gbuf = make([]byte, VnetHdrSize+TAPMaxFrameSize)
@@ -291,7 +331,7 @@ func (t *TAPPort) ReadFrame(buf []byte) (int, error) {
 	if t.vnet {
 		return t.readVnet(buf)
 	}
-	if len(buf) >= TAPMaxFrameSize {
+	if len(buf) >= TAPMaxFrameSize && t.rxLoss == 0 {
 		// Any frame fits: read straight into the caller's buffer, no extra copy.
 		n, err := t.file.Read(buf)
 		if err != nil {
@@ -304,6 +344,9 @@ func (t *TAPPort) ReadFrame(buf []byte) (int, error) {
 	t.rmu.Lock()
 	defer t.rmu.Unlock()
 	n, err := t.file.Read(t.rbuf)
+	for err == nil && t.rxLost() {
+		n, err = t.file.Read(t.rbuf)
+	}
 	if err != nil {
 		return 0, t.readError(err)
 	}
@@ -381,6 +424,9 @@ func (t *TAPPort) readVnetFrame(buf []byte, csum, lro bool) (LROFrame, error) {
 		n, err := t.file.Read(rb)
 		if err != nil {
 			return LROFrame{}, t.readError(err)
+		}
+		if t.rxLost() {
+			continue
 		}
 		var h VnetHdr
 		if err := h.Decode(rb[:n]); err != nil {

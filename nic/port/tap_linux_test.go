@@ -331,3 +331,53 @@ func tcpFrame(dstMAC, srcMAC net.HardwareAddr, src, dst net.IP, sport, dport int
 		TCP:     hdr.TCPFields{SrcPort: uint16(sport), DstPort: uint16(dport), Seq: 1000, Ack: 1, Flags: hdr.TCPFlagACK, Window: 65535},
 		Options: opts, Payload: payload})
 }
+
+// TestTAPRxLoss: with RxLossPercent the port drops that share of what the
+// kernel sends, counted in RxDropLoss and never returned by a read. A
+// percentage out of range is refused before any TAP is opened.
+func TestTAPRxLoss(t *testing.T) {
+	if _, err := OpenTAPWith("emutap%d", TAPOptions{RxLossPercent: 101}); err == nil || !strings.Contains(err.Error(), "RxLossPercent") {
+		t.Fatalf("RxLossPercent 101: %v, want an error naming it", err)
+	}
+	testutil.InNewNetns(t, func() error {
+		tap, err := OpenTAPWith("emutap%d", TAPOptions{RxLossPercent: 50, LossSeed: 5})
+		if err != nil {
+			return err
+		}
+		defer tap.Close()
+		if _, err := upTAP(tap, "10.98.0.1/24"); err != nil {
+			return err
+		}
+		// A resolved neighbour, so the kernel sends the datagrams themselves.
+		peer := net.IPv4(10, 98, 0, 2)
+		if err := testutil.RunIP("neigh", "replace", peer.String(), "lladdr", "02:00:00:00:00:02", "dev", tap.Name()); err != nil {
+			return err
+		}
+		c, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: peer, Port: 9})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		const n = 400
+		for i := range n {
+			if _, err := c.Write([]byte{byte(i >> 8), byte(i)}); err != nil {
+				return err
+			}
+		}
+		buf := make([]byte, TAPMaxFrameSize)
+		got := 0
+		for {
+			if _, err := readUntil(tap, buf, 200*time.Millisecond, func(f []byte) bool {
+				return binary.BigEndian.Uint16(f[12:]) == 0x0800 && f[23] == 17 // IPv4 UDP
+			}); err != nil {
+				break
+			}
+			got++
+		}
+		s := tap.Stats()
+		if got+int(s.RxDropLoss) < n || s.RxDropLoss < n/4 || got < n/4 {
+			return fmt.Errorf("%d of %d datagrams read, %d reads dropped: want about half each", got, n, s.RxDropLoss)
+		}
+		return nil
+	})
+}
