@@ -94,12 +94,12 @@ type DelegatedConn struct {
 }
 
 type rxChunk struct {
-	data   []byte  // unread bytes
-	userID int     // posted user buffer to repost when drained, or -1
-	full   bool    // the user buffer came back full (the peer is streaming)
-	legacy int     // legacy bytes to credit when drained
-	copied *[]byte // the legacyCopies buffer data lives in, returned when drained
-	reg    bool    // data is in a registered buffer the device filled (regread.go)
+	data   []byte         // unread bytes
+	userID int            // posted user buffer to repost when drained, or -1
+	full   bool           // the user buffer came back full (the peer is streaming)
+	legacy int            // legacy bytes to credit when drained
+	copied *[]byte        // the legacyCopies buffer data lives in, returned when drained
+	reg    *RegisteredBuf // data is in this registered buffer, filled by the device (regread.go)
 }
 
 // legacyCopies holds the copies of legacy uploads (a frame's payload each)
@@ -276,6 +276,10 @@ func (c *DelegatedConn) Read(p []byte) (int, error) {
 // for the device (a refusal comes back as the connection's error). Called
 // with mu held.
 func (c *DelegatedConn) retire(ch *rxChunk) {
+	if ch.reg != nil {
+		c.retireRegLocked(ch.reg)
+		ch.reg = nil
+	}
 	if ch.userID >= 0 {
 		// A buffer that came back full, or with more data queued
 		// behind it, goes straight back to the unit (the peer is
@@ -548,8 +552,8 @@ func (c *DelegatedConn) notifyLocked(n *rings.Notification) bool {
 	wake := n.Flags&(rings.NtfFin|rings.NtfRst|rings.NtfTimeout|rings.NtfError|rings.NtfClosed|rings.NtfSeqThreshold) != 0 || bad != nil
 	if bad == nil && n.Flags&rings.NtfUserBufDone != 0 {
 		wake = c.userBufDoneLocked(n) || wake
-		// The device's queue has room again: what it refused before,
-		// and a registered reader's buffer, go now.
+		// The device's queue has room again: what it refused before
+		// goes now.
 		c.o.repostRefused(c)
 		c.postRegLocked()
 	}
@@ -738,6 +742,7 @@ func (c *DelegatedConn) dropRxBuf(id int) {
 // freeStreamLocked gives all of the connection's byte-stream memory back
 // to the pool; the unit must no longer use any of it (mu held).
 func (c *DelegatedConn) freeStreamLocked() {
+	c.releaseRegLocked()
 	for id := range c.rxBufs {
 		c.dropRxBuf(id)
 	}

@@ -311,8 +311,10 @@ func (o *offloader) postedLocked(c *DelegatedConn, ubs []rings.UserBuf, r rings.
 	}
 	for _, ub := range ubs[accepted:] {
 		if c.reg.isRegID(ub.ID) {
-			if b := c.reg.posted; b != nil && ub.ID == c.reg.id {
-				c.reg.posted, b.owner = nil, nil // the reader's buffer waits for the next chance
+			if again {
+				c.regReturnedLocked(ub.ID) // posted again at the next chance
+			} else if b := c.reg.find(ub.ID); b != nil {
+				c.reg.drop(b) // no more data: the application's again
 			}
 			continue
 		}

@@ -10,14 +10,15 @@ import (
 	"github.com/emunic/emunic/rings"
 )
 
-// Registered-buffer reads: the reader's own buffer, in host memory from
-// the host's allocator, is the user buffer the device places payload into
-// (POST_BUFFERS), so the bytes land where the application reads them and
-// the host CPU copies nothing. A reader waiting in ReadRegistered has its
-// buffer posted at once; one whose buffer could not be posted then (the
-// device refused it for want of room, or pool buffers posted earlier are
-// still to come back ahead of it) has it posted when the device asks for
-// a user buffer (USER_BUF_REQ) or gives one back.
+// Registered-buffer reads: the reader's own buffers, in host memory from
+// the host's allocator, are the user buffers the device places payload
+// into (POST_BUFFERS), so the bytes land where the application reads them
+// and the host CPU copies nothing. A buffer given to the connection is
+// posted at once (the reader is waiting, or about to); one the device
+// refused for want of room is posted again when the device gives a
+// buffer back or asks for one (USER_BUF_REQ). Several may be posted at
+// once, as a receive queue: the device fills them in the order it took
+// them, and ReadRegistered hands them back in stream order.
 
 // RegisteredBuf is receive memory from the host's allocator (the arena
 // the device reaches by DMA), for DelegatedConn.ReadRegistered.
@@ -25,8 +26,20 @@ type RegisteredBuf struct {
 	mem   *rings.Arena
 	addr  rings.Addr
 	b     []byte
-	owner *DelegatedConn // the connection whose device has it (posted), or nil
+	owner *DelegatedConn // the connection it was given to, until handed back (DelegatedConn.mu)
+	id    uint32         // its user buffer id while posted
+	state regState
 }
+
+// regState is where a registered buffer is.
+type regState uint8
+
+const (
+	regApp     regState = iota // the application's
+	regPosted                  // with the device (or its POST_BUFFERS in flight)
+	regRefused                 // refused for want of room: the connection posts it again
+	regFilled                  // back from the device with data not yet read
+)
 
 // NewRegisteredBuf allocates size bytes of host memory for registered
 // reads (cache-line aligned). Free gives it back.
@@ -50,17 +63,17 @@ func (h *Host) NewRegisteredBuf(size int) (*RegisteredBuf, error) {
 // Bytes is the buffer's memory.
 func (b *RegisteredBuf) Bytes() []byte { return b.b }
 
-// ErrRegisteredBusy: the buffer is posted to a connection's device, which
-// may still write it.
-var ErrRegisteredBusy = errors.New("registered buffer is posted to the device")
+// ErrRegisteredBusy: the buffer was given to a connection and has not come
+// back (the device may still write it).
+var ErrRegisteredBusy = errors.New("registered buffer is given to a connection")
 
-// Free gives the memory back to the host's allocator; not while a device
-// may still write it (until the read it was given to returns it, or its
-// connection closes).
+// Free gives the memory back to the host's allocator; not while a
+// connection holds it (until ReadRegistered hands it back, or its
+// connection is released).
 func (b *RegisteredBuf) Free() error {
 	if c := b.owner; c != nil {
 		c.mu.Lock()
-		busy := b.owner != nil && c.reg.posted != nil && c.reg.posted == b && !c.released
+		busy := b.owner == c && !c.released
 		c.mu.Unlock()
 		if busy {
 			return ErrRegisteredBusy
@@ -75,12 +88,10 @@ func (b *RegisteredBuf) Free() error {
 
 // regRead is a connection's registered-reader state (DelegatedConn.mu).
 type regRead struct {
-	on     bool           // ReadRegistered was used: pool buffers are not posted again
-	want   *RegisteredBuf // the buffer of the reader waiting now, or nil
-	posted *RegisteredBuf // the buffer with the device (or a POST_BUFFERS of it in flight)
-	id     uint32         // posted's user buffer id
-	gen    uint32         // ids handed out
-	lent   *rxChunk       // a chunk ReadRegistered returned in place, retired on the next read
+	on     bool             // ReadRegistered was used: pool buffers are not posted again
+	bufs   []*RegisteredBuf // the buffers given to the connection, in the order given
+	gen    uint32           // ids handed out
+	lent   *rxChunk         // a chunk of connection memory ReadRegistered returned, retired on the next read
 	lentCh rxChunk
 }
 
@@ -90,66 +101,124 @@ const regIDFlag = 1 << 31
 
 func (r *regRead) isRegID(id uint32) bool { return id&regIDFlag != 0 }
 
-// ReadRegistered reads the next bytes of the stream into b, a buffer from
-// Host.NewRegisteredBuf, and returns them: a slice of b the device placed
-// them in (no CPU copy, DriverStats.ZeroCopyBytes), or, for bytes that
-// came before b could be posted (uploaded to legacy buffers, or placed in
-// pool buffers posted earlier), a slice of the connection's own memory,
-// valid until the next read. b is posted to the device while the reader
-// waits; if the read returns early (deadline, error), b stays with the
-// device and the next ReadRegistered must pass it again. The receive
-// low-water mark does not apply: a registered buffer completes when it is
-// full or the peer pushes.
-func (c *DelegatedConn) ReadRegistered(b *RegisteredBuf) ([]byte, error) {
-	if b == nil || len(b.b) == 0 {
-		return nil, nil
+// find returns the given buffer posted with id, or nil.
+func (r *regRead) find(id uint32) *RegisteredBuf {
+	for _, b := range r.bufs {
+		if b.state == regPosted && b.id == id {
+			return b
+		}
 	}
+	return nil
+}
+
+// drop forgets b (handed back to the application).
+func (r *regRead) drop(b *RegisteredBuf) {
+	for i, x := range r.bufs {
+		if x == b {
+			r.bufs = append(r.bufs[:i], r.bufs[i+1:]...)
+			break
+		}
+	}
+	b.owner, b.state = nil, regApp
+}
+
+// ReadRegistered gives buffer give (from Host.NewRegisteredBuf; nil:
+// none) to the connection, and returns the next bytes of the stream and
+// the registered buffer they lie in, which is the application's again.
+//
+// A buffer given is posted to the device at once, and the device places
+// the peer's bytes straight into it (no CPU copy: DriverStats.ZeroCopyBytes).
+// Bytes that came while no registered buffer was posted (uploaded to
+// legacy buffers, or in pool buffers posted before) are returned in the
+// connection's own memory (in is nil), valid until the next read. Giving
+// back the buffer a read returned, each time, keeps a queue of posted
+// buffers:
+//
+//	c.ReadRegistered(b2)           // (first read: b1 given, b2 given)
+//	var back = b1
+//	for { p, in, err := c.ReadRegistered(back); use(p); back = in }
+//
+// A buffer stays with the connection until a read returns it, even if
+// that read fails (a deadline, an error); it is the application's again
+// once the connection is released. The receive low-water mark does not
+// apply: a registered buffer comes back when it is full or the peer
+// pushed.
+func (c *DelegatedConn) ReadRegistered(give *RegisteredBuf) (p []byte, in *RegisteredBuf, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.reg.on = true
 	c.returnLentLocked()
-	if p := c.reg.posted; p != nil && p != b {
-		return nil, opErr("read", c, ErrRegisteredBusy)
-	}
-	if b.owner != nil && b.owner != c {
-		return nil, opErr("read", c, ErrRegisteredBusy)
+	if give != nil {
+		if err := c.giveRegLocked(give); err != nil {
+			return nil, nil, opErr("read", c, err)
+		}
 	}
 	for {
 		if c.closed {
-			return nil, opErr("read", c, net.ErrClosed)
+			return nil, nil, opErr("read", c, net.ErrClosed)
 		}
 		if c.cmdErr != nil {
-			return nil, opErr("read", c, c.cmdErr)
+			return nil, nil, opErr("read", c, c.cmdErr)
 		}
 		if len(c.chunks) > 0 {
 			break
 		}
 		if c.rxErr != nil {
-			return nil, opErr("read", c, c.rxErr)
+			return nil, nil, opErr("read", c, c.rxErr)
 		}
 		if c.peerFin {
-			return nil, io.EOF
+			return nil, nil, io.EOF
 		}
 		if c.readDL.passed() {
-			return nil, opErr("read", c, os.ErrDeadlineExceeded)
+			return nil, nil, opErr("read", c, os.ErrDeadlineExceeded)
 		}
-		c.reg.want = b
-		c.postRegLocked()
 		c.cond.Wait()
 	}
-	c.reg.want = nil
 	ch := c.chunks[0]
 	c.chunks[0] = rxChunk{}
 	c.chunks = c.chunks[1:]
 	c.rxAvail -= len(ch.data)
-	if ch.reg {
+	if ch.reg != nil {
 		c.o.drv.stats.zeroCopyBytes.Add(uint64(len(ch.data)))
-		return ch.data, nil
+		c.reg.drop(ch.reg)
+		return ch.data, ch.reg, nil
 	}
 	// Bytes that came another way: lent in place until the next read.
 	c.reg.lentCh = ch
 	c.reg.lent = &c.reg.lentCh
-	return ch.data, nil
+	return ch.data, nil, nil
+}
+
+// PostRegistered gives b to the connection without reading: it is posted
+// to the device at once, for a later ReadRegistered to return filled.
+func (c *DelegatedConn) PostRegistered(b *RegisteredBuf) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.released {
+		return opErr("post registered buffer", c, net.ErrClosed)
+	}
+	c.reg.on = true
+	if err := c.giveRegLocked(b); err != nil {
+		return opErr("post registered buffer", c, err)
+	}
+	return nil
+}
+
+// giveRegLocked takes b into the connection's registered buffers and
+// posts it. mu held.
+func (c *DelegatedConn) giveRegLocked(b *RegisteredBuf) error {
+	switch {
+	case b.owner == c:
+		return nil // given already (a read that returned early)
+	case b.owner != nil:
+		return ErrRegisteredBusy
+	case len(b.b) == 0:
+		return errors.New("registered buffer freed or empty")
+	}
+	b.owner, b.state = c, regRefused
+	c.reg.bufs = append(c.reg.bufs, b)
+	c.postRegLocked()
+	return nil
 }
 
 // returnLentLocked retires the chunk the last ReadRegistered lent. mu held.
@@ -160,46 +229,63 @@ func (c *DelegatedConn) returnLentLocked() {
 	}
 }
 
-// postRegLocked posts the waiting reader's buffer, unless one is posted
-// already or pool buffers posted before it are still to come back (their
-// bytes come first in the stream, and a registered buffer must follow them
-// only). mu held.
+// postRegLocked posts the registered buffers given and not yet with the
+// device, in the order given. mu held.
 func (c *DelegatedConn) postRegLocked() {
-	b := c.reg.want
-	if b == nil || c.reg.posted != nil || c.released || c.peerFin || c.cmdErr != nil || c.rxErr != nil {
+	if c.released || c.peerFin || c.cmdErr != nil || c.rxErr != nil {
 		return
 	}
-	for i := range c.rxBufs {
-		if c.rxBufs[i].posted {
-			return
+	var ubs []rings.UserBuf
+	for _, b := range c.reg.bufs {
+		if b.state != regRefused {
+			continue
 		}
+		c.reg.gen++
+		b.id, b.state = regIDFlag|c.reg.gen&^regIDFlag, regPosted
+		ubs = append(ubs, rings.UserBuf{Addr: b.addr, Len: uint32(len(b.b)), ID: b.id})
 	}
-	c.reg.gen++
-	c.reg.id = regIDFlag | c.reg.gen&^regIDFlag
-	c.reg.posted, b.owner = b, c
-	ub := rings.UserBuf{Addr: b.addr, Len: uint32(len(b.b)), ID: c.reg.id}
-	c.o.drv.stats.userBufPosted.Add(1)
-	c.o.postBufs(c, []rings.UserBuf{ub})
+	if len(ubs) > 0 {
+		c.o.drv.stats.userBufPosted.Add(uint64(len(ubs)))
+		c.o.postBufs(c, ubs)
+	}
 }
 
 // regDoneLocked takes USER_BUF_DONE for a registered buffer: the bytes
-// are the reader's, in its buffer. It reports whether a reader should
-// wake. mu held.
+// are in the reader's buffer, queued in stream order. It reports whether a
+// reader should wake. mu held.
 func (c *DelegatedConn) regDoneLocked(n *rings.Notification) bool {
-	b := c.reg.posted
-	if b == nil || n.Aux != c.reg.id || int(n.Len) > len(b.b) {
-		// Not the buffer the host posted: a device error, and nothing
+	b := c.reg.find(n.Aux)
+	if b == nil || int(n.Len) > len(b.b) {
+		// Not a buffer the host posted: a device error, and nothing
 		// of the host's is concerned.
 		c.deviceErrorLocked(&c.o.drv.stats.ntfImpossible, fmt.Sprintf("USER_BUF_DONE for buffer %#x, not posted", n.Aux))
 		return false
 	}
-	c.reg.posted, b.owner = nil, nil
 	if n.Len == 0 {
-		c.postRegLocked() // given back unused: post it again if the reader still waits
+		b.state = regRefused // given back unused: post it again
+		c.postRegLocked()
 		return false
 	}
-	c.pushChunk(rxChunk{data: b.b[:n.Len], userID: -1, reg: true})
+	b.state = regFilled
+	c.pushChunk(rxChunk{data: b.b[:n.Len], userID: -1, reg: b})
 	return true
+}
+
+// retireRegLocked: an ordinary Read drained a registered buffer's bytes
+// (copied them out); the buffer, still given to the connection, is posted
+// again. mu held.
+func (c *DelegatedConn) retireRegLocked(b *RegisteredBuf) {
+	b.state = regRefused
+	c.postRegLocked()
+}
+
+// regReturnedLocked: the device gave registered buffer id back in a
+// notification the host rejected, or refused it: the connection posts it
+// again. mu held.
+func (c *DelegatedConn) regReturnedLocked(id uint32) {
+	if b := c.reg.find(id); b != nil {
+		b.state = regRefused
+	}
 }
 
 // bufReturnedLocked: the device gave user buffer id back (USER_BUF_DONE)
@@ -207,9 +293,7 @@ func (c *DelegatedConn) regDoneLocked(n *rings.Notification) bool {
 // its bytes are not taken. mu held.
 func (c *DelegatedConn) bufReturnedLocked(id uint32) {
 	if c.reg.isRegID(id) {
-		if b := c.reg.posted; b != nil && id == c.reg.id {
-			c.reg.posted, b.owner = nil, nil
-		}
+		c.regReturnedLocked(id)
 		return
 	}
 	if int(id) < len(c.rxBufs) {
@@ -218,9 +302,19 @@ func (c *DelegatedConn) bufReturnedLocked(id uint32) {
 }
 
 // userBufReqLocked takes USER_BUF_REQ: payload is waiting in the device
-// with no user buffer. A registered reader's buffer not yet posted is
-// posted now, and so are pool buffers the device refused before. mu held.
+// with no user buffer. Registered buffers given and not with the device
+// are posted now, and so are pool buffers the device refused before.
+// mu held.
 func (c *DelegatedConn) userBufReqLocked() {
 	c.postRegLocked()
 	c.o.repostRefused(c)
+}
+
+// releaseRegLocked hands every registered buffer back to the application:
+// the device no longer has the connection. mu held.
+func (c *DelegatedConn) releaseRegLocked() {
+	for _, b := range c.reg.bufs {
+		b.owner, b.state = nil, regApp
+	}
+	c.reg.bufs = nil
 }
