@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -19,20 +20,19 @@ import (
 func plainHosts(t testing.TB, cfg OffloadConfig) (a, b *Host) {
 	t.Helper()
 	pa, pb := port.MustNewWire(port.WireConfig{})
-	a, err := testHost(HostConfig{Addr: mustPrefix("10.0.0.1/24")}, [6]byte{2, 0, 0, 0, 0, 1}, pa)
-	if err != nil {
+	var hosts [2]*Host
+	for i, p := range []port.Port{pa, pb} {
+		h, err := testHost(HostConfig{Addr: mustPrefix(fmt.Sprintf("10.0.0.%d/24", i+1))}, [6]byte{2, 0, 0, 0, 0, byte(i + 1)}, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { h.Close() })
+		hosts[i] = h
+	}
+	if err := hosts[0].Offload(cfg); err != nil {
 		t.Fatal(err)
 	}
-	b, err = testHost(HostConfig{Addr: mustPrefix("10.0.0.2/24")}, [6]byte{2, 0, 0, 0, 0, 2}, pb)
-	if err != nil {
-		a.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close(); b.Close() })
-	if err := a.Offload(cfg); err != nil {
-		t.Fatal(err)
-	}
-	return a, b
+	return hosts[0], hosts[1]
 }
 
 // delegatedPair dials a delegated connection from A to a netstack
