@@ -581,6 +581,12 @@ func (c *DelegatedConn) notifyLocked(n *rings.Notification) bool {
 				}
 			}
 			c.o.drv.repostLegacy(n.Aux)
+		} else if n.Len > 0 {
+			// Bytes the host cannot find (no such legacy buffer, or
+			// longer than it): the stream has a hole.
+			c.deviceErrorLocked(&c.o.drv.stats.ntfImpossible, fmt.Sprintf("legacy upload of %d bytes in buffer %d", n.Len, n.Aux))
+			c.fail(fmt.Errorf("offload unit uploaded %d bytes outside legacy buffer %d", n.Len, n.Aux))
+			wake = true
 		}
 	}
 	if bad == nil && n.Flags&rings.NtfSeqThreshold != 0 {
