@@ -84,6 +84,11 @@ type DelegatedConn struct {
 	seqArmedOn, ackBusy bool
 	ackArmed, ackWant   uint32
 	txTimes             []int64 // when each of txEnds was queued (driver clock)
+	// txQueued is the stream offset up to which transmit descriptors are
+	// queued and not refused: sndTail, but while bytes the device refused
+	// for want of room wait to go again (txstall.go).
+	txQueued uint64
+	tx       txStall
 	// reg is the registered-buffer reader's state (regread.go).
 	reg       regRead
 	readDL    deadline
@@ -336,7 +341,7 @@ func (c *DelegatedConn) Write(p []byte) (int, error) {
 			return n, opErr("write", c, os.ErrDeadlineExceeded)
 		}
 		limit := uint64(c.o.cfg.SendBufSize)
-		if c.sndTail-c.sndHead >= limit || len(c.txEnds) >= c.o.cfg.MaxTxBuffers {
+		if c.sndTail-c.sndHead >= limit || len(c.txEnds) >= c.txLimit() || c.txQueued != c.sndTail {
 			// Full: wait until the send low-water mark is free,
 			// which the ACK threshold, armed for it, reports.
 			c.armAckLocked()
@@ -376,6 +381,7 @@ func (c *DelegatedConn) Write(p []byte) (int, error) {
 		}
 		c.o.drv.stats.copyBytes.Add(k)
 		c.sndTail += k
+		c.txQueued = c.sndTail
 		c.txEnds = append(c.txEnds, c.sndTail)
 		c.txTimes = append(c.txTimes, c.o.drv.nanos())
 		n += int(k)
@@ -421,6 +427,13 @@ func (c *DelegatedConn) CloseWrite() error {
 // the ring full the FIN waits in the driver's backlog, still behind the
 // data. Called with mu held.
 func (c *DelegatedConn) queueFin() error {
+	if c.txQueued != c.sndTail {
+		// Bytes the device refused are still to go again (txstall.go):
+		// the FIN follows them.
+		c.tx.finPending = true
+		return nil
+	}
+	c.tx.finIssued = true
 	c.o.drv.sendDelegatedAsync(rings.Tx{Conn: c.idx, Flags: rings.TxFin})
 	return nil
 }
@@ -598,6 +611,9 @@ func (c *DelegatedConn) notifyLocked(n *rings.Notification) bool {
 	}
 	if bad == nil && !isTxRefusal(n) {
 		wake = c.acked(n.Ack) || wake
+		if c.txQueued != c.sndTail || c.tx.finPending {
+			wake = c.resendLocked() || wake
+		}
 	}
 	if bad == nil && n.Flags&rings.NtfFin != 0 {
 		c.peerFin = true
@@ -697,7 +713,7 @@ func (c *DelegatedConn) acked(ack uint32) bool {
 	for k < len(c.txEnds) && c.txEnds[k] <= full {
 		k++
 	}
-	atCap := len(c.txEnds) >= c.o.cfg.MaxTxBuffers
+	atCap := len(c.txEnds) >= c.txLimit()
 	if k > 0 {
 		// The newest descriptor wholly acknowledged gives a round-trip
 		// sample: queued to acknowledged.
@@ -720,7 +736,7 @@ func (c *DelegatedConn) acked(ack uint32) bool {
 		c.snd = append(c.snd[:0], c.snd[k:]...)
 	}
 	free := uint64(c.o.cfg.SendBufSize) - (c.sndTail - c.sndHead)
-	return free >= uint64(c.sndLowat) || (atCap && len(c.txEnds) < c.o.cfg.MaxTxBuffers)
+	return free >= uint64(c.sndLowat) || (atCap && len(c.txEnds) < c.txLimit())
 }
 
 // sndRoom returns the chunk the next byte of the send stream goes to, or

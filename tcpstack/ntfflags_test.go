@@ -219,7 +219,8 @@ func TestFlagDupAckCounted(t *testing.T) {
 
 // TestFlagsEndOfStream: FIN (at RCV.NXT + 1) is end of stream, RST and
 // TIMEOUT fail the connection, a transmit refusal (ERROR alone, Aux = the
-// status) fails it with the status, each on its own connection.
+// status) other than NO_RESOURCES fails it with the status, each on its
+// own connection.
 func TestFlagsEndOfStream(t *testing.T) {
 	r := newOffloadRig(t)
 	c1, c2, c3 := r.conn(1), r.conn(2), r.conn(3)
@@ -235,11 +236,11 @@ func TestFlagsEndOfStream(t *testing.T) {
 	if _, err := c2.Read(make([]byte, 1)); !errors.Is(err, ErrConnReset) {
 		t.Fatalf("Read after RST: %v", err)
 	}
-	r.post(rings.Notification{Flags: rings.NtfError, Conn: 3, Aux: uint32(rings.StatusNoResources), Len: 4096})
-	if _, err := c3.Read(make([]byte, 1)); err == nil || !strings.Contains(err.Error(), "NO_RESOURCES") {
+	r.post(rings.Notification{Flags: rings.NtfError, Conn: 3, Aux: uint32(rings.StatusBadParam), Len: 4096})
+	if _, err := c3.Read(make([]byte, 1)); err == nil || !strings.Contains(err.Error(), "BAD_PARAM") {
 		t.Fatalf("Read after a transmit refusal: %v", err)
 	}
-	if s := r.c.d.Stats(); s.TxRefusedNoResources != 1 || s.NtfOutOfSequence+s.NtfImpossibleSeq != 0 {
+	if s := r.c.d.Stats(); s.NtfOutOfSequence+s.NtfImpossibleSeq != 0 {
 		t.Fatalf("stats %+v", s)
 	}
 }
@@ -334,5 +335,88 @@ func TestBadNotifications(t *testing.T) {
 	}
 	if _, err := good.Write([]byte("more")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestTxNoResourcesBackpressure: the device refuses a transmit descriptor
+// for want of room (its own limit is 2 descriptors), and the one the host
+// queued behind it. The connection lives: the host queues a resume, then
+// the refused bytes again as the device's ACKs free room, never more than
+// the 2 descriptors it learned the device holds; a Write meanwhile waits,
+// and its bytes and the FIN follow in order.
+func TestTxNoResourcesBackpressure(t *testing.T) {
+	r := newOffloadRig(t)
+	d := r.c.d
+	dc := r.conn(1) // stream offset 0 is sequence number 1000
+	tx, err := rings.NewConsumer(d.Memory(), r.c.dev.rc.Tx, 1, r.c.dev.vec.TxSpace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func() rings.Tx {
+		t.Helper()
+		var e []byte
+		testutil.WaitFor(t, "a transmit descriptor", func() bool { e, _ = tx.Peek(); return e != nil })
+		var desc rings.Tx
+		_ = desc.Decode(rings.TxDesc(e))
+		tx.Pop()
+		tx.Release()
+		return desc
+	}
+	var addrs []rings.Addr
+	for range 4 {
+		if _, err := dc.Write(make([]byte, 1000)); err != nil {
+			t.Fatal(err)
+		}
+		desc := next()
+		if desc.Len != 1000 {
+			t.Fatalf("descriptor %+v", desc)
+		}
+		addrs = append(addrs, desc.Addr)
+	}
+	// The device took the first two; the third and the fourth are refused.
+	refuse := func() {
+		r.post(rings.Notification{Flags: rings.NtfError, Conn: 1, Aux: uint32(rings.StatusNoResources), Len: 1000,
+			Seq: 3000, Ack: 1000})
+	}
+	refuse()
+	if desc := next(); desc.Len != 0 || desc.Flags != 0 || desc.Conn != 1 {
+		t.Fatalf("descriptor %+v, want the resume", desc)
+	}
+	refuse()
+	testutil.WaitFor(t, "the refusals taken", func() bool { return dc.Info().TxRefused == 2 })
+	// A Write now waits behind the refused bytes.
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := dc.Write(make([]byte, 90)) // (fits the 4 KiB chunk the first bytes are in)
+		wrote <- err
+	}()
+	// The first descriptor acknowledged: room for one, and the refused
+	// bytes go in it (they are contiguous).
+	r.post(rings.Notification{Flags: rings.NtfAckThreshold, Conn: 1, Ack: 2000, Seq: 3000, AckCount: 1})
+	if desc := next(); desc.Addr != addrs[2] || desc.Len != 2000 {
+		t.Fatalf("descriptor %+v, want the third and fourth again", desc)
+	}
+	// Two in the device: the Write's bytes wait for room.
+	r.post(rings.Notification{Flags: rings.NtfAckThreshold, Conn: 1, Ack: 3000, Seq: 5000, AckCount: 2})
+	if err := waitRes(t, wrote, "Write"); err != nil {
+		t.Fatal(err)
+	}
+	if desc := next(); desc.Len != 90 || desc.Addr != addrs[3]+1000 {
+		t.Fatalf("descriptor %+v, want the Write's 90 bytes after the fourth", desc)
+	}
+	if err := dc.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if desc := next(); desc.Flags != rings.TxFin {
+		t.Fatalf("descriptor %+v, want the FIN", desc)
+	}
+	if i := dc.Info(); i.TxRefused != 2 || i.DeviceErrors != 0 || i.BytesQueued != 2090 {
+		t.Fatalf("info %+v", i)
+	}
+	dc.mu.Lock()
+	err = dc.stateErr
+	dc.mu.Unlock()
+	if err != nil {
+		t.Fatalf("connection failed: %v", err)
 	}
 }

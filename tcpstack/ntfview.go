@@ -209,20 +209,3 @@ func (v *ntfView) rttSampleLocked(r time.Duration) {
 	v.rttvar = (3*v.rttvar + d) / 4
 	v.srtt = (7*v.srtt + r) / 8
 }
-
-// txRefusedLocked takes the device's refusal of a transmit descriptor
-// (ERROR alone, Aux = the status). The descriptor's bytes were not taken,
-// and the device goes on with the descriptors behind it, so the stream it
-// sends has lost them: the connection fails with the refusal. The host
-// never queues more descriptors than the limit it gave in the state block
-// (MaxTxBuffers) nor more than SendBufSize bytes, so NO_RESOURCES means a
-// device whose own limit is lower; it is counted apart
-// (TxRefusedNoResources, ConnInfo.TxRefused). mu held.
-func (c *DelegatedConn) txRefusedLocked(n *rings.Notification) {
-	st := rings.Status(n.Aux)
-	if st == rings.StatusNoResources {
-		c.nv.txRefused++
-		c.o.drv.stats.txRefused.Add(1)
-	}
-	c.fail(fmt.Errorf("offload unit refused a transmit descriptor of %d bytes: %v", n.Len, st))
-}
