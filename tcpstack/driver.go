@@ -131,6 +131,7 @@ type Driver struct {
 	netstackDrop atomic.Pointer[func([]byte) bool]
 
 	flows   flowTracker
+	frags   fragReasm // TCP fragments, reassembled before netstack (fragments.go)
 	ackFix  ackRepair
 	stats   driverCounters
 	closing atomic.Bool
@@ -169,6 +170,7 @@ func NewDriver(mem *rings.Arena, dev Device, cfg DriverConfig) (*Driver, error) 
 		done: make(chan struct{}),
 	}
 	d.gro.Init(!cfg.NoGRO)
+	d.frags.now, d.frags.deliver = d.nanos, d.deliverWhole
 	if cfg.Clock != nil {
 		d.flows.now = d.nanos
 	}
@@ -380,6 +382,9 @@ func (d *Driver) deliverFrame(frame []byte, viaGRO bool) {
 	if h := d.rxHold.Load(); h != nil && (*h)(frame) {
 		return
 	}
+	if d.frags.take(frame) {
+		return
+	}
 	if d.flows.observe(frame, false) {
 		return
 	}
@@ -393,6 +398,13 @@ func (d *Driver) deliverFrame(frame []byte, viaGRO bool) {
 	}
 	d.deliverToStack(disp, frame, viaGRO)
 }
+
+// deliverWhole hands netstack a frame the driver reassembled from
+// fragments (fragments.go), of a flow no delegated connection has.
+func (d *Driver) deliverWhole(frame []byte) { d.deliverFrame(frame, false) }
+
+// FragStats returns the counts of the TCP fragments the driver reassembled.
+func (d *Driver) FragStats() FragStats { return d.frags.stats() }
 
 // deliverToStack makes the one receive copy of a frame and hands it to
 // netstack.

@@ -108,6 +108,8 @@ func newOffloader(drv *Driver, cfg OffloadConfig) (*offloader, error) {
 		o.isFree[i] = true
 	}
 	drv.SetDelegatedHandler(o.dispatch)
+	inject := o.injectFragment
+	drv.frags.inject.Store(&inject)
 	return o, nil
 }
 
