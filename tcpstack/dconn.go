@@ -22,7 +22,8 @@ import (
 //
 // Copies: Write copies once into host memory and Read copies once out of it;
 // the unit places and fetches payload by DMA, so the host never touches a
-// segment. Applications that want no copy at all use the arena directly.
+// segment. ReadRegistered copies nothing: the unit places the payload in
+// the reader's own buffers (regread.go).
 type DelegatedConn struct {
 	o     *offloader
 	idx   uint32
