@@ -37,6 +37,10 @@ type ntfView struct {
 	// fast recovery (a lower bound of the congestion window).
 	flightMax uint32
 	devErrors uint64 // notifications of this connection found out of sequence or impossible
+	// ulp: an upper-layer protocol in the device (an RDMA QP) has the
+	// byte stream; the host queues and receives none of it, so only the
+	// ACK count is checked.
+	ulp bool
 	txRefused uint64 // transmit descriptors the device refused for want of room
 }
 
@@ -97,6 +101,15 @@ func (c *DelegatedConn) Info() ConnInfo {
 	return i
 }
 
+// isAckEvent: n is an ACK event whose Seq is SND.NXT. The device merges
+// cumulative notifications waiting for room in the ring (the numbers are
+// the newest's), so one that also carries a receive-side flag has a Seq of
+// the receive side.
+func isAckEvent(n *rings.Notification) bool {
+	return n.Flags&(rings.NtfAckThreshold|rings.NtfDupAck) != 0 &&
+		n.Flags&(rings.NtfSeqThreshold|rings.NtfUserBufReq|rings.NtfFin|rings.NtfLegacyUpload|rings.NtfUserBufDone) == 0
+}
+
 // isTxRefusal: the notification the device posts for a transmit
 // descriptor it did not take (ERROR alone, Aux = the status, Len = the
 // descriptor's length). It carries no sequence numbers.
@@ -116,6 +129,9 @@ func (c *DelegatedConn) checkNtfLocked(n *rings.Notification) (bad *atomic.Uint6
 	if int32(n.AckCount-v.ackCount) < 0 {
 		return &s.ntfOutOfSeq, fmt.Sprintf("ACK count %d after %d", n.AckCount, v.ackCount)
 	}
+	if v.ulp {
+		return nil, ""
+	}
 	// Ack is SND.UNA: never back, never past what the host queued (the
 	// FIN counts one).
 	una := c.sndISS + uint32(c.sndHead)
@@ -130,7 +146,7 @@ func (c *DelegatedConn) checkNtfLocked(n *rings.Notification) (bad *atomic.Uint6
 		return &s.ntfImpossible, fmt.Sprintf("SND.UNA %d beyond %d queued", n.Ack, top)
 	}
 	// An ACK event's Seq is SND.NXT: between SND.UNA and what was queued.
-	if n.Flags&(rings.NtfAckThreshold|rings.NtfDupAck) != 0 && n.Flags&rings.NtfSeqThreshold == 0 {
+	if isAckEvent(n) {
 		if int32(n.Seq-n.Ack) < 0 || int32(n.Seq-top) > 0 {
 			return &s.ntfImpossible, fmt.Sprintf("SND.NXT %d outside [%d, %d]", n.Seq, n.Ack, top)
 		}
@@ -165,7 +181,7 @@ func (c *DelegatedConn) takeNumbersLocked(n *rings.Notification) {
 	if n.Flags&rings.NtfFin != 0 {
 		v.rcvNxt++
 	}
-	if n.Flags&(rings.NtfAckThreshold|rings.NtfDupAck) != 0 && n.Flags&rings.NtfSeqThreshold == 0 {
+	if isAckEvent(n) {
 		v.sndNxt, v.sndNxtSet = n.Seq, true
 		if f := n.Seq - n.Ack; f > v.flightMax {
 			v.flightMax = f

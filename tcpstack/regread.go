@@ -229,10 +229,33 @@ func (c *DelegatedConn) returnLentLocked() {
 	}
 }
 
+// regPostBatch is how many registered buffers a POST_BUFFERS carries once
+// the device holds that many already: a reader streaming through a queue
+// of buffers gives them back one at a time, and a command per buffer costs
+// more host CPU than the copy the buffers save.
+const regPostBatch = 4
+
 // postRegLocked posts the registered buffers given and not yet with the
-// device, in the order given. mu held.
-func (c *DelegatedConn) postRegLocked() {
+// device, in the order given: at once while the device holds fewer than
+// regPostBatch, else in batches of regPostBatch. mu held.
+func (c *DelegatedConn) postRegLocked() { c.postRegNow(false) }
+
+// postRegNow is postRegLocked; all posts every waiting buffer whatever the
+// batch (the device asked for one). mu held.
+func (c *DelegatedConn) postRegNow(all bool) {
 	if c.released || c.peerFin || c.cmdErr != nil || c.rxErr != nil {
+		return
+	}
+	posted, waiting := 0, 0
+	for _, b := range c.reg.bufs {
+		switch b.state {
+		case regPosted:
+			posted++
+		case regRefused:
+			waiting++
+		}
+	}
+	if waiting == 0 || (!all && posted >= regPostBatch && waiting < regPostBatch) {
 		return
 	}
 	var ubs []rings.UserBuf
@@ -306,7 +329,7 @@ func (c *DelegatedConn) bufReturnedLocked(id uint32) {
 // are posted now, and so are pool buffers the device refused before.
 // mu held.
 func (c *DelegatedConn) userBufReqLocked() {
-	c.postRegLocked()
+	c.postRegNow(true)
 	c.o.repostRefused(c)
 }
 
