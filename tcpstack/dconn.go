@@ -74,6 +74,7 @@ type DelegatedConn struct {
 	// (ntfview.go); rxAvail is the bytes queued in chunks, unread.
 	nv      ntfView
 	rxAvail int
+	rdWant  int // bytes the blocked reader waits for (0: none waits)
 	// rcvLowat and sndLowat are the receive and send low-water marks
 	// (lowat.go): a blocked reader wakes once rcvLowat bytes are in (the
 	// sequence threshold), a blocked writer once sndLowat bytes of send
@@ -257,8 +258,10 @@ func (c *DelegatedConn) Read(p []byte) (int, error) {
 		if len(p) == 0 {
 			return 0, nil
 		}
-		c.armSeqLocked(min(c.rcvLowat, len(p)))
+		c.rdWant = min(c.rcvLowat, len(p))
+		c.armSeqLocked(c.rdWant)
 		c.cond.Wait()
+		c.rdWant = 0
 	}
 	n := 0
 	for n < len(p) && len(c.chunks) > 0 {
@@ -583,7 +586,7 @@ func (c *DelegatedConn) notifyLocked(n *rings.Notification) bool {
 				c.legacyOut += int(n.Len)
 				c.pushChunk(legacyChunk(data))
 				c.o.drv.stats.copyBytes.Add(uint64(n.Len))
-				wake = wake || c.rxAvail >= c.rcvLowat
+				wake = wake || c.rxAvail >= max(c.rdWant, 1)
 				// A connection that keeps receiving gets receive
 				// buffers of its own from the pool (autotuning): the
 				// unit then places its data with one notification
@@ -659,7 +662,7 @@ func (c *DelegatedConn) userBufDoneLocked(n *rings.Notification) bool {
 	}
 	b := c.rxBufs[id].mem
 	c.pushChunk(rxChunk{data: b[:n.Len], userID: id, full: int(n.Len) == len(b)})
-	return c.rxAvail >= c.rcvLowat
+	return c.rxAvail >= max(c.rdWant, 1)
 }
 
 // badNotifyLocked gives back what a rejected notification returned and

@@ -142,6 +142,13 @@ func TestFlagSeqThresholdWakesReader(t *testing.T) {
 	if i := dc.Info(); i.RcvNxt != 3000 || i.ReadLowWater != 3000 {
 		t.Fatalf("info %+v", i)
 	}
+	// A reader whose buffer is smaller than the mark waits for its
+	// buffer's worth only.
+	res = readAsync(dc, 100)
+	r.post(rings.Notification{Flags: rings.NtfLegacyUpload, Conn: 1, Aux: r.takeRx(), Len: 1000})
+	if got := waitRes(t, res, "Read"); got.err != nil || got.n != 100 {
+		t.Fatalf("Read %d, %v; want 100", got.n, got.err)
+	}
 }
 
 // TestFlagUserBufReqPostsReaderBuffer: USER_BUF_REQ. A registered reader's
