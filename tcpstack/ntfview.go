@@ -40,7 +40,7 @@ type ntfView struct {
 	// ulp: an upper-layer protocol in the device (an RDMA QP) has the
 	// byte stream; the host queues and receives none of it, so only the
 	// ACK count is checked.
-	ulp bool
+	ulp       bool
 	txRefused uint64 // transmit descriptors the device refused for want of room
 }
 
