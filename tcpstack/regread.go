@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync/atomic"
 
 	"github.com/emunic/emunic/rings"
 )
@@ -23,11 +24,13 @@ import (
 // RegisteredBuf is receive memory from the host's allocator (the arena
 // the device reaches by DMA), for DelegatedConn.ReadRegistered.
 type RegisteredBuf struct {
-	mem   *rings.Arena
-	addr  rings.Addr
-	b     []byte
-	owner *DelegatedConn // the connection it was given to, until handed back (DelegatedConn.mu)
-	id    uint32         // its user buffer id while posted
+	mem  *rings.Arena
+	addr rings.Addr
+	b    []byte
+	// owner is the connection it was given to, until handed back
+	// (written under that connection's mu; Free reads it without).
+	owner atomic.Pointer[DelegatedConn]
+	id    uint32 // its user buffer id while posted
 	state regState
 }
 
@@ -71,9 +74,9 @@ var ErrRegisteredBusy = errors.New("registered buffer is given to a connection")
 // connection holds it (until ReadRegistered hands it back, or its
 // connection is released).
 func (b *RegisteredBuf) Free() error {
-	if c := b.owner; c != nil {
+	if c := b.owner.Load(); c != nil {
 		c.mu.Lock()
-		busy := b.owner == c && !c.released
+		busy := b.owner.Load() == c && !c.released
 		c.mu.Unlock()
 		if busy {
 			return ErrRegisteredBusy
@@ -119,7 +122,8 @@ func (r *regRead) drop(b *RegisteredBuf) {
 			break
 		}
 	}
-	b.owner, b.state = nil, regApp
+	b.owner.Store(nil)
+	b.state = regApp
 }
 
 // ReadRegistered gives buffer give (from Host.NewRegisteredBuf; nil:
@@ -208,14 +212,17 @@ func (c *DelegatedConn) PostRegistered(b *RegisteredBuf) error {
 // posts it. mu held.
 func (c *DelegatedConn) giveRegLocked(b *RegisteredBuf) error {
 	switch {
-	case b.owner == c:
+	case b.owner.Load() == c:
 		return nil // given already (a read that returned early)
-	case b.owner != nil:
+	case b.owner.Load() != nil:
 		return ErrRegisteredBusy
 	case len(b.b) == 0:
 		return errors.New("registered buffer freed or empty")
 	}
-	b.owner, b.state = c, regRefused
+	if !b.owner.CompareAndSwap(nil, c) {
+		return ErrRegisteredBusy // given to another connection just now
+	}
+	b.state = regRefused
 	c.reg.bufs = append(c.reg.bufs, b)
 	c.postRegLocked()
 	return nil
@@ -337,7 +344,8 @@ func (c *DelegatedConn) userBufReqLocked() {
 // the device no longer has the connection. mu held.
 func (c *DelegatedConn) releaseRegLocked() {
 	for _, b := range c.reg.bufs {
-		b.owner, b.state = nil, regApp
+		b.owner.Store(nil)
+		b.state = regApp
 	}
 	c.reg.bufs = nil
 }
