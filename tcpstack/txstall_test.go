@@ -5,6 +5,7 @@ import (
 	"io"
 	"testing"
 
+	"github.com/emunic/emunic/delegation"
 	"github.com/emunic/emunic/nic"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/rings"
@@ -17,31 +18,7 @@ import (
 // peer gets every byte, in order, and the connection lives.
 func TestTxNoResourcesEndToEnd(t *testing.T) {
 	const total = 2 << 20
-	pa, pb := port.MustNewWire(port.WireConfig{})
-	mem, err := rings.NewArena(MemorySize(1500, DriverConfig{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dcfg := nic.Config{MAC: [6]byte{2, 0, 0, 0, 0, 1}, MTU: 1500}
-	dcfg.Engine.MinRTO = 20e6
-	dcfg.Engine.MaxTxBuffers = 4
-	dev, err := nic.New(dcfg, mem, pa)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := newHost(HostConfig{Addr: mustPrefix("10.0.0.1/24"), ConnTable: rings.DefaultConnTable}, mem, dev, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
-	b, err := testHost(HostConfig{Addr: mustPrefix("10.0.0.2/24")}, [6]byte{2, 0, 0, 0, 0, 2}, pb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	if err := a.Offload(OffloadConfig{}); err != nil {
-		t.Fatal(err)
-	}
+	a, b := enginePair(t, func(c *delegation.Config) { c.MaxTxBuffers = 4 })
 	dc, peer := delegatedPair(t, a, b, 5103)
 	got := make(chan []byte, 1)
 	go func() {
@@ -70,4 +47,60 @@ func TestTxNoResourcesEndToEnd(t *testing.T) {
 		t.Errorf("info %+v", i)
 	}
 	t.Logf("refused %d descriptors; %+v", i.TxRefused, a.Driver.Stats().TxRefusedNoResources)
+}
+
+// enginePair is plainHosts with A's device engine configured by cfg.
+func enginePair(t *testing.T, cfg func(*delegation.Config)) (a, b *Host) {
+	t.Helper()
+	pa, pb := port.MustNewWire(port.WireConfig{})
+	mem, err := rings.NewArena(MemorySize(1500, DriverConfig{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dcfg := nic.Config{MAC: [6]byte{2, 0, 0, 0, 0, 1}, MTU: 1500}
+	dcfg.Engine.MinRTO = 20e6
+	cfg(&dcfg.Engine)
+	dev, err := nic.New(dcfg, mem, pa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err = newHost(HostConfig{Addr: mustPrefix("10.0.0.1/24"), ConnTable: rings.DefaultConnTable}, mem, dev, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	b, err = testHost(HostConfig{Addr: mustPrefix("10.0.0.2/24")}, [6]byte{2, 0, 0, 0, 0, 2}, pb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	if err := a.Offload(OffloadConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	return a, b
+}
+
+// TestPostBuffersPartialEndToEnd: a device that takes at most 3 user
+// buffers per connection, while the host posts 8 at once (growRecv). The
+// device accepts 3 of each POST_BUFFERS (NO_RESOURCES); the host posts the
+// rest again as buffers come back, and 8 MiB arrive intact.
+func TestPostBuffersPartialEndToEnd(t *testing.T) {
+	const total = 8 << 20
+	a, b := enginePair(t, func(c *delegation.Config) { c.MaxUserBufs = 3 })
+	dc, peer := delegatedPair(t, a, b, 5106)
+	want := make([]byte, total)
+	pattern(want, 0)
+	go peer.Write(want)
+	got := make([]byte, total)
+	if _, err := io.ReadFull(dc, got); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("stream corrupted")
+	}
+	s := a.Driver.Stats()
+	if s.PostBuffersPartial == 0 || s.PostBuffersOverclaim != 0 || dc.Info().DeviceErrors != 0 {
+		t.Fatalf("stats %+v: want partial acceptances and no device error", s)
+	}
+	t.Logf("%d partial POST_BUFFERS", s.PostBuffersPartial)
 }
