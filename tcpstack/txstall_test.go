@@ -5,7 +5,6 @@ import (
 	"io"
 	"testing"
 
-	"github.com/emunic/emunic/delegation"
 	"github.com/emunic/emunic/nic"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/rings"
@@ -18,7 +17,7 @@ import (
 // peer gets every byte, in order, and the connection lives.
 func TestTxNoResourcesEndToEnd(t *testing.T) {
 	const total = 2 << 20
-	a, b := enginePair(t, func(c *delegation.Config) { c.MaxTxBuffers = 4 })
+	a, b := enginePair(t, func(c *nic.Config) { c.Engine.MaxTxBuffers = 4 })
 	dc, peer := delegatedPair(t, a, b, 5103)
 	got := make(chan []byte, 1)
 	go func() {
@@ -49,8 +48,8 @@ func TestTxNoResourcesEndToEnd(t *testing.T) {
 	t.Logf("refused %d descriptors; %+v", i.TxRefused, a.Driver.Stats().TxRefusedNoResources)
 }
 
-// enginePair is plainHosts with A's device engine configured by cfg.
-func enginePair(t *testing.T, cfg func(*delegation.Config)) (a, b *Host) {
+// enginePair is plainHosts with A's device configured by cfg.
+func enginePair(t *testing.T, cfg func(*nic.Config)) (a, b *Host) {
 	t.Helper()
 	pa, pb := port.MustNewWire(port.WireConfig{})
 	mem, err := rings.NewArena(MemorySize(1500, DriverConfig{}))
@@ -59,7 +58,7 @@ func enginePair(t *testing.T, cfg func(*delegation.Config)) (a, b *Host) {
 	}
 	dcfg := nic.Config{MAC: [6]byte{2, 0, 0, 0, 0, 1}, MTU: 1500}
 	dcfg.Engine.MinRTO = 20e6
-	cfg(&dcfg.Engine)
+	cfg(&dcfg)
 	dev, err := nic.New(dcfg, mem, pa)
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +85,7 @@ func enginePair(t *testing.T, cfg func(*delegation.Config)) (a, b *Host) {
 // rest again as buffers come back, and 8 MiB arrive intact.
 func TestPostBuffersPartialEndToEnd(t *testing.T) {
 	const total = 8 << 20
-	a, b := enginePair(t, func(c *delegation.Config) { c.MaxUserBufs = 3 })
+	a, b := enginePair(t, func(c *nic.Config) { c.Engine.MaxUserBufs = 3 })
 	dc, peer := delegatedPair(t, a, b, 5106)
 	want := make([]byte, total)
 	pattern(want, 0)
