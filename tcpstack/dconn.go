@@ -45,7 +45,10 @@ type DelegatedConn struct {
 	// rxBufs are the connection's user receive buffers, by ID, taken from
 	// the host's pool as the connection streams (growRecv) and given back
 	// when it goes quiet; an empty slot (addr 0) is one given back.
-	rxBufs     []rxBuf
+	rxBufs []rxBuf
+	// ubCap is the user buffers the device takes at once, learned from a
+	// POST_BUFFERS it accepted only part of (0: no limit seen).
+	ubCap      int
 	legacyRun  int  // legacy bytes received since receive buffers were last added
 	legacyOut  int  // bytes uploaded to legacy buffers not yet read
 	creditDue  int  // bytes read from legacy uploads not yet credited back

@@ -251,6 +251,17 @@ func (o *offloader) released(c *DelegatedConn) {
 // postIDs posts pool user buffers ids (marked posted) without waiting.
 // Called with c.mu held.
 func (o *offloader) postIDs(c *DelegatedConn, ids []int) {
+	if room := c.ubRoomLocked(); len(ids) > room {
+		// The device holds no more than it took before: the rest
+		// wait for a buffer to come back.
+		for _, id := range ids[room:] {
+			c.rxBufs[id].refused = true
+		}
+		ids = ids[:room]
+	}
+	if len(ids) == 0 {
+		return
+	}
 	ubs := make([]rings.UserBuf, len(ids))
 	for i, id := range ids {
 		b := &c.rxBufs[id]
@@ -310,6 +321,11 @@ func (o *offloader) postedLocked(c *DelegatedConn, ubs []rings.UserBuf, r rings.
 	again := r.Status == rings.StatusNoResources
 	if again {
 		o.drv.stats.postPartial.Add(1)
+		defer func() {
+			// What the device holds now is its limit: post no more
+			// than that from here on (ubRoomLocked).
+			c.ubCap = max(c.ubPostedLocked(), 1)
+		}()
 	}
 	for _, ub := range ubs[accepted:] {
 		if c.reg.isRegID(ub.ID) {
@@ -329,6 +345,32 @@ func (o *offloader) postedLocked(c *DelegatedConn, ubs []rings.UserBuf, r rings.
 		}
 	}
 	c.signal()
+}
+
+// ubPostedLocked counts the user buffers the device has (or that are in a
+// POST_BUFFERS in flight). c.mu held.
+func (c *DelegatedConn) ubPostedLocked() int {
+	n := 0
+	for i := range c.rxBufs {
+		if c.rxBufs[i].posted {
+			n++
+		}
+	}
+	for _, b := range c.reg.bufs {
+		if b.state == regPosted {
+			n++
+		}
+	}
+	return n
+}
+
+// ubRoomLocked is how many more user buffers the device will take: its
+// limit, learned from a partial acceptance, less what it has. c.mu held.
+func (c *DelegatedConn) ubRoomLocked() int {
+	if c.ubCap == 0 {
+		return 1 << 30 // no limit seen
+	}
+	return max(c.ubCap-c.ubPostedLocked(), 0)
 }
 
 // repostRefused posts again the pool buffers the device refused, now that

@@ -265,9 +265,10 @@ func (c *DelegatedConn) postRegNow(all bool) {
 	if waiting == 0 || (!all && posted >= regPostBatch && waiting < regPostBatch) {
 		return
 	}
+	room := c.ubRoomLocked()
 	var ubs []rings.UserBuf
 	for _, b := range c.reg.bufs {
-		if b.state != regRefused {
+		if b.state != regRefused || len(ubs) == room {
 			continue
 		}
 		c.reg.gen++
