@@ -227,7 +227,16 @@ func (c *conn) setKeepalive(now int64, idleMs, intvlMs, count uint32) {
 //	StatusBadState     sending direction closed (FIN queued) or connection closing/closed
 //	StatusBadParam     Len 0 without TxFin, Len > 1 GiB, unknown flags
 //	StatusBadAddress   [Addr, Addr+Len) not in host memory
-//	StatusNoResources  MaxTxBuffers buffers already queued, or 1 GiB queued
+//	StatusNoResources  MaxTxBuffers buffers already queued, or 1 GiB queued;
+//	                   and every later buffer or FIN until a resume
+//
+// A buffer refused for want of room leaves a hole in the stream, and the
+// host's next buffers are already in the transmit ring behind it: taking
+// them would send their bytes at the hole's sequence numbers. So the
+// connection's sending stalls: every buffer (and FIN) after the refused one
+// is refused too, until the host, having seen the refusals, queues a
+// resume (Len 0, no flags; StatusBadParam when nothing is stalled) and the
+// refused bytes again behind it. SendEnd says where the hole starts.
 func (e *Engine) Send(idx uint32, tx *rings.Tx) rings.Status {
 	c := e.get(idx)
 	if c == nil {
@@ -235,6 +244,15 @@ func (e *Engine) Send(idx uint32, tx *rings.Tx) rings.Status {
 	}
 	if len(e.pendList) > 0 {
 		e.flushNotify(e.env.NowNanos())
+	}
+	if c.txStalled {
+		if tx.Len == 0 && tx.Flags == 0 {
+			c.txStalled = false
+			return rings.StatusOK
+		}
+		if c.ulp.u == nil && (c.state == rings.StateEstablished || c.state == rings.StateCloseWait) {
+			return rings.StatusNoResources
+		}
 	}
 	if c.ulp.u != nil || c.finQueued || (c.state != rings.StateEstablished && c.state != rings.StateCloseWait) {
 		return rings.StatusBadState
@@ -248,6 +266,7 @@ func (e *Engine) Send(idx uint32, tx *rings.Tx) rings.Status {
 			return rings.StatusBadAddress
 		}
 		if c.txCount >= c.maxTx || c.sndEnd.Sub(c.sndUna)+tx.Len > maxSendQueue {
+			c.txStalled = true
 			return rings.StatusNoResources
 		}
 		if c.txCount == len(c.txq) {
@@ -264,6 +283,18 @@ func (e *Engine) Send(idx uint32, tx *rings.Tx) rings.Status {
 	c.output(now)
 	e.schedule(c)
 	return rings.StatusOK
+}
+
+// SendEnd returns where connection idx's send queue ends (the sequence
+// number the next buffer's first byte would have), SND.UNA and the ACKs
+// received: what the device tells the host with a refused transmit
+// descriptor. ok is false for an index not delegated.
+func (e *Engine) SendEnd(idx uint32) (end, una, acks uint32, ok bool) {
+	c := e.get(idx)
+	if c == nil {
+		return 0, 0, 0, false
+	}
+	return uint32(c.sndEnd), uint32(c.sndUna), c.ackCount, true
 }
 
 func (c *conn) queueFin() {

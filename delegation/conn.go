@@ -52,7 +52,8 @@ type conn struct {
 	sndUna, sndNxt, sndMax seq
 	sndEnd                 seq // just past the last queued byte
 	finQueued              bool
-	finSeq                 seq // the FIN's sequence number (== sndEnd)
+	txStalled              bool // a transmit buffer was refused for want of room: refuse the rest until a resume (Send)
+	finSeq                 seq  // the FIN's sequence number (== sndEnd)
 	sndWnd                 uint32
 	maxSndWnd              uint32
 	sndWl1, sndWl2         seq

@@ -55,7 +55,9 @@
 // Transmit descriptors with Conn != NoConn: e.Send(tx.Conn, &tx); a status
 // other than StatusOK means the descriptor was not taken (count it, and
 // tell the host: StatusNoResources is flow control, the others are host
-// bugs).
+// bugs). After a StatusNoResources the connection refuses every later
+// descriptor until a resume (Len 0, no flags): tell the host where the send
+// queue ends (e.SendEnd) so it can queue the refused bytes again behind one.
 //
 // Upper-layer protocols running inside the device (iWARP QPs; see "ULP
 // mode" below): e.AttachULP(idx, u, sendBuf) when the QP is created on the
@@ -102,7 +104,8 @@
 //	                 (threshold 0) an ACK freed at least one transmit buffer, or the send
 //	                 queue emptied / our FIN was acknowledged. Seq = SND.NXT. The host frees
 //	                 every transmit buffer whose last byte (FIN included) is below Ack.
-//	NtfDupAck        fast retransmit/recovery started (three duplicate ACKs, or RACK found a loss). Seq = SND.NXT.
+//	NtfDupAck        fast recovery entered (three duplicate ACKs, or RACK found a loss): once per
+//	                 recovery, not per duplicate ACK. Seq = SND.NXT.
 //	NtfSeqThreshold  RCV.NXT reached the armed sequence threshold. Seq = RCV.NXT.
 //	NtfFin           the peer's FIN arrived in order. Seq = RCV.NXT (FIN included).
 //	NtfRst           an acceptable RST arrived (always with NtfClosed).

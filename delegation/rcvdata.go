@@ -224,9 +224,14 @@ func (c *conn) completeUserBuf() {
 	c.uqCount--
 }
 
+// checkSeqThreshold raises NtfSeqThreshold once RCV.NXT reaches the armed
+// threshold. The bytes up to RCV.NXT must then be the host's to read (it
+// arms the threshold for a reader waiting for them), so a user buffer
+// holding some of them completes first, as on PSH.
 func (c *conn) checkSeqThreshold() {
 	if c.seqArmed && c.rcvNxt.GreaterThanEq(c.seqThresh) {
 		c.seqArmed = false
+		c.completeUserBuf()
 		c.notify(rings.NtfSeqThreshold, c.rcvNxt, 0, 0)
 	}
 }

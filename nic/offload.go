@@ -179,12 +179,19 @@ func (d *Device) rxInject(idx uint32, addr rings.Addr, n uint32) rings.Status {
 // sendDelegated hands a transmit descriptor to its connection. A refused
 // descriptor is reported to the host with an error notification (Aux = the
 // status), so the host never waits for an acknowledgement that cannot come.
+// One refused for want of room (NO_RESOURCES) also says where the
+// connection's send queue ends (Seq), SND.UNA and the ACK count: the host
+// queues the refused bytes again from there (Engine.Send).
 func (d *Device) sendDelegated(desc rings.TxDesc) {
 	var t rings.Tx
 	_ = t.Decode(desc)
 	if st := d.eng.Send(t.Conn, &t); st != rings.StatusOK {
 		d.count(rings.StatTxDropBadDesc)
-		d.post(&rings.Notification{Flags: rings.NtfError, Conn: t.Conn, Aux: uint32(st), Len: t.Len})
+		n := rings.Notification{Flags: rings.NtfError, Conn: t.Conn, Aux: uint32(st), Len: t.Len}
+		if st == rings.StatusNoResources {
+			n.Seq, n.Ack, n.AckCount, _ = d.eng.SendEnd(t.Conn)
+		}
+		d.post(&n)
 	}
 }
 

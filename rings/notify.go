@@ -22,7 +22,7 @@ type NotifyFlags uint32
 // Notification flags.
 const (
 	NtfAckThreshold  NotifyFlags = 1 << 0  // bytes acknowledged crossed the ACK threshold
-	NtfDupAck        NotifyFlags = 1 << 1  // duplicate ACK received
+	NtfDupAck        NotifyFlags = 1 << 1  // fast recovery entered (three duplicate ACKs, or RACK found a loss): once per recovery
 	NtfSeqThreshold  NotifyFlags = 1 << 2  // received sequence crossed the sequence threshold
 	NtfLegacyUpload  NotifyFlags = 1 << 3  // data (or a whole legacy frame) written to a legacy buffer
 	NtfUserBufReq    NotifyFlags = 1 << 4  // the unit wants a user buffer for pending payload

@@ -318,6 +318,7 @@ type offloadRig struct {
 	o   *offloader
 	ntf *rings.Producer
 	rx  *rings.Consumer
+	rcv map[uint32]uint32 // the next stream byte of each connection (post)
 }
 
 // newOffloadRig: two receive buffers of 4096 bytes per connection, and
@@ -360,8 +361,27 @@ func (r *offloadRig) takeRx() uint32 {
 	return id
 }
 
-// post posts a notification.
+// post posts a notification. One naming a connection carries the numbers
+// a device would: Ack = the host's SND.UNA (when 0), and a data
+// notification's Seq = the next byte of the connection's stream (when 0).
 func (r *offloadRig) post(n rings.Notification) {
+	r.o.mu.Lock()
+	c := r.o.conns[n.Conn]
+	r.o.mu.Unlock()
+	if c != nil {
+		if r.rcv == nil {
+			r.rcv = map[uint32]uint32{}
+		}
+		c.mu.Lock()
+		if n.Ack == 0 {
+			n.Ack = c.sndISS + uint32(c.sndHead)
+		}
+		c.mu.Unlock()
+		if n.Flags&(rings.NtfLegacyUpload|rings.NtfUserBufDone) != 0 && n.Seq == 0 {
+			n.Seq = r.rcv[n.Conn]
+			r.rcv[n.Conn] += n.Len
+		}
+	}
 	n.Encode(rings.NotificationEntry(r.ntf.Next()))
 	r.ntf.Commit()
 	r.ntf.Publish()
@@ -400,12 +420,14 @@ func TestNotifyNeverWaitsForCommands(t *testing.T) {
 		post(rings.Notification{Flags: rings.NtfLegacyUpload, Conn: rings.NoConn, Aux: takeRx(), Len: 60})
 	}
 	testutil.WaitFor(t, "the legacy frames handled", func() bool { return d.Stats().RxFrames == uint64(frames) })
-	// The device refuses the POST_BUFFERS: the blocked Read returns it.
-	c.writeBack(0, rings.StatusNoResources, 0, true)
+	// The device refuses the POST_BUFFERS (NO_RESOURCES would be a
+	// partial acceptance, posted again later: see
+	// TestPostBuffersPartialAcceptance): the blocked Read returns it.
+	c.writeBack(0, rings.StatusBadAddress, 0, true)
 	c.release(1)
 	select {
 	case err := <-readErr:
-		if err == nil || !strings.Contains(err.Error(), "POST_BUFFERS") || !strings.Contains(err.Error(), "NO_RESOURCES") {
+		if err == nil || !strings.Contains(err.Error(), "POST_BUFFERS") || !strings.Contains(err.Error(), "BAD_ADDRESS") {
 			t.Fatalf("Read: %v, want the POST_BUFFERS failure", err)
 		}
 	case <-time.After(5 * time.Second):

@@ -127,3 +127,125 @@ func (d *Driver) rdmaCopied(n int) {
 	d.stats.rdmaCopyBytes.Add(uint64(n))
 	d.stats.copyBytes.Add(uint64(n))
 }
+
+// DriverStats counts what the host side of the rings did.
+type DriverStats struct {
+	TxFrames, TxBytes uint64
+	TxRingFull        uint64 // times the transmit ring was full and the driver waited
+	TxDropped         uint64 // frames dropped: ring stayed full, or frame too large
+	RxFrames, RxBytes uint64
+	RxErrors          uint64 // notifications reporting a bad buffer
+	// RxFrameTooLarge counts FRAME_TOO_LARGE notifications: legacy
+	// frames longer than the buffer posted for them (the device dropped
+	// the frame and returned the buffer, which the driver reposts).
+	RxFrameTooLarge uint64
+	// Interrupts counts the interrupts the device raised on the
+	// notification vector, as they arrive (an OS's per-vector count);
+	// TxSpaceInterrupts and CommandInterrupts count the transmit-space
+	// and command-completion vectors the same way. Kicks that arrive
+	// while the handler is awake coalesce into one wake-up, and the
+	// handler also finds work by polling, so wake-ups would count
+	// neither the device's interrupts nor anything else.
+	Interrupts                           uint64
+	TxSpaceInterrupts, CommandInterrupts uint64
+	Notifications                        uint64 // notification entries consumed
+	// DoorbellKicks counts the driver's writes of the device's doorbell
+	// (each made because the device said it sleeps on a ring).
+	DoorbellKicks uint64
+	// NtfRingErrors counts notification entries the device published
+	// with a wrong phase tag (or a producer index more than a ring
+	// ahead): a device bug. The entry is skipped, not interpreted.
+	NtfRingErrors uint64
+	Commands      uint64
+	// HostCopyBytes counts every payload byte the host CPU copied on the
+	// data path (legacy frames into and out of ring buffers, delegated
+	// Read/Write through the send area and receive buffers, and
+	// RDMACopyBytes). RDMA work requests on registered memory add
+	// nothing: the device places and fetches their data.
+	HostCopyBytes uint64
+	// RDMACopyBytes counts the bytes the verbs layer copies on the CPU for
+	// RDMA connections: inline sends into the send queue, MPA private
+	// data in and out of host memory, and bytes a peer sent to an RDMA
+	// listener before its QP existed (held, then handed to the device).
+	RDMACopyBytes uint64
+	// FrozenDropsOut counts frames netstack sent on a flow being or
+	// already delegated, which the driver kept off the wire (the abort's
+	// RST among them); FrozenDropsIn, received frames of such flows kept
+	// from netstack.
+	FrozenDropsOut, FrozenDropsIn uint64
+	// RxHeld and RxHeldBytes count the legacy frames (in RxFrames) held
+	// back from netstack for an RDMA listener: a peer's first bytes that
+	// came before its connection was delegated, handed to the device
+	// again (RX_INJECT) once the QP exists, where the engine counts them
+	// as received a second time.
+	RxHeld, RxHeldBytes uint64
+	// RxGROMerged counts legacy frames netstack got merged into the
+	// packet before them (generic receive offload, DriverConfig.NoGRO),
+	// and RxGROHeaderBytes the IP and TCP header bytes they shed: netstack
+	// counts RxGROMerged packets and RxGROHeaderBytes bytes fewer than
+	// the frames the driver handed it.
+	RxGROMerged, RxGROHeaderBytes uint64
+	// ZeroWindowAckRepairs counts header-only copies of received segments
+	// handed to netstack so that it takes their ACK while its receive
+	// window is zero (see ackRepair); ZeroWindowUntracked counts flows at
+	// a zero window the repair table had no room for.
+	ZeroWindowAckRepairs, ZeroWindowUntracked uint64
+	// The command path (cmdpath.go). CmdTimeouts counts waiters that gave
+	// up on a command (it stays in flight); CmdLate, timed-out commands the
+	// device completed later; CmdLost, commands whose slot the device
+	// released without a status; CmdFailed, statuses other than OK;
+	// CmdBadWriteBacks, DONEs with the phase of another lap and
+	// CmdStrayDone, DONEs in slots the host had not issued (both ignored).
+	// CmdInFlight is the commands in the ring or waiting for it now, and
+	// CmdQuarantined the resources (connection indices, QPs, CQs, MRs)
+	// held back because the device has not answered a command naming them.
+	CmdTimeouts, CmdLate, CmdLost, CmdFailed, CmdBadWriteBacks, CmdStrayDone uint64
+	CmdInFlight, CmdQuarantined                                              uint64
+	// Delegated notifications the host rejected (ntfview.go), device
+	// errors all: NtfOutOfSequence, numbers that went back or data not at
+	// the next expected byte; NtfImpossibleSeq, numbers past what the host
+	// queued; NtfUnknownConn, a connection index the host has free (or
+	// past its table). NtfLateConn counts notifications for a connection
+	// being released (legitimate, dropped).
+	NtfOutOfSequence, NtfImpossibleSeq, NtfUnknownConn, NtfLateConn uint64
+	// PostBuffersPartial counts POST_BUFFERS the device accepted only a
+	// prefix of (the rest is posted again later); PostBuffersOverclaim,
+	// results claiming more buffers than were posted (a device error).
+	PostBuffersPartial, PostBuffersOverclaim uint64
+	// TxRefusedNoResources counts delegated transmit descriptors the
+	// device refused for want of room: queued again, the writer waits.
+	TxRefusedNoResources uint64
+	// UserBufRequests counts USER_BUF_REQ notifications; UserBufPosted,
+	// the registered reader buffers posted (ReadRegistered), and
+	// ZeroCopyBytes the payload the device placed straight into them.
+	UserBufRequests, UserBufPosted, ZeroCopyBytes uint64
+	// FastRecoveries counts DUP_ACK notifications (fast recovery entered).
+	FastRecoveries uint64
+}
+
+// Stats returns the driver's counters.
+func (d *Driver) Stats() DriverStats {
+	s := &d.stats
+	return DriverStats{
+		TxFrames: s.txFrames.Load(), TxBytes: s.txBytes.Load(), TxRingFull: s.txRingFull.Load(),
+		TxDropped: s.txDropped.Load(), RxFrames: s.rxFrames.Load(), RxBytes: s.rxBytes.Load(),
+		RxErrors: s.rxErrors.Load(), RxFrameTooLarge: s.rxTooLarge.Load(),
+		Interrupts: s.irqNotify.n.Load(), TxSpaceInterrupts: s.irqTxSpace.n.Load(), CommandInterrupts: s.irqCommand.n.Load(),
+		DoorbellKicks: s.doorbell.n.Load(),
+		Notifications: s.ntfs.Load(), NtfRingErrors: s.ntfRingErrs.Load(),
+		Commands: s.commands.Load(), HostCopyBytes: s.copyBytes.Load(), RDMACopyBytes: s.rdmaCopyBytes.Load(),
+		FrozenDropsOut: d.flows.droppedOut.Load(), FrozenDropsIn: d.flows.droppedIn.Load(),
+		RxHeld: s.rxHeld.Load(), RxHeldBytes: s.rxHeldBytes.Load(),
+		RxGROMerged: s.groIn.Load() - s.groOut.Load(), RxGROHeaderBytes: s.groInBytes.Load() - s.groOutBytes.Load(),
+		ZeroWindowAckRepairs: d.ackFix.repairs.Load(), ZeroWindowUntracked: d.ackFix.full.Load(),
+		CmdTimeouts: d.cp.timeouts.Load(), CmdLate: d.cp.late.Load(), CmdLost: d.cp.lost.Load(),
+		CmdFailed: d.cp.failed.Load(), CmdBadWriteBacks: d.cp.badDone2.Load(), CmdStrayDone: d.cp.strayDone.Load(),
+		CmdInFlight: d.cmdInFlight(), CmdQuarantined: uint64(max(d.cp.quarantined.Load(), 0)),
+		NtfOutOfSequence: s.ntfOutOfSeq.Load(), NtfImpossibleSeq: s.ntfImpossible.Load(),
+		NtfUnknownConn: s.ntfUnknown.Load(), NtfLateConn: s.ntfLate.Load(),
+		PostBuffersPartial: s.postPartial.Load(), PostBuffersOverclaim: s.postOverclaim.Load(),
+		TxRefusedNoResources: s.txRefused.Load(), UserBufRequests: s.userBufReqs.Load(),
+		UserBufPosted: s.userBufPosted.Load(), ZeroCopyBytes: s.zeroCopyBytes.Load(),
+		FastRecoveries: s.fastRecoveries.Load(),
+	}
+}

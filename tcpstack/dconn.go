@@ -22,7 +22,8 @@ import (
 //
 // Copies: Write copies once into host memory and Read copies once out of it;
 // the unit places and fetches payload by DMA, so the host never touches a
-// segment. Applications that want no copy at all use the arena directly.
+// segment. ReadRegistered copies nothing: the unit places the payload in
+// the reader's own buffers (regread.go).
 type DelegatedConn struct {
 	o     *offloader
 	idx   uint32
@@ -44,7 +45,10 @@ type DelegatedConn struct {
 	// rxBufs are the connection's user receive buffers, by ID, taken from
 	// the host's pool as the connection streams (growRecv) and given back
 	// when it goes quiet; an empty slot (addr 0) is one given back.
-	rxBufs     []rxBuf
+	rxBufs []rxBuf
+	// ubCap is the user buffers the device takes at once, learned from a
+	// POST_BUFFERS it accepted only part of (0: no limit seen).
+	ubCap      int
 	legacyRun  int  // legacy bytes received since receive buffers were last added
 	legacyOut  int  // bytes uploaded to legacy buffers not yet read
 	creditDue  int  // bytes read from legacy uploads not yet credited back
@@ -59,17 +63,39 @@ type DelegatedConn struct {
 	// send side: the unacknowledged bytes, in chunks of host memory from
 	// the pool taken as Write needs them and given back as they are
 	// acknowledged (at most SendBufSize bytes at once)
-	snd       []sndChunk
-	sndHead   uint64   // stream offset of the oldest unacknowledged byte
-	sndTail   uint64   // stream offset of the next byte to queue
-	sndISS    uint32   // sequence number of stream offset 0
-	txEnds    []uint64 // stream end offset of each queued transmit descriptor
-	wrClosed  bool
-	closed    bool
-	released  bool
-	stateErr  error
-	ackCount  uint32
-	lastNtf   rings.NotifyFlags
+	snd      []sndChunk
+	sndHead  uint64   // stream offset of the oldest unacknowledged byte
+	sndTail  uint64   // stream offset of the next byte to queue
+	sndISS   uint32   // sequence number of stream offset 0
+	txEnds   []uint64 // stream end offset of each queued transmit descriptor
+	wrClosed bool
+	closed   bool
+	released bool
+	stateErr error
+	lastNtf  rings.NotifyFlags
+	// nv is the host's view the notifications are checked against
+	// (ntfview.go); rxAvail is the bytes queued in chunks, unread.
+	nv      ntfView
+	rxAvail int
+	rdWant  int // bytes the blocked reader waits for (0: none waits)
+	// rcvLowat and sndLowat are the receive and send low-water marks
+	// (lowat.go): a blocked reader wakes once rcvLowat bytes are in (the
+	// sequence threshold), a blocked writer once sndLowat bytes of send
+	// buffer are free (the ACK threshold). seqArmed is the sequence
+	// threshold armed in the device (valid when seqArmedOn),
+	// ackArmed the ACK threshold.
+	rcvLowat, sndLowat  int
+	seqArmed            uint32
+	seqArmedOn, ackBusy bool
+	ackArmed, ackWant   uint32
+	txTimes             []int64 // when each of txEnds was queued (driver clock)
+	// txQueued is the stream offset up to which transmit descriptors are
+	// queued and not refused: sndTail, but while bytes the device refused
+	// for want of room wait to go again (txstall.go).
+	txQueued uint64
+	tx       txStall
+	// reg is the registered-buffer reader's state (regread.go).
+	reg       regRead
 	readDL    deadline
 	writeDL   deadline
 	closeOnce sync.Once
@@ -78,11 +104,12 @@ type DelegatedConn struct {
 }
 
 type rxChunk struct {
-	data   []byte  // unread bytes
-	userID int     // posted user buffer to repost when drained, or -1
-	full   bool    // the user buffer came back full (the peer is streaming)
-	legacy int     // legacy bytes to credit when drained
-	copied *[]byte // the legacyCopies buffer data lives in, returned when drained
+	data   []byte         // unread bytes
+	userID int            // posted user buffer to repost when drained, or -1
+	full   bool           // the user buffer came back full (the peer is streaming)
+	legacy int            // legacy bytes to credit when drained
+	copied *[]byte        // the legacyCopies buffer data lives in, returned when drained
+	reg    *RegisteredBuf // data is in this registered buffer, filled by the device (regread.go)
 }
 
 // legacyCopies holds the copies of legacy uploads (a frame's payload each)
@@ -104,6 +131,7 @@ func (c *DelegatedConn) pushChunk(ch rxChunk) {
 		c.chunks = c.chunkArr[:n]
 	}
 	c.chunks = append(c.chunks, ch)
+	c.rxAvail += len(ch.data)
 	if cap(c.chunks) > cap(c.chunkArr) {
 		c.chunkArr = c.chunks[:0]
 	}
@@ -116,10 +144,14 @@ func legacyChunk(data []byte) rxChunk {
 	return rxChunk{data: *bp, userID: -1, legacy: len(data), copied: bp}
 }
 
-// rxBuf is a user receive buffer from the pool.
+// rxBuf is a user receive buffer from the pool. posted: the device has
+// it (or a POST_BUFFERS of it is in flight); refused: the device did not
+// take it (POST_BUFFERS accepted fewer), the host posts it again later.
 type rxBuf struct {
-	addr rings.Addr
-	mem  []byte
+	addr    rings.Addr
+	mem     []byte
+	posted  bool
+	refused bool
 }
 
 // sndChunk is a piece of host memory holding send stream bytes from
@@ -209,7 +241,9 @@ func (c *DelegatedConn) Read(p []byte) (int, error) {
 		if c.cmdErr != nil {
 			return 0, opErr("read", c, c.cmdErr)
 		}
-		if len(c.chunks) > 0 {
+		// The receive low-water mark: a reader waits for
+		// min(lowat, len(p)) bytes, unless the stream ends first.
+		if len(c.chunks) > 0 && (c.rxAvail >= min(c.rcvLowat, len(p)) || c.peerFin || c.rxErr != nil) {
 			break
 		}
 		if c.rxErr != nil {
@@ -219,12 +253,18 @@ func (c *DelegatedConn) Read(p []byte) (int, error) {
 			return 0, io.EOF
 		}
 		if c.readDL.passed() {
+			if len(c.chunks) > 0 {
+				break // less than the low-water mark, but the deadline passed
+			}
 			return 0, opErr("read", c, os.ErrDeadlineExceeded)
 		}
 		if len(p) == 0 {
 			return 0, nil
 		}
+		c.rdWant = min(c.rcvLowat, len(p))
+		c.armSeqLocked(c.rdWant)
 		c.cond.Wait()
+		c.rdWant = 0
 	}
 	n := 0
 	for n < len(p) && len(c.chunks) > 0 {
@@ -232,6 +272,7 @@ func (c *DelegatedConn) Read(p []byte) (int, error) {
 		k := copy(p[n:], ch.data)
 		c.o.drv.stats.copyBytes.Add(uint64(k))
 		ch.data = ch.data[k:]
+		c.rxAvail -= k
 		n += k
 		if len(ch.data) == 0 {
 			c.retire(ch)
@@ -247,6 +288,10 @@ func (c *DelegatedConn) Read(p []byte) (int, error) {
 // for the device (a refusal comes back as the connection's error). Called
 // with mu held.
 func (c *DelegatedConn) retire(ch *rxChunk) {
+	if ch.reg != nil {
+		c.retireRegLocked(ch.reg)
+		ch.reg = nil
+	}
 	if ch.userID >= 0 {
 		// A buffer that came back full, or with more data queued
 		// behind it, goes straight back to the unit (the peer is
@@ -303,7 +348,10 @@ func (c *DelegatedConn) Write(p []byte) (int, error) {
 			return n, opErr("write", c, os.ErrDeadlineExceeded)
 		}
 		limit := uint64(c.o.cfg.SendBufSize)
-		if c.sndTail-c.sndHead >= limit || len(c.txEnds) >= c.o.cfg.MaxTxBuffers {
+		if c.sndTail-c.sndHead >= limit || len(c.txEnds) >= c.txLimit() || c.txQueued != c.sndTail {
+			// Full: wait until the send low-water mark is free,
+			// which the ACK threshold, armed for it, reports.
+			c.armAckLocked()
 			c.cond.Wait()
 			continue
 		}
@@ -340,7 +388,9 @@ func (c *DelegatedConn) Write(p []byte) (int, error) {
 		}
 		c.o.drv.stats.copyBytes.Add(k)
 		c.sndTail += k
+		c.txQueued = c.sndTail
 		c.txEnds = append(c.txEnds, c.sndTail)
+		c.txTimes = append(c.txTimes, c.o.drv.nanos())
 		n += int(k)
 	}
 	return n, nil
@@ -384,6 +434,13 @@ func (c *DelegatedConn) CloseWrite() error {
 // the ring full the FIN waits in the driver's backlog, still behind the
 // data. Called with mu held.
 func (c *DelegatedConn) queueFin() error {
+	if c.txQueued != c.sndTail {
+		// Bytes the device refused are still to go again (txstall.go):
+		// the FIN follows them.
+		c.tx.finPending = true
+		return nil
+	}
+	c.tx.finIssued = true
 	c.o.drv.sendDelegatedAsync(rings.Tx{Conn: c.idx, Flags: rings.TxFin})
 	return nil
 }
@@ -495,24 +552,32 @@ func (c *DelegatedConn) notify(n *rings.Notification) {
 }
 
 // notifyLocked applies a notification; it reports whether the connection
-// is now to be released.
+// is now to be released. Its numbers are checked against the host's view
+// first (checkNtfLocked): a notification that fails is counted and none
+// of its numbers or data is taken; the buffers it returns are still the
+// host's, and a connection whose data it concerned fails (its stream can
+// no longer be trusted). Its state flags (RST, TIMEOUT, ERROR, CLOSED)
+// still apply: the device is done with the connection either way.
 func (c *DelegatedConn) notifyLocked(n *rings.Notification) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.lastNtf = n.Flags
-	c.ackCount = n.AckCount
-	if n.Flags&rings.NtfUserBufDone != 0 {
-		id := int(n.Aux)
-		if id < len(c.rxBufs) && c.rxBufs[id].addr != 0 && int(n.Len) <= len(c.rxBufs[id].mem) {
-			if n.Len == 0 || c.closed {
-				c.dropRxBuf(id) // the unit gave it back unused
-			} else {
-				b := c.rxBufs[id].mem
-				c.pushChunk(rxChunk{data: b[:n.Len], userID: id, full: int(n.Len) == len(b)})
-			}
-		}
+	bad, why := c.checkNtfLocked(n)
+	if bad != nil {
+		c.deviceErrorLocked(bad, why)
+		c.badNotifyLocked(n, why)
+	} else {
+		c.takeNumbersLocked(n)
 	}
-	if n.Flags&rings.NtfLegacyUpload != 0 {
+	wake := n.Flags&(rings.NtfFin|rings.NtfRst|rings.NtfTimeout|rings.NtfError|rings.NtfClosed|rings.NtfSeqThreshold) != 0 || bad != nil
+	if bad == nil && n.Flags&rings.NtfUserBufDone != 0 {
+		wake = c.userBufDoneLocked(n) || wake
+		// The device's queue has room again: what it refused before
+		// goes now.
+		c.o.repostRefused(c)
+		c.postRegLocked()
+	}
+	if bad == nil && n.Flags&rings.NtfLegacyUpload != 0 {
 		// Payload in a shared legacy buffer: copy it out now so the
 		// buffer goes straight back to the device; credit the window
 		// when the application has read it.
@@ -520,26 +585,44 @@ func (c *DelegatedConn) notifyLocked(n *rings.Notification) bool {
 			if c.closed {
 				c.creditDue += int(n.Len)
 				c.o.credit(c)
-			} else {
+			} else if n.Len > 0 {
 				c.legacyOut += int(n.Len)
 				c.pushChunk(legacyChunk(data))
 				c.o.drv.stats.copyBytes.Add(uint64(n.Len))
+				wake = wake || c.rxAvail >= max(c.rdWant, 1)
 				// A connection that keeps receiving gets receive
 				// buffers of its own from the pool (autotuning): the
 				// unit then places its data with one notification
-				// per buffer instead of one per segment.
-				if c.legacyRun += int(n.Len); c.legacyRun >= c.o.cfg.RecvBufSize {
+				// per buffer instead of one per segment. A
+				// registered reader brings its own (regread.go).
+				if c.legacyRun += int(n.Len); c.legacyRun >= c.o.cfg.RecvBufSize && !c.reg.on {
 					c.legacyRun = 0
 					c.o.growRecv(c)
 				}
 			}
 			c.o.drv.repostLegacy(n.Aux)
+		} else if n.Len > 0 {
+			// Bytes the host cannot find (no such legacy buffer, or
+			// longer than it): the stream has a hole.
+			c.deviceErrorLocked(&c.o.drv.stats.ntfImpossible, fmt.Sprintf("legacy upload of %d bytes in buffer %d", n.Len, n.Aux))
+			c.fail(fmt.Errorf("offload unit uploaded %d bytes outside legacy buffer %d", n.Len, n.Aux))
+			wake = true
 		}
 	}
-	if n.Flags&(rings.NtfAckThreshold|rings.NtfDupAck|rings.NtfClosed) != 0 || n.Ack != 0 {
-		c.acked(n.Ack)
+	if bad == nil && n.Flags&rings.NtfSeqThreshold != 0 {
+		c.seqThresholdLocked()
 	}
-	if n.Flags&rings.NtfFin != 0 {
+	if n.Flags&rings.NtfUserBufReq != 0 {
+		c.o.drv.stats.userBufReqs.Add(1)
+		c.userBufReqLocked()
+	}
+	if bad == nil && !isTxRefusal(n) {
+		wake = c.acked(n.Ack) || wake
+		if c.txQueued != c.sndTail || c.tx.finPending {
+			wake = c.resendLocked() || wake
+		}
+	}
+	if bad == nil && n.Flags&rings.NtfFin != 0 {
 		c.peerFin = true
 	}
 	if n.Flags&rings.NtfRst != 0 {
@@ -548,7 +631,10 @@ func (c *DelegatedConn) notifyLocked(n *rings.Notification) bool {
 	if n.Flags&rings.NtfTimeout != 0 {
 		c.fail(ErrConnTimeout)
 	}
-	if n.Flags&rings.NtfError != 0 && n.Flags&rings.NtfLegacyUpload == 0 {
+	if isTxRefusal(n) {
+		c.txRefusedLocked(n)
+		wake = true
+	} else if n.Flags&rings.NtfError != 0 && n.Flags&(rings.NtfLegacyUpload|rings.NtfUserBufDone) == 0 {
 		c.fail(errors.New("offload unit reported an error on the connection"))
 	}
 	release := false
@@ -556,8 +642,46 @@ func (c *DelegatedConn) notifyLocked(n *rings.Notification) bool {
 		c.released = true
 		release = c.closed && !c.abandoned
 	}
-	c.signal()
+	if wake {
+		c.signal()
+	}
 	return release
+}
+
+// userBufDoneLocked takes a filled user buffer (a pool buffer or the
+// registered reader's); it reports whether a reader should wake. mu held.
+func (c *DelegatedConn) userBufDoneLocked(n *rings.Notification) bool {
+	if c.reg.isRegID(n.Aux) {
+		return c.regDoneLocked(n)
+	}
+	id := int(n.Aux)
+	if id >= len(c.rxBufs) || c.rxBufs[id].addr == 0 || int(n.Len) > len(c.rxBufs[id].mem) {
+		return false
+	}
+	c.rxBufs[id].posted = false
+	if n.Len == 0 || c.closed {
+		c.dropRxBuf(id) // the unit gave it back unused
+		return false
+	}
+	b := c.rxBufs[id].mem
+	c.pushChunk(rxChunk{data: b[:n.Len], userID: id, full: int(n.Len) == len(b)})
+	return c.rxAvail >= max(c.rdWant, 1)
+}
+
+// badNotifyLocked gives back what a rejected notification returned and
+// fails the connection if its data was concerned. mu held.
+func (c *DelegatedConn) badNotifyLocked(n *rings.Notification, why string) {
+	if n.Flags&rings.NtfLegacyUpload != 0 {
+		if _, ok := c.o.drv.legacyData(n.Aux, 0); ok {
+			c.o.drv.repostLegacy(n.Aux)
+		}
+	}
+	if n.Flags&rings.NtfUserBufDone != 0 {
+		c.bufReturnedLocked(n.Aux)
+	}
+	if n.Flags&(rings.NtfLegacyUpload|rings.NtfUserBufDone|rings.NtfFin) != 0 {
+		c.fail(fmt.Errorf("offload unit placed data out of sequence: %s", why))
+	}
 }
 
 func (c *DelegatedConn) fail(err error) {
@@ -569,8 +693,10 @@ func (c *DelegatedConn) fail(err error) {
 	}
 }
 
-// acked frees the send area below the acknowledged sequence number.
-func (c *DelegatedConn) acked(ack uint32) {
+// acked frees the send area below the acknowledged sequence number; it
+// reports whether a blocked writer should wake: the free send buffer
+// reached the send low-water mark, or descriptors freed below the cap.
+func (c *DelegatedConn) acked(ack uint32) bool {
 	off := uint64(ack - c.sndISS) // bytes acknowledged since offload, mod 2^32
 	// Lift the 32-bit offset to the 64-bit stream offset nearest sndHead.
 	base := c.sndHead &^ 0xffffffff
@@ -583,15 +709,25 @@ func (c *DelegatedConn) acked(ack uint32) {
 		if full == c.sndTail+1 && c.wrClosed {
 			full = c.sndTail
 		} else {
-			return
+			return false
 		}
+	}
+	if full == c.sndHead {
+		return false
 	}
 	c.sndHead = full
 	k := 0
 	for k < len(c.txEnds) && c.txEnds[k] <= full {
 		k++
 	}
+	atCap := len(c.txEnds) >= c.txLimit()
+	if k > 0 {
+		// The newest descriptor wholly acknowledged gives a round-trip
+		// sample: queued to acknowledged.
+		c.nv.rttSampleLocked(time.Duration(c.o.drv.nanos() - c.txTimes[k-1]))
+	}
 	c.txEnds = c.txEnds[k:]
+	c.txTimes = c.txTimes[k:]
 	// Chunks wholly acknowledged go back to the pool: a full one, or
 	// the last one once everything is acknowledged.
 	k = 0
@@ -606,6 +742,8 @@ func (c *DelegatedConn) acked(ack uint32) {
 	if k > 0 {
 		c.snd = append(c.snd[:0], c.snd[k:]...)
 	}
+	free := uint64(c.o.cfg.SendBufSize) - (c.sndTail - c.sndHead)
+	return free >= uint64(c.sndLowat) || (atCap && len(c.txEnds) < c.txLimit())
 }
 
 // sndRoom returns the chunk the next byte of the send stream goes to, or
@@ -633,6 +771,7 @@ func (c *DelegatedConn) dropRxBuf(id int) {
 // freeStreamLocked gives all of the connection's byte-stream memory back
 // to the pool; the unit must no longer use any of it (mu held).
 func (c *DelegatedConn) freeStreamLocked() {
+	c.releaseRegLocked()
 	for id := range c.rxBufs {
 		c.dropRxBuf(id)
 	}

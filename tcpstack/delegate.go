@@ -450,7 +450,9 @@ func (o *offloader) stateBlock(key hdr.Tuple, fi *flowInfo) rings.ConnState {
 }
 
 func (o *offloader) newConn(idx uint32, key hdr.Tuple, fi *flowInfo) (*DelegatedConn, error) {
-	c := &DelegatedConn{o: o, idx: idx, key: key, sndISS: fi.sndNxt}
+	c := &DelegatedConn{o: o, idx: idx, key: key, sndISS: fi.sndNxt, rcvLowat: 1,
+		sndLowat: o.cfg.SendBufSize / 4, ackArmed: uint32(o.cfg.SendBufSize / 4)}
+	c.nv.rcvNxt = fi.rcvNxt
 	c.cond = sync.NewCond(&c.mu)
 	c.local = &net.TCPAddr{IP: net.IP(key.LocalIP.AsSlice()), Port: int(key.LocalPort)}
 	c.peer = &net.TCPAddr{IP: net.IP(key.RemoteIP.AsSlice()), Port: int(key.RemotePort)}

@@ -38,6 +38,14 @@
 //   - tracked.go: TrackedConn, DialTracked, Delegate and DialOffload.
 //   - listener.go: OffloadListener.
 //   - dconn.go: DelegatedConn, a net.Conn run by the offload unit.
+//   - ntfview.go: the host's view of a delegated connection that every
+//     notification is checked against, and ConnInfo (DelegatedConn.Info).
+//   - lowat.go: the receive and send low-water marks, armed as the
+//     device's sequence and ACK thresholds (SET_THRESHOLDS).
+//   - regread.go: registered-buffer reads (ReadRegistered): the device
+//     places payload in the reader's own host memory.
+//   - txstall.go: transmit NO_RESOURCES as back-pressure (resume, resend).
+//   - fragments.go: IPv4 reassembly of TCP fragments, before netstack.
 //   - rdmahost.go: the host's RDMA provider seam (RDMAHooks, RDMAHost,
 //     Host.AttachRDMA): all that tcpstack/verbs uses of delegation.
 //

@@ -73,81 +73,6 @@ func (c *DriverConfig) setDefaults() {
 	}
 }
 
-// DriverStats counts what the host side of the rings did.
-type DriverStats struct {
-	TxFrames, TxBytes uint64
-	TxRingFull        uint64 // times the transmit ring was full and the driver waited
-	TxDropped         uint64 // frames dropped: ring stayed full, or frame too large
-	RxFrames, RxBytes uint64
-	RxErrors          uint64 // notifications reporting a bad buffer
-	// RxFrameTooLarge counts FRAME_TOO_LARGE notifications: legacy
-	// frames longer than the buffer posted for them (the device dropped
-	// the frame and returned the buffer, which the driver reposts).
-	RxFrameTooLarge uint64
-	// Interrupts counts the interrupts the device raised on the
-	// notification vector, as they arrive (an OS's per-vector count);
-	// TxSpaceInterrupts and CommandInterrupts count the transmit-space
-	// and command-completion vectors the same way. Kicks that arrive
-	// while the handler is awake coalesce into one wake-up, and the
-	// handler also finds work by polling, so wake-ups would count
-	// neither the device's interrupts nor anything else.
-	Interrupts                           uint64
-	TxSpaceInterrupts, CommandInterrupts uint64
-	Notifications                        uint64 // notification entries consumed
-	// DoorbellKicks counts the driver's writes of the device's doorbell
-	// (each made because the device said it sleeps on a ring).
-	DoorbellKicks uint64
-	// NtfRingErrors counts notification entries the device published
-	// with a wrong phase tag (or a producer index more than a ring
-	// ahead): a device bug. The entry is skipped, not interpreted.
-	NtfRingErrors uint64
-	Commands      uint64
-	// HostCopyBytes counts every payload byte the host CPU copied on the
-	// data path (legacy frames into and out of ring buffers, delegated
-	// Read/Write through the send area and receive buffers, and
-	// RDMACopyBytes). RDMA work requests on registered memory add
-	// nothing: the device places and fetches their data.
-	HostCopyBytes uint64
-	// RDMACopyBytes counts the bytes the verbs layer copies on the CPU for
-	// RDMA connections: inline sends into the send queue, MPA private
-	// data in and out of host memory, and bytes a peer sent to an RDMA
-	// listener before its QP existed (held, then handed to the device).
-	RDMACopyBytes uint64
-	// FrozenDropsOut counts frames netstack sent on a flow being or
-	// already delegated, which the driver kept off the wire (the abort's
-	// RST among them); FrozenDropsIn, received frames of such flows kept
-	// from netstack.
-	FrozenDropsOut, FrozenDropsIn uint64
-	// RxHeld and RxHeldBytes count the legacy frames (in RxFrames) held
-	// back from netstack for an RDMA listener: a peer's first bytes that
-	// came before its connection was delegated, handed to the device
-	// again (RX_INJECT) once the QP exists, where the engine counts them
-	// as received a second time.
-	RxHeld, RxHeldBytes uint64
-	// RxGROMerged counts legacy frames netstack got merged into the
-	// packet before them (generic receive offload, DriverConfig.NoGRO),
-	// and RxGROHeaderBytes the IP and TCP header bytes they shed: netstack
-	// counts RxGROMerged packets and RxGROHeaderBytes bytes fewer than
-	// the frames the driver handed it.
-	RxGROMerged, RxGROHeaderBytes uint64
-	// ZeroWindowAckRepairs counts header-only copies of received segments
-	// handed to netstack so that it takes their ACK while its receive
-	// window is zero (see ackRepair); ZeroWindowUntracked counts flows at
-	// a zero window the repair table had no room for.
-	ZeroWindowAckRepairs, ZeroWindowUntracked uint64
-	// The command path (cmdpath.go). CmdTimeouts counts waiters that gave
-	// up on a command (it stays in flight); CmdLate, timed-out commands the
-	// device completed later; CmdLost, commands whose slot the device
-	// released without a status; CmdFailed, statuses other than OK;
-	// CmdBadWriteBacks, DONEs with the phase of another lap and
-	// CmdStrayDone, DONEs in slots the host had not issued (both ignored).
-	// CmdInFlight is the commands in the ring or waiting for it now, and
-	// CmdQuarantined the resources (connection indices, QPs, CQs, MRs)
-	// held back because the device has not answered a command naming them.
-	CmdTimeouts, CmdLate, CmdLost, CmdFailed, CmdBadWriteBacks, CmdStrayDone uint64
-	CmdInFlight, CmdQuarantined                                              uint64
-}
-
 // Driver is the host's NIC driver: a gVisor stack.LinkEndpoint whose frames
 // cross the device's legacy transmit and receive rings as DMA buffers in
 // host memory. Transmit copies each frame once into a ring buffer; receive
@@ -206,6 +131,7 @@ type Driver struct {
 	netstackDrop atomic.Pointer[func([]byte) bool]
 
 	flows   flowTracker
+	frags   fragReasm // TCP fragments, reassembled before netstack (fragments.go)
 	ackFix  ackRepair
 	stats   driverCounters
 	closing atomic.Bool
@@ -215,15 +141,19 @@ type Driver struct {
 }
 
 type driverCounters struct {
-	txFrames, txBytes, txRingFull, txDropped       atomic.Uint64
-	rxFrames, rxBytes, rxErrors, ntfs, ntfRingErrs atomic.Uint64
-	rxTooLarge, rxHeld, rxHeldBytes                atomic.Uint64
-	groIn, groInBytes, groOut, groOutBytes         atomic.Uint64 // packets (and their network bytes) into and out of GRO
-	commands                                       atomic.Uint64
-	copyBytes, rdmaCopyBytes                       atomic.Uint64
-	irqNotify, irqTxSpace, irqCommand              countedVector
-	doorbell                                       countedDoorbell
-	ntfKinds                                       ntfCounters
+	txFrames, txBytes, txRingFull, txDropped        atomic.Uint64
+	rxFrames, rxBytes, rxErrors, ntfs, ntfRingErrs  atomic.Uint64
+	rxTooLarge, rxHeld, rxHeldBytes                 atomic.Uint64
+	groIn, groInBytes, groOut, groOutBytes          atomic.Uint64 // packets (and their network bytes) into and out of GRO
+	commands                                        atomic.Uint64
+	copyBytes, rdmaCopyBytes                        atomic.Uint64
+	irqNotify, irqTxSpace, irqCommand               countedVector
+	doorbell                                        countedDoorbell
+	ntfKinds                                        ntfCounters
+	ntfOutOfSeq, ntfImpossible, ntfUnknown, ntfLate atomic.Uint64
+	postPartial, postOverclaim, txRefused           atomic.Uint64
+	userBufReqs, userBufPosted, zeroCopyBytes       atomic.Uint64
+	fastRecoveries                                  atomic.Uint64
 }
 
 var _ stack.LinkEndpoint = (*Driver)(nil)
@@ -240,6 +170,7 @@ func NewDriver(mem *rings.Arena, dev Device, cfg DriverConfig) (*Driver, error) 
 		done: make(chan struct{}),
 	}
 	d.gro.Init(!cfg.NoGRO)
+	d.frags.now, d.frags.deliver = d.nanos, d.deliverWhole
 	if cfg.Clock != nil {
 		d.flows.now = d.nanos
 	}
@@ -341,27 +272,6 @@ func (d *Driver) RingConfig() rings.RingConfig { return d.rc }
 
 // Memory returns host memory.
 func (d *Driver) Memory() *rings.Arena { return d.mem }
-
-// Stats returns the driver's counters.
-func (d *Driver) Stats() DriverStats {
-	s := &d.stats
-	return DriverStats{
-		TxFrames: s.txFrames.Load(), TxBytes: s.txBytes.Load(), TxRingFull: s.txRingFull.Load(),
-		TxDropped: s.txDropped.Load(), RxFrames: s.rxFrames.Load(), RxBytes: s.rxBytes.Load(),
-		RxErrors: s.rxErrors.Load(), RxFrameTooLarge: s.rxTooLarge.Load(),
-		Interrupts: s.irqNotify.n.Load(), TxSpaceInterrupts: s.irqTxSpace.n.Load(), CommandInterrupts: s.irqCommand.n.Load(),
-		DoorbellKicks: s.doorbell.n.Load(),
-		Notifications: s.ntfs.Load(), NtfRingErrors: s.ntfRingErrs.Load(),
-		Commands: s.commands.Load(), HostCopyBytes: s.copyBytes.Load(), RDMACopyBytes: s.rdmaCopyBytes.Load(),
-		FrozenDropsOut: d.flows.droppedOut.Load(), FrozenDropsIn: d.flows.droppedIn.Load(),
-		RxHeld: s.rxHeld.Load(), RxHeldBytes: s.rxHeldBytes.Load(),
-		RxGROMerged: s.groIn.Load() - s.groOut.Load(), RxGROHeaderBytes: s.groInBytes.Load() - s.groOutBytes.Load(),
-		ZeroWindowAckRepairs: d.ackFix.repairs.Load(), ZeroWindowUntracked: d.ackFix.full.Load(),
-		CmdTimeouts: d.cp.timeouts.Load(), CmdLate: d.cp.late.Load(), CmdLost: d.cp.lost.Load(),
-		CmdFailed: d.cp.failed.Load(), CmdBadWriteBacks: d.cp.badDone2.Load(), CmdStrayDone: d.cp.strayDone.Load(),
-		CmdInFlight: d.cmdInFlight(), CmdQuarantined: uint64(max(d.cp.quarantined.Load(), 0)),
-	}
-}
 
 // interrupts is the interrupt handler: it drains the notification ring,
 // hands legacy frames to netstack, reposts their buffers and sleeps on the
@@ -472,6 +382,9 @@ func (d *Driver) deliverFrame(frame []byte, viaGRO bool) {
 	if h := d.rxHold.Load(); h != nil && (*h)(frame) {
 		return
 	}
+	if d.frags.take(frame) {
+		return
+	}
 	if d.flows.observe(frame, false) {
 		return
 	}
@@ -485,6 +398,13 @@ func (d *Driver) deliverFrame(frame []byte, viaGRO bool) {
 	}
 	d.deliverToStack(disp, frame, viaGRO)
 }
+
+// deliverWhole hands netstack a frame the driver reassembled from
+// fragments (fragments.go), of a flow no delegated connection has.
+func (d *Driver) deliverWhole(frame []byte) { d.deliverFrame(frame, false) }
+
+// FragStats returns the counts of the TCP fragments the driver reassembled.
+func (d *Driver) FragStats() FragStats { return d.frags.stats() }
 
 // deliverToStack makes the one receive copy of a frame and hands it to
 // netstack.

@@ -108,6 +108,8 @@ func newOffloader(drv *Driver, cfg OffloadConfig) (*offloader, error) {
 		o.isFree[i] = true
 	}
 	drv.SetDelegatedHandler(o.dispatch)
+	inject := o.injectFragment
+	drv.frags.inject.Store(&inject)
 	return o, nil
 }
 
@@ -119,13 +121,22 @@ func (o *offloader) dispatch(n *rings.Notification) {
 	}
 	o.mu.Lock()
 	c := o.conns[n.Conn]
+	free := n.Conn >= uint32(len(o.isFree)) || o.isFree[n.Conn]
 	o.mu.Unlock()
 	if c != nil {
 		c.notify(n)
 		return
 	}
-	// A notification for a connection the host no longer has: a legacy
+	// A notification for a connection the host does not have: late for
+	// one being released (its RELEASE not yet answered, or the index
+	// quarantined), or, for an index the host has free, a device error.
+	// Either way nothing of any connection is touched, and a legacy
 	// buffer in it still goes back to the device.
+	if free {
+		o.drv.stats.ntfUnknown.Add(1)
+	} else {
+		o.drv.stats.ntfLate.Add(1)
+	}
 	if n.Flags&rings.NtfLegacyUpload != 0 {
 		o.drv.repostLegacy(n.Aux)
 	}
@@ -237,15 +248,150 @@ func (o *offloader) released(c *DelegatedConn) {
 	o.unquarantine(c.idx)
 }
 
-// postReq is the POST_BUFFERS of user buffers ids.
-func (o *offloader) postReq(c *DelegatedConn, ids ...int) cmdReq {
-	p := make([]byte, len(ids)*rings.UserBufDescSize)
+// postIDs posts pool user buffers ids (marked posted) without waiting.
+// Called with c.mu held.
+func (o *offloader) postIDs(c *DelegatedConn, ids []int) {
+	if room := c.ubRoomLocked(); len(ids) > room {
+		// The device holds no more than it took before: the rest
+		// wait for a buffer to come back.
+		for _, id := range ids[room:] {
+			c.rxBufs[id].refused = true
+		}
+		ids = ids[:room]
+	}
+	if len(ids) == 0 {
+		return
+	}
+	ubs := make([]rings.UserBuf, len(ids))
 	for i, id := range ids {
 		b := &c.rxBufs[id]
-		ub := rings.UserBuf{Addr: b.addr, Len: uint32(len(b.mem)), ID: uint32(id)}
-		ub.Encode(rings.UserBufDesc(p[i*rings.UserBufDescSize:]))
+		b.posted, b.refused = true, false
+		ubs[i] = rings.UserBuf{Addr: b.addr, Len: uint32(len(b.mem)), ID: uint32(id)}
 	}
-	return cmdReq{c: rings.Command{Opcode: rings.OpPostBuffers, Conn: c.idx, Arg0: uint32(len(ids))}, param: p}
+	o.postBufs(c, ubs)
+}
+
+// postBufs submits a POST_BUFFERS of ubs without waiting and honours its
+// result, the count of buffers the device accepted (a prefix):
+//
+//   - NO_RESOURCES with a prefix accepted: the device's queue is full;
+//     the rest are the host's again and are posted again when the device
+//     gives a buffer back or asks for one (USER_BUF_REQ). Counted
+//     (PostBuffersPartial); the connection carries on.
+//   - OK with fewer accepted: the peer's FIN is in, no buffer will be
+//     needed; the rest are the host's again, and not posted again.
+//   - A result above the count posted is a device error
+//     (PostBuffersOverclaim): the host cannot tell what the device holds,
+//     so it takes every buffer as accepted (never reusing one the device
+//     may write).
+//   - Any other status fails the connection, as for any command.
+//
+// Called with c.mu held.
+func (o *offloader) postBufs(c *DelegatedConn, ubs []rings.UserBuf) {
+	p := make([]byte, len(ubs)*rings.UserBufDescSize)
+	for i := range ubs {
+		ubs[i].Encode(rings.UserBufDesc(p[i*rings.UserBufDescSize:]))
+	}
+	req := cmdReq{c: rings.Command{Opcode: rings.OpPostBuffers, Conn: c.idx, Arg0: uint32(len(ubs))}, param: p}
+	err := o.drv.submitAsync([]cmdReq{req}, func(res []rings.Command, err error) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		o.postedLocked(c, ubs, res[0], err)
+	})
+	if err != nil {
+		c.cmdFailLocked(fmt.Errorf("%v: %w", req.c.Opcode, err))
+	}
+}
+
+// postedLocked takes a POST_BUFFERS' write-back (postBufs). c.mu held.
+func (o *offloader) postedLocked(c *DelegatedConn, ubs []rings.UserBuf, r rings.Command, err error) {
+	if err != nil || (r.Status != rings.StatusOK && r.Status != rings.StatusNoResources) {
+		c.cmdFailLocked(o.checkResult(r, err))
+		return
+	}
+	accepted := r.Result
+	if accepted > uint64(len(ubs)) {
+		o.drv.stats.postOverclaim.Add(1)
+		c.deviceErrorLocked(&o.drv.stats.ntfImpossible, fmt.Sprintf("POST_BUFFERS accepted %d of %d", accepted, len(ubs)))
+		return
+	}
+	if accepted == uint64(len(ubs)) {
+		return
+	}
+	again := r.Status == rings.StatusNoResources
+	if again {
+		o.drv.stats.postPartial.Add(1)
+		defer func() {
+			// What the device holds now is its limit: post no more
+			// than that from here on (ubRoomLocked).
+			c.ubCap = max(c.ubPostedLocked(), 1)
+		}()
+	}
+	for _, ub := range ubs[accepted:] {
+		if c.reg.isRegID(ub.ID) {
+			if again {
+				c.regReturnedLocked(ub.ID) // posted again at the next chance
+			} else if b := c.reg.find(ub.ID); b != nil {
+				c.reg.drop(b) // no more data: the application's again
+			}
+			continue
+		}
+		b := &c.rxBufs[ub.ID]
+		b.posted = false
+		if again {
+			b.refused = true
+		} else {
+			c.dropRxBuf(int(ub.ID))
+		}
+	}
+	c.signal()
+}
+
+// ubPostedLocked counts the user buffers the device has (or that are in a
+// POST_BUFFERS in flight). c.mu held.
+func (c *DelegatedConn) ubPostedLocked() int {
+	n := 0
+	for i := range c.rxBufs {
+		if c.rxBufs[i].posted {
+			n++
+		}
+	}
+	for _, b := range c.reg.bufs {
+		if b.state == regPosted {
+			n++
+		}
+	}
+	return n
+}
+
+// ubRoomLocked is how many more user buffers the device will take: its
+// limit, learned from a partial acceptance, less what it has. c.mu held.
+func (c *DelegatedConn) ubRoomLocked() int {
+	if c.ubCap == 0 {
+		return 1 << 30 // no limit seen
+	}
+	return max(c.ubCap-c.ubPostedLocked(), 0)
+}
+
+// repostRefused posts again the pool buffers the device refused, now that
+// it gave one back or asked for one. Called with c.mu held.
+func (o *offloader) repostRefused(c *DelegatedConn) {
+	var ids []int
+	for id := range c.rxBufs {
+		if c.rxBufs[id].refused && c.rxBufs[id].addr != 0 {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	if c.released || c.peerFin || c.rxErr != nil || c.cmdErr != nil || c.reg.on {
+		for _, id := range ids {
+			c.dropRxBuf(id)
+		}
+		return
+	}
+	o.postIDs(c, ids)
 }
 
 // growRecv gives a connection that keeps receiving user buffers of its
@@ -272,7 +418,7 @@ func (o *offloader) growRecv(c *DelegatedConn) {
 		ids = append(ids, id)
 	}
 	if len(ids) > 0 {
-		o.asyncLocked(c, o.postReq(c, ids...))
+		o.postIDs(c, ids)
 	}
 }
 
@@ -283,11 +429,13 @@ func (o *offloader) repost(c *DelegatedConn, id int) {
 	if id >= len(c.rxBufs) || c.rxBufs[id].addr == 0 {
 		return
 	}
-	if c.released || c.peerFin || c.rxErr != nil || c.cmdErr != nil {
-		c.dropRxBuf(id) // the unit takes no more receive buffers once the peer closed
+	if c.released || c.peerFin || c.rxErr != nil || c.cmdErr != nil || c.reg.on {
+		// The unit takes no more receive buffers once the peer
+		// closed; a registered reader brings its own.
+		c.dropRxBuf(id)
 		return
 	}
-	o.asyncLocked(c, o.postReq(c, id))
+	o.postIDs(c, []int{id})
 }
 
 // credit returns receive window for legacy-uploaded bytes the application

@@ -164,6 +164,7 @@ func (r rdmaHost) TakeStream(c *DelegatedConn) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.freeStreamLocked()
+	c.nv.ulp = true // the device's ULP has the byte stream now
 	return len(c.chunks) > 0 || c.legacyOut > 0
 }
 

@@ -22,6 +22,12 @@ type Split struct {
 	// builds its server host under that label (goroutines inherit labels)
 	// tells its client's CPU (Host - Server) from its server's.
 	Server time.Duration
+	// Client is the part of Host labelled side=client, for a benchmark
+	// that builds the host it measures, and runs its application,
+	// under that label: that host's own goroutines, without the
+	// runtime's unlabelled work (the scheduler, the garbage collector)
+	// that every goroutine of the process causes.
+	Client time.Duration
 	Wall   time.Duration
 }
 
@@ -62,6 +68,9 @@ func Measure(f func()) (Split, error) {
 		case "server":
 			s.Host += d
 			s.Server += d
+		case "client":
+			s.Host += d
+			s.Client += d
 		default:
 			s.Host += d
 		}

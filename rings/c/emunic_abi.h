@@ -91,7 +91,7 @@
 #define EMUNIC_NTF_OFF_LEN 0x18                  /* u32 bytes concerned (uploaded frame or data length) */
 #define EMUNIC_NTF_OFF_AUX 0x1C                  /* u32 buffer id for uploads, USER_BUF_DONE and FRAME_TOO_LARGE, error code for errors */
 #define EMUNIC_NTF_ACK_THRESHOLD 1               /* NotifyFlags: bytes acknowledged crossed the ACK threshold */
-#define EMUNIC_NTF_DUP_ACK 2                     /* NotifyFlags: duplicate ACK received */
+#define EMUNIC_NTF_DUP_ACK 2                     /* NotifyFlags: fast recovery entered (three duplicate ACKs, or RACK found a loss): once per recovery */
 #define EMUNIC_NTF_SEQ_THRESHOLD 4               /* NotifyFlags: received sequence crossed the sequence threshold */
 #define EMUNIC_NTF_LEGACY_UPLOAD 8               /* NotifyFlags: data (or a whole legacy frame) written to a legacy buffer */
 #define EMUNIC_NTF_USER_BUF_REQ 0x10             /* NotifyFlags: the unit wants a user buffer for pending payload */
