@@ -173,9 +173,12 @@ type Client struct {
 	qp *verbs.QP
 
 	slots *verbs.Buffer
+	smem  []byte // slots' bytes
 	smr   *verbs.MR
 	rbuf  *verbs.Buffer
+	rmem  []byte // rbuf's bytes
 	rmr   *verbs.MR
+	rwrs  []rings.RecvWR // postRecv's work requests
 
 	mu          sync.Mutex
 	cond        *sync.Cond
@@ -190,6 +193,7 @@ type Client struct {
 	byCookie    map[uint64]*Call
 	polling     []*Call
 	intrOut     bool
+	asleep      bool // the completion loop waits for a completion (PollWait)
 	cookie      uint64
 	seq         uint16 // the next request's Sequence (AUTH's is BaseSequence, 0)
 	bounceFree  []*bounce
@@ -247,7 +251,6 @@ type Call struct {
 	user     []byte   // a read's destination when bounced
 	pages    [][]byte // a vectored read's bounced pages
 	bounce   *bounce
-	sent     bool // the send completed
 	answered bool
 	status   uint32
 	info     uint32
@@ -327,6 +330,7 @@ func (c *Client) connect(ctx context.Context, dst netip.AddrPort) error {
 		c.freeMem()
 		return fmt.Errorf("lwio: %w", err)
 	}
+	c.smem, c.rmem, c.rwrs = c.slots.Bytes(), c.rbuf.Bytes(), make([]rings.RecvWR, recvSlots)
 	for i := nslots - 1; i >= 0; i-- {
 		c.freeSlots = append(c.freeSlots, i)
 	}
@@ -351,7 +355,7 @@ func (c *Client) connect(ctx context.Context, dst netip.AddrPort) error {
 
 // postRecv posts n more 16-byte receive buffers (status responses).
 func (c *Client) postRecv(n int) error {
-	var wrs [recvSlots]rings.RecvWR
+	wrs := c.rwrs
 	for i := range n {
 		s := (c.rnext + i) % recvSlots
 		wrs[i] = rings.RecvWR{WRID: uint64(s), NumSGE: 1}
@@ -394,7 +398,7 @@ func (c *Client) authenticate(ctx context.Context) error {
 	if err := c.wait(ctx, call); err != nil {
 		return fmt.Errorf("lwio: authentication: %w", err)
 	}
-	area := c.slots.Bytes()[call.slot*slotSize+slotAuthArea : call.slot*slotSize+slotAuthArea+ctlAreaSize]
+	area := c.smem[call.slot*slotSize+slotAuthArea : call.slot*slotSize+slotAuthArea+ctlAreaSize]
 	var srv AuthParams
 	if int(call.info) < 8 || int(call.info)-8 > ctlAreaSize {
 		return fmt.Errorf("lwio: authentication: server's parameters of %d bytes", int(call.info)-8)

@@ -63,17 +63,20 @@ func (c *Client) run() {
 			backoff = min(2*backoff, maxPollBackoff)
 			c.st.pollBackoffs.Add(1)
 		}
+		c.asleep = true
 		c.mu.Unlock()
 		n, err := c.cq.PollWait(wctx, wc, false)
 		stop()
+		c.mu.Lock()
+		c.asleep = false
 		if err != nil {
+			c.mu.Unlock()
 			if ctx.Err() == nil && wctx.Err() != nil {
 				// The backoff ran out: scan the status blocks again.
 				continue
 			}
 			return
 		}
-		c.mu.Lock()
 		for i := range n {
 			c.handleLocked(&wc[i])
 		}
@@ -137,15 +140,10 @@ func (c *Client) handleLocked(wc *rings.Completion) {
 		return
 	}
 	switch wc.Opcode {
-	case rings.WCSend:
-		if cl := c.byCookie[wc.WRID]; cl != nil {
-			cl.sent = true
-			c.maybeDoneLocked(cl)
-		}
 	case rings.WCRecv:
 		s := int(wc.WRID)
 		var r StatusResponse
-		if wc.ByteLen != StatusResponseSize || r.Decode(c.rbuf.Bytes()[s*StatusResponseSize:(s+1)*StatusResponseSize]) != nil {
+		if wc.ByteLen != StatusResponseSize || r.Decode(c.rmem[s*StatusResponseSize:(s+1)*StatusResponseSize]) != nil {
 			c.failLocked(fmt.Errorf("lwio: server sent a message of %d bytes", wc.ByteLen))
 			return
 		}
@@ -246,7 +244,7 @@ func (c *Client) creditMessagesLocked() {
 }
 
 func (c *Client) maybeDoneLocked(cl *Call) {
-	if !cl.sent || !cl.answered {
+	if !cl.answered {
 		return
 	}
 	delete(c.byCookie, cl.cookie)

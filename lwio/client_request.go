@@ -65,7 +65,7 @@ func (c *Client) postLocked(cl *Call, f fill) error {
 		c.cookie++
 	}
 	cl.cookie = c.cookie
-	slot := c.slots.Bytes()[cl.slot*slotSize : (cl.slot+1)*slotSize]
+	slot := c.smem[cl.slot*slotSize : (cl.slot+1)*slotSize]
 	// Sequence numbers the requests in the order they are sent (postLocked
 	// runs under mu and posts at once); Tid is the cookie's low half,
 	// unique among the requests in flight, as ImmCookie must be.
@@ -82,7 +82,17 @@ func (c *Client) postLocked(cl *Call, f fill) error {
 		return err
 	}
 	h.Encode(slot)
-	w := rings.SendWR{Opcode: rings.WRSend, Flags: rings.WRSignaled, WRID: cl.cookie}
+	// Unsignaled: the request's answer says the server has the message,
+	// so its slot is free then, and a send completion would only cost
+	// the device a CQE and the client a poll. A send that fails still
+	// completes (in error), which ends the client. The exception: a
+	// polling request while the completion loop sleeps, which nothing
+	// else would wake to watch its status block (and ask for an
+	// interrupt before it sleeps again).
+	w := rings.SendWR{Opcode: rings.WRSend, WRID: cl.cookie}
+	if c.asleep && c.cfg.Polling && isIO(cl.Op) {
+		w.Flags = rings.WRSignaled
+	}
 	if len(sges) > rings.MaxSendSGE {
 		c.freeSlots = append(c.freeSlots, cl.slot)
 		return fmt.Errorf("lwio: %d SGEs", len(sges))
@@ -108,7 +118,7 @@ func (c *Client) postLocked(cl *Call, f fill) error {
 func isIO(op Opcode) bool { return op <= OpVecWrite }
 
 func (c *Client) iosbWord(slot int) *uint64 {
-	return (*uint64)(unsafe.Pointer(&c.slots.Bytes()[slot*slotSize+slotIOSB]))
+	return (*uint64)(unsafe.Pointer(&c.smem[slot*slotSize+slotIOSB]))
 }
 
 // wait waits for cl and returns its error.

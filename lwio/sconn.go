@@ -173,7 +173,14 @@ func (c *sconn) postRecvLocked(n int) error {
 	if n > len(c.unposted) {
 		return fmt.Errorf("lwio: %d receive buffers wanted, %d left", n, len(c.unposted))
 	}
-	var wrs [MaxCredits + creditSlack]rings.RecvWR
+	// One buffer at a time is the common case (a request's buffer goes
+	// back): a stack array of every credit's work requests would be
+	// cleared on every call.
+	var one [1]rings.RecvWR
+	wrs := one[:]
+	if n > 1 {
+		wrs = make([]rings.RecvWR, n)
+	}
 	for i := range n {
 		slot := c.unposted[len(c.unposted)-1-i]
 		wrs[i] = rings.RecvWR{WRID: uint64(slot), NumSGE: 1}
