@@ -37,6 +37,12 @@ type ClientConfig struct {
 	MaxRdmaWindow int
 	// PageSize is the client's page size (4096).
 	PageSize int
+	// RegisterMin is the smallest transfer from host memory not from
+	// Alloc that is registered for the transfer (through the client's
+	// registration cache) rather than copied through a staging buffer
+	// (1024: the source copies reads under one kilobyte, since a copy of
+	// a few bytes costs less than a registration).
+	RegisterMin int
 	// Timeout bounds discovery and authentication (10 s).
 	Timeout time.Duration
 	// Seed, when not zero, seeds the client's key in NEGOTIATE: for
@@ -72,6 +78,9 @@ func (c ClientConfig) withDefaults() ClientConfig {
 	}
 	if c.PageSize <= 0 {
 		c.PageSize = 4096
+	}
+	if c.RegisterMin <= 0 {
+		c.RegisterMin = 1024
 	}
 	if c.Timeout <= 0 {
 		c.Timeout = 10 * time.Second
@@ -135,6 +144,9 @@ type ClientStats struct {
 	Requests, Completions  uint64
 	BytesRead, BytesWrote  uint64
 	ZeroCopy, Bounced      uint64 // transfers straight to or from the caller's memory, or through a staging buffer
+	Registered             uint64 // of the zero-copy ones, those registered for the transfer (RegisterMin)
+	RegCache               verbs.RegCacheStats
+	Cancels                uint64 // CANCELs sent for requests whose context ended
 	Interrupts             uint64 // INTERRUPT requests sent (polling mode)
 	PollBackoffs           uint64 // timed sleeps between status block scans: no credit for INTERRUPT (polling mode)
 	PolledCompletions      uint64 // completions found in status blocks
@@ -198,11 +210,16 @@ type Client struct {
 	seq         uint16 // the next request's Sequence (AUTH's is BaseSequence, 0)
 	bounceFree  []*bounce
 	bounceAll   []*bounce
-	regions     []*Memory
-	err         error
-	maxSeen     int
-	done        chan struct{}
-	loopDone    chan struct{}
+	listFree    []*bounce // region lists of long vectored reads
+	cancelQ     []*Call   // requests whose context ended, waiting for a credit to send CANCEL
+	cache       *verbs.RegCache
+
+	regMu    sync.RWMutex
+	regions  []*Memory // from Alloc
+	err      error
+	maxSeen  int
+	done     chan struct{}
+	loopDone chan struct{}
 
 	st clientCounters
 }
@@ -210,12 +227,14 @@ type Client struct {
 type clientCounters struct {
 	requests, completions, bytesRead, bytesWrote, zeroCopy, bounced atomic.Uint64
 	interrupts, polled, imm, grants, retires, pollBackoffs          atomic.Uint64
+	registered, cancels                                             atomic.Uint64
 }
 
 // Memory is client memory registered with the NIC (Client.Alloc): reads
 // into it and writes from it move no byte through the host CPU.
 type Memory struct {
 	buf *verbs.Buffer
+	mem []byte
 	mr  *verbs.MR
 }
 
@@ -229,7 +248,8 @@ type bounce struct {
 // the server RDMA-writes its AUTH_PARAMS into.
 const (
 	slotPayload  = HeaderSize
-	slotIOSB     = HeaderSize + MaxVecRegions*RegionSize
+	slotRegions  = 64 // a vectored read's regions that fit its slot; more go in a region list
+	slotIOSB     = HeaderSize + slotRegions*RegionSize
 	slotAuthArea = slotIOSB + IOSBSize
 	slotSize     = (slotAuthArea + ctlAreaSize + 63) &^ 63
 	recvSlots    = MaxCredits + 1
@@ -244,18 +264,27 @@ type Call struct {
 	Err  error // nil, io.EOF (a read at or past the end), *StatusError or a connection error
 	Done chan *Call
 
-	c        *Client
-	slot     int
-	cookie   uint64
-	length   int
-	user     []byte   // a read's destination when bounced
-	pages    [][]byte // a vectored read's bounced pages
-	bounce   *bounce
-	answered bool
-	status   uint32
-	info     uint32
-	internal bool // CREDIT or INTERRUPT: no caller waits
-	retire   bool
+	c            *Client
+	slot         int
+	cookie       uint64
+	fid          uint16
+	length       int
+	user         []byte   // a read's destination when bounced
+	pages        [][]byte // a vectored read's bounced pages
+	bounce       *bounce
+	regionList   *bounce     // a long vectored read's regions
+	regs         []*verbs.MR // cached registrations held for the transfer
+	ctx          context.Context
+	stopCtx      func() bool // stops the context's CANCEL
+	cancelOut    bool        // a CANCEL naming this request is in flight: its slot waits for the answer
+	cancelQueued bool        // its context ended: a CANCEL is queued or sent
+	slotDone     bool        // answered while cancelOut: the CANCEL's answer frees the slot
+	target       *Call       // a CANCEL's request
+	answered     bool
+	status       uint32
+	info         uint32
+	internal     bool // CREDIT or INTERRUPT: no caller waits
+	retire       bool
 }
 
 // deadlinePast is a deadline already gone: it interrupts a blocked pipe
@@ -314,7 +343,15 @@ func (c *Client) Credits() int {
 // connect makes the RDMA connection and authenticates it.
 func (c *Client) connect(ctx context.Context, dst netip.AddrPort) error {
 	var err error
+	if c.primary != nil {
+		c.cache = c.primary.cache // a link registers in its primary's cache (the same PD)
+	} else if c.cache, err = c.v.NewRegCache(verbs.RegCacheConfig{}); err != nil {
+		return fmt.Errorf("lwio: %w", err)
+	}
 	if c.cq, err = c.v.CreateCQ(4 * (c.cfg.MaxOutstanding + recvSlots)); err != nil {
+		if c.primary == nil {
+			_ = c.cache.Close()
+		}
 		return fmt.Errorf("lwio: %w", err)
 	}
 	nslots := c.cfg.MaxOutstanding + 1
@@ -432,6 +469,7 @@ func (c *Client) failLocked(err error) {
 	c.err = err
 	for k, cl := range c.byCookie {
 		delete(c.byCookie, k)
+		c.releaseLocked(cl)
 		if !cl.internal {
 			cl.Err = err
 			cl.Done <- cl
@@ -498,7 +536,10 @@ func (c *Client) freeMem() {
 		_ = b.mr.Dereg()
 		_ = b.buf.Free()
 	}
-	c.bounceAll, c.bounceFree = nil, nil
+	c.bounceAll, c.bounceFree, c.listFree = nil, nil, nil
+	if c.cache != nil && c.primary == nil {
+		_ = c.cache.Close()
+	}
 	for _, r := range c.regions {
 		_ = r.mr.Dereg()
 		_ = r.buf.Free()
@@ -526,9 +567,14 @@ func (c *Client) Stats() ClientStats {
 	c.mu.Lock()
 	credits, maxSeen := c.credits, c.maxSeen
 	c.mu.Unlock()
+	var cacheStats verbs.RegCacheStats
+	if c.cache != nil {
+		cacheStats = c.cache.Stats()
+	}
 	s := &c.st
 	return ClientStats{Requests: s.requests.Load(), Completions: s.completions.Load(), BytesRead: s.bytesRead.Load(),
 		BytesWrote: s.bytesWrote.Load(), ZeroCopy: s.zeroCopy.Load(), Bounced: s.bounced.Load(),
+		Registered: s.registered.Load(), RegCache: cacheStats, Cancels: s.cancels.Load(),
 		Interrupts: s.interrupts.Load(), PollBackoffs: s.pollBackoffs.Load(), PolledCompletions: s.polled.Load(), ImmediateCompletions: s.imm.Load(),
 		CreditGrants: s.grants.Load(), CreditRetires: s.retires.Load(), Credits: credits, MaxOutstandingObserved: maxSeen}
 }

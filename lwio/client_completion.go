@@ -241,6 +241,7 @@ func (c *Client) creditMessagesLocked() {
 			return []rings.SGE{c.smr.SGE(cl.slot*slotSize, HeaderSize)}, nil
 		})
 	}
+	c.cancelMessagesLocked()
 }
 
 func (c *Client) maybeDoneLocked(cl *Call) {
@@ -249,14 +250,27 @@ func (c *Client) maybeDoneLocked(cl *Call) {
 	}
 	delete(c.byCookie, cl.cookie)
 	c.outstanding--
-	if cl.Op != OpAuth {
+	switch {
+	case cl.Op == OpAuth: // its slot holds the server's parameters until authenticate reads them
+	case cl.cancelOut:
+		cl.slotDone = true // the CANCEL naming it may still name its slot (polling: its IosVa)
+	default:
 		c.freeSlots = append(c.freeSlots, cl.slot)
+	}
+	if cl.stopCtx != nil {
+		cl.stopCtx()
 	}
 	c.st.completions.Add(1)
 	c.cond.Broadcast()
 	if cl.internal {
 		if cl.status != StatusSuccess && cl.status != StatusNotifyCredit {
 			c.failLocked(fmt.Errorf("lwio: %v answered %#08x", cl.Op, cl.status))
+		}
+		if t := cl.target; t != nil {
+			t.cancelOut = false
+			if t.slotDone {
+				c.freeSlots = append(c.freeSlots, t.slot)
+			}
 		}
 		c.creditMessagesLocked()
 		return
@@ -266,6 +280,11 @@ func (c *Client) maybeDoneLocked(cl *Call) {
 	case StatusSuccess:
 	case StatusEndOfFile:
 		cl.N, cl.Err = 0, io.EOF
+	case StatusCancelled:
+		cl.N, cl.Err = 0, &StatusError{Op: cl.Op, Status: cl.status}
+		if cl.ctx != nil && cl.ctx.Err() != nil {
+			cl.Err = fmt.Errorf("%w: %w", cl.ctx.Err(), cl.Err)
+		}
 	default:
 		cl.N, cl.Err = 0, &StatusError{Op: cl.Op, Status: cl.status}
 	}
@@ -278,9 +297,9 @@ func (c *Client) maybeDoneLocked(cl *Call) {
 	if cl.Err == nil && (cl.Op == OpWrite || cl.Op == OpVecWrite) {
 		c.st.bytesWrote.Add(uint64(cl.N))
 	}
-	if cl.bounce != nil {
+	if cl.bounce != nil && cl.Err == nil {
 		b := cl.bounce.buf.Bytes()
-		if cl.user != nil && cl.Err == nil {
+		if cl.user != nil {
 			copy(cl.user, b[:cl.N])
 		}
 		off := 0
@@ -290,9 +309,8 @@ func (c *Client) maybeDoneLocked(cl *Call) {
 			}
 			off += copy(p, b[off:cl.N])
 		}
-		c.bounceFree = append(c.bounceFree, cl.bounce)
-		cl.bounce = nil
 	}
+	c.releaseLocked(cl)
 	c.creditMessagesLocked()
 	cl.Done <- cl
 }

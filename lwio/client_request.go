@@ -53,7 +53,13 @@ func (c *Client) startTo(ctx context.Context, op Opcode, done chan *Call, f fill
 	if c.err != nil {
 		return nil, c.err
 	}
-	return cl, c.postLocked(cl, f)
+	if err := c.postLocked(cl, f); err != nil {
+		return nil, err
+	}
+	if isIO(op) {
+		c.watchCtxLocked(ctx, cl)
+	}
+	return cl, nil
 }
 
 // postLocked builds cl in a free slot and sends it.

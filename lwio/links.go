@@ -121,18 +121,6 @@ func (f *File) next() *File {
 	return f.self
 }
 
-// primaryLookup finds p in the memory the primary allocated, which a
-// link's requests may use in place (the same protection domain). Lock
-// order: a link's mu, then its primary's.
-func (c *Client) primaryLookup(p []byte) (*verbs.MR, int, bool) {
-	if c.primary == nil {
-		return nil, 0, false
-	}
-	c.primary.mu.Lock()
-	defer c.primary.mu.Unlock()
-	return c.primary.lookupLocked(p)
-}
-
 // closeLinks closes every link (Client.Close).
 func (c *Client) closeLinks() {
 	for _, l := range c.links {

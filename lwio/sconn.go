@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/emunic/emunic/rings"
 	"github.com/emunic/emunic/tcpstack/verbs"
@@ -66,8 +67,10 @@ type sconn struct {
 	fids    []*fidEntry
 	fidNext int
 
-	queue   []*sreq
-	workers int
+	queue     []*sreq
+	active    []*sreq // requests workers hold (CANCEL marks them)
+	workers   int
+	sqWaiters int // workers waiting for send queue room (a vectored read's batches)
 
 	intrPending  bool
 	intrCookie   uint64
@@ -110,14 +113,17 @@ type sreq struct {
 	slot    int    // the receive buffer a write's data is in (-1 once posted again)
 	data    []byte // write data (a view of the receive buffer)
 	regions []Region
+	// cancelled: a CANCEL named the request while a worker held it.
+	cancelled atomic.Bool
 }
 
 // sqDepthFor is the send queue a connection needs when every request it
-// can have outstanding (its credits and the slack) is a vectored read of
-// the most regions, each region an RDMA Write and then its completion, plus
-// a delta credit message and an interrupt answer. The poller posts answers
-// itself, so it must never wait for room: the queue holds the worst case.
-func sqDepthFor(maxCredits int) int { return (maxCredits+creditSlack)*(MaxVecRegions+1) + 2 }
+// can have outstanding (its credits and the slack) is a vectored read
+// posting a batch of RDMA Writes (vecBatch) and then its completion, plus
+// a delta credit message and an interrupt answer, and one more batch: the
+// poller posts answers itself, so it must never wait for room, while a
+// worker placing a larger vectored read waits for room beyond that.
+func sqDepthFor(maxCredits int) int { return (maxCredits+creditSlack)*(vecBatch+1) + 2 + vecBatch }
 
 const (
 	// shrinkAfter is how many requests in a row must want fewer credits
@@ -224,6 +230,9 @@ func (c *sconn) completion(wc *rings.Completion) {
 		}
 		delete(c.inflight, wc.WRID)
 		c.sqUsed -= p.n
+		if c.sqWaiters > 0 {
+			c.cond.Broadcast() // a worker waits for room (placeLocked)
+		}
 		if p.stage != nil {
 			c.stageFree = append(c.stageFree, p.stage)
 		}

@@ -28,9 +28,10 @@ const (
 	// ProviderName is the provider this project's NIC offers in the
 	// negotiate lists.
 	ProviderName = "emunic-iwarp"
-	// MaxVecRegions bounds the regions of a vectored read: each is an
-	// RDMA Write, and the send queue must hold a request's worth.
-	MaxVecRegions = 64
+	// MaxVecRegions is the most regions NumPages (a u16) can name; a
+	// vectored read may carry as many as the server's MaxRecvBufferSize
+	// holds after the header (÷ RegionSize: 4,096 at 64 KiB) up to this.
+	MaxVecRegions = 0xFFFF
 	// SectorSize is the backend sector the final region of a vectored read
 	// must be a multiple of.
 	SectorSize = 512
@@ -167,6 +168,7 @@ type ServerStats struct {
 	Registers, Reads, Writes    uint64
 	VecReads, VecWrites         uint64
 	Closes, Cancels, Cancelled  uint64
+	Abandoned                   uint64 // reads cancelled while a worker held them: no byte placed
 	Interrupts                  uint64
 	CreditGrants, CreditRetires uint64
 	BytesRead, BytesWritten     uint64
@@ -221,7 +223,7 @@ type serverCounters struct {
 	registers, reads, writes, vecReads, vecWrites, closes, cancels  atomic.Uint64
 	cancelled, interrupts, grants, retires, bytesRead, bytesWritten atomic.Uint64
 	creditViol, badReq, protoErr, pipeErr, connErr, direct, imm     atomic.Uint64
-	polled, intrDone, pipeTimeouts, connClosed                      atomic.Uint64
+	polled, intrDone, pipeTimeouts, connClosed, abandoned           atomic.Uint64
 	seqErr, tidReuse, logons, logonFail, keyRefused, addrRefused    atomic.Uint64
 	readOnly, fileLimit                                             atomic.Uint64
 	filesOpen, connsOpen                                            atomic.Int64
@@ -306,7 +308,7 @@ func (s *Server) Stats() ServerStats {
 		Conns: c.conns.Load(), Authenticated: c.authed.Load(), AuthFailures: c.authFail.Load(),
 		AuthTimeouts: c.authTimeout.Load(), Registers: c.registers.Load(), Reads: c.reads.Load(),
 		Writes: c.writes.Load(), VecReads: c.vecReads.Load(), VecWrites: c.vecWrites.Load(),
-		Closes: c.closes.Load(), Cancels: c.cancels.Load(), Cancelled: c.cancelled.Load(),
+		Closes: c.closes.Load(), Cancels: c.cancels.Load(), Cancelled: c.cancelled.Load(), Abandoned: c.abandoned.Load(),
 		Interrupts: c.interrupts.Load(), CreditGrants: c.grants.Load(), CreditRetires: c.retires.Load(),
 		BytesRead: c.bytesRead.Load(), BytesWritten: c.bytesWritten.Load(),
 		CreditViolations: c.creditViol.Load(), BadRequests: c.badReq.Load(),
