@@ -43,6 +43,8 @@ type ClientConfig struct {
 	// (1024: the source copies reads under one kilobyte, since a copy of
 	// a few bytes costs less than a registration).
 	RegisterMin int
+	// CRC asks MPA for a CRC-32C on every FPDU (ServerConfig.CRC).
+	CRC bool
 	// Timeout bounds discovery and authentication (10 s).
 	Timeout time.Duration
 	// Seed, when not zero, seeds the client's key in NEGOTIATE: for
@@ -206,6 +208,7 @@ type Client struct {
 	polling     []*Call
 	intrOut     bool
 	asleep      bool // the completion loop waits for a completion (PollWait)
+	callerPolls int  // callers polling their own status blocks (spin)
 	cookie      uint64
 	seq         uint16 // the next request's Sequence (AUTH's is BaseSequence, 0)
 	bounceFree  []*bounce
@@ -280,6 +283,7 @@ type Call struct {
 	cancelQueued bool        // its context ended: a CANCEL is queued or sent
 	slotDone     bool        // answered while cancelOut: the CANCEL's answer frees the slot
 	target       *Call       // a CANCEL's request
+	finished     atomic.Bool // completed: Done has it (a caller polling stops: spin)
 	answered     bool
 	status       uint32
 	info         uint32
@@ -371,7 +375,7 @@ func (c *Client) connect(ctx context.Context, dst netip.AddrPort) error {
 	for i := nslots - 1; i >= 0; i-- {
 		c.freeSlots = append(c.freeSlots, i)
 	}
-	attr := verbs.QPAttr{PD: c.pd, SendCQ: c.cq, RecvCQ: c.cq, SQDepth: 2 * nslots, RQDepth: recvSlots,
+	attr := verbs.QPAttr{PD: c.pd, SendCQ: c.cq, RecvCQ: c.cq, SQDepth: 2 * nslots, RQDepth: recvSlots, NoCRC: !c.cfg.CRC,
 		Setup: func(qp *verbs.QP) error {
 			c.qp = qp
 			return c.postRecv(2)
@@ -472,6 +476,7 @@ func (c *Client) failLocked(err error) {
 		c.releaseLocked(cl)
 		if !cl.internal {
 			cl.Err = err
+			cl.finished.Store(true)
 			cl.Done <- cl
 		}
 	}

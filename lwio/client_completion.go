@@ -55,8 +55,10 @@ func (c *Client) run() {
 		// it goes on polling the status blocks, sleeping a little longer
 		// each time it finds none done, up to maxPollBackoff; any
 		// completion (a send, a response, a delta credit) still wakes it.
+		// So it does while a caller polls its own status block (spin):
+		// an interrupt then would only cost the server a message.
 		wctx, stop := ctx, func() bool { return false }
-		if len(c.polling) > 0 && !c.intrOut && !c.interruptLocked() {
+		if len(c.polling) > 0 && !c.intrOut && (c.callerPolls > 0 || !c.interruptLocked()) {
 			var cancelW context.CancelFunc
 			wctx, cancelW = context.WithCancel(ctx)
 			stop = c.h.AfterFunc(backoff, cancelW)
@@ -312,5 +314,6 @@ func (c *Client) maybeDoneLocked(cl *Call) {
 	}
 	c.releaseLocked(cl)
 	c.creditMessagesLocked()
+	cl.finished.Store(true)
 	cl.Done <- cl
 }

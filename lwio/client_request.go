@@ -3,6 +3,7 @@ package lwio
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"unsafe"
 
@@ -129,6 +130,7 @@ func (c *Client) iosbWord(slot int) *uint64 {
 
 // wait waits for cl and returns its error.
 func (c *Client) wait(ctx context.Context, cl *Call) error {
+	c.spin(cl)
 	select {
 	case <-cl.Done:
 		return cl.Err
@@ -136,6 +138,44 @@ func (c *Client) wait(ctx context.Context, cl *Call) error {
 		return ctx.Err()
 	}
 }
+
+// spin is a polling client's caller watching its own request's status
+// block before it blocks on Done: when the server's RDMA Write lands, the
+// caller completes the request itself (and any other found done), so no
+// goroutine has to hand it over; and while a caller watches, the
+// completion loop asks for no interrupt (it polls on a timer instead).
+// It gives up after callerSpins empty looks.
+func (c *Client) spin(cl *Call) {
+	if !c.cfg.Polling || !isIO(cl.Op) || cl.slot < 0 || cl.finished.Load() {
+		return
+	}
+	c.mu.Lock()
+	if cl.answered {
+		c.mu.Unlock()
+		return
+	}
+	c.callerPolls++
+	w := c.iosbWord(cl.slot) // the slot is cl's until it is answered
+	c.mu.Unlock()
+	for range callerSpins {
+		if cl.finished.Load() {
+			break
+		}
+		if uint32(atomic.LoadUint64(w)>>32) != StatusPending {
+			c.mu.Lock()
+			c.scanLocked()
+			c.mu.Unlock()
+			continue
+		}
+		runtime.Gosched()
+	}
+	c.mu.Lock()
+	c.callerPolls--
+	c.mu.Unlock()
+}
+
+// callerSpins bounds a caller's polling (spin).
+const callerSpins = 4096
 
 func (c *Client) freeSlot(cl *Call) {
 	c.mu.Lock()

@@ -282,7 +282,7 @@ func (c *Client) startParts(op Opcode, off int64, done chan *Call, refs []dataRe
 	if done == nil {
 		done = make(chan *Call, 1)
 	}
-	parent := &Call{Op: op, Off: off, Done: done, c: c}
+	parent := &Call{Op: op, Off: off, Done: done, c: c, slot: -1} // no slot: nothing to spin on
 	pdone := make(chan *Call, n)
 	started := 0
 	var startErr error

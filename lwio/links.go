@@ -200,6 +200,11 @@ func (f *File) spread(p []byte, off int64, start startFn, piece int) ([]int, err
 		}
 		inflight++
 	}
+	if inflight == 1 {
+		for cl, g := range where {
+			g.c.spin(cl) // one request: a polling caller watches it itself
+		}
+	}
 	tries := make([]int, npieces)
 	for ; inflight > 0; inflight-- {
 		cl := <-done

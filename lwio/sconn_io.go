@@ -36,16 +36,46 @@ func (c *sconn) worker() {
 		r := c.queue[0]
 		c.queue[0] = nil
 		c.queue = c.queue[1:]
-		var stage *stageSlot
-		if r.h.Opcode == OpRead || r.h.Opcode == OpVecRead {
-			var err error
-			if stage, err = c.stageLocked(); err != nil {
-				c.finishLocked(r, StatusInsufficientRes, 0, nil, nil)
-				continue
-			}
+		c.runLocked(r, true)
+	}
+}
+
+// dispatchLocked hands a read or write to a worker, or does a small read
+// itself (the completion poller) when it is the connection's only request
+// (a client waiting for each read before the next): a few KiB from the
+// page cache cost less than waking a worker and handing the answer back,
+// which is most of such a read's latency. With more outstanding, the
+// workers read while the poller takes the next requests. (Not while a
+// test stalls the workers: its hook must not stall the poller.)
+func (c *sconn) dispatchLocked(r *sreq) {
+	if r.h.Opcode != OpRead || int(r.h.Length) > inlineReadMax || c.outstanding > 1 || testHookIO.Load() != nil {
+		c.queue = append(c.queue, r)
+		// One request, one worker: while the connection works only idle
+		// workers wait on cond (teardown waits there only after err is
+		// set), so Signal wakes one of them, not the whole pool.
+		c.cond.Signal()
+		return
+	}
+	c.runLocked(r, false)
+}
+
+// inlineReadMax is the largest read the poller does itself.
+const inlineReadMax = 16 << 10
+
+// runLocked does r's file I/O with the lock released and posts its data
+// and answer; worker: on a worker goroutine (else the poller).
+func (c *sconn) runLocked(r *sreq, worker bool) {
+	var stage *stageSlot
+	if r.h.Opcode == OpRead || r.h.Opcode == OpVecRead {
+		var err error
+		if stage, err = c.stageLocked(); err != nil {
+			c.finishLocked(r, StatusInsufficientRes, 0, nil, nil)
+			return
 		}
-		c.active = append(c.active, r)
-		c.mu.Unlock()
+	}
+	c.active = append(c.active, r)
+	c.mu.Unlock()
+	if worker {
 		// (A lockstep run: the completion loop that queued r and woke
 		// us goes on first, so its posts and ours reach the device
 		// in the same order every time.)
@@ -53,14 +83,14 @@ func (c *sconn) worker() {
 		if hook := testHookIO.Load(); hook != nil {
 			(*hook)(r.h.Opcode)
 		}
-		st, info, wrs := c.do(r, stage)
-		c.mu.Lock()
-		c.dropActiveLocked(r)
-		if c.err != nil {
-			continue
-		}
-		c.placeLocked(r, st, info, wrs, stage)
 	}
+	st, info, wrs := c.do(r, stage)
+	c.mu.Lock()
+	c.dropActiveLocked(r)
+	if c.err != nil {
+		return
+	}
+	c.placeLocked(r, st, info, wrs, stage)
 }
 
 // placeLocked posts a finished request's data and answer. A read whose

@@ -346,11 +346,7 @@ func (c *sconn) ioRequest(slot int, h Header, fe *fidEntry, msg []byte) {
 		r.slot, r.data = slot, data
 	}
 	fe.busy++
-	c.queue = append(c.queue, r)
-	// One request, one worker: while the connection works only idle
-	// workers wait on cond (teardown waits there only after err is set),
-	// so Signal wakes one of them, not the whole pool.
-	c.cond.Signal()
+	c.dispatchLocked(r)
 }
 
 // window is the most one read may move: the smaller of the two sides'

@@ -88,6 +88,11 @@ type ServerConfig struct {
 	// Logger, when set, logs each client: its logon (ClientName, key,
 	// address), refusals, its connections and its end.
 	Logger *slog.Logger
+	// CRC asks MPA for a CRC-32C on every FPDU (used both ways when either
+	// end asks). Off by default, as for sockets direct: TCP's checksum
+	// covers every segment, as it does for a file protocol on TCP, and
+	// the devices would compute the CRC over every byte twice.
+	CRC bool
 	// Seed, when not zero, seeds the server's random choices (session
 	// keys, resume keys, session IDs) and stands for the process ID and
 	// session start time in resume keys: for repeatable runs only (a
@@ -260,7 +265,7 @@ func NewServer(h *tcpstack.Host, exp *Export, cfg ServerConfig) (*Server, error)
 	for i := range cfg.Instances {
 		inst := i
 		attr := verbs.QPAttr{PD: s.pd, SendCQ: s.cq, RecvCQ: s.cq, SQDepth: sqDepthFor(cfg.MaxCredits),
-			RQDepth: cfg.MaxCredits + creditSlack, IRD: 16, ORD: 16,
+			RQDepth: cfg.MaxCredits + creditSlack, IRD: 16, ORD: 16, NoCRC: !cfg.CRC,
 			Setup: func(qp *verbs.QP) error { return s.setupConn(qp, inst) }}
 		rl, err := v.ListenRDMA(cfg.RDMAPort+uint16(i), attr)
 		if err != nil {

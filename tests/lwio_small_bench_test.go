@@ -77,18 +77,14 @@ func opsPerSecond(ops int, f func()) float64 {
 	return float64(ops) / time.Since(start).Seconds()
 }
 
-// lwioLatency times n reads of size, one at a time, over LWIO.
+// lwioLatency times n reads of size, one at a time (ReadAt), over LWIO.
 func (lb *lwioBench) lwioLatency(b *testing.B, size, n int) []time.Duration {
-	done := make(chan *lwio.Call, 1)
 	d := make([]time.Duration, n)
 	for i := range d {
 		off := int64(i*size) % benchFile
 		start := time.Now()
-		if _, err := lb.lw.StartRead(lb.ctx, lb.mem[:size], off, done); err != nil {
-			b.Fatal(err)
-		}
-		if cl := <-done; cl.Err != nil || cl.N != size {
-			b.Fatalf("LWIO: %d, %v", cl.N, cl.Err)
+		if got, err := lb.lw.ReadAt(lb.mem[:size], off); got != size {
+			b.Fatalf("LWIO: %d, %v", got, err)
 		}
 		d[i] = time.Since(start)
 	}
