@@ -215,6 +215,9 @@ type Client struct {
 	bounceAll   []*bounce
 	listFree    []*bounce // region lists of long vectored reads
 	cancelQ     []*Call   // requests whose context ended, waiting for a credit to send CANCEL
+	watches     map[<-chan struct{}]*ctxWatch
+	wr          rings.SendWR                // postLocked's work request
+	sgeScratch  [rings.MaxSendSGE]rings.SGE // fill's gather list (sgl)
 	cache       *verbs.RegCache
 
 	regMu    sync.RWMutex
@@ -267,28 +270,28 @@ type Call struct {
 	Err  error // nil, io.EOF (a read at or past the end), *StatusError or a connection error
 	Done chan *Call
 
-	c            *Client
-	slot         int
-	cookie       uint64
-	fid          uint16
-	length       int
-	user         []byte   // a read's destination when bounced
-	pages        [][]byte // a vectored read's bounced pages
-	bounce       *bounce
-	regionList   *bounce     // a long vectored read's regions
-	regs         []*verbs.MR // cached registrations held for the transfer
-	ctx          context.Context
-	stopCtx      func() bool // stops the context's CANCEL
-	cancelOut    bool        // a CANCEL naming this request is in flight: its slot waits for the answer
-	cancelQueued bool        // its context ended: a CANCEL is queued or sent
-	slotDone     bool        // answered while cancelOut: the CANCEL's answer frees the slot
-	target       *Call       // a CANCEL's request
-	finished     atomic.Bool // completed: Done has it (a caller polling stops: spin)
-	answered     bool
-	status       uint32
-	info         uint32
-	internal     bool // CREDIT or INTERRUPT: no caller waits
-	retire       bool
+	c          *Client
+	slot       int
+	cookie     uint64
+	fid        uint16
+	length     int
+	user       []byte   // a read's destination when bounced
+	pages      [][]byte // a vectored read's bounced pages
+	bounce     *bounce
+	regionList *bounce     // a long vectored read's regions
+	regs       []*verbs.MR // cached registrations held for the transfer
+	ctx        context.Context
+	watch      *ctxWatch // the context's watch while in flight
+	watchIdx   int
+	cancelOut  bool        // a CANCEL naming this request is in flight: its slot waits for the answer
+	slotDone   bool        // answered while cancelOut: the CANCEL's answer frees the slot
+	target     *Call       // a CANCEL's request
+	finished   atomic.Bool // completed: Done has it (a caller polling stops: spin)
+	answered   bool
+	status     uint32
+	info       uint32
+	internal   bool // CREDIT or INTERRUPT: no caller waits
+	retire     bool
 }
 
 // deadlinePast is a deadline already gone: it interrupts a blocked pipe
@@ -431,7 +434,7 @@ func (c *Client) authenticate(ctx context.Context) error {
 		h.DataVa = c.smr.TO(cl.slot*slotSize + slotAuthArea)
 		h.DataMh = c.smr.RKey
 		h.Length = uint32(HeaderSize + len(p))
-		return []rings.SGE{c.smr.SGE(cl.slot*slotSize, HeaderSize+len(p))}, nil
+		return c.sgl(c.smr.SGE(cl.slot*slotSize, HeaderSize+len(p))), nil
 	})
 	if err != nil {
 		return err
@@ -474,6 +477,7 @@ func (c *Client) failLocked(err error) {
 	for k, cl := range c.byCookie {
 		delete(c.byCookie, k)
 		c.releaseLocked(cl)
+		c.unwatchLocked(cl)
 		if !cl.internal {
 			cl.Err = err
 			cl.finished.Store(true)

@@ -15,25 +15,68 @@ import (
 // already done completes as it went. The Call still completes only when
 // the server answers: until then the NIC may write into its memory.
 
+// ctxWatch is the requests in flight under one context (by its Done
+// channel: contexts that end together share it), with the one AfterFunc
+// that cancels them: a pipeline of requests under one context costs one
+// registration with it, not one per request.
+type ctxWatch struct {
+	calls []*Call
+	stop  func() bool
+}
+
 // watchCtxLocked ties cl, just posted, to ctx. Under c.mu, so the answer
 // cannot come first.
 func (c *Client) watchCtxLocked(ctx context.Context, cl *Call) {
-	if ctx.Done() == nil {
+	done := ctx.Done()
+	if done == nil {
 		return
 	}
-	cl.ctx = ctx
-	cl.stopCtx = context.AfterFunc(ctx, func() { c.cancelCall(cl) })
+	w := c.watches[done]
+	if w == nil {
+		if c.watches == nil {
+			c.watches = map[<-chan struct{}]*ctxWatch{}
+		}
+		w = &ctxWatch{}
+		c.watches[done] = w
+		w.stop = context.AfterFunc(ctx, func() { c.ctxDone(done) })
+	}
+	cl.ctx, cl.watch, cl.watchIdx = ctx, w, len(w.calls)
+	w.calls = append(w.calls, cl)
 }
 
-// cancelCall queues a CANCEL for cl, whose context ended.
-func (c *Client) cancelCall(cl *Call) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if cl.answered || c.err != nil || cl.cancelQueued {
+// unwatchLocked unties cl, answered, from its context.
+func (c *Client) unwatchLocked(cl *Call) {
+	w, i := cl.watch, cl.watchIdx
+	cl.watch = nil
+	if w == nil || i >= len(w.calls) || w.calls[i] != cl {
 		return
 	}
-	cl.cancelQueued = true
-	c.cancelQ = append(c.cancelQ, cl)
+	last := w.calls[len(w.calls)-1]
+	w.calls[i], last.watchIdx = last, i
+	w.calls[len(w.calls)-1] = nil
+	w.calls = w.calls[:len(w.calls)-1]
+	if len(w.calls) == 0 {
+		w.stop()
+		delete(c.watches, cl.ctx.Done())
+	}
+}
+
+// ctxDone queues a CANCEL for every request of the context that ended.
+func (c *Client) ctxDone(done <-chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w := c.watches[done]
+	if w == nil {
+		return
+	}
+	delete(c.watches, done)
+	for _, cl := range w.calls {
+		cl.watch = nil
+		if !cl.answered && c.err == nil {
+			c.cancelQ = append(c.cancelQ, cl)
+		}
+	}
+	w.calls = nil
 	c.cancelMessagesLocked()
 }
 
@@ -55,7 +98,7 @@ func (c *Client) cancelMessagesLocked() {
 		cl := &Call{Op: OpCancel, c: c, internal: true, target: t}
 		if c.postLocked(cl, func(_ *Call, h *Header, _ []byte) ([]rings.SGE, error) {
 			h.Fid, h.Offset, h.Length = t.fid, target, HeaderSize
-			return []rings.SGE{c.smr.SGE(cl.slot*slotSize, HeaderSize)}, nil
+			return c.sgl(c.smr.SGE(cl.slot*slotSize, HeaderSize)), nil
 		}) == nil {
 			t.cancelOut = true
 			c.st.cancels.Add(1)

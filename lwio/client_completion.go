@@ -124,7 +124,7 @@ func (c *Client) interruptLocked() bool {
 	if c.postLocked(cl, func(_ *Call, h *Header, _ []byte) ([]rings.SGE, error) {
 		h.Flags = FlagInterrupt | FlagControl
 		h.Length = HeaderSize
-		return []rings.SGE{c.smr.SGE(cl.slot*slotSize, HeaderSize)}, nil
+		return c.sgl(c.smr.SGE(cl.slot*slotSize, HeaderSize)), nil
 	}) != nil {
 		return false
 	}
@@ -240,7 +240,7 @@ func (c *Client) creditMessagesLocked() {
 		_ = c.postLocked(cl, func(_ *Call, h *Header, _ []byte) ([]rings.SGE, error) {
 			h.Offset = uint64(uint32(v)) << 32
 			h.Length = HeaderSize
-			return []rings.SGE{c.smr.SGE(cl.slot*slotSize, HeaderSize)}, nil
+			return c.sgl(c.smr.SGE(cl.slot*slotSize, HeaderSize)), nil
 		})
 	}
 	c.cancelMessagesLocked()
@@ -259,9 +259,7 @@ func (c *Client) maybeDoneLocked(cl *Call) {
 	default:
 		c.freeSlots = append(c.freeSlots, cl.slot)
 	}
-	if cl.stopCtx != nil {
-		cl.stopCtx()
-	}
+	c.unwatchLocked(cl)
 	c.st.completions.Add(1)
 	c.cond.Broadcast()
 	if cl.internal {

@@ -23,6 +23,10 @@ func (c *Client) limitLocked() int {
 	return l
 }
 
+// sgl is a request's gather list in the client's scratch array (fill
+// runs under c.mu, and postLocked copies it into the work request).
+func (c *Client) sgl(sges ...rings.SGE) []rings.SGE { return append(c.sgeScratch[:0], sges...) }
+
 // fill builds a request in its slot: it sets the header fields it owns
 // and returns the SGEs of the send after the header's own.
 type fill func(cl *Call, h *Header, slot []byte) ([]rings.SGE, error)
@@ -96,7 +100,8 @@ func (c *Client) postLocked(cl *Call, f fill) error {
 	// polling request while the completion loop sleeps, which nothing
 	// else would wake to watch its status block (and ask for an
 	// interrupt before it sleeps again).
-	w := rings.SendWR{Opcode: rings.WRSend, WRID: cl.cookie}
+	w := &c.wr // under c.mu: a work request on the stack would escape to the heap
+	*w = rings.SendWR{Opcode: rings.WRSend, WRID: cl.cookie}
 	if c.asleep && c.cfg.Polling && isIO(cl.Op) {
 		w.Flags = rings.WRSignaled
 	}
@@ -112,7 +117,7 @@ func (c *Client) postLocked(cl *Call, f fill) error {
 		c.polling = append(c.polling, cl)
 	}
 	c.seq++
-	if err := c.qp.PostSend(&w); err != nil {
+	if err := c.qp.PostSend(w); err != nil {
 		delete(c.byCookie, cl.cookie)
 		c.outstanding--
 		c.failLocked(err)

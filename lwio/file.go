@@ -206,7 +206,7 @@ func (f *File) control(ctx context.Context, op Opcode) error {
 	c := f.c
 	cl, err := c.start(ctx, op, func(cl *Call, h *Header, _ []byte) ([]rings.SGE, error) {
 		h.Fid, h.Length = f.fid, HeaderSize
-		return []rings.SGE{c.smr.SGE(cl.slot*slotSize, HeaderSize)}, nil
+		return c.sgl(c.smr.SGE(cl.slot*slotSize, HeaderSize)), nil
 	})
 	if err != nil {
 		return err

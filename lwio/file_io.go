@@ -58,7 +58,7 @@ func (f *File) StartRead(ctx context.Context, p []byte, off int64, done chan *Ca
 			c.hold(cl, ref)
 		}
 		h.Length, h.DataVa, h.DataMh = uint32(len(p)), ref.mr.TO(ref.off), ref.mr.RKey
-		return []rings.SGE{c.smr.SGE(cl.slot*slotSize, HeaderSize)}, nil
+		return c.sgl(c.smr.SGE(cl.slot*slotSize, HeaderSize)), nil
 	})
 	if err != nil && inPlace {
 		c.putRefs([]dataRef{ref})
@@ -104,7 +104,7 @@ func (f *File) startSend(ctx context.Context, op Opcode, p []byte, off int64, do
 		} else {
 			c.hold(cl, ref)
 		}
-		return []rings.SGE{c.smr.SGE(cl.slot*slotSize, HeaderSize), ref.mr.SGE(ref.off, len(p))}, nil
+		return c.sgl(c.smr.SGE(cl.slot*slotSize, HeaderSize), ref.mr.SGE(ref.off, len(p))), nil
 	})
 	if err != nil && inPlace {
 		c.putRefs([]dataRef{ref})
@@ -149,14 +149,14 @@ func (f *File) StartReadV(ctx context.Context, pages [][]byte, off int64, done c
 	}
 	cl, err := c.startIO(ctx, OpVecRead, f, off, done, func(cl *Call, h *Header, slot []byte) ([]rings.SGE, error) {
 		list := slot[slotPayload:]
-		sges := []rings.SGE{c.smr.SGE(cl.slot*slotSize, HeaderSize+len(pages)*RegionSize)}
+		sges := c.sgl(c.smr.SGE(cl.slot*slotSize, HeaderSize+len(pages)*RegionSize))
 		if len(pages) > slotRegions {
 			rl, err := c.regionListLocked()
 			if err != nil {
 				return nil, err
 			}
 			cl.regionList, list = rl, rl.buf.Bytes()
-			sges = []rings.SGE{c.smr.SGE(cl.slot*slotSize, HeaderSize), rl.mr.SGE(0, len(pages)*RegionSize)}
+			sges = c.sgl(c.smr.SGE(cl.slot*slotSize, HeaderSize), rl.mr.SGE(0, len(pages)*RegionSize))
 		}
 		if !inPlace {
 			b, err := c.bounceLocked()
@@ -231,7 +231,7 @@ func (f *File) StartWriteV(ctx context.Context, pages [][]byte, off int64, done 
 			}
 			c.st.bounced.Add(1)
 			h.Length, h.NumPages, h.PageSize = uint32(total), uint16(len(pages)), uint16(ps)
-			return []rings.SGE{c.smr.SGE(cl.slot*slotSize, HeaderSize), b.mr.SGE(0, total)}, nil
+			return c.sgl(c.smr.SGE(cl.slot*slotSize, HeaderSize), b.mr.SGE(0, total)), nil
 		})
 	}
 	// Split the pages where a part's stretches would outnumber the

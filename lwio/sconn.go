@@ -70,7 +70,8 @@ type sconn struct {
 	queue     []*sreq
 	active    []*sreq // requests workers hold (CANCEL marks them)
 	workers   int
-	sqWaiters int // workers waiting for send queue room (a vectored read's batches)
+	sqWaiters int             // workers waiting for send queue room (a vectored read's batches)
+	answer    [1]rings.SendWR // answerLocked's work request when it posts nothing before it
 
 	intrPending  bool
 	intrCookie   uint64
@@ -115,6 +116,7 @@ type sreq struct {
 	regions []Region
 	// cancelled: a CANCEL named the request while a worker held it.
 	cancelled atomic.Bool
+	wrs       [2]rings.SendWR // a read's data Write and its answer (sconn_io.go)
 }
 
 // sqDepthFor is the send queue a connection needs when every request it

@@ -212,9 +212,12 @@ func (c *sconn) do(r *sreq, stage *stageSlot) (uint32, uint32, []rings.SendWR) {
 		}
 		if h.Opcode == OpRead {
 			c.countRead(uint64(n))
-			w := rings.SendWR{Opcode: rings.WRRDMAWrite, RemoteAddr: h.DataVa, RKey: h.DataMh, NumSGE: 1}
+			// The request's own room for the Write and the answer after
+			// it: a slice literal here would be an allocation per read.
+			w := &r.wrs[0]
+			*w = rings.SendWR{Opcode: rings.WRRDMAWrite, RemoteAddr: h.DataVa, RKey: h.DataMh, NumSGE: 1}
 			w.SGL[0] = stage.mr.SGE(0, n)
-			return StatusSuccess, uint32(n), []rings.SendWR{w}
+			return StatusSuccess, uint32(n), r.wrs[:1]
 		}
 		c.countRead(uint64(n))
 		wrs := make([]rings.SendWR, 0, len(r.regions))
@@ -327,6 +330,9 @@ func (c *sconn) answerLocked(h *Header, st, info uint32, before []rings.SendWR, 
 		w = rings.SendWR{Opcode: rings.WRSend, Flags: rings.WRInline | rings.WRSolicited, InlineLen: StatusResponseSize}
 		(&StatusResponse{Cookie: h.Cookie, IOSB: IOSB{Information: info, Status: st}}).Encode(w.InlineData[:])
 		c.s.st.intrDone.Add(1)
+	}
+	if before == nil {
+		before = c.answer[:0] // under c.mu, posted (copied into the queue) before any reuse
 	}
 	wrs := append(before, w)
 	c.postLocked(wrs, stage, c.denied)
