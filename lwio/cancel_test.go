@@ -135,3 +135,44 @@ func allByte(b []byte, v byte) bool {
 	}
 	return true
 }
+
+// TestCancelContextMany: the requests in flight under one context are
+// all cancelled when it ends (one watch on the context for all of them),
+// each with its own CANCEL.
+func TestCancelContextMany(t *testing.T) {
+	r := newRig(t, lwio.ServerConfig{Workers: 1})
+	r.put(t, "f", randomBytes(1<<20, 42))
+	c := r.dial(t, lwio.ClientConfig{Credits: 16})
+	f, err := c.Open(context.Background(), "f", lwio.OpenFlags{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered, release := stall(t)
+	first, err := f.StartRead(context.Background(), make([]byte, 4096), 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-entered
+	ctx, cancel := context.WithCancel(context.Background())
+	var calls []*lwio.Call
+	for i := 1; i <= 5; i++ {
+		cl, err := f.StartRead(ctx, make([]byte, 4096), int64(i*4096), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls = append(calls, cl)
+	}
+	cancel()
+	for _, cl := range calls {
+		if <-cl.Done; !errors.Is(cl.Err, context.Canceled) {
+			t.Fatalf("read under the ended context: %v", cl.Err)
+		}
+	}
+	release()
+	if <-first.Done; first.Err != nil {
+		t.Fatal(first.Err)
+	}
+	if st, cs := r.srv.Stats(), c.Stats(); st.Cancelled != 5 || cs.Cancels != 5 {
+		t.Fatalf("server cancelled %d, client sent %d CANCELs; want 5 and 5", st.Cancelled, cs.Cancels)
+	}
+}
