@@ -176,6 +176,12 @@ func (c *Client) spin(cl *Call) {
 	}
 	c.mu.Lock()
 	c.callerPolls--
+	if !cl.answered && c.callerPolls == 0 && c.asleep && !c.intrOut {
+		// The caller gives up and will block on Done, while the loop,
+		// which asked for no interrupt because the caller watched,
+		// sleeps on a timer: ask now, so the completion wakes it.
+		c.interruptLocked()
+	}
 	c.mu.Unlock()
 }
 
