@@ -208,6 +208,7 @@ type Client struct {
 	polling     []*Call
 	intrOut     bool
 	asleep      bool // the completion loop waits for a completion (PollWait)
+	quietRecv   bool // connected: receive buffers are posted without a doorbell
 	callerPolls int  // callers polling their own status blocks (spin)
 	cookie      uint64
 	seq         uint16 // the next request's Sequence (AUTH's is BaseSequence, 0)
@@ -388,6 +389,7 @@ func (c *Client) connect(ctx context.Context, dst netip.AddrPort) error {
 		return fmt.Errorf("lwio: connect %v: %w", dst, err)
 	}
 	c.qp.SetAsyncDoorbell(true)
+	c.quietRecv = true
 	go c.watchDoorbell()
 	go c.run()
 	if err := c.authenticate(ctx); err != nil {
@@ -405,7 +407,14 @@ func (c *Client) postRecv(n int) error {
 		wrs[i] = rings.RecvWR{WRID: uint64(s), NumSGE: 1}
 		wrs[i].SGL[0] = c.rmr.SGE(s*StatusResponseSize, StatusResponseSize)
 	}
-	if _, err := c.qp.PostRecvList(wrs[:n]); err != nil {
+	// Once connected, a receive buffer goes back without a doorbell: the
+	// NIC finds it in the queue when a message arrives, and the server
+	// sends into it only after a request of ours, whose doorbell follows.
+	post := c.qp.PostRecvList
+	if c.quietRecv {
+		post = c.qp.PostRecvListQuiet
+	}
+	if _, err := post(wrs[:n]); err != nil {
 		return err
 	}
 	c.posted += n

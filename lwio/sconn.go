@@ -194,7 +194,14 @@ func (c *sconn) postRecvLocked(n int) error {
 		wrs[i] = rings.RecvWR{WRID: uint64(slot), NumSGE: 1}
 		wrs[i].SGL[0] = c.rmr.SGE(slot*c.slotSize, c.slotSize)
 	}
-	if _, err := c.qp.PostRecvList(wrs[:n]); err != nil {
+	// After AUTH a buffer goes back without a doorbell: the NIC finds it
+	// in the queue when a message arrives, and the client sends into it
+	// only after our answer, whose doorbell follows.
+	post := c.qp.PostRecvList
+	if c.authed {
+		post = c.qp.PostRecvListQuiet
+	}
+	if _, err := post(wrs[:n]); err != nil {
 		return err
 	}
 	c.unposted = c.unposted[:len(c.unposted)-n]

@@ -710,3 +710,38 @@ func TestVerbsAsyncDoorbellRefused(t *testing.T) {
 		t.Fatalf("DoorbellErr = %v, want ErrDoorbell and ErrQPError", err)
 	}
 }
+
+// TestVerbsQuietRecv: receive buffers posted with PostRecvListQuiet on an
+// established QP cost no command, and every Send still finds its buffer:
+// the device takes receive work requests from the queue when a message
+// arrives.
+func TestVerbsQuietRecv(t *testing.T) {
+	_, a, b := hostrig.QPPair(t, hostrig.Config{}, hostrig.NodeConfig{}, 4797)
+	la := a.Local.Bytes()
+	const n = 100
+	before := b.H.Driver.Stats().Commands
+	for i := range n {
+		la[i] = byte(i)
+		w := rings.SendWR{Opcode: rings.WRSend, WRID: uint64(i), NumSGE: 1}
+		w.SGL[0] = a.LocalMR.SGE(i, 1)
+		if err := a.QP.PostSend(&w); err != nil {
+			t.Fatal(err)
+		}
+		c := testutil.WaitCompletions(t, b.CQ, 1)[0]
+		if c.Status != rings.WCSuccess || b.RecvData(c)[0] != byte(i) {
+			t.Fatalf("send %d: %v", i, &c)
+		}
+		s := b.Slot(c)
+		r := rings.RecvWR{WRID: hostrig.RecvWRID(s), NumSGE: 1}
+		r.SGL[0] = b.RecvMR.SGE(s*b.Cfg.RecvSize, b.Cfg.RecvSize)
+		if _, err := b.QP.PostRecvListQuiet([]rings.RecvWR{r}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := b.H.Driver.Stats().Commands - before; got != 0 {
+		t.Fatalf("%d commands for %d receive posts, want 0", got, n)
+	}
+	if err := b.QP.Err(); err != nil {
+		t.Fatal(err)
+	}
+}
