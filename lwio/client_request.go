@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/emunic/emunic/rings"
@@ -149,7 +150,7 @@ func (c *Client) wait(ctx context.Context, cl *Call) error {
 // caller completes the request itself (and any other found done), so no
 // goroutine has to hand it over; and while a caller watches, the
 // completion loop asks for no interrupt (it polls on a timer instead).
-// It gives up after callerSpins empty looks.
+// It gives up after callerSpin.
 func (c *Client) spin(cl *Call) {
 	if !c.cfg.Polling || !isIO(cl.Op) || cl.slot < 0 || cl.finished.Load() {
 		return
@@ -162,8 +163,9 @@ func (c *Client) spin(cl *Call) {
 	c.callerPolls++
 	w := c.iosbWord(cl.slot) // the slot is cl's until it is answered
 	c.mu.Unlock()
-	for range callerSpins {
-		if cl.finished.Load() {
+	start := time.Now()
+	for i := 0; ; i++ {
+		if cl.finished.Load() || i%16 == 15 && time.Since(start) > callerSpin {
 			break
 		}
 		if uint32(atomic.LoadUint64(w)>>32) != StatusPending {
@@ -185,8 +187,10 @@ func (c *Client) spin(cl *Call) {
 	c.mu.Unlock()
 }
 
-// callerSpins bounds a caller's polling (spin).
-const callerSpins = 4096
+// callerSpin bounds a caller's polling (spin): about the time a small
+// read takes; past it the caller blocks and the loop takes over (with an
+// interrupt), rather than hold a CPU the NICs and the server may need.
+const callerSpin = 50 * time.Microsecond
 
 func (c *Client) freeSlot(cl *Call) {
 	c.mu.Lock()
