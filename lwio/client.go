@@ -410,11 +410,15 @@ func (c *Client) postRecv(n int) error {
 	// Once connected, a receive buffer goes back without a doorbell: the
 	// NIC finds it in the queue when a message arrives, and the server
 	// sends into it only after a request of ours, whose doorbell follows.
-	post := c.qp.PostRecvList
+	// (Two calls, not a function value: through one, wrs would escape to
+	// the heap on every post.)
+	var err error
 	if c.quietRecv {
-		post = c.qp.PostRecvListQuiet
+		_, err = c.qp.PostRecvListQuiet(wrs[:n])
+	} else {
+		_, err = c.qp.PostRecvList(wrs[:n])
 	}
-	if _, err := post(wrs[:n]); err != nil {
+	if err != nil {
 		return err
 	}
 	c.posted += n

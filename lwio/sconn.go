@@ -197,11 +197,15 @@ func (c *sconn) postRecvLocked(n int) error {
 	// After AUTH a buffer goes back without a doorbell: the NIC finds it
 	// in the queue when a message arrives, and the client sends into it
 	// only after our answer, whose doorbell follows.
-	post := c.qp.PostRecvList
+	// (Two calls, not a function value: through one, wrs would escape to
+	// the heap on every post.)
+	var err error
 	if c.authed {
-		post = c.qp.PostRecvListQuiet
+		_, err = c.qp.PostRecvListQuiet(wrs[:n])
+	} else {
+		_, err = c.qp.PostRecvList(wrs[:n])
 	}
-	if _, err := post(wrs[:n]); err != nil {
+	if err != nil {
 		return err
 	}
 	c.unposted = c.unposted[:len(c.unposted)-n]
