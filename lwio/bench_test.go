@@ -11,6 +11,9 @@ import (
 // registered client memory (zero-copy), in both completion modes.
 func BenchmarkRead64K(b *testing.B) { benchRead(b, 64<<10, 16) }
 
+// BenchmarkRead4K is small reads at depth: 4 KiB, 16 outstanding.
+func BenchmarkRead4K(b *testing.B) { benchRead(b, 4<<10, 16) }
+
 // BenchmarkRead4KDepth1 is the latency case: one 4 KiB read at a time.
 func BenchmarkRead4KDepth1(b *testing.B) { benchRead(b, 4<<10, 1) }
 

@@ -37,6 +37,14 @@ type ClientConfig struct {
 	MaxRdmaWindow int
 	// PageSize is the client's page size (4096).
 	PageSize int
+	// RegisterMin is the smallest transfer from host memory not from
+	// Alloc that is registered for the transfer (through the client's
+	// registration cache) rather than copied through a staging buffer
+	// (1024: the source copies reads under one kilobyte, since a copy of
+	// a few bytes costs less than a registration).
+	RegisterMin int
+	// CRC asks MPA for a CRC-32C on every FPDU (ServerConfig.CRC).
+	CRC bool
 	// Timeout bounds discovery and authentication (10 s).
 	Timeout time.Duration
 	// Seed, when not zero, seeds the client's key in NEGOTIATE: for
@@ -72,6 +80,9 @@ func (c ClientConfig) withDefaults() ClientConfig {
 	}
 	if c.PageSize <= 0 {
 		c.PageSize = 4096
+	}
+	if c.RegisterMin <= 0 {
+		c.RegisterMin = 1024
 	}
 	if c.Timeout <= 0 {
 		c.Timeout = 10 * time.Second
@@ -135,6 +146,9 @@ type ClientStats struct {
 	Requests, Completions  uint64
 	BytesRead, BytesWrote  uint64
 	ZeroCopy, Bounced      uint64 // transfers straight to or from the caller's memory, or through a staging buffer
+	Registered             uint64 // of the zero-copy ones, those registered for the transfer (RegisterMin)
+	RegCache               verbs.RegCacheStats
+	Cancels                uint64 // CANCELs sent for requests whose context ended
 	Interrupts             uint64 // INTERRUPT requests sent (polling mode)
 	PollBackoffs           uint64 // timed sleeps between status block scans: no credit for INTERRUPT (polling mode)
 	PolledCompletions      uint64 // completions found in status blocks
@@ -173,9 +187,12 @@ type Client struct {
 	qp *verbs.QP
 
 	slots *verbs.Buffer
+	smem  []byte // slots' bytes
 	smr   *verbs.MR
 	rbuf  *verbs.Buffer
+	rmem  []byte // rbuf's bytes
 	rmr   *verbs.MR
+	rwrs  []rings.RecvWR // postRecv's work requests
 
 	mu          sync.Mutex
 	cond        *sync.Cond
@@ -190,15 +207,26 @@ type Client struct {
 	byCookie    map[uint64]*Call
 	polling     []*Call
 	intrOut     bool
+	asleep      bool // the completion loop waits for a completion (PollWait)
+	quietRecv   bool // connected: receive buffers are posted without a doorbell
+	callerPolls int  // callers polling their own status blocks (spin)
 	cookie      uint64
 	seq         uint16 // the next request's Sequence (AUTH's is BaseSequence, 0)
 	bounceFree  []*bounce
 	bounceAll   []*bounce
-	regions     []*Memory
-	err         error
-	maxSeen     int
-	done        chan struct{}
-	loopDone    chan struct{}
+	listFree    []*bounce // region lists of long vectored reads
+	cancelQ     []*Call   // requests whose context ended, waiting for a credit to send CANCEL
+	watches     map[<-chan struct{}]*ctxWatch
+	wr          rings.SendWR                // postLocked's work request
+	sgeScratch  [rings.MaxSendSGE]rings.SGE // fill's gather list (sgl)
+	cache       *verbs.RegCache
+
+	regMu    sync.RWMutex
+	regions  []*Memory // from Alloc
+	err      error
+	maxSeen  int
+	done     chan struct{}
+	loopDone chan struct{}
 
 	st clientCounters
 }
@@ -206,12 +234,14 @@ type Client struct {
 type clientCounters struct {
 	requests, completions, bytesRead, bytesWrote, zeroCopy, bounced atomic.Uint64
 	interrupts, polled, imm, grants, retires, pollBackoffs          atomic.Uint64
+	registered, cancels                                             atomic.Uint64
 }
 
 // Memory is client memory registered with the NIC (Client.Alloc): reads
 // into it and writes from it move no byte through the host CPU.
 type Memory struct {
 	buf *verbs.Buffer
+	mem []byte
 	mr  *verbs.MR
 }
 
@@ -225,7 +255,8 @@ type bounce struct {
 // the server RDMA-writes its AUTH_PARAMS into.
 const (
 	slotPayload  = HeaderSize
-	slotIOSB     = HeaderSize + MaxVecRegions*RegionSize
+	slotRegions  = 64 // a vectored read's regions that fit its slot; more go in a region list
+	slotIOSB     = HeaderSize + slotRegions*RegionSize
 	slotAuthArea = slotIOSB + IOSBSize
 	slotSize     = (slotAuthArea + ctlAreaSize + 63) &^ 63
 	recvSlots    = MaxCredits + 1
@@ -240,19 +271,28 @@ type Call struct {
 	Err  error // nil, io.EOF (a read at or past the end), *StatusError or a connection error
 	Done chan *Call
 
-	c        *Client
-	slot     int
-	cookie   uint64
-	length   int
-	user     []byte   // a read's destination when bounced
-	pages    [][]byte // a vectored read's bounced pages
-	bounce   *bounce
-	sent     bool // the send completed
-	answered bool
-	status   uint32
-	info     uint32
-	internal bool // CREDIT or INTERRUPT: no caller waits
-	retire   bool
+	c          *Client
+	slot       int
+	cookie     uint64
+	fid        uint16
+	length     int
+	user       []byte   // a read's destination when bounced
+	pages      [][]byte // a vectored read's bounced pages
+	bounce     *bounce
+	regionList *bounce     // a long vectored read's regions
+	regs       []*verbs.MR // cached registrations held for the transfer
+	ctx        context.Context
+	watch      *ctxWatch // the context's watch while in flight
+	watchIdx   int
+	cancelOut  bool        // a CANCEL naming this request is in flight: its slot waits for the answer
+	slotDone   bool        // answered while cancelOut: the CANCEL's answer frees the slot
+	target     *Call       // a CANCEL's request
+	finished   atomic.Bool // completed: Done has it (a caller polling stops: spin)
+	answered   bool
+	status     uint32
+	info       uint32
+	internal   bool // CREDIT or INTERRUPT: no caller waits
+	retire     bool
 }
 
 // deadlinePast is a deadline already gone: it interrupts a blocked pipe
@@ -311,7 +351,15 @@ func (c *Client) Credits() int {
 // connect makes the RDMA connection and authenticates it.
 func (c *Client) connect(ctx context.Context, dst netip.AddrPort) error {
 	var err error
+	if c.primary != nil {
+		c.cache = c.primary.cache // a link registers in its primary's cache (the same PD)
+	} else if c.cache, err = c.v.NewRegCache(verbs.RegCacheConfig{}); err != nil {
+		return fmt.Errorf("lwio: %w", err)
+	}
 	if c.cq, err = c.v.CreateCQ(4 * (c.cfg.MaxOutstanding + recvSlots)); err != nil {
+		if c.primary == nil {
+			_ = c.cache.Close()
+		}
 		return fmt.Errorf("lwio: %w", err)
 	}
 	nslots := c.cfg.MaxOutstanding + 1
@@ -327,10 +375,11 @@ func (c *Client) connect(ctx context.Context, dst netip.AddrPort) error {
 		c.freeMem()
 		return fmt.Errorf("lwio: %w", err)
 	}
+	c.smem, c.rmem, c.rwrs = c.slots.Bytes(), c.rbuf.Bytes(), make([]rings.RecvWR, recvSlots)
 	for i := nslots - 1; i >= 0; i-- {
 		c.freeSlots = append(c.freeSlots, i)
 	}
-	attr := verbs.QPAttr{PD: c.pd, SendCQ: c.cq, RecvCQ: c.cq, SQDepth: 2 * nslots, RQDepth: recvSlots,
+	attr := verbs.QPAttr{PD: c.pd, SendCQ: c.cq, RecvCQ: c.cq, SQDepth: 2 * nslots, RQDepth: recvSlots, NoCRC: !c.cfg.CRC,
 		Setup: func(qp *verbs.QP) error {
 			c.qp = qp
 			return c.postRecv(2)
@@ -340,6 +389,7 @@ func (c *Client) connect(ctx context.Context, dst netip.AddrPort) error {
 		return fmt.Errorf("lwio: connect %v: %w", dst, err)
 	}
 	c.qp.SetAsyncDoorbell(true)
+	c.quietRecv = true
 	go c.watchDoorbell()
 	go c.run()
 	if err := c.authenticate(ctx); err != nil {
@@ -351,13 +401,24 @@ func (c *Client) connect(ctx context.Context, dst netip.AddrPort) error {
 
 // postRecv posts n more 16-byte receive buffers (status responses).
 func (c *Client) postRecv(n int) error {
-	var wrs [recvSlots]rings.RecvWR
+	wrs := c.rwrs
 	for i := range n {
 		s := (c.rnext + i) % recvSlots
 		wrs[i] = rings.RecvWR{WRID: uint64(s), NumSGE: 1}
 		wrs[i].SGL[0] = c.rmr.SGE(s*StatusResponseSize, StatusResponseSize)
 	}
-	if _, err := c.qp.PostRecvList(wrs[:n]); err != nil {
+	// Once connected, a receive buffer goes back without a doorbell: the
+	// NIC finds it in the queue when a message arrives, and the server
+	// sends into it only after a request of ours, whose doorbell follows.
+	// (Two calls, not a function value: through one, wrs would escape to
+	// the heap on every post.)
+	var err error
+	if c.quietRecv {
+		_, err = c.qp.PostRecvListQuiet(wrs[:n])
+	} else {
+		_, err = c.qp.PostRecvList(wrs[:n])
+	}
+	if err != nil {
 		return err
 	}
 	c.posted += n
@@ -386,7 +447,7 @@ func (c *Client) authenticate(ctx context.Context) error {
 		h.DataVa = c.smr.TO(cl.slot*slotSize + slotAuthArea)
 		h.DataMh = c.smr.RKey
 		h.Length = uint32(HeaderSize + len(p))
-		return []rings.SGE{c.smr.SGE(cl.slot*slotSize, HeaderSize+len(p))}, nil
+		return c.sgl(c.smr.SGE(cl.slot*slotSize, HeaderSize+len(p))), nil
 	})
 	if err != nil {
 		return err
@@ -394,7 +455,7 @@ func (c *Client) authenticate(ctx context.Context) error {
 	if err := c.wait(ctx, call); err != nil {
 		return fmt.Errorf("lwio: authentication: %w", err)
 	}
-	area := c.slots.Bytes()[call.slot*slotSize+slotAuthArea : call.slot*slotSize+slotAuthArea+ctlAreaSize]
+	area := c.smem[call.slot*slotSize+slotAuthArea : call.slot*slotSize+slotAuthArea+ctlAreaSize]
 	var srv AuthParams
 	if int(call.info) < 8 || int(call.info)-8 > ctlAreaSize {
 		return fmt.Errorf("lwio: authentication: server's parameters of %d bytes", int(call.info)-8)
@@ -428,8 +489,11 @@ func (c *Client) failLocked(err error) {
 	c.err = err
 	for k, cl := range c.byCookie {
 		delete(c.byCookie, k)
+		c.releaseLocked(cl)
+		c.unwatchLocked(cl)
 		if !cl.internal {
 			cl.Err = err
+			cl.finished.Store(true)
 			cl.Done <- cl
 		}
 	}
@@ -494,7 +558,10 @@ func (c *Client) freeMem() {
 		_ = b.mr.Dereg()
 		_ = b.buf.Free()
 	}
-	c.bounceAll, c.bounceFree = nil, nil
+	c.bounceAll, c.bounceFree, c.listFree = nil, nil, nil
+	if c.cache != nil && c.primary == nil {
+		_ = c.cache.Close()
+	}
 	for _, r := range c.regions {
 		_ = r.mr.Dereg()
 		_ = r.buf.Free()
@@ -522,9 +589,14 @@ func (c *Client) Stats() ClientStats {
 	c.mu.Lock()
 	credits, maxSeen := c.credits, c.maxSeen
 	c.mu.Unlock()
+	var cacheStats verbs.RegCacheStats
+	if c.cache != nil {
+		cacheStats = c.cache.Stats()
+	}
 	s := &c.st
 	return ClientStats{Requests: s.requests.Load(), Completions: s.completions.Load(), BytesRead: s.bytesRead.Load(),
 		BytesWrote: s.bytesWrote.Load(), ZeroCopy: s.zeroCopy.Load(), Bounced: s.bounced.Load(),
+		Registered: s.registered.Load(), RegCache: cacheStats, Cancels: s.cancels.Load(),
 		Interrupts: s.interrupts.Load(), PollBackoffs: s.pollBackoffs.Load(), PolledCompletions: s.polled.Load(), ImmediateCompletions: s.imm.Load(),
 		CreditGrants: s.grants.Load(), CreditRetires: s.retires.Load(), Credits: credits, MaxOutstandingObserved: maxSeen}
 }

@@ -55,25 +55,30 @@ func (c *Client) run() {
 		// it goes on polling the status blocks, sleeping a little longer
 		// each time it finds none done, up to maxPollBackoff; any
 		// completion (a send, a response, a delta credit) still wakes it.
+		// So it does while a caller polls its own status block (spin):
+		// an interrupt then would only cost the server a message.
 		wctx, stop := ctx, func() bool { return false }
-		if len(c.polling) > 0 && !c.intrOut && !c.interruptLocked() {
+		if len(c.polling) > 0 && !c.intrOut && (c.callerPolls > 0 || !c.interruptLocked()) {
 			var cancelW context.CancelFunc
 			wctx, cancelW = context.WithCancel(ctx)
 			stop = c.h.AfterFunc(backoff, cancelW)
 			backoff = min(2*backoff, maxPollBackoff)
 			c.st.pollBackoffs.Add(1)
 		}
+		c.asleep = true
 		c.mu.Unlock()
 		n, err := c.cq.PollWait(wctx, wc, false)
 		stop()
+		c.mu.Lock()
+		c.asleep = false
 		if err != nil {
+			c.mu.Unlock()
 			if ctx.Err() == nil && wctx.Err() != nil {
 				// The backoff ran out: scan the status blocks again.
 				continue
 			}
 			return
 		}
-		c.mu.Lock()
 		for i := range n {
 			c.handleLocked(&wc[i])
 		}
@@ -119,7 +124,7 @@ func (c *Client) interruptLocked() bool {
 	if c.postLocked(cl, func(_ *Call, h *Header, _ []byte) ([]rings.SGE, error) {
 		h.Flags = FlagInterrupt | FlagControl
 		h.Length = HeaderSize
-		return []rings.SGE{c.smr.SGE(cl.slot*slotSize, HeaderSize)}, nil
+		return c.sgl(c.smr.SGE(cl.slot*slotSize, HeaderSize)), nil
 	}) != nil {
 		return false
 	}
@@ -137,15 +142,10 @@ func (c *Client) handleLocked(wc *rings.Completion) {
 		return
 	}
 	switch wc.Opcode {
-	case rings.WCSend:
-		if cl := c.byCookie[wc.WRID]; cl != nil {
-			cl.sent = true
-			c.maybeDoneLocked(cl)
-		}
 	case rings.WCRecv:
 		s := int(wc.WRID)
 		var r StatusResponse
-		if wc.ByteLen != StatusResponseSize || r.Decode(c.rbuf.Bytes()[s*StatusResponseSize:(s+1)*StatusResponseSize]) != nil {
+		if wc.ByteLen != StatusResponseSize || r.Decode(c.rmem[s*StatusResponseSize:(s+1)*StatusResponseSize]) != nil {
 			c.failLocked(fmt.Errorf("lwio: server sent a message of %d bytes", wc.ByteLen))
 			return
 		}
@@ -240,25 +240,37 @@ func (c *Client) creditMessagesLocked() {
 		_ = c.postLocked(cl, func(_ *Call, h *Header, _ []byte) ([]rings.SGE, error) {
 			h.Offset = uint64(uint32(v)) << 32
 			h.Length = HeaderSize
-			return []rings.SGE{c.smr.SGE(cl.slot*slotSize, HeaderSize)}, nil
+			return c.sgl(c.smr.SGE(cl.slot*slotSize, HeaderSize)), nil
 		})
 	}
+	c.cancelMessagesLocked()
 }
 
 func (c *Client) maybeDoneLocked(cl *Call) {
-	if !cl.sent || !cl.answered {
+	if !cl.answered {
 		return
 	}
 	delete(c.byCookie, cl.cookie)
 	c.outstanding--
-	if cl.Op != OpAuth {
+	switch {
+	case cl.Op == OpAuth: // its slot holds the server's parameters until authenticate reads them
+	case cl.cancelOut:
+		cl.slotDone = true // the CANCEL naming it may still name its slot (polling: its IosVa)
+	default:
 		c.freeSlots = append(c.freeSlots, cl.slot)
 	}
+	c.unwatchLocked(cl)
 	c.st.completions.Add(1)
 	c.cond.Broadcast()
 	if cl.internal {
 		if cl.status != StatusSuccess && cl.status != StatusNotifyCredit {
 			c.failLocked(fmt.Errorf("lwio: %v answered %#08x", cl.Op, cl.status))
+		}
+		if t := cl.target; t != nil {
+			t.cancelOut = false
+			if t.slotDone {
+				c.freeSlots = append(c.freeSlots, t.slot)
+			}
 		}
 		c.creditMessagesLocked()
 		return
@@ -268,6 +280,11 @@ func (c *Client) maybeDoneLocked(cl *Call) {
 	case StatusSuccess:
 	case StatusEndOfFile:
 		cl.N, cl.Err = 0, io.EOF
+	case StatusCancelled:
+		cl.N, cl.Err = 0, &StatusError{Op: cl.Op, Status: cl.status}
+		if cl.ctx != nil && cl.ctx.Err() != nil {
+			cl.Err = fmt.Errorf("%w: %w", cl.ctx.Err(), cl.Err)
+		}
 	default:
 		cl.N, cl.Err = 0, &StatusError{Op: cl.Op, Status: cl.status}
 	}
@@ -280,9 +297,9 @@ func (c *Client) maybeDoneLocked(cl *Call) {
 	if cl.Err == nil && (cl.Op == OpWrite || cl.Op == OpVecWrite) {
 		c.st.bytesWrote.Add(uint64(cl.N))
 	}
-	if cl.bounce != nil {
+	if cl.bounce != nil && cl.Err == nil {
 		b := cl.bounce.buf.Bytes()
-		if cl.user != nil && cl.Err == nil {
+		if cl.user != nil {
 			copy(cl.user, b[:cl.N])
 		}
 		off := 0
@@ -292,9 +309,9 @@ func (c *Client) maybeDoneLocked(cl *Call) {
 			}
 			off += copy(p, b[off:cl.N])
 		}
-		c.bounceFree = append(c.bounceFree, cl.bounce)
-		cl.bounce = nil
 	}
+	c.releaseLocked(cl)
 	c.creditMessagesLocked()
+	cl.finished.Store(true)
 	cl.Done <- cl
 }

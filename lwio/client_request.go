@@ -3,7 +3,9 @@ package lwio
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/emunic/emunic/rings"
@@ -21,6 +23,10 @@ func (c *Client) limitLocked() int {
 	}
 	return l
 }
+
+// sgl is a request's gather list in the client's scratch array (fill
+// runs under c.mu, and postLocked copies it into the work request).
+func (c *Client) sgl(sges ...rings.SGE) []rings.SGE { return append(c.sgeScratch[:0], sges...) }
 
 // fill builds a request in its slot: it sets the header fields it owns
 // and returns the SGEs of the send after the header's own.
@@ -53,7 +59,13 @@ func (c *Client) startTo(ctx context.Context, op Opcode, done chan *Call, f fill
 	if c.err != nil {
 		return nil, c.err
 	}
-	return cl, c.postLocked(cl, f)
+	if err := c.postLocked(cl, f); err != nil {
+		return nil, err
+	}
+	if isIO(op) {
+		c.watchCtxLocked(ctx, cl)
+	}
+	return cl, nil
 }
 
 // postLocked builds cl in a free slot and sends it.
@@ -65,7 +77,7 @@ func (c *Client) postLocked(cl *Call, f fill) error {
 		c.cookie++
 	}
 	cl.cookie = c.cookie
-	slot := c.slots.Bytes()[cl.slot*slotSize : (cl.slot+1)*slotSize]
+	slot := c.smem[cl.slot*slotSize : (cl.slot+1)*slotSize]
 	// Sequence numbers the requests in the order they are sent (postLocked
 	// runs under mu and posts at once); Tid is the cookie's low half,
 	// unique among the requests in flight, as ImmCookie must be.
@@ -82,7 +94,18 @@ func (c *Client) postLocked(cl *Call, f fill) error {
 		return err
 	}
 	h.Encode(slot)
-	w := rings.SendWR{Opcode: rings.WRSend, Flags: rings.WRSignaled, WRID: cl.cookie}
+	// Unsignaled: the request's answer says the server has the message,
+	// so its slot is free then, and a send completion would only cost
+	// the device a CQE and the client a poll. A send that fails still
+	// completes (in error), which ends the client. The exception: a
+	// polling request while the completion loop sleeps, which nothing
+	// else would wake to watch its status block (and ask for an
+	// interrupt before it sleeps again).
+	w := &c.wr // under c.mu: a work request on the stack would escape to the heap
+	*w = rings.SendWR{Opcode: rings.WRSend, WRID: cl.cookie}
+	if c.asleep && c.cfg.Polling && isIO(cl.Op) {
+		w.Flags = rings.WRSignaled
+	}
 	if len(sges) > rings.MaxSendSGE {
 		c.freeSlots = append(c.freeSlots, cl.slot)
 		return fmt.Errorf("lwio: %d SGEs", len(sges))
@@ -95,7 +118,7 @@ func (c *Client) postLocked(cl *Call, f fill) error {
 		c.polling = append(c.polling, cl)
 	}
 	c.seq++
-	if err := c.qp.PostSend(&w); err != nil {
+	if err := c.qp.PostSend(w); err != nil {
 		delete(c.byCookie, cl.cookie)
 		c.outstanding--
 		c.failLocked(err)
@@ -108,11 +131,12 @@ func (c *Client) postLocked(cl *Call, f fill) error {
 func isIO(op Opcode) bool { return op <= OpVecWrite }
 
 func (c *Client) iosbWord(slot int) *uint64 {
-	return (*uint64)(unsafe.Pointer(&c.slots.Bytes()[slot*slotSize+slotIOSB]))
+	return (*uint64)(unsafe.Pointer(&c.smem[slot*slotSize+slotIOSB]))
 }
 
 // wait waits for cl and returns its error.
 func (c *Client) wait(ctx context.Context, cl *Call) error {
+	c.spin(cl)
 	select {
 	case <-cl.Done:
 		return cl.Err
@@ -120,6 +144,53 @@ func (c *Client) wait(ctx context.Context, cl *Call) error {
 		return ctx.Err()
 	}
 }
+
+// spin is a polling client's caller watching its own request's status
+// block before it blocks on Done: when the server's RDMA Write lands, the
+// caller completes the request itself (and any other found done), so no
+// goroutine has to hand it over; and while a caller watches, the
+// completion loop asks for no interrupt (it polls on a timer instead).
+// It gives up after callerSpin.
+func (c *Client) spin(cl *Call) {
+	if !c.cfg.Polling || !isIO(cl.Op) || cl.slot < 0 || cl.finished.Load() {
+		return
+	}
+	c.mu.Lock()
+	if cl.answered {
+		c.mu.Unlock()
+		return
+	}
+	c.callerPolls++
+	w := c.iosbWord(cl.slot) // the slot is cl's until it is answered
+	c.mu.Unlock()
+	start := time.Now()
+	for i := 0; ; i++ {
+		if cl.finished.Load() || i%16 == 15 && time.Since(start) > callerSpin {
+			break
+		}
+		if uint32(atomic.LoadUint64(w)>>32) != StatusPending {
+			c.mu.Lock()
+			c.scanLocked()
+			c.mu.Unlock()
+			continue
+		}
+		runtime.Gosched()
+	}
+	c.mu.Lock()
+	c.callerPolls--
+	if !cl.answered && c.callerPolls == 0 && c.asleep && !c.intrOut {
+		// The caller gives up and will block on Done, while the loop,
+		// which asked for no interrupt because the caller watched,
+		// sleeps on a timer: ask now, so the completion wakes it.
+		c.interruptLocked()
+	}
+	c.mu.Unlock()
+}
+
+// callerSpin bounds a caller's polling (spin): about the time a small
+// read takes; past it the caller blocks and the loop takes over (with an
+// interrupt), rather than hold a CPU the NICs and the server may need.
+const callerSpin = 50 * time.Microsecond
 
 func (c *Client) freeSlot(cl *Call) {
 	c.mu.Lock()

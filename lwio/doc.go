@@ -31,7 +31,10 @@
 // client_request.go (admission by credits, building and posting a
 // request), client_completion.go (the completion loop and the credit
 // messages), discover.go (the logon, the pipe, NEGOTIATE), links.go
-// (several connections, I/O spread over them), file.go (the file API) and
+// (several connections, I/O spread over them), client_buffers.go (the
+// caller's memory: Alloc, registration through the cache, staging),
+// client_cancel.go (cancel tied to a context), file.go (open, the
+// synchronous file API, close), file_io.go (the Start calls) and
 // client_dir.go (the directory operations). Package lwfuse mounts an
 // export with FUSE.
 // docs/lwio.md gives every byte and

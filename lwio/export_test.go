@@ -108,7 +108,7 @@ func (c *Client) DebugState() string {
 	s := fmt.Sprintf("client credits %d outstanding %d waiting %d posted %d retireNext %d ackGrant %v intrOut %v free slots %d err %v;",
 		c.credits, c.outstanding, c.waiting, c.posted, c.retireNext, c.ackGrant, c.intrOut, len(c.freeSlots), c.err)
 	for k, cl := range c.byCookie {
-		s += fmt.Sprintf(" [%d %v sent %v answered %v status %#x]", k, cl.Op, cl.sent, cl.answered, cl.status)
+		s += fmt.Sprintf(" [%d %v answered %v status %#x]", k, cl.Op, cl.answered, cl.status)
 	}
 	return s
 }

@@ -121,18 +121,6 @@ func (f *File) next() *File {
 	return f.self
 }
 
-// primaryLookup finds p in the memory the primary allocated, which a
-// link's requests may use in place (the same protection domain). Lock
-// order: a link's mu, then its primary's.
-func (c *Client) primaryLookup(p []byte) (*verbs.MR, int, bool) {
-	if c.primary == nil {
-		return nil, 0, false
-	}
-	c.primary.mu.Lock()
-	defer c.primary.mu.Unlock()
-	return c.primary.lookupLocked(p)
-}
-
 // closeLinks closes every link (Client.Close).
 func (c *Client) closeLinks() {
 	for _, l := range c.links {
@@ -211,6 +199,11 @@ func (f *File) spread(p []byte, off int64, start startFn, piece int) ([]int, err
 			break
 		}
 		inflight++
+	}
+	if inflight == 1 {
+		for cl, g := range where {
+			g.c.spin(cl) // one request: a polling caller watches it itself
+		}
 	}
 	tries := make([]int, npieces)
 	for ; inflight > 0; inflight-- {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/emunic/emunic/rings"
 	"github.com/emunic/emunic/tcpstack/verbs"
@@ -66,8 +67,11 @@ type sconn struct {
 	fids    []*fidEntry
 	fidNext int
 
-	queue   []*sreq
-	workers int
+	queue     []*sreq
+	active    []*sreq // requests workers hold (CANCEL marks them)
+	workers   int
+	sqWaiters int             // workers waiting for send queue room (a vectored read's batches)
+	answer    [1]rings.SendWR // answerLocked's work request when it posts nothing before it
 
 	intrPending  bool
 	intrCookie   uint64
@@ -110,14 +114,18 @@ type sreq struct {
 	slot    int    // the receive buffer a write's data is in (-1 once posted again)
 	data    []byte // write data (a view of the receive buffer)
 	regions []Region
+	// cancelled: a CANCEL named the request while a worker held it.
+	cancelled atomic.Bool
+	wrs       [2]rings.SendWR // a read's data Write and its answer (sconn_io.go)
 }
 
 // sqDepthFor is the send queue a connection needs when every request it
-// can have outstanding (its credits and the slack) is a vectored read of
-// the most regions, each region an RDMA Write and then its completion, plus
-// a delta credit message and an interrupt answer. The poller posts answers
-// itself, so it must never wait for room: the queue holds the worst case.
-func sqDepthFor(maxCredits int) int { return (maxCredits+creditSlack)*(MaxVecRegions+1) + 2 }
+// can have outstanding (its credits and the slack) is a vectored read
+// posting a batch of RDMA Writes (vecBatch) and then its completion, plus
+// a delta credit message and an interrupt answer, and one more batch: the
+// poller posts answers itself, so it must never wait for room, while a
+// worker placing a larger vectored read waits for room beyond that.
+func sqDepthFor(maxCredits int) int { return (maxCredits+creditSlack)*(vecBatch+1) + 2 + vecBatch }
 
 const (
 	// shrinkAfter is how many requests in a row must want fewer credits
@@ -173,13 +181,31 @@ func (c *sconn) postRecvLocked(n int) error {
 	if n > len(c.unposted) {
 		return fmt.Errorf("lwio: %d receive buffers wanted, %d left", n, len(c.unposted))
 	}
-	var wrs [MaxCredits + creditSlack]rings.RecvWR
+	// One buffer at a time is the common case (a request's buffer goes
+	// back): a stack array of every credit's work requests would be
+	// cleared on every call.
+	var one [1]rings.RecvWR
+	wrs := one[:]
+	if n > 1 {
+		wrs = make([]rings.RecvWR, n)
+	}
 	for i := range n {
 		slot := c.unposted[len(c.unposted)-1-i]
 		wrs[i] = rings.RecvWR{WRID: uint64(slot), NumSGE: 1}
 		wrs[i].SGL[0] = c.rmr.SGE(slot*c.slotSize, c.slotSize)
 	}
-	if _, err := c.qp.PostRecvList(wrs[:n]); err != nil {
+	// After AUTH a buffer goes back without a doorbell: the NIC finds it
+	// in the queue when a message arrives, and the client sends into it
+	// only after our answer, whose doorbell follows.
+	// (Two calls, not a function value: through one, wrs would escape to
+	// the heap on every post.)
+	var err error
+	if c.authed {
+		_, err = c.qp.PostRecvListQuiet(wrs[:n])
+	} else {
+		_, err = c.qp.PostRecvList(wrs[:n])
+	}
+	if err != nil {
 		return err
 	}
 	c.unposted = c.unposted[:len(c.unposted)-n]
@@ -217,6 +243,9 @@ func (c *sconn) completion(wc *rings.Completion) {
 		}
 		delete(c.inflight, wc.WRID)
 		c.sqUsed -= p.n
+		if c.sqWaiters > 0 {
+			c.cond.Broadcast() // a worker waits for room (placeLocked)
+		}
 		if p.stage != nil {
 			c.stageFree = append(c.stageFree, p.stage)
 		}

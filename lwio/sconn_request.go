@@ -192,10 +192,11 @@ func (c *sconn) closeFid(slot int, h Header, fe *fidEntry, _ []byte) {
 	c.answerLocked(&h, StatusSuccess, 0, nil, nil)
 }
 
-// cancel completes the Fid's queued requests with CANCELLED.
+// cancel cancels the Fid's requests, or the one its Offset names
+// (cancelLocked).
 func (c *sconn) cancel(slot int, h Header, _ *fidEntry, _ []byte) {
 	c.repostLocked(slot)
-	c.cancelLocked(h.Fid)
+	c.cancelLocked(h.Fid, h.Offset)
 	c.answerLocked(&h, StatusSuccess, 0, nil, nil)
 }
 
@@ -345,11 +346,7 @@ func (c *sconn) ioRequest(slot int, h Header, fe *fidEntry, msg []byte) {
 		r.slot, r.data = slot, data
 	}
 	fe.busy++
-	c.queue = append(c.queue, r)
-	// One request, one worker: while the connection works only idle
-	// workers wait on cond (teardown waits there only after err is set),
-	// so Signal wakes one of them, not the whole pool.
-	c.cond.Signal()
+	c.dispatchLocked(r)
 }
 
 // window is the most one read may move: the smaller of the two sides'
@@ -364,7 +361,7 @@ func (c *sconn) window() int {
 // Length with no region left wholly unused.
 func (c *sconn) regions(h *Header, msg []byte) ([]Region, bool) {
 	n, ps := int(h.NumPages), int(h.PageSize)
-	if n == 0 || n > MaxVecRegions || ps == 0 || len(msg) != HeaderSize+n*RegionSize || int(h.Length) > c.window() {
+	if n == 0 || n > c.maxRegions() || ps == 0 || len(msg) != HeaderSize+n*RegionSize || int(h.Length) > c.window() {
 		return nil, false
 	}
 	regs := make([]Region, n)
@@ -398,19 +395,4 @@ func (c *sconn) collapseOK(h *Header, fe *fidEntry, sent int) bool {
 		return false
 	}
 	return sent == min(ps, int(h.Length))
-}
-
-// cancelLocked completes every queued request of fid with CANCELLED.
-func (c *sconn) cancelLocked(fid uint16) {
-	q := c.queue[:0]
-	for _, r := range c.queue {
-		if r.h.Fid != fid {
-			q = append(q, r)
-			continue
-		}
-		c.s.st.cancelled.Add(1)
-		c.finishLocked(r, StatusCancelled, 0, nil, nil)
-	}
-	clear(c.queue[len(q):])
-	c.queue = q
 }

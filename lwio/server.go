@@ -28,9 +28,10 @@ const (
 	// ProviderName is the provider this project's NIC offers in the
 	// negotiate lists.
 	ProviderName = "emunic-iwarp"
-	// MaxVecRegions bounds the regions of a vectored read: each is an
-	// RDMA Write, and the send queue must hold a request's worth.
-	MaxVecRegions = 64
+	// MaxVecRegions is the most regions NumPages (a u16) can name; a
+	// vectored read may carry as many as the server's MaxRecvBufferSize
+	// holds after the header (÷ RegionSize: 4,096 at 64 KiB) up to this.
+	MaxVecRegions = 0xFFFF
 	// SectorSize is the backend sector the final region of a vectored read
 	// must be a multiple of.
 	SectorSize = 512
@@ -87,6 +88,11 @@ type ServerConfig struct {
 	// Logger, when set, logs each client: its logon (ClientName, key,
 	// address), refusals, its connections and its end.
 	Logger *slog.Logger
+	// CRC asks MPA for a CRC-32C on every FPDU (used both ways when either
+	// end asks). Off by default, as for sockets direct: TCP's checksum
+	// covers every segment, as it does for a file protocol on TCP, and
+	// the devices would compute the CRC over every byte twice.
+	CRC bool
 	// Seed, when not zero, seeds the server's random choices (session
 	// keys, resume keys, session IDs) and stands for the process ID and
 	// session start time in resume keys: for repeatable runs only (a
@@ -167,6 +173,7 @@ type ServerStats struct {
 	Registers, Reads, Writes    uint64
 	VecReads, VecWrites         uint64
 	Closes, Cancels, Cancelled  uint64
+	Abandoned                   uint64 // reads cancelled while a worker held them: no byte placed
 	Interrupts                  uint64
 	CreditGrants, CreditRetires uint64
 	BytesRead, BytesWritten     uint64
@@ -221,7 +228,7 @@ type serverCounters struct {
 	registers, reads, writes, vecReads, vecWrites, closes, cancels  atomic.Uint64
 	cancelled, interrupts, grants, retires, bytesRead, bytesWritten atomic.Uint64
 	creditViol, badReq, protoErr, pipeErr, connErr, direct, imm     atomic.Uint64
-	polled, intrDone, pipeTimeouts, connClosed                      atomic.Uint64
+	polled, intrDone, pipeTimeouts, connClosed, abandoned           atomic.Uint64
 	seqErr, tidReuse, logons, logonFail, keyRefused, addrRefused    atomic.Uint64
 	readOnly, fileLimit                                             atomic.Uint64
 	filesOpen, connsOpen                                            atomic.Int64
@@ -258,7 +265,7 @@ func NewServer(h *tcpstack.Host, exp *Export, cfg ServerConfig) (*Server, error)
 	for i := range cfg.Instances {
 		inst := i
 		attr := verbs.QPAttr{PD: s.pd, SendCQ: s.cq, RecvCQ: s.cq, SQDepth: sqDepthFor(cfg.MaxCredits),
-			RQDepth: cfg.MaxCredits + creditSlack, IRD: 16, ORD: 16,
+			RQDepth: cfg.MaxCredits + creditSlack, IRD: 16, ORD: 16, NoCRC: !cfg.CRC,
 			Setup: func(qp *verbs.QP) error { return s.setupConn(qp, inst) }}
 		rl, err := v.ListenRDMA(cfg.RDMAPort+uint16(i), attr)
 		if err != nil {
@@ -306,7 +313,7 @@ func (s *Server) Stats() ServerStats {
 		Conns: c.conns.Load(), Authenticated: c.authed.Load(), AuthFailures: c.authFail.Load(),
 		AuthTimeouts: c.authTimeout.Load(), Registers: c.registers.Load(), Reads: c.reads.Load(),
 		Writes: c.writes.Load(), VecReads: c.vecReads.Load(), VecWrites: c.vecWrites.Load(),
-		Closes: c.closes.Load(), Cancels: c.cancels.Load(), Cancelled: c.cancelled.Load(),
+		Closes: c.closes.Load(), Cancels: c.cancels.Load(), Cancelled: c.cancelled.Load(), Abandoned: c.abandoned.Load(),
 		Interrupts: c.interrupts.Load(), CreditGrants: c.grants.Load(), CreditRetires: c.retires.Load(),
 		BytesRead: c.bytesRead.Load(), BytesWritten: c.bytesWritten.Load(),
 		CreditViolations: c.creditViol.Load(), BadRequests: c.badReq.Load(),

@@ -43,6 +43,12 @@ const (
 
 func newLWIOBench(b *testing.B, srvCfg lwio.ServerConfig) *lwioBench {
 	b.Helper()
+	return newLWIOBenchClient(b, srvCfg, lwio.ClientConfig{Credits: 16})
+}
+
+// newLWIOBenchClient is newLWIOBench with the LWIO client's configuration.
+func newLWIOBenchClient(b *testing.B, srvCfg lwio.ServerConfig, cliCfg lwio.ClientConfig) *lwioBench {
+	b.Helper()
 	big := func(c *board.HostConfig) { c.ArenaSize = 512 << 20 }
 	r := hostrig.New(b, hostrig.Config{LabelB: "server", HostA: big, HostB: big})
 	dir := b.TempDir()
@@ -92,7 +98,7 @@ func newLWIOBench(b *testing.B, srvCfg lwio.ServerConfig) *lwioBench {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	b.Cleanup(cancel)
 	lb.ctx = ctx
-	c, err := lwio.Dial(ctx, r.A, r.B.Addr(), lwio.ClientConfig{Credits: 16})
+	c, err := lwio.Dial(ctx, r.A, r.B.Addr(), cliCfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -221,20 +227,9 @@ func median(rs []benchRound, f func(benchRound) float64) float64 {
 //	go test ./tests -run '^$' -bench 'LWIO$' -benchtime 7x -count 3
 func BenchmarkLWIO(b *testing.B) {
 	lb := newLWIOBench(b, lwio.ServerConfig{})
-	const size, depth, total = 64 << 10, 16, 4 * benchFile
-	lb.lwioRun(b, false, size, depth, benchFile) // warm up both
-	lb.tcpRun(b, lb.tcp, false, size, depth, benchFile)
-	var lw, tc []benchRound
-	b.ResetTimer()
-	for range b.N {
-		lw = append(lw, measureClient(b, total, total/size, func() { lb.lwioRun(b, false, size, depth, total) }))
-		tc = append(tc, measureClient(b, total, total/size, func() { lb.tcpRun(b, lb.tcp, false, size, depth, total) }))
-	}
-	b.StopTimer()
+	lw, tc := lb.rounds64K(b, 4*benchFile)
 	mbs := func(r benchRound) float64 { return r.mbs }
 	cpu := func(r benchRound) float64 { return r.cpu }
-	b.ReportMetric(median(lw, mbs), "lwio-MB/s")
-	b.ReportMetric(median(tc, mbs), "tcp-MB/s")
 	b.ReportMetric(median(lw, mbs)/median(tc, mbs), "throughput-x")
 	b.ReportMetric(median(lw, cpu), "lwio-client-cpu-s/GiB")
 	b.ReportMetric(median(tc, cpu), "tcp-client-cpu-s/GiB")
@@ -245,6 +240,26 @@ func BenchmarkLWIO(b *testing.B) {
 	if st := lb.srv.Stats(); st.BadRequests+st.ConnErrors+st.ProtocolErrors != 0 {
 		b.Fatalf("server errors: %+v", st)
 	}
+}
+
+// rounds64K is b.N alternating rounds of 64 KiB reads with 16
+// outstanding, total bytes each, over LWIO and over the plain-TCP file
+// protocol on netstack, after a warm-up pass of each; it reports both
+// medians in MB/s.
+func (lb *lwioBench) rounds64K(b *testing.B, total int) (lw, tc []benchRound) {
+	const size, depth = 64 << 10, 16
+	lb.lwioRun(b, false, size, depth, benchFile) // warm up both
+	lb.tcpRun(b, lb.tcp, false, size, depth, benchFile)
+	b.ResetTimer()
+	for range b.N {
+		lw = append(lw, measureClient(b, total, total/size, func() { lb.lwioRun(b, false, size, depth, total) }))
+		tc = append(tc, measureClient(b, total, total/size, func() { lb.tcpRun(b, lb.tcp, false, size, depth, total) }))
+	}
+	b.StopTimer()
+	mbs := func(r benchRound) float64 { return r.mbs }
+	b.ReportMetric(median(lw, mbs), "lwio-MB/s")
+	b.ReportMetric(median(tc, mbs), "tcp-MB/s")
+	return lw, tc
 }
 
 // BenchmarkLWIOMatrix: reads and writes of 4 KiB, 64 KiB and 1 MiB with 1

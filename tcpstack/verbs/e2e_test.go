@@ -653,23 +653,8 @@ func TestVerbsAsyncDoorbell(t *testing.T) {
 	_, a, b := hostrig.QPPair(t, hostrig.Config{}, hostrig.NodeConfig{}, 4799)
 	a.QP.SetAsyncDoorbell(true)
 	b.QP.SetAsyncDoorbell(true)
-	la := a.Local.Bytes()
 	const n = 200
-	for i := range n {
-		la[i] = byte(i)
-		w := rings.SendWR{Opcode: rings.WRSend, Flags: rings.WRSignaled, WRID: uint64(i), NumSGE: 1}
-		w.SGL[0] = a.LocalMR.SGE(i, 1)
-		if err := a.QP.PostSend(&w); err != nil {
-			t.Fatal(err)
-		}
-		c := testutil.WaitCompletions(t, b.CQ, 1)[0]
-		if c.Status != rings.WCSuccess || b.RecvData(c)[0] != byte(i) {
-			t.Fatalf("send %d: %v", i, &c)
-		}
-		if err := b.PostRecvs(b.QP, b.Slot(c)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	sendEach(t, a, b, n, rings.WRSignaled, func(s int) error { return b.PostRecvs(b.QP, s) })
 	for i, c := range testutil.WaitCompletions(t, a.CQ, n) {
 		if c.Status != rings.WCSuccess || c.WRID != uint64(i) {
 			t.Fatalf("completion %d: %v", i, &c)
@@ -708,5 +693,49 @@ func TestVerbsAsyncDoorbellRefused(t *testing.T) {
 	}
 	if err := a.QP.DoorbellErr(); !errors.Is(err, verbs.ErrDoorbell) || !errors.Is(err, verbs.ErrQPError) {
 		t.Fatalf("DoorbellErr = %v, want ErrDoorbell and ErrQPError", err)
+	}
+}
+
+// TestVerbsQuietRecv: receive buffers posted with PostRecvListQuiet on an
+// established QP cost no command, and every Send still finds its buffer:
+// the device takes receive work requests from the queue when a message
+// arrives.
+func TestVerbsQuietRecv(t *testing.T) {
+	_, a, b := hostrig.QPPair(t, hostrig.Config{}, hostrig.NodeConfig{}, 4797)
+	const n = 100
+	before := b.H.Driver.Stats().Commands
+	sendEach(t, a, b, n, 0, func(s int) error {
+		r := rings.RecvWR{WRID: hostrig.RecvWRID(s), NumSGE: 1}
+		r.SGL[0] = b.RecvMR.SGE(s*b.Cfg.RecvSize, b.Cfg.RecvSize)
+		_, err := b.QP.PostRecvListQuiet([]rings.RecvWR{r})
+		return err
+	})
+	if got := b.H.Driver.Stats().Commands - before; got != 0 {
+		t.Fatalf("%d commands for %d receive posts, want 0", got, n)
+	}
+	if err := b.QP.Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sendEach sends n one-byte messages from a to b one at a time, each
+// checked on arrival and its receive slot handed to repost.
+func sendEach(t *testing.T, a, b *hostrig.Node, n int, flags rings.WRFlags, repost func(slot int) error) {
+	t.Helper()
+	la := a.Local.Bytes()
+	for i := range n {
+		la[i] = byte(i)
+		w := rings.SendWR{Opcode: rings.WRSend, Flags: flags, WRID: uint64(i), NumSGE: 1}
+		w.SGL[0] = a.LocalMR.SGE(i, 1)
+		if err := a.QP.PostSend(&w); err != nil {
+			t.Fatal(err)
+		}
+		c := testutil.WaitCompletions(t, b.CQ, 1)[0]
+		if c.Status != rings.WCSuccess || b.RecvData(c)[0] != byte(i) {
+			t.Fatalf("send %d: %v", i, &c)
+		}
+		if err := repost(b.Slot(c)); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"unsafe"
 
 	"github.com/emunic/emunic/rings"
 )
@@ -300,4 +301,24 @@ func (v *Provider) NewRegCache(cfg RegCacheConfig) (*RegCache, error) {
 		v.mu.Unlock()
 	}
 	return c, nil
+}
+
+// HostAddr is the bus address of p's first byte when p lies wholly in this
+// host's memory (the only memory a region can name): how a consumer that
+// is handed a plain []byte finds out whether it can register it rather
+// than copy it.
+func (v *Provider) HostAddr(p []byte) (rings.Addr, bool) {
+	if len(p) == 0 {
+		return 0, false
+	}
+	all, err := v.mem.Map(v.mem.Base(), v.mem.Size())
+	if err != nil {
+		return 0, false
+	}
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(all)))
+	a := uintptr(unsafe.Pointer(unsafe.SliceData(p)))
+	if a < base || a-base > uintptr(len(all)) || uintptr(len(p)) > uintptr(len(all))-(a-base) {
+		return 0, false
+	}
+	return v.mem.Base() + rings.Addr(a-base), true
 }
