@@ -139,7 +139,7 @@ func BenchmarkSendRTT(b *testing.B) {
 
 const (
 	sendRTTBatch    = 100
-	sendRTTCPU      = 20000
+	sendRTTCPU      = 50000
 	sendRTTBusyPoll = 500 * time.Microsecond
 	rttRecvWRID     = 1 << 32
 )
@@ -156,29 +156,38 @@ func rttSend(i uint64) rings.SendWR {
 }
 
 // waitRecv waits for the next receive completion on n's CQ (skipping
-// send completions) and reposts its slot.
-func waitRecv(ctx context.Context, n *hostrig.Node, wc []rings.Completion) error {
+// send completions) and returns its slot, which the caller reposts once
+// its own Send is on its way (as an RDMA application does: the reply
+// first, the bookkeeping after).
+func waitRecv(ctx context.Context, n *hostrig.Node, wc []rings.Completion) (int, error) {
 	for {
 		k, err := n.CQ.PollWait(ctx, wc, false)
 		if err != nil {
-			return err
+			return -1, err
 		}
-		got := false
+		slot := -1
 		for _, c := range wc[:k] {
 			if c.Status != rings.WCSuccess {
-				return &wcError{c}
+				return -1, &wcError{c}
 			}
 			if c.Opcode == rings.WCRecv {
-				if err := n.PostRecvs(n.QP, n.Slot(c)); err != nil {
-					return err
-				}
-				got = true
+				slot = n.Slot(c)
 			}
 		}
-		if got {
-			return nil
+		if slot >= 0 {
+			return slot, nil
 		}
 	}
+}
+
+// repost posts receive slot s again (none if s < 0).
+func repost(n *hostrig.Node, s int) error {
+	if s < 0 {
+		return nil
+	}
+	w := rings.RecvWR{WRID: hostrig.RecvWRID(s), NumSGE: 1}
+	w.SGL[0] = n.RecvMR.SGE(s*n.Cfg.RecvSize, n.Cfg.RecvSize)
+	return n.QP.PostRecv(&w)
 }
 
 type wcError struct{ c rings.Completion }
@@ -191,13 +200,19 @@ func newRDMAPing(ctx context.Context, a *hostrig.Node) func() error {
 	wc := make([]rings.Completion, 8)
 	var i uint64
 	var w rings.SendWR
+	slot := -1 // the last round's receive slot, reposted behind this Send
 	return func() error {
 		w = rttSend(i)
 		i++
 		if err := a.QP.PostSend(&w); err != nil {
 			return err
 		}
-		return waitRecv(ctx, a, wc)
+		if err := repost(a, slot); err != nil {
+			return err
+		}
+		var err error
+		slot, err = waitRecv(ctx, a, wc)
+		return err
 	}
 }
 
@@ -206,11 +221,12 @@ func newRDMAPing(ctx context.Context, a *hostrig.Node) func() error {
 func rdmaEcho(ctx context.Context, n *hostrig.Node) {
 	wc := make([]rings.Completion, 8)
 	for i := uint64(0); ; i++ {
-		if waitRecv(ctx, n, wc) != nil {
+		slot, err := waitRecv(ctx, n, wc)
+		if err != nil {
 			return
 		}
 		w := rttSend(i)
-		if n.QP.PostSend(&w) != nil {
+		if n.QP.PostSend(&w) != nil || repost(n, slot) != nil {
 			return
 		}
 	}

@@ -243,7 +243,7 @@ func (cq *CQ) PollWait(ctx context.Context, wc []rings.Completion, solicitedOnly
 		if n := cq.Poll(wc); n > 0 {
 			return n, nil
 		}
-		if n := cq.busySpin(wc); n > 0 {
+		if n := cq.busySpin(ctx, wc); n > 0 {
 			return n, nil
 		}
 		if cq.v.h != nil && cq.v.h.Yield(1+cq.num) {
@@ -301,14 +301,17 @@ func (cq *CQ) SetBusyPoll(d time.Duration) {
 func (cq *CQ) BusyPoll() time.Duration { return time.Duration(cq.busyPoll.Load()) }
 
 // busySpin polls the ring for up to the busy-poll bound; 0 if it found
-// nothing (or busy polling is off).
-func (cq *CQ) busySpin(wc []rings.Completion) int {
+// nothing (or busy polling is off). It ends early when ctx does or the CQ
+// is destroyed.
+func (cq *CQ) busySpin(ctx context.Context, wc []rings.Completion) int {
 	d := cq.busyPoll.Load()
 	if d <= 0 {
 		return 0
 	}
+	done := ctx.Done()
 	start := time.Now()
 	n := 0
+spin:
 	for {
 		runtime.Gosched()
 		if n = cq.Poll(wc); n > 0 {
@@ -316,6 +319,11 @@ func (cq *CQ) busySpin(wc []rings.Completion) int {
 		}
 		if int64(time.Since(start)) >= d || cq.dead.Load() {
 			break
+		}
+		select {
+		case <-done:
+			break spin
+		default:
 		}
 	}
 	cq.spins.Add(1)
