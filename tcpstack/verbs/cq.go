@@ -40,6 +40,14 @@ type CQ struct {
 	// off), and what the spins cost and found.
 	busyPoll                  atomic.Int64
 	spins, spinHits, spinNano atomic.Uint64
+
+	// The posted arm (armPosted): its command and outcome function, made
+	// once; armSync is set once a posted arm failed (the waiters then arm
+	// synchronously and see the error).
+	armMu   sync.Mutex
+	armCmd  [1]tcpstack.HostCommand
+	armDone func([]rings.Command, error)
+	armSync atomic.Bool
 }
 
 // CQStats count a CQ's host side.
@@ -253,7 +261,7 @@ func (cq *CQ) PollWait(ctx context.Context, wc []rings.Completion, solicitedOnly
 				return n, nil
 			}
 		}
-		if err := cq.ReqNotify(solicitedOnly); err != nil {
+		if err := cq.arm(solicitedOnly); err != nil {
 			return 0, err
 		}
 		if n := cq.Poll(wc); n > 0 {
@@ -263,6 +271,45 @@ func (cq *CQ) PollWait(ctx context.Context, wc []rings.Completion, solicitedOnly
 			return 0, err
 		}
 	}
+}
+
+// arm arms the CQ for PollWait: posted (ARM_CQ with ArmIfPending, not
+// waited for) where the host takes posted commands, else ReqNotify. The
+// posted arm saves the waiter a command round trip; ArmIfPending makes it
+// safe: a completion that lands after the waiter's last poll but before
+// the device runs the ARM_CQ is still in the ring, unconsumed, so the
+// device posts the event at once.
+func (cq *CQ) arm(solicitedOnly bool) error {
+	ps, ok := cq.v.host.(tcpstack.RDMAPostedSubmitter)
+	if !ok || cq.armSync.Load() {
+		return cq.ReqNotify(solicitedOnly)
+	}
+	if cq.dead.Load() {
+		return ErrCQDestroyed
+	}
+	arg := rings.ArmIfPending
+	if solicitedOnly {
+		arg |= rings.ArmSolicited
+	}
+	cq.armMu.Lock()
+	if cq.armDone == nil {
+		cq.armDone = cq.armFailed
+	}
+	cq.armCmd[0] = tcpstack.HostCommand{Cmd: rings.Command{Opcode: rings.OpArmCQ, Conn: cq.num, Arg0: arg}}
+	err := ps.SubmitPosted(cq.armCmd[:], cq.armDone)
+	cq.armMu.Unlock()
+	if err != nil {
+		return fmt.Errorf("verbs: ARM_CQ: %w", err)
+	}
+	return nil
+}
+
+// armFailed is a posted arm's outcome when it failed: the waiters are
+// woken to poll again and from then on arm synchronously, which reports
+// the error.
+func (cq *CQ) armFailed([]rings.Command, error) {
+	cq.armSync.Store(true)
+	cq.signal()
 }
 
 // PollSpin is PollWait for a completion loop that expects more work soon:

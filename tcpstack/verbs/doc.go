@@ -72,6 +72,12 @@
 //     RNIC; a refused doorbell still fails the QP (ErrDoorbell), within a
 //     millisecond.
 //
+// PollWait arms the CQ the same way where the host takes posted commands:
+// its ARM_CQ carries ArmIfPending and is not waited for, so the device
+// posts the event at once if a completion landed between the waiter's last
+// poll and the arm. That saves the sleeping waiter a command round trip per
+// wait; ReqNotify stays synchronous.
+//
 // A sockets-direct connection that wants the latency turns both on for its
 // CQ and QP:
 //
