@@ -128,7 +128,14 @@ func (d *Device) cmdArmCQ(ce rings.CommandEntry) (rings.Status, uint64) {
 	if cq == nil {
 		return rings.StatusBadParam, 0
 	}
-	cq.Arm(ce.Arg0()&1 != 0)
+	arg := ce.Arg0()
+	if arg&rings.ArmIfPending != 0 {
+		if cq.ArmIfPending(arg&rings.ArmSolicited != 0) {
+			d.postEvent(rings.Notification{Flags: rings.NtfCQEvent, Conn: ce.Conn()})
+		}
+		return rings.StatusOK, 0
+	}
+	cq.Arm(arg&rings.ArmSolicited != 0)
 	return rings.StatusOK, 0
 }
 

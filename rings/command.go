@@ -50,8 +50,20 @@ const (
 	OpDestroyQP  Opcode = 0x24 // Conn; outstanding work completes flushed
 	OpCreateCQ   Opcode = 0x25 // Conn: CQ number; Addr: CQ ring base; Arg0: entries
 	OpDestroyCQ  Opcode = 0x26 // Conn: CQ number
-	OpArmCQ      Opcode = 0x27 // Conn: CQ number; Arg0: 1 = solicited only
+	OpArmCQ      Opcode = 0x27 // Conn: CQ number; Arg0: ArmSolicited, ArmIfPending
 	OpQPDoorbell Opcode = 0x28 // Conn: the host posted to the QP's SQ or RQ
+)
+
+// ARM_CQ's Arg0 bits.
+const (
+	// ArmSolicited: only a solicited or unsuccessful completion fires.
+	ArmSolicited uint32 = 1
+	// ArmIfPending: if the CQ holds entries the host has not consumed
+	// (its consumer index is behind), post the CQ event at once instead
+	// of arming. A host that posts ARM_CQ without waiting for it sets
+	// this: a completion that arrived between its last poll and the
+	// device's ARM then still wakes it.
+	ArmIfPending uint32 = 2
 )
 
 // CmdFamily says which part of the device executes a command: the ring

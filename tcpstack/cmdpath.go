@@ -103,7 +103,11 @@ type cmdTicket struct {
 	gaveUp  bool // the waiter timed out while the batch was in flight
 	asleep  bool // that goroutine sleeps: the vector goroutine reaps for it
 	watched bool // counted in cmdPath.watch
-	late    lateFunc
+	// posted: nobody waits and nobody watches (submitPosted); counted in
+	// cmdPath.posted while in the ring, reaped lazily, and late runs only
+	// if a command failed.
+	posted bool
+	late   lateFunc
 
 	inRing atomic.Bool // first is valid
 	done   atomic.Bool
@@ -118,6 +122,8 @@ type cmdPath struct {
 	stray   []uint32        // by slot: 1 + the index whose stray DONE was counted
 	oldest  uint32          // oldest index whose slot is still occupied (tail if none)
 	watch   int             // tickets in the ring the vector goroutine must reap
+	posted  int             // posted tickets in the ring, not reaped yet
+	lazyOn  bool            // the vector goroutine's lazy timer is armed
 	queue   []*cmdTicket    // waiting for ring space, in order
 	wakes   []chan struct{} // waiters of tickets finished by a reap, to wake outside mu
 	lateQ   []*cmdTicket    // tickets finished with nobody waiting: the vector goroutine's
@@ -127,6 +133,7 @@ type cmdPath struct {
 	scratch    rings.Addr
 	scratchMem []byte
 	kick       chan struct{} // wakes the vector goroutine (work for it, or close)
+	lazy       *time.Timer   // the vector goroutine's lazy reap of posted commands
 	pool       sync.Pool
 
 	timeouts, late, lost, failed, badDone2, strayDone atomic.Uint64
@@ -141,6 +148,8 @@ func (d *Driver) initCommands() error {
 	cp.badDone = make([]uint32, n)
 	cp.stray = make([]uint32, n)
 	cp.kick = make(chan struct{}, 1)
+	cp.lazy = time.NewTimer(time.Hour)
+	cp.lazy.Stop()
 	cp.oldest = d.cmd.Tail()
 	size := int(n) * cmdScratchSize
 	var err error
@@ -196,6 +205,25 @@ func (d *Driver) submitAsync(reqs []cmdReq, late lateFunc) error {
 	return err
 }
 
+// postedReapDelay bounds how long a posted command's outcome waits to be
+// reaped when nothing else reaps the ring (ring space, another command's
+// reap): the vector goroutine looks that often while posted commands are
+// outstanding, instead of being woken by each one's completion.
+const postedReapDelay = time.Millisecond
+
+// submitPosted submits reqs as a posted batch: like submitAsync, but the
+// vector goroutine neither wakes for the submission nor watches for its
+// completion (no NEED_WAKEUP on the command ring, so the device does not
+// kick the command vector for it). The batch is reaped with the next reap
+// of the ring, or after postedReapDelay at the latest; late runs only if a
+// command failed or was lost. For doorbells (QP_DOORBELL), which are
+// posted writes on a real NIC: a wake-up of the host's vector goroutine
+// per doorbell is most of what a doorbell costs on a small machine.
+func (d *Driver) submitPosted(reqs []cmdReq, late lateFunc) error {
+	_, err := d.submitAs(reqs, false, true, late)
+	return err
+}
+
 func (d *Driver) getTicket() *cmdTicket {
 	if t, ok := d.cp.pool.Get().(*cmdTicket); ok {
 		return t
@@ -226,6 +254,11 @@ func (d *Driver) freeParams(t *cmdTicket) {
 }
 
 func (d *Driver) submit(reqs []cmdReq, waiter bool, late lateFunc) (*cmdTicket, error) {
+	return d.submitAs(reqs, waiter, false, late)
+}
+
+// submitAs is submit, posted (submitPosted) or not.
+func (d *Driver) submitAs(reqs []cmdReq, waiter, posted bool, late lateFunc) (*cmdTicket, error) {
 	n := len(reqs)
 	if n == 0 || n > int(d.rc.Command.Count) {
 		return nil, fmt.Errorf("driver: a batch of %d commands on a ring of %d (%w)", n, d.rc.Command.Count, ErrNotSubmitted)
@@ -271,7 +304,7 @@ func (d *Driver) submit(reqs []cmdReq, waiter bool, late lateFunc) (*cmdTicket, 
 			}
 		}
 	}
-	t.waiter, t.late = waiter, late
+	t.waiter, t.posted, t.late = waiter, posted && !waiter, late
 	cp := &d.cp
 	cp.mu.Lock()
 	if cp.closed {
@@ -284,7 +317,7 @@ func (d *Driver) submit(reqs []cmdReq, waiter bool, late lateFunc) (*cmdTicket, 
 		t.state = tkQueued
 		cp.queue = append(cp.queue, t)
 	}
-	kick := cp.needsVectorLocked()
+	kick := cp.needsVectorLocked() || (cp.posted > 0 && !cp.lazyOn)
 	cp.mu.Unlock()
 	if kick {
 		cp.wakeVector()
@@ -356,7 +389,10 @@ func (d *Driver) placeLocked(t *cmdTicket) bool {
 	}
 	t.first, t.left, t.state = first, n, tkInRing
 	t.inRing.Store(true)
-	if !t.waiter || t.asleep {
+	switch {
+	case t.posted:
+		cp.posted++
+	case !t.waiter || t.asleep:
 		t.watched = true
 		cp.watch++
 	}
@@ -462,6 +498,9 @@ func (d *Driver) finishLocked(t *cmdTicket, err error) {
 	if t.state == tkInRing && t.watched {
 		cp.watch--
 	}
+	if t.state == tkInRing && t.posted {
+		cp.posted--
+	}
 	t.state, t.err = tkDone, err
 	if t.lost || (errors.Is(err, ErrDriverClosed) && t.inRing.Load()) {
 		// The device may still read the large parameter blocks: they
@@ -478,12 +517,28 @@ func (d *Driver) finishLocked(t *cmdTicket, err error) {
 		if t.asleep { // a spinning waiter sees done by itself
 			cp.wakes = append(cp.wakes, t.wake)
 		}
+	} else if t.posted && err == nil && allOK(t.res) {
+		// A posted batch that went through: nobody is told, and the
+		// ticket goes back to the pool here.
+		d.freeParams(t)
+		d.putTicket(t)
+		return
 	} else {
 		cp.lateQ = append(cp.lateQ, t)
 	}
 	// Last: a waiter that sees done owns the ticket again (and may give
 	// it back to the pool), so nothing of it is touched after this.
 	t.done.Store(true)
+}
+
+// allOK reports whether every write-back says OK.
+func allOK(res []rings.Command) bool {
+	for i := range res {
+		if res[i].Status != rings.StatusOK {
+			return false
+		}
+	}
+	return true
 }
 
 // finished is what a reap finished, to act on outside mu.
@@ -630,6 +685,16 @@ func (d *Driver) vectors() {
 			d.cmd.SetNeedWakeup(false)
 		}
 		f := cp.takeFinished(true)
+		// Posted commands are reaped at the latest after a delay; not
+		// woken by their completions, the goroutine looks by itself.
+		var lazy <-chan time.Time
+		if cp.posted > 0 {
+			if !cp.lazyOn {
+				cp.lazy.Reset(postedReapDelay)
+				cp.lazyOn = true
+			}
+			lazy = cp.lazy.C
+		}
 		cp.mu.Unlock()
 		if !f.empty() {
 			d.notify(f)
@@ -640,6 +705,10 @@ func (d *Driver) vectors() {
 			return
 		}
 		select {
+		case <-lazy:
+			cp.mu.Lock()
+			cp.lazyOn = false
+			cp.mu.Unlock()
 		case <-d.cmdDone.C():
 			cp.mu.Lock()
 			d.scanStrayLocked()

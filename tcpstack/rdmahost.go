@@ -154,6 +154,21 @@ func (r rdmaHost) SubmitAsync(cmds []HostCommand, done func([]rings.Command, err
 	return r.o.drv.submitAsync(appendCmdReqs(small[:0], cmds), done)
 }
 
+// SubmitPosted is SubmitAsync for posted commands (doorbells): the host's
+// command vector neither wakes for them nor watches for their completion;
+// they are reaped lazily (within a millisecond), and done runs only if one
+// failed or was lost. The provider finds it by interface assertion
+// (RDMAPostedSubmitter).
+func (r rdmaHost) SubmitPosted(cmds []HostCommand, done func([]rings.Command, error)) error {
+	var small [4]cmdReq
+	return r.o.drv.submitPosted(appendCmdReqs(small[:0], cmds), done)
+}
+
+// RDMAPostedSubmitter is an RDMAHost that takes posted commands.
+type RDMAPostedSubmitter interface {
+	SubmitPosted(cmds []HostCommand, done func([]rings.Command, error)) error
+}
+
 func (r rdmaHost) SetRxHold(hold func(frame []byte) bool) { r.o.drv.setRxHold(hold) }
 
 func (r rdmaHost) CountCopy(n int) { r.o.drv.rdmaCopied(n) }

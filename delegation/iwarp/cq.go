@@ -68,6 +68,19 @@ func (c *CQ) Arm(solicitedOnly bool) {
 	c.arm = armAny
 }
 
+// ArmIfPending is Arm for a host that does not wait for its arm (ARM_CQ
+// with ArmIfPending): if the ring holds entries the host has not consumed,
+// the event is due now; it reports true (counted as an event, the CQ stays
+// unarmed) and the caller delivers it. Otherwise it arms as Arm does.
+func (c *CQ) ArmIfPending(solicitedOnly bool) bool {
+	if c.prod.Tail() != c.prod.ConsumerIndex() {
+		c.stats.Events++
+		return true
+	}
+	c.Arm(solicitedOnly)
+	return false
+}
+
 // Stats returns the CQ's counters.
 func (c *CQ) Stats() CQStats { return c.stats }
 

@@ -59,8 +59,10 @@
 #define EMUNIC_OP_DESTROY_QP 0x24                /* Opcode: Conn; outstanding work completes flushed */
 #define EMUNIC_OP_CREATE_CQ 0x25                 /* Opcode: Conn: CQ number; Addr: CQ ring base; Arg0: entries */
 #define EMUNIC_OP_DESTROY_CQ 0x26                /* Opcode: Conn: CQ number */
-#define EMUNIC_OP_ARM_CQ 0x27                    /* Opcode: Conn: CQ number; Arg0: 1 = solicited only */
+#define EMUNIC_OP_ARM_CQ 0x27                    /* Opcode: Conn: CQ number; Arg0: ArmSolicited, ArmIfPending */
 #define EMUNIC_OP_QP_DOORBELL 0x28               /* Opcode: Conn: the host posted to the QP's SQ or RQ */
+#define EMUNIC_ARM_SOLICITED 1
+#define EMUNIC_ARM_IF_PENDING 2
 #define EMUNIC_CMD_FAMILY_RING 1                 /* CmdFamily: device-wide: the rings and the stat block */
 #define EMUNIC_CMD_FAMILY_OFFLOAD 2              /* CmdFamily: TCP offload: delegated connections */
 #define EMUNIC_CMD_FAMILY_RDMA 3                 /* CmdFamily: RDMA: memory regions, CQs and QPs on delegated connections */

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/emunic/emunic/rings"
 	"github.com/emunic/emunic/tcpstack"
@@ -34,12 +35,33 @@ type CQ struct {
 	events atomic.Uint64
 	qpRefs atomic.Int32
 	dead   atomic.Bool
+
+	// Busy polling (SetBusyPoll): the spin's bound in nanoseconds (0:
+	// off), and what the spins cost and found.
+	busyPoll                  atomic.Int64
+	spins, spinHits, spinNano atomic.Uint64
+
+	// The posted arm (armPosted): its command and outcome function, made
+	// once; armSync is set once a posted arm failed (the waiters then arm
+	// synchronously and see the error).
+	armMu   sync.Mutex
+	armCmd  [1]tcpstack.HostCommand
+	armDone func([]rings.Command, error)
+	armSync atomic.Bool
 }
 
 // CQStats count a CQ's host side.
 type CQStats struct {
 	Events     uint64 // NtfCQEvent notifications received
 	RingErrors uint64 // entries with a wrong phase tag or a bad index (skipped, never trusted)
+	// Busy polling (SetBusyPoll): how many waits spun, how many of them
+	// found a completion before the bound (the ARM_CQ command and the
+	// wake-up they saved), and the wall time spent spinning, which is
+	// what busy polling costs in CPU (the spinning goroutine keeps its
+	// processor, yielding it only to runnable goroutines).
+	BusySpins    uint64
+	BusySpinHits uint64
+	BusySpinTime time.Duration
 }
 
 // CreateCQ allocates a completion queue of at least entries entries
@@ -229,6 +251,9 @@ func (cq *CQ) PollWait(ctx context.Context, wc []rings.Completion, solicitedOnly
 		if n := cq.Poll(wc); n > 0 {
 			return n, nil
 		}
+		if n := cq.busySpin(ctx, wc); n > 0 {
+			return n, nil
+		}
 		if cq.v.h != nil && cq.v.h.Yield(1+cq.num) {
 			// (A lockstep run: arm only once the goroutines this
 			// loop's completions woke have done their work.)
@@ -236,7 +261,7 @@ func (cq *CQ) PollWait(ctx context.Context, wc []rings.Completion, solicitedOnly
 				return n, nil
 			}
 		}
-		if err := cq.ReqNotify(solicitedOnly); err != nil {
+		if err := cq.arm(solicitedOnly); err != nil {
 			return 0, err
 		}
 		if n := cq.Poll(wc); n > 0 {
@@ -246,6 +271,45 @@ func (cq *CQ) PollWait(ctx context.Context, wc []rings.Completion, solicitedOnly
 			return 0, err
 		}
 	}
+}
+
+// arm arms the CQ for PollWait: posted (ARM_CQ with ArmIfPending, not
+// waited for) where the host takes posted commands, else ReqNotify. The
+// posted arm saves the waiter a command round trip; ArmIfPending makes it
+// safe: a completion that lands after the waiter's last poll but before
+// the device runs the ARM_CQ is still in the ring, unconsumed, so the
+// device posts the event at once.
+func (cq *CQ) arm(solicitedOnly bool) error {
+	ps, ok := cq.v.host.(tcpstack.RDMAPostedSubmitter)
+	if !ok || cq.armSync.Load() {
+		return cq.ReqNotify(solicitedOnly)
+	}
+	if cq.dead.Load() {
+		return ErrCQDestroyed
+	}
+	arg := rings.ArmIfPending
+	if solicitedOnly {
+		arg |= rings.ArmSolicited
+	}
+	cq.armMu.Lock()
+	if cq.armDone == nil {
+		cq.armDone = cq.armFailed
+	}
+	cq.armCmd[0] = tcpstack.HostCommand{Cmd: rings.Command{Opcode: rings.OpArmCQ, Conn: cq.num, Arg0: arg}}
+	err := ps.SubmitPosted(cq.armCmd[:], cq.armDone)
+	cq.armMu.Unlock()
+	if err != nil {
+		return fmt.Errorf("verbs: ARM_CQ: %w", err)
+	}
+	return nil
+}
+
+// armFailed is a posted arm's outcome when it failed: the waiters are
+// woken to poll again and from then on arm synchronously, which reports
+// the error.
+func (cq *CQ) armFailed([]rings.Command, error) {
+	cq.armSync.Store(true)
+	cq.signal()
 }
 
 // PollSpin is PollWait for a completion loop that expects more work soon:
@@ -263,6 +327,60 @@ func (cq *CQ) PollSpin(ctx context.Context, wc []rings.Completion, spins int) (i
 	return cq.PollWait(ctx, wc, false)
 }
 
+// SetBusyPoll turns busy polling on (d > 0) or off (d <= 0): PollWait
+// and PollSpin, finding the CQ empty, go on polling the ring in host
+// memory for up to d, yielding the processor to runnable goroutines
+// between polls, before they arm the CQ and sleep (NAPI busy-poll, or an
+// ibv_poll_cq loop ahead of ibv_req_notify_cq). A completion that comes
+// within d costs neither the ARM_CQ command round trip nor the CQ event's
+// path through the interrupt goroutine to the waiter: for request/response
+// traffic that is most of the host's share of the round trip. The price is
+// CPU: the spinning goroutine holds a processor for up to d per wait
+// (CQStats.BusySpinTime adds it up). Safe to change at any time.
+func (cq *CQ) SetBusyPoll(d time.Duration) {
+	if d < 0 {
+		d = 0
+	}
+	cq.busyPoll.Store(int64(d))
+}
+
+// BusyPoll is the busy-poll bound SetBusyPoll set (0: off).
+func (cq *CQ) BusyPoll() time.Duration { return time.Duration(cq.busyPoll.Load()) }
+
+// busySpin polls the ring for up to the busy-poll bound; 0 if it found
+// nothing (or busy polling is off). It ends early when ctx does or the CQ
+// is destroyed.
+func (cq *CQ) busySpin(ctx context.Context, wc []rings.Completion) int {
+	d := cq.busyPoll.Load()
+	if d <= 0 {
+		return 0
+	}
+	done := ctx.Done()
+	start := time.Now()
+	n := 0
+spin:
+	for {
+		runtime.Gosched()
+		if n = cq.Poll(wc); n > 0 {
+			break
+		}
+		if int64(time.Since(start)) >= d || cq.dead.Load() {
+			break
+		}
+		select {
+		case <-done:
+			break spin
+		default:
+		}
+	}
+	cq.spins.Add(1)
+	if n > 0 {
+		cq.spinHits.Add(1)
+	}
+	cq.spinNano.Add(uint64(time.Since(start)))
+	return n
+}
+
 func (cq *CQ) signal() {
 	cq.events.Add(1)
 	select {
@@ -275,7 +393,8 @@ func (cq *CQ) signal() {
 func (cq *CQ) Stats() CQStats {
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
-	return CQStats{Events: cq.events.Load(), RingErrors: cq.ringEr}
+	return CQStats{Events: cq.events.Load(), RingErrors: cq.ringEr,
+		BusySpins: cq.spins.Load(), BusySpinHits: cq.spinHits.Load(), BusySpinTime: time.Duration(cq.spinNano.Load())}
 }
 
 // Destroy removes the CQ (ibv_destroy_cq, DESTROY_CQ) and frees its ring.

@@ -47,6 +47,50 @@
 // (ACCEPTED) once it accepted, may post at once, but its sends go out when
 // the initiator's first message arrived (then it is in RTS).
 //
+// # Latency: busy polling and posted doorbells
+//
+// A request/response exchange on RDMA (sockets direct's small messages)
+// pays for two things the rings add to every message: waking the waiter
+// when its completion arrives, and ringing the QP's doorbell. Both have a
+// cheap form, which an upper layer turns on per object:
+//
+//   - CQ.SetBusyPoll(d): PollWait and PollSpin, finding the CQ empty, keep
+//     polling the CQ ring in host memory for up to d (yielding the
+//     processor to runnable goroutines between polls) before they arm the
+//     CQ (ARM_CQ, a command round trip) and sleep on its event (a
+//     notification through the host's interrupt goroutine). Like NAPI
+//     busy-poll or an ibv_poll_cq loop ahead of ibv_req_notify_cq, it
+//     trades CPU for latency: the waiter holds a processor for up to d per
+//     wait. CQStats.BusySpins, BusySpinHits and BusySpinTime say how often
+//     it spun, how often that paid, and what it cost. A bound a little
+//     above the expected round trip (tens to hundreds of µs) keeps an idle
+//     connection from burning a core; SetBusyPoll(0) turns it off.
+//   - QP.SetAsyncDoorbell(true): PostSend and PostRecv do not wait for the
+//     QP_DOORBELL command's answer. On a real host the doorbell is posted
+//     (tcpstack.RDMAPostedSubmitter): the host's command vector is neither
+//     woken for it nor by its completion, as an MMIO doorbell write on an
+//     RNIC; a refused doorbell still fails the QP (ErrDoorbell), within a
+//     millisecond.
+//
+// PollWait arms the CQ the same way where the host takes posted commands:
+// its ARM_CQ carries ArmIfPending and is not waited for, so the device
+// posts the event at once if a completion landed between the waiter's last
+// poll and the arm. That saves the sleeping waiter a command round trip per
+// wait; ReqNotify stays synchronous.
+//
+// A sockets-direct connection that wants the latency turns both on for its
+// CQ and QP:
+//
+//	cq, _ := v.CreateCQ(n)
+//	cq.SetBusyPoll(200 * time.Microsecond)
+//	qp, _ := v.DialRDMA(ctx, dst, verbs.QPAttr{PD: pd, SendCQ: cq, RecvCQ: cq})
+//	qp.SetAsyncDoorbell(true)
+//	n, err := cq.PollWait(ctx, wc, false) // spins up to 200 µs, then sleeps
+//
+// BenchmarkSendRTT measures both against delegated TCP's 1-byte ping-pong,
+// BenchmarkTransferCPU the host CPU per GiB of large RDMA transfers (see
+// docs/benchmarks.md).
+//
 // Files:
 //
 //   - provider.go: Provider and Open, limits and errors, the command

@@ -635,7 +635,11 @@ func (qp *QP) postRecvList(wrs []rings.RecvWR, ring bool) (int, error) {
 // runs the doorbell, so the entries are seen all the same). A doorbell the
 // device refuses, or that is lost, moves the QP to ERROR. For callers that
 // post often from a latency-sensitive path (sockets direct): a synchronous
-// doorbell is a command round trip per post.
+// doorbell is a command round trip per post. On a host that takes posted
+// commands (tcpstack.RDMAPostedSubmitter) the doorbell is posted, as an
+// MMIO doorbell write is on a real RNIC: the host's command vector is
+// neither woken for it nor by its completion, and a refusal reaches the QP
+// within a millisecond of the device's answer instead of at once.
 func (qp *QP) SetAsyncDoorbell(on bool) { qp.asyncDB.Store(on) }
 
 // doorbell tells the device the QP's queues have new entries. Posting to a
@@ -647,7 +651,12 @@ func (qp *QP) doorbell() error {
 			qp.dbDone = qp.doorbellDone
 		}
 		qp.dbCmd[0] = tcpstack.HostCommand{Cmd: rings.Command{Opcode: rings.OpQPDoorbell, Conn: qp.qpn}}
-		err := qp.v.host.SubmitAsync(qp.dbCmd[:], qp.dbDone)
+		var err error
+		if ps, ok := qp.v.host.(tcpstack.RDMAPostedSubmitter); ok {
+			err = ps.SubmitPosted(qp.dbCmd[:], qp.dbDone)
+		} else {
+			err = qp.v.host.SubmitAsync(qp.dbCmd[:], qp.dbDone)
+		}
 		qp.dbMu.Unlock()
 		if err != nil {
 			return fmt.Errorf("verbs: QP %d doorbell (work request queued): %w", qp.qpn, err)
