@@ -45,9 +45,12 @@ func (e *Engine) QueryConn(idx uint32, out *rings.ConnInfo) rings.Status {
 		RTO: us(c.curRTO()), OOOBytes: c.ooo.bytes,
 		Retrans: c.st.retrans, FastRecoveries: c.st.fastRecoveries, RTOs: c.st.rtos, TLPs: c.st.tlps,
 		SegsIn: c.st.segsIn, SegsOut: c.st.segsOut, BytesAcked: c.st.bytesAcked, BytesReceived: c.st.bytesRecv}
+	// An RTT below 1 µs (an in-memory wire) still is one: 0 means none.
 	if c.hasRTT {
-		// A sample below 1 µs still means a sample: SRTT 0 is "none".
-		out.SRTT, out.RTTVar, out.MinRTT = max(us(c.srtt), 1), us(c.rttvar), us(c.st.minRTT)
+		out.SRTT, out.RTTVar = max(us(c.srtt), 1), us(c.rttvar)
+	}
+	if c.hasRTT && c.st.rttSamples > 0 {
+		out.MinRTT = max(us(c.st.minRTT), 1)
 	}
 	return rings.StatusOK
 }

@@ -754,7 +754,7 @@ struct emunic_connection_info_block {
 	uint32_t ssthresh; /* 0x24 CiOffSsthresh: slow start threshold, bytes */
 	uint32_t srtt; /* 0x28 CiOffSRTT: smoothed RTT (RFC 6298), µs; 0: no sample */
 	uint32_t rtt_var; /* 0x2c CiOffRTTVar: RTT variation, µs */
-	uint32_t min_rtt; /* 0x30 CiOffMinRTT: least RTT sample since the OFFLOAD, µs */
+	uint32_t min_rtt; /* 0x30 CiOffMinRTT: least RTT sample since the OFFLOAD, µs, at least 1; 0: no sample since the... */
 	uint32_t rto; /* 0x34 CiOffRTO: retransmission timeout, µs, backoff included */
 	uint32_t ooo_bytes; /* 0x38 CiOffOOOBytes: out-of-order bytes held above RCV.NXT */
 	uint32_t rsvd_3c; /* 0x3c reserved, zero */
