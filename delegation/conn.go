@@ -155,6 +155,9 @@ type conn struct {
 
 	// An upper-layer protocol owning the byte stream (ulp.go).
 	ulp ulpConn
+
+	// st is the connection's own counts, for QUERY_CONN (query.go).
+	st connStats
 }
 
 func (c *conn) nextTimer() int64 {
@@ -368,6 +371,10 @@ func (c *conn) rttSample(r int64) {
 		return
 	}
 	c.e.ctr.RTTSamples++
+	if c.st.rttSamples == 0 || r < c.st.minRTT {
+		c.st.minRTT = r
+	}
+	c.st.rttSamples++
 	if !c.hasRTT {
 		c.srtt = r
 		c.rttvar = r / 2

@@ -51,6 +51,7 @@
 //	OpAbort          e.Abort(cmd.Conn)
 //	OpRelease        e.Release(cmd.Conn)
 //	OpPathMTU        st, mss := e.PathMTU(cmd.Conn, cmd.Arg0, cmd.Arg1); Result = mss (pmtu.go)
+//	OpQueryConn      var ci rings.ConnInfo; st := e.QueryConn(cmd.Conn, &ci); with OK, ci.Encode to cmd.Addr by DMA (query.go)
 //
 // Transmit descriptors with Conn != NoConn: e.Send(tx.Conn, &tx); a status
 // other than StatusOK means the descriptor was not taken (count it, and

@@ -93,6 +93,7 @@ func (e *Engine) inputSegment(c *conn, t *hdr.Tuple, tcpSeg []byte, fl RxFlags, 
 		return
 	}
 	e.ctr.RxSegments += uint64(segs)
+	c.st.segsIn += uint64(segs)
 	s.segs = uint32(segs)
 	now := e.env.NowNanos()
 	c.input(now, &s)
@@ -390,6 +391,7 @@ func (c *conn) newAck(now int64, s *segment) {
 	e := c.e
 	acked := s.ack.Sub(c.sndUna)
 	c.sndUna = s.ack
+	c.st.bytesAcked += uint64(acked)
 	if c.ulp.u != nil {
 		c.ulpTrim()
 	}
@@ -509,6 +511,7 @@ func (c *conn) enterRecovery(now int64) {
 		e.ctr.SACKRecoveries++
 	}
 	e.ctr.FastRetransmits++
+	c.st.fastRecoveries++
 	c.tlpAt = 0
 	flight := c.sndMax.Sub(c.sndUna)
 	c.recoveryUndoStart()

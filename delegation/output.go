@@ -346,6 +346,7 @@ func (c *conn) probeTail(now int64) {
 		return
 	}
 	e.ctr.TailLossProbes++
+	c.st.tlps++
 	if c.tlpOut == 0 {
 		c.tlpHigh = c.sndMax
 	}
@@ -362,6 +363,7 @@ func (c *conn) rtoExpired(now int64) {
 		return
 	}
 	e.ctr.RTOExpired++
+	c.st.rtos++
 	// A peer that keeps answering with a zero window is alive: the timer
 	// then acts as a persist timer and does not count toward giving up.
 	if c.sndWnd == 0 && now-c.lastRecv < c.curRTO() {
@@ -629,6 +631,7 @@ func (c *conn) emit(now int64, sq seq, n uint32, flags uint8, probe bool) bool {
 				c.recoveryResent(n)
 			}
 			e.ctr.TxRetransSegs++
+			c.st.retrans++
 			e.ctr.TxRetransByte += uint64(n)
 			c.timing = false // Karn
 		} else if n > 0 && !c.timing && !c.tsOK {
@@ -656,6 +659,7 @@ func (c *conn) emit(now int64, sq seq, n uint32, flags uint8, probe bool) bool {
 	} else {
 		e.ctr.TxSegments++
 		e.ctr.TxBytes += uint64(n)
+		c.st.segsOut++
 	}
 	if flags&hdr.TCPFlagACK != 0 && flags&hdr.TCPFlagRST == 0 {
 		c.lastAckSent = c.rcvNxt

@@ -197,6 +197,7 @@ func (c *conn) deliver(data []byte, push bool) int {
 	}
 	if placed > 0 {
 		e.ctr.RxBytes += uint64(placed)
+		c.st.bytesRecv += uint64(placed)
 		if c.ooo.pages > 0 {
 			c.ooo.trimBelow(c.rcvNxt)
 			c.ooo.releaseBelow(&e.pool, old, c.rcvNxt)

@@ -62,6 +62,7 @@ var cmdHandlers = [...]cmdHandler{
 	rings.OpRelease:       (*Device).cmdRelease,
 	rings.OpRxInject:      (*Device).cmdRxInject,
 	rings.OpPathMTU:       (*Device).cmdPathMTU,
+	rings.OpQueryConn:     (*Device).cmdQueryConn, // connquery.go
 
 	// RDMA (rdma.go).
 	rings.OpRegMR:      (*Device).cmdRegMR,

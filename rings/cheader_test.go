@@ -64,7 +64,7 @@ func runC(t *testing.T, name string) []byte {
 // header's structs must come back in the Go fields.
 func TestCHeaderAgreesWithGo(t *testing.T) {
 	out := runC(t, "abi_check")
-	if len(out) != CommandEntrySize+NotificationEntrySize+SQEntrySize {
+	if len(out) != CommandEntrySize+NotificationEntrySize+SQEntrySize+ConnInfoSize {
 		t.Fatalf("abi_check wrote %d bytes", len(out))
 	}
 	var c Command
@@ -95,5 +95,18 @@ func TestCHeaderAgreesWithGo(t *testing.T) {
 	ws.SGL[0] = SGE{Addr: uint64(ArenaBase) + 0x2000, Length: 4096, LKey: 0x00654321}
 	if s != ws {
 		t.Errorf("send queue entry from C: %+v\nwant %+v", s, ws)
+	}
+	out = out[SQEntrySize:]
+	var ci ConnInfo
+	if err := ci.Decode(out); err != nil {
+		t.Fatal(err)
+	}
+	wci := ConnInfo{Version: ConnInfoVersion, State: StateEstablished, SndScale: 7, RcvScale: 9,
+		SndUna: 0x01020304, SndNxt: 0x01020404, RcvNxt: 0x05060708, SndWnd: 65535, RcvWnd: 131072, MSS: 1448,
+		Cwnd: 28960, Ssthresh: 14480, SRTT: 250, RTTVar: 60, MinRTT: 180, RTO: 200000, OOOBytes: 2896,
+		Retrans: 0x1112131415161718, FastRecoveries: 2, RTOs: 3, TLPs: 4, SegsIn: 0x2122232425262728,
+		SegsOut: 0x3132333435363738, BytesAcked: 0x4142434445464748, BytesReceived: 0x5152535455565758}
+	if ci != wci {
+		t.Errorf("connection info block from C: %+v\nwant %+v", ci, wci)
 	}
 }

@@ -41,6 +41,7 @@ const (
 	OpRelease       Opcode = 0x16 // free a closed connection's index
 	OpRxInject      Opcode = 0x17 // Addr/Len: a received frame the host gives back for Conn
 	OpPathMTU       Opcode = 0x18 // Arg0: sequence number an ICMP quoted, Arg1: its next-hop MTU; result = the MSS
+	OpQueryConn     Opcode = 0x19 // Addr/Len: where to write Conn's connection info block; result = bytes written
 
 	// RDMA (parameters in rdma.go).
 	OpRegMR      Opcode = 0x20 // register a memory region; result = its STag
@@ -203,6 +204,8 @@ var Commands = []CommandInfo{
 	{OpRxInject, "RX_INJECT", CmdFamilyOffload, CmdResConn | CmdResHostMem,
 		Statuses(StatusOK, StatusBadAddress, StatusBadConn, StatusBadParam)},
 	{OpPathMTU, "PATH_MTU", CmdFamilyOffload, CmdResConn, Statuses(StatusOK, StatusBadConn, StatusBadParam, StatusBadState)},
+	{OpQueryConn, "QUERY_CONN", CmdFamilyOffload, CmdResConn | CmdResHostMem,
+		Statuses(StatusOK, StatusBadAddress, StatusBadConn, StatusBadParam)},
 
 	{OpRegMR, "REG_MR", CmdFamilyRDMA, CmdResSTag | CmdResPD | CmdResHostMem,
 		Statuses(StatusOK, StatusBadAddress, StatusBadParam, StatusNoResources)},

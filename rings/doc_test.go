@@ -31,7 +31,7 @@ var docPaths = []string{"../docs/rings.md", "../docs/abi-blocks.md"}
 
 // docFiles are the files whose exported constants the docs must all cover.
 var docFiles = []string{"ring.go", "mem.go", "command.go", "notify.go", "desc.go", "stats.go", "le.go",
-	"connstate.go", "rdma.go", "wqe.go", "statarea.go"}
+	"connstate.go", "conninfo.go", "rdma.go", "wqe.go", "statarea.go"}
 
 // docTypes are the value types of entry fields: any constant of one of them,
 // wherever it is declared, must be documented, and all of a type's values in
@@ -368,6 +368,7 @@ var abiBlocks = []abiBlock{
 	{name: "stat block", size: "StatBlockSize", kind: kindStats},
 	{name: "offload state block", size: "ConnStateSize", prefix: "CsOff", typ: reflect.TypeFor[ConnState]()},
 	{name: "offload state address extension", size: "ConnAddrExtSize", prefix: "CaOff", typ: reflect.TypeFor[ConnAddrExt]()},
+	{name: "connection info block", size: "ConnInfoSize", prefix: "CiOff", typ: reflect.TypeFor[ConnInfo]()},
 	{name: "user buffer descriptor", size: "UserBufDescSize", prefix: "UbOff", typ: reflect.TypeFor[UserBuf]()},
 	{name: "QP configuration block", size: "QPConfigSize", prefix: "QcOff", typ: reflect.TypeFor[QPConfig]()},
 	{name: "scatter/gather element", size: "SGESize", prefix: "SGEOff", typ: reflect.TypeFor[SGE]()},

@@ -99,7 +99,7 @@ func checkReencode[T comparable](t *testing.T, size, ctrl int, encode func(*T, [
 }
 
 var opcodes = []Opcode{OpNop, OpStats, OpOffload, OpPostBuffers, OpSetThresholds, OpUpdate, OpClose,
-	OpAbort, OpRelease, OpRegMR, OpDeregMR, OpCreateQP, OpModifyQP, OpDestroyQP}
+	OpAbort, OpRelease, OpQueryConn, OpRegMR, OpDeregMR, OpCreateQP, OpModifyQP, OpDestroyQP}
 
 var commandCodec = entryCodec[Command]{
 	size:   CommandEntrySize,

@@ -221,6 +221,10 @@ type DriverStats struct {
 	UserBufRequests, UserBufPosted, ZeroCopyBytes uint64
 	// FastRecoveries counts DUP_ACK notifications (fast recovery entered).
 	FastRecoveries uint64
+	// ConnQueries counts QUERY_CONNs issued (DelegatedConn.Info);
+	// ConnQueryBad, answers the host rejected (a block outside the
+	// connection's sequence space or the ABI's rules: device errors).
+	ConnQueries, ConnQueryBad uint64
 }
 
 // Stats returns the driver's counters.
@@ -247,5 +251,6 @@ func (d *Driver) Stats() DriverStats {
 		TxRefusedNoResources: s.txRefused.Load(), UserBufRequests: s.userBufReqs.Load(),
 		UserBufPosted: s.userBufPosted.Load(), ZeroCopyBytes: s.zeroCopyBytes.Load(),
 		FastRecoveries: s.fastRecoveries.Load(),
+		ConnQueries:    s.connQueries.Load(), ConnQueryBad: s.connQueryBad.Load(),
 	}
 }

@@ -32,6 +32,7 @@ type DelegatedConn struct {
 	local net.Addr
 	peer  net.Addr
 
+	query     connQuery // QUERY_CONN, one at a time (connquery.go)
 	mu        sync.Mutex
 	cond      *sync.Cond          // signalled on data, space, state change and deadlines
 	keepalive net.KeepAliveConfig // as last set (dconn_opts.go)

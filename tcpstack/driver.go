@@ -154,6 +154,7 @@ type driverCounters struct {
 	postPartial, postOverclaim, txRefused           atomic.Uint64
 	userBufReqs, userBufPosted, zeroCopyBytes       atomic.Uint64
 	fastRecoveries                                  atomic.Uint64
+	connQueries, connQueryBad                       atomic.Uint64 // QUERY_CONN (connquery.go)
 }
 
 var _ stack.LinkEndpoint = (*Driver)(nil)

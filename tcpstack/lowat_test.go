@@ -38,7 +38,7 @@ func TestReadLowWaterEndToEnd(t *testing.T) {
 	if k := a.Driver.NotificationCounts().DelegatedFlag(rings.NtfSeqThreshold); k == 0 {
 		t.Fatalf("no SEQ_THRESHOLD notification")
 	}
-	if i := dc.Info(); i.DeviceErrors != 0 {
+	if i := dc.HostInfo(); i.DeviceErrors != 0 {
 		t.Fatalf("info %+v", i)
 	}
 }

@@ -98,7 +98,7 @@ func TestFlagAckThresholdWakesWriter(t *testing.T) {
 	if cmd.Conn != 1 || cmd.Arg0 != 24<<10 || cmd.Flags != 0 {
 		t.Fatalf("SET_THRESHOLDS %+v, want the ACK threshold at 24 KiB", cmd)
 	}
-	if i := dc.Info(); i.SendLowWater != 24<<10 || i.BytesQueued != 64<<10 {
+	if i := dc.HostInfo(); i.SendLowWater != 24<<10 || i.BytesQueued != 64<<10 {
 		t.Fatalf("info %+v", i)
 	}
 	// The device acknowledged 24 KiB: the threshold.
@@ -108,8 +108,8 @@ func TestFlagAckThresholdWakesWriter(t *testing.T) {
 	}
 	// The first descriptor wholly acknowledged: a round-trip sample.
 	r.post(rings.Notification{Flags: rings.NtfAckThreshold, Conn: 1, Ack: 1000 + 64<<10, Seq: 1000 + 80<<10, AckCount: 4})
-	testutil.WaitFor(t, "the ACK taken", func() bool { return dc.Info().AcksReceived == 4 })
-	i := dc.Info()
+	testutil.WaitFor(t, "the ACK taken", func() bool { return dc.HostInfo().AcksReceived == 4 })
+	i := dc.HostInfo()
 	if i.SndUna != 1000+64<<10 || i.SndNxt != 1000+80<<10 || i.BytesInFlight != 16<<10 || i.BytesQueued != 16<<10 ||
 		i.CwndLowerBound != 40<<10 || i.RTTSamples != 1 || i.RTT <= 0 {
 		t.Fatalf("info %+v", i)
@@ -139,7 +139,7 @@ func TestFlagSeqThresholdWakesReader(t *testing.T) {
 	if got := waitRes(t, res, "Read"); got.err != nil || got.n != 3000 {
 		t.Fatalf("Read %d, %v; want the 3000 bytes at once", got.n, got.err)
 	}
-	if i := dc.Info(); i.RcvNxt != 3000 || i.ReadLowWater != 3000 {
+	if i := dc.HostInfo(); i.RcvNxt != 3000 || i.ReadLowWater != 3000 {
 		t.Fatalf("info %+v", i)
 	}
 	// A reader whose buffer is smaller than the mark waits for its
@@ -215,8 +215,8 @@ func TestFlagDupAckCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.post(rings.Notification{Flags: rings.NtfDupAck, Conn: 1, Ack: 2000, Seq: 11000, AckCount: 5})
-	testutil.WaitFor(t, "the recovery counted", func() bool { return dc.Info().FastRecoveries == 1 })
-	if i := dc.Info(); i.SndUna != 2000 || i.SndNxt != 11000 || i.AcksReceived != 5 {
+	testutil.WaitFor(t, "the recovery counted", func() bool { return dc.HostInfo().FastRecoveries == 1 })
+	if i := dc.HostInfo(); i.SndUna != 2000 || i.SndNxt != 11000 || i.AcksReceived != 5 {
 		t.Fatalf("info %+v", i)
 	}
 	if s := r.c.d.Stats(); s.FastRecoveries != 1 {
@@ -313,7 +313,7 @@ func TestBadNotifications(t *testing.T) {
 	r.post(rings.Notification{Flags: rings.NtfAckThreshold, Conn: 2, Ack: 9000, Seq: 9000, AckCount: 12})
 	r.post(rings.Notification{Flags: rings.NtfDupAck, Conn: 2, Ack: 3000, Seq: 7000, AckCount: 12})
 	testutil.WaitFor(t, "impossible numbers counted", func() bool { return stats().NtfImpossibleSeq == 2 })
-	if i := bad.Info(); i.SndUna != 3000 || i.AcksReceived != 10 || i.DeviceErrors != 4 || i.FastRecoveries != 0 {
+	if i := bad.HostInfo(); i.SndUna != 3000 || i.AcksReceived != 10 || i.DeviceErrors != 4 || i.FastRecoveries != 0 {
 		t.Fatalf("numbers taken from bad notifications: %+v", i)
 	}
 	// A connection index the host has free.
@@ -336,8 +336,8 @@ func TestBadNotifications(t *testing.T) {
 	if n, err := io.ReadFull(good, make([]byte, 4)); n != 4 || err != nil {
 		t.Fatalf("good Read %d, %v", n, err)
 	}
-	testutil.WaitFor(t, "the good connection's ACK", func() bool { return good.Info().SndUna == 6000 })
-	if i := good.Info(); i.DeviceErrors != 1 { // the overclaim, its own
+	testutil.WaitFor(t, "the good connection's ACK", func() bool { return good.HostInfo().SndUna == 6000 })
+	if i := good.HostInfo(); i.DeviceErrors != 1 { // the overclaim, its own
 		t.Fatalf("good info %+v", i)
 	}
 	if _, err := good.Write([]byte("more")); err != nil {
@@ -390,7 +390,7 @@ func TestTxNoResourcesBackpressure(t *testing.T) {
 		t.Fatalf("descriptor %+v, want the resume", desc)
 	}
 	refuse()
-	testutil.WaitFor(t, "the refusals taken", func() bool { return dc.Info().TxRefused == 2 })
+	testutil.WaitFor(t, "the refusals taken", func() bool { return dc.HostInfo().TxRefused == 2 })
 	// A Write now waits behind the refused bytes.
 	wrote := make(chan error, 1)
 	go func() {
@@ -417,7 +417,7 @@ func TestTxNoResourcesBackpressure(t *testing.T) {
 	if desc := next(); desc.Flags != rings.TxFin {
 		t.Fatalf("descriptor %+v, want the FIN", desc)
 	}
-	if i := dc.Info(); i.TxRefused != 2 || i.DeviceErrors != 0 || i.BytesQueued != 2090 {
+	if i := dc.HostInfo(); i.TxRefused != 2 || i.DeviceErrors != 0 || i.BytesQueued != 2090 {
 		t.Fatalf("info %+v", i)
 	}
 	dc.mu.Lock()

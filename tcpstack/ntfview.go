@@ -44,21 +44,24 @@ type ntfView struct {
 	txRefused uint64 // transmit descriptors the device refused for want of room
 }
 
-// ConnInfo is a delegated connection's state as the host knows it, in the
-// spirit of Linux's tcp_info: from the notifications the device posted
-// for it, checked against the host's own view (ntfView).
+// ConnInfo is a delegated connection's state, in the spirit of Linux's
+// tcp_info: the host's view from the notifications the device posted for
+// it, checked against what the host queued and was given (ntfView), and,
+// from Info, the engine's own view (QUERY_CONN, connquery.go), checked the
+// same way.
 type ConnInfo struct {
-	// SndUna and SndNxt are the device's SND.UNA and SND.NXT as its last
-	// ACK event reported them; RcvNxt is the next byte the host expects.
+	// SndUna and SndNxt are the device's SND.UNA and SND.NXT: in Info,
+	// as QUERY_CONN found them; in HostInfo, as the last ACK event
+	// reported them. RcvNxt is the next byte the host expects.
 	SndUna, SndNxt, RcvNxt uint32
 	// BytesInFlight is SndNxt − SndUna (sent, not acknowledged);
 	// BytesQueued is what the host queued and the peer has not
 	// acknowledged (sent or not).
 	BytesInFlight uint32
 	BytesQueued   uint64
-	// CwndLowerBound is the largest flight the host saw since the last
-	// fast recovery: the engine's congestion window is at least this.
-	// (The window itself is not in the notifications.)
+	// CwndLowerBound is the largest flight the host saw in ACK events
+	// since the last fast recovery: the engine's congestion window was at
+	// least this (HostInfo's estimate; Info has Cwnd itself).
 	CwndLowerBound uint32
 	// AcksReceived is the device's count of ACK segments received on the
 	// connection (the notifications' AckCount).
@@ -82,10 +85,62 @@ type ConnInfo struct {
 	// ReadLowWater and SendLowWater are the armed thresholds
 	// (SetReadLowWater, SetSendLowWater).
 	ReadLowWater, SendLowWater int
+
+	// The engine's view (QUERY_CONN): set by Info, Device true; HostInfo
+	// leaves them zero.
+	Device bool
+	State  rings.TCPState
+	// SndWnd is the peer's window and RcvWnd the window last advertised
+	// to it, in bytes; the scales are the negotiated shifts. MSS is the
+	// send MSS in effect (a path MTU may have lowered it).
+	SndWnd, RcvWnd           uint32
+	SndWndScale, RcvWndScale uint8
+	MSS                      uint32
+	// Cwnd and Ssthresh are the engine's congestion window and slow start
+	// threshold, in bytes.
+	Cwnd, Ssthresh uint32
+	// DeviceRTT and DeviceRTTVar are the engine's RFC 6298 estimator over
+	// the path's round trips (the host's RTT adds the rings' latency);
+	// MinRTT is its least sample, RTO its retransmission timeout. Zero
+	// DeviceRTT: no sample yet.
+	DeviceRTT, DeviceRTTVar, MinRTT, RTO time.Duration
+	// Retransmits counts segments the engine sent again; RTOs its
+	// retransmission timer expirations, TailLossProbes its probes;
+	// DeviceFastRecoveries the fast recoveries it entered (FastRecoveries
+	// is the host's count of their DUP_ACKs: equal unless notifications
+	// were merged or are still in the ring).
+	Retransmits, RTOs, TailLossProbes, DeviceFastRecoveries uint64
+	// SegsIn and SegsOut count the segments the engine took and sent;
+	// BytesAcked, the bytes the peer acknowledged; BytesReceived, the
+	// payload received in order; OOOBytes, out-of-order bytes held.
+	SegsIn, SegsOut           uint64
+	BytesAcked, BytesReceived uint64
+	OOOBytes                  uint32
 }
 
-// Info returns the connection's state as the host knows it.
-func (c *DelegatedConn) Info() ConnInfo {
+// Info returns the connection's state: the host's view (HostInfo) with the
+// engine's added (QUERY_CONN: the congestion window, the RTT estimator,
+// the retransmission counts). It waits for the device up to the
+// configured command timeout, one query at a time per connection. On an
+// error the host's view is returned with it: ErrConnReleased once the
+// connection is released, ErrCommandTimeout, a status the device wrote,
+// or a device error (a block outside the connection's sequence space,
+// counted in DeviceErrors and DriverStats.ConnQueryBad).
+func (c *DelegatedConn) Info() (ConnInfo, error) {
+	ci, err := c.queryDevice()
+	i := c.HostInfo()
+	if err != nil {
+		return i, err
+	}
+	i.mergeDevice(&ci)
+	return i, nil
+}
+
+// HostInfo returns the connection's state as the host knows it from the
+// notifications, without asking the device: cheap enough for any caller,
+// but with no congestion window (only CwndLowerBound) and no retransmission
+// counts.
+func (c *DelegatedConn) HostInfo() ConnInfo {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	v := &c.nv

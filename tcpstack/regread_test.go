@@ -166,7 +166,7 @@ func TestRegisteredReadZeroCopy(t *testing.T) {
 	if d := dev.Engine.UserBufsDone - dev0.Engine.UserBufsDone; d != uint64(reads) {
 		t.Errorf("device completed %d user buffers, the reader read %d", d, reads)
 	}
-	if dc.Info().DeviceErrors != 0 || s.NtfOutOfSequence+s.NtfImpossibleSeq != 0 {
+	if dc.HostInfo().DeviceErrors != 0 || s.NtfOutOfSequence+s.NtfImpossibleSeq != 0 {
 		t.Errorf("device errors: %+v", s)
 	}
 	// A buffer the connection holds cannot be freed; the one the last

@@ -38,7 +38,7 @@ func TestTxNoResourcesEndToEnd(t *testing.T) {
 	if !bytes.Equal(p, want) {
 		t.Fatalf("peer got %d bytes, want %d intact", len(p), total)
 	}
-	i := dc.Info()
+	i := dc.HostInfo()
 	if i.TxRefused == 0 {
 		t.Errorf("no transmit descriptor refused: the test did not test")
 	}
@@ -98,7 +98,7 @@ func TestPostBuffersPartialEndToEnd(t *testing.T) {
 		t.Fatal("stream corrupted")
 	}
 	s := a.Driver.Stats()
-	if s.PostBuffersPartial == 0 || s.PostBuffersOverclaim != 0 || dc.Info().DeviceErrors != 0 {
+	if s.PostBuffersPartial == 0 || s.PostBuffersOverclaim != 0 || dc.HostInfo().DeviceErrors != 0 {
 		t.Fatalf("stats %+v: want partial acceptances and no device error", s)
 	}
 	t.Logf("%d partial POST_BUFFERS", s.PostBuffersPartial)

@@ -351,7 +351,7 @@ var RingsHeader = HeaderSpec{
 	Guard:  "EMUNIC_ABI_H",
 	Prefix: "emunic",
 	Files: []string{"ring.go", "mem.go", "command.go", "notify.go", "desc.go", "stats.go", "le.go",
-		"connstate.go", "rdma.go", "wqe.go", "statarea.go", "counterid.go"},
+		"connstate.go", "conninfo.go", "rdma.go", "wqe.go", "statarea.go", "counterid.go"},
 	IndexDoc:  "../docs/rings.md",
 	IndexHead: "ABI blocks",
 	Generator: `"go generate ./rings" (internal/abidoc/cheader) from the rings package's constants, docs/rings.md and docs/abi-blocks.md`,

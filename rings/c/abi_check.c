@@ -59,5 +59,36 @@ int main(void) {
 	g.l_key = 0x00654321;
 	memcpy(s.sgl, &g, sizeof g);
 	emit(&s, sizeof s);
+
+	/* The connection info block is the device's to write and a C host's to
+	 * read: the same bytes through the header's struct. */
+	struct emunic_connection_info_block ci;
+	memset(&ci, 0, sizeof ci);
+	ci.version = EMUNIC_CONN_INFO_VERSION;
+	ci.state = EMUNIC_STATE_ESTABLISHED;
+	ci.snd_scale = 7;
+	ci.rcv_scale = 9;
+	ci.snd_una = 0x01020304;
+	ci.snd_nxt = 0x01020404;
+	ci.rcv_nxt = 0x05060708;
+	ci.snd_wnd = 65535;
+	ci.rcv_wnd = 131072;
+	ci.mss = 1448;
+	ci.cwnd = 28960;
+	ci.ssthresh = 14480;
+	ci.srtt = 250;
+	ci.rtt_var = 60;
+	ci.min_rtt = 180;
+	ci.rto = 200000;
+	ci.ooo_bytes = 2896;
+	ci.retrans = 0x1112131415161718ULL;
+	ci.fast_recoveries = 2;
+	ci.rtos = 3;
+	ci.tlps = 4;
+	ci.segs_in = 0x2122232425262728ULL;
+	ci.segs_out = 0x3132333435363738ULL;
+	ci.bytes_acked = 0x4142434445464748ULL;
+	ci.bytes_received = 0x5152535455565758ULL;
+	emit(&ci, sizeof ci);
 	return 0;
 }

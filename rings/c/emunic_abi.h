@@ -52,6 +52,7 @@
 #define EMUNIC_OP_RELEASE 0x16                   /* Opcode: free a closed connection's index */
 #define EMUNIC_OP_RX_INJECT 0x17                 /* Opcode: Addr/Len: a received frame the host gives back for Conn */
 #define EMUNIC_OP_PATH_MTU 0x18                  /* Opcode: Arg0: sequence number an ICMP quoted, Arg1: its next-hop MTU; result = the MSS */
+#define EMUNIC_OP_QUERY_CONN 0x19                /* Opcode: Addr/Len: where to write Conn's connection info block; result = bytes written */
 #define EMUNIC_OP_REG_MR 0x20                    /* Opcode: register a memory region; result = its STag */
 #define EMUNIC_OP_DEREG_MR 0x21                  /* Opcode: Arg0: STag */
 #define EMUNIC_OP_CREATE_QP 0x22                 /* Opcode: Conn: connection the QP runs on; Addr/Len: QP configuration block */
@@ -221,6 +222,35 @@
 #define EMUNIC_UPD_ACK_NOW 0x10                  /* UpdateFlags: send a window update now */
 #define EMUNIC_UPD_CONGESTION 0x20               /* UpdateFlags: Len bits 16-23: congestion control */
 #define EMUNIC_UPD_NAGLE 0x40                    /* UpdateFlags: Len bit 24: Nagle's algorithm on (1) or off (0) */
+
+/* conninfo.go */
+#define EMUNIC_CONN_INFO_SIZE 0x80
+#define EMUNIC_CONN_INFO_VERSION 1
+#define EMUNIC_CI_OFF_VERSION 0                  /* u16 layout version (ConnInfoVersion) */
+#define EMUNIC_CI_OFF_STATE 2                    /* u8 TCPState */
+#define EMUNIC_CI_OFF_SND_SCALE 3                /* u8 send window scale */
+#define EMUNIC_CI_OFF_RCV_SCALE 4                /* u8 receive window scale */
+#define EMUNIC_CI_OFF_SND_UNA 8                  /* u32 SND.UNA */
+#define EMUNIC_CI_OFF_SND_NXT 0xC                /* u32 SND.NXT */
+#define EMUNIC_CI_OFF_RCV_NXT 0x10               /* u32 RCV.NXT */
+#define EMUNIC_CI_OFF_SND_WND 0x14               /* u32 the peer's window, bytes (scaled) */
+#define EMUNIC_CI_OFF_RCV_WND 0x18               /* u32 the window last advertised, bytes from RCV.NXT */
+#define EMUNIC_CI_OFF_MSS 0x1C                   /* u32 send MSS */
+#define EMUNIC_CI_OFF_CWND 0x20                  /* u32 congestion window, bytes */
+#define EMUNIC_CI_OFF_SSTHRESH 0x24              /* u32 slow start threshold, bytes */
+#define EMUNIC_CI_OFF_SRTT 0x28                  /* u32 smoothed RTT, µs */
+#define EMUNIC_CI_OFF_RTT_VAR 0x2C               /* u32 RTT variation, µs */
+#define EMUNIC_CI_OFF_MIN_RTT 0x30               /* u32 least RTT sample, µs */
+#define EMUNIC_CI_OFF_RTO 0x34                   /* u32 retransmission timeout, µs */
+#define EMUNIC_CI_OFF_OOO_BYTES 0x38             /* u32 out-of-order bytes held */
+#define EMUNIC_CI_OFF_RETRANS 0x40               /* u64 segments retransmitted */
+#define EMUNIC_CI_OFF_FAST_RECOV 0x48            /* u64 fast recoveries entered */
+#define EMUNIC_CI_OFF_RTOS 0x50                  /* u64 retransmission timer expirations */
+#define EMUNIC_CI_OFF_TLPS 0x58                  /* u64 tail loss probes sent */
+#define EMUNIC_CI_OFF_SEGS_IN 0x60               /* u64 segments received */
+#define EMUNIC_CI_OFF_SEGS_OUT 0x68              /* u64 segments sent */
+#define EMUNIC_CI_OFF_BYTES_ACKED 0x70           /* u64 bytes acknowledged by the peer */
+#define EMUNIC_CI_OFF_BYTES_RECV 0x78            /* u64 payload bytes received in order */
 
 /* rdma.go */
 #define EMUNIC_NTF_QP_EVENT 0x1000               /* NotifyFlags: Aux = QPEvent */
@@ -481,6 +511,7 @@
 	X(RELEASE, EMUNIC_OP_RELEASE, EMUNIC_CMD_FAMILY_OFFLOAD, (EMUNIC_CMD_RES_CONN | EMUNIC_CMD_RES_QP), (EMUNIC_STATUS_BIT(EMUNIC_STATUS_OK) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_CONN) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_STATE))) \
 	X(RX_INJECT, EMUNIC_OP_RX_INJECT, EMUNIC_CMD_FAMILY_OFFLOAD, (EMUNIC_CMD_RES_CONN | EMUNIC_CMD_RES_HOST_MEM), (EMUNIC_STATUS_BIT(EMUNIC_STATUS_OK) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_ADDRESS) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_CONN) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_PARAM))) \
 	X(PATH_MTU, EMUNIC_OP_PATH_MTU, EMUNIC_CMD_FAMILY_OFFLOAD, EMUNIC_CMD_RES_CONN, (EMUNIC_STATUS_BIT(EMUNIC_STATUS_OK) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_CONN) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_PARAM) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_STATE))) \
+	X(QUERY_CONN, EMUNIC_OP_QUERY_CONN, EMUNIC_CMD_FAMILY_OFFLOAD, (EMUNIC_CMD_RES_CONN | EMUNIC_CMD_RES_HOST_MEM), (EMUNIC_STATUS_BIT(EMUNIC_STATUS_OK) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_ADDRESS) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_CONN) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_PARAM))) \
 	X(REG_MR, EMUNIC_OP_REG_MR, EMUNIC_CMD_FAMILY_RDMA, (EMUNIC_CMD_RES_S_TAG | EMUNIC_CMD_RES_PD | EMUNIC_CMD_RES_HOST_MEM), (EMUNIC_STATUS_BIT(EMUNIC_STATUS_OK) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_ADDRESS) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_PARAM) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_NO_RESOURCES))) \
 	X(DEREG_MR, EMUNIC_OP_DEREG_MR, EMUNIC_CMD_FAMILY_RDMA, EMUNIC_CMD_RES_S_TAG, (EMUNIC_STATUS_BIT(EMUNIC_STATUS_OK) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_PARAM))) \
 	X(CREATE_QP, EMUNIC_OP_CREATE_QP, EMUNIC_CMD_FAMILY_RDMA, (EMUNIC_CMD_RES_CONN | EMUNIC_CMD_RES_QP | EMUNIC_CMD_RES_CQ | EMUNIC_CMD_RES_PD | EMUNIC_CMD_RES_HOST_MEM), (EMUNIC_STATUS_BIT(EMUNIC_STATUS_OK) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_ADDRESS) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_CONN) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_PARAM) | EMUNIC_STATUS_BIT(EMUNIC_STATUS_BAD_STATE))) \
@@ -707,6 +738,63 @@ struct emunic_offload_state_address_extension {
 _Static_assert(sizeof(struct emunic_offload_state_address_extension) == EMUNIC_CONN_ADDR_EXT_SIZE, "offload state address extension size");
 _Static_assert(offsetof(struct emunic_offload_state_address_extension, local_addr) == EMUNIC_CA_OFF_LOCAL_ADDR, "CaOffLocalAddr");
 _Static_assert(offsetof(struct emunic_offload_state_address_extension, remote_addr) == EMUNIC_CA_OFF_REMOTE_ADDR, "CaOffRemoteAddr");
+
+/* connection info block (ConnInfoSize, 128 bytes): Connection info block (QUERY_CONN, 128 bytes) */
+struct emunic_connection_info_block {
+	uint16_t version; /* 0x00 CiOffVersion: layout version, ConnInfoVersion (1) */
+	uint8_t state; /* 0x02 CiOffState: TCP state, see "TCP states" */
+	uint8_t snd_scale; /* 0x03 CiOffSndScale: send window scale (the peer's shift), 0 to 14 */
+	uint8_t rcv_scale; /* 0x04 CiOffRcvScale: receive window scale (our shift), 0 to 14 */
+	uint8_t rsvd_05[3]; /* 0x05 reserved, zero */
+	uint32_t snd_una; /* 0x08 CiOffSndUna: SND.UNA: the oldest byte not acknowledged */
+	uint32_t snd_nxt; /* 0x0c CiOffSndNxt: SND.NXT: the next byte to send (below SND.MAX while a retransmission is in... */
+	uint32_t rcv_nxt; /* 0x10 CiOffRcvNxt: RCV.NXT: the next byte expected from the peer */
+	uint32_t snd_wnd; /* 0x14 CiOffSndWnd: the peer's advertised window, bytes (scaled) */
+	uint32_t rcv_wnd; /* 0x18 CiOffRcvWnd: the window last advertised to the peer, bytes from RCV.NXT */
+	uint32_t mss; /* 0x1c CiOffMSS: send MSS now in effect (PATH_MTU may have lowered it) */
+	uint32_t cwnd; /* 0x20 CiOffCwnd: congestion window, bytes */
+	uint32_t ssthresh; /* 0x24 CiOffSsthresh: slow start threshold, bytes */
+	uint32_t srtt; /* 0x28 CiOffSRTT: smoothed RTT (RFC 6298), µs; 0: no sample */
+	uint32_t rtt_var; /* 0x2c CiOffRTTVar: RTT variation, µs */
+	uint32_t min_rtt; /* 0x30 CiOffMinRTT: least RTT sample since the OFFLOAD, µs, at least 1; 0: no sample since the... */
+	uint32_t rto; /* 0x34 CiOffRTO: retransmission timeout, µs, backoff included */
+	uint32_t ooo_bytes; /* 0x38 CiOffOOOBytes: out-of-order bytes held above RCV.NXT */
+	uint32_t rsvd_3c; /* 0x3c reserved, zero */
+	uint64_t retrans; /* 0x40 CiOffRetrans: data and FIN segments sent again (fast retransmit, RACK, RTO, TLP) */
+	uint64_t fast_recoveries; /* 0x48 CiOffFastRecov: fast recoveries entered (each raised DUP_ACK) */
+	uint64_t rtos; /* 0x50 CiOffRTOs: retransmission timer expirations */
+	uint64_t tlps; /* 0x58 CiOffTLPs: tail loss probes sent (RFC 8985 §7) */
+	uint64_t segs_in; /* 0x60 CiOffSegsIn: segments received that passed the header and checksum checks */
+	uint64_t segs_out; /* 0x68 CiOffSegsOut: segments sent (a super-frame handed to a segmenting port counts once) */
+	uint64_t bytes_acked; /* 0x70 CiOffBytesAcked: bytes the peer acknowledged (SND.UNA's advance) */
+	uint64_t bytes_received; /* 0x78 CiOffBytesRecv: payload bytes received in order (RCV.NXT's advance, the FIN not counted) */
+} __attribute__((packed));
+_Static_assert(sizeof(struct emunic_connection_info_block) == EMUNIC_CONN_INFO_SIZE, "connection info block size");
+_Static_assert(offsetof(struct emunic_connection_info_block, version) == EMUNIC_CI_OFF_VERSION, "CiOffVersion");
+_Static_assert(offsetof(struct emunic_connection_info_block, state) == EMUNIC_CI_OFF_STATE, "CiOffState");
+_Static_assert(offsetof(struct emunic_connection_info_block, snd_scale) == EMUNIC_CI_OFF_SND_SCALE, "CiOffSndScale");
+_Static_assert(offsetof(struct emunic_connection_info_block, rcv_scale) == EMUNIC_CI_OFF_RCV_SCALE, "CiOffRcvScale");
+_Static_assert(offsetof(struct emunic_connection_info_block, snd_una) == EMUNIC_CI_OFF_SND_UNA, "CiOffSndUna");
+_Static_assert(offsetof(struct emunic_connection_info_block, snd_nxt) == EMUNIC_CI_OFF_SND_NXT, "CiOffSndNxt");
+_Static_assert(offsetof(struct emunic_connection_info_block, rcv_nxt) == EMUNIC_CI_OFF_RCV_NXT, "CiOffRcvNxt");
+_Static_assert(offsetof(struct emunic_connection_info_block, snd_wnd) == EMUNIC_CI_OFF_SND_WND, "CiOffSndWnd");
+_Static_assert(offsetof(struct emunic_connection_info_block, rcv_wnd) == EMUNIC_CI_OFF_RCV_WND, "CiOffRcvWnd");
+_Static_assert(offsetof(struct emunic_connection_info_block, mss) == EMUNIC_CI_OFF_MSS, "CiOffMSS");
+_Static_assert(offsetof(struct emunic_connection_info_block, cwnd) == EMUNIC_CI_OFF_CWND, "CiOffCwnd");
+_Static_assert(offsetof(struct emunic_connection_info_block, ssthresh) == EMUNIC_CI_OFF_SSTHRESH, "CiOffSsthresh");
+_Static_assert(offsetof(struct emunic_connection_info_block, srtt) == EMUNIC_CI_OFF_SRTT, "CiOffSRTT");
+_Static_assert(offsetof(struct emunic_connection_info_block, rtt_var) == EMUNIC_CI_OFF_RTT_VAR, "CiOffRTTVar");
+_Static_assert(offsetof(struct emunic_connection_info_block, min_rtt) == EMUNIC_CI_OFF_MIN_RTT, "CiOffMinRTT");
+_Static_assert(offsetof(struct emunic_connection_info_block, rto) == EMUNIC_CI_OFF_RTO, "CiOffRTO");
+_Static_assert(offsetof(struct emunic_connection_info_block, ooo_bytes) == EMUNIC_CI_OFF_OOO_BYTES, "CiOffOOOBytes");
+_Static_assert(offsetof(struct emunic_connection_info_block, retrans) == EMUNIC_CI_OFF_RETRANS, "CiOffRetrans");
+_Static_assert(offsetof(struct emunic_connection_info_block, fast_recoveries) == EMUNIC_CI_OFF_FAST_RECOV, "CiOffFastRecov");
+_Static_assert(offsetof(struct emunic_connection_info_block, rtos) == EMUNIC_CI_OFF_RTOS, "CiOffRTOs");
+_Static_assert(offsetof(struct emunic_connection_info_block, tlps) == EMUNIC_CI_OFF_TLPS, "CiOffTLPs");
+_Static_assert(offsetof(struct emunic_connection_info_block, segs_in) == EMUNIC_CI_OFF_SEGS_IN, "CiOffSegsIn");
+_Static_assert(offsetof(struct emunic_connection_info_block, segs_out) == EMUNIC_CI_OFF_SEGS_OUT, "CiOffSegsOut");
+_Static_assert(offsetof(struct emunic_connection_info_block, bytes_acked) == EMUNIC_CI_OFF_BYTES_ACKED, "CiOffBytesAcked");
+_Static_assert(offsetof(struct emunic_connection_info_block, bytes_received) == EMUNIC_CI_OFF_BYTES_RECV, "CiOffBytesRecv");
 
 /* user buffer descriptor (UserBufDescSize, 16 bytes): User buffer descriptor (POST_BUFFERS, 16 bytes) */
 struct emunic_user_buffer_descriptor {
