@@ -58,6 +58,17 @@ func TestAdaptiveMix(t *testing.T) {
 		}
 		if st.readerFirst {
 			go read()
+			// The reader blocked on its registered buffer, and the writer
+			// has a SINK_WAIT. (The hint alone is not enough: one left from
+			// an earlier, shorter transfer into the same read can still be
+			// standing, and the writer may act on it before this read
+			// blocks.)
+			rc := cb.(*Conn)
+			waitFor(t, func() bool {
+				rc.mu.Lock()
+				defer rc.mu.Unlock()
+				return rc.usink != nil
+			})
 			waitPeerWaiting(t, ca.(*Conn))
 		}
 		werr := make(chan error, 1)
