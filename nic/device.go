@@ -160,6 +160,9 @@ type Device struct {
 	rdma   rdmaState
 	area   *statArea // the host's counter publication area, or nil
 	timer  *time.Timer
+	// fine is the timer for deadlines under fineTimerBelow (nil where
+	// the platform has none): see hwtimer_linux.go.
+	fine *fineTimer
 
 	stats  [rings.NumStats]atomic.Uint64
 	parked atomic.Bool
@@ -336,6 +339,7 @@ func (d *Device) Start(rc RingConfig, vec Vectors) error {
 		d.wg.Add(2)
 		go labelled("mac", d.mac)
 	}
+	d.fine = newFineTimer(d.bell.Kick)
 	go labelled("unit", d.unit)
 	return nil
 }
@@ -351,6 +355,9 @@ func (d *Device) Stop() error {
 		d.macBell.Kick()
 		d.runErr = d.port.Close()
 		d.wg.Wait()
+		if d.fine != nil {
+			d.fine.close()
+		}
 		if d.cfg.Tracer == nil {
 			// The unit published its counters as it stopped, maybe
 			// before the MAC counted the last frame the port handed

@@ -137,11 +137,23 @@ func (d *Device) rxUnstalled() bool {
 	return d.rx.Available() > 0 && d.notify.Free() > 0
 }
 
+// fineTimerBelow is the longest wait the unit times with its fine timer:
+// below it Go's timers round up to the next millisecond when the process
+// is idle (hwtimer_linux.go); above it that rounding is small, and a
+// time.Timer costs no system call to set.
+const fineTimerBelow = 4 * time.Millisecond
+
 // sleep parks the unit until a kick (true) or the timeout (a negative
 // timeout waits for a kick only). The timer is reused: parking allocates
 // nothing.
 func (d *Device) sleep(timeout time.Duration) bool {
 	if timeout < 0 {
+		<-d.bell.C()
+		return true
+	}
+	if d.fine != nil && timeout < fineTimerBelow {
+		// The timerfd rings the bell itself at the deadline.
+		d.fine.arm(timeout)
 		<-d.bell.C()
 		return true
 	}
