@@ -3,12 +3,8 @@
 package tests
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
-	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os/exec"
@@ -25,52 +21,6 @@ import (
 	"github.com/emunic/emunic/tcpstack"
 	"github.com/emunic/emunic/tcpstack/services"
 )
-
-// ping6 sends count ICMPv6 echo requests from the namespace's kernel to dst
-// and waits for each reply. The kernel fills in ICMPv6 checksums of raw
-// ICMPv6 sockets itself (RFC 3542 §3.1), both ways.
-func (ns *netns) ping6(dst netip.Addr, count int) error {
-	var pc net.PacketConn
-	if err := ns.do(func() (err error) {
-		pc, err = net.ListenPacket("ip6:ipv6-icmp", "::")
-		return err
-	}); err != nil {
-		return fmt.Errorf("ICMPv6 socket: %w", err)
-	}
-	defer pc.Close()
-	id := uint16(rand.Uint32())
-	buf := make([]byte, 1500)
-	for seq := range uint16(count) {
-		payload := []byte("emunic ping6 test")
-		msg := make([]byte, 8+len(payload))
-		msg[0] = 128 // echo request
-		binary.BigEndian.PutUint16(msg[4:], id)
-		binary.BigEndian.PutUint16(msg[6:], seq)
-		copy(msg[8:], payload)
-		if _, err := pc.WriteTo(msg, &net.IPAddr{IP: dst.AsSlice()}); err != nil {
-			return fmt.Errorf("echo request %d: %w", seq, err)
-		}
-		pc.SetReadDeadline(time.Now().Add(3 * time.Second))
-		for {
-			n, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return fmt.Errorf("no echo reply to request %d: %w", seq, err)
-			}
-			r := buf[:n]
-			if n < 8 || r[0] != 129 || binary.BigEndian.Uint16(r[4:]) != id || binary.BigEndian.Uint16(r[6:]) != seq {
-				continue // neighbour discovery, or someone else's
-			}
-			if from.String() != dst.String() {
-				return fmt.Errorf("echo reply %d from %v, want %v", seq, from, dst)
-			}
-			if !bytes.Equal(r[8:], payload) {
-				return fmt.Errorf("echo reply %d carries %q, want %q", seq, r[8:], payload)
-			}
-			break
-		}
-	}
-	return nil
-}
 
 // sendRaw writes one whole Ethernet frame out of the namespace's interface
 // ifname through a packet socket: bad input the kernel's own stack would
@@ -114,26 +64,11 @@ func TestTAPKernelPeerIPv6(t *testing.T) {
 	// nodad: the kernel's address is usable at once, as the host's is.
 	testutil.IP(t, "-n", ns.name, "addr", "add", kernel6.String(), "dev", name, "nodad")
 	mac := [6]byte{2, 0, 10, 78, 0, 2}
-	host, err := board.NewHost(board.HostConfig{MAC: mac, Addr: emu4,
+	host := echoHost(t, board.HostConfig{MAC: mac, Addr: emu4,
 		Stack: tcpstack.StackConfig{Addrs: []netip.Prefix{emu6}}}, tap)
-	if err != nil {
-		tap.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		host.Close()
-		t.Logf("device counters: %v; TAP port: %v", stats(host.Host), tap.Stats())
-	})
-	echo := services.NewEcho(t.Logf)
-	l, err := host.Listen(services.EchoPort)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go echo.Serve(l)
-	t.Cleanup(func() { echo.Close() })
 
 	t.Run("ping6", func(t *testing.T) {
-		if err := ns.ping6(emu6.Addr(), 3); err != nil {
+		if err := ns.ping(emu6.Addr(), 3); err != nil {
 			t.Fatal(err)
 		}
 	})
