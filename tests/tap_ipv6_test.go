@@ -4,6 +4,7 @@ package tests
 
 import (
 	"context"
+	"encoding/binary"
 	"io"
 	"net"
 	"net/netip"
@@ -165,6 +166,61 @@ func TestTAPKernelPeerIPv6(t *testing.T) {
 				time.Sleep(time.Millisecond)
 			}
 		}
+		// Fragments pass the NIC to the host's reassembler, which
+		// delivers a whole echo request and discards overlapping
+		// fragments (RFC 5722) as malformed.
+		msg := make([]byte, 32)
+		msg[0] = 128 // echo request
+		copy(msg[8:], "emunic fragmented ping6")
+		fragment := func(id uint32, off int, more bool, data []byte) []byte {
+			f := make([]byte, hdr.EthernetSize+hdr.IPv6Size+8+len(data))
+			(&hdr.EthernetFields{Dst: mac, Src: kmac, Type: hdr.EtherTypeIPv6}).Encode(f)
+			ip := hdr.IPv6(f[hdr.EthernetSize:])
+			(&hdr.IPv6Fields{PayloadLen: uint16(8 + len(data)), NextHeader: hdr.ProtoIPv6Fragment, HopLimit: 64,
+				Src: kernel6.Addr().As16(), Dst: emu6.Addr().As16()}).Encode(ip)
+			x := ip[hdr.IPv6Size:]
+			x[0] = hdr.ProtoICMPv6
+			w := uint16(off)
+			if more {
+				w |= hdr.IPv6FragMF
+			}
+			binary.BigEndian.PutUint16(x[hdr.IPv6FragOffOffset:], w)
+			binary.BigEndian.PutUint32(x[hdr.IPv6FragOffID:], id)
+			copy(x[8:], data)
+			return f
+		}
+		// The checksum over the whole message, as the reassembler sees it.
+		sumHdr := make(hdr.IPv6, hdr.IPv6Size)
+		(&hdr.IPv6Fields{Src: kernel6.Addr().As16(), Dst: emu6.Addr().As16()}).Encode(sumHdr)
+		binary.BigEndian.PutUint16(msg[2:], sumHdr.TransportChecksum(hdr.ProtoICMPv6, msg))
+		v6 := host.S.Stats()
+		echoes, malformed := v6.ICMP.V6.PacketsReceived.EchoRequest, v6.IP.MalformedFragmentsReceived
+		waitFor := func(what string, ctr interface{ Value() uint64 }, want uint64) {
+			deadline := time.Now().Add(5 * time.Second)
+			for ctr.Value() < want {
+				if time.Now().After(deadline) {
+					t.Fatalf("%s: counter %d, want %d", what, ctr.Value(), want)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+		e0, m0 := echoes.Value(), malformed.Value()
+		for _, f := range [][]byte{fragment(7, 0, true, msg[:16]), fragment(7, 16, false, msg[16:])} {
+			if err := ns.sendRaw(name, f); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitFor("reassembled echo request", echoes, e0+1)
+		for _, f := range [][]byte{fragment(8, 0, true, msg[:16]), fragment(8, 8, false, msg[8:])} {
+			if err := ns.sendRaw(name, f); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitFor("overlapping fragments", malformed, m0+1)
+		if echoes.Value() != e0+1 {
+			t.Fatal("an echo request reassembled from overlapping fragments was delivered")
+		}
+
 		// Nothing else was disturbed: the echo still works.
 		c := dial6(t)
 		defer c.Close()
