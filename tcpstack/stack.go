@@ -234,6 +234,21 @@ func (s *Stack) Listen(port uint16) (net.Listener, error) {
 	return newDualListener(l, l6), nil
 }
 
+// ListenIPv6 opens a TCP listener on port of the IPv6 addresses only: for
+// a dual-stack host whose IPv4 side of the port is another listener's (an
+// OffloadListener: IPv6 connections are not delegated yet, so they are
+// served on netstack beside it).
+func (s *Stack) ListenIPv6(port uint16) (net.Listener, error) {
+	if !s.has6 {
+		return nil, fmt.Errorf("tcpstack: listen on IPv6 port %d: the host has no IPv6 address", port)
+	}
+	l, err := listenTCP6(s.S, port)
+	if err != nil {
+		return nil, fmt.Errorf("tcpstack: listen on IPv6 port %d: %w", port, err)
+	}
+	return l, nil
+}
+
 // Dial opens a TCP connection to dst, over IPv4 or (on a host with an IPv6
 // address) IPv6.
 func (s *Stack) Dial(ctx context.Context, dst netip.AddrPort) (net.Conn, error) {

@@ -5,10 +5,12 @@ package tests
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
 	"os/exec"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -246,4 +248,49 @@ func kernelMAC(t *testing.T, ns *netns, ifname string) [6]byte {
 		t.Fatal(err)
 	}
 	return mac
+}
+
+// TestTAPServeCommandIPv6 runs 'emunic serve' with an IPv4 and an IPv6
+// --addr, plain and with --offload, and has the kernel ping it over IPv6
+// and use its echo service over TCP/IPv6 (on netstack: IPv6 connections are
+// not delegated yet, so an --offload serve takes them there) and over IPv4.
+func TestTAPServeCommandIPv6(t *testing.T) {
+	testutil.RequireTAP(t)
+	exe := buildEmunic(t)
+	for _, mode := range [][]string{nil, {"--offload"}} {
+		t.Run(fmt.Sprint("mode", mode), func(t *testing.T) {
+			ns := newNetns(t)
+			name := uniqueName("emus6", 10)
+			t.Cleanup(func() { exec.Command("ip", "-n", ns.name, "link", "del", name).Run() })
+			kernel4, emu4 := netip.MustParsePrefix("10.79.0.1/24"), netip.MustParsePrefix("10.79.0.2/24")
+			kernel6, emu6 := netip.MustParsePrefix("fd00:79::1/64"), netip.MustParsePrefix("fd00:79::2/64")
+			srv := startServe(t, exe, append([]string{"--tap", name, "--addr", emu6.String(), "--addr", emu4.String()}, mode...)...)
+			srv.waitLog("Ctrl-C to stop", 1, 30*time.Second)
+			ns.moveTAP(t, name, kernel4)
+			testutil.IP(t, "-n", ns.name, "addr", "add", kernel6.String(), "dev", name, "nodad")
+			if err := ns.ping(emu6.Addr(), 2); err != nil {
+				t.Errorf("ping6: %v", err)
+			}
+			var c net.Conn
+			if err := ns.do(func() (err error) {
+				c, err = net.DialTimeout("tcp6", netip.AddrPortFrom(emu6.Addr(), services.EchoPort).String(), 10*time.Second)
+				return err
+			}); err != nil {
+				t.Fatalf("connect to echo over IPv6: %v", err)
+			}
+			echoExchange(t, c, 1<<20)
+			c.Close()
+			c4, err := ns.dial(netip.AddrPortFrom(emu4.Addr(), services.EchoPort))
+			if err != nil {
+				t.Fatalf("connect to echo over IPv4: %v", err)
+			}
+			echoExchange(t, c4, 1<<20)
+			c4.Close()
+			srv.waitLog(" closed after ", 2, 10*time.Second)
+			out := srv.interrupt()
+			if want := fmt.Sprintf("echo 2 %d %d 0", 2<<20, 2<<20); !strings.Contains(strings.Join(strings.Fields(out), " "), want) {
+				t.Errorf("serve's services table lacks %q:\n%s", want, out)
+			}
+		})
+	}
 }

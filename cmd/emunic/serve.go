@@ -253,6 +253,15 @@ func runServe(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) er
 			o := &offloadListener{OffloadListener: ol, service: s.srv.Name(), logf: logf}
 			offl = append(offl, o)
 			l = o
+			if host.HasIPv6() {
+				// IPv6 connections are not delegated yet: they are
+				// served on netstack, beside the delegated IPv4 ones.
+				l6, err := host.ListenIPv6(s.port)
+				if err != nil {
+					return err
+				}
+				all = append(all, served{s.srv, l6})
+			}
 		} else if l, err = host.Listen(s.port); err != nil {
 			return err
 		}
@@ -269,6 +278,13 @@ func runServe(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) er
 	mode := "netstack"
 	if cfg.Offload {
 		mode = "delegated to the offload unit"
+		if host.HasIPv6() {
+			mode += " (IPv4; IPv6 ones on netstack)"
+		}
+	}
+	addrs := cfg.Addr.String()
+	for _, p := range cfg.MoreAddrs {
+		addrs += ", " + p.String()
 	}
 	var metrics *metricsServer
 	if cfg.Metrics != "" {
@@ -277,8 +293,8 @@ func runServe(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) er
 		}
 	}
 	logger.Info(fmt.Sprintf("%v on tap %s (MAC %s, MTU %d): echo on port %d, discard on port %d, qotd on port %d, source on port %d, connections %s; Ctrl-C to stop",
-		cfg.Addr, name, net.HardwareAddr(mac[:]), cfg.MTU, services.EchoPort, services.DiscardPort, services.QOTDPort, services.SourcePort, mode),
-		"addr", cfg.Addr, "tap", name, "mac", net.HardwareAddr(mac[:]).String(), "mtu", cfg.MTU, "mode", mode)
+		addrs, name, net.HardwareAddr(mac[:]), cfg.MTU, services.EchoPort, services.DiscardPort, services.QOTDPort, services.SourcePort, mode),
+		"addr", addrs, "tap", name, "mac", net.HardwareAddr(mac[:]).String(), "mtu", cfg.MTU, "mode", mode)
 
 	var runErr error
 	start := time.Now()
