@@ -105,11 +105,19 @@ func (pf *parsedFrame) tcp4(f []byte) (ip, seg []byte, ok bool) {
 	return f[pf.ipOff:pf.l4Off], f[pf.l4Off : pf.l4Off+pf.l4Len], true
 }
 
-// tcpSegment is tcp4 past the network layer: it reads the segment's
-// connection tuple, as the receiver (this device) sees it, into *t and
-// returns the TCP segment. The engine takes these, never the network
+// tcpSegment is tcp4 past the network layer, for either family: it reads
+// the segment's connection tuple, as the receiver (this device) sees it,
+// into *t and returns the TCP segment (behind any IPv6 extension headers). The engine takes these, never the network
 // header.
 func (pf *parsedFrame) tcpSegment(f []byte, t *hdr.Tuple) (seg []byte, ok bool) {
+	if pf.etherType == EtherTypeIPv6 {
+		if pf.proto != ProtoTCP || pf.fragment {
+			return nil, false
+		}
+		seg = f[pf.l4Off : pf.l4Off+pf.l4Len]
+		hdr.IPv6(f[pf.ipOff:]).ReadRxTuple(t, hdr.TCP(seg))
+		return seg, true
+	}
 	ip, seg, ok := pf.tcp4(f)
 	if !ok {
 		return nil, false
@@ -209,8 +217,8 @@ func classify(f []byte, mac [6]byte, maxFrame int, pf *parsedFrame, l4Verified b
 // chain walked to the transport header (hdr.WalkIPv6 bounds it and refuses
 // what RFCs 5095, 8021, 8200 and 2675 say a receiver must not accept, each
 // with its own counter), and the TCP or UDP checksum over the IPv6
-// pseudo-header. IPv6 has no header checksum. Frames that pass go up the
-// legacy path: no IPv6 flow is delegated yet.
+// pseudo-header. IPv6 has no header checksum. Frames that pass go to a
+// delegated flow's connection, or up the legacy path.
 func classify6(b []byte, pf *parsedFrame, l4Verified bool) rxVerdict {
 	ip, err := hdr.ParseIPv6(b)
 	if err != nil {

@@ -71,10 +71,11 @@ func TestClassifyIPv6(t *testing.T) {
 		pf.l4Off != EthHeaderLen+hdr.IPv6Size || pf.l4Len != hdr.TCPMinSize+100 {
 		t.Fatalf("TCP/IPv6: verdict %d %+v", v, pf)
 	}
-	// Not the engine's yet: no IPv6 flow is delegated, so no tuple.
+	// The engine gets the segment and the receiver's tuple.
 	var tu hdr.Tuple
-	if _, ok := pf.tcpSegment(f, &tu); ok {
-		t.Fatal("an IPv6 segment offered to the engine")
+	if seg, ok := pf.tcpSegment(f, &tu); !ok || len(seg) != hdr.TCPMinSize+100 ||
+		tu != (hdr.Tuple{LocalIP: netip.AddrFrom16(dev6), RemoteIP: netip.AddrFrom16(peer6), LocalPort: 80, RemotePort: 40000}) {
+		t.Fatalf("tcpSegment: %v %+v", ok, tu)
 	}
 	f[len(f)-1] ^= 1
 	if v := classify(f, devMAC, 1514, &pf, false); v != rxDropChecksum {
