@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"hash"
 	"math/rand/v2"
-	"net/netip"
 	"testing"
 
 	"github.com/emunic/emunic/nic/hdr"
@@ -147,22 +146,6 @@ func inputIPv6(e *Engine, p []byte) bool {
 	}
 	e.InputSegment(idx, &t, seg, 0)
 	return true
-}
-
-// v2Addrs makes st a version-2 block for the addresses local and remote
-// (either family) and returns its address extension.
-func v2Addrs(st *rings.ConnState, local, remote netip.Addr) *rings.ConnAddrExt {
-	x := &rings.ConnAddrExt{LocalAddr: local.As16(), RemoteAddr: remote.As16()}
-	st.Version, st.Family = rings.ConnStateVersion2, rings.FamilyIPv6
-	if local.Is4() {
-		st.Family = rings.FamilyIPv4
-		*x = rings.ConnAddrExt{}
-		a, b := local.As4(), remote.As4()
-		copy(x.LocalAddr[:], a[:])
-		copy(x.RemoteAddr[:], b[:])
-	}
-	st.LocalIP, st.RemoteIP = [4]byte{}, [4]byte{}
-	return x
 }
 
 func inputIP(e *Engine, p []byte) bool {

@@ -200,8 +200,8 @@ type simOpts struct {
 	host     [2]hostOpts
 	arena    int
 	ntfDepth int // notification ring depth (default 4096)
-	// addrs, when set, are A's and B's addresses: the connection is
-	// offloaded with a version-2 state block (IPv6 ones, say).
+	// addrs, when set, are A's and B's addresses (IPv6 ones: the
+	// connection is offloaded with a version-2 state block).
 	addrs *[2]netip.Addr
 }
 
@@ -222,7 +222,8 @@ func newSim(t testing.TB, o simOpts) *sim {
 		s.eng[i] = NewEngine(o.cfg, s.env[i])
 		var x *rings.ConnAddrExt
 		if o.addrs != nil {
-			x = v2Addrs(&s.st[i], o.addrs[i], o.addrs[to])
+			x = new(rings.ConnAddrExt)
+			s.st[i].SetAddrs(x, o.addrs[i], o.addrs[to])
 		}
 		if st := s.eng[i].OffloadAddrs(0, &s.st[i], x); st != rings.StatusOK {
 			t.Fatalf("offload %d: %v", i, st)
