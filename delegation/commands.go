@@ -76,8 +76,9 @@ func (e *Engine) Offload(idx uint32, st *rings.ConnState) rings.Status {
 
 // OffloadAddrs is Offload for a state block of either version: x is a
 // version-2 block's address extension (nil for version 1). The addresses
-// must be IPv4 ones (the engine's network layer builds IPv4 frames only);
-// an IPv6 connection is StatusBadParam until it has another.
+// are IPv4 ones, or (version 2) IPv6 unicast ones; an IPv4-mapped IPv6
+// address is StatusBadParam (it is an IPv4 connection: family IPv4 says
+// so).
 func (e *Engine) OffloadAddrs(idx uint32, st *rings.ConnState, x *rings.ConnAddrExt) rings.Status {
 	if idx >= uint32(len(e.conns)) {
 		return rings.StatusBadConn
@@ -93,7 +94,7 @@ func (e *Engine) OffloadAddrs(idx uint32, st *rings.ConnState, x *rings.ConnAddr
 	}
 	local, remote, addrsOK := st.Addrs(x)
 	switch {
-	case !addrsOK, !local.Is4(), !remote.Is4(),
+	case !addrsOK, local.Is4In6(), remote.Is4In6(), local.IsMulticast(), remote.IsMulticast(),
 		st.Version == rings.ConnStateVersion && st.Family != 0,
 		!st.Flags.KnownFlags(),
 		st.State != rings.StateEstablished && st.State != rings.StateCloseWait,
@@ -570,6 +571,21 @@ func (e *Engine) Info(idx uint32) (ConnInfo, bool) {
 	}, true
 }
 
+// SnapshotAddrs is Snapshot with the version-2 address extension, which
+// an IPv6 connection's addresses need (an IPv4 one's are in st, version 1,
+// and x is zeroed).
+func (e *Engine) SnapshotAddrs(idx uint32, st *rings.ConnState, x *rings.ConnAddrExt) rings.Status {
+	if s := e.Snapshot(idx, st); s != rings.StatusOK {
+		return s
+	}
+	*x = rings.ConnAddrExt{}
+	if st.Version == rings.ConnStateVersion2 {
+		c := e.conns[idx]
+		x.LocalAddr, x.RemoteAddr = c.tuple.LocalIP.As16(), c.tuple.RemoteIP.As16()
+	}
+	return rings.StatusOK
+}
+
 // Snapshot writes connection idx's current state as a state block (for
 // diagnostics, and for a future upload to the host stack). SndUna/SndNxt
 // are the device's; a connection with unacknowledged data cannot be
@@ -598,7 +614,7 @@ func (e *Engine) Snapshot(idx uint32, st *rings.ConnState) rings.Status {
 	}
 	*st = rings.ConnState{
 		Version: rings.ConnStateVersion, Flags: flags, State: c.state, TTL: c.ttl, TOS: c.tos,
-		LocalIP: c.tuple.LocalIP.As4(), RemoteIP: c.tuple.RemoteIP.As4(), LocalPort: c.tuple.LocalPort, RemotePort: c.tuple.RemotePort,
+		LocalPort: c.tuple.LocalPort, RemotePort: c.tuple.RemotePort,
 		LocalMAC: hdr.Ethernet(c.tmpl[:]).Src(), NextHopMAC: hdr.Ethernet(c.tmpl[:]).Dst(),
 		SndUna: uint32(c.sndUna), SndNxt: uint32(c.sndNxt), RcvNxt: uint32(c.rcvNxt),
 		SndWnd: uint16(min(c.sndWnd>>c.sndScale, 0xFFFF)), SndWndScale: c.sndScale, RcvWndScale: c.rcvScale,
@@ -610,6 +626,13 @@ func (e *Engine) Snapshot(idx uint32, st *rings.ConnState) rings.Status {
 		KeepaliveCount: uint32(c.kaCount),
 		SRTTus:         uint32(c.srtt / 1000), RTTVarUs: uint32(c.rttvar / 1000),
 		Cwnd: c.cwnd, Ssthresh: c.ssthresh, Congestion: c.cc.algo,
+	}
+	if c.tuple.LocalIP.Is4() {
+		st.LocalIP, st.RemoteIP = c.tuple.LocalIP.As4(), c.tuple.RemoteIP.As4()
+	} else {
+		// An IPv6 connection's block is version 2; its addresses are
+		// in the extension (SnapshotAddrs).
+		st.Version, st.Family = rings.ConnStateVersion2, rings.FamilyIPv6
 	}
 	return rings.StatusOK
 }

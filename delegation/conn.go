@@ -41,7 +41,7 @@ type conn struct {
 
 	// Constant state.
 	tuple              hdr.Tuple     // the connection from our end: local is us
-	tmpl               [hdrsLen]byte // Ethernet + network + TCP header template (netlayer.go)
+	tmpl               [tmplLen]byte // Ethernet + network + TCP header template (netlayer.go)
 	sackOK, tsOK       bool
 	sndScale, rcvScale uint8
 	mss                uint32 // send MSS

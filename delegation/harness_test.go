@@ -112,13 +112,40 @@ func (v *testEnv) addLegacy(t testing.TB, n int, size uint32) {
 }
 
 // inputFrame is the device's receive classifier for the tests: Ethernet →
-// IPv4 (header checksum verified) → Lookup → Input. It returns false if the
-// frame is not for a delegated connection.
+// IPv4 (header checksum verified) → Lookup → Input, or IPv6 (its chain
+// walked) → the tuple → InputSegment (the engine checks the TCP checksum).
+// It returns false if the frame is not for a delegated connection.
 func inputFrame(e *Engine, f []byte) bool {
+	if len(f) >= hdr.EthernetSize+hdr.IPv6Size && be.Uint16(f[12:]) == hdr.EtherTypeIPv6 {
+		return inputIPv6(e, f[hdr.EthernetSize:])
+	}
 	if len(f) < hdr.EthernetSize+netHdrLen || be.Uint16(f[12:]) != hdr.EtherTypeIPv4 {
 		return false
 	}
 	return inputIP(e, f[hdr.EthernetSize:])
+}
+
+func inputIPv6(e *Engine, p []byte) bool {
+	ip, err := hdr.ParseIPv6(p)
+	if err != nil {
+		return false
+	}
+	var ch hdr.IPv6Chain
+	if hdr.WalkIPv6(ip, &ch) != nil {
+		return false
+	}
+	seg, ok := hdr.IPv6TCPSegment(ip, &ch)
+	if !ok {
+		return false
+	}
+	var t hdr.Tuple
+	ip.ReadRxTuple(&t, seg)
+	idx, ok := e.Lookup(&t)
+	if !ok {
+		return e.InputUnmatchedSegment(&t, seg, 0)
+	}
+	e.InputSegment(idx, &t, seg, 0)
+	return true
 }
 
 func inputIP(e *Engine, p []byte) bool {

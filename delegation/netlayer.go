@@ -9,14 +9,31 @@ import (
 // TCP segments only: a connection is keyed, matched and checksummed by its
 // tuple. This file is where the network header is read (the IPv4 front end
 // of Input, for callers that hold a raw header) and written (a connection's
-// frame template, and the per-frame length, ID and checksums). IPv4 is the
-// only family today; a second one adds its cases here and in package hdr's
-// parsers and pseudo-header, not in the TCP code.
+// frame template, and the per-frame length, ID and checksums). The family
+// is the tuple's: IPv4 (no options) or IPv6 (no extension headers); the TCP
+// code above never asks which.
+
+// netHdrLenOf is the length of the network header the engine sends for t:
+// 20 bytes for IPv4, 40 for IPv6.
+func netHdrLenOf(t *hdr.Tuple) int {
+	if t.LocalIP.Is4() {
+		return netHdrLen
+	}
+	return hdr.IPv6Size
+}
 
 // encodeNetHeader writes the Ethernet and network headers of t's frames
 // into b (the template's start) and returns their length. Lengths, IDs and
 // checksums are finishNetHeader's, per frame.
 func encodeNetHeader(b []byte, t *hdr.Tuple, localMAC, nextHop [6]byte, ttl, tos uint8) int {
+	if !t.LocalIP.Is4() {
+		n := (&hdr.EthernetFields{Dst: nextHop, Src: localMAC, Type: hdr.EtherTypeIPv6}).Encode(b)
+		// IPv6 never fragments in flight (RFC 8200 §5): the path MTU
+		// does what IPv4's DF bit asks for. The flow label is zero.
+		n += (&hdr.IPv6Fields{TrafficClass: tos, NextHeader: hdr.ProtoTCP, HopLimit: ttl,
+			Src: t.LocalIP.As16(), Dst: t.RemoteIP.As16()}).Encode(b[n:])
+		return n
+	}
 	n := (&hdr.EthernetFields{Dst: nextHop, Src: localMAC, Type: hdr.EtherTypeIPv4}).Encode(b)
 	n += (&hdr.IPv4Fields{TOS: tos, FlagsFrag: hdr.IPv4FlagDF, TTL: ttl, Proto: hdr.ProtoTCP,
 		Src: t.LocalIP.As4(), Dst: t.RemoteIP.As4()}).Encode(b[n:])
@@ -26,6 +43,12 @@ func encodeNetHeader(b []byte, t *hdr.Tuple, localMAC, nextHop [6]byte, ttl, tos
 // setNetTTLTOS changes the hop limit and traffic class of a template built
 // by encodeNetHeader.
 func setNetTTLTOS(tmpl []byte, ttl, tos uint8) {
+	if hdr.Ethernet(tmpl).Type() == hdr.EtherTypeIPv6 {
+		ip := hdr.IPv6(tmpl[hdr.EthernetSize:])
+		ip.SetVersionTCFlow(tos, ip.FlowLabel())
+		ip.SetHopLimit(ttl)
+		return
+	}
 	ip := hdr.IPv4(tmpl[hdr.EthernetSize:])
 	ip.SetTOS(tos)
 	ip.SetTTL(ttl)
@@ -33,9 +56,14 @@ func setNetTTLTOS(tmpl []byte, ttl, tos uint8) {
 
 // finishNetHeader completes frame f, copied from a template, around its TCP
 // segment tcp (header and payload, its checksum field anything): the
-// network header's length, ID and checksum, then the TCP checksum over the
-// pseudo-header of t's addresses.
+// network header's length, ID and checksum (IPv6 has only the payload
+// length), then the TCP checksum over the pseudo-header of t's addresses.
 func finishNetHeader(f []byte, t *hdr.Tuple, id uint16, tcp hdr.TCP) {
+	if !t.LocalIP.Is4() {
+		hdr.IPv6(f[hdr.EthernetSize:]).SetPayloadLen(uint16(len(tcp)))
+		tcp.UpdateChecksumAddr(t.LocalIP, t.RemoteIP)
+		return
+	}
 	ip := hdr.IPv4(f[hdr.EthernetSize:])
 	ip.SetTotalLen(uint16(netHdrLen + len(tcp)))
 	ip.SetID(id)

@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/rings"
 )
 
@@ -11,7 +12,9 @@ import (
 // the address extension) is accepted from host memory for IPv4, and every
 // malformed one is BAD_PARAM: unknown version or family, version-1 address
 // bytes set, IPv4 addresses with trailing bytes, a zero address, a Len too
-// short for the extension, and IPv6 (which the engine cannot send yet).
+// short for the extension, and IPv4-mapped or multicast IPv6 addresses.
+// An IPv6 connection is taken, found by its tuple, and snapshots as
+// version 2 with its addresses in the extension.
 func TestOffloadV2(t *testing.T) {
 	now := int64(1e9)
 	env := newTestEnv(t, 1<<20, &now)
@@ -68,9 +71,27 @@ func TestOffloadV2(t *testing.T) {
 	want("IPv4 with trailing bytes", rings.ConnStateSizeV2, rings.StatusBadParam)
 	v2(portA+1, rings.FamilyIPv4, nil, ipB[:])
 	want("zero address", rings.ConnStateSizeV2, rings.StatusBadParam)
-	six := netip.MustParseAddr("2001:db8::1").As16()
-	v2(portA+1, rings.FamilyIPv6, six[:], six[:])
-	want("IPv6", rings.ConnStateSizeV2, rings.StatusBadParam)
+	mapped := netip.MustParseAddr("::ffff:10.0.0.1").As16()
+	v2(portA+1, rings.FamilyIPv6, mapped[:], mapped[:])
+	want("IPv4-mapped IPv6", rings.ConnStateSizeV2, rings.StatusBadParam)
+	multi := netip.MustParseAddr("ff02::1").As16()
+	six, six2 := netip.MustParseAddr("2001:db8::1").As16(), netip.MustParseAddr("2001:db8::2").As16()
+	v2(portA+1, rings.FamilyIPv6, six[:], multi[:])
+	want("IPv6 multicast peer", rings.ConnStateSizeV2, rings.StatusBadParam)
+	v2(portA+1, rings.FamilyIPv6, six[:], six2[:])
+	want("IPv6", rings.ConnStateSizeV2, rings.StatusOK)
+	t6 := hdr.Tuple{LocalIP: netip.AddrFrom16(six), RemoteIP: netip.AddrFrom16(six2), LocalPort: portA + 1, RemotePort: portB}
+	if i, ok := e.Lookup(&t6); !ok || i != 1 {
+		t.Fatalf("lookup of the IPv6 connection: %d %v", i, ok)
+	}
+	var x rings.ConnAddrExt
+	if s := e.SnapshotAddrs(1, &snap, &x); s != rings.StatusOK || snap.Version != rings.ConnStateVersion2 ||
+		snap.Family != rings.FamilyIPv6 || snap.LocalIP != ([4]byte{}) || x.LocalAddr != six || x.RemoteAddr != six2 {
+		t.Errorf("snapshot of an IPv6 connection: %v version %d family %d %v", s, snap.Version, snap.Family, x)
+	}
+	if s := e.SnapshotAddrs(0, &snap, &x); s != rings.StatusOK || snap.Version != rings.ConnStateVersion || x != (rings.ConnAddrExt{}) {
+		t.Errorf("snapshot of an IPv4 connection with the extension: %v %v", s, x)
+	}
 	st := v2(portA+1, rings.FamilyIPv4, ipA[:], ipB[:])
 	st.Version = 3
 	st.Encode(blk[:rings.ConnStateSize])

@@ -172,7 +172,8 @@ func (c *conn) output(now int64) {
 // segments (their FPDUs are aligned with them).
 func (c *conn) sendLimit(mss uint32) uint32 {
 	e := c.e
-	if e.tso == nil || c.ulp.u != nil || c.state != rings.StateEstablished && c.state != rings.StateCloseWait {
+	if e.tso == nil || c.ulp.u != nil || c.state != rings.StateEstablished && c.state != rings.StateCloseWait ||
+		!c.tuple.LocalIP.Is4() { // the port segments TCP/IPv4 only (no TSO6 yet)
 		return mss
 	}
 	if e.tsoMax <= int(mss) {
@@ -552,7 +553,8 @@ func (c *conn) emit(now int64, sq seq, n uint32, flags uint8, probe bool) bool {
 	e := c.e
 	f := e.frame
 	copy(f, c.tmpl[:])
-	tcp := hdr.TCP(f[hdr.EthernetSize+netHdrLen:])
+	nhl := netHdrLenOf(&c.tuple)
+	tcp := hdr.TCP(f[hdr.EthernetSize+nhl:])
 	opt := tcp[hdr.TCPMinSize:]
 	ol := 0
 	if c.tsOK {
@@ -640,7 +642,7 @@ func (c *conn) emit(now int64, sq seq, n uint32, flags uint8, probe bool) bool {
 			c.rtStart = now
 		}
 	}
-	fl := hdr.EthernetSize + netHdrLen + segLen
+	fl := hdr.EthernetSize + nhl + segLen
 	if fl < hdr.EthernetMinFrame {
 		clear(f[fl:hdr.EthernetMinFrame]) // the MAC pads short frames
 		fl = hdr.EthernetMinFrame

@@ -43,6 +43,12 @@ func (c *conn) pathMTUInFlight(quoted seq) bool {
 // path's size, not congestion) but not above what is now in flight.
 func (c *conn) pathMTU(now int64, mtu uint16) {
 	mss := uint32(max(mtu, PathMTUFloor)) - pathMTUOverhead
+	if !c.tuple.LocalIP.Is4() {
+		// IPv6: a Packet Too Big never takes the path below the
+		// minimum link MTU (RFC 8200 §5, RFC 8201 §4), and the
+		// header is 20 bytes longer.
+		mss = uint32(max(mtu, hdr.IPv6MinMTU)) - hdr.IPv6Size - hdr.TCPMinSize
+	}
 	if mss >= c.mss {
 		return // no smaller than what we send: nothing to do
 	}
@@ -69,7 +75,8 @@ func (c *conn) pathMTU(now int64, mtu uint16) {
 // of mtu. It returns the MSS in effect after it.
 //
 //	StatusBadConn   idx not delegated
-//	StatusBadParam  an MTU below IPv4's minimum (68) or above 65535
+//	StatusBadParam  an MTU below the family's minimum (IPv4 68, IPv6 1280:
+//	                a Packet Too Big reporting less is bad input) or above 65535
 //	StatusBadState  the connection is closed or in TIME_WAIT, or the quote
 //	                is not in flight (stale or forged): nothing changes
 func (e *Engine) PathMTU(idx uint32, quoted, mtu uint32) (rings.Status, uint32) {
@@ -77,7 +84,11 @@ func (e *Engine) PathMTU(idx uint32, quoted, mtu uint32) (rings.Status, uint32) 
 	if c == nil {
 		return rings.StatusBadConn, 0
 	}
-	if mtu < minIPv4MTU || mtu > hdr.IPv4MaxTotalLen {
+	minMTU := uint32(minIPv4MTU)
+	if !c.tuple.LocalIP.Is4() {
+		minMTU = hdr.IPv6MinMTU
+	}
+	if mtu < minMTU || mtu > hdr.IPv4MaxTotalLen {
 		return rings.StatusBadParam, c.mss
 	}
 	if c.state == rings.StateClosed || c.state == rings.StateTimeWait || !c.pathMTUInFlight(seq(quoted)) {

@@ -3,6 +3,7 @@ package delegation
 import (
 	"bytes"
 	"math/rand/v2"
+	"net/netip"
 	"testing"
 
 	"github.com/emunic/emunic/rings"
@@ -199,6 +200,9 @@ type simOpts struct {
 	host     [2]hostOpts
 	arena    int
 	ntfDepth int // notification ring depth (default 4096)
+	// addrs, when set, are A's and B's addresses (IPv6 ones: the
+	// connection is offloaded with a version-2 state block).
+	addrs *[2]netip.Addr
 }
 
 func newSim(t testing.TB, o simOpts) *sim {
@@ -216,7 +220,12 @@ func newSim(t testing.TB, o simOpts) *sim {
 		}
 		s.env[i].transmit = func(f []byte) error { return s.link.send(to, f) }
 		s.eng[i] = NewEngine(o.cfg, s.env[i])
-		if st := s.eng[i].Offload(0, &s.st[i]); st != rings.StatusOK {
+		var x *rings.ConnAddrExt
+		if o.addrs != nil {
+			x = new(rings.ConnAddrExt)
+			s.st[i].SetAddrs(x, o.addrs[i], o.addrs[to])
+		}
+		if st := s.eng[i].OffloadAddrs(0, &s.st[i], x); st != rings.StatusOK {
 			t.Fatalf("offload %d: %v", i, st)
 		}
 		s.host[i] = newHostApp(t, string(rune('A'+i)), s.eng[i], s.env[i], 0, &s.st[i], o.host[i])

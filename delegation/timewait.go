@@ -37,7 +37,7 @@ import (
 // twRecord is one connection in TIME_WAIT.
 type twRecord struct {
 	key   hdr.Tuple
-	tmpl  [hdrsLen]byte // the connection's Ethernet + network + TCP template
+	tmpl  [tmplLen]byte // the connection's Ethernet + network + TCP template
 	ipID  uint16
 	wnd   uint16 // window field last advertised
 	tsOK  bool
@@ -279,7 +279,8 @@ func (e *Engine) OutboundSYN(frame []byte) {
 func (e *Engine) twAck(r *twRecord, now int64) {
 	f := e.frame
 	copy(f, r.tmpl[:])
-	tcp := hdr.TCP(f[hdr.EthernetSize+netHdrLen:])
+	nhl := netHdrLenOf(&r.key)
+	tcp := hdr.TCP(f[hdr.EthernetSize+nhl:])
 	hl := hdr.TCPMinSize
 	if r.tsOK {
 		v := r.tsBase + uint32((now-r.tsBaseNow)/1e6)
@@ -299,7 +300,7 @@ func (e *Engine) twAck(r *twRecord, now int64) {
 	tcp.SetUrgent(0)
 	r.ipID++
 	finishNetHeader(f, &r.key, r.ipID, tcp[:hl])
-	fl := hdr.EthernetSize + netHdrLen + hl
+	fl := hdr.EthernetSize + nhl + hl
 	if fl < hdr.EthernetMinFrame {
 		clear(f[fl:hdr.EthernetMinFrame])
 		fl = hdr.EthernetMinFrame

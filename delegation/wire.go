@@ -15,9 +15,13 @@ var be = binary.BigEndian
 
 // Wire sizes.
 const (
-	netHdrLen = hdr.IPv4MinSize // the network header the engine sends (netlayer.go): IPv4 without options
+	netHdrLen = hdr.IPv4MinSize // the IPv4 header the engine sends (netlayer.go): no options
 	hdrsLen   = hdr.EthernetSize + netHdrLen + hdr.TCPMinSize
-	maxFrame  = hdr.EthernetSize + hdr.IPv4MaxTotalLen // the largest IPv4 datagram behind an Ethernet header
+	// tmplLen is the header template's size: Ethernet, the larger network
+	// header of the two families (IPv6's 40 bytes; an IPv4 template uses
+	// the first hdrsLen bytes) and TCP.
+	tmplLen  = hdr.EthernetSize + hdr.IPv6Size + hdr.TCPMinSize
+	maxFrame = hdr.EthernetSize + hdr.IPv4MaxTotalLen // the largest IPv4 datagram behind an Ethernet header
 )
 
 // Option sizes as the engine sends them: NOP NOP TS(10) and NOP NOP

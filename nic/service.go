@@ -100,7 +100,7 @@ func (d *Device) serviceRx() int {
 				f, cut = d.lroSplit.Peek(), true
 			}
 		}
-		switch classify(f, d.cfg.MAC, d.maxFrame, &pf, verified) {
+		switch v := classify(f, d.cfg.MAC, d.maxFrame, &pf, verified); v {
 		case rxLegacy:
 			var t hdr.Tuple
 			if seg, isTCP := pf.tcpSegment(f, &t); isTCP {
@@ -119,16 +119,8 @@ func (d *Device) serviceRx() int {
 				d.rx.Release()
 				return n
 			}
-		case rxDropShort:
-			d.count(rings.StatRxDropShort)
-		case rxDropChecksum:
-			d.count(rings.StatRxDropBadChecksum)
-		case rxDropEtherType:
-			d.count(rings.StatRxDropEtherType)
-		case rxDropOversize:
-			d.count(rings.StatRxDropOversize)
-		case rxDropNotForUs:
-			d.count(rings.StatRxDropNotForUs)
+		default:
+			d.countDrop(v)
 		}
 		if cut {
 			d.lroSplit.Pop()

@@ -19,6 +19,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/network/arp"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/icmp"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
@@ -29,10 +30,19 @@ const nicID tcpip.NICID = 1
 
 // StackConfig configures the host stack.
 type StackConfig struct {
-	// Addr is the interface address and prefix, e.g. 10.0.0.1/24.
+	// Addr is the interface address and prefix, e.g. 10.0.0.1/24: the
+	// host's primary IPv4 address, the one its offload paths use.
 	Addr netip.Prefix
-	// Gateway, if valid, is the default route's next hop.
+	// Addrs are further interface addresses, IPv4 or IPv6 (a dual-stack
+	// host: 10.0.0.1/24 in Addr, fd00::1/64 here). An IPv6 one brings up
+	// IPv6 with neighbour discovery and ICMPv6; a host with none runs no
+	// IPv6 at all, so an IPv4 host's wire traffic is what it always was.
+	Addrs []netip.Prefix
+	// Gateway, if valid, is the default route's next hop: an IPv4 address,
+	// or an IPv6 one (a default route for IPv6 beside the IPv4 one).
 	Gateway netip.Addr
+	// Gateway6 is the IPv6 default route's next hop, if valid.
+	Gateway6 netip.Addr
 	// SendBuffer and ReceiveBuffer are the default TCP buffer sizes in
 	// bytes (0: 1 MiB send, 1 MiB receive with auto-tuning up to 4 MiB).
 	SendBuffer, ReceiveBuffer int
@@ -86,21 +96,50 @@ func (r *seededReader) Read(p []byte) (int, error) {
 
 // Stack is a gVisor netstack on one link endpoint.
 type Stack struct {
-	S    *stack.Stack
-	addr netip.Prefix
+	S     *stack.Stack
+	addr  netip.Prefix
+	addrs []netip.Prefix // addr first, then StackConfig.Addrs
+	has6  bool
 }
 
 // NewStack builds a netstack with IPv4, ARP, ICMP, UDP and TCP (SACK on) on
-// ep. It is used both on the NIC driver and, for comparisons, on gVisor's own
-// link endpoints.
+// ep, and IPv6 with NDP and ICMPv6 when cfg.Addrs has an IPv6 address. It
+// is used both on the NIC driver and, for comparisons, on gVisor's own link
+// endpoints.
 func NewStack(ep stack.LinkEndpoint, cfg StackConfig) (*Stack, error) {
 	if !cfg.Addr.IsValid() || !cfg.Addr.Addr().Is4() {
 		return nil, fmt.Errorf("tcpstack: address %v: need an IPv4 prefix such as 10.0.0.1/24", cfg.Addr)
+	}
+	all := append([]netip.Prefix{cfg.Addr}, cfg.Addrs...)
+	has6 := false
+	for _, p := range all {
+		if !p.IsValid() || p.Addr().Is4In6() || p.Addr().Zone() != "" {
+			return nil, fmt.Errorf("tcpstack: address %v: need an IPv4 or IPv6 prefix", p)
+		}
+		has6 = has6 || p.Addr().Is6()
+	}
+	if cfg.Gateway6.IsValid() && !cfg.Gateway6.Is6() {
+		return nil, fmt.Errorf("tcpstack: IPv6 gateway %v is not an IPv6 address", cfg.Gateway6)
+	}
+	if cfg.Gateway6.IsValid() && !has6 {
+		return nil, fmt.Errorf("tcpstack: IPv6 gateway %v on a host with no IPv6 address", cfg.Gateway6)
 	}
 	opts := stack.Options{
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, arp.NewProtocol},
 		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol, icmp.NewProtocol4},
 		Clock:              cfg.Clock,
+	}
+	if has6 {
+		// Static addresses only: no router solicitations, no SLAAC, no
+		// duplicate address detection (the address is the operator's
+		// to choose, and usable at once). Neighbour discovery answers
+		// and resolves; a link-local address is made from the MAC
+		// (RFC 4291 appendix A) for peers that solicit from theirs.
+		opts.NetworkProtocols = append(opts.NetworkProtocols, ipv6.NewProtocolWithOptions(ipv6.Options{
+			AutoGenLinkLocal: true,
+			NDPConfigs:       ipv6.NDPConfigurations{HandleRAs: ipv6.HandlingRAsDisabled},
+		}))
+		opts.TransportProtocols = append(opts.TransportProtocols, icmp.NewProtocol6)
 	}
 	if cfg.Seed != 0 {
 		opts.RandSource = &lockedSource{r: mrand.New(mrand.NewSource(int64(cfg.Seed)))}
@@ -111,21 +150,30 @@ func NewStack(ep stack.LinkEndpoint, cfg StackConfig) (*Stack, error) {
 		s.Destroy()
 		return nil, fmt.Errorf("tcpstack: create NIC: %s", err)
 	}
-	a := cfg.Addr.Addr().As4()
-	pa := tcpip.ProtocolAddress{
-		Protocol: ipv4.ProtocolNumber,
-		AddressWithPrefix: tcpip.AddressWithPrefix{
-			Address:   tcpip.AddrFrom4(a),
-			PrefixLen: cfg.Addr.Bits(),
-		},
+	var routes []tcpip.Route
+	for _, p := range all {
+		pa := protocolAddress(p)
+		if err := s.AddProtocolAddress(nicID, pa, stack.AddressProperties{}); err != nil {
+			s.Destroy()
+			return nil, fmt.Errorf("tcpstack: add address %v: %s", p, err)
+		}
+		routes = append(routes, tcpip.Route{Destination: pa.AddressWithPrefix.Subnet(), NIC: nicID})
 	}
-	if err := s.AddProtocolAddress(nicID, pa, stack.AddressProperties{}); err != nil {
-		s.Destroy()
-		return nil, fmt.Errorf("tcpstack: add address: %s", err)
+	if has6 {
+		// Link-local destinations (neighbour discovery's own, and peers
+		// that talk from theirs) are on this link.
+		ll := protocolAddress(netip.MustParsePrefix("fe80::/64"))
+		routes = append(routes, tcpip.Route{Destination: ll.AddressWithPrefix.Subnet(), NIC: nicID})
 	}
-	routes := []tcpip.Route{{Destination: pa.AddressWithPrefix.Subnet(), NIC: nicID}}
 	if cfg.Gateway.IsValid() {
-		routes = append(routes, tcpip.Route{Destination: header.IPv4EmptySubnet, Gateway: tcpip.AddrFrom4(cfg.Gateway.As4()), NIC: nicID})
+		if cfg.Gateway.Is4() {
+			routes = append(routes, tcpip.Route{Destination: header.IPv4EmptySubnet, Gateway: tcpip.AddrFrom4(cfg.Gateway.As4()), NIC: nicID})
+		} else {
+			cfg.Gateway6 = cfg.Gateway
+		}
+	}
+	if cfg.Gateway6.IsValid() {
+		routes = append(routes, tcpip.Route{Destination: header.IPv6EmptySubnet, Gateway: tcpip.AddrFrom16(cfg.Gateway6.As16()), NIC: nicID})
 	}
 	s.SetRouteTable(routes)
 	sack := tcpip.TCPSACKEnabled(true)
@@ -141,27 +189,80 @@ func NewStack(ep stack.LinkEndpoint, cfg StackConfig) (*Stack, error) {
 	rbo := tcpip.TCPReceiveBufferSizeRangeOption{Min: 4096, Default: rcv, Max: 4 * rcv}
 	s.SetTransportProtocolOption(tcp.ProtocolNumber, &sbo)
 	s.SetTransportProtocolOption(tcp.ProtocolNumber, &rbo)
-	return &Stack{S: s, addr: cfg.Addr}, nil
+	return &Stack{S: s, addr: cfg.Addr, addrs: all, has6: has6}, nil
 }
+
+// protocolAddress is p as netstack's address of its family.
+func protocolAddress(p netip.Prefix) tcpip.ProtocolAddress {
+	if p.Addr().Is4() {
+		return tcpip.ProtocolAddress{Protocol: ipv4.ProtocolNumber,
+			AddressWithPrefix: tcpip.AddressWithPrefix{Address: tcpip.AddrFrom4(p.Addr().As4()), PrefixLen: p.Bits()}}
+	}
+	return tcpip.ProtocolAddress{Protocol: ipv6.ProtocolNumber,
+		AddressWithPrefix: tcpip.AddressWithPrefix{Address: tcpip.AddrFrom16(p.Addr().As16()), PrefixLen: p.Bits()}}
+}
+
+// Addrs returns every interface address the stack was given, the primary
+// IPv4 one first.
+func (s *Stack) Addrs() []netip.Prefix { return append([]netip.Prefix(nil), s.addrs...) }
+
+// HasIPv6 says whether the stack runs IPv6 (it has an IPv6 address).
+func (s *Stack) HasIPv6() bool { return s.has6 }
 
 // Addr returns the interface address.
 func (s *Stack) Addr() netip.Addr { return s.addr.Addr() }
 
-// Listen opens a TCP listener on port of the interface address.
+// Listen opens a TCP listener on port of every interface address: IPv4,
+// and IPv6 too on a dual-stack host (one listener per family, merged, so
+// an IPv4 peer's address never shows up IPv4-mapped).
 func (s *Stack) Listen(port uint16) (net.Listener, error) {
 	l, err := gonet.ListenTCP(s.S, tcpip.FullAddress{NIC: nicID, Port: port}, ipv4.ProtocolNumber)
 	if err != nil {
 		return nil, fmt.Errorf("tcpstack: listen on port %d: %w", port, err)
 	}
+	if !s.has6 {
+		return l, nil
+	}
+	if port == 0 { // the same port on both families
+		port = uint16(l.Addr().(*net.TCPAddr).Port)
+	}
+	l6, err := listenTCP6(s.S, port)
+	if err != nil {
+		l.Close()
+		return nil, fmt.Errorf("tcpstack: listen on IPv6 port %d: %w", port, err)
+	}
+	return newDualListener(l, l6), nil
+}
+
+// ListenIPv6 opens a TCP listener on port of the IPv6 addresses only: for
+// a dual-stack host whose IPv4 side of the port is another listener's (an
+// OffloadListener: IPv6 connections are not delegated yet, so they are
+// served on netstack beside it).
+func (s *Stack) ListenIPv6(port uint16) (net.Listener, error) {
+	if !s.has6 {
+		return nil, fmt.Errorf("tcpstack: listen on IPv6 port %d: the host has no IPv6 address", port)
+	}
+	l, err := listenTCP6(s.S, port)
+	if err != nil {
+		return nil, fmt.Errorf("tcpstack: listen on IPv6 port %d: %w", port, err)
+	}
 	return l, nil
 }
 
-// Dial opens a TCP connection to dst.
+// Dial opens a TCP connection to dst, over IPv4 or (on a host with an IPv6
+// address) IPv6.
 func (s *Stack) Dial(ctx context.Context, dst netip.AddrPort) (net.Conn, error) {
-	if !dst.Addr().Is4() {
-		return nil, fmt.Errorf("tcpstack: dial %v: IPv4 only", dst)
+	a := dst.Addr()
+	proto, fa := ipv4.ProtocolNumber, tcpip.FullAddress{NIC: nicID, Port: dst.Port()}
+	switch {
+	case a.Is4():
+		fa.Addr = tcpip.AddrFrom4(a.As4())
+	case a.Is6() && !a.Is4In6() && s.has6:
+		proto, fa.Addr = ipv6.ProtocolNumber, tcpip.AddrFrom16(a.As16())
+	default:
+		return nil, fmt.Errorf("tcpstack: dial %v: no address of its family", dst)
 	}
-	c, err := gonet.DialContextTCP(ctx, s.S, tcpip.FullAddress{NIC: nicID, Addr: tcpip.AddrFrom4(dst.Addr().As4()), Port: dst.Port()}, ipv4.ProtocolNumber)
+	c, err := gonet.DialContextTCP(ctx, s.S, fa, proto)
 	if err != nil {
 		return nil, fmt.Errorf("tcpstack: dial %v: %w", dst, err)
 	}

@@ -89,12 +89,18 @@ func (ns *netns) dial(addr netip.AddrPort) (net.Conn, error) {
 	return c, err
 }
 
-// ping sends count ICMP echo requests from the namespace's kernel to dst and
-// waits for each reply.
+// ping sends count ICMP echo requests from the namespace's kernel to dst
+// (ICMPv6 ones to an IPv6 address) and waits for each reply.
 func (ns *netns) ping(dst netip.Addr, count int) error {
+	network, laddr, request, reply := "ip4:icmp", "0.0.0.0", byte(8), byte(0)
+	if dst.Is6() {
+		// The kernel fills in the checksums of raw ICMPv6 sockets
+		// itself, both ways (RFC 3542 3.1).
+		network, laddr, request, reply = "ip6:ipv6-icmp", "::", 128, 129
+	}
 	var pc net.PacketConn
 	if err := ns.do(func() (err error) {
-		pc, err = net.ListenPacket("ip4:icmp", "0.0.0.0")
+		pc, err = net.ListenPacket(network, laddr)
 		return err
 	}); err != nil {
 		return fmt.Errorf("ICMP socket: %w", err)
@@ -105,11 +111,13 @@ func (ns *netns) ping(dst netip.Addr, count int) error {
 	for seq := range uint16(count) {
 		payload := []byte("emunic ping test")
 		msg := make([]byte, 8+len(payload))
-		msg[0] = 8 // echo request
+		msg[0] = request
 		binary.BigEndian.PutUint16(msg[4:], id)
 		binary.BigEndian.PutUint16(msg[6:], seq)
 		copy(msg[8:], payload)
-		binary.BigEndian.PutUint16(msg[2:], inetChecksum(msg))
+		if dst.Is4() {
+			binary.BigEndian.PutUint16(msg[2:], inetChecksum(msg))
+		}
 		if _, err := pc.WriteTo(msg, &net.IPAddr{IP: dst.AsSlice()}); err != nil {
 			return fmt.Errorf("echo request %d: %w", seq, err)
 		}
@@ -119,9 +127,9 @@ func (ns *netns) ping(dst netip.Addr, count int) error {
 			if err != nil {
 				return fmt.Errorf("no echo reply to request %d: %w", seq, err)
 			}
-			r := buf[:n] // the kernel strips the IPv4 header of raw ip4 sockets in Go
-			if n < 8 || r[0] != 0 || binary.BigEndian.Uint16(r[4:]) != id || binary.BigEndian.Uint16(r[6:]) != seq {
-				continue // someone else's ICMP
+			r := buf[:n] // the kernel strips the IP header of raw sockets in Go
+			if n < 8 || r[0] != reply || binary.BigEndian.Uint16(r[4:]) != id || binary.BigEndian.Uint16(r[6:]) != seq {
+				continue // someone else's ICMP, or neighbour discovery
 			}
 			if from.String() != dst.String() {
 				return fmt.Errorf("echo reply %d from %v, want %v", seq, from, dst)
@@ -129,7 +137,7 @@ func (ns *netns) ping(dst netip.Addr, count int) error {
 			if !bytes.Equal(r[8:], payload) {
 				return fmt.Errorf("echo reply %d carries %q, want %q", seq, r[8:], payload)
 			}
-			if inetChecksum(r) != 0 {
+			if dst.Is4() && inetChecksum(r) != 0 {
 				return fmt.Errorf("echo reply %d has a bad ICMP checksum", seq)
 			}
 			break
@@ -211,22 +219,7 @@ func TestTAPKernelPeerEcho(t *testing.T) {
 	kernel := netip.MustParsePrefix("10.77.0.1/24")
 	emu := netip.MustParsePrefix("10.77.0.2/24")
 	ns.moveTAP(t, name, kernel)
-	host, err := board.NewHost(board.HostConfig{MAC: [6]byte{2, 0, 10, 77, 0, 2}, Addr: emu}, tap)
-	if err != nil {
-		tap.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		host.Close()
-		t.Logf("device counters: %v; TAP port: %v", stats(host.Host), tap.Stats())
-	})
-	echo := services.NewEcho(t.Logf)
-	l, err := host.Listen(services.EchoPort)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go echo.Serve(l)
-	t.Cleanup(func() { echo.Close() })
+	host := echoHost(t, board.HostConfig{MAC: [6]byte{2, 0, 10, 77, 0, 2}, Addr: emu}, tap)
 
 	t.Run("ping", func(t *testing.T) {
 		if err := ns.ping(emu.Addr(), 3); err != nil {
@@ -244,6 +237,29 @@ func TestTAPKernelPeerEcho(t *testing.T) {
 	if s := statOf(t, host.Host, rings.StatRxFrames); s == 0 {
 		t.Error("the device counted no received frames")
 	}
+}
+
+// echoHost builds an emulated host with cfg on tap and runs the echo
+// service on it; both stop when the test ends.
+func echoHost(t *testing.T, cfg board.HostConfig, tap *port.TAPPort) *board.Host {
+	t.Helper()
+	host, err := board.NewHost(cfg, tap)
+	if err != nil {
+		tap.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		host.Close()
+		t.Logf("device counters: %v; TAP port: %v", stats(host.Host), tap.Stats())
+	})
+	echo := services.NewEcho(t.Logf)
+	l, err := host.Listen(services.EchoPort)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go echo.Serve(l)
+	t.Cleanup(func() { echo.Close() })
+	return host
 }
 
 // buildEmunic builds the emunic command into a temporary directory.

@@ -25,6 +25,12 @@ func newPair(t testing.TB, wc port.WireConfig) (a, b *tcpstack.Host) {
 // SHA-256 on both ends.
 func transfer(t testing.TB, a, b *tcpstack.Host, n int64) time.Duration {
 	t.Helper()
+	return transferTo(t, a, b, netip.MustParseAddr("10.0.0.2"), n)
+}
+
+// transferTo is transfer to b's address dst (of either family).
+func transferTo(t testing.TB, a, b *tcpstack.Host, dst netip.Addr, n int64) time.Duration {
+	t.Helper()
 	l, err := b.Listen(5001)
 	if err != nil {
 		t.Fatal(err)
@@ -52,7 +58,7 @@ func transfer(t testing.TB, a, b *tcpstack.Host, n int64) time.Duration {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := a.Dial(ctx, netip.MustParseAddrPort("10.0.0.2:5001"))
+	c, err := a.Dial(ctx, netip.AddrPortFrom(dst, 5001))
 	if err != nil {
 		t.Fatal(err)
 	}

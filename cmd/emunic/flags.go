@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/netip"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -292,36 +293,65 @@ func (v *congestionValue) Set(s string) error {
 
 func (v *congestionValue) String() string { return rings.CongestionControl(*v).String() }
 
-// prefixValue is an IPv4 address with its prefix length, e.g. 10.9.0.2/24.
-type prefixValue struct{ p netip.Prefix }
+// prefixValue is the host's addresses, each with its prefix length, from
+// one or more --addr flags: IPv4 (10.9.0.2/24) or IPv6 (fd00:9::2/64). The
+// first IPv4 one is the primary address p (the MAC is derived from it, and
+// the offload paths use it); the others, in order, are more. At least one
+// must be IPv4 (check says so).
+type prefixValue struct {
+	p    netip.Prefix
+	more []netip.Prefix
+}
 
 func (v *prefixValue) Set(s string) error {
 	s = strings.TrimSpace(s)
 	if !strings.Contains(s, "/") {
-		return errors.New("need an address with a prefix length, e.g. 10.9.0.2/24")
+		return errors.New("need an address with a prefix length, e.g. 10.9.0.2/24 or fd00:9::2/64")
 	}
 	p, err := netip.ParsePrefix(s)
 	if err != nil {
-		return errors.New("not an IPv4 address with a prefix length, e.g. 10.9.0.2/24")
+		return errors.New("not an address with a prefix length, e.g. 10.9.0.2/24 or fd00:9::2/64")
 	}
-	if !p.Addr().Is4() {
-		return errors.New("only IPv4 is supported")
+	a := p.Addr()
+	switch {
+	case a.Is4In6():
+		return fmt.Errorf("%v is an IPv4-mapped IPv6 address: give the IPv4 address itself", a)
+	case a.Is4() && p.Bits() == 32, a.Is6() && p.Bits() == 128:
+		return fmt.Errorf("a /%d leaves no neighbours to talk to; use the TAP subnet's prefix length, e.g. /24 or /64", p.Bits())
+	case a.Is6() && (a.IsLinkLocalUnicast() || a.IsMulticast() || a.IsLoopback() || a.IsUnspecified()):
+		return fmt.Errorf("%v is not a unicast address this host can be given (the link-local one is made from the MAC)", a)
+	case a == p.Masked().Addr():
+		return fmt.Errorf("%v is the network address of %v, not a host address", a, p.Masked())
 	}
-	if p.Bits() == 32 {
-		return errors.New("a /32 leaves no neighbours to talk to; use the TAP subnet's prefix length, e.g. /24")
+	if v.p.Addr() == a || slices.ContainsFunc(v.more, func(q netip.Prefix) bool { return q.Addr() == a }) {
+		return fmt.Errorf("%v is given twice", a)
 	}
-	if p.Addr() == p.Masked().Addr() {
-		return fmt.Errorf("%v is the network address of %v, not a host address", p.Addr(), p.Masked())
+	if a.Is4() && !v.p.IsValid() {
+		v.p = p
+	} else {
+		v.more = append(v.more, p)
 	}
-	v.p = p
+	return nil
+}
+
+// check is the rule Set cannot apply one flag at a time: some address
+// given must be IPv4.
+func (v *prefixValue) check() error {
+	if !v.p.IsValid() && len(v.more) > 0 {
+		return errors.New("bad --addr: give an IPv4 address too (the host's primary address, e.g. 10.9.0.2/24)")
+	}
 	return nil
 }
 
 func (v *prefixValue) String() string {
-	if !v.p.IsValid() {
-		return ""
+	var parts []string
+	if v.p.IsValid() {
+		parts = append(parts, v.p.String())
 	}
-	return v.p.String()
+	for _, q := range v.more {
+		parts = append(parts, q.String())
+	}
+	return strings.Join(parts, ",")
 }
 
 // addrValue is an IPv4 address.

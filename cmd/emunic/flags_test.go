@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"github.com/emunic/emunic/rings"
 	"io"
 	"net/netip"
@@ -126,6 +127,13 @@ func TestCLIServeFlags(t *testing.T) {
 	if err != nil || cfg.MTU != 1500 || cfg.Gateway.IsValid() || cfg.Offload {
 		t.Errorf("defaults: %+v, %v", cfg, err)
 	}
+	// Dual stack: the first IPv4 address is the primary, whatever the order.
+	cfg, err = parseServeFlags([]string{"--tap", "emu0", "--addr", "fd00:9::2/64", "--addr", "10.9.0.2/24",
+		"--addr", "10.8.0.2/16"}, io.Discard)
+	if err != nil || cfg.Addr != netip.MustParsePrefix("10.9.0.2/24") ||
+		fmt.Sprint(cfg.MoreAddrs) != "[fd00:9::2/64 10.8.0.2/16]" {
+		t.Errorf("several --addr: %+v, %v", cfg, err)
+	}
 	cfg, err = parseServeFlags([]string{"--tap", "emu0", "--addr", "10.9.0.2/24", "--offload"}, io.Discard)
 	if err != nil || !cfg.Offload || cfg.MaxConns != 10000 || cfg.Arena != 0 {
 		t.Errorf("--offload: %+v, %v", cfg, err)
@@ -145,10 +153,15 @@ func TestCLIServeFlags(t *testing.T) {
 		{nil, "--tap NAME is required"},
 		{[]string{"--tap", "emu0"}, "--addr CIDR is required"},
 		{[]string{"--tap", "emu0", "--addr", "10.9.0.2"}, "need an address with a prefix length"},
-		{[]string{"--tap", "emu0", "--addr", "fd00::2/64"}, "only IPv4"},
+		{[]string{"--tap", "emu0", "--addr", "fd00::2/64"}, "give an IPv4 address too"},
+		{[]string{"--tap", "emu0", "--addr", "10.9.0.2/24", "--addr", "fe80::2/64"}, "not a unicast address"},
+		{[]string{"--tap", "emu0", "--addr", "10.9.0.2/24", "--addr", "fd00::2/128"}, "/128"},
+		{[]string{"--tap", "emu0", "--addr", "10.9.0.2/24", "--addr", "fd00::/64"}, "network address"},
+		{[]string{"--tap", "emu0", "--addr", "10.9.0.2/24", "--addr", "::ffff:10.9.0.3/120"}, "IPv4-mapped"},
+		{[]string{"--tap", "emu0", "--addr", "10.9.0.2/24", "--addr", "10.9.0.2/16"}, "given twice"},
 		{[]string{"--tap", "emu0", "--addr", "10.9.0.0/24"}, "network address"},
 		{[]string{"--tap", "emu0", "--addr", "10.9.0.2/32"}, "/32"},
-		{[]string{"--tap", "emu0", "--addr", "banana/24"}, "not an IPv4 address"},
+		{[]string{"--tap", "emu0", "--addr", "banana/24"}, "not an address with a prefix length"},
 		{[]string{"--tap", "emu0", "--addr", "10.9.0.2/24", "--gateway", "10.1.0.1"}, "not inside 10.9.0.0/24"},
 		{[]string{"--tap", "emu0", "--addr", "10.9.0.2/24", "--gateway", "10.9.0.2"}, "host's own address"},
 		{[]string{"--tap", "emu0", "--addr", "10.9.0.2/24", "--gateway", "x"}, `bad --gateway "x"`},

@@ -157,19 +157,21 @@ var lwioArgs = map[string][2]int{"serve": {0, 0}, "mount": {1, 1}, "put": {2, 2}
 
 // lwioConfig is the command line of an lwio subcommand.
 type lwioConfig struct {
-	Tap      string
-	Addr     netip.Prefix
-	MTU      int
-	Gateway  netip.Addr
-	Pcap     string
-	Arena    int64
-	Export   string
-	Name     string
-	PipePort uint16
-	RDMAPort uint16
-	Server   netip.Addr
-	Polling  bool
-	Args     []string
+	Tap  string
+	Addr netip.Prefix
+	// MoreAddrs are the further --addr addresses (IPv6 ones: a dual-stack host).
+	MoreAddrs []netip.Prefix
+	MTU       int
+	Gateway   netip.Addr
+	Pcap      string
+	Arena     int64
+	Export    string
+	Name      string
+	PipePort  uint16
+	RDMAPort  uint16
+	Server    netip.Addr
+	Polling   bool
+	Args      []string
 	// Access control (lwio_access.go): the secret from --key-file, and
 	// serve's --read-only and --allow.
 	Secret   []byte
@@ -192,7 +194,7 @@ func parseLWIOFlags(sub string, args []string, stdout io.Writer) (lwioConfig, er
 	arena := sizeValue(256 << 20)
 	pipe, rdma := uintValue(lwio.DefaultPipePort), uintValue(lwio.DefaultRDMAPort)
 	fs.StringVar(&cfg.Tap, "tap", "", "TAP device `NAME` to attach to, created if missing (required)")
-	fs.Var(&addr, "addr", "this host's IPv4 address with prefix length, a `CIDR` such as 10.9.1.2/24 (required)")
+	fs.Var(&addr, "addr", "this host's address with prefix length, a `CIDR` such as 10.9.1.2/24 (required); repeat it for IPv6 ones too (fd00:9::2/64): the first IPv4 one is the primary, which LWIO uses")
 	fs.Var(&mtu, "mtu", "IP MTU `N` of the NIC and the TAP (68-65535)")
 	fs.Var(&gw, "gateway", "default route via `IP`, inside --addr's subnet")
 	fs.Var(&arena, "arena", "host memory, `SIZE`: LWIO's buffers come from it")
@@ -229,6 +231,10 @@ func parseLWIOFlags(sub string, args []string, stdout io.Writer) (lwioConfig, er
 		return cfg, err
 	}
 	cfg.Addr, cfg.Gateway, cfg.MTU, cfg.Arena, cfg.Server = addr.p, gw.a, int(mtu), int64(arena), server.a
+	cfg.MoreAddrs = addr.more
+	if err := addr.check(); err != nil {
+		return cfg, usagef("%v", err)
+	}
 	cfg.PipePort, cfg.RDMAPort, cfg.Args = uint16(pipe), uint16(rdma), fs.Args()
 	cfg.Allow = allow.ps
 	var err error
@@ -286,7 +292,7 @@ func runLWIOCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	logger := newLogger(stderr)
 	arena := cfg.Arena
-	th, err := attachTAP(printfTo(logger), cfg.Tap, cfg.Addr, cfg.MTU, cfg.Gateway, cfg.Pcap, arena, 0)
+	th, err := attachTAP(printfTo(logger), cfg.Tap, cfg.Addr, cfg.MoreAddrs, cfg.MTU, cfg.Gateway, cfg.Pcap, arena, 0)
 	if err != nil {
 		return err
 	}

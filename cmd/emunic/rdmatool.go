@@ -76,16 +76,18 @@ completed exchange.`,
 
 // rdmaToolConfig is the command line of an rdma subcommand.
 type rdmaToolConfig struct {
-	Tap     string
-	Addr    netip.Prefix
-	MTU     int
-	Pcap    string
-	Listen  bool
-	Server  netip.Addr
-	Port    uint16
-	Count   int
-	Size    int
-	Timeout time.Duration
+	Tap  string
+	Addr netip.Prefix
+	// MoreAddrs are the further --addr addresses (IPv6 ones: a dual-stack host).
+	MoreAddrs []netip.Prefix
+	MTU       int
+	Pcap      string
+	Listen    bool
+	Server    netip.Addr
+	Port      uint16
+	Count     int
+	Size      int
+	Timeout   time.Duration
 	rdmatool.Options
 }
 
@@ -105,7 +107,7 @@ func parseRDMAToolFlags(sub string, args []string, stdout io.Writer) (rdmaToolCo
 		count = 1
 	}
 	fs.StringVar(&cfg.Tap, "tap", "", "TAP device `NAME` to attach to, created if missing (required)")
-	fs.Var(&addr, "addr", "this host's IPv4 address with prefix length, a `CIDR` such as 10.77.1.5/24 (required)")
+	fs.Var(&addr, "addr", "this host's address with prefix length, a `CIDR` such as 10.77.1.5/24 (required); repeat it for IPv6 ones too (fd00:77::5/64): the first IPv4 one is the primary, which RDMA uses")
 	fs.BoolVar(&cfg.Listen, "listen", false, "be the server: wait for clients on --port")
 	fs.Var(&server, "server", "be the client of the server at `IP`")
 	fs.Var(&port, "port", "the TCP `PORT`")
@@ -121,7 +123,10 @@ func parseRDMAToolFlags(sub string, args []string, stdout io.Writer) (rdmaToolCo
 	if err := parseWithArgs(cmd, fs, args, stdout); err != nil {
 		return cfg, err
 	}
-	cfg.Addr, cfg.Server, cfg.MTU = addr.p, server.a, int(mtu)
+	cfg.Addr, cfg.MoreAddrs, cfg.Server, cfg.MTU = addr.p, addr.more, server.a, int(mtu)
+	if err := addr.check(); err != nil {
+		return cfg, usagef("%v", err)
+	}
 	cfg.Count, cfg.Size = int(count), int(size)
 	switch {
 	case cfg.Tap == "":
@@ -157,7 +162,7 @@ func runRDMAToolCommand(ctx context.Context, args []string, stdout, stderr io.Wr
 		return err
 	}
 	logger := newLogger(stderr)
-	th, err := attachTAP(printfTo(logger), cfg.Tap, cfg.Addr, cfg.MTU, netip.Addr{}, cfg.Pcap, 0, 0)
+	th, err := attachTAP(printfTo(logger), cfg.Tap, cfg.Addr, cfg.MoreAddrs, cfg.MTU, netip.Addr{}, cfg.Pcap, 0, 0)
 	if err != nil {
 		return err
 	}

@@ -82,12 +82,14 @@ CAP_NET_ADMIN (or a TAP made for this user with 'ip tuntap add ... user').`,
 
 // serveConfig is serve's command line.
 type serveConfig struct {
-	Tap     string
-	Addr    netip.Prefix
-	MTU     int
-	Gateway netip.Addr // default route's next hop; invalid for none
-	Pcap    string
-	Offload bool // delegate every accepted connection to the offload unit
+	Tap  string
+	Addr netip.Prefix
+	// MoreAddrs are the further --addr addresses (IPv6 ones: a dual-stack host).
+	MoreAddrs []netip.Prefix
+	MTU       int
+	Gateway   netip.Addr // default route's next hop; invalid for none
+	Pcap      string
+	Offload   bool // delegate every accepted connection to the offload unit
 	// MaxConns is the NIC's delegated-connection table (0: the default,
 	// delegation.DefaultMaxConns).
 	MaxConns int
@@ -106,7 +108,7 @@ func parseServeFlags(args []string, stdout io.Writer) (serveConfig, error) {
 	var gw addrValue
 	mtu := mtuValue(cfg.MTU)
 	fs.StringVar(&cfg.Tap, "tap", "", "TAP device `NAME` to attach to, created if missing (required)")
-	fs.Var(&addr, "addr", "the emulated host's IPv4 address with prefix length, a `CIDR` such as 10.9.0.2/24 (required)")
+	fs.Var(&addr, "addr", "the emulated host's address with prefix length, a `CIDR` such as 10.9.0.2/24 (required); repeat it for more, IPv6 ones too (--addr fd00:9::2/64): the first IPv4 one is the primary")
 	fs.Var(&mtu, "mtu", "IP MTU `N` of the NIC and the TAP (68-65535)")
 	fs.Var(&gw, "gateway", "default route via `IP`, inside --addr's subnet")
 	fs.StringVar(&cfg.Pcap, "pcap", "", "record every frame at the TAP port in the pcap file `FILE`")
@@ -122,7 +124,10 @@ func parseServeFlags(args []string, stdout io.Writer) (serveConfig, error) {
 		return cfg, err
 	}
 	cfg.Congestion = rings.CongestionControl(cc)
-	cfg.Addr, cfg.Gateway, cfg.MTU = addr.p, gw.a, int(mtu)
+	cfg.Addr, cfg.MoreAddrs, cfg.Gateway, cfg.MTU = addr.p, addr.more, gw.a, int(mtu)
+	if err := addr.check(); err != nil {
+		return cfg, usagef("%v", err)
+	}
 	cfg.MaxConns, cfg.Arena = int(maxConns), int64(arena)
 	switch {
 	case cfg.MaxConns < 1 || cfg.MaxConns > 1<<20:
@@ -168,10 +173,10 @@ type tapHost struct {
 
 // attachTAP opens (creating if missing) the TAP device name, brings it up
 // with the MTU, and builds an emulated host on it with addr, the gateway,
-// arena bytes of host memory (0: the default) and the NIC's table of
+// the further addresses more (IPv6 ones make it dual-stack), arena bytes of host memory (0: the default) and the NIC's table of
 // maxConns delegated connections (0: the default); with pcap, every frame
 // at the port is recorded there.
-func attachTAP(warnf func(format string, args ...any), name string, addr netip.Prefix, mtu int, gw netip.Addr, pcap string, arena int64, maxConns int) (*tapHost, error) {
+func attachTAP(warnf func(format string, args ...any), name string, addr netip.Prefix, more []netip.Prefix, mtu int, gw netip.Addr, pcap string, arena int64, maxConns int) (*tapHost, error) {
 	tap, err := port.OpenTAP(name)
 	if err != nil {
 		return nil, err // a *port.TAPError: one line naming the device and the reason
@@ -196,7 +201,7 @@ func attachTAP(warnf func(format string, args ...any), name string, addr netip.P
 	}
 	h, err := board.NewHost(board.HostConfig{
 		MAC: th.mac, Addr: addr, MTU: mtu, ArenaSize: int(arena),
-		Stack:  tcpstack.StackConfig{Gateway: gw},
+		Stack:  tcpstack.StackConfig{Gateway: gw, Addrs: more},
 		Device: nic.Config{Engine: delegation.Config{MaxConns: maxConns}},
 	}, p)
 	if err != nil {
@@ -210,7 +215,7 @@ func attachTAP(warnf func(format string, args ...any), name string, addr netip.P
 // runServe attaches a host to the TAP and serves until ctx is done.
 func runServe(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error {
 	logger := newLogger(stderr)
-	th, err := attachTAP(printfTo(logger), cfg.Tap, cfg.Addr, cfg.MTU, cfg.Gateway, cfg.Pcap, cfg.Arena, cfg.MaxConns)
+	th, err := attachTAP(printfTo(logger), cfg.Tap, cfg.Addr, cfg.MoreAddrs, cfg.MTU, cfg.Gateway, cfg.Pcap, cfg.Arena, cfg.MaxConns)
 	if err != nil {
 		return err
 	}
@@ -248,6 +253,15 @@ func runServe(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) er
 			o := &offloadListener{OffloadListener: ol, service: s.srv.Name(), logf: logf}
 			offl = append(offl, o)
 			l = o
+			if host.HasIPv6() {
+				// IPv6 connections are not delegated yet: they are
+				// served on netstack, beside the delegated IPv4 ones.
+				l6, err := host.ListenIPv6(s.port)
+				if err != nil {
+					return err
+				}
+				all = append(all, served{s.srv, l6})
+			}
 		} else if l, err = host.Listen(s.port); err != nil {
 			return err
 		}
@@ -264,6 +278,13 @@ func runServe(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) er
 	mode := "netstack"
 	if cfg.Offload {
 		mode = "delegated to the offload unit"
+		if host.HasIPv6() {
+			mode += " (IPv4; IPv6 ones on netstack)"
+		}
+	}
+	addrs := cfg.Addr.String()
+	for _, p := range cfg.MoreAddrs {
+		addrs += ", " + p.String()
 	}
 	var metrics *metricsServer
 	if cfg.Metrics != "" {
@@ -272,8 +293,8 @@ func runServe(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) er
 		}
 	}
 	logger.Info(fmt.Sprintf("%v on tap %s (MAC %s, MTU %d): echo on port %d, discard on port %d, qotd on port %d, source on port %d, connections %s; Ctrl-C to stop",
-		cfg.Addr, name, net.HardwareAddr(mac[:]), cfg.MTU, services.EchoPort, services.DiscardPort, services.QOTDPort, services.SourcePort, mode),
-		"addr", cfg.Addr, "tap", name, "mac", net.HardwareAddr(mac[:]).String(), "mtu", cfg.MTU, "mode", mode)
+		addrs, name, net.HardwareAddr(mac[:]), cfg.MTU, services.EchoPort, services.DiscardPort, services.QOTDPort, services.SourcePort, mode),
+		"addr", addrs, "tap", name, "mac", net.HardwareAddr(mac[:]).String(), "mtu", cfg.MTU, "mode", mode)
 
 	var runErr error
 	start := time.Now()

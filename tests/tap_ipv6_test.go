@@ -1,0 +1,299 @@
+//go:build linux
+
+package tests
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/emunic/emunic/board"
+	"github.com/emunic/emunic/internal/testutil"
+	"github.com/emunic/emunic/nic"
+	"github.com/emunic/emunic/nic/hdr"
+	"github.com/emunic/emunic/nic/port"
+	"github.com/emunic/emunic/rings"
+	"github.com/emunic/emunic/tcpstack"
+	"github.com/emunic/emunic/tcpstack/services"
+)
+
+// sendRaw writes one whole Ethernet frame out of the namespace's interface
+// ifname through a packet socket: bad input the kernel's own stack would
+// never send.
+func (ns *netns) sendRaw(ifname string, frame []byte) error {
+	return ns.do(func() error {
+		ifi, err := net.InterfaceByName(ifname)
+		if err != nil {
+			return err
+		}
+		fd, err := syscall.Socket(syscall.AF_PACKET, syscall.SOCK_RAW, 0)
+		if err != nil {
+			return err
+		}
+		defer syscall.Close(fd)
+		sa := &syscall.SockaddrLinklayer{Ifindex: ifi.Index, Halen: 6}
+		copy(sa.Addr[:], frame[:6])
+		return syscall.Sendto(fd, frame, 0, sa)
+	})
+}
+
+// TestTAPKernelPeerIPv6 puts a dual-stack emulated host on a TAP whose
+// kernel side has an IPv4 and an IPv6 address: the kernel pings the host
+// over IPv6 (neighbour discovery both ways), exchanges 4 MiB with its echo
+// service over TCP/IPv6 and, on the same listener, over IPv4; the host
+// dials the kernel over IPv6. IPv6 bad input the kernel's packet socket
+// sends is counted and dropped, and the echo goes on working; a
+// fragmented echo request is reassembled and overlapping fragments are not.
+func TestTAPKernelPeerIPv6(t *testing.T) {
+	testutil.RequireTAP(t)
+	ns := newNetns(t)
+	name := uniqueName("emu6", 10)
+	tap, err := port.OpenTAP(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { exec.Command("ip", "-n", ns.name, "link", "del", name).Run() })
+
+	kernel4, emu4 := netip.MustParsePrefix("10.78.0.1/24"), netip.MustParsePrefix("10.78.0.2/24")
+	kernel6, emu6 := netip.MustParsePrefix("fd00:78::1/64"), netip.MustParsePrefix("fd00:78::2/64")
+	ns.moveTAP(t, name, kernel4)
+	// nodad: the kernel's address is usable at once, as the host's is.
+	testutil.IP(t, "-n", ns.name, "addr", "add", kernel6.String(), "dev", name, "nodad")
+	mac := [6]byte{2, 0, 10, 78, 0, 2}
+	host := echoHost(t, board.HostConfig{MAC: mac, Addr: emu4,
+		Stack: tcpstack.StackConfig{Addrs: []netip.Prefix{emu6}}}, tap)
+
+	t.Run("ping6", func(t *testing.T) {
+		if err := ns.ping(emu6.Addr(), 3); err != nil {
+			t.Fatal(err)
+		}
+	})
+	dial6 := func(t *testing.T) net.Conn {
+		var c net.Conn
+		err := ns.do(func() (err error) {
+			c, err = net.DialTimeout("tcp6", netip.AddrPortFrom(emu6.Addr(), services.EchoPort).String(), 10*time.Second)
+			return err
+		})
+		if err != nil {
+			t.Fatalf("kernel could not connect to the echo service over IPv6: %v", err)
+		}
+		return c
+	}
+	t.Run("echo6", func(t *testing.T) {
+		c := dial6(t)
+		defer c.Close()
+		if a := c.RemoteAddr().(*net.TCPAddr); a.IP.To4() != nil {
+			t.Fatalf("connected to %v, not over IPv6", a)
+		}
+		echoExchange(t, c, 4<<20)
+	})
+	t.Run("echo4", func(t *testing.T) { // the same listener, the other family
+		c, err := ns.dial(netip.AddrPortFrom(emu4.Addr(), services.EchoPort))
+		if err != nil {
+			t.Fatalf("kernel could not connect over IPv4: %v", err)
+		}
+		defer c.Close()
+		echoExchange(t, c, 1<<20)
+	})
+	t.Run("dial6", func(t *testing.T) { // the host resolves the kernel by NDP
+		var kl net.Listener
+		if err := ns.do(func() (err error) {
+			kl, err = net.Listen("tcp6", netip.AddrPortFrom(kernel6.Addr(), 0).String())
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		defer kl.Close()
+		go func() {
+			c, err := kl.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			io.Copy(c, c)
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		c, err := host.Dial(ctx, netip.MustParseAddrPort(kl.Addr().String()))
+		if err != nil {
+			t.Fatalf("host could not connect to the kernel over IPv6: %v", err)
+		}
+		defer c.Close()
+		echoExchange(t, c, 1<<20)
+	})
+	t.Run("badInput", func(t *testing.T) {
+		if host.Device == nil {
+			t.Skip("the device runs in another process (EMUNIC_SPLIT): its IPv6 drop counters are not in the stat block")
+		}
+		kmac := kernelMAC(t, ns, name)
+		for _, c := range []struct {
+			name string
+			next uint8
+			ext  []byte
+			id   nic.IPv6Drop
+		}{
+			{"routing header type 0", hdr.ProtoIPv6Routing, []byte{hdr.ProtoTCP, 0, hdr.RoutingType0, 1, 0, 0, 0, 0}, nic.IPv6DropRoutingType0},
+			{"atomic fragment", hdr.ProtoIPv6Fragment, []byte{hdr.ProtoTCP, 0, 0, 0, 0, 0, 0, 1}, nic.IPv6DropFragment},
+			{"jumbogram", hdr.ProtoIPv6HopByHop, []byte{hdr.ProtoTCP, 0, hdr.IPv6OptJumboPayld, 4, 0, 1, 0, 0}, nic.IPv6DropJumbogram},
+			{"destination options three times", hdr.ProtoIPv6DstOpts, []byte{
+				hdr.ProtoIPv6DstOpts, 0, 1, 4, 0, 0, 0, 0,
+				hdr.ProtoIPv6DstOpts, 0, 1, 4, 0, 0, 0, 0,
+				hdr.ProtoTCP, 0, 1, 4, 0, 0, 0, 0}, nic.IPv6DropExtChain},
+		} {
+			before := host.Device.IPv6DropCount(c.id)
+			f := make([]byte, hdr.EthernetSize+hdr.IPv6Size+len(c.ext)+hdr.TCPMinSize)
+			(&hdr.EthernetFields{Dst: mac, Src: kmac, Type: hdr.EtherTypeIPv6}).Encode(f)
+			ip := hdr.IPv6(f[hdr.EthernetSize:])
+			(&hdr.IPv6Fields{PayloadLen: uint16(len(c.ext) + hdr.TCPMinSize), NextHeader: c.next, HopLimit: 64,
+				Src: kernel6.Addr().As16(), Dst: emu6.Addr().As16()}).Encode(ip)
+			copy(ip[hdr.IPv6Size:], c.ext)
+			seg := hdr.TCP(ip[hdr.IPv6Size+len(c.ext):])
+			(&hdr.TCPFields{SrcPort: 40000, DstPort: services.EchoPort, HeaderLen: hdr.TCPMinSize, Flags: hdr.TCPFlagSYN}).Encode(seg)
+			seg.SetChecksum(ip.TransportChecksum(hdr.ProtoTCP, seg))
+			if err := ns.sendRaw(name, f); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for host.Device.IPv6DropCount(c.id) == before {
+				if time.Now().After(deadline) {
+					t.Fatalf("%s: not counted as %v", c.name, c.id)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+		// Nothing else was disturbed: the echo still works.
+		c := dial6(t)
+		defer c.Close()
+		echoExchange(t, c, 64<<10)
+	})
+	t.Run("fragments", func(t *testing.T) {
+		kmac := kernelMAC(t, ns, name)
+		// Fragments pass the NIC to the host's reassembler, which
+		// delivers a whole echo request and discards overlapping
+		// fragments (RFC 5722) as malformed.
+		msg := make([]byte, 32)
+		msg[0] = 128 // echo request
+		copy(msg[8:], "emunic fragmented ping6")
+		fragment := func(id uint32, off int, more bool, data []byte) []byte {
+			f := make([]byte, hdr.EthernetSize+hdr.IPv6Size+8+len(data))
+			(&hdr.EthernetFields{Dst: mac, Src: kmac, Type: hdr.EtherTypeIPv6}).Encode(f)
+			ip := hdr.IPv6(f[hdr.EthernetSize:])
+			(&hdr.IPv6Fields{PayloadLen: uint16(8 + len(data)), NextHeader: hdr.ProtoIPv6Fragment, HopLimit: 64,
+				Src: kernel6.Addr().As16(), Dst: emu6.Addr().As16()}).Encode(ip)
+			x := ip[hdr.IPv6Size:]
+			x[0] = hdr.ProtoICMPv6
+			w := uint16(off)
+			if more {
+				w |= hdr.IPv6FragMF
+			}
+			binary.BigEndian.PutUint16(x[hdr.IPv6FragOffOffset:], w)
+			binary.BigEndian.PutUint32(x[hdr.IPv6FragOffID:], id)
+			copy(x[8:], data)
+			return f
+		}
+		// The checksum over the whole message, as the reassembler sees it.
+		sumHdr := make(hdr.IPv6, hdr.IPv6Size)
+		(&hdr.IPv6Fields{Src: kernel6.Addr().As16(), Dst: emu6.Addr().As16()}).Encode(sumHdr)
+		binary.BigEndian.PutUint16(msg[2:], sumHdr.TransportChecksum(hdr.ProtoICMPv6, msg))
+		v6 := host.S.Stats()
+		echoes, malformed := v6.ICMP.V6.PacketsReceived.EchoRequest, v6.IP.MalformedFragmentsReceived
+		waitFor := func(what string, ctr interface{ Value() uint64 }, want uint64) {
+			deadline := time.Now().Add(5 * time.Second)
+			for ctr.Value() < want {
+				if time.Now().After(deadline) {
+					t.Fatalf("%s: counter %d, want %d", what, ctr.Value(), want)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+		e0, m0 := echoes.Value(), malformed.Value()
+		for _, f := range [][]byte{fragment(7, 0, true, msg[:16]), fragment(7, 16, false, msg[16:])} {
+			if err := ns.sendRaw(name, f); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitFor("reassembled echo request", echoes, e0+1)
+		for _, f := range [][]byte{fragment(8, 0, true, msg[:16]), fragment(8, 8, false, msg[8:])} {
+			if err := ns.sendRaw(name, f); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitFor("overlapping fragments", malformed, m0+1)
+		if echoes.Value() != e0+1 {
+			t.Fatal("an echo request reassembled from overlapping fragments was delivered")
+		}
+	})
+	if statOf(t, host.Host, rings.StatRxDropEtherType) != 0 {
+		t.Error("IPv6 frames counted as an unknown EtherType")
+	}
+}
+
+// kernelMAC is the MAC of the namespace's side of the TAP.
+func kernelMAC(t *testing.T, ns *netns, ifname string) [6]byte {
+	t.Helper()
+	var mac [6]byte
+	if err := ns.do(func() error {
+		ifi, err := net.InterfaceByName(ifname)
+		if err != nil {
+			return err
+		}
+		copy(mac[:], ifi.HardwareAddr)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return mac
+}
+
+// TestTAPServeCommandIPv6 runs 'emunic serve' with an IPv4 and an IPv6
+// --addr, plain and with --offload, and has the kernel ping it over IPv6
+// and use its echo service over TCP/IPv6 (on netstack: IPv6 connections are
+// not delegated yet, so an --offload serve takes them there) and over IPv4.
+func TestTAPServeCommandIPv6(t *testing.T) {
+	testutil.RequireTAP(t)
+	exe := buildEmunic(t)
+	for _, mode := range [][]string{nil, {"--offload"}} {
+		t.Run(fmt.Sprint("mode", mode), func(t *testing.T) {
+			ns := newNetns(t)
+			name := uniqueName("emus6", 10)
+			t.Cleanup(func() { exec.Command("ip", "-n", ns.name, "link", "del", name).Run() })
+			kernel4, emu4 := netip.MustParsePrefix("10.79.0.1/24"), netip.MustParsePrefix("10.79.0.2/24")
+			kernel6, emu6 := netip.MustParsePrefix("fd00:79::1/64"), netip.MustParsePrefix("fd00:79::2/64")
+			srv := startServe(t, exe, append([]string{"--tap", name, "--addr", emu6.String(), "--addr", emu4.String()}, mode...)...)
+			srv.waitLog("Ctrl-C to stop", 1, 30*time.Second)
+			ns.moveTAP(t, name, kernel4)
+			testutil.IP(t, "-n", ns.name, "addr", "add", kernel6.String(), "dev", name, "nodad")
+			if err := ns.ping(emu6.Addr(), 2); err != nil {
+				t.Errorf("ping6: %v", err)
+			}
+			var c net.Conn
+			if err := ns.do(func() (err error) {
+				c, err = net.DialTimeout("tcp6", netip.AddrPortFrom(emu6.Addr(), services.EchoPort).String(), 10*time.Second)
+				return err
+			}); err != nil {
+				t.Fatalf("connect to echo over IPv6: %v", err)
+			}
+			echoExchange(t, c, 1<<20)
+			c.Close()
+			c4, err := ns.dial(netip.AddrPortFrom(emu4.Addr(), services.EchoPort))
+			if err != nil {
+				t.Fatalf("connect to echo over IPv4: %v", err)
+			}
+			echoExchange(t, c4, 1<<20)
+			c4.Close()
+			srv.waitLog(" closed after ", 2, 10*time.Second)
+			out := srv.interrupt()
+			if want := fmt.Sprintf("echo 2 %d %d 0", 2<<20, 2<<20); !strings.Contains(strings.Join(strings.Fields(out), " "), want) {
+				t.Errorf("serve's services table lacks %q:\n%s", want, out)
+			}
+		})
+	}
+}
