@@ -12,13 +12,51 @@ import (
 // whose job it does with pseudo-random bytes instead of lines of text.
 const SourcePort = 19
 
+// SourcePeriod is the length after which a source stream repeats. The
+// first SourcePeriod bytes are ChaCha8 output; after that the server copies
+// them again instead of generating more, because generating is what limited
+// it: ChaCha8 makes about 1.5 GB/s on one core, so a source sending at
+// TCP speed spent a core making bytes, on the same CPUs the (emulated)
+// NIC runs on, where a kernel sender writes the same buffer over and over.
+// The period is a prime: no whole number of segments, buffers or pages
+// shifts the stream onto itself, so a client checking it still sees a
+// byte lost, repeated or misplaced.
+const SourcePeriod = 1<<20 - 3
+
 // SourceStream returns the bytes a source server sends on its nth
 // connection (0-based), for a client that wants to check them: ChaCha8 keyed
-// with n.
+// with n, its first SourcePeriod bytes repeated without end.
 func SourceStream(n uint64) io.Reader {
 	var key [32]byte
 	binary.LittleEndian.PutUint64(key[:], n)
-	return rand.NewChaCha8(key)
+	return &sourceStream{gen: rand.NewChaCha8(key)}
+}
+
+// sourceStream generates its period as it is read, so a short connection
+// pays for only what it sends, then repeats it.
+type sourceStream struct {
+	gen *rand.ChaCha8
+	pat []byte // the period generated so far
+	off int    // where the next repeat starts, once pat is whole
+}
+
+func (s *sourceStream) Read(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		if len(s.pat) < SourcePeriod {
+			k := min(len(p)-n, SourcePeriod-len(s.pat))
+			s.gen.Read(p[n : n+k])
+			s.pat = append(s.pat, p[n:n+k]...)
+			n += k
+			continue
+		}
+		k := copy(p[n:], s.pat[s.off:])
+		n += k
+		if s.off += k; s.off == SourcePeriod {
+			s.off = 0
+		}
+	}
+	return n, nil
 }
 
 // NewSource returns a source server: on each connection it sends

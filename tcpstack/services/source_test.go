@@ -2,63 +2,55 @@ package services
 
 import (
 	"bytes"
+	"encoding/binary"
 	"io"
-	"net"
+	"math/rand/v2"
 	"testing"
-	"time"
 )
 
-// TestSource reads a source connection for a while, checks every byte
-// against SourceStream, closes, and finds the server's count of what it
-// sent at least what was read and the connection ended cleanly.
-func TestSource(t *testing.T) {
-	srv := NewSource(nil)
-	l := listen(t)
-	go srv.Serve(l)
-	defer srv.Close()
-	for conn := uint64(0); conn < 2; conn++ {
-		c, err := net.Dial("tcp4", l.Addr().String())
-		if err != nil {
-			t.Fatal(err)
+// TestSourceStreamPeriod: the stream is ChaCha8 keyed with the connection's
+// number for its first SourcePeriod bytes, then those bytes again, whatever
+// sizes it is read in.
+func TestSourceStreamPeriod(t *testing.T) {
+	var key [32]byte
+	binary.LittleEndian.PutUint64(key[:], 5)
+	period := make([]byte, SourcePeriod)
+	rand.NewChaCha8(key).Read(period)
+	want := append(append(append([]byte{}, period...), period...), period[:12345]...)
+
+	for _, chunk := range []int{1, 1000, 4096, 65536, SourcePeriod + 7, 3 << 20} {
+		s := SourceStream(5)
+		got := make([]byte, 0, len(want))
+		buf := make([]byte, chunk)
+		for len(got) < len(want) {
+			k := min(chunk, len(want)-len(got))
+			n, err := s.Read(buf[:k])
+			if err != nil || n != k {
+				t.Fatalf("chunk %d: Read = %d, %v; want %d, nil", chunk, n, err, k)
+			}
+			got = append(got, buf[:n]...)
 		}
-		c.SetDeadline(time.Now().Add(10 * time.Second))
-		const want = 5 << 20
-		got := make([]byte, want)
-		if _, err := io.ReadFull(c, got); err != nil {
-			t.Fatal(err)
+		if i := firstDiff(got, want); i >= 0 {
+			t.Fatalf("chunk %d: the stream differs at byte %d", chunk, i)
 		}
-		exp := make([]byte, want)
-		io.ReadFull(SourceStream(conn), exp)
-		if !bytes.Equal(got, exp) {
-			t.Fatalf("connection %d: the bytes are not SourceStream(%d)", conn, conn)
-		}
-		c.(*net.TCPConn).CloseWrite()
-		io.Copy(io.Discard, c) // until the server closes
-		c.Close()
 	}
-	srv.Close()
-	st := srv.Stats()
-	if st.Accepted != 2 || st.Errors != 0 || st.BytesOut < 2*(5<<20) || st.Active != 0 {
-		t.Errorf("stats %+v: want 2 accepted, no errors, at least 10 MiB out", st)
+	// Another connection's stream is another one.
+	a, b := make([]byte, 64), make([]byte, 64)
+	io.ReadFull(SourceStream(0), a)
+	io.ReadFull(SourceStream(1), b)
+	if bytes.Equal(a, b) {
+		t.Fatal("connections 0 and 1 got the same stream")
 	}
 }
 
-// TestSourceClientResets: a client that closes without reading everything
-// (its stack answers with a reset) also ends the connection cleanly.
-func TestSourceClientResets(t *testing.T) {
-	srv := NewSource(nil)
-	l := listen(t)
-	go srv.Serve(l)
-	c, err := net.Dial("tcp4", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
+func firstDiff(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
 	}
-	buf := make([]byte, 1<<20)
-	io.ReadFull(c, buf)
-	c.(*net.TCPConn).SetLinger(0)
-	c.Close()
-	srv.Close()
-	if st := srv.Stats(); st.Accepted != 1 || st.Active != 0 || st.Errors != 0 {
-		t.Errorf("stats %+v", st)
+	if len(a) != len(b) {
+		return min(len(a), len(b))
 	}
+	return -1
 }
