@@ -150,5 +150,8 @@ func (m *HubPort) Close() error {
 	return err
 }
 
+// Pending is the number of frames waiting in the member's receive FIFO.
+func (m *HubPort) Pending() int { return len(m.rx) }
+
 // Stats returns the member's counters.
 func (m *HubPort) Stats() Stats { return m.stats.snapshot() }

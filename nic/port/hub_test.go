@@ -50,6 +50,9 @@ func TestHubRepeats(t *testing.T) {
 	if s := ms[2].Stats(); s.RxDropQueueFull != 1 {
 		t.Errorf("member 2: %v, want rx_drop_queue_full=1", s)
 	}
+	if n := ms[2].Pending(); n != 2 {
+		t.Errorf("member 2: %d frames pending, want 2", n)
+	}
 	read(ms[2], testFrame(3, 64))
 	read(ms[2], testFrame(4, 64))
 	if err := ms[1].WriteFrame(make([]byte, 2049)); !errors.Is(err, ErrFrameTooBig) {
