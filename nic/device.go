@@ -13,6 +13,7 @@ import (
 
 	"github.com/emunic/emunic/delegation"
 	"github.com/emunic/emunic/delegation/iwarp"
+	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/rings"
 )
@@ -78,6 +79,12 @@ type Config struct {
 	// step does depends only on what the host published, never on when
 	// the unit happened to be spinning. The port must be a PollPort.
 	Tracer Tracer `json:"-"`
+	// VLAN puts the device on an 802.1Q VLAN, 1-4094 (0: none, the
+	// default): it takes only frames tagged with this VLAN ID, strips the
+	// tag on receive and inserts it on transmit (vlan.go; docs/rings.md
+	// "VLANs").
+	VLAN uint16 `json:",omitempty"`
+
 	// Manual starts no goroutine: the unit runs only when Step is called
 	// (a replayer, or a harness with a virtual clock, drives it).
 	Manual bool
@@ -147,6 +154,9 @@ type Device struct {
 	port      port.Port
 	maxFrame  int
 	injectBuf []byte // RX_INJECT's copy of the host's frame (unit goroutine)
+
+	rxUntagBuf []byte // the tag layer's untagged copy of a received frame (unit goroutine)
+	txTagBuf   []byte // the tag layer's tagged copy of a frame to send (unit goroutine)
 
 	bell *rings.Bell // the device's doorbell: host kicks and MAC wake-ups
 	vec  Vectors
@@ -218,6 +228,9 @@ func New(cfg Config, mem rings.DMA, p port.Port) (*Device, error) {
 	cfg.setDefaults()
 	if cfg.MTU < 68 || cfg.MTU > 65535 {
 		return nil, fmt.Errorf("nic: MTU %d out of range [68, 65535]", cfg.MTU)
+	}
+	if cfg.VLAN >= hdr.VLANIDReserved {
+		return nil, fmt.Errorf("nic: VLAN %d out of range [1, 4094] (0: none)", cfg.VLAN)
 	}
 	if mem == nil || p == nil {
 		return nil, errors.New("nic: host memory and port are required")
@@ -294,7 +307,7 @@ func (d *Device) Start(rc RingConfig, vec Vectors) error {
 		return fmt.Errorf("nic: receive ring: %w", err)
 	}
 	d.vec = vec
-	if lr, ok := d.port.(port.LROReader); ok && !d.cfg.NoLRO && !d.traced && !d.cfg.Manual {
+	if lr, ok := d.port.(port.LROReader); ok && !d.cfg.NoLRO && !d.traced && !d.cfg.Manual && d.cfg.VLAN == 0 {
 		if _, polled := d.port.(PollPort); !polled {
 			d.lro = lr
 		}
@@ -306,7 +319,7 @@ func (d *Device) Start(rc RingConfig, vec Vectors) error {
 		}
 		d.fifo = newRxFIFO(min(d.cfg.RxFIFODepth, depth), port.LROBufferSize)
 	} else {
-		d.fifo = newRxFIFO(d.cfg.RxFIFODepth, d.maxFrame)
+		d.fifo = newRxFIFO(d.cfg.RxFIFODepth, d.vlanFrameSize())
 	}
 	d.eng = delegation.NewEngine(d.cfg.Engine, engineEnv{d})
 	d.rdmaInit()

@@ -31,6 +31,8 @@ const (
 	rxDropEtherType
 	rxDropOversize
 	rxDropNotForUs
+	rxDropVLAN    // the tag layer (vlan.go): another VLAN's frame
+	rxDropBadVLAN // the tag layer: VLAN ID 0 or 4095, truncated or double tagged
 	rxDropIPv6ExtChain
 	rxDropIPv6RoutingType0
 	rxDropIPv6Fragment
@@ -45,6 +47,8 @@ var rxDropStat = [...]rings.StatID{
 	rxDropEtherType: rings.StatRxDropEtherType,
 	rxDropOversize:  rings.StatRxDropOversize,
 	rxDropNotForUs:  rings.StatRxDropNotForUs,
+	rxDropVLAN:      rings.StatRxDropVLAN,
+	rxDropBadVLAN:   rings.StatRxDropBadVLAN,
 }
 
 // IPv6Drop names a counter of IPv6 bad input the receive parser dropped.

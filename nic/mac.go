@@ -117,7 +117,7 @@ func (d *Device) drainBlocked() {
 			continue
 		}
 		if d.spill == nil {
-			d.spill = make([]byte, d.maxFrame)
+			d.spill = make([]byte, d.vlanFrameSize())
 		}
 		n, ok, err := d.poll.TryReadFrame(d.spill)
 		switch {

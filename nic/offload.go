@@ -17,6 +17,11 @@ func (e engineEnv) Notify(n *rings.Notification) bool { return e.d.post(n) }
 
 func (e engineEnv) Transmit(frame []byte) error {
 	d := e.d
+	frame, ok := d.tag(frame, 0)
+	if !ok { // an engine frame over the MTU: the engine's bug, not the wire's
+		d.count(rings.StatTxDropBadDesc)
+		return port.ErrFrameTooBig
+	}
 	if err := d.port.WriteFrame(frame); err != nil {
 		d.count(rings.StatTxDropPortError)
 		return err
@@ -29,7 +34,9 @@ func (e engineEnv) Transmit(frame []byte) error {
 // TSOMax implements delegation.TSOEnv: a port that segments TCP itself
 // (a TAP with offloads) takes super-frames of up to 64 KiB.
 func (e engineEnv) TSOMax() int {
-	if t, ok := e.d.port.(port.TSOWriter); ok && t.TSO() {
+	// A device on a VLAN tags every frame it sends (vlan.go), which a
+	// super-frame left to the port to cut would not be.
+	if t, ok := e.d.port.(port.TSOWriter); ok && t.TSO() && e.d.cfg.VLAN == 0 {
 		return 65535 - 20 - 60 // an IPv4 datagram's payload after the longest TCP header
 	}
 	return 0
@@ -39,7 +46,7 @@ func (e engineEnv) TSOMax() int {
 func (e engineEnv) TransmitTSO(frame []byte, mss int) error {
 	d := e.d
 	t, ok := d.port.(port.TSOWriter)
-	if !ok {
+	if !ok || d.cfg.VLAN != 0 {
 		return e.Transmit(frame)
 	}
 	if err := t.WriteFrameTSO(frame, mss); err != nil {

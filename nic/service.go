@@ -47,17 +47,22 @@ func (d *Device) transmit(desc rings.TxDesc) {
 		d.count(rings.StatTxDropBadDesc)
 		return
 	}
+	wire, ok := d.tag(frame, desc.VLAN())
+	if !ok {
+		d.count(rings.StatTxDropBadDesc)
+		return
+	}
 	if d.eng.TimeWaitConns() > 0 {
 		// The host opening a connection on a 4-tuple the unit holds in
 		// TIME_WAIT ends the record (timewait.go).
 		d.eng.OutboundSYN(frame)
 	}
-	if err := d.port.WriteFrame(frame); err != nil {
+	if err := d.port.WriteFrame(wire); err != nil {
 		d.count(rings.StatTxDropPortError)
 		return
 	}
 	d.count(rings.StatTxFrames)
-	d.stats[rings.StatTxBytes].Add(uint64(l))
+	d.stats[rings.StatTxBytes].Add(uint64(len(wire)))
 }
 
 // serviceRx classifies received frames and uploads legacy ones into the
@@ -100,7 +105,11 @@ func (d *Device) serviceRx() int {
 				f, cut = d.lroSplit.Peek(), true
 			}
 		}
-		switch v := classify(f, d.cfg.MAC, d.maxFrame, &pf, verified); v {
+		f, tci, v := d.untag(f)
+		if v == rxLegacy {
+			v = classify(f, d.cfg.MAC, d.maxFrame, &pf, verified)
+		}
+		switch v {
 		case rxLegacy:
 			var t hdr.Tuple
 			if seg, isTCP := pf.tcpSegment(f, &t); isTCP {
@@ -114,7 +123,7 @@ func (d *Device) serviceRx() int {
 					break
 				}
 			}
-			if !d.upload(f) {
+			if !d.upload(f, tci) {
 				// It waits (a cut super-frame keeps its place).
 				d.rx.Release()
 				return n
@@ -168,7 +177,9 @@ func (d *Device) inputLRO(f []byte, segs int, pf *parsedFrame) bool {
 // frame must wait at the head of the FIFO (no notification space, or no
 // buffer posted yet); after RxBufferWait without a buffer the frame is
 // dropped and counted (true).
-func (d *Device) upload(f []byte) bool {
+// tci is the 802.1Q tag the tag layer stripped from it (0: none), for the
+// notification.
+func (d *Device) upload(f []byte, tci uint16) bool {
 	if d.notify.Free() == 0 {
 		return d.stallRx(false)
 	}
@@ -203,7 +214,7 @@ func (d *Device) upload(f []byte) bool {
 	}
 	_ = d.mem.WriteAt(f, addr) // inside host memory: peekRxBuffer checked
 	d.rx.Pop()
-	d.post(&rings.Notification{Flags: rings.NtfLegacyUpload, Conn: rings.NoConn, Len: uint32(len(f)), Aux: id})
+	d.post(&rings.Notification{Flags: rings.NtfLegacyUpload, VLAN: tci, Conn: rings.NoConn, Len: uint32(len(f)), Aux: id})
 	return true
 }
 

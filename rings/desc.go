@@ -9,12 +9,14 @@ const (
 	TxOffConn  = 0x04 // u32 connection index or NoConn (legacy frame)
 	TxOffAddr  = 0x08 // u64 buffer address
 	TxOffLen   = 0x10 // u32 buffer length
-	TxOffFlags = 0x14 // u32 TxFlags
+	TxOffFlags = 0x14 // u16 TxFlags
+	TxOffVLAN  = 0x16 // u16 802.1Q TCI the device inserts (VLAN offload); 0: none
 	TxOffTag   = 0x18 // u64 host cookie
 )
 
-// TxFlags qualify a transmit descriptor.
-type TxFlags uint32
+// TxFlags qualify a transmit descriptor. They are 16 bits wide: the
+// descriptor's other half-word is the VLAN tag.
+type TxFlags uint16
 
 // Transmit flags.
 const (
@@ -28,11 +30,13 @@ type TxDesc []byte
 func (e TxDesc) Conn() uint32     { return le.Uint32(e[TxOffConn:]) }
 func (e TxDesc) Addr() Addr       { return Addr(le.Uint64(e[TxOffAddr:])) }
 func (e TxDesc) Len() uint32      { return le.Uint32(e[TxOffLen:]) }
-func (e TxDesc) Flags() TxFlags   { return TxFlags(le.Uint32(e[TxOffFlags:])) }
+func (e TxDesc) Flags() TxFlags   { return TxFlags(le.Uint16(e[TxOffFlags:])) }
+func (e TxDesc) VLAN() uint16     { return le.Uint16(e[TxOffVLAN:]) }
 func (e TxDesc) Tag() uint64      { return le.Uint64(e[TxOffTag:]) }
 func (e TxDesc) SetConn(v uint32) { le.PutUint32(e[TxOffConn:], v) }
 func (e TxDesc) SetAddr(v Addr)   { le.PutUint64(e[TxOffAddr:], uint64(v)) }
 func (e TxDesc) SetLen(v uint32)  { le.PutUint32(e[TxOffLen:], v) }
+func (e TxDesc) SetVLAN(v uint16) { le.PutUint16(e[TxOffVLAN:], v) }
 
 // Tx is the fields of a transmit descriptor.
 type Tx struct {
@@ -40,7 +44,13 @@ type Tx struct {
 	Addr  Addr
 	Len   uint32
 	Flags TxFlags
-	Tag   uint64
+	// VLAN is the 802.1Q tag control information (PCP, DEI, VID) the
+	// device inserts after the source MAC of a legacy frame, as a NIC
+	// with VLAN offload does; 0 sends the frame as the host wrote it (a
+	// device on a VLAN then inserts its own tag). Delegated buffers carry
+	// 0: the device tags a delegated connection's frames itself.
+	VLAN uint16
+	Tag  uint64
 }
 
 // Encode writes the fields into e (bytes 4 and up).
@@ -49,7 +59,8 @@ func (t *Tx) Encode(e TxDesc) {
 	le.PutUint32(e[TxOffConn:], t.Conn)
 	le.PutUint64(e[TxOffAddr:], uint64(t.Addr))
 	le.PutUint32(e[TxOffLen:], t.Len)
-	le.PutUint32(e[TxOffFlags:], uint32(t.Flags))
+	le.PutUint16(e[TxOffFlags:], uint16(t.Flags))
+	le.PutUint16(e[TxOffVLAN:], t.VLAN)
 	le.PutUint64(e[TxOffTag:], t.Tag)
 }
 
@@ -58,7 +69,7 @@ func (t *Tx) Decode(e TxDesc) error {
 	if len(e) < TxDescSize {
 		return errShort("tx descriptor", len(e), TxDescSize)
 	}
-	*t = Tx{Conn: e.Conn(), Addr: e.Addr(), Len: e.Len(), Flags: e.Flags(), Tag: e.Tag()}
+	*t = Tx{Conn: e.Conn(), Addr: e.Addr(), Len: e.Len(), Flags: e.Flags(), VLAN: e.VLAN(), Tag: e.Tag()}
 	return nil
 }
 

@@ -235,10 +235,10 @@ func TestStringers(t *testing.T) {
 		{Status(9).String(), "STATUS_0009"},
 		{NotifyFlags(0).String(), "0"},
 		{(NtfFin | NtfRst).String(), "FIN|RST"},
-		{(NtfAckThreshold | 1<<31).String(), "ACK_THRESHOLD|0x80000000"},
-		{NotifyFlags(1 << 20).String(), "0x00100000"},
+		{(NtfAckThreshold | 1<<15).String(), "ACK_THRESHOLD|0x00008000"},
+		{NotifyFlags(1 << 14).String(), "0x00004000"},
 		{StatRxFrames.String(), "rx_frames"},
-		{NumStats.String(), "stat_25"},
+		{NumStats.String(), "stat_27"},
 		{StatID(-1).String(), "stat_-1"},
 	}
 	for _, c := range cases {

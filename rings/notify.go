@@ -7,7 +7,8 @@ package rings
 const (
 	NotificationEntrySize = 32
 
-	NtfOffFlags    = 0x04 // u32 NotifyFlags
+	NtfOffFlags    = 0x04 // u16 NotifyFlags
+	NtfOffVLAN     = 0x06 // u16 802.1Q TCI stripped from a legacy frame (VLAN offload); 0: none
 	NtfOffConn     = 0x08 // u32 connection index or NoConn
 	NtfOffSeq      = 0x0C // u32 sequence number: first byte of the data for uploads and user buffers, RCV.NXT for FIN and thresholds, SND.NXT for ACK events
 	NtfOffAck      = 0x10 // u32 acknowledgement number (SND.UNA)
@@ -17,7 +18,8 @@ const (
 )
 
 // NotifyFlags says what happened. Several may be set in one notification.
-type NotifyFlags uint32
+// They are 16 bits wide: the entry's other half-word is the VLAN tag.
+type NotifyFlags uint16
 
 // Notification flags.
 const (
@@ -48,7 +50,8 @@ func (f NotifyFlags) String() string {
 // NotificationEntry is an accessor over one notification ring entry.
 type NotificationEntry []byte
 
-func (e NotificationEntry) Flags() NotifyFlags { return NotifyFlags(le.Uint32(e[NtfOffFlags:])) }
+func (e NotificationEntry) Flags() NotifyFlags { return NotifyFlags(le.Uint16(e[NtfOffFlags:])) }
+func (e NotificationEntry) VLAN() uint16       { return le.Uint16(e[NtfOffVLAN:]) }
 func (e NotificationEntry) Conn() uint32       { return le.Uint32(e[NtfOffConn:]) }
 func (e NotificationEntry) Seq() uint32        { return le.Uint32(e[NtfOffSeq:]) }
 func (e NotificationEntry) Ack() uint32        { return le.Uint32(e[NtfOffAck:]) }
@@ -58,7 +61,11 @@ func (e NotificationEntry) Aux() uint32        { return le.Uint32(e[NtfOffAux:])
 
 // Notification is the fields of a notification entry.
 type Notification struct {
-	Flags    NotifyFlags
+	Flags NotifyFlags
+	// VLAN is the tag control information of the 802.1Q tag the device
+	// stripped from the legacy frame this LEGACY_UPLOAD delivers; 0 for
+	// an untagged frame and for every other notification.
+	VLAN     uint16
 	Conn     uint32
 	Seq      uint32
 	Ack      uint32
@@ -70,7 +77,8 @@ type Notification struct {
 // Encode writes the fields into e (bytes 4 and up).
 func (n *Notification) Encode(e NotificationEntry) {
 	_ = e[NotificationEntrySize-1]
-	le.PutUint32(e[NtfOffFlags:], uint32(n.Flags))
+	le.PutUint16(e[NtfOffFlags:], uint16(n.Flags))
+	le.PutUint16(e[NtfOffVLAN:], n.VLAN)
 	le.PutUint32(e[NtfOffConn:], n.Conn)
 	le.PutUint32(e[NtfOffSeq:], n.Seq)
 	le.PutUint32(e[NtfOffAck:], n.Ack)
@@ -84,7 +92,7 @@ func (n *Notification) Decode(e NotificationEntry) error {
 	if len(e) < NotificationEntrySize {
 		return errShort("notification", len(e), NotificationEntrySize)
 	}
-	*n = Notification{Flags: e.Flags(), Conn: e.Conn(), Seq: e.Seq(), Ack: e.Ack(),
+	*n = Notification{Flags: e.Flags(), VLAN: e.VLAN(), Conn: e.Conn(), Seq: e.Seq(), Ack: e.Ack(),
 		AckCount: e.AckCount(), Len: e.Len(), Aux: e.Aux()}
 	return nil
 }

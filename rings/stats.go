@@ -36,6 +36,8 @@ const (
 	StatDoorbells                         // doorbell kicks received while parked
 	StatParks                             // times the offload unit parked
 	StatTimerRuns                         // timer wheel passes
+	StatRxDropVLAN                        // 802.1Q: a tagged frame of another VLAN, or an untagged frame at a device on a VLAN
+	StatRxDropBadVLAN                     // 802.1Q: VLAN ID 0 or 4095, a truncated tag, or a double-tagged (QinQ) frame
 	NumStats
 )
 
@@ -50,6 +52,7 @@ var statNames = [NumStats]string{
 	"cmd_completed", "cmd_errors", "cmd_bad_opcode", "dma_errors", "ring_phase_errors",
 	"notify_posted", "notify_drop_ring_full", "interrupts", "interrupts_coalesced",
 	"doorbells", "parks", "timer_runs",
+	"rx_drop_vlan", "rx_drop_bad_vlan",
 }
 
 func (s StatID) String() string {

@@ -115,16 +115,21 @@ func TestCLIDemoFlags(t *testing.T) {
 
 func TestCLIServeFlags(t *testing.T) {
 	cfg, err := parseServeFlags([]string{"--tap", "emu0", "--addr", "10.9.0.2/24", "--gateway", "10.9.0.1",
-		"--mtu", "9000", "--pcap", "s.pcap"}, io.Discard)
+		"--mtu", "9000", "--pcap", "s.pcap", "--vlan", "10"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.Tap != "emu0" || cfg.Addr != netip.MustParsePrefix("10.9.0.2/24") || cfg.Gateway != netip.MustParseAddr("10.9.0.1") ||
-		cfg.MTU != 9000 || cfg.Pcap != "s.pcap" {
+		cfg.MTU != 9000 || cfg.Pcap != "s.pcap" || cfg.VLAN != 10 {
 		t.Errorf("got %+v", cfg)
 	}
+	for _, bad := range []string{"4095", "70000", "-1", "x"} {
+		if _, err := parseServeFlags([]string{"--tap", "emu0", "--addr", "10.9.0.2/24", "--vlan", bad}, io.Discard); err == nil {
+			t.Errorf("--vlan %s accepted", bad)
+		}
+	}
 	cfg, err = parseServeFlags([]string{"--tap", "emu0", "--addr", "10.9.0.2/24"}, io.Discard)
-	if err != nil || cfg.MTU != 1500 || cfg.Gateway.IsValid() || cfg.Offload {
+	if err != nil || cfg.MTU != 1500 || cfg.Gateway.IsValid() || cfg.Offload || cfg.VLAN != 0 {
 		t.Errorf("defaults: %+v, %v", cfg, err)
 	}
 	// Dual stack: the first IPv4 address is the primary, whatever the order.

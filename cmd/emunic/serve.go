@@ -22,7 +22,7 @@ import (
 var serveCmd = &command{
 	name:     "serve",
 	summary:  "one emulated host on a Linux TAP device, running TCP echo (7), discard (9), qotd (17) and source (19)",
-	synopsis: "--tap NAME --addr CIDR [--offload] [--max-conns N] [--arena SIZE] [--mtu N] [--gateway IP] [--pcap FILE] [--metrics ADDR]",
+	synopsis: "--tap NAME --addr CIDR [--offload] [--max-conns N] [--arena SIZE] [--mtu N] [--vlan N] [--gateway IP] [--pcap FILE] [--metrics ADDR]",
 	about: `
 Attaches an emulated host (host memory, the emulated NIC and gVisor netstack)
 to the Linux TAP device NAME, with the address CIDR, and runs four TCP
@@ -77,7 +77,12 @@ CAP_NET_ADMIN (or a TAP made for this user with 'ip tuntap add ... user').`,
 
   emunic serve --tap emu0 --addr 10.9.0.2/24 --offload --max-conns 65536 --arena 512MiB
   emunic serve --tap emu0 --addr 10.9.0.2/24 --pcap serve.pcap
-  emunic serve --tap emu0 --addr 10.9.0.2/24 --gateway 10.9.0.1 --mtu 9000`,
+  emunic serve --tap emu0 --addr 10.9.0.2/24 --gateway 10.9.0.1 --mtu 9000
+
+  # on VLAN 10: the kernel's side is a VLAN interface on the TAP
+  ip link add link emu0 name emu0.10 type vlan id 10
+  ip addr add 10.10.0.1/24 dev emu0.10; ip link set emu0.10 up
+  emunic serve --tap emu0 --addr 10.10.0.2/24 --vlan 10`,
 }
 
 // serveConfig is serve's command line.
@@ -99,6 +104,8 @@ type serveConfig struct {
 	Metrics string
 	// Congestion is the delegated connections' congestion control.
 	Congestion rings.CongestionControl
+	// VLAN is the NIC's 802.1Q VLAN ID, 1-4094 (0: untagged).
+	VLAN uint16
 }
 
 func parseServeFlags(args []string, stdout io.Writer) (serveConfig, error) {
@@ -118,6 +125,8 @@ func parseServeFlags(args []string, stdout io.Writer) (serveConfig, error) {
 	arena := sizeValue(0)
 	fs.Var(&arena, "arena", "host memory, `SIZE` such as 256MiB (default: the rings and buffers plus 64 MiB)")
 	fs.StringVar(&cfg.Metrics, "metrics", "", "serve the counters at `ADDR` (host:port): Prometheus text at /metrics, expvar JSON at /debug/vars")
+	vlan := uintValue(0)
+	fs.Var(&vlan, "vlan", "put the host on 802.1Q VLAN `N` (1-4094): the NIC takes only frames tagged N, strips and inserts the tag; the kernel side needs a VLAN interface on the TAP")
 	var cc congestionValue
 	fs.Var(&cc, "congestion", "congestion control `NAME` of delegated connections (with --offload): cubic or newreno")
 	if err := parse(serveCmd, fs, args, stdout); err != nil {
@@ -129,6 +138,10 @@ func parseServeFlags(args []string, stdout io.Writer) (serveConfig, error) {
 		return cfg, usagef("%v", err)
 	}
 	cfg.MaxConns, cfg.Arena = int(maxConns), int64(arena)
+	if vlan > 4094 {
+		return cfg, usagef("bad --vlan %d: want 1 to 4094 (0 and 4095 are reserved by 802.1Q)", vlan)
+	}
+	cfg.VLAN = uint16(vlan)
 	switch {
 	case cfg.MaxConns < 1 || cfg.MaxConns > 1<<20:
 		return cfg, usagef("bad --max-conns %d: want 1 to 1048576", cfg.MaxConns)
@@ -177,6 +190,13 @@ type tapHost struct {
 // maxConns delegated connections (0: the default); with pcap, every frame
 // at the port is recorded there.
 func attachTAP(warnf func(format string, args ...any), name string, addr netip.Prefix, more []netip.Prefix, mtu int, gw netip.Addr, pcap string, arena int64, maxConns int) (*tapHost, error) {
+	return attachTAPVLAN(warnf, name, addr, more, mtu, gw, pcap, arena, maxConns, 0)
+}
+
+// attachTAPVLAN is attachTAP with the NIC on 802.1Q VLAN vlan (0: none):
+// the TAP is then a trunk, and the kernel reaches the host through a VLAN
+// interface on it (ip link add link NAME name NAME.N type vlan id N).
+func attachTAPVLAN(warnf func(format string, args ...any), name string, addr netip.Prefix, more []netip.Prefix, mtu int, gw netip.Addr, pcap string, arena int64, maxConns int, vlan uint16) (*tapHost, error) {
 	tap, err := port.OpenTAP(name)
 	if err != nil {
 		return nil, err // a *port.TAPError: one line naming the device and the reason
@@ -202,7 +222,7 @@ func attachTAP(warnf func(format string, args ...any), name string, addr netip.P
 	h, err := board.NewHost(board.HostConfig{
 		MAC: th.mac, Addr: addr, MTU: mtu, ArenaSize: int(arena),
 		Stack:  tcpstack.StackConfig{Gateway: gw, Addrs: more},
-		Device: nic.Config{Engine: delegation.Config{MaxConns: maxConns}},
+		Device: nic.Config{Engine: delegation.Config{MaxConns: maxConns}, VLAN: vlan},
 	}, p)
 	if err != nil {
 		p.Close()
@@ -215,7 +235,7 @@ func attachTAP(warnf func(format string, args ...any), name string, addr netip.P
 // runServe attaches a host to the TAP and serves until ctx is done.
 func runServe(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error {
 	logger := newLogger(stderr)
-	th, err := attachTAP(printfTo(logger), cfg.Tap, cfg.Addr, cfg.MoreAddrs, cfg.MTU, cfg.Gateway, cfg.Pcap, cfg.Arena, cfg.MaxConns)
+	th, err := attachTAPVLAN(printfTo(logger), cfg.Tap, cfg.Addr, cfg.MoreAddrs, cfg.MTU, cfg.Gateway, cfg.Pcap, cfg.Arena, cfg.MaxConns, cfg.VLAN)
 	if err != nil {
 		return err
 	}

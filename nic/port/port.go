@@ -11,6 +11,8 @@
 //     handed straight to the peer's FIFO and copied once out by the reader: no goroutine, no
 //     timer, no allocation per frame.
 //   - [OpenTAP] attaches to a Linux TAP device, so the far end is the kernel's network stack.
+//   - [NewHub] shares one Port among several NICs, as a repeater does a segment: several
+//     emulated hosts behind one TAP (on different VLANs of a trunk, each NIC filtering).
 //   - [NewRecorder] wraps any Port and writes every frame that crosses it to a pcap file, so a
 //     run can be opened in Wireshark or diffed against a capture from RTL or firmware.
 //

@@ -86,7 +86,8 @@
 
 /* notify.go */
 #define EMUNIC_NOTIFICATION_ENTRY_SIZE 0x20
-#define EMUNIC_NTF_OFF_FLAGS 4                   /* u32 NotifyFlags */
+#define EMUNIC_NTF_OFF_FLAGS 4                   /* u16 NotifyFlags */
+#define EMUNIC_NTF_OFF_VLAN 6                    /* u16 802.1Q TCI stripped from a legacy frame (VLAN offload); 0: none */
 #define EMUNIC_NTF_OFF_CONN 8                    /* u32 connection index or NoConn */
 #define EMUNIC_NTF_OFF_SEQ 0xC                   /* u32 sequence number: first byte of the data for uploads and user buffers, RCV.NXT for FIN and thresholds, SND.NXT for ACK events */
 #define EMUNIC_NTF_OFF_ACK 0x10                  /* u32 acknowledgement number (SND.UNA) */
@@ -111,7 +112,8 @@
 #define EMUNIC_TX_OFF_CONN 4                     /* u32 connection index or NoConn (legacy frame) */
 #define EMUNIC_TX_OFF_ADDR 8                     /* u64 buffer address */
 #define EMUNIC_TX_OFF_LEN 0x10                   /* u32 buffer length */
-#define EMUNIC_TX_OFF_FLAGS 0x14                 /* u32 TxFlags */
+#define EMUNIC_TX_OFF_FLAGS 0x14                 /* u16 TxFlags */
+#define EMUNIC_TX_OFF_VLAN 0x16                  /* u16 802.1Q TCI the device inserts (VLAN offload); 0: none */
 #define EMUNIC_TX_OFF_TAG 0x18                   /* u64 host cookie */
 #define EMUNIC_TX_PUSH 1                         /* TxFlags: delegated: push (PSH) at the end of this buffer */
 #define EMUNIC_TX_FIN 2                          /* TxFlags: delegated: FIN after this buffer */
@@ -148,8 +150,10 @@
 #define EMUNIC_STAT_DOORBELLS 0x16               /* StatID: doorbell kicks received while parked */
 #define EMUNIC_STAT_PARKS 0x17                   /* StatID: times the offload unit parked */
 #define EMUNIC_STAT_TIMER_RUNS 0x18              /* StatID: timer wheel passes */
-#define EMUNIC_NUM_STATS 0x19                    /* StatID: */
-#define EMUNIC_STAT_BLOCK_SIZE 0xC8
+#define EMUNIC_STAT_RX_DROP_VLAN 0x19            /* StatID: 802.1Q: a tagged frame of another VLAN, or an untagged frame at a device on a VLAN */
+#define EMUNIC_STAT_RX_DROP_BAD_VLAN 0x1A        /* StatID: 802.1Q: VLAN ID 0 or 4095, a truncated tag, or a double-tagged (QinQ) frame */
+#define EMUNIC_NUM_STATS 0x1B                    /* StatID: */
+#define EMUNIC_STAT_BLOCK_SIZE 0xD8
 
 /* connstate.go */
 #define EMUNIC_CONN_STATE_SIZE 0x80
@@ -573,7 +577,8 @@ _Static_assert(offsetof(struct emunic_command_ring_entry, arg3) == EMUNIC_CMD_OF
 /* notification ring entry (NotificationEntrySize, 32 bytes): Notification ring entry (device → host, 32 bytes) */
 struct emunic_notification_ring_entry {
 	uint32_t ctl; /* 0x00 control word (phase) */
-	uint32_t flags; /* 0x04 NtfOffFlags: notification flags, see below; several may be set */
+	uint16_t flags; /* 0x04 NtfOffFlags: notification flags, see below; several may be set */
+	uint16_t vlan; /* 0x06 NtfOffVLAN: 802.1Q tag control information (PCP, DEI, VID) the device stripped from the... */
 	uint32_t conn; /* 0x08 NtfOffConn: connection index, or NoConn */
 	uint32_t seq; /* 0x0c NtfOffSeq: sequence number: of the first byte of the data for uploads and user buffers,... */
 	uint32_t ack; /* 0x10 NtfOffAck: acknowledgement number: SND.UNA */
@@ -584,6 +589,7 @@ struct emunic_notification_ring_entry {
 _Static_assert(sizeof(struct emunic_notification_ring_entry) == EMUNIC_NOTIFICATION_ENTRY_SIZE, "notification ring entry size");
 _Static_assert(offsetof(struct emunic_notification_ring_entry, ctl) == EMUNIC_OFF_CTL, "OffCtl");
 _Static_assert(offsetof(struct emunic_notification_ring_entry, flags) == EMUNIC_NTF_OFF_FLAGS, "NtfOffFlags");
+_Static_assert(offsetof(struct emunic_notification_ring_entry, vlan) == EMUNIC_NTF_OFF_VLAN, "NtfOffVLAN");
 _Static_assert(offsetof(struct emunic_notification_ring_entry, conn) == EMUNIC_NTF_OFF_CONN, "NtfOffConn");
 _Static_assert(offsetof(struct emunic_notification_ring_entry, seq) == EMUNIC_NTF_OFF_SEQ, "NtfOffSeq");
 _Static_assert(offsetof(struct emunic_notification_ring_entry, ack) == EMUNIC_NTF_OFF_ACK, "NtfOffAck");
@@ -597,7 +603,8 @@ struct emunic_transmit_descriptor {
 	uint32_t conn; /* 0x04 TxOffConn: connection index, or NoConn for a legacy frame */
 	uint64_t addr; /* 0x08 TxOffAddr: buffer address */
 	uint32_t len; /* 0x10 TxOffLen: buffer length in bytes */
-	uint32_t flags; /* 0x14 TxOffFlags: transmit flags, see below */
+	uint16_t flags; /* 0x14 TxOffFlags: transmit flags, see below */
+	uint16_t vlan; /* 0x16 TxOffVLAN: 802.1Q tag control information the device inserts after the source MAC of a ... */
 	uint64_t tag; /* 0x18 TxOffTag: host cookie */
 } __attribute__((packed));
 _Static_assert(sizeof(struct emunic_transmit_descriptor) == EMUNIC_TX_DESC_SIZE, "transmit descriptor size");
@@ -606,6 +613,7 @@ _Static_assert(offsetof(struct emunic_transmit_descriptor, conn) == EMUNIC_TX_OF
 _Static_assert(offsetof(struct emunic_transmit_descriptor, addr) == EMUNIC_TX_OFF_ADDR, "TxOffAddr");
 _Static_assert(offsetof(struct emunic_transmit_descriptor, len) == EMUNIC_TX_OFF_LEN, "TxOffLen");
 _Static_assert(offsetof(struct emunic_transmit_descriptor, flags) == EMUNIC_TX_OFF_FLAGS, "TxOffFlags");
+_Static_assert(offsetof(struct emunic_transmit_descriptor, vlan) == EMUNIC_TX_OFF_VLAN, "TxOffVLAN");
 _Static_assert(offsetof(struct emunic_transmit_descriptor, tag) == EMUNIC_TX_OFF_TAG, "TxOffTag");
 
 /* receive descriptor (RxDescSize, 32 bytes): Receive descriptor ring entry (host → device, 32 bytes) */
@@ -625,7 +633,7 @@ _Static_assert(offsetof(struct emunic_receive_descriptor, len) == EMUNIC_RX_OFF_
 _Static_assert(offsetof(struct emunic_receive_descriptor, rsvd) == EMUNIC_RX_OFF_RSVD, "RxOffRsvd");
 _Static_assert(offsetof(struct emunic_receive_descriptor, tag) == EMUNIC_RX_OFF_TAG, "RxOffTag");
 
-/* stat block (StatBlockSize, 200 bytes): Stat block */
+/* stat block (StatBlockSize, 216 bytes): Stat block */
 struct emunic_stat_block {
 	uint64_t rx__frames; /* 0x00 StatRxFrames: frames received from the port */
 	uint64_t rx__bytes; /* 0x08 StatRxBytes: bytes received from the port */
@@ -652,6 +660,8 @@ struct emunic_stat_block {
 	uint64_t doorbells; /* 0xb0 StatDoorbells: doorbell kicks received while parked */
 	uint64_t parks; /* 0xb8 StatParks: times the offload unit parked */
 	uint64_t timer__runs; /* 0xc0 StatTimerRuns: timer wheel passes */
+	uint64_t rx__drop__vlan; /* 0xc8 StatRxDropVLAN: 802.1Q: a tagged frame of another VLAN, or an untagged frame at a devic... */
+	uint64_t rx__drop__bad__vlan; /* 0xd0 StatRxDropBadVLAN: 802.1Q: a tag with VLAN ID 0 (priority tag) or 4095 (reserved), a tr... */
 } __attribute__((packed));
 _Static_assert(sizeof(struct emunic_stat_block) == EMUNIC_STAT_BLOCK_SIZE, "stat block size");
 
