@@ -74,11 +74,23 @@ func mountB(t testing.TB) *mounted {
 	return m
 }
 
-// run runs a program and fails the test with its output if it fails.
+// run runs a program in dir and fails the test with its output if it
+// fails.
+//
+// It never sets the child's working directory itself (exec.Cmd.Dir): that
+// chdir runs in the vforked child before exec, while the forking thread
+// holds its processor, and on a mount this process serves it waits for
+// our FUSE server; a garbage collection starting meanwhile waits for that
+// processor and stops the server, and the three wait for each other for
+// ever (it hung CI's split pass once). A shell changes directory after
+// exec instead.
 func run(t *testing.T, dir string, name string, args ...string) string {
 	t.Helper()
+	if dir != "" {
+		args = append([]string{"-c", `cd "$0" && exec "$@"`, dir, name}, args...)
+		name = "sh"
+	}
 	cmd := exec.Command(name, args...)
-	cmd.Dir = dir
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
