@@ -34,8 +34,13 @@ func TestCancelContextInProgress(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// Each try is a race the CANCEL loses often: with the
+			// devices in their own processes on a loaded machine, about
+			// one try in twelve wins. A hundred tries fail together once
+			// in thousands of runs; twenty did once in six.
+			const tries = 100
 			abandoned := false
-			for try := 0; try < 20 && !abandoned; try++ {
+			for try := 0; try < tries && !abandoned; try++ {
 				for i := range mem {
 					mem[i] = 0xEE
 				}
@@ -73,7 +78,7 @@ func TestCancelContextInProgress(t *testing.T) {
 				t.Logf("abandoned at try %d", try+1)
 			}
 			if !abandoned {
-				t.Fatal("in 20 tries the CANCEL never reached the read in progress")
+				t.Fatalf("in %d tries the CANCEL never reached the read in progress", tries)
 			}
 			// The connection goes on: the next read is whole.
 			clear(mem)

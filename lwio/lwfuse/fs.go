@@ -14,6 +14,7 @@ package lwfuse
 import (
 	"context"
 	"errors"
+	"hash/fnv"
 	"io"
 	"path"
 	"syscall"
@@ -118,9 +119,31 @@ func fill(a lwio.Attr, out *fuse.Attr) {
 	out.Nlink = 1
 }
 
-func (n *node) newChild(ctx context.Context, a lwio.Attr, out *fuse.EntryOut) *fs.Inode {
+// newChild makes the inode of n's child name. Its number is a hash of its
+// path in the export, so that looking the same name up again (after the
+// kernel forgot the inode, or revalidated the entry) gives the same st_ino:
+// with numbers handed out per lookup, cp saw a file it had stat'ed come
+// back from open with another inode and skipped it as "replaced while
+// being copied". The server has no file IDs to offer instead; a file
+// removed and made again under the same name keeps the number, as on many
+// network file systems.
+func (n *node) newChild(ctx context.Context, name string, a lwio.Attr, out *fuse.EntryOut) *fs.Inode {
 	fill(a, &out.Attr)
-	return n.NewInode(ctx, &node{c: n.c}, fs.StableAttr{Mode: a.Mode & lwio.ModeTypeMask})
+	ino := inoOf(n.child(name))
+	out.Ino = ino
+	return n.NewInode(ctx, &node{c: n.c}, fs.StableAttr{Mode: a.Mode & lwio.ModeTypeMask, Ino: ino})
+}
+
+// inoOf is p's inode number: FNV-1a of the path, clear of 0 and 1 (no
+// inode, and the root).
+func inoOf(p string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(p))
+	ino := h.Sum64()
+	if ino < 2 {
+		ino += 2
+	}
+	return ino
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
@@ -128,7 +151,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	if err != nil {
 		return nil, errno(err)
 	}
-	return n.newChild(ctx, a, out), 0
+	return n.newChild(ctx, name, a, out), 0
 }
 
 func (n *node) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
@@ -187,7 +210,7 @@ func (n *node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 	}
 	list := make([]fuse.DirEntry, len(ents))
 	for i, e := range ents {
-		list[i] = fuse.DirEntry{Name: e.Name, Mode: e.Mode}
+		list[i] = fuse.DirEntry{Name: e.Name, Mode: e.Mode, Ino: inoOf(n.child(e.Name))}
 	}
 	return fs.NewListDirStream(list), 0
 }
@@ -197,7 +220,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	if err != nil {
 		return nil, errno(err)
 	}
-	return n.newChild(ctx, a, out), 0
+	return n.newChild(ctx, name, a, out), 0
 }
 
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
@@ -260,7 +283,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		f.Close()
 		return nil, nil, 0, errno(err)
 	}
-	return n.newChild(ctx, a, out), &handle{f: f}, 0, 0
+	return n.newChild(ctx, name, a, out), &handle{f: f}, 0, 0
 }
 
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
