@@ -50,21 +50,7 @@ func (p *fragPort) WriteFrame(f []byte) error {
 
 // fragHosts is plainHosts with B's frames fragmented on the way to A.
 func fragHosts(t *testing.T) (a, b *Host) {
-	pa, pb := port.MustNewWire(port.WireConfig{})
-	a, err := testHost(HostConfig{Addr: mustPrefix("10.0.0.1/24")}, [6]byte{2, 0, 0, 0, 0, 1}, pa)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
-	b, err = testHost(HostConfig{Addr: mustPrefix("10.0.0.2/24")}, [6]byte{2, 0, 0, 0, 0, 2}, &fragPort{Port: pb})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	if err := a.Offload(OffloadConfig{}); err != nil {
-		t.Fatal(err)
-	}
-	return a, b
+	return offloadPair(t, OffloadConfig{}, nil, func(p port.Port) port.Port { return &fragPort{Port: p} })
 }
 
 // TestFragmentsOfDelegatedFlow: half of the peer's segments arrive as two

@@ -1,6 +1,8 @@
 package tcpstack
 
 import (
+	"testing"
+
 	"github.com/emunic/emunic/nic"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/rings"
@@ -18,6 +20,12 @@ func testHost(cfg HostConfig, mac [6]byte, p port.Port) (*Host, error) {
 // the device; a wrapped device gets no counter area, so it sees exactly
 // the commands the test expects.
 func testHostWrapped(cfg HostConfig, mac [6]byte, p port.Port, wrap func(*nic.Device, *rings.Arena) Device) (*Host, error) {
+	return testHostDevice(cfg, mac, p, nil, wrap)
+}
+
+// testHostDevice is testHostWrapped with devCfg, if set, changing the
+// device's configuration before the device is made.
+func testHostDevice(cfg HostConfig, mac [6]byte, p port.Port, devCfg func(*nic.Config), wrap func(*nic.Device, *rings.Arena) Device) (*Host, error) {
 	mem, err := rings.NewArena(MemorySize(1500, cfg.Driver))
 	if err != nil {
 		p.Close()
@@ -25,6 +33,9 @@ func testHostWrapped(cfg HostConfig, mac [6]byte, p port.Port, wrap func(*nic.De
 	}
 	dc := nic.Config{MAC: mac, MTU: 1500}
 	dc.Engine.MinRTO = 20e6 // board.DefaultMinRTO
+	if devCfg != nil {
+		devCfg(&dc)
+	}
 	dev, err := nic.New(dc, mem, p)
 	if err != nil {
 		p.Close()
@@ -36,4 +47,31 @@ func testHostWrapped(cfg HostConfig, mac [6]byte, p port.Port, wrap func(*nic.De
 		d = wrap(dev, mem)
 	}
 	return newHost(cfg, mem, d, wrap == nil)
+}
+
+// offloadPair is two hosts on one in-memory wire, a (10.0.0.1, offload on
+// with ocfg) and b (10.0.0.2), both closed when the test ends: devCfg, if
+// set, changes a's device configuration, and bPort, if set, wraps b's end
+// of the wire.
+func offloadPair(t testing.TB, ocfg OffloadConfig, devCfg func(*nic.Config), bPort func(port.Port) port.Port) (a, b *Host) {
+	t.Helper()
+	pa, pb := port.MustNewWire(port.WireConfig{})
+	a, err := testHostDevice(HostConfig{Addr: mustPrefix("10.0.0.1/24")}, [6]byte{2, 0, 0, 0, 0, 1}, pa, devCfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	var bp port.Port = pb
+	if bPort != nil {
+		bp = bPort(pb)
+	}
+	b, err = testHost(HostConfig{Addr: mustPrefix("10.0.0.2/24")}, [6]byte{2, 0, 0, 0, 0, 2}, bp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	if err := a.Offload(ocfg); err != nil {
+		t.Fatal(err)
+	}
+	return a, b
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -12,27 +11,12 @@ import (
 	"time"
 
 	"github.com/emunic/emunic/internal/testutil"
-	"github.com/emunic/emunic/nic/port"
 )
 
 // plainHosts builds hosts A and B, each on its own in-process NIC, on one
 // wire; A delegates with cfg.
 func plainHosts(t testing.TB, cfg OffloadConfig) (a, b *Host) {
-	t.Helper()
-	pa, pb := port.MustNewWire(port.WireConfig{})
-	var hosts [2]*Host
-	for i, p := range []port.Port{pa, pb} {
-		h, err := testHost(HostConfig{Addr: mustPrefix(fmt.Sprintf("10.0.0.%d/24", i+1))}, [6]byte{2, 0, 0, 0, 0, byte(i + 1)}, p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { h.Close() })
-		hosts[i] = h
-	}
-	if err := hosts[0].Offload(cfg); err != nil {
-		t.Fatal(err)
-	}
-	return hosts[0], hosts[1]
+	return offloadPair(t, cfg, nil, nil)
 }
 
 // delegatedPair dials a delegated connection from A to a netstack

@@ -6,8 +6,6 @@ import (
 	"testing"
 
 	"github.com/emunic/emunic/nic"
-	"github.com/emunic/emunic/nic/port"
-	"github.com/emunic/emunic/rings"
 )
 
 // TestTxNoResourcesEndToEnd: a device whose engine queues at most 4
@@ -50,33 +48,7 @@ func TestTxNoResourcesEndToEnd(t *testing.T) {
 
 // enginePair is plainHosts with A's device configured by cfg.
 func enginePair(t *testing.T, cfg func(*nic.Config)) (a, b *Host) {
-	t.Helper()
-	pa, pb := port.MustNewWire(port.WireConfig{})
-	mem, err := rings.NewArena(MemorySize(1500, DriverConfig{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dcfg := nic.Config{MAC: [6]byte{2, 0, 0, 0, 0, 1}, MTU: 1500}
-	dcfg.Engine.MinRTO = 20e6
-	cfg(&dcfg)
-	dev, err := nic.New(dcfg, mem, pa)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err = newHost(HostConfig{Addr: mustPrefix("10.0.0.1/24"), ConnTable: rings.DefaultConnTable}, mem, dev, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
-	b, err = testHost(HostConfig{Addr: mustPrefix("10.0.0.2/24")}, [6]byte{2, 0, 0, 0, 0, 2}, pb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	if err := a.Offload(OffloadConfig{}); err != nil {
-		t.Fatal(err)
-	}
-	return a, b
+	return offloadPair(t, OffloadConfig{}, cfg, nil)
 }
 
 // TestPostBuffersPartialEndToEnd: a device that takes at most 3 user
