@@ -5,13 +5,11 @@ package tests
 import (
 	"net"
 	"net/netip"
-	"os/exec"
 	"syscall"
 	"testing"
 
 	"github.com/emunic/emunic/board"
 	"github.com/emunic/emunic/internal/testutil"
-	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/rings"
 	"github.com/emunic/emunic/tcpstack/services"
 )
@@ -27,12 +25,7 @@ func TestTAPJumbo(t *testing.T) {
 	const mtu = 9000
 	testutil.RequireTAP(t)
 	ns := newNetns(t)
-	name := uniqueName("emuj", 10)
-	tap, err := port.OpenTAP(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { exec.Command("ip", "-n", ns.name, "link", "del", name).Run() })
+	tap, name := ns.openTAP(t, "emuj")
 	if err := tap.SetMTU(mtu); err != nil {
 		tap.Close()
 		t.Fatal(err)

@@ -19,7 +19,6 @@ import (
 	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/nic"
 	"github.com/emunic/emunic/nic/hdr"
-	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/rings"
 	"github.com/emunic/emunic/tcpstack"
 	"github.com/emunic/emunic/tcpstack/services"
@@ -55,12 +54,7 @@ func (ns *netns) sendRaw(ifname string, frame []byte) error {
 func TestTAPKernelPeerIPv6(t *testing.T) {
 	testutil.RequireTAP(t)
 	ns := newNetns(t)
-	name := uniqueName("emu6", 10)
-	tap, err := port.OpenTAP(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { exec.Command("ip", "-n", ns.name, "link", "del", name).Run() })
+	tap, name := ns.openTAP(t, "emu6")
 
 	kernel4, emu4 := netip.MustParsePrefix("10.78.0.1/24"), netip.MustParsePrefix("10.78.0.2/24")
 	kernel6, emu6 := netip.MustParsePrefix("fd00:78::1/64"), netip.MustParsePrefix("fd00:78::2/64")

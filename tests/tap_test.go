@@ -62,6 +62,21 @@ func newNetns(t testing.TB) *netns {
 	return ns
 }
 
+// openTAP opens a TAP named after prefix (uniqueName) for the test. The
+// interface is deleted from the namespace when the test ends, after the
+// host has closed the TAP (cleanups run last first): it should be gone by
+// then, and this catches the case it is not.
+func (ns *netns) openTAP(t testing.TB, prefix string) (*port.TAPPort, string) {
+	t.Helper()
+	name := uniqueName(prefix, 10)
+	tap, err := port.OpenTAP(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { exec.Command("ip", "-n", ns.name, "link", "del", name).Run() })
+	return tap, name
+}
+
 // moveTAP moves the interface into the namespace and configures the kernel's
 // side there: address kernelAddr, up.
 func (ns *netns) moveTAP(t testing.TB, name string, kernelAddr netip.Prefix) {
@@ -207,14 +222,7 @@ func echoExchange(t *testing.T, c net.Conn, n int64) {
 func TestTAPKernelPeerEcho(t *testing.T) {
 	testutil.RequireTAP(t)
 	ns := newNetns(t)
-	name := uniqueName("emut", 10)
-	tap, err := port.OpenTAP(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Runs after the host has closed the TAP (cleanups run last first); the
-	// interface should be gone by then, this catches the case it is not.
-	t.Cleanup(func() { exec.Command("ip", "-n", ns.name, "link", "del", name).Run() })
+	tap, name := ns.openTAP(t, "emut")
 
 	kernel := netip.MustParsePrefix("10.77.0.1/24")
 	emu := netip.MustParsePrefix("10.77.0.2/24")

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os/exec"
 	"testing"
 
 	"github.com/emunic/emunic/board"
@@ -51,12 +50,7 @@ func trunkTAP(t *testing.T, mtu int, hosts []*vlanHost) *netns {
 	testutil.RequireTAP(t)
 	ns := newNetns(t)
 	requireVLAN(t, ns)
-	name := uniqueName("emuv", 10)
-	tap, err := port.OpenTAP(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { exec.Command("ip", "-n", ns.name, "link", "del", name).Run() })
+	tap, name := ns.openTAP(t, "emuv")
 	if err := tap.SetMTU(mtu); err != nil {
 		tap.Close()
 		t.Fatal(err)
