@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/emunic/emunic/delegation"
+	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/rings"
 )
 
@@ -69,7 +70,13 @@ func TestQueryConn(t *testing.T) {
 	if ci.Cwnd == 0 || ci.Ssthresh >= 1<<30 || ci.RTO == 0 {
 		t.Errorf("after a timeout, want a cut ssthresh: %+v", ci)
 	}
-	ec := h.dev.EngineCounters()
+	// The engine's counters are a snapshot the unit takes when it parks:
+	// wait for one taken after the query before comparing.
+	var ec delegation.Counters
+	testutil.WaitFor(t, "an engine counter snapshot that covers the query", func() bool {
+		ec = h.dev.EngineCounters()
+		return ec.TxSegments >= ci.SegsOut
+	})
 	if ci.Retrans != ec.TxRetransSegs || ci.RTOs != ec.RTOExpired || ci.SegsOut != ec.TxSegments {
 		t.Errorf("the connection's counts %+v, the engine's (one connection) %+v", ci, ec)
 	}
