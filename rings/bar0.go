@@ -40,17 +40,18 @@ const (
 
 	// Rings: Bar0Rings blocks of Bar0RingStride bytes from Bar0RingBase,
 	// ring r's block at Bar0RingBase + r × Bar0RingStride.
-	Bar0RingBase    = 0x100
-	Bar0RingStride  = 0x20
-	Bar0Rings       = 4      // command, notification, transmit, receive
-	RingRegBaseLo   = 0x00   // u32 read-write: DMA address of the ring's header, low word; writable while disabled
-	RingRegBaseHi   = 0x04   // u32 read-write: high word
-	RingRegCount    = 0x08   // u32 read-write: entries, a power of two (0: not set up); writable while disabled
-	RingRegEntry    = 0x0C   // u32 the ring's entry size in bytes
-	RingRegDoorbell = 0x10   // u32 write-only: the host published to the ring (the value is not used; reads 0)
-	RingRegVector   = 0x14   // u32 the interrupt vector the device raises for this ring, or Bar0NoVector
-	RingRegRsvd     = 0x18   // 8 bytes reserved, read 0
-	Bar0NoVector    = 0xFFFF // RingRegVector: the ring raises no interrupt
+	Bar0RingBase     = 0x100
+	Bar0RingStride   = 0x20
+	Bar0Rings        = 4       // command, notification, transmit, receive
+	RingRegBaseLo    = 0x00    // u32 read-write: DMA address of the ring's header, low word; writable while disabled
+	RingRegBaseHi    = 0x04    // u32 read-write: high word
+	RingRegCount     = 0x08    // u32 read-write: entries, a power of two (0: not set up); writable while disabled
+	RingRegEntry     = 0x0C    // u32 the ring's entry size in bytes
+	RingRegDoorbell  = 0x10    // u32 write-only: the host published to the ring (the value is not used; reads 0)
+	RingRegVector    = 0x14    // u32 the interrupt vector the device raises for this ring, or Bar0NoVector
+	RingRegRsvd      = 0x18    // 8 bytes reserved, read 0
+	Bar0NoVector     = 0xFFFF  // RingRegVector: the ring raises no interrupt
+	Bar0MaxRingCount = 1 << 20 // the most entries a ring may have
 
 	// Interrupt vectors: Bar0Vectors blocks of Bar0VecStride bytes from
 	// Bar0VecBase.

@@ -530,6 +530,7 @@
 #define EMUNIC_RING_REG_VECTOR 0x14              /* u32 the interrupt vector the device raises for this ring, or Bar0NoVector */
 #define EMUNIC_RING_REG_RSVD 0x18                /* 8 bytes reserved, read 0 */
 #define EMUNIC_BAR0_NO_VECTOR 0xFFFF             /* RingRegVector: the ring raises no interrupt */
+#define EMUNIC_BAR0_MAX_RING_COUNT 0x100000      /* the most entries a ring may have */
 #define EMUNIC_BAR0_VEC_BASE 0x200
 #define EMUNIC_BAR0_VEC_STRIDE 0x10
 #define EMUNIC_BAR0_VECTORS 3                    /* notification, transmit space, command completion */
