@@ -68,7 +68,7 @@ func FuzzRegisterWrites(f *testing.F) {
 					vec.Kick()
 				}
 			case 4:
-				m.Detach()
+				m.Detach(true)
 				m.AttachMemory(Memory{Base: memBase, Size: memSize})
 				m.AttachVectors([3]rings.Doorbell{&counter{}, &counter{}, &counter{}})
 			}

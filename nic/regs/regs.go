@@ -118,13 +118,14 @@ func (m *Model) AttachVectors(out [rings.Bar0Vectors]rings.Doorbell) {
 	m.vecOK = true
 }
 
-// Detach is the end of a host's attachment, orderly or not: the device
-// is reset (counted as a host gone when it was enabled) and forgets the
-// memory and the vectors, ready for the next attach.
-func (m *Model) Detach() {
+// Detach is the end of a host's attachment: the device is reset and
+// forgets the memory and the vectors, ready for the next attach. gone says
+// the host vanished (its socket closed, its process died) rather than
+// detaching in order; it is counted when the device was running.
+func (m *Model) Detach(gone bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.enabled {
+	if gone && m.enabled {
 		m.count(rings.RegCtrHostGone)
 	}
 	m.reset()

@@ -350,7 +350,7 @@ func TestDetachMidTransfer(t *testing.T) {
 		placeRings(t, m, memBase)
 		mustW(t, m, rings.RegCtrl, uint32(rings.CtrlEnable))
 		mustW(t, m, rings.Bar0Ring(0, rings.RingRegDoorbell), 1)
-		m.Detach()
+		m.Detach(true)
 		if f.running || m.Enabled() || mustR(t, m, rings.RegStatus) != 0 {
 			t.Fatalf("host %d: device still running after detach", host)
 		}

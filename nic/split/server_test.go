@@ -118,6 +118,50 @@ func eventFDs(t *testing.T) ([]*EventFD, []*os.File) {
 	return efds, files
 }
 
+// regW writes a register and wants its reply status (and, when
+// refused, the register block's error code).
+func (h *rawHost) regW(what string, off, v uint32, st ReplyStatus, code rings.Bar0ErrCode) {
+	h.t.Helper()
+	r := h.req(MsgRegWrite, EncodeRegWrite(off, v))
+	want(h.t, what, r, st)
+	if st == StatusBadRegister && rings.Bar0ErrCode(r.Value) != code {
+		h.t.Fatalf("%s: error code %v, want %v", what, rings.Bar0ErrCode(r.Value), code)
+	}
+}
+
+// regR reads a register.
+func (h *rawHost) regR(off uint32) uint32 {
+	h.t.Helper()
+	r := h.req(MsgRegRead, EncodeRegRead(off))
+	want(h.t, "REG_READ", r, StatusOK)
+	return uint32(r.Value)
+}
+
+// enable places the rings through the register block and enables the
+// device.
+func (h *rawHost) enable(ls [4]rings.Layout) {
+	h.t.Helper()
+	h.regW("reset", rings.RegCtrl, uint32(rings.CtrlReset), StatusOK, 0)
+	for r, l := range ls {
+		h.regW("base", rings.Bar0Ring(r, rings.RingRegBaseLo), uint32(l.Base), StatusOK, 0)
+		h.regW("base", rings.Bar0Ring(r, rings.RingRegBaseHi), uint32(uint64(l.Base)>>32), StatusOK, 0)
+		h.regW("count", rings.Bar0Ring(r, rings.RingRegCount), l.Count, StatusOK, 0)
+	}
+	h.regW("enable", rings.RegCtrl, uint32(rings.CtrlEnable), StatusOK, 0)
+	if st := h.regR(rings.RegStatus); st&uint32(rings.StatusEnabled) == 0 {
+		h.t.Fatalf("status %#x after enable", st)
+	}
+}
+
+// testRings are four rings of 16 entries at the start of the memory.
+func testRings() [4]rings.Layout {
+	lay := func(base rings.Addr, es uint32) rings.Layout {
+		return rings.Layout{Base: base, Count: 16, EntrySize: es}
+	}
+	return [4]rings.Layout{lay(rings.ArenaBase, rings.CommandEntrySize), lay(rings.ArenaBase+0x1000, rings.NotificationEntrySize),
+		lay(rings.ArenaBase+0x2000, rings.TxDescSize), lay(rings.ArenaBase+0x3000, rings.RxDescSize)}
+}
+
 func want(t *testing.T, what string, r Reply, st ReplyStatus) {
 	t.Helper()
 	if r.Status != st {
@@ -153,7 +197,7 @@ func TestServerBadInput(t *testing.T) {
 	want(t, "unknown type", h.req(0x55, nil), StatusBadMessage)
 
 	// Out of order: anything but HELLO first, RESET before HELLO.
-	want(t, "START first", h.req(MsgStart, nil), StatusOutOfOrder)
+	want(t, "REG_WRITE first", h.req(MsgRegWrite, EncodeRegWrite(rings.RegCtrl, 1)), StatusOutOfOrder)
 	want(t, "RESET first", h.req(MsgReset, nil), StatusOutOfOrder)
 	// HELLO without a port: this server has none of its own.
 	want(t, "HELLO without port", h.req(MsgHello, EncodeU64(FeatureEventFD)), StatusUnsupported)
@@ -189,36 +233,65 @@ func TestServerBadInput(t *testing.T) {
 	want(t, "CONFIG", h.req(MsgConfig, cfg, pb.File()), StatusOK)
 	pb.Close()
 
-	// RINGS outside the memory, bad geometry.
-	lay := func(base rings.Addr, n, es uint32) rings.Layout {
-		return rings.Layout{Base: base, Count: n, EntrySize: es}
-	}
-	ok := [4]rings.Layout{lay(rings.ArenaBase, 16, rings.CommandEntrySize), lay(rings.ArenaBase+0x1000, 16, rings.NotificationEntrySize),
-		lay(rings.ArenaBase+0x2000, 16, rings.TxDescSize), lay(rings.ArenaBase+0x3000, 16, rings.RxDescSize)}
-	out := ok
-	out[2].Base = rings.ArenaBase + 1<<20 - 64
-	want(t, "RINGS outside", h.req(MsgRings, EncodeRings(out)), StatusBadRings)
-	out = ok
-	out[1].Base = 0
-	want(t, "RINGS at 0", h.req(MsgRings, EncodeRings(out)), StatusBadRings)
-	out = ok
-	out[0].Count = 15
-	want(t, "RINGS geometry", h.req(MsgRings, EncodeRings(out)), StatusBadRings)
-	want(t, "RINGS short", h.req(MsgRings, EncodeRings(ok)[:40]), StatusBadMessage)
-	want(t, "RINGS", h.req(MsgRings, EncodeRings(ok)), StatusOK)
-
 	// VECTORS: eventfd mode without the fds, polling not negotiated.
 	want(t, "VECTORS no fds", h.req(MsgVectors, EncodeVectors(VectorEventFD, 0)), StatusBadMessage)
 	want(t, "VECTORS poll", h.req(MsgVectors, EncodeVectors(VectorPoll, 10)), StatusUnsupported)
 	want(t, "VECTORS mode", h.req(MsgVectors, EncodeVectors(9, 0)), StatusBadMessage)
 
+	// Registers before the vectors: an enable has nothing to interrupt.
+	ls := testRings()
+	if st := h.regR(rings.RegStatus); st != uint32(rings.StatusMemory) {
+		t.Fatalf("status %#x before VECTORS", st)
+	}
+	for r, l := range ls {
+		h.regW("base", rings.Bar0Ring(r, rings.RingRegBaseLo), uint32(l.Base), StatusOK, 0)
+		h.regW("count", rings.Bar0Ring(r, rings.RingRegCount), l.Count, StatusOK, 0)
+	}
+	h.regW("enable without vectors", rings.RegCtrl, uint32(rings.CtrlEnable), StatusBadRegister, rings.ErrEnableFailed)
+	_, efds := eventFDs(t)
+	want(t, "VECTORS", h.req(MsgVectors, EncodeVectors(VectorEventFD, 0), efds...), StatusOK)
+
+	// Register accesses out of range, read-only, bad values, rings
+	// outside the memory, a doorbell for rings never set up: each
+	// refused with its code and counted, and the device serves on.
+	regs := s.Registers()
+	h.regW("out of range", rings.Bar0Bytes+4, 1, StatusBadRegister, rings.ErrBadOffset)
+	h.regW("unaligned", rings.RegCtrl+1, 1, StatusBadRegister, rings.ErrBadOffset)
+	h.regW("read-only", rings.RegMTU, 9000, StatusBadRegister, rings.ErrReadOnly)
+	h.regW("count", rings.Bar0Ring(0, rings.RingRegCount), 15, StatusBadRegister, rings.ErrBadValue)
+	h.regW("doorbell never set up", rings.Bar0Ring(2, rings.RingRegDoorbell), 1, StatusBadRegister, rings.ErrNoDoorbell)
+	want(t, "REG_WRITE short", h.req(MsgRegWrite, EncodeRegWrite(0, 0)[:6]), StatusBadMessage)
+	want(t, "REG_READ long", h.req(MsgRegRead, EncodeRegWrite(0, 0)), StatusBadMessage)
+	if r := h.req(MsgRegRead, EncodeRegRead(0x044)); r.Status != StatusBadRegister || r.Value != uint64(rings.ErrBadOffset) {
+		t.Fatalf("reserved register read: %v %d", r.Status, r.Value)
+	}
+	h.regW("ring outside", rings.Bar0Ring(2, rings.RingRegBaseLo), uint32(rings.ArenaBase+1<<20-64), StatusOK, 0)
+	h.regW("enable outside", rings.RegCtrl, uint32(rings.CtrlEnable), StatusBadRegister, rings.ErrRingOutside)
+	h.regW("ring at 0", rings.Bar0Ring(2, rings.RingRegBaseLo), 0, StatusOK, 0)
+	h.regW("enable at 0", rings.RegCtrl, uint32(rings.CtrlEnable), StatusBadRegister, rings.ErrRingOutside)
+	if h.regR(rings.RegError) != uint32(rings.ErrRingOutside) || h.regR(rings.RegStatus)&uint32(rings.StatusFailed) == 0 {
+		t.Fatal("RegError or StatusFailed after a refused enable")
+	}
+	h.enable(ls)
+	h.regW("ring base while enabled", rings.Bar0Ring(1, rings.RingRegBaseLo), uint32(rings.ArenaBase+0x8000), StatusBadRegister, rings.ErrWrongState)
+	h.regW("doorbell", rings.Bar0Ring(0, rings.RingRegDoorbell), 1, StatusOK, 0)
+	for id, n := range map[rings.RegCounterID]uint32{rings.RegCtrBadOffset: 3, rings.RegCtrReadOnly: 1, rings.RegCtrBadValue: 1,
+		rings.RegCtrNoDoorbell: 1, rings.RegCtrRingOutside: 2, rings.RegCtrEnableFailed: 1, rings.RegCtrWrongState: 1, rings.RegCtrEnables: 1} {
+		if got := h.regR(rings.Bar0Counter(id)); got != n || regs.Counter(id) != n {
+			t.Errorf("register counter %v: %d, want %d", id, got, n)
+		}
+	}
+
 	st := s.Stats()
-	if st.BadMessages < 10 || st.OutOfOrder != 3 || st.Refused < 8 || st.Started != 0 {
+	if st.BadMessages < 10 || st.OutOfOrder != 3 || st.Refused < 8 || st.Started != 1 || st.BadRegister != 10 {
 		t.Fatalf("server counters %+v", st)
 	}
 	// RESET drops the session's device and memory: MEMORY is next again.
 	want(t, "RESET", h.req(MsgReset, nil), StatusOK)
 	want(t, "CONFIG after RESET", h.req(MsgConfig, cfg), StatusOutOfOrder)
+	if s.Device() != nil || regs.Enabled() || regs.Counter(rings.RegCtrHostGone) != 0 {
+		t.Fatal("RESET left the device running, or counted a host gone")
+	}
 }
 
 // TestServerNextHostAfterDeath: a host that vanishes mid-session (its
@@ -238,17 +311,14 @@ func TestServerNextHostAfterDeath(t *testing.T) {
 		cfg, _ := json.Marshal(nic.Config{MAC: [6]byte{2, 0, 0, 0, 0, byte(i)}})
 		want(t, "CONFIG", h.req(MsgConfig, cfg, pb.File()), StatusOK)
 		pb.Close()
-		lay := func(base rings.Addr, es uint32) rings.Layout {
-			return rings.Layout{Base: base, Count: 16, EntrySize: es}
-		}
-		want(t, "RINGS", h.req(MsgRings, EncodeRings([4]rings.Layout{lay(rings.ArenaBase, rings.CommandEntrySize),
-			lay(rings.ArenaBase+0x1000, rings.NotificationEntrySize), lay(rings.ArenaBase+0x2000, rings.TxDescSize),
-			lay(rings.ArenaBase+0x3000, rings.RxDescSize)})), StatusOK)
 		_, efds := eventFDs(t)
 		want(t, "VECTORS", h.req(MsgVectors, EncodeVectors(VectorEventFD, 0), efds...), StatusOK)
-		want(t, "START", h.req(MsgStart, nil), StatusOK)
+		if h.regR(rings.RegCtrl) != 0 || h.regR(rings.Bar0Ring(0, rings.RingRegCount)) != 0 {
+			t.Fatalf("host %d found the last host's registers", i)
+		}
+		h.enable(testRings())
 		if s.Device() == nil {
-			t.Fatal("no running device after START")
+			t.Fatal("no running device after enable")
 		}
 		// The host dies: its socket closes with the device running.
 		h.c.Close()
@@ -264,15 +334,15 @@ func TestServerNextHostAfterDeath(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	}
-	if st := s.Stats(); st.Sessions != 3 || st.Started != 3 {
-		t.Fatalf("counters %+v", st)
+	if st := s.Stats(); st.Sessions != 3 || st.Started != 3 || s.Registers().Counter(rings.RegCtrHostGone) != 3 {
+		t.Fatalf("counters %+v, hosts gone %d", st, s.Registers().Counter(rings.RegCtrHostGone))
 	}
 }
 
 func TestHeaderCodec(t *testing.T) {
-	m := Message(MsgRings, 77, make([]byte, RingsBodySize))
+	m := Message(MsgRegWrite, 77, make([]byte, RegWriteBodySize))
 	var h Header
-	if err := h.Decode(m); err != nil || h.Type != MsgRings || h.Seq != 77 || h.Len != RingsBodySize {
+	if err := h.Decode(m); err != nil || h.Type != MsgRegWrite || h.Seq != 77 || h.Len != RegWriteBodySize {
 		t.Fatalf("%+v %v", h, err)
 	}
 	for n := range len(m) {
@@ -322,12 +392,7 @@ func TestServerKickWords(t *testing.T) {
 	cfg, _ := json.Marshal(nic.Config{MAC: [6]byte{2, 0, 0, 0, 0, 7}})
 	want(t, "CONFIG", h.req(MsgConfig, cfg, pb.File()), StatusOK)
 	pb.Close()
-	lay := func(base rings.Addr, es uint32) rings.Layout {
-		return rings.Layout{Base: base, Count: 16, EntrySize: es}
-	}
-	ls := [4]rings.Layout{lay(rings.ArenaBase, rings.CommandEntrySize), lay(rings.ArenaBase+0x1000, rings.NotificationEntrySize),
-		lay(rings.ArenaBase+0x2000, rings.TxDescSize), lay(rings.ArenaBase+0x3000, rings.RxDescSize)}
-	want(t, "RINGS", h.req(MsgRings, EncodeRings(ls)), StatusOK)
+	ls := testRings()
 
 	efds, files := eventFDs(t)
 	words := rings.ArenaBase + 0x8000
@@ -340,7 +405,7 @@ func TestServerKickWords(t *testing.T) {
 		t.Fatalf("refusals not counted: %+v", st)
 	}
 	want(t, "VECTORS", h.req(MsgVectors, EncodeVectorsKick(VectorEventFD, 0, words), files...), StatusOK)
-	want(t, "START", h.req(MsgStart, nil), StatusOK)
+	h.enable(ls)
 
 	wm, err := arena.Map(words, KickWordsSize)
 	if err != nil {
@@ -352,7 +417,7 @@ func TestServerKickWords(t *testing.T) {
 	}
 	cmdDone := &countKicks{bell: rings.NewBell()}
 	go efds[KickWordCommand].Forward(cmdDone)
-	cmd, err := rings.NewProducer(arena, ls[RingIdxCommand], 1, efds[KickWordDoor])
+	cmd, err := rings.NewProducer(arena, ls[rings.Bar0RingCommand], 1, efds[KickWordDoor])
 	if err != nil {
 		t.Fatal(err)
 	}
