@@ -90,8 +90,8 @@ const (
 	StatusOutOfOrder  ReplyStatus = 2 // not valid in the session's state (see docs/split.md)
 	StatusBadMemory   ReplyStatus = 3 // the memfd is too small or cannot be mapped
 	StatusBadConfig   ReplyStatus = 4 // the configuration is refused
-	StatusBadRings    ReplyStatus = 5 // a ring outside the memory, or bad geometry
-	StatusStartFailed ReplyStatus = 6 // the device did not start
+	StatusBadRings    ReplyStatus = 5 // version 1's RINGS only (a reserved number in version 2)
+	StatusStartFailed ReplyStatus = 6 // version 1's START only (a reserved number in version 2)
 	StatusUnsupported ReplyStatus = 7 // a feature or mode the device does not have
 	StatusBadRegister ReplyStatus = 8 // the register block refused the access; the reply's value is its rings.Bar0ErrCode
 )
