@@ -88,15 +88,10 @@ func (m *Model) read(off uint32) (uint32, bool) {
 		}
 		return m.msix[i][reg/4], true
 	case rgPBA:
-		var v uint32
 		if reg == 0 {
-			for i := range m.gates {
-				if m.gates[i].st.Load()&gatePending != 0 {
-					v |= 1 << i
-				}
-			}
+			return m.pending(), true
 		}
-		return v, true
+		return 0, true
 	}
 	return 0, false
 }
@@ -150,6 +145,18 @@ func (m *Model) readTop(reg uint32) (uint32, bool) {
 		return m.ctrArea[(reg-rings.RegCounterLo)/4], true
 	}
 	return 0, false
+}
+
+// pending is the pending-bit array's first word: bit v for each vector
+// holding a raise while masked. It reads only atomics.
+func (m *Model) pending() uint32 {
+	var v uint32
+	for i := range m.gates {
+		if m.gates[i].st.Load()&gatePending != 0 {
+			v |= 1 << i
+		}
+	}
+	return v
 }
 
 func b2u(b bool) uint32 {
