@@ -294,15 +294,17 @@ func TestServerBadInput(t *testing.T) {
 	}
 }
 
-// TestServerNextHostAfterDeath: a host that vanishes mid-session (its
-// socket closed with the device running) frees the device for the next
-// host, which gets a fresh device.
+// TestServerNextHostAfterDeath: a host that vanishes mid-transfer (its
+// socket closed with the device running and commands in flight) is
+// counted and frees the device for the next host, which finds every
+// register at its reset value and gets a fresh device; one host disables
+// and enables again on the way.
 func TestServerNextHostAfterDeath(t *testing.T) {
 	s, path := testServer(t)
 	for i := range 3 {
 		h := dialRaw(t, path)
 		want(t, "HELLO", h.req(MsgHello, EncodeU64(FeatureEventFD|FeaturePortFD)), StatusOK)
-		f, _ := memfd(t, 1<<20)
+		f, mem := memfd(t, 1<<20)
 		want(t, "MEMORY", h.req(MsgMemory, EncodeU64(1<<20), f), StatusOK)
 		pa, pb, err := port.SocketPair()
 		if err != nil {
@@ -311,7 +313,7 @@ func TestServerNextHostAfterDeath(t *testing.T) {
 		cfg, _ := json.Marshal(nic.Config{MAC: [6]byte{2, 0, 0, 0, 0, byte(i)}})
 		want(t, "CONFIG", h.req(MsgConfig, cfg, pb.File()), StatusOK)
 		pb.Close()
-		_, efds := eventFDs(t)
+		hostEFDs, efds := eventFDs(t)
 		want(t, "VECTORS", h.req(MsgVectors, EncodeVectors(VectorEventFD, 0), efds...), StatusOK)
 		if h.regR(rings.RegCtrl) != 0 || h.regR(rings.Bar0Ring(0, rings.RingRegCount)) != 0 {
 			t.Fatalf("host %d found the last host's registers", i)
@@ -320,6 +322,39 @@ func TestServerNextHostAfterDeath(t *testing.T) {
 		if s.Device() == nil {
 			t.Fatal("no running device after enable")
 		}
+		if i == 1 {
+			// A disable and an enable: the device is built afresh on
+			// the registers and a new port on the same wire.
+			h.regW("disable", rings.RegCtrl, 0, StatusOK, 0)
+			if s.Device() != nil {
+				t.Fatal("a device still runs after disable")
+			}
+			h.regW("enable again", rings.RegCtrl, uint32(rings.CtrlEnable), StatusOK, 0)
+			if s.Device() == nil {
+				t.Fatal("no device after the second enable")
+			}
+		}
+		// Mid-transfer: commands posted and the doorbell rung, and the
+		// host dies before they complete.
+		arena, err := rings.NewArenaOn(mem)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd, err := rings.NewProducer(arena, testRings()[rings.Bar0RingCommand], 1, hostEFDs[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for n := range 8 {
+			e := cmd.Next()
+			if e == nil {
+				break
+			}
+			c := rings.Command{Opcode: rings.OpNop, Conn: rings.NoConn, Tag: uint64(n)}
+			c.Encode(rings.CommandEntry(e))
+			cmd.Commit()
+		}
+		cmd.Publish()
+		hostEFDs[0].Kick()
 		// The host dies: its socket closes with the device running.
 		h.c.Close()
 		// The device's port goes down with the session.
@@ -334,7 +369,7 @@ func TestServerNextHostAfterDeath(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	}
-	if st := s.Stats(); st.Sessions != 3 || st.Started != 3 || s.Registers().Counter(rings.RegCtrHostGone) != 3 {
+	if st := s.Stats(); st.Sessions != 3 || st.Started != 4 || s.Registers().Counter(rings.RegCtrHostGone) != 3 {
 		t.Fatalf("counters %+v, hosts gone %d", st, s.Registers().Counter(rings.RegCtrHostGone))
 	}
 }
