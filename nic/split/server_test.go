@@ -3,6 +3,7 @@ package split
 import (
 	"encoding/json"
 	"errors"
+	"math/rand"
 	"net"
 	"os"
 	"path/filepath"
@@ -523,5 +524,105 @@ func TestServerKickWords(t *testing.T) {
 	}
 	if st := s.Stats(); st.BadKickWords != 1 {
 		t.Fatalf("%+v", st)
+	}
+}
+
+// TestServerRegisterGarbage: a host that writes thousands of random
+// register values (biased to the real registers and to values that
+// place rings inside its memory, so the device is enabled and disabled on
+// garbage) and then scribbles over its memory and vanishes leaves a
+// device that serves the next host as if it were the first.
+func TestServerRegisterGarbage(t *testing.T) {
+	s, path := testServer(t)
+	rnd := rand.New(rand.NewSource(29))
+	h := dialRaw(t, path)
+	want(t, "HELLO", h.req(MsgHello, EncodeU64(FeatureEventFD|FeaturePortFD)), StatusOK)
+	f, mem := memfd(t, 1<<20)
+	want(t, "MEMORY", h.req(MsgMemory, EncodeU64(1<<20), f), StatusOK)
+	pa, pb, err := port.SocketPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pa.Close()
+	cfg, _ := json.Marshal(nic.Config{MAC: [6]byte{2, 0, 0, 0, 0, 1}})
+	want(t, "CONFIG", h.req(MsgConfig, cfg, pb.File()), StatusOK)
+	pb.Close()
+	_, efds := eventFDs(t)
+	want(t, "VECTORS", h.req(MsgVectors, EncodeVectors(VectorEventFD, 0), efds...), StatusOK)
+	offs := []uint32{rings.RegCtrl, rings.RegCtrl, rings.RegDrvFeatures, rings.RegCounterLo, rings.RegCounterLen, rings.RegMTU,
+		rings.Bar0Vec(0, rings.VecRegMask), rings.Bar0Vec(0, rings.VecRegModUsecs), rings.Bar0Msix(2, rings.MsixOffCtrl)}
+	for r := 0; r < rings.Bar0Rings; r++ {
+		offs = append(offs, rings.Bar0Ring(r, rings.RingRegBaseLo), rings.Bar0Ring(r, rings.RingRegCount), rings.Bar0Ring(r, rings.RingRegDoorbell))
+	}
+	enabled := 0
+	for i := 0; i < 3000; i++ {
+		off := offs[rnd.Intn(len(offs))]
+		if rnd.Intn(8) == 0 {
+			off = uint32(rnd.Intn(rings.Bar0Bytes + 64))
+		}
+		var v uint32
+		switch rnd.Intn(4) {
+		case 0:
+			v = rnd.Uint32()
+		case 1:
+			v = uint32(rnd.Intn(4))
+		case 2:
+			v = 1 << rnd.Intn(8)
+		default:
+			v = uint32(rings.ArenaBase) + uint32(rnd.Intn(16))*0x4000
+		}
+		if rnd.Intn(200) == 0 {
+			// Now and then a real placement, so the garbage that follows
+			// lands on a running device.
+			for r, l := range testRings() {
+				h.req(MsgRegWrite, EncodeRegWrite(rings.Bar0Ring(r, rings.RingRegBaseLo), uint32(l.Base)))
+				h.req(MsgRegWrite, EncodeRegWrite(rings.Bar0Ring(r, rings.RingRegBaseHi), 0))
+				h.req(MsgRegWrite, EncodeRegWrite(rings.Bar0Ring(r, rings.RingRegCount), l.Count))
+			}
+			h.req(MsgRegWrite, EncodeRegWrite(rings.RegCtrl, uint32(rings.CtrlEnable)))
+		}
+		if rnd.Intn(50) == 0 && s.Device() != nil {
+			// The device runs on rings the host now scribbles over.
+			rnd.Read(mem[:0x40000])
+		}
+		r := h.req(MsgRegWrite, EncodeRegWrite(off, v))
+		if r.Status != StatusOK && r.Status != StatusBadRegister {
+			t.Fatalf("write %#x = %#x: %v %s", off, v, r.Status, r.Msg)
+		}
+		if s.Device() != nil {
+			enabled++
+		}
+	}
+	t.Logf("%d writes with the device running; server counters %+v", enabled, s.Stats())
+	h.c.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for s.Device() != nil || s.Stats().HostsGone != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("session not torn down: %+v", s.Stats())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// The next host: a clean bring-up.
+	h2 := dialRaw(t, path)
+	want(t, "HELLO", h2.req(MsgHello, EncodeU64(FeatureEventFD|FeaturePortFD)), StatusOK)
+	f2, _ := memfd(t, 1<<20)
+	want(t, "MEMORY", h2.req(MsgMemory, EncodeU64(1<<20), f2), StatusOK)
+	pa2, pb2, err := port.SocketPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pa2.Close()
+	want(t, "CONFIG", h2.req(MsgConfig, cfg, pb2.File()), StatusOK)
+	pb2.Close()
+	_, efds2 := eventFDs(t)
+	want(t, "VECTORS", h2.req(MsgVectors, EncodeVectors(VectorEventFD, 0), efds2...), StatusOK)
+	for _, off := range []uint32{rings.RegCtrl, rings.RegDrvFeatures, rings.RegError, rings.Bar0Ring(2, rings.RingRegCount), rings.Bar0Vec(0, rings.VecRegMask)} {
+		if v := h2.regR(off); v != 0 {
+			t.Fatalf("register %#x is %#x for the next host", off, v)
+		}
+	}
+	h2.enable(testRings())
+	if enabled == 0 {
+		t.Fatal("the garbage never enabled the device: the test did not test running on garbage")
 	}
 }
