@@ -564,15 +564,8 @@ func (d *splitDevice) enable(rc rings.RingConfig) error {
 	if err != nil {
 		return err
 	}
-	writes := [][2]uint32{{rings.RegCtrl, uint32(rings.CtrlReset)}, {rings.RegDrvFeatures, feat}}
-	for r, l := range rc.Layouts() {
-		writes = append(writes, [2]uint32{rings.Bar0Ring(r, rings.RingRegBaseLo), uint32(l.Base)},
-			[2]uint32{rings.Bar0Ring(r, rings.RingRegBaseHi), uint32(uint64(l.Base) >> 32)},
-			[2]uint32{rings.Bar0Ring(r, rings.RingRegCount), l.Count})
-	}
-	writes = append(writes, [2]uint32{rings.RegCtrl, uint32(rings.CtrlEnable)})
-	for _, w := range writes {
-		if _, err := d.request(split.MsgRegWrite, split.EncodeRegWrite(w[0], w[1])); err != nil {
+	for _, w := range rings.Bar0BringUp(rc, rings.Bar0Feature(feat)) {
+		if _, err := d.request(split.MsgRegWrite, split.EncodeRegWrite(w.Off, w.Val)); err != nil {
 			return err
 		}
 	}

@@ -226,3 +226,25 @@ var regCounterNames = [Bar0RegCounters]string{"bad_offset", "read_only", "wrong_
 	"ring_setup", "no_doorbell", "enable_failed", "host_gone", "resets", "enables", "interrupts", "masked_raises"}
 
 func (id RegCounterID) String() string { return idName(regCounterNames[:], uint32(id), "reg_counter_") }
+
+// RegWrite is one register write: Val to the register at Off.
+type RegWrite struct{ Off, Val uint32 }
+
+// Bar0RingWrites are the writes that place ring r at l: its base, low
+// and high word, and its count.
+func Bar0RingWrites(r int, l Layout) [3]RegWrite {
+	return [3]RegWrite{{Bar0Ring(r, RingRegBaseLo), uint32(l.Base)}, {Bar0Ring(r, RingRegBaseHi), uint32(uint64(l.Base) >> 32)},
+		{Bar0Ring(r, RingRegCount), l.Count}}
+}
+
+// Bar0BringUp is a driver's bring-up as register writes (docs/bar0.md, "A
+// driver's bring-up"): reset, the features it uses, every ring of rc,
+// enable. A driver then reads RegStatus.
+func Bar0BringUp(rc RingConfig, feat Bar0Feature) []RegWrite {
+	ws := []RegWrite{{RegCtrl, uint32(CtrlReset)}, {RegDrvFeatures, uint32(feat)}}
+	for r, l := range rc.Layouts() {
+		w := Bar0RingWrites(r, l)
+		ws = append(ws, w[:]...)
+	}
+	return append(ws, RegWrite{RegCtrl, uint32(CtrlEnable)})
+}

@@ -87,10 +87,10 @@ func mustR(t *testing.T, m *Model, off uint32) uint32 {
 func placeRings(t *testing.T, m *Model, base rings.Addr) {
 	t.Helper()
 	for r := 0; r < rings.Bar0Rings; r++ {
-		mustW(t, m, rings.Bar0Ring(r, rings.RingRegBaseLo), uint32(base))
-		mustW(t, m, rings.Bar0Ring(r, rings.RingRegBaseHi), uint32(uint64(base)>>32))
-		mustW(t, m, rings.Bar0Ring(r, rings.RingRegCount), 64)
-		l := rings.Layout{Count: 64, EntrySize: rings.Bar0RingEntry(r)}
+		l := rings.Layout{Base: base, Count: 64, EntrySize: rings.Bar0RingEntry(r)}
+		for _, w := range rings.Bar0RingWrites(r, l) {
+			mustW(t, m, w.Off, w.Val)
+		}
 		base += rings.Addr((l.Size() + 63) &^ 63)
 	}
 }

@@ -142,13 +142,9 @@ func (h *rawHost) regR(off uint32) uint32 {
 // device.
 func (h *rawHost) enable(ls [4]rings.Layout) {
 	h.t.Helper()
-	h.regW("reset", rings.RegCtrl, uint32(rings.CtrlReset), StatusOK, 0)
-	for r, l := range ls {
-		h.regW("base", rings.Bar0Ring(r, rings.RingRegBaseLo), uint32(l.Base), StatusOK, 0)
-		h.regW("base", rings.Bar0Ring(r, rings.RingRegBaseHi), uint32(uint64(l.Base)>>32), StatusOK, 0)
-		h.regW("count", rings.Bar0Ring(r, rings.RingRegCount), l.Count, StatusOK, 0)
+	for _, w := range rings.Bar0BringUp(rings.Bar0RingConfig(ls), 0) {
+		h.regW("bring-up", w.Off, w.Val, StatusOK, 0)
 	}
-	h.regW("enable", rings.RegCtrl, uint32(rings.CtrlEnable), StatusOK, 0)
 	if st := h.regR(rings.RegStatus); st&uint32(rings.StatusEnabled) == 0 {
 		h.t.Fatalf("status %#x after enable", st)
 	}
@@ -574,12 +570,9 @@ func TestServerRegisterGarbage(t *testing.T) {
 		if rnd.Intn(200) == 0 {
 			// Now and then a real placement, so the garbage that follows
 			// lands on a running device.
-			for r, l := range testRings() {
-				h.req(MsgRegWrite, EncodeRegWrite(rings.Bar0Ring(r, rings.RingRegBaseLo), uint32(l.Base)))
-				h.req(MsgRegWrite, EncodeRegWrite(rings.Bar0Ring(r, rings.RingRegBaseHi), 0))
-				h.req(MsgRegWrite, EncodeRegWrite(rings.Bar0Ring(r, rings.RingRegCount), l.Count))
+			for _, w := range rings.Bar0BringUp(rings.Bar0RingConfig(testRings()), 0)[2:] {
+				h.req(MsgRegWrite, EncodeRegWrite(w.Off, w.Val))
 			}
-			h.req(MsgRegWrite, EncodeRegWrite(rings.RegCtrl, uint32(rings.CtrlEnable)))
 		}
 		if rnd.Intn(50) == 0 && s.Device() != nil {
 			// The device runs on rings the host now scribbles over.
