@@ -75,6 +75,11 @@ type conn struct {
 	sacked         scoreboard // what the peer reported holding above SND.UNA
 	highRxt        seq        // highest byte retransmitted in this recovery, plus one
 	rtxOut         uint32     // bytes retransmitted in this recovery not yet acknowledged
+	// A window cut outside recovery (a tail probe's repaired loss,
+	// tlpAck) covers the flight up to cwrEnd: a loss found in it starts
+	// a recovery to resend, but no second cut (cwrCovers).
+	cwr    bool
+	cwrEnd seq
 
 	// RTT and retransmission timer (RFC 6298).
 	srtt, rttvar int64 // ns

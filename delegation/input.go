@@ -421,6 +421,9 @@ func (c *conn) newAck(now int64, s *segment) {
 	c.backoff = 0
 	c.tlpOut = 0
 	c.rtxAt = 0 // a new head
+	if c.cwr && !c.cwrCovers() {
+		c.cwr = false // the flight the probe's cut was for is acknowledged
+	}
 	if c.inRecovery {
 		if c.sndUna.GreaterThan(c.recover) {
 			// Full ACK (RFC 6582 §3.2 step 3): the window is where PRR
@@ -514,8 +517,22 @@ func (c *conn) enterRecovery(now int64) {
 	c.st.fastRecoveries++
 	c.tlpAt = 0
 	flight := c.sndMax.Sub(c.sndUna)
-	c.recoveryUndoStart()
-	c.ccLoss(flight)
+	if c.cwrCovers() {
+		// A tail probe's verdict cut the window for this flight
+		// already (tlpAck): the recovery resends, PRR paces it toward
+		// that ssthresh, and there is nothing of its own to undo.
+		c.cc.recUndo = false
+	} else {
+		c.recoveryUndoStart()
+		c.ccLoss(flight)
+	}
+	c.cwr = false
+	// This recovery's cut is the probe's episode's too: a verdict on a
+	// probe sent before it (tlpAck, on the ACK that passes the probe's
+	// SND.MAX) would cut the window a second time for the same loss. On
+	// a TAP at 2% loss, one recovery in four was followed by that second
+	// cut (Linux clears tlp_high_seq when a reduction starts).
+	c.rack.tlpRtx = false
 	c.prrStart(flight)
 	c.recover = c.sndMax - 1
 	c.inRecovery = true

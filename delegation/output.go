@@ -381,7 +381,9 @@ func (c *conn) rtoExpired(now int64) {
 		// Kept to undo, should the peer show the timeout needless.
 		c.undoOK, c.undoCwnd, c.undoSsthresh, c.undoSeq = c.sackOK, c.cwnd, c.ssthresh, c.sndUna
 		c.cc.undoWMax = c.cc.wMax
-		c.cc.recUndo = false // a timeout: the last recovery's undo no longer applies
+		c.cc.recUndo = false  // a timeout: the last recovery's undo no longer applies
+		c.rack.tlpRtx = false // nor a probe's verdict: this cut covers its loss
+		c.cwr = false
 		c.ccLoss(c.sndMax.Sub(c.sndUna))
 	}
 	c.cwnd = mss

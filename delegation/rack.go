@@ -192,7 +192,16 @@ type rackState struct {
 // passes where SND.MAX stood at the probe (conn.tlpHigh) with no D-SACK,
 // the probe repaired a loss the ACK clock never saw: a congestion event
 // like any other, one window cut, with no recovery to go through (Linux's
-// tcp_process_tlp_ack). A recovery in the meantime made the cut already.
+// tcp_process_tlp_ack). A recovery or a timeout since the probe made the
+// cut already and closed the verdict (enterRecovery, rtoExpired).
+//
+// The cut is no recovery: nothing is resent, and RFC 6582's recover stays
+// where it was. A loss found later in the same flight (a super-frame sent
+// on the probe's ACK and lost whole) starts a recovery to resend it, which
+// cuts no further (cwrCovers; Linux enters Recovery from CWR the same way).
+// Setting recover here, as this did, barred that recovery: the hole was
+// left to the RTO while new data went out and was SACKed (14-40 ms stalls
+// on a TAP with a 50 µs round trip).
 func (c *conn) tlpAck(ack seq, dsack, pure bool) {
 	r := &c.rack
 	if !r.tlpRtx || ack.LessThan(c.tlpHigh) {
@@ -203,15 +212,21 @@ func (c *conn) tlpAck(ack seq, dsack, pure bool) {
 		r.tlpRtx = false
 	case ack.GreaterThan(c.tlpHigh):
 		r.tlpRtx = false
-		if !c.inRecovery && c.sndUna.GreaterThan(c.recover) {
+		if !c.inRecovery && c.sndUna.GreaterThan(c.recover) && !c.cwrCovers() {
 			c.ccLoss(c.sndMax.Sub(c.sndUna))
 			c.cwnd = min(c.cwnd, c.ssthresh)
 			c.caAcked = 0
-			c.recover = c.sndMax - 1 // one cut for this flight
+			c.cwr, c.cwrEnd = true, c.sndMax // one cut for this flight
 		}
 	case pure && ack == c.sndUna:
 		r.tlpRtx = false
 	}
+}
+
+// cwrCovers reports whether a tail probe's window cut (tlpAck) covers what
+// is outstanding: the flight it was made for is not yet acknowledged whole.
+func (c *conn) cwrCovers() bool {
+	return c.cwr && c.sndUna.LessThan(c.cwrEnd)
 }
 
 // txSent is every transmission's record (emit).
