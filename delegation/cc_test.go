@@ -377,3 +377,37 @@ func TestDSACKSent(t *testing.T) {
 		}
 	}
 }
+
+// TestPRRStretchAck: below ssthresh, PRR-SSRB lets recovery send twice
+// what an ACK delivered when that ACK covers a super-frame (a GRO or LRO
+// receiver's one ACK for 44 segments), slow start's pace per segment, not
+// one segment more than it delivered; never past ssthresh, and RFC 6937's
+// segment more without SACK, where what an ACK delivered is a guess. Above
+// ssthresh the proportional share is unchanged.
+func TestPRRStretchAck(t *testing.T) {
+	const mss = 1000
+	recovering := func(sack bool) *conn {
+		c := &conn{e: &Engine{}, mss: mss, sackOK: sack, ssthresh: 70 * mss}
+		c.prrStart(100 * mss)
+		return c
+	}
+	for _, tc := range []struct {
+		name            string
+		sack            bool
+		delivered, pipe uint32
+		want            uint32
+	}{
+		{"a super-frame delivered, pipe empty", true, 44 * mss, 0, 70 * mss},       // 88 segments allowed, ssthresh caps
+		{"a super-frame delivered, pipe half", true, 20 * mss, 35 * mss, 35 * mss}, // 40 allowed, 35 to ssthresh
+		{"stretch ACK", true, 10 * mss, 0, 20 * mss},
+		{"one segment", true, mss, 0, 2 * mss},
+		{"without SACK", false, 10 * mss, 0, 11 * mss},
+		{"above ssthresh", true, 10 * mss, 80 * mss, 7 * mss}, // ceil(10 × 70/100)
+	} {
+		c := recovering(tc.sack)
+		c.prrAck(tc.delivered, tc.pipe)
+		if c.cc.sndcnt != tc.want || c.cwnd != tc.pipe+tc.want {
+			t.Errorf("%s: sndcnt %d, cwnd %d; want %d, %d", tc.name, c.cc.sndcnt, c.cwnd, tc.want, tc.pipe+tc.want)
+		}
+	}
+}
