@@ -156,8 +156,11 @@
 // timer for what is not old enough yet; retransmissions lost again are
 // found the same way; the pipe is the un-SACKed bytes not marked lost), the
 // window brought down through recovery by Proportional Rate Reduction (RFC
-// 6937), a resent head that brings no ACK in two round trips resent again,
-// the tail loss probe (RFC 8985 §7), D-SACK undo of spurious recoveries and
+// 6937; below ssthresh at slow start's pace per byte delivered, so that a
+// peer's stretch ACK for a whole super-frame does not make it linear), a
+// resent head that brings no ACK in two round trips resent again, the tail
+// loss probe (RFC 8985 §7, whose verdict cuts the window once for a loss
+// it repaired without a recovery, §7.4), D-SACK undo of spurious recoveries and
 // timeouts (RFC 2883), Nagle's algorithm when the host asks for it, RTO
 // per RFC 6298 (timestamps or Karn samples, Config.MinRTO, exponential
 // backoff, Config.MaxRetries → NtfTimeout + RST; after a timeout the engine
