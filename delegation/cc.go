@@ -231,10 +231,11 @@ func (c *conn) prrStart(flight uint32) {
 // (the Linux kernel behind a TAP, this engine: maxStretch) acknowledges a
 // whole super-frame with one ACK, and one segment per ACK made the ramp
 // linear: a flight of one 44-segment super-frame lost whole (found by the
-// tail probe, pipe 0) took 8-10 round trips to resend, about a fifth of a
-// 2%-loss transfer's time on a TAP. Twice what was delivered is slow
-// start's pace per segment acknowledged (RFC 3465's byte counting), never
-// less than RFC 6937's, and pipe still never passes ssthresh. Only with
+// tail probe, pipe 0) took 8-10 round trips to resend, and recoveries were
+// up to 13% of a 2%-loss transfer's time on a TAP. Twice what was
+// delivered is slow start's pace per segment acknowledged (RFC 3465's byte
+// counting), never less than RFC 6937's, and pipe still never passes
+// ssthresh. Only with
 // SACK: without it what an ACK delivered is a guess (a duplicate ACK
 // delivers nothing SND.UNA or the scoreboard can show), and RFC 6937's
 // pace stands.
