@@ -130,16 +130,19 @@ func (l *OffloadListener) listen(addr netip.Addr, port uint16, tracked []netip.A
 		return fmt.Errorf("tcpstack: listen on %v port %d: %s", addr, port, terr)
 	}
 	le.ep = ep
-	we := waiter.NewFunctionEntry(waiter.ReadableEvents, func(waiter.EventMask) {
-		select {
-		case l.ready <- struct{}{}:
-		default:
-		}
-	})
+	we := waiter.NewFunctionEntry(waiter.ReadableEvents, func(waiter.EventMask) { l.signal() })
 	le.we = &we
 	le.wq.EventRegister(le.we)
 	l.eps = append(l.eps, le)
 	return nil
+}
+
+// signal wakes an Accept waiting for either family's endpoint.
+func (l *OffloadListener) signal() {
+	select {
+	case l.ready <- struct{}{}:
+	default:
+	}
 }
 
 // Accept waits for a connection of either family and delegates it.
@@ -166,6 +169,9 @@ func (l *OffloadListener) Accept() (net.Conn, error) {
 		if terr != nil {
 			return nil, &net.OpError{Op: "accept", Net: "tcp", Err: fmt.Errorf("%s", terr)}
 		}
+		// More may be waiting, for another Accept whose wake-up this
+		// one's took (ready holds one): let it look.
+		l.signal()
 		la, terr := n.GetLocalAddress()
 		if terr != nil {
 			n.Close()
