@@ -476,6 +476,3 @@ func (h *Host) failDelegated(err error) {
 		c.mu.Unlock()
 	}
 }
-
-// ErrNotIPv4 is returned for addresses that are not IPv4.
-var ErrNotIPv4 = errors.New("tcpstack: IPv4 only")
