@@ -11,6 +11,7 @@ import (
 
 	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/nic/hdr"
+	"github.com/emunic/emunic/nic/port"
 )
 
 // TestDelegateLearnsMissedFlow: a connection accepted on an offload
@@ -25,10 +26,21 @@ func TestDelegateLearnsMissedFlow(t *testing.T) {
 	for _, tc := range []struct {
 		name                  string
 		halfClosed, streaming bool
-	}{{"established", false, false}, {"close-wait", true, false}, {"streaming", false, true}} {
+		ipv6                  bool
+	}{{"established", false, false, false}, {"close-wait", true, false, false}, {"streaming", false, true, false},
+		{"established-ipv6", false, false, true}, {"streaming-ipv6", false, true, true}} {
 		halfClosed := tc.halfClosed
 		t.Run(tc.name, func(t *testing.T) {
-			a, b, _ := gateHosts(t, nil, nil)
+			var a, b *Host
+			aAddr, bAddr := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")
+			if tc.ipv6 {
+				// Learned over IPv6: the next hop's MAC comes from
+				// neighbour discovery's table.
+				a, b = dualPair(t, port.WireConfig{})
+				aAddr, bAddr = addr6A, addr6B
+			} else {
+				a, b, _ = gateHosts(t, nil, nil)
+			}
 			if err := a.Offload(OffloadConfig{CommandTimeout: time.Minute}); err != nil {
 				t.Fatal(err)
 			}
@@ -39,7 +51,7 @@ func TestDelegateLearnsMissedFlow(t *testing.T) {
 			defer l.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			peer, err := b.Dial(ctx, netip.AddrPortFrom(a.Addr(), 5070))
+			peer, err := b.Dial(ctx, netip.AddrPortFrom(aAddr, 5070))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -54,7 +66,7 @@ func TestDelegateLearnsMissedFlow(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			k := hdr.Tuple{LocalIP: a.Addr(), RemoteIP: b.Addr(), LocalPort: 5070, RemotePort: uint16(peer.LocalAddr().(*net.TCPAddr).Port)}
+			k := hdr.Tuple{LocalIP: aAddr, RemoteIP: bAddr, LocalPort: 5070, RemotePort: uint16(peer.LocalAddr().(*net.TCPAddr).Port)}
 			testutil.Eventually(t, "the early bytes (and FIN) tracked", 10*time.Second, func() bool {
 				fi, ok := a.Driver.flows.snapshot(k)
 				return ok && fi.rcvNxt-fi.irs-1 == 3000+b2u(halfClosed)
@@ -78,7 +90,7 @@ func TestDelegateLearnsMissedFlow(t *testing.T) {
 			if n := a.FlowsLearned(); n != 1 {
 				t.Fatalf("%d flows learned, want 1", n)
 			}
-			if fi, ok := a.Driver.flows.snapshot(k); !ok || !fi.learned || !fi.frozen || fi.dconn != dc {
+			if fi, ok := a.Driver.flows.snapshot(k); !ok || !fi.learned || !fi.frozen || fi.dconn != dc || fi.nextHopMAC != macB {
 				t.Fatalf("the learned flow's entry: %v %+v", ok, fi)
 			}
 			got := make([]byte, len(early))

@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"os/exec"
@@ -17,17 +16,16 @@ import (
 
 	"github.com/emunic/emunic/board"
 	"github.com/emunic/emunic/internal/testutil"
-	"github.com/emunic/emunic/nic"
 	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/rings"
 	"github.com/emunic/emunic/tcpstack"
 	"github.com/emunic/emunic/tcpstack/services"
 )
 
-// sendRaw writes one whole Ethernet frame out of the namespace's interface
+// sendRaw writes whole Ethernet frames out of the namespace's interface
 // ifname through a packet socket: bad input the kernel's own stack would
 // never send.
-func (ns *netns) sendRaw(ifname string, frame []byte) error {
+func (ns *netns) sendRaw(ifname string, frames ...[]byte) error {
 	return ns.do(func() error {
 		ifi, err := net.InterfaceByName(ifname)
 		if err != nil {
@@ -38,9 +36,14 @@ func (ns *netns) sendRaw(ifname string, frame []byte) error {
 			return err
 		}
 		defer syscall.Close(fd)
-		sa := &syscall.SockaddrLinklayer{Ifindex: ifi.Index, Halen: 6}
-		copy(sa.Addr[:], frame[:6])
-		return syscall.Sendto(fd, frame, 0, sa)
+		for _, frame := range frames {
+			sa := &syscall.SockaddrLinklayer{Ifindex: ifi.Index, Halen: 6}
+			copy(sa.Addr[:], frame[:6])
+			if err := syscall.Sendto(fd, frame, 0, sa); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 }
 
@@ -98,22 +101,7 @@ func TestTAPKernelPeerIPv6(t *testing.T) {
 		echoExchange(t, c, 1<<20)
 	})
 	t.Run("dial6", func(t *testing.T) { // the host resolves the kernel by NDP
-		var kl net.Listener
-		if err := ns.do(func() (err error) {
-			kl, err = net.Listen("tcp6", netip.AddrPortFrom(kernel6.Addr(), 0).String())
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		defer kl.Close()
-		go func() {
-			c, err := kl.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close()
-			io.Copy(c, c)
-		}()
+		kl := ns.echoOnce(t, kernel6.Addr())
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		c, err := host.Dial(ctx, netip.MustParseAddrPort(kl.Addr().String()))
@@ -124,39 +112,18 @@ func TestTAPKernelPeerIPv6(t *testing.T) {
 		echoExchange(t, c, 1<<20)
 	})
 	t.Run("badInput", func(t *testing.T) {
-		if host.Device == nil {
-			t.Skip("the device runs in another process (EMUNIC_SPLIT): its IPv6 drop counters are not in the stat block")
-		}
 		kmac := kernelMAC(t, ns, name)
-		for _, c := range []struct {
-			name string
-			next uint8
-			ext  []byte
-			id   nic.IPv6Drop
-		}{
-			{"routing header type 0", hdr.ProtoIPv6Routing, []byte{hdr.ProtoTCP, 0, hdr.RoutingType0, 1, 0, 0, 0, 0}, nic.IPv6DropRoutingType0},
-			{"atomic fragment", hdr.ProtoIPv6Fragment, []byte{hdr.ProtoTCP, 0, 0, 0, 0, 0, 0, 1}, nic.IPv6DropFragment},
-			{"jumbogram", hdr.ProtoIPv6HopByHop, []byte{hdr.ProtoTCP, 0, hdr.IPv6OptJumboPayld, 4, 0, 1, 0, 0}, nic.IPv6DropJumbogram},
-			{"destination options three times", hdr.ProtoIPv6DstOpts, []byte{
-				hdr.ProtoIPv6DstOpts, 0, 1, 4, 0, 0, 0, 0,
-				hdr.ProtoIPv6DstOpts, 0, 1, 4, 0, 0, 0, 0,
-				hdr.ProtoTCP, 0, 1, 4, 0, 0, 0, 0}, nic.IPv6DropExtChain},
-		} {
-			before := host.Device.IPv6DropCount(c.id)
-			f := make([]byte, hdr.EthernetSize+hdr.IPv6Size+len(c.ext)+hdr.TCPMinSize)
-			(&hdr.EthernetFields{Dst: mac, Src: kmac, Type: hdr.EtherTypeIPv6}).Encode(f)
-			ip := hdr.IPv6(f[hdr.EthernetSize:])
-			(&hdr.IPv6Fields{PayloadLen: uint16(len(c.ext) + hdr.TCPMinSize), NextHeader: c.next, HopLimit: 64,
-				Src: kernel6.Addr().As16(), Dst: emu6.Addr().As16()}).Encode(ip)
-			copy(ip[hdr.IPv6Size:], c.ext)
-			seg := hdr.TCP(ip[hdr.IPv6Size+len(c.ext):])
-			(&hdr.TCPFields{SrcPort: 40000, DstPort: services.EchoPort, HeaderLen: hdr.TCPMinSize, Flags: hdr.TCPFlagSYN}).Encode(seg)
-			seg.SetChecksum(ip.TransportChecksum(hdr.ProtoTCP, seg))
+		for _, c := range badIPv6Chains {
+			// Read from the counter area by StatID, as a driver does: the
+			// same with the device in another process (EMUNIC_SPLIT).
+			before := statOf(t, host.Host, c.id.Stat())
+			f := badIPv6Frame(mac, kmac, netip.AddrPortFrom(kernel6.Addr(), 40000), netip.AddrPortFrom(emu6.Addr(), services.EchoPort),
+				c.next, c.ext, hdr.TCPFields{Flags: hdr.TCPFlagSYN})
 			if err := ns.sendRaw(name, f); err != nil {
 				t.Fatal(err)
 			}
 			deadline := time.Now().Add(5 * time.Second)
-			for host.Device.IPv6DropCount(c.id) == before {
+			for statOf(t, host.Host, c.id.Stat()) == before {
 				if time.Now().After(deadline) {
 					t.Fatalf("%s: not counted as %v", c.name, c.id)
 				}
@@ -249,8 +216,8 @@ func kernelMAC(t *testing.T, ns *netns, ifname string) [6]byte {
 
 // TestTAPServeCommandIPv6 runs 'emunic serve' with an IPv4 and an IPv6
 // --addr, plain and with --offload, and has the kernel ping it over IPv6
-// and use its echo service over TCP/IPv6 (on netstack: IPv6 connections are
-// not delegated yet, so an --offload serve takes them there) and over IPv4.
+// and use its echo service over TCP/IPv6 (delegated by an --offload serve,
+// as IPv4 ones are) and over IPv4.
 func TestTAPServeCommandIPv6(t *testing.T) {
 	testutil.RequireTAP(t)
 	exe := buildEmunic(t)
@@ -284,6 +251,13 @@ func TestTAPServeCommandIPv6(t *testing.T) {
 			echoExchange(t, c4, 1<<20)
 			c4.Close()
 			srv.waitLog(" closed after ", 2, 10*time.Second)
+			if len(mode) > 0 {
+				// Both connections went to the unit, the IPv6 one too.
+				srv.waitLog(" delegated as conn ", 2, 10*time.Second)
+				if !strings.Contains(srv.stderr.String(), "[fd00:79::1]:") {
+					t.Errorf("no IPv6 connection logged as delegated:\n%s", srv.stderr.String())
+				}
+			}
 			out := srv.interrupt()
 			if want := fmt.Sprintf("echo 2 %d %d 0", 2<<20, 2<<20); !strings.Contains(strings.Join(strings.Fields(out), " "), want) {
 				t.Errorf("serve's services table lacks %q:\n%s", want, out)
