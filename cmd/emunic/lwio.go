@@ -189,14 +189,15 @@ func parseLWIOFlags(sub string, args []string, stdout io.Writer) (lwioConfig, er
 	cfg := lwioConfig{MTU: 1500}
 	fs := newFlagSet(cmd.name)
 	var addr prefixValue
-	var gw, server addrValue
+	var gw addrValue
+	var server endpointValue
 	mtu := mtuValue(cfg.MTU)
 	arena := sizeValue(256 << 20)
 	pipe, rdma := uintValue(lwio.DefaultPipePort), uintValue(lwio.DefaultRDMAPort)
 	fs.StringVar(&cfg.Tap, "tap", "", "TAP device `NAME` to attach to, created if missing (required)")
 	fs.Var(&addr, "addr", "this host's address with prefix length, a `CIDR` such as 10.9.1.2/24 (required); repeat it for IPv6 ones too (fd00:9::2/64): the first IPv4 one is the primary, which LWIO uses")
 	fs.Var(&mtu, "mtu", "IP MTU `N` of the NIC and the TAP (68-65535)")
-	fs.Var(&gw, "gateway", "default route via `IP`, inside --addr's subnet")
+	fs.Var(&gw, "gateway", "default route via `IP`, IPv4 or IPv6, inside the subnet of an --addr of its family (or an IPv6 link-local address)")
 	fs.Var(&arena, "arena", "host memory, `SIZE`: LWIO's buffers come from it")
 	fs.Var(&pipe, "pipe-port", "the server's pipe TCP `PORT`")
 	var keyFile string
@@ -211,7 +212,7 @@ func parseLWIOFlags(sub string, args []string, stdout io.Writer) (lwioConfig, er
 		fs.StringVar(&cfg.Name, "name", "EMUNIC", "the server's `NAME` in the negotiate response (at most 15 characters)")
 		fs.StringVar(&cfg.Pcap, "pcap", "", "record every frame at the TAP port in the pcap file `FILE`")
 	default:
-		fs.Var(&server, "server", "the LWIO server's `IP` (required)")
+		fs.Var(&server, "server", "the LWIO server, `IP` (IPv4 or IPv6), or IP:PORT or [IPv6]:PORT naming its pipe port too (required)")
 		switch sub {
 		case "put", "get", "mount":
 			fs.BoolVar(&cfg.Polling, "polling", false, "complete I/O by status blocks the server RDMA-writes (polled), not by status responses")
@@ -230,6 +231,9 @@ func parseLWIOFlags(sub string, args []string, stdout io.Writer) (lwioConfig, er
 	if err := parseWithArgs(cmd, fs, args, stdout); err != nil {
 		return cfg, err
 	}
+	if err := server.merge("pipe-port", (*uint64)(&pipe), flagSet(fs, "pipe-port")); err != nil {
+		return cfg, usagef("%v", err)
+	}
 	cfg.Addr, cfg.Gateway, cfg.MTU, cfg.Arena, cfg.Server = addr.p, gw.a, int(mtu), int64(arena), server.a
 	cfg.MoreAddrs = addr.more
 	if err := addr.check(); err != nil {
@@ -247,8 +251,12 @@ func parseLWIOFlags(sub string, args []string, stdout io.Writer) (lwioConfig, er
 		return cfg, usagef("--tap NAME is required (see 'emunic %s --help')", cmd.name)
 	case !cfg.Addr.IsValid():
 		return cfg, usagef("--addr CIDR is required, e.g. --addr 10.9.1.2/24 (see 'emunic %s --help')", cmd.name)
-	case cfg.Gateway.IsValid() && !cfg.Addr.Contains(cfg.Gateway):
-		return cfg, usagef("bad --gateway %v: not inside %v", cfg.Gateway, cfg.Addr.Masked())
+	case cfg.Gateway.IsValid() && !onLink(cfg.Gateway, cfg.Addr, cfg.MoreAddrs):
+		return cfg, usagef("bad --gateway %v: not inside %v", cfg.Gateway, subnets(cfg.Addr, cfg.MoreAddrs))
+	case ownAddr(cfg.Gateway, cfg.Addr, cfg.MoreAddrs):
+		return cfg, usagef("bad --gateway %v: that is the host's own address", cfg.Gateway)
+	case sub != "serve" && ownAddr(cfg.Server, cfg.Addr, cfg.MoreAddrs):
+		return cfg, usagef("bad --server %v: that is this host's own address", cfg.Server)
 	case cfg.Arena < 16<<20 || cfg.Arena > 64<<30:
 		return cfg, usagef("bad --arena %s: want 16MiB to 64GiB", formatSize(cfg.Arena))
 	case pipe == 0 || pipe > 65535 || rdma == 0 || rdma > 65535:

@@ -96,7 +96,7 @@ func parseRDMAToolFlags(sub string, args []string, stdout io.Writer) (rdmaToolCo
 	cfg := rdmaToolConfig{MTU: 1500}
 	fs := newFlagSet(cmd.name)
 	var addr prefixValue
-	var server addrValue
+	var server endpointValue
 	mtu := mtuValue(cfg.MTU)
 	defPort := uint64(rdmatool.EchoPort)
 	if sub == "ping" {
@@ -109,7 +109,7 @@ func parseRDMAToolFlags(sub string, args []string, stdout io.Writer) (rdmaToolCo
 	fs.StringVar(&cfg.Tap, "tap", "", "TAP device `NAME` to attach to, created if missing (required)")
 	fs.Var(&addr, "addr", "this host's address with prefix length, a `CIDR` such as 10.77.1.5/24 (required); repeat it for IPv6 ones too (fd00:77::5/64): the first IPv4 one is the primary, which RDMA uses")
 	fs.BoolVar(&cfg.Listen, "listen", false, "be the server: wait for clients on --port")
-	fs.Var(&server, "server", "be the client of the server at `IP`")
+	fs.Var(&server, "server", "be the client of the server at `IP` (IPv4 or IPv6), or at IP:PORT or [IPv6]:PORT")
 	fs.Var(&port, "port", "the TCP `PORT`")
 	fs.Var(&count, "count", "pings (ping) or clients / connections (echo), `N`")
 	if sub == "ping" {
@@ -123,6 +123,9 @@ func parseRDMAToolFlags(sub string, args []string, stdout io.Writer) (rdmaToolCo
 	if err := parseWithArgs(cmd, fs, args, stdout); err != nil {
 		return cfg, err
 	}
+	if err := server.merge("port", (*uint64)(&port), flagSet(fs, "port")); err != nil {
+		return cfg, usagef("%v", err)
+	}
 	cfg.Addr, cfg.MoreAddrs, cfg.Server, cfg.MTU = addr.p, addr.more, server.a, int(mtu)
 	if err := addr.check(); err != nil {
 		return cfg, usagef("%v", err)
@@ -135,9 +138,9 @@ func parseRDMAToolFlags(sub string, args []string, stdout io.Writer) (rdmaToolCo
 		return cfg, usagef("--addr CIDR is required, e.g. --addr 10.77.1.5/24 (see 'emunic %s --help')", cmd.name)
 	case cfg.Listen == cfg.Server.IsValid():
 		return cfg, usagef("one of --listen or --server IP is required (see 'emunic %s --help')", cmd.name)
-	case cfg.Server.IsValid() && !cfg.Addr.Contains(cfg.Server):
-		return cfg, usagef("bad --server %v: not inside %v (this host has no gateway)", cfg.Server, cfg.Addr.Masked())
-	case cfg.Server == cfg.Addr.Addr():
+	case cfg.Server.IsValid() && !onLink(cfg.Server, cfg.Addr, cfg.MoreAddrs):
+		return cfg, usagef("bad --server %v: not inside %v (this host has no gateway)", cfg.Server, subnets(cfg.Addr, cfg.MoreAddrs))
+	case ownAddr(cfg.Server, cfg.Addr, cfg.MoreAddrs):
 		return cfg, usagef("bad --server %v: that is this host's own address", cfg.Server)
 	case port == 0 || port > 65535:
 		return cfg, usagef("bad --port %d: want 1 to 65535", port)
