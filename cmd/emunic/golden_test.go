@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -307,7 +306,7 @@ func goldenDelegated(t *testing.T, lab *demoLab, port uint16) (*tcpstack.Delegat
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := lab.a.DialOffload(ctx, netip.AddrPortFrom(demoAddrB.Addr(), port))
+	c, err := lab.a.DialOffload(ctx, lab.toB(port))
 	if err != nil {
 		t.Fatal(err)
 	}
