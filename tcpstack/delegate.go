@@ -253,10 +253,8 @@ func (o *offloader) prepareConn(idx uint32, key hdr.Tuple, fi *flowInfo, pre []b
 // connection's CREATE_QP behind it) and waits for the unit's answer. An
 // answer that comes after the wait gave up goes to offloadLate.
 func (o *offloader) submitOffload(c *DelegatedConn, ep tcpip.Endpoint, prep RDMADelegation, key hdr.Tuple, fi *flowInfo) ([]rings.Command, error) {
-	var blk [rings.ConnStateSize]byte
-	st := o.stateBlock(key, fi)
-	st.Encode(rings.ConnStateBlock(blk[:]))
-	reqs := []cmdReq{{c: rings.Command{Opcode: rings.OpOffload, Conn: c.idx}, param: blk[:]}}
+	var blk [rings.ConnStateSizeV2]byte
+	reqs := []cmdReq{{c: rings.Command{Opcode: rings.OpOffload, Conn: c.idx}, param: o.encodeState(blk[:], key, fi)}}
 	// No receive buffers yet: the connection's first bytes come through
 	// the shared legacy buffers, and it gets buffers of its own only if
 	// it keeps receiving (growRecv).
@@ -408,10 +406,39 @@ func (o *offloader) dropConn(c *DelegatedConn, prep RDMADelegation) {
 	o.putIdx(c.idx)
 }
 
+// encodeState writes the OFFLOAD state block of flow key into blk (which
+// holds ConnStateSizeV2 bytes) and returns the block: version 1 for an
+// IPv4 connection (its OFFLOAD unchanged from before IPv6), version 2 with
+// the address extension behind it for an IPv6 one. Both families take this
+// one path: only the addresses and the header room differ.
+func (o *offloader) encodeState(blk []byte, key hdr.Tuple, fi *flowInfo) []byte {
+	st := o.stateBlock(key, fi)
+	var x rings.ConnAddrExt
+	st.SetAddrs(&x, key.LocalIP, key.RemoteIP)
+	st.Encode(rings.ConnStateBlock(blk))
+	if st.Version == rings.ConnStateVersion {
+		return blk[:rings.ConnStateSize]
+	}
+	x.Encode(rings.ConnAddrExtBlock(blk[rings.ConnStateSize:]))
+	return blk[:rings.ConnStateSizeV2]
+}
+
+// netHeaderLen is the network header a connection on key sends behind its
+// Ethernet header (no options, no extension headers): what the path MTU
+// leaves the MSS less of.
+func netHeaderLen(key hdr.Tuple) uint32 {
+	if key.LocalIP.Is4() {
+		return hdr.IPv4MinSize
+	}
+	return hdr.IPv6Size
+}
+
+// stateBlock is flow key's state as the tracker learned it; the addresses
+// (and with them the block's version) are encodeState's.
 func (o *offloader) stateBlock(key hdr.Tuple, fi *flowInfo) rings.ConnState {
 	st := rings.ConnState{
-		Version: rings.ConnStateVersion, State: rings.StateEstablished,
-		LocalIP: key.LocalIP.As4(), RemoteIP: key.RemoteIP.As4(), LocalPort: key.LocalPort, RemotePort: key.RemotePort,
+		State:     rings.StateEstablished,
+		LocalPort: key.LocalPort, RemotePort: key.RemotePort,
 		LocalMAC: fi.localMAC, NextHopMAC: fi.nextHopMAC,
 		SndUna: fi.sndUna, SndNxt: fi.sndNxt, RcvNxt: fi.rcvNxt,
 		SndWnd:       fi.peerWnd,
@@ -435,7 +462,7 @@ func (o *offloader) stateBlock(key hdr.Tuple, fi *flowInfo) rings.ConnState {
 	if fi.peerMSS != 0 {
 		mss = fi.peerMSS
 	}
-	if m := uint16(o.drv.mtu - 40); mss > m {
+	if m := uint16(o.drv.mtu - netHeaderLen(key) - hdr.TCPMinSize); mss > m {
 		mss = m
 	}
 	st.MSS = mss

@@ -3,10 +3,12 @@ package tcpstack
 import (
 	"errors"
 	"net"
+	"net/netip"
 	"sync"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
@@ -99,3 +101,44 @@ func (d *dualListener) Close() error {
 
 // Addr is the IPv4 listener's address.
 func (d *dualListener) Addr() net.Addr { return d.v4.Addr() }
+
+// isLocal reports whether a is one of the host's interface addresses.
+func (s *Stack) isLocal(a netip.Addr) bool {
+	for _, p := range s.addrs {
+		if p.Addr() == a {
+			return true
+		}
+	}
+	return false
+}
+
+// sourceFor is the host's address that connections to dst leave from: of
+// dst's family, the first whose prefix holds dst, else the first of the
+// family (a routed peer). ok is false if the host has no address of the
+// family.
+func (s *Stack) sourceFor(dst netip.Addr) (netip.Addr, bool) {
+	var first netip.Addr
+	for _, p := range s.addrs {
+		if p.Addr().Is4() != dst.Is4() {
+			continue
+		}
+		if p.Contains(dst) {
+			return p.Addr(), true
+		}
+		if !first.IsValid() {
+			first = p.Addr()
+		}
+	}
+	return first, first.IsValid()
+}
+
+// netProto is netstack's network protocol number of a's family.
+func netProto(a netip.Addr) tcpip.NetworkProtocolNumber {
+	if a.Is4() {
+		return ipv4.ProtocolNumber
+	}
+	return ipv6.ProtocolNumber
+}
+
+// tcpipAddr is a as netstack's address of its family.
+func tcpipAddr(a netip.Addr) tcpip.Address { return tcpip.AddrFromSlice(a.AsSlice()) }

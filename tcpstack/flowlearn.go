@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
-	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 
 	"github.com/emunic/emunic/nic/hdr"
@@ -161,20 +160,26 @@ func (t *flowTracker) setLearned(k hdr.Tuple, fi flowInfo) flowInfo {
 	return fi
 }
 
-// nextHopMAC is the MAC netstack's neighbour table has for the next hop
-// to remote (the flow tracker's nextHop, for learned flows).
+// nextHopMAC is the MAC netstack's neighbour table (ARP's, or neighbour
+// discovery's for IPv6) has for the next hop to remote (the flow tracker's
+// nextHop, for learned flows).
 func (h *Host) nextHopMAC(remote netip.Addr) ([6]byte, bool) {
 	var mac [6]byte
-	r, terr := h.S.FindRoute(nicID, tcpip.AddrFrom4(h.Addr().As4()), tcpip.AddrFrom4(remote.As4()), ipv4.ProtocolNumber, false)
+	local, ok := h.sourceFor(remote)
+	if !ok {
+		return mac, false
+	}
+	proto := netProto(remote)
+	r, terr := h.S.FindRoute(nicID, tcpipAddr(local), tcpipAddr(remote), proto, false)
 	if terr != nil {
 		return mac, false
 	}
 	hop := r.NextHop()
 	r.Release()
 	if hop.Len() == 0 {
-		hop = tcpip.AddrFrom4(remote.As4())
+		hop = tcpipAddr(remote)
 	}
-	ns, terr := h.S.Neighbors(nicID, ipv4.ProtocolNumber)
+	ns, terr := h.S.Neighbors(nicID, proto)
 	if terr != nil {
 		return mac, false
 	}

@@ -308,7 +308,7 @@ func (t *flowTracker) snapshot(k hdr.Tuple) (flowInfo, bool) {
 // must be dropped (the flow is frozen, or an ICMP the host took). outbound
 // is true for frames the host sends.
 func (t *flowTracker) observe(frame []byte, outbound bool) (drop bool) {
-	if h := t.icmpErr.Load(); h != nil && !outbound && isICMPv4(frame) {
+	if h := t.icmpErr.Load(); h != nil && !outbound && isICMPError(frame) {
 		return (*h)(frame)
 	}
 	if t.n.Load() == 0 {
@@ -458,7 +458,8 @@ func (f *flowInfo) learnIn(frame []byte, s *tcpSeg, now func() int64) {
 	}
 }
 
-// tcpSeg is the parsed part of a TCP/IPv4 frame the tracker needs.
+// tcpSeg is the parsed part of a TCP frame (over IPv4 or IPv6) the tracker
+// needs.
 type tcpSeg struct {
 	rx           hdr.Tuple // the receiver's view: local is the destination
 	seq, ack     uint32
@@ -472,18 +473,19 @@ type tcpSeg struct {
 	tsVal, tsEcr uint32
 }
 
-// parseTCPFrame parses an Ethernet/IPv4/TCP frame, length-checking every
-// field; anything else (ARP, fragments, truncated headers) returns false.
+// parseTCPFrame parses an Ethernet frame carrying TCP over IPv4 or IPv6
+// (hdr.ParseTCPFrameRx), length-checking every field; anything else (ARP,
+// ICMP, fragments, truncated headers, extension chains the NIC would
+// refuse) returns false.
 // Options are read leniently, unlike the engine: a known option of the
 // wrong length is ignored, and a malformed one ends the list with what
 // came before it kept. The tracker only learns from what netstack and the
 // peer said; it is not the one to refuse a segment.
 func parseTCPFrame(b []byte, s *tcpSeg) bool {
-	ip, t, err := hdr.ParseTCPFrame(b)
+	t, err := hdr.ParseTCPFrameRx(b, &s.rx)
 	if err != nil {
 		return false
 	}
-	s.rx = ip.RxTuple(t)
 	s.seq, s.ack = t.Seq(), t.Ack()
 	s.flags = t.Flags()
 	s.window = t.Window()

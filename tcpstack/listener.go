@@ -9,7 +9,6 @@ import (
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
-	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 	"gvisor.dev/gvisor/pkg/waiter"
 
@@ -18,19 +17,32 @@ import (
 
 // OffloadListener accepts connections with netstack and delegates each one
 // before returning it. A connection that cannot be delegated is returned as a
-// plain netstack connection (so Accept returns net.Conn).
+// plain netstack connection (so Accept returns net.Conn). It listens on the
+// host's primary IPv4 address and, on a dual-stack host, on its IPv6 ones:
+// connections of both families are delegated alike.
 type OffloadListener struct {
 	h    *Host
-	ep   tcpip.Endpoint
-	wq   waiter.Queue
-	ip   [4]byte
+	eps  []listenEP // IPv4 first
 	port uint16
-	once sync.Once
+	// ready is signalled when either family's endpoint may have a
+	// connection to accept.
+	ready chan struct{}
+	done  chan struct{}
+	once  sync.Once
 
 	mu          sync.Mutex
 	fallbacks   int
 	lost        int
 	fallbackErr error
+}
+
+// listenEP is one family's listening endpoint and the addresses whose
+// SYNs the flow tracker follows for it.
+type listenEP struct {
+	ep      tcpip.Endpoint
+	wq      *waiter.Queue
+	we      *waiter.Entry
+	tracked []netip.Addr
 }
 
 // Fallbacks counts the accepted connections that stayed on netstack.
@@ -57,45 +69,109 @@ func (l *OffloadListener) FallbackErr() error {
 }
 
 // ListenOffload listens on port; every accepted connection is delegated.
+// On a dual-stack host it listens on the IPv6 addresses too (port 0: the
+// same port on both).
 func (h *Host) ListenOffload(port uint16) (*OffloadListener, error) {
 	if _, err := h.offloader(); err != nil {
 		return nil, err
 	}
-	l := &OffloadListener{h: h, ip: h.Addr().As4(), port: port}
-	ep, terr := h.S.NewEndpoint(tcp.ProtocolNumber, ipv4.ProtocolNumber, &l.wq)
-	if terr != nil {
-		return nil, fmt.Errorf("tcpstack: endpoint: %s", terr)
+	l := &OffloadListener{h: h, ready: make(chan struct{}, 1), done: make(chan struct{})}
+	v4 := h.Addr()
+	if err := l.listen(v4, port, []netip.Addr{v4}); err != nil {
+		return nil, err
 	}
-	if terr := ep.Bind(tcpip.FullAddress{NIC: nicID, Addr: tcpip.AddrFrom4(l.ip), Port: port}); terr != nil {
-		ep.Close()
-		return nil, fmt.Errorf("tcpstack: listen on port %d: %s", port, terr)
+	if h.HasIPv6() {
+		var v6 []netip.Addr
+		for _, p := range h.Addrs() {
+			if p.Addr().Is6() {
+				v6 = append(v6, p.Addr())
+			}
+		}
+		if err := l.listen(netip.IPv6Unspecified(), l.port, v6); err != nil {
+			l.Close()
+			return nil, err
+		}
 	}
-	h.Driver.flows.listenOn(netip.AddrFrom4(l.ip), port, true)
-	if terr := ep.Listen(128); terr != nil {
-		ep.Close()
-		h.Driver.flows.listenOn(netip.AddrFrom4(l.ip), port, false)
-		return nil, fmt.Errorf("tcpstack: listen on port %d: %s", port, terr)
-	}
-	l.ep = ep
 	return l, nil
 }
 
-// Accept waits for a connection and delegates it.
+// listen opens one family's endpoint on addr:port (IPv6: unspecified, every
+// address of the family, IPv6 only) and tracks the flows to tracked.
+func (l *OffloadListener) listen(addr netip.Addr, port uint16, tracked []netip.Addr) error {
+	h := l.h
+	le := listenEP{wq: new(waiter.Queue), tracked: tracked}
+	ep, terr := h.S.NewEndpoint(tcp.ProtocolNumber, netProto(addr), le.wq)
+	if terr != nil {
+		return fmt.Errorf("tcpstack: endpoint: %s", terr)
+	}
+	fa := tcpip.FullAddress{NIC: nicID, Port: port}
+	if addr.Is6() {
+		ep.SocketOptions().SetV6Only(true)
+	} else {
+		fa.Addr = tcpipAddr(addr)
+	}
+	if terr := ep.Bind(fa); terr != nil {
+		ep.Close()
+		return fmt.Errorf("tcpstack: listen on %v port %d: %s", addr, port, terr)
+	}
+	if port == 0 {
+		la, _ := ep.GetLocalAddress()
+		port = la.Port
+	}
+	l.port = port
+	for _, a := range tracked {
+		h.Driver.flows.listenOn(a, port, true)
+	}
+	if terr := ep.Listen(128); terr != nil {
+		ep.Close()
+		for _, a := range tracked {
+			h.Driver.flows.listenOn(a, port, false)
+		}
+		return fmt.Errorf("tcpstack: listen on %v port %d: %s", addr, port, terr)
+	}
+	le.ep = ep
+	we := waiter.NewFunctionEntry(waiter.ReadableEvents, func(waiter.EventMask) {
+		select {
+		case l.ready <- struct{}{}:
+		default:
+		}
+	})
+	le.we = &we
+	le.wq.EventRegister(le.we)
+	l.eps = append(l.eps, le)
+	return nil
+}
+
+// Accept waits for a connection of either family and delegates it.
 func (l *OffloadListener) Accept() (net.Conn, error) {
-	we, ch := waiter.NewChannelEntry(waiter.ReadableEvents)
-	l.wq.EventRegister(&we)
-	defer l.wq.EventUnregister(&we)
 	for {
 		var peer tcpip.FullAddress
-		n, wq, terr := l.ep.Accept(&peer)
+		var n tcpip.Endpoint
+		var wq *waiter.Queue
+		var terr tcpip.Error = &tcpip.ErrWouldBlock{}
+		for _, le := range l.eps {
+			n, wq, terr = le.ep.Accept(&peer)
+			if _, ok := terr.(*tcpip.ErrWouldBlock); !ok {
+				break
+			}
+		}
 		if _, ok := terr.(*tcpip.ErrWouldBlock); ok {
-			<-ch
+			select {
+			case <-l.ready:
+			case <-l.done:
+				return nil, &net.OpError{Op: "accept", Net: "tcp", Err: net.ErrClosed}
+			}
 			continue
 		}
 		if terr != nil {
 			return nil, &net.OpError{Op: "accept", Net: "tcp", Err: fmt.Errorf("%s", terr)}
 		}
-		key := hdr.Tuple{LocalIP: netip.AddrFrom4(l.ip), RemoteIP: netip.AddrFrom4(peer.Addr.As4()), LocalPort: l.port, RemotePort: peer.Port}
+		la, terr := n.GetLocalAddress()
+		if terr != nil {
+			n.Close()
+			continue // reset before we got to it
+		}
+		key := hdr.Tuple{LocalIP: addrOf(la.Addr), RemoteIP: addrOf(peer.Addr), LocalPort: l.port, RemotePort: peer.Port}
 		c, err := l.h.off.delegate(n, wq, key, 0, 0)
 		if errors.Is(err, ErrDelegationAbandoned) {
 			// The host owns it until the device answers: not ours.
@@ -116,16 +192,28 @@ func (l *OffloadListener) Accept() (net.Conn, error) {
 	}
 }
 
+// addrOf is netstack's address as a netip.Addr of its family.
+func addrOf(a tcpip.Address) netip.Addr {
+	ip, _ := netip.AddrFromSlice(a.AsSlice())
+	return ip
+}
+
 // Close stops listening.
 func (l *OffloadListener) Close() error {
 	l.once.Do(func() {
-		l.ep.Close()
-		l.h.Driver.flows.listenOn(netip.AddrFrom4(l.ip), l.port, false)
+		close(l.done)
+		for _, le := range l.eps {
+			le.wq.EventUnregister(le.we)
+			le.ep.Close()
+			for _, a := range le.tracked {
+				l.h.Driver.flows.listenOn(a, l.port, false)
+			}
+		}
 	})
 	return nil
 }
 
-// Addr returns the listening address.
+// Addr returns the listening address (the IPv4 one on a dual-stack host).
 func (l *OffloadListener) Addr() net.Addr {
-	return &net.TCPAddr{IP: net.IP(l.ip[:]), Port: int(l.port)}
+	return &net.TCPAddr{IP: net.IP(l.h.Addr().AsSlice()), Port: int(l.port)}
 }

@@ -235,9 +235,7 @@ func (s *Stack) Listen(port uint16) (net.Listener, error) {
 }
 
 // ListenIPv6 opens a TCP listener on port of the IPv6 addresses only: for
-// a dual-stack host whose IPv4 side of the port is another listener's (an
-// OffloadListener: IPv6 connections are not delegated yet, so they are
-// served on netstack beside it).
+// a dual-stack host whose IPv4 side of the port is another listener's.
 func (s *Stack) ListenIPv6(port uint16) (net.Listener, error) {
 	if !s.has6 {
 		return nil, fmt.Errorf("tcpstack: listen on IPv6 port %d: the host has no IPv6 address", port)

@@ -9,7 +9,6 @@ import (
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
-	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 	"gvisor.dev/gvisor/pkg/waiter"
 
@@ -76,13 +75,15 @@ func (t *TrackedConn) Close() error {
 }
 
 // DialTracked opens a netstack connection whose state the NIC driver tracks
-// from its first SYN, so it can be delegated at any later quiet point.
+// from its first SYN, so it can be delegated at any later quiet point. dst
+// may be IPv4 or IPv6; the connection leaves from the host's address of
+// that family (sourceFor).
 func (h *Host) DialTracked(ctx context.Context, dst netip.AddrPort) (*TrackedConn, error) {
-	if !dst.Addr().Is4() {
-		return nil, ErrNotIPv4
+	local, ok := h.sourceFor(dst.Addr())
+	if !ok || dst.Addr().Is4In6() || dst.Addr().Zone() != "" {
+		return nil, fmt.Errorf("tcpstack: dial %v: the host has no address of its family", dst)
 	}
 	var wq waiter.Queue
-	local := h.Addr().As4()
 	var ep tcpip.Endpoint
 	var key hdr.Tuple
 	// netstack's end of a delegated connection is gone, so netstack may
@@ -97,16 +98,19 @@ func (h *Host) DialTracked(ctx context.Context, dst netip.AddrPort) (*TrackedCon
 	}()
 	for {
 		var terr tcpip.Error
-		ep, terr = h.S.NewEndpoint(tcp.ProtocolNumber, ipv4.ProtocolNumber, &wq)
+		ep, terr = h.S.NewEndpoint(tcp.ProtocolNumber, netProto(local), &wq)
 		if terr != nil {
 			return nil, fmt.Errorf("tcpstack: endpoint: %s", terr)
 		}
-		if terr := ep.Bind(tcpip.FullAddress{NIC: nicID, Addr: tcpip.AddrFrom4(local)}); terr != nil {
+		if local.Is6() {
+			ep.SocketOptions().SetV6Only(true)
+		}
+		if terr := ep.Bind(tcpip.FullAddress{NIC: nicID, Addr: tcpipAddr(local)}); terr != nil {
 			ep.Close()
 			return nil, fmt.Errorf("tcpstack: bind: %s", terr)
 		}
 		la, _ := ep.GetLocalAddress()
-		key = hdr.Tuple{LocalIP: netip.AddrFrom4(local), RemoteIP: netip.AddrFrom4(dst.Addr().As4()), LocalPort: la.Port, RemotePort: dst.Port()}
+		key = hdr.Tuple{LocalIP: local, RemoteIP: dst.Addr(), LocalPort: la.Port, RemotePort: dst.Port()}
 		if h.Driver.flows.addNew(key) {
 			break
 		}
@@ -119,7 +123,7 @@ func (h *Host) DialTracked(ctx context.Context, dst netip.AddrPort) (*TrackedCon
 	we, ch := waiter.NewChannelEntry(waiter.WritableEvents)
 	wq.EventRegister(&we)
 	defer wq.EventUnregister(&we)
-	terr := ep.Connect(tcpip.FullAddress{NIC: nicID, Addr: tcpip.AddrFrom4(dst.Addr().As4()), Port: dst.Port()})
+	terr := ep.Connect(tcpip.FullAddress{NIC: nicID, Addr: tcpipAddr(dst.Addr()), Port: dst.Port()})
 	if _, ok := terr.(*tcpip.ErrConnectStarted); ok {
 		select {
 		case <-ch:

@@ -249,8 +249,8 @@ func kernelMAC(t *testing.T, ns *netns, ifname string) [6]byte {
 
 // TestTAPServeCommandIPv6 runs 'emunic serve' with an IPv4 and an IPv6
 // --addr, plain and with --offload, and has the kernel ping it over IPv6
-// and use its echo service over TCP/IPv6 (on netstack: IPv6 connections are
-// not delegated yet, so an --offload serve takes them there) and over IPv4.
+// and use its echo service over TCP/IPv6 (delegated by an --offload serve,
+// as IPv4 ones are) and over IPv4.
 func TestTAPServeCommandIPv6(t *testing.T) {
 	testutil.RequireTAP(t)
 	exe := buildEmunic(t)
@@ -284,6 +284,13 @@ func TestTAPServeCommandIPv6(t *testing.T) {
 			echoExchange(t, c4, 1<<20)
 			c4.Close()
 			srv.waitLog(" closed after ", 2, 10*time.Second)
+			if len(mode) > 0 {
+				// Both connections went to the unit, the IPv6 one too.
+				srv.waitLog(" delegated as conn ", 2, 10*time.Second)
+				if !strings.Contains(srv.stderr.String(), "[fd00:79::1]:") {
+					t.Errorf("no IPv6 connection logged as delegated:\n%s", srv.stderr.String())
+				}
+			}
 			out := srv.interrupt()
 			if want := fmt.Sprintf("echo 2 %d %d 0", 2<<20, 2<<20); !strings.Contains(strings.Join(strings.Fields(out), " "), want) {
 				t.Errorf("serve's services table lacks %q:\n%s", want, out)

@@ -270,18 +270,11 @@ func runServe(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) er
 			if err != nil {
 				return err
 			}
+			// On a dual-stack host it listens on both families and
+			// delegates IPv6 connections as IPv4 ones.
 			o := &offloadListener{OffloadListener: ol, service: s.srv.Name(), logf: logf}
 			offl = append(offl, o)
 			l = o
-			if host.HasIPv6() {
-				// IPv6 connections are not delegated yet: they are
-				// served on netstack, beside the delegated IPv4 ones.
-				l6, err := host.ListenIPv6(s.port)
-				if err != nil {
-					return err
-				}
-				all = append(all, served{s.srv, l6})
-			}
 		} else if l, err = host.Listen(s.port); err != nil {
 			return err
 		}
@@ -298,9 +291,6 @@ func runServe(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) er
 	mode := "netstack"
 	if cfg.Offload {
 		mode = "delegated to the offload unit"
-		if host.HasIPv6() {
-			mode += " (IPv4; IPv6 ones on netstack)"
-		}
 	}
 	addrs := cfg.Addr.String()
 	for _, p := range cfg.MoreAddrs {

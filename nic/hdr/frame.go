@@ -32,6 +32,55 @@ func ParseTCPFrame(b []byte) (IPv4, TCP, error) {
 	return ip, tcp, nil
 }
 
+// ParseTCPFrameRx is ParseTCPFrame for either family: b is an Ethernet II
+// frame carrying a whole, unfragmented TCP segment over IPv4, or over IPv6
+// behind any extension headers WalkIPv6 takes. It fills *k with the
+// tuple of the connection that receives the segment (the destination is
+// local) and returns the segment. It does not allocate: the host's flow
+// tracker runs it on every frame.
+func ParseTCPFrameRx(b []byte, k *Tuple) (TCP, error) {
+	eth, err := ParseEthernet(b)
+	if err != nil {
+		return nil, err
+	}
+	switch eth.Type() {
+	case EtherTypeIPv4:
+		ip, err := ParseIPv4(eth.Payload())
+		if err != nil {
+			return nil, err
+		}
+		if ip.Proto() != ProtoTCP || ip.IsFragment() {
+			return nil, ErrNotTCP
+		}
+		t, err := ParseTCP(ip.Payload())
+		if err != nil {
+			return nil, err
+		}
+		ip.ReadRxTuple(k, t)
+		return t, nil
+	case EtherTypeIPv6:
+		ip, err := ParseIPv6(eth.Payload())
+		if err != nil {
+			return nil, err
+		}
+		var c IPv6Chain
+		if err := WalkIPv6(ip, &c); err != nil {
+			return nil, err
+		}
+		seg, ok := IPv6TCPSegment(ip, &c)
+		if !ok {
+			return nil, ErrNotTCP
+		}
+		t, err := ParseTCP(seg)
+		if err != nil {
+			return nil, err
+		}
+		ip.ReadRxTuple(k, t)
+		return t, nil
+	}
+	return nil, ErrNotTCP
+}
+
 // TCPFrameFields is a whole Ethernet/IPv4/TCP frame to build. TCP's
 // HeaderLen is ignored: Encode sets it from Options.
 type TCPFrameFields struct {
