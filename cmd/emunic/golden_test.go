@@ -45,6 +45,9 @@ var goldenScenarios = []goldenScenario{
 	{name: "offload", args: []string{"--path", "offload", "--bytes", "320KiB"}},
 	{name: "loss", args: []string{"--path", "offload", "--bytes", "96KiB", "--loss", "8", "--reorder", "4", "--seed", "5"}},
 	{name: "rdma", args: []string{"--rdma", "--bytes", "64KiB"}},
+	// Every path over IPv6: neighbour discovery, and the delegated
+	// connections' and QPs' IPv6 headers (version-2 state blocks).
+	{name: "ipv6", args: []string{"--ipv6", "--path", "all", "--rdma", "--bytes", "48KiB", "--loss", "2", "--seed", "4"}},
 	{name: "commands", run: goldenCommands},
 	{name: "abort", run: goldenAbort},
 	{name: "terminate", run: goldenTerminate},
