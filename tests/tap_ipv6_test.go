@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"os/exec"
@@ -98,22 +97,7 @@ func TestTAPKernelPeerIPv6(t *testing.T) {
 		echoExchange(t, c, 1<<20)
 	})
 	t.Run("dial6", func(t *testing.T) { // the host resolves the kernel by NDP
-		var kl net.Listener
-		if err := ns.do(func() (err error) {
-			kl, err = net.Listen("tcp6", netip.AddrPortFrom(kernel6.Addr(), 0).String())
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		defer kl.Close()
-		go func() {
-			c, err := kl.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close()
-			io.Copy(c, c)
-		}()
+		kl := ns.echoOnce(t, kernel6.Addr())
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		c, err := host.Dial(ctx, netip.MustParseAddrPort(kl.Addr().String()))
