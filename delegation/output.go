@@ -168,18 +168,23 @@ func (c *conn) output(now int64) {
 
 // sendLimit is the most payload one frame of new data may carry: a
 // segment, or with TCP segmentation offload (TSOEnv) as many whole segments
-// as fit the port's limit and IPv4's 64 KiB. A ULP's records keep to
+// as fit the port's limit and 64 KiB (IPv4 and IPv6 alike). A ULP's records keep to
 // segments (their FPDUs are aligned with them).
 func (c *conn) sendLimit(mss uint32) uint32 {
 	e := c.e
-	if e.tso == nil || c.ulp.u != nil || c.state != rings.StateEstablished && c.state != rings.StateCloseWait ||
-		!c.tuple.LocalIP.Is4() { // the port segments TCP/IPv4 only (no TSO6 yet)
+	if e.tso == nil || c.ulp.u != nil || c.state != rings.StateEstablished && c.state != rings.StateCloseWait {
 		return mss
 	}
-	if e.tsoMax <= int(mss) {
+	limit := e.tsoMax
+	if !c.tuple.LocalIP.Is4() {
+		// TSO6: the IPv6 header is 20 bytes longer, and the frame
+		// must still fit the port's 64 KiB.
+		limit -= hdr.IPv6Size - hdr.IPv4MinSize
+	}
+	if limit <= int(mss) {
 		return mss
 	}
-	return uint32(e.tsoMax) / mss * mss
+	return uint32(limit) / mss * mss
 }
 
 // sendNext sends n bytes from SND.NXT (with the FIN when they end where it

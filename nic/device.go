@@ -174,10 +174,8 @@ type Device struct {
 	// the platform has none): see hwtimer_linux.go.
 	fine *fineTimer
 
-	stats [rings.NumStats]atomic.Uint64
-	// ipv6Drops counts IPv6 bad input (IPv6Drop), kept out of the stat block's ABI.
-	ipv6Drops [NumIPv6Drops]atomic.Uint64
-	parked    atomic.Bool
+	stats  [rings.NumStats]atomic.Uint64
+	parked atomic.Bool
 
 	poll       PollPort       // non-nil: the unit polls the port (no MAC goroutine)
 	lro        port.LROReader // non-nil: the MAC takes super-frames whole (Config.NoLRO)

@@ -39,22 +39,24 @@ const (
 	rxDropIPv6Jumbogram
 )
 
-// rxDropStat is the stat block counter of each drop verdict before the
-// IPv6 ones.
+// rxDropStat is the stat block counter of each drop verdict.
 var rxDropStat = [...]rings.StatID{
-	rxDropShort:     rings.StatRxDropShort,
-	rxDropChecksum:  rings.StatRxDropBadChecksum,
-	rxDropEtherType: rings.StatRxDropEtherType,
-	rxDropOversize:  rings.StatRxDropOversize,
-	rxDropNotForUs:  rings.StatRxDropNotForUs,
-	rxDropVLAN:      rings.StatRxDropVLAN,
-	rxDropBadVLAN:   rings.StatRxDropBadVLAN,
+	rxDropShort:            rings.StatRxDropShort,
+	rxDropChecksum:         rings.StatRxDropBadChecksum,
+	rxDropEtherType:        rings.StatRxDropEtherType,
+	rxDropOversize:         rings.StatRxDropOversize,
+	rxDropNotForUs:         rings.StatRxDropNotForUs,
+	rxDropVLAN:             rings.StatRxDropVLAN,
+	rxDropBadVLAN:          rings.StatRxDropBadVLAN,
+	rxDropIPv6ExtChain:     rings.StatRxDropIPv6ExtChain,
+	rxDropIPv6RoutingType0: rings.StatRxDropIPv6RoutingType0,
+	rxDropIPv6Fragment:     rings.StatRxDropIPv6Fragment,
+	rxDropIPv6Jumbogram:    rings.StatRxDropIPv6Jumbogram,
 }
 
-// IPv6Drop names a counter of IPv6 bad input the receive parser dropped.
-// They sit beside the stat block, not in it: the stat block's layout is
-// the ring ABI (and the counter area's, which recorded traces replay
-// byte for byte), so growing it is a protocol change of its own.
+// IPv6Drop names a counter of IPv6 bad input the receive parser dropped:
+// each is a stat block counter (Stat), published in the counter area like
+// every other, so a host reads them by StatID in process or not.
 type IPv6Drop uint8
 
 const (
@@ -65,28 +67,21 @@ const (
 	NumIPv6Drops
 )
 
-var ipv6DropNames = [NumIPv6Drops]string{
-	"rx_drop_ipv6_ext_chain", "rx_drop_ipv6_routing_type0", "rx_drop_ipv6_fragment", "rx_drop_ipv6_jumbogram",
-}
+// Stat is the drop's stat block counter.
+func (id IPv6Drop) Stat() rings.StatID { return rxDropStat[rxDropIPv6ExtChain+rxVerdict(id)] }
 
 func (id IPv6Drop) String() string {
 	if id < NumIPv6Drops {
-		return ipv6DropNames[id]
+		return id.Stat().String()
 	}
 	return "rx_drop_ipv6_unknown"
 }
 
 // IPv6DropCount reads one IPv6 drop counter.
-func (d *Device) IPv6DropCount(id IPv6Drop) uint64 { return d.ipv6Drops[id].Load() }
+func (d *Device) IPv6DropCount(id IPv6Drop) uint64 { return d.stats[id.Stat()].Load() }
 
 // countDrop counts a frame classify refused.
-func (d *Device) countDrop(v rxVerdict) {
-	if v >= rxDropIPv6ExtChain {
-		d.ipv6Drops[v-rxDropIPv6ExtChain].Add(1)
-		return
-	}
-	d.count(rxDropStat[v])
-}
+func (d *Device) countDrop(v rxVerdict) { d.count(rxDropStat[v]) }
 
 // parsedFrame locates the headers of a validated IPv4 or IPv6 frame.
 type parsedFrame struct {

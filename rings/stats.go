@@ -11,33 +11,37 @@ type StatID int
 
 // Counters, in stat block order. Append only: the index is the ABI.
 const (
-	StatRxFrames            StatID = iota // frames received from the port
-	StatRxBytes                           // bytes received from the port
-	StatTxFrames                          // frames sent to the port
-	StatTxBytes                           // bytes sent to the port
-	StatRxDropShort                       // frame shorter than its headers claim
-	StatRxDropBadChecksum                 // IPv4 header or TCP checksum wrong
-	StatRxDropEtherType                   // EtherType neither IPv4 nor ARP
-	StatRxDropOversize                    // frame longer than MTU + link header
-	StatRxDropNoBuffer                    // no legacy receive buffer posted
-	StatRxDropNotForUs                    // destination MAC neither ours nor broadcast/multicast
-	StatRxDropFIFO                        // receive FIFO overflow (unit too slow)
-	StatTxDropBadDesc                     // transmit descriptor invalid (length, connection)
-	StatTxDropPortError                   // port refused the frame
-	StatCmdCompleted                      // commands completed (any status)
-	StatCmdErrors                         // commands completed with a non-OK status
-	StatCmdBadOpcode                      // commands with an unknown opcode
-	StatDMAErrors                         // DMA accesses outside host memory
-	StatRingPhaseErrors                   // ring entries with a wrong phase tag or index
-	StatNotifyPosted                      // notifications written
-	StatNotifyDropRingFull                // notifications lost: notification ring full
-	StatInterrupts                        // interrupts raised
-	StatInterruptsCoalesced               // notifications covered by an already pending interrupt
-	StatDoorbells                         // doorbell kicks received while parked
-	StatParks                             // times the offload unit parked
-	StatTimerRuns                         // timer wheel passes
-	StatRxDropVLAN                        // 802.1Q: a tagged frame of another VLAN, or an untagged frame at a device on a VLAN
-	StatRxDropBadVLAN                     // 802.1Q: VLAN ID 0 or 4095, a truncated tag, or a double-tagged (QinQ) frame
+	StatRxFrames               StatID = iota // frames received from the port
+	StatRxBytes                              // bytes received from the port
+	StatTxFrames                             // frames sent to the port
+	StatTxBytes                              // bytes sent to the port
+	StatRxDropShort                          // frame shorter than its headers claim
+	StatRxDropBadChecksum                    // IPv4 header or TCP checksum wrong
+	StatRxDropEtherType                      // EtherType neither IPv4 nor ARP
+	StatRxDropOversize                       // frame longer than MTU + link header
+	StatRxDropNoBuffer                       // no legacy receive buffer posted
+	StatRxDropNotForUs                       // destination MAC neither ours nor broadcast/multicast
+	StatRxDropFIFO                           // receive FIFO overflow (unit too slow)
+	StatTxDropBadDesc                        // transmit descriptor invalid (length, connection)
+	StatTxDropPortError                      // port refused the frame
+	StatCmdCompleted                         // commands completed (any status)
+	StatCmdErrors                            // commands completed with a non-OK status
+	StatCmdBadOpcode                         // commands with an unknown opcode
+	StatDMAErrors                            // DMA accesses outside host memory
+	StatRingPhaseErrors                      // ring entries with a wrong phase tag or index
+	StatNotifyPosted                         // notifications written
+	StatNotifyDropRingFull                   // notifications lost: notification ring full
+	StatInterrupts                           // interrupts raised
+	StatInterruptsCoalesced                  // notifications covered by an already pending interrupt
+	StatDoorbells                            // doorbell kicks received while parked
+	StatParks                                // times the offload unit parked
+	StatTimerRuns                            // timer wheel passes
+	StatRxDropVLAN                           // 802.1Q: a tagged frame of another VLAN, or an untagged frame at a device on a VLAN
+	StatRxDropBadVLAN                        // 802.1Q: VLAN ID 0 or 4095, a truncated tag, or a double-tagged (QinQ) frame
+	StatRxDropIPv6ExtChain                   // IPv6: extension-header chain malformed, too long or looping
+	StatRxDropIPv6RoutingType0               // IPv6: routing header type 0 (RFC 5095)
+	StatRxDropIPv6Fragment                   // IPv6: atomic fragment, or one no valid datagram holds (RFC 8021, RFC 8200 §4.5)
+	StatRxDropIPv6Jumbogram                  // IPv6: hop-by-hop jumbo payload option (RFC 2675)
 	NumStats
 )
 
@@ -53,6 +57,7 @@ var statNames = [NumStats]string{
 	"notify_posted", "notify_drop_ring_full", "interrupts", "interrupts_coalesced",
 	"doorbells", "parks", "timer_runs",
 	"rx_drop_vlan", "rx_drop_bad_vlan",
+	"rx_drop_ipv6_ext_chain", "rx_drop_ipv6_routing_type0", "rx_drop_ipv6_fragment", "rx_drop_ipv6_jumbogram",
 }
 
 func (s StatID) String() string {

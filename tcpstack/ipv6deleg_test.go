@@ -9,6 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+
 	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/nic/port"
@@ -194,5 +199,132 @@ func TestStateBlockFamilies(t *testing.T) {
 			!rings.ConnStateBlock(b).ReservedZero() || st.MSS != c.mss {
 			t.Fatalf("%v: %d bytes, version %d, addrs %v %v %v, MSS %d", c.k, len(b), st.Version, l, r, ok, st.MSS)
 		}
+	}
+}
+
+// icmp6 hands A an ICMPv6 Packet Too Big from B quoting a segment of k (an
+// IPv6 flow, A's name of it) at sequence number sq, reporting mtu; corrupt
+// spoils its checksum.
+func (l *pmtuLab) icmp6(k hdr.Tuple, sq, mtu uint32, corrupt bool) {
+	seg := testutil.TCPFrame6(hdr.TCPFrameFields{
+		TCP:     hdr.TCPFields{SrcPort: k.LocalPort, DstPort: k.RemotePort, Seq: sq, Flags: hdr.TCPFlagACK, Window: 1000},
+		Payload: make([]byte, 1400)}, k.LocalIP.As16(), k.RemoteIP.As16())
+	f := testutil.ICMPv6PacketTooBigFrame(macB, macA, k.RemoteIP.As16(), k.LocalIP.As16(), seg[hdr.EthernetSize:], mtu)
+	if corrupt {
+		f[len(f)-1] ^= 0xFF
+	}
+	l.a.Driver.redeliver([][]byte{f})
+}
+
+// TestPathMTUIPv6 is TestPathMTUDelegated and TestPathMTUNetstack over
+// IPv6: a Packet Too Big quoting a delegated connection becomes PATH_MTU;
+// forged, stale, corrupt ones, one quoting no connection and one reporting
+// less than 1280 are dropped and counted, a flood of them included, and
+// neither connection stalls; a valid one takes the MSS to 1280's.
+func TestPathMTUIPv6(t *testing.T) {
+	a, b := dualPair(t, port.WireConfig{})
+	l := &pmtuLab{t: t, a: a, b: b}
+	for _, delegated := range []bool{true, false} {
+		port := uint16(7300)
+		if !delegated {
+			port++
+		}
+		acc := listenAll(t, b.Listen, port)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		var ours net.Conn
+		var err error
+		if delegated {
+			ours, err = a.DialOffload(ctx, netip.AddrPortFrom(addr6B, port))
+		} else {
+			ours, err = a.Dial(ctx, netip.AddrPortFrom(addr6B, port))
+		}
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		theirs := <-acc
+		lp := uint16(ours.LocalAddr().(*net.TCPAddr).Port)
+		k := hdr.Tuple{LocalIP: addr6A, RemoteIP: addr6B, LocalPort: lp, RemotePort: port}
+		base := a.PathMTUStats()
+		want := func(what string, d PathMTUStats) {
+			t.Helper()
+			w := base
+			w.Applied += d.Applied
+			w.Stale += d.Stale
+			w.Malformed += d.Malformed
+			w.NoConn += d.NoConn
+			w.BelowMinimum += d.BelowMinimum
+			l.wantStats(what, w)
+		}
+		var una uint32
+		if delegated {
+			una = ours.(*DelegatedConn).sndISS
+		}
+		resume := l.stall(k)
+		const n = 16 << 10
+		if _, err := ours.Write(fallbackPattern(0, n)); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, "the first flight held by the peer", 10*time.Second, func() bool { return len(l.held(k)) >= 5 })
+		if !delegated {
+			una = l.held(k)[0].seq
+		}
+		l.icmp6(k, una+n+100_000, 1400, false) // forged
+		want("a forged PTB", PathMTUStats{Stale: 1})
+		l.icmp6(k, una-1, 1400, false) // stale
+		want("a stale PTB", PathMTUStats{Stale: 2})
+		l.icmp6(k, una, 1400, true) // bad checksum
+		want("a corrupt PTB", PathMTUStats{Stale: 2, Malformed: 1})
+		l.icmp6(k, una, 1279, false) // below IPv6's minimum
+		l.icmp6(k, una, 68, false)
+		want("PTBs below 1280", PathMTUStats{Stale: 2, Malformed: 1, BelowMinimum: 2})
+		nk := k
+		nk.RemotePort++
+		l.icmp6(nk, una, 1400, false) // no such connection
+		want("a PTB quoting no connection", PathMTUStats{Stale: 2, Malformed: 1, BelowMinimum: 2, NoConn: 1})
+		l.icmp6(k, una, 1280, false)
+		want("a valid PTB", PathMTUStats{Applied: 1, Stale: 2, Malformed: 1, BelowMinimum: 2, NoConn: 1})
+		if delegated {
+			// What was in flight comes again in segments for 1280:
+			// 1280 less the IPv6 and TCP headers and the timestamps.
+			const seg = 1280 - 40 - 20 - 12
+			testutil.Eventually(t, "the resend held by the peer", 10*time.Second, func() bool { return l.resentFrom(k, una, seg) != nil })
+			for _, s := range l.resentFrom(k, una, seg) {
+				if s.payload > seg {
+					t.Fatalf("segment at %d carries %d bytes after a PTB of 1280", s.seq, s.payload)
+				}
+			}
+			// A flood of forged ones: each dropped and counted.
+			const flood = 300
+			for i := range flood {
+				l.icmp6(k, una+n+uint32(i)*1000, 1300, false)
+			}
+			testutil.Eventually(t, "the flood counted", 10*time.Second, func() bool {
+				s := a.PathMTUStats()
+				return s.Stale+s.Busy-base.Stale-base.Busy == 2+flood
+			})
+		} else {
+			// netstack took it: its segments shrink to 1280's.
+			ep := a.S.FindTransportEndpoint(ipv6.ProtocolNumber, tcp.ProtocolNumber, stack.TransportEndpointID{
+				LocalPort: k.LocalPort, LocalAddress: tcpipAddr(k.LocalIP),
+				RemotePort: k.RemotePort, RemoteAddress: tcpipAddr(k.RemoteIP)}, nicID)
+			testutil.Eventually(t, "netstack's MSS lowered", 10*time.Second, func() bool {
+				st, err := readEndpointState(ep.(tcpip.Endpoint), a.S.Clock().NowMonotonic())
+				return err == nil && st.maxPayload <= 1280-40-20
+			})
+		}
+		resume()
+		got := make([]byte, n)
+		_ = theirs.SetReadDeadline(time.Now().Add(30 * time.Second))
+		if _, err := io.ReadFull(theirs, got); err != nil || !bytes.Equal(got, fallbackPattern(0, n)) {
+			t.Fatalf("delegated %v: the stream across the PTBs: %v", delegated, err)
+		}
+		pmtuStream(t, ours, theirs, 256<<10)
+		pmtuStream(t, theirs, ours, 64<<10)
+		if s := a.PathMTUStats(); s.Errors != 0 || s.Applied != base.Applied+1 {
+			t.Fatalf("delegated %v: %+v", delegated, s)
+		}
+		ours.Close()
+		theirs.Close()
 	}
 }

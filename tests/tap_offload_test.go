@@ -38,7 +38,10 @@ type tapOffloadLab struct {
 	host   *board.Host
 	kernel netip.Prefix // the kernel's address, in the namespace
 	emu    netip.Prefix // the emulated host's address
-	closed bool
+	// kernel6 and emu6 are their IPv6 addresses in a dual-stack lab
+	// (newTAPOffloadLab6); invalid otherwise.
+	kernel6, emu6 netip.Prefix
+	closed        bool
 }
 
 // newTAPOffloadLab makes the namespace, the TAP (kernel side 10.N.0.1, the
@@ -51,6 +54,18 @@ func newTAPOffloadLab(t testing.TB, subnet byte) *tapOffloadLab {
 
 // newTAPOffloadLabWith is newTAPOffloadLab with the TAP opened with opt.
 func newTAPOffloadLabWith(t testing.TB, subnet byte, opt port.TAPOptions) *tapOffloadLab {
+	t.Helper()
+	return newTAPLab(t, subnet, opt, false)
+}
+
+// newTAPOffloadLab6 is newTAPOffloadLabWith with both ends dual-stack: the
+// kernel fd00:N::1/64 as well, the emulated host fd00:N::2/64.
+func newTAPOffloadLab6(t testing.TB, subnet byte, opt port.TAPOptions) *tapOffloadLab {
+	t.Helper()
+	return newTAPLab(t, subnet, opt, true)
+}
+
+func newTAPLab(t testing.TB, subnet byte, opt port.TAPOptions, dual bool) *tapOffloadLab {
 	t.Helper()
 	testutil.RequireTAP(t)
 	lab := &tapOffloadLab{ns: newNetns(t)}
@@ -65,7 +80,14 @@ func newTAPOffloadLabWith(t testing.TB, subnet byte, opt port.TAPOptions) *tapOf
 	lab.kernel = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, subnet, 0, 1}), 24)
 	lab.emu = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, subnet, 0, 2}), 24)
 	lab.ns.moveTAP(t, name, lab.kernel)
-	lab.host, err = board.NewHost(board.HostConfig{MAC: [6]byte{2, 0, 10, subnet, 0, 2}, Addr: lab.emu}, tap)
+	hc := board.HostConfig{MAC: [6]byte{2, 0, 10, subnet, 0, 2}, Addr: lab.emu}
+	if dual {
+		lab.kernel6 = netip.PrefixFrom(netip.AddrFrom16([16]byte{0: 0xfd, 3: subnet, 15: 1}), 64)
+		lab.emu6 = netip.PrefixFrom(netip.AddrFrom16([16]byte{0: 0xfd, 3: subnet, 15: 2}), 64)
+		testutil.IP(t, "-n", lab.ns.name, "addr", "add", lab.kernel6.String(), "dev", name, "nodad")
+		hc.Stack.Addrs = []netip.Prefix{lab.emu6}
+	}
+	lab.host, err = board.NewHost(hc, tap)
 	if err != nil {
 		tap.Close()
 		t.Fatal(err)

@@ -34,11 +34,19 @@ func heldMsg(i, round int) []byte {
 }
 
 func TestTAPScaleEchoHeld(t *testing.T) {
+	lab := newTAPOffloadLab(t, 93)
+	echoHeld(t, lab, lab.emu.Addr())
+}
+
+// echoHeld is the held-echo bar against the lab's host at dstIP (IPv4 or,
+// on a dual-stack lab, IPv6): EMUNIC_TAP_HELD connections from the kernel,
+// every one delegated, two rounds of echo intact on each while all are
+// held, and every index, flow and buffer back after they close.
+func echoHeld(t *testing.T, lab *tapOffloadLab, dstIP netip.Addr) {
 	n := envCount(t, "EMUNIC_TAP_HELD", 10000)
 	if testing.Short() && n == 10000 {
 		n = 1000
 	}
-	lab := newTAPOffloadLab(t, 93)
 	ln, err := lab.host.ListenOffload(services.EchoPort)
 	if err != nil {
 		t.Fatal(err)
@@ -46,7 +54,7 @@ func TestTAPScaleEchoHeld(t *testing.T) {
 	echo := services.NewEcho(nil)
 	go echo.Serve(ln)
 	defer echo.Close()
-	dst := netip.AddrPortFrom(lab.emu.Addr(), services.EchoPort)
+	dst := netip.AddrPortFrom(dstIP, services.EchoPort)
 
 	heap := func() uint64 {
 		runtime.GC()
@@ -68,7 +76,7 @@ func TestTAPScaleEchoHeld(t *testing.T) {
 	err = lab.ns.do(func() error {
 		d := net.Dialer{Timeout: 20 * time.Second}
 		for i := range n {
-			c, err := d.Dial("tcp4", dst.String())
+			c, err := d.Dial(tcpNetwork(dstIP), dst.String())
 			if err != nil {
 				return fmt.Errorf("connection %d: %w", i, err)
 			}
@@ -133,8 +141,8 @@ func TestTAPScaleEchoHeld(t *testing.T) {
 	// The echo server's own read buffer (64 KiB a connection) is the
 	// application's, not the host's: shown apart.
 	grew := int64(heapHeld) - int64(heap0)
-	t.Logf("%d echo connections from the Linux kernel opened in %v, all delegated and held; two rounds intact; host: Go heap +%d KiB (%d B a connection, %d B without the echo server's buffer), arena +%d KiB, pool %+v; engine %+v",
-		n, opened.Round(time.Millisecond), grew>>10, grew/int64(n), grew/int64(n)-64<<10,
+	t.Logf("%d echo connections (to %v) from the Linux kernel opened in %v, all delegated and held; two rounds intact; host: Go heap +%d KiB (%d B a connection, %d B without the echo server's buffer), arena +%d KiB, pool %+v; engine %+v",
+		n, dstIP, opened.Round(time.Millisecond), grew>>10, grew/int64(n), grew/int64(n)-64<<10,
 		(arenaHeld-arena0)>>10, pool, occ)
 	// Close them all from the kernel's side: every index, flow and
 	// buffer comes back.

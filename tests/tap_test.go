@@ -98,14 +98,23 @@ func (ns *netns) do(fn func() error) error {
 func (ns *netns) dial(addr netip.AddrPort) (net.Conn, error) {
 	var c net.Conn
 	err := ns.do(func() (err error) {
-		c, err = net.DialTimeout("tcp4", addr.String(), 10*time.Second)
+		c, err = net.DialTimeout(tcpNetwork(addr.Addr()), addr.String(), 10*time.Second)
 		return err
 	})
 	return c, err
 }
 
+// tcpNetwork is Go's network name for TCP to a: "tcp4" or "tcp6".
+func tcpNetwork(a netip.Addr) string {
+	if a.Is4() {
+		return "tcp4"
+	}
+	return "tcp6"
+}
+
 // ping sends count ICMP echo requests from the namespace's kernel to dst
 // (ICMPv6 ones to an IPv6 address) and waits for each reply.
+
 func (ns *netns) ping(dst netip.Addr, count int) error {
 	network, laddr, request, reply := "ip4:icmp", "0.0.0.0", byte(8), byte(0)
 	if dst.Is6() {

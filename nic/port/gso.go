@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/netip"
 
 	"github.com/emunic/emunic/nic/hdr"
 )
@@ -33,7 +34,7 @@ const (
 	VnetGSONone       = 0    // an ordinary frame
 	VnetGSOTCPv4      = 1    // a TCP/IPv4 super-frame: cut into GSOSize segments
 	VnetGSOUDP        = 3    // UFO (not enabled on our TAPs)
-	VnetGSOTCPv6      = 4    // TCP/IPv6 (not enabled: the NIC is IPv4 only)
+	VnetGSOTCPv6      = 4    // a TCP/IPv6 super-frame (TSO6): cut into GSOSize segments
 	VnetGSOECN        = 0x80 // with a GSO type: the flow uses ECN (CWR on the first segment only)
 )
 
@@ -41,6 +42,7 @@ const (
 const (
 	tunFCsum = 0x01
 	tunFTSO4 = 0x02
+	tunFTSO6 = 0x04
 )
 
 // VnetHdr is a decoded virtio-net header.
@@ -112,7 +114,7 @@ type BurstWriter interface {
 }
 
 // TSOWriter is a port that segments TCP itself: WriteFrameTSO takes a
-// TCP/IPv4 super-frame (whole checksums) and puts it on the wire as
+// TCP/IPv4 or TCP/IPv6 super-frame (whole checksums) and puts it on the wire as
 // segments of mss payload bytes. TSO reports whether the port does (a TAP
 // opened without offloads does not).
 type TSOWriter interface {
@@ -120,15 +122,16 @@ type TSOWriter interface {
 	WriteFrameTSO(frame []byte, mss int) error
 }
 
-// gsoSplitter cuts TCP/IPv4 super-frames into wire-size segments, into
-// memory it keeps (no allocation per frame once it has grown).
+// gsoSplitter cuts TCP/IPv4 and TCP/IPv6 super-frames into wire-size
+// segments, into memory it keeps (no allocation per frame once it has
+// grown).
 type gsoSplitter struct {
 	out      []byte
 	ends     []int // out[ends[i-1]:ends[i]] is segment i
 	next     int   // the next segment to hand out
 	count    int
-	src, dst hdr.IPv4Addr
-	l4       int // offset of the TCP header in a segment
+	src, dst netip.Addr // for the segments' TCP checksums
+	l4       int        // offset of the TCP header in a segment
 }
 
 // pending reports whether segments are waiting.
@@ -149,41 +152,48 @@ func (s *gsoSplitter) pop(buf []byte, csum bool) (int, error) {
 		return 0, ErrFrameTooBig
 	}
 	if csum {
-		hdr.TCP(seg[s.l4:]).UpdateChecksum(s.src, s.dst)
+		hdr.TCP(seg[s.l4:]).UpdateChecksumAddr(s.src, s.dst)
 	}
 	return copy(buf, seg), nil
 }
 
 // split takes a super-frame apart: every segment gets the headers with
-// its own IP length, identification and checksum, its own sequence number,
-// FIN and PSH only on the last, CWR only on the first, and its TCP checksum
-// computed whole.
+// its own IP length (and, over IPv4, identification and header checksum;
+// IPv6 has neither), its own sequence number, FIN and PSH only on the
+// last, CWR only on the first, and its TCP checksum computed whole.
 func (s *gsoSplitter) split(h *VnetHdr, frame []byte) error {
 	s.next, s.count, s.ends = 0, 0, s.ends[:0]
 	sf, err := parseSuper(h, frame)
 	if err != nil {
 		return err
 	}
-	ip, tcp, payload, mss := sf.ip, sf.tcp, sf.payload, sf.mss
-	ihl, thl := ip.HeaderLen(), tcp.HeaderLen()
+	tcp, payload, mss := sf.tcp, sf.payload, sf.mss
+	l3, thl := sf.l3, tcp.HeaderLen()
 	hl, nseg := sf.hl, sf.segs
 	if need := nseg*hl + len(payload); cap(s.out) < need {
 		s.out = make([]byte, 0, need)
 	}
 	s.out = s.out[:0]
-	seq, flags, id := tcp.Seq(), tcp.Flags(), ip.ID()
-	src, dst := ip.Src(), ip.Dst()
+	seq, flags := tcp.Seq(), tcp.Flags()
+	var id uint16
+	if !sf.v6 {
+		id = hdr.IPv4(sf.ip).ID()
+	}
 	for i := 0; i < nseg; i++ {
 		chunk := payload[min(i*mss, len(payload)):min((i+1)*mss, len(payload))]
 		start := len(s.out)
 		s.out = append(s.out, frame[:hl]...)
 		s.out = append(s.out, chunk...)
 		seg := s.out[start:]
-		sip := hdr.IPv4(seg[hdr.EthernetSize:])
-		sip.SetTotalLen(uint16(ihl + thl + len(chunk)))
-		sip.SetID(id + uint16(i))
-		sip.UpdateChecksum()
-		stcp := hdr.TCP(sip[ihl:])
+		if sf.v6 {
+			hdr.IPv6(seg[hdr.EthernetSize:]).SetPayloadLen(uint16(l3 - hdr.IPv6Size + thl + len(chunk)))
+		} else {
+			sip := hdr.IPv4(seg[hdr.EthernetSize:])
+			sip.SetTotalLen(uint16(l3 + thl + len(chunk)))
+			sip.SetID(id + uint16(i))
+			sip.UpdateChecksum()
+		}
+		stcp := hdr.TCP(seg[hdr.EthernetSize+l3:])
 		stcp.SetSeq(seq + uint32(i*mss))
 		f := flags
 		if i != nseg-1 {
@@ -195,53 +205,90 @@ func (s *gsoSplitter) split(h *VnetHdr, frame []byte) error {
 		stcp.SetFlags(f)
 		s.ends = append(s.ends, len(s.out))
 	}
-	s.count, s.src, s.dst, s.l4 = nseg, src, dst, hdr.EthernetSize+ihl
+	s.count, s.src, s.dst, s.l4 = nseg, sf.src, sf.dst, hdr.EthernetSize+l3
 	return nil
 }
 
-// gsoFrame is a TCP/IPv4 super-frame the kernel handed over, checked.
+// gsoFrame is a TCP super-frame the kernel handed over, checked.
 type gsoFrame struct {
-	ip      hdr.IPv4 // up to the IP total length
-	tcp     hdr.TCP
-	payload []byte
-	mss     int // payload bytes per segment (GSO size)
-	hl      int // Ethernet + IP + TCP header bytes of every segment
-	segs    int // the wire segments it stands for
+	ip       []byte // the IP packet, up to its length field's end
+	v6       bool
+	l3       int // IP header bytes (IPv4 with options; IPv6 with extension headers)
+	src, dst netip.Addr
+	tcp      hdr.TCP
+	payload  []byte
+	mss      int // payload bytes per segment (GSO size)
+	hl       int // Ethernet + IP + TCP header bytes of every segment
+	segs     int // the wire segments it stands for
 }
 
 // wireBytes is what its segments weigh on the wire.
 func (sf *gsoFrame) wireBytes() int { return sf.segs*sf.hl + len(sf.payload) }
 
-// parseSuper checks a super-frame and its virtio-net header: TCP/IPv4, a
-// GSO size, headers whole. The IP length field, not the read, says where
-// the packet ends.
+// parseSuper checks a super-frame and its virtio-net header: TCP/IPv4
+// (GSO TCPV4) or TCP/IPv6 (TCPV6, behind any extension headers but a
+// fragment header), a GSO size, headers whole. The IP length field, not
+// the read, says where the packet ends.
 func parseSuper(h *VnetHdr, frame []byte) (gsoFrame, error) {
-	if h.GSOType&^VnetGSOECN != VnetGSOTCPv4 {
-		return gsoFrame{}, fmt.Errorf("%w: GSO type %#x (only TCP/IPv4 is enabled)", ErrBadGSO, h.GSOType)
+	var sf gsoFrame
+	if len(frame) < hdr.EthernetSize {
+		return sf, fmt.Errorf("%w: a super-frame of %d bytes", ErrBadGSO, len(frame))
 	}
-	if len(frame) < hdr.EthernetSize || hdr.Ethernet(frame).Type() != hdr.EtherTypeIPv4 {
-		return gsoFrame{}, fmt.Errorf("%w: a TCP/IPv4 super-frame that is not IPv4", ErrBadGSO)
+	et := hdr.Ethernet(frame).Type()
+	switch h.GSOType &^ VnetGSOECN {
+	case VnetGSOTCPv4:
+		if et != hdr.EtherTypeIPv4 {
+			return sf, fmt.Errorf("%w: a TCP/IPv4 super-frame that is not IPv4", ErrBadGSO)
+		}
+		ip := hdr.IPv4(frame[hdr.EthernetSize:])
+		if len(ip) < hdr.IPv4MinSize || ip.Version() != 4 || ip.HeaderLen() < hdr.IPv4MinSize || len(ip) < ip.HeaderLen()+hdr.TCPMinSize || ip.Proto() != hdr.ProtoTCP {
+			return sf, fmt.Errorf("%w: bad IPv4 header in a super-frame", ErrBadGSO)
+		}
+		sf.l3, sf.ip = ip.HeaderLen(), ip
+		if tl := int(ip.TotalLen()); tl >= sf.l3+hdr.TCPMinSize && tl <= len(ip) {
+			sf.ip = ip[:tl]
+		}
+		sf.src, sf.dst = ip.SourceAddress(), ip.DestinationAddress()
+	case VnetGSOTCPv6:
+		if et != hdr.EtherTypeIPv6 {
+			return sf, fmt.Errorf("%w: a TCP/IPv6 super-frame that is not IPv6", ErrBadGSO)
+		}
+		ip, err := hdr.ParseIPv6(frame[hdr.EthernetSize:])
+		if err != nil {
+			return sf, fmt.Errorf("%w: bad IPv6 header in a super-frame: %v", ErrBadGSO, err)
+		}
+		var c hdr.IPv6Chain
+		if err := hdr.WalkIPv6(ip, &c); err != nil || c.Proto != hdr.ProtoTCP || c.Fragment || len(ip) < c.L4Off+hdr.TCPMinSize {
+			return sf, fmt.Errorf("%w: an IPv6 super-frame that is not unfragmented TCP", ErrBadGSO)
+		}
+		sf.v6, sf.l3, sf.ip = true, c.L4Off, ip
+		sf.src, sf.dst = ip.SourceAddress(), ip.DestinationAddress()
+	default:
+		return sf, fmt.Errorf("%w: GSO type %#x (TCP/IPv4 and TCP/IPv6 are enabled)", ErrBadGSO, h.GSOType)
 	}
-	ip := hdr.IPv4(frame[hdr.EthernetSize:])
-	if len(ip) < hdr.IPv4MinSize || ip.Version() != 4 || ip.HeaderLen() < hdr.IPv4MinSize || len(ip) < ip.HeaderLen()+hdr.TCPMinSize || ip.Proto() != hdr.ProtoTCP {
-		return gsoFrame{}, fmt.Errorf("%w: bad IPv4 header in a super-frame", ErrBadGSO)
-	}
-	ihl := ip.HeaderLen()
-	tcp := hdr.TCP(ip[ihl:])
+	tcp := hdr.TCP(sf.ip[sf.l3:])
 	thl := tcp.HeaderLen()
 	if thl < hdr.TCPMinSize || thl > len(tcp) {
 		return gsoFrame{}, fmt.Errorf("%w: bad TCP header in a super-frame", ErrBadGSO)
 	}
-	if tl := int(ip.TotalLen()); tl >= ihl+thl && tl <= len(ip) {
-		ip, tcp = ip[:tl], tcp[:tl-ihl]
-	}
-	mss := int(h.GSOSize)
-	if mss <= 0 {
+	sf.mss = int(h.GSOSize)
+	if sf.mss <= 0 {
 		return gsoFrame{}, fmt.Errorf("%w: GSO size 0", ErrBadGSO)
 	}
-	payload := tcp[thl:]
-	return gsoFrame{ip: ip, tcp: tcp, payload: payload, mss: mss, hl: hdr.EthernetSize + ihl + thl,
-		segs: max(1, (len(payload)+mss-1)/mss)}, nil
+	sf.tcp, sf.payload = tcp, tcp[thl:]
+	sf.hl = hdr.EthernetSize + sf.l3 + thl
+	sf.segs = max(1, (len(sf.payload)+sf.mss-1)/sf.mss)
+	return sf, nil
+}
+
+// fixLengths makes a super-frame handed over whole (LRO) read as one
+// packet: the IPv4 header checksum over its total length (the kernel
+// leaves it for the device); an IPv6 header has none, and its payload
+// length already covers the whole.
+func (sf *gsoFrame) fixLengths() {
+	if !sf.v6 {
+		hdr.IPv4(sf.ip).UpdateChecksum()
+	}
 }
 
 // LROBufferSize is a buffer ReadFrameLRO reads any frame into without a
@@ -251,10 +298,11 @@ const LROBufferSize = VnetHdrSize + TAPMaxFrameSize
 // LROFrame says what ReadFrameLRO put in the caller's buffer.
 type LROFrame struct {
 	Off, N int // the frame is buf[Off:Off+N]
-	// GSOSize > 0: the frame is a TCP/IPv4 super-frame standing for Segs
-	// wire segments of GSOSize payload bytes (the last one shorter): the
-	// first segment's headers with the IP total length of the whole and a
-	// valid IP header checksum, the TCP checksum not computed
+	// GSOSize > 0: the frame is a TCP/IPv4 or TCP/IPv6 super-frame
+	// standing for Segs wire segments of GSOSize payload bytes (the last
+	// one shorter): the first segment's headers with the IP length of the
+	// whole (and over IPv4 a valid header checksum), the TCP checksum not
+	// computed
 	// (L4Verified), FIN and PSH as the last segment carries them.
 	GSOSize    int
 	Segs       int  // wire frames it stands for (1 for an ordinary frame)
@@ -279,10 +327,13 @@ type LROReader interface {
 // super-frame was. No allocation per frame once it has grown.
 type Splitter struct{ s gsoSplitter }
 
-// Split takes frame (an LROFrame of gsoSize) apart; the previous frame's
-// segments not yet taken are dropped.
+// Split takes frame (an LROFrame of gsoSize, of either family) apart; the
+// previous frame's segments not yet taken are dropped.
 func (p *Splitter) Split(gsoSize int, frame []byte) error {
 	h := VnetHdr{GSOType: VnetGSOTCPv4, GSOSize: uint16(gsoSize)}
+	if len(frame) >= hdr.EthernetSize && hdr.Ethernet(frame).Type() == hdr.EtherTypeIPv6 {
+		h.GSOType = VnetGSOTCPv6
+	}
 	return p.s.split(&h, frame)
 }
 

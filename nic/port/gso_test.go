@@ -171,3 +171,78 @@ func TestSplitterMatchesPort(t *testing.T) {
 		t.Error("a truncated super-frame accepted")
 	}
 }
+
+// TestGSOSplit6: a TCP/IPv6 super-frame (GSO TCPV6) is cut into segments
+// with their own payload length, sequence number and flags, and a TCP
+// checksum over the IPv6 pseudo-header; an LRO super-frame of either
+// family is cut by Splitter by its EtherType.
+func TestGSOSplit6(t *testing.T) {
+	payload := make([]byte, 10000)
+	for i := range payload {
+		payload[i] = byte(i * 5)
+	}
+	src, dst := hdr.IPv6Addr{0xfd, 0, 15: 1}, hdr.IPv6Addr{0xfd, 0, 15: 2}
+	f := testutil.TSOFrame6(hdr.TCPFrameFields{TCP: hdr.TCPFields{SrcPort: 1234, DstPort: 9, Seq: 1000, Ack: 5,
+		Flags: hdr.TCPFlagACK | hdr.TCPFlagPSH | hdr.TCPFlagFIN, Window: 1000}, Payload: payload}, src, dst)
+	for _, how := range []string{"tap", "splitter"} {
+		var segs [][]byte
+		switch how {
+		case "tap":
+			var s gsoSplitter
+			h := VnetHdr{Flags: VnetFlagNeedsCsum, GSOType: VnetGSOTCPv6, GSOSize: 1428, CsumStart: 54, CsumOffset: 16}
+			if err := s.split(&h, f); err != nil {
+				t.Fatal(err)
+			}
+			for s.pending() {
+				buf := make([]byte, 1514)
+				n, err := s.pop(buf, true)
+				if err != nil {
+					t.Fatal(err)
+				}
+				segs = append(segs, buf[:n])
+			}
+		case "splitter":
+			var p Splitter
+			if err := p.Split(1428, f); err != nil {
+				t.Fatal(err)
+			}
+			for p.Pending() {
+				seg := append([]byte(nil), p.Peek()...)
+				ip := hdr.IPv6(seg[hdr.EthernetSize:])
+				tcp := hdr.TCP(ip[hdr.IPv6Size:])
+				tcp.SetChecksum(0)
+				tcp.SetChecksum(ip.TransportChecksum(hdr.ProtoTCP, tcp))
+				segs = append(segs, seg)
+				p.Pop()
+			}
+		}
+		var got []byte
+		for i, seg := range segs {
+			var k hdr.Tuple
+			tcp, err := hdr.ParseTCPFrameRx(seg, &k)
+			if err != nil {
+				t.Fatalf("%s segment %d: %v", how, i, err)
+			}
+			ip := hdr.IPv6(seg[hdr.EthernetSize:])
+			if !ip.TransportChecksumOK(hdr.ProtoTCP, tcp) || k.RemoteIP.As16() != src || int(ip.PayloadLen()) != len(tcp) {
+				t.Fatalf("%s segment %d: checksum, addresses or length wrong", how, i)
+			}
+			last := i == len(segs)-1
+			if tcp.Seq() != 1000+uint32(i*1428) || tcp.Flags()&hdr.TCPFlagFIN != 0 != last || len(tcp.Payload()) > 1428 {
+				t.Fatalf("%s segment %d: seq %d flags %#x, %d bytes", how, i, tcp.Seq(), tcp.Flags(), len(tcp.Payload()))
+			}
+			got = append(got, tcp.Payload()...)
+		}
+		if !bytes.Equal(got, payload) {
+			t.Fatalf("%s: the segments do not carry the payload in order", how)
+		}
+	}
+	// An IPv6 frame named TCPV4, and the reverse, are refused.
+	var s gsoSplitter
+	if err := s.split(&VnetHdr{GSOType: VnetGSOTCPv4, GSOSize: 1428}, f); !errors.Is(err, ErrBadGSO) {
+		t.Errorf("IPv6 as TCPV4: %v", err)
+	}
+	for n := 0; n <= len(f); n++ {
+		_ = s.split(&VnetHdr{GSOType: VnetGSOTCPv6, GSOSize: 1428}, f[:n]) // must not panic
+	}
+}

@@ -195,11 +195,12 @@ func OpenTAPWith(name string, opt TAPOptions) (*TAPPort, error) {
 	vnet := false
 	if !opt.NoOffload {
 		// The header is 10 bytes (the default); the offloads are the
-		// checksum and TCP/IPv4 segmentation (no IPv6: the NIC is IPv4
-		// only, so the kernel segments IPv6 itself). A kernel that refuses
-		// gets frames without the header: turn it off again.
+		// checksum and TCP segmentation over IPv4 and IPv6 (TSO, TSO6):
+		// the kernel hands over super-frames of either family. A kernel
+		// that refuses gets frames without the header: turn it off
+		// again.
 		if err := unix.IoctlSetPointerInt(fd, unix.TUNSETVNETHDRSZ, VnetHdrSize); err == nil {
-			if err := unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, tunFCsum|tunFTSO4); err == nil {
+			if err := unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, tunFCsum|tunFTSO4|tunFTSO6); err == nil {
 				vnet = true
 			}
 		}
@@ -291,7 +292,8 @@ func (t *TAPPort) TSO() bool { return t.vnet }
 
 // WriteFrameTSO implements TSOWriter: the super-frame goes to the kernel in
 // one write with a virtio-net header asking for segments of mss payload
-// bytes (GSO TCPv4), its TCP checksum field turned into the pseudo-header's
+// bytes (GSO TCPv4, or TCPv6 for an IPv6 one), its TCP checksum field
+// turned into the pseudo-header's
 // partial sum with NEEDS_CSUM, as a guest's virtio-net driver sends one:
 // the kernel segments it only if it must (it delivers it whole to a local
 // socket).
@@ -302,19 +304,26 @@ func (t *TAPPort) WriteFrameTSO(frame []byte, mss int) error {
 	if err := t.stats.checkTx(t.closed.Load(), len(frame), TAPMaxFrameSize); err != nil {
 		return err
 	}
-	ip, tcp, err := hdr.ParseTCPFrame(frame)
+	var k hdr.Tuple
+	tcp, err := hdr.ParseTCPFrameRx(frame, &k)
 	if err != nil || mss <= 0 || mss > 0xFFFF {
 		t.stats.txErrors.Add(1)
 		return fmt.Errorf("tap %s: TSO frame: %v", t.name, err)
 	}
-	l4 := hdr.EthernetSize + ip.HeaderLen()
+	// l4 is where the TCP header starts (tcp is a slice of frame).
+	l4 := cap(frame) - cap(tcp)
+	gso := uint8(VnetGSOTCPv4)
+	if !k.LocalIP.Is4() {
+		gso = VnetGSOTCPv6
+	}
 	t.wmu.Lock()
 	defer t.wmu.Unlock()
-	h := VnetHdr{Flags: VnetFlagNeedsCsum, GSOType: VnetGSOTCPv4, HdrLen: uint16(l4 + tcp.HeaderLen()),
+	h := VnetHdr{Flags: VnetFlagNeedsCsum, GSOType: gso, HdrLen: uint16(l4 + tcp.HeaderLen()),
 		GSOSize: uint16(mss), CsumStart: uint16(l4), CsumOffset: hdr.TCPOffChecksum}
 	h.Encode(t.wbuf)
 	n := copy(t.wbuf[VnetHdrSize:], frame)
-	partial := hdr.Fold(hdr.PseudoHeaderSum(hdr.ProtoTCP, ip.Src(), ip.Dst(), len(tcp)))
+	// k is the receiver's view: the sender (this frame's source) is RemoteIP.
+	partial := hdr.Fold(hdr.PseudoHeaderSumAddr(hdr.ProtoTCP, k.RemoteIP, k.LocalIP, len(tcp)))
 	binary.BigEndian.PutUint16(t.wbuf[VnetHdrSize+l4+hdr.TCPOffChecksum:], partial)
 	_, err = t.file.Write(t.wbuf[:VnetHdrSize+n])
 	if err == nil {
@@ -464,7 +473,7 @@ func (t *TAPPort) readVnetFrame(buf []byte, csum, lro bool) (LROFrame, error) {
 				t.stats.rxGSO.Add(1)
 				t.stats.rxFrames.Add(uint64(sf.segs))
 				t.stats.rxBytes.Add(uint64(sf.wireBytes()))
-				sf.ip.UpdateChecksum()
+				sf.fixLengths()
 				f := LROFrame{GSOSize: sf.mss, Segs: sf.segs, WireBytes: sf.wireBytes(), L4Verified: true}
 				if direct {
 					f.Off, f.N = VnetHdrSize, whole

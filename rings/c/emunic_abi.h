@@ -152,8 +152,12 @@
 #define EMUNIC_STAT_TIMER_RUNS 0x18              /* StatID: timer wheel passes */
 #define EMUNIC_STAT_RX_DROP_VLAN 0x19            /* StatID: 802.1Q: a tagged frame of another VLAN, or an untagged frame at a device on a VLAN */
 #define EMUNIC_STAT_RX_DROP_BAD_VLAN 0x1A        /* StatID: 802.1Q: VLAN ID 0 or 4095, a truncated tag, or a double-tagged (QinQ) frame */
-#define EMUNIC_NUM_STATS 0x1B                    /* StatID: */
-#define EMUNIC_STAT_BLOCK_SIZE 0xD8
+#define EMUNIC_STAT_RX_DROP_I_PV6_EXT_CHAIN 0x1B /* StatID: IPv6: extension-header chain malformed, too long or looping */
+#define EMUNIC_STAT_RX_DROP_I_PV6_ROUTING_TYPE0 0x1C /* StatID: IPv6: routing header type 0 (RFC 5095) */
+#define EMUNIC_STAT_RX_DROP_I_PV6_FRAGMENT 0x1D  /* StatID: IPv6: atomic fragment, or one no valid datagram holds (RFC 8021, RFC 8200 §4.5) */
+#define EMUNIC_STAT_RX_DROP_I_PV6_JUMBOGRAM 0x1E /* StatID: IPv6: hop-by-hop jumbo payload option (RFC 2675) */
+#define EMUNIC_NUM_STATS 0x1F                    /* StatID: */
+#define EMUNIC_STAT_BLOCK_SIZE 0xF8
 
 /* connstate.go */
 #define EMUNIC_CONN_STATE_SIZE 0x80
@@ -633,7 +637,7 @@ _Static_assert(offsetof(struct emunic_receive_descriptor, len) == EMUNIC_RX_OFF_
 _Static_assert(offsetof(struct emunic_receive_descriptor, rsvd) == EMUNIC_RX_OFF_RSVD, "RxOffRsvd");
 _Static_assert(offsetof(struct emunic_receive_descriptor, tag) == EMUNIC_RX_OFF_TAG, "RxOffTag");
 
-/* stat block (StatBlockSize, 216 bytes): Stat block */
+/* stat block (StatBlockSize, 248 bytes): Stat block */
 struct emunic_stat_block {
 	uint64_t rx__frames; /* 0x00 StatRxFrames: frames received from the port */
 	uint64_t rx__bytes; /* 0x08 StatRxBytes: bytes received from the port */
@@ -662,6 +666,10 @@ struct emunic_stat_block {
 	uint64_t timer__runs; /* 0xc0 StatTimerRuns: timer wheel passes */
 	uint64_t rx__drop__vlan; /* 0xc8 StatRxDropVLAN: 802.1Q: a tagged frame of another VLAN, or an untagged frame at a devic... */
 	uint64_t rx__drop__bad__vlan; /* 0xd0 StatRxDropBadVLAN: 802.1Q: a tag with VLAN ID 0 (priority tag) or 4095 (reserved), a tr... */
+	uint64_t rx__drop__ipv6__ext__chain; /* 0xd8 StatRxDropIPv6ExtChain: IPv6: an extension-header chain that is malformed, longer than ... */
+	uint64_t rx__drop__ipv6__routing__type0; /* 0xe0 StatRxDropIPv6RoutingType0: IPv6: a routing header of type 0 (RFC 5095) */
+	uint64_t rx__drop__ipv6__fragment; /* 0xe8 StatRxDropIPv6Fragment: IPv6: an atomic fragment, or a fragment no valid datagram holds... */
+	uint64_t rx__drop__ipv6__jumbogram; /* 0xf0 StatRxDropIPv6Jumbogram: IPv6: a hop-by-hop Jumbo Payload option (RFC 2675) */
 } __attribute__((packed));
 _Static_assert(sizeof(struct emunic_stat_block) == EMUNIC_STAT_BLOCK_SIZE, "stat block size");
 
