@@ -495,3 +495,13 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
 	return set
 }
+
+// addrList is the host's addresses with their prefix lengths, for logs:
+// "10.9.0.2/24, fd00:9::2/64".
+func addrList(p netip.Prefix, more []netip.Prefix) string {
+	s := []string{p.String()}
+	for _, q := range more {
+		s = append(s, q.String())
+	}
+	return strings.Join(s, ", ")
+}

@@ -373,8 +373,8 @@ func runLWIOServe(ctx context.Context, th *tapHost, cfg lwioConfig, stdout io.Wr
 		return err
 	}
 	logger.Info(fmt.Sprintf("%v on tap %s: LWIO server %q exporting %s, pipe on port %d, RDMA on port %d, %s; Ctrl-C to stop",
-		cfg.Addr, th.tap.Name(), cfg.Name, cfg.Export, cfg.PipePort, cfg.RDMAPort, describeAccess(cfg.Secret, cfg.ReadOnly, cfg.Allow)),
-		"addr", cfg.Addr, "tap", th.tap.Name(), "export", cfg.Export)
+		addrList(cfg.Addr, cfg.MoreAddrs), th.tap.Name(), cfg.Name, cfg.Export, cfg.PipePort, cfg.RDMAPort, describeAccess(cfg.Secret, cfg.ReadOnly, cfg.Allow)),
+		"addr", addrList(cfg.Addr, cfg.MoreAddrs), "tap", th.tap.Name(), "export", cfg.Export)
 	start := time.Now()
 	<-ctx.Done()
 	logger.Info("stopping", "after", time.Since(start).Round(time.Second))

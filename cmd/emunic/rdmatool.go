@@ -191,7 +191,8 @@ func runRDMAToolCommand(ctx context.Context, args []string, stdout, stderr io.Wr
 		role = fmt.Sprintf("listening on port %d", cfg.Port)
 	}
 	ready := func() {
-		logger.Info(fmt.Sprintf("%v on tap %s: rdma %s %s", cfg.Addr, th.tap.Name(), sub, role), "tap", th.tap.Name(), "addr", cfg.Addr)
+		addrs := addrList(cfg.Addr, cfg.MoreAddrs)
+		logger.Info(fmt.Sprintf("%s on tap %s: rdma %s %s", addrs, th.tap.Name(), sub, role), "tap", th.tap.Name(), "addr", addrs)
 	}
 	dst := netip.AddrPortFrom(cfg.Server, cfg.Port)
 	var n int
