@@ -195,7 +195,7 @@ func parseLWIOFlags(sub string, args []string, stdout io.Writer) (lwioConfig, er
 	arena := sizeValue(256 << 20)
 	pipe, rdma := uintValue(lwio.DefaultPipePort), uintValue(lwio.DefaultRDMAPort)
 	fs.StringVar(&cfg.Tap, "tap", "", "TAP device `NAME` to attach to, created if missing (required)")
-	fs.Var(&addr, "addr", "this host's address with prefix length, a `CIDR` such as 10.9.1.2/24 (required); repeat it for IPv6 ones too (fd00:9::2/64): the first IPv4 one is the primary, which LWIO uses")
+	fs.Var(&addr, "addr", "this host's address with prefix length, a `CIDR` such as 10.9.1.2/24 (required); repeat it for IPv6 ones too (fd00:9::2/64), for LWIO over IPv6: the first IPv4 one is the primary")
 	fs.Var(&mtu, "mtu", "IP MTU `N` of the NIC and the TAP (68-65535)")
 	fs.Var(&gw, "gateway", "default route via `IP`, IPv4 or IPv6, inside the subnet of an --addr of its family (or an IPv6 link-local address)")
 	fs.Var(&arena, "arena", "host memory, `SIZE`: LWIO's buffers come from it")

@@ -107,7 +107,7 @@ func parseRDMAToolFlags(sub string, args []string, stdout io.Writer) (rdmaToolCo
 		count = 1
 	}
 	fs.StringVar(&cfg.Tap, "tap", "", "TAP device `NAME` to attach to, created if missing (required)")
-	fs.Var(&addr, "addr", "this host's address with prefix length, a `CIDR` such as 10.77.1.5/24 (required); repeat it for IPv6 ones too (fd00:77::5/64): the first IPv4 one is the primary, which RDMA uses")
+	fs.Var(&addr, "addr", "this host's address with prefix length, a `CIDR` such as 10.77.1.5/24 (required); repeat it for IPv6 ones too (fd00:77::5/64), for RDMA over IPv6: the first IPv4 one is the primary")
 	fs.BoolVar(&cfg.Listen, "listen", false, "be the server: wait for clients on --port")
 	fs.Var(&server, "server", "be the client of the server at `IP` (IPv4 or IPv6), or at IP:PORT or [IPv6]:PORT")
 	fs.Var(&port, "port", "the TCP `PORT`")
