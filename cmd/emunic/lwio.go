@@ -53,7 +53,8 @@ recipe.`,
   emunic lwio put --tap lw1 --addr 10.9.1.2/24 --server 10.9.1.1 -r ./photos backup/
   emunic lwio ls --tap lw1 --addr 10.9.1.2/24 --server 10.9.1.1 backup
   emunic lwio get --tap lw1 --addr 10.9.1.2/24 --server 10.9.1.1 big.bin ./copy.bin
-  tar c src | emunic lwio put --tap lw1 --addr 10.9.1.2/24 --server 10.9.1.1 - src.tar`,
+  tar c src | emunic lwio put --tap lw1 --addr 10.9.1.2/24 --server 10.9.1.1 - src.tar
+  emunic lwio get --tap lw1 --addr 10.9.1.2/24 --addr fd00:9::2/64 --server [fd00:9::1]:4445 big.bin ./copy.bin`,
 }
 
 // lwioClientSyn is the flags every client subcommand takes.

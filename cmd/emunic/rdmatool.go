@@ -71,7 +71,8 @@ what it received) and exits 0 after the last. With --server IP it is
 rdma_client, --count times: connect, send, receive, disconnect. One line per
 completed exchange.`,
 		examples: `  emunic rdma echo --tap emu0 --addr 10.77.1.5/24 --listen --count 1
-  emunic rdma echo --tap emu0 --addr 10.77.1.5/24 --server 10.77.1.2`},
+  emunic rdma echo --tap emu0 --addr 10.77.1.5/24 --server 10.77.1.2
+  emunic rdma echo --tap emu0 --addr 10.77.1.5/24 --addr fd00:77::5/64 --server [fd00:77::2]:7471`},
 }
 
 // rdmaToolConfig is the command line of an rdma subcommand.
