@@ -196,6 +196,11 @@ func parseDemoFlags(args []string, stdout io.Writer) (demoConfig, error) {
 	}
 	cfg.Bytes, cfg.Loss, cfg.Reorder = int64(bytes), float64(loss), float64(reorder)
 	cfg.Seed, cfg.MTU = uint64(seed), int(mtu)
+	if cfg.IPv6 {
+		if err := checkIPv6MTU([]netip.Prefix{demoAddr6A}, cfg.MTU); err != nil {
+			return cfg, usagef("%v (see 'emunic demo --help')", err)
+		}
+	}
 	return cfg, nil
 }
 

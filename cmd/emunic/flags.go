@@ -505,3 +505,16 @@ func addrList(p netip.Prefix, more []netip.Prefix) string {
 	}
 	return strings.Join(s, ", ")
 }
+
+// ipv6MinMTU is IPv6's minimum link MTU (RFC 8200 §5): a host with an IPv6
+// address on a smaller one could send no IPv6 at all.
+const ipv6MinMTU = 1280
+
+// checkIPv6MTU refuses an IPv6 address (among more) on a link whose MTU is
+// below IPv6's minimum.
+func checkIPv6MTU(more []netip.Prefix, mtu int) error {
+	if mtu < ipv6MinMTU && slices.ContainsFunc(more, func(p netip.Prefix) bool { return p.Addr().Is6() }) {
+		return fmt.Errorf("bad --mtu %d: an IPv6 host needs %d or more (IPv6's minimum link MTU)", mtu, ipv6MinMTU)
+	}
+	return nil
+}

@@ -121,12 +121,32 @@ func TestCLIIPv6Peers(t *testing.T) {
 			return err
 		},
 			"host's own address"},
+		{func() error { _, err := parseServeFlags(append(dual, "--mtu", "1279"), io.Discard); return err },
+			"bad --mtu 1279: an IPv6 host needs 1280 or more"},
+		{func() error {
+			_, err := parseRDMAToolFlags("ping", append(dual, "--listen", "--mtu", "576"), io.Discard)
+			return err
+		},
+			"bad --mtu 576"},
+		{func() error {
+			_, err := parseLWIOFlags("ls", append(dual, "--server", "fd00:77::1", "--mtu", "1000"), io.Discard)
+			return err
+		}, "bad --mtu 1000"},
+		{func() error { _, err := parseDemoFlags([]string{"--ipv6", "--mtu", "1000"}, io.Discard); return err },
+			"bad --mtu 1000: an IPv6 host needs 1280"},
 	} {
 		err := c.parse()
 		var ue *usageError
 		if !errors.As(err, &ue) || !strings.Contains(err.Error(), c.msg) {
 			t.Errorf("error %v; want a usage error containing %q", err, c.msg)
 		}
+	}
+	// 1280 is enough, and an IPv4-only host may go lower.
+	if _, err := parseServeFlags(append(dual, "--mtu", "1280"), io.Discard); err != nil {
+		t.Errorf("--mtu 1280 on a dual-stack host: %v", err)
+	}
+	if _, err := parseServeFlags(append(v4only, "--mtu", "576"), io.Discard); err != nil {
+		t.Errorf("--mtu 576 on an IPv4 host: %v", err)
 	}
 	// --allow takes IPv6 prefixes too.
 	dir := t.TempDir()

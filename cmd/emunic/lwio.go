@@ -240,6 +240,9 @@ func parseLWIOFlags(sub string, args []string, stdout io.Writer) (lwioConfig, er
 	if err := addr.check(); err != nil {
 		return cfg, usagef("%v", err)
 	}
+	if err := checkIPv6MTU(cfg.MoreAddrs, cfg.MTU); err != nil {
+		return cfg, usagef("%v", err)
+	}
 	cfg.PipePort, cfg.RDMAPort, cfg.Args = uint16(pipe), uint16(rdma), fs.Args()
 	cfg.Allow = allow.ps
 	var err error

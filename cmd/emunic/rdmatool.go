@@ -131,6 +131,9 @@ func parseRDMAToolFlags(sub string, args []string, stdout io.Writer) (rdmaToolCo
 	if err := addr.check(); err != nil {
 		return cfg, usagef("%v", err)
 	}
+	if err := checkIPv6MTU(cfg.MoreAddrs, cfg.MTU); err != nil {
+		return cfg, usagef("%v", err)
+	}
 	cfg.Count, cfg.Size = int(count), int(size)
 	switch {
 	case cfg.Tap == "":

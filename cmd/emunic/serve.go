@@ -137,6 +137,9 @@ func parseServeFlags(args []string, stdout io.Writer) (serveConfig, error) {
 	if err := addr.check(); err != nil {
 		return cfg, usagef("%v", err)
 	}
+	if err := checkIPv6MTU(cfg.MoreAddrs, cfg.MTU); err != nil {
+		return cfg, usagef("%v", err)
+	}
 	cfg.MaxConns, cfg.Arena = int(maxConns), int64(arena)
 	if vlan > 4094 {
 		return cfg, usagef("bad --vlan %d: want 1 to 4094 (0 and 4095 are reserved by 802.1Q)", vlan)
