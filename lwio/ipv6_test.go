@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/emunic/emunic/board"
 	"github.com/emunic/emunic/internal/hostrig"
 	"github.com/emunic/emunic/lwio"
 )
@@ -22,10 +21,9 @@ import (
 // address, and an IPv4 client of the same server is refused.
 func TestIPv6(t *testing.T) {
 	a6, b6 := netip.MustParsePrefix("fd00:5::1/64"), netip.MustParsePrefix("fd00:5::2/64")
-	r := hostrig.New(t, hostrig.Config{
-		HostA: func(c *board.HostConfig) { c.Stack.Addrs = []netip.Prefix{a6} },
-		HostB: func(c *board.HostConfig) { c.Stack.Addrs = []netip.Prefix{b6} },
-	})
+	var rc hostrig.Config
+	rc.DualStack(a6, b6)
+	r := hostrig.New(t, rc)
 	exp, err := lwio.OpenExport(t.TempDir())
 	if err != nil {
 		t.Fatal(err)

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/emunic/emunic/board"
 	"github.com/emunic/emunic/internal/hostrig"
 )
 
@@ -18,10 +17,9 @@ import (
 // listener it falls back to TCP over IPv6.
 func TestIPv6(t *testing.T) {
 	a6, b6 := netip.MustParsePrefix("fd00:d::1/64"), netip.MustParsePrefix("fd00:d::2/64")
-	r := hostrig.New(t, hostrig.Config{
-		HostA: func(c *board.HostConfig) { c.Stack.Addrs = []netip.Prefix{a6} },
-		HostB: func(c *board.HostConfig) { c.Stack.Addrs = []netip.Prefix{b6} },
-	})
+	var rc hostrig.Config
+	rc.DualStack(a6, b6)
+	r := hostrig.New(t, rc)
 	a, b := r.A, r.B
 	t.Cleanup(func() { Shutdown(a); Shutdown(b) })
 	l, err := Listen(b, 8601, Config{})

@@ -20,22 +20,6 @@ var (
 	v6B = netip.MustParsePrefix("fd00:77::2/64")
 )
 
-// dualStack makes a rig's hosts dual-stack: A has v6A, B v6B besides
-// their IPv4 addresses.
-func dualStack(c *hostrig.Config) {
-	c.HostA = chain(c.HostA, func(hc *board.HostConfig) { hc.Stack.Addrs = append(hc.Stack.Addrs, v6A) })
-	c.HostB = chain(c.HostB, func(hc *board.HostConfig) { hc.Stack.Addrs = append(hc.Stack.Addrs, v6B) })
-}
-
-func chain(f, g func(*board.HostConfig)) func(*board.HostConfig) {
-	return func(c *board.HostConfig) {
-		if f != nil {
-			f(c)
-		}
-		g(c)
-	}
-}
-
 // TestRDMAIPv6EarlyRequest: a QP pair over IPv6 whose initiator's MPA
 // request reaches the responder's host before its delegation (as
 // TestRDMAEarlyRequestInjected over IPv4): the request is held from the
@@ -43,7 +27,7 @@ func chain(f, g func(*board.HostConfig)) func(*board.HostConfig) {
 // completes at once, and the QPs carry data. Both ends name IPv6 peers.
 func TestRDMAIPv6EarlyRequest(t *testing.T) {
 	rc := hostrig.Config{HostA: func(c *board.HostConfig) { c.Device.Engine.MinRTO = 30e9 }}
-	dualStack(&rc)
+	rc.DualStack(v6A, v6B)
 	r := hostrig.New(t, rc)
 	a, b := hostrig.NewNode(t, r.A, hostrig.NodeConfig{}), hostrig.NewNode(t, r.B, hostrig.NodeConfig{})
 	held := make(chan struct{})
@@ -103,7 +87,7 @@ func sendCheck(t *testing.T, a, b *hostrig.Node, msg string) {
 // takes connections to its IPv4 and its IPv6 address alike.
 func TestRDMAListenerBothFamilies(t *testing.T) {
 	rc := hostrig.Config{}
-	dualStack(&rc)
+	rc.DualStack(v6A, v6B)
 	r := hostrig.New(t, rc)
 	b := hostrig.NewNode(t, r.B, hostrig.NodeConfig{})
 	l, err := b.V.ListenRDMA(4796, b.Attr())
