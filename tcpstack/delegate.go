@@ -150,6 +150,16 @@ func (q *quiescer) drain(ep tcpip.Endpoint, fi *flowInfo, alreadyRead uint64) (p
 		buf.Reset()
 		_, _ = ep.Read(&buf, tcpip.ReadOptions{Peek: true})
 		if uint64(buf.Len()) >= want {
+			// More than the tracker counted: segments that reached
+			// netstack out of order, which the tracker does not
+			// keep (it advances RCV.NXT over in-order arrivals
+			// only), became in order when the hole filled. netstack
+			// has them, and has acknowledged them, so the peer will
+			// not send them again: RCV.NXT is past them. (Left
+			// behind, the engine waited for bytes no one resends: a
+			// connection both ends delegated under loss and
+			// reordering stalled for good.)
+			fi.rcvNxt += uint32(uint64(buf.Len()) - want)
 			return buf.Bytes(), true, nil
 		}
 		if q.stall == nil {

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/emunic/emunic/nic"
+	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/tcpstack"
 	"github.com/emunic/emunic/tcpstack/services"
@@ -20,6 +22,106 @@ import (
 // kernel's TCP/IPv6 as the client of the emulated host's services, every
 // connection delegated (version-2 state block), with the TAP's TSO6 and
 // LRO carrying IPv6 super-frames both ways.
+
+// badIPv6Chains are extension-header chains the NIC must refuse, each
+// with the drop counter that counts it.
+var badIPv6Chains = []struct {
+	name string
+	next uint8
+	ext  []byte
+	id   nic.IPv6Drop
+}{
+	{"routing header type 0", hdr.ProtoIPv6Routing, []byte{hdr.ProtoTCP, 0, hdr.RoutingType0, 1, 0, 0, 0, 0}, nic.IPv6DropRoutingType0},
+	{"atomic fragment", hdr.ProtoIPv6Fragment, []byte{hdr.ProtoTCP, 0, 0, 0, 0, 0, 0, 1}, nic.IPv6DropFragment},
+	{"jumbogram", hdr.ProtoIPv6HopByHop, []byte{hdr.ProtoTCP, 0, hdr.IPv6OptJumboPayld, 4, 0, 1, 0, 0}, nic.IPv6DropJumbogram},
+	{"destination options three times", hdr.ProtoIPv6DstOpts, []byte{
+		hdr.ProtoIPv6DstOpts, 0, 1, 4, 0, 0, 0, 0,
+		hdr.ProtoIPv6DstOpts, 0, 1, 4, 0, 0, 0, 0,
+		hdr.ProtoTCP, 0, 1, 4, 0, 0, 0, 0}, nic.IPv6DropExtChain},
+}
+
+// badIPv6Frame is a TCP/IPv6 frame from src to dst carrying the extension
+// headers ext (the first of type next) before a TCP header of tf (ports
+// set from src and dst), its checksum right: only the chain is wrong.
+func badIPv6Frame(dstMAC, srcMAC [6]byte, src, dst netip.AddrPort, next uint8, ext []byte, tf hdr.TCPFields) []byte {
+	f := make([]byte, hdr.EthernetSize+hdr.IPv6Size+len(ext)+hdr.TCPMinSize)
+	(&hdr.EthernetFields{Dst: dstMAC, Src: srcMAC, Type: hdr.EtherTypeIPv6}).Encode(f)
+	ip := hdr.IPv6(f[hdr.EthernetSize:])
+	(&hdr.IPv6Fields{PayloadLen: uint16(len(ext) + hdr.TCPMinSize), NextHeader: next, HopLimit: 64,
+		Src: src.Addr().As16(), Dst: dst.Addr().As16()}).Encode(ip)
+	copy(ip[hdr.IPv6Size:], ext)
+	seg := hdr.TCP(ip[hdr.IPv6Size+len(ext):])
+	tf.SrcPort, tf.DstPort, tf.HeaderLen = src.Port(), dst.Port(), hdr.TCPMinSize
+	tf.Encode(seg)
+	seg.SetChecksum(ip.TransportChecksum(hdr.ProtoTCP, seg))
+	return f
+}
+
+// TestTAPIPv6DelegatedBadInput: while a delegated IPv6 connection echoes
+// 32 MiB through the kernel, the kernel's packet socket sends frames
+// bearing that connection's addresses and ports with each refused
+// extension-header chain, for as long as the echo runs: every one is a
+// counted drop (read by StatID from the counter area), none reaches the
+// engine, and the stream goes on intact, without a stall.
+func TestTAPIPv6DelegatedBadInput(t *testing.T) {
+	lab := newTAPOffloadLab6(t, 109, port.TAPOptions{})
+	dc, src := lab.dialKernelEcho6(t)
+	name := lab.tap.Name()
+	kmac := kernelMAC(t, lab.ns, name)
+	emuMAC := [6]byte{2, 0, 10, 109, 0, 2}
+	dst := netip.AddrPortFrom(lab.emu6.Addr(), uint16(dc.LocalAddr().(*net.TCPAddr).Port))
+	before := make([]uint64, len(badIPv6Chains))
+	for i, c := range badIPv6Chains {
+		before[i] = statOf(t, lab.host.Host, c.id.Stat())
+	}
+	// Rounds of one frame of each chain, sent for as long as the echo
+	// runs (the first before it starts).
+	stop, sent := make(chan struct{}), make(chan error, 1)
+	rounds := 0
+	go func() {
+		for k := 0; ; k++ {
+			var fs [][]byte
+			for _, c := range badIPv6Chains {
+				fs = append(fs, badIPv6Frame(emuMAC, kmac, src, dst, c.next, c.ext,
+					hdr.TCPFields{Seq: uint32(k) * 1000, Flags: hdr.TCPFlagACK | hdr.TCPFlagPSH, Window: 1000}))
+			}
+			if err := lab.ns.sendRaw(name, fs...); err != nil {
+				sent <- err
+				return
+			}
+			rounds++
+			select {
+			case <-stop:
+				sent <- nil
+				return
+			default:
+			}
+		}
+	}()
+	echoExchange(t, dc, 32<<20)
+	close(stop)
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range badIPv6Chains {
+		want := before[i] + uint64(rounds)
+		deadline := time.Now().Add(5 * time.Second)
+		for statOf(t, lab.host.Host, c.id.Stat()) < want {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d counted, want %d", c.name, statOf(t, lab.host.Host, c.id.Stat())-before[i], rounds)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if got := statOf(t, lab.host.Host, c.id.Stat()) - before[i]; got != uint64(rounds) {
+			t.Errorf("%s: %d counted, %d sent", c.name, got, rounds)
+		}
+	}
+	t.Logf("%d frames of each refused chain sent during the echo, each counted", rounds)
+	lab.close()
+	if c := lab.engine(); c.DropBadChecksum+c.DropBadOptions+c.DropShort+c.DropTupleMismatch != 0 || c.Timeouts != 0 {
+		t.Errorf("the engine saw bad input or timed out: %+v", c)
+	}
+}
 
 // echoOnce listens in the namespace on addr (any port) and echoes the
 // first connection it accepts; the listener closes when the test ends.
@@ -189,19 +291,29 @@ func TestTAPIPv6ScaleEchoHeld(t *testing.T) {
 	}
 }
 
+// dialKernelEcho6 has the kernel echo one connection on its IPv6 address
+// and dials it from the lab's host with DialOffload; it returns the
+// delegated connection (closed when the test ends) and the kernel's end.
+func (l *tapOffloadLab) dialKernelEcho6(t *testing.T) (*tcpstack.DelegatedConn, netip.AddrPort) {
+	t.Helper()
+	kl := l.ns.echoOnce(t, l.kernel6.Addr())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	kernel := netip.MustParseAddrPort(kl.Addr().String())
+	dc, err := l.host.DialOffload(ctx, kernel)
+	if err != nil {
+		t.Fatalf("DialOffload to the kernel over IPv6: %v", err)
+	}
+	t.Cleanup(func() { dc.Close() })
+	return dc, kernel
+}
+
 // TestTAPIPv6DialOffload: the host dials the kernel's IPv6 listener with
 // DialOffload (its neighbour found by NDP, the flow tracked from its SYN)
 // and echoes 16 MiB through the engine.
 func TestTAPIPv6DialOffload(t *testing.T) {
 	lab := newTAPOffloadLab6(t, 107, port.TAPOptions{})
-	kl := lab.ns.echoOnce(t, lab.kernel6.Addr())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	dc, err := lab.host.DialOffload(ctx, netip.MustParseAddrPort(kl.Addr().String()))
-	if err != nil {
-		t.Fatalf("DialOffload to the kernel over IPv6: %v", err)
-	}
-	defer dc.Close()
+	dc, _ := lab.dialKernelEcho6(t)
 	echoExchange(t, dc, 16<<20)
 	lab.close()
 	if c := lab.engine(); c.RxBytes < 16<<20 || c.TxBytes < 16<<20 {

@@ -16,17 +16,16 @@ import (
 
 	"github.com/emunic/emunic/board"
 	"github.com/emunic/emunic/internal/testutil"
-	"github.com/emunic/emunic/nic"
 	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/rings"
 	"github.com/emunic/emunic/tcpstack"
 	"github.com/emunic/emunic/tcpstack/services"
 )
 
-// sendRaw writes one whole Ethernet frame out of the namespace's interface
+// sendRaw writes whole Ethernet frames out of the namespace's interface
 // ifname through a packet socket: bad input the kernel's own stack would
 // never send.
-func (ns *netns) sendRaw(ifname string, frame []byte) error {
+func (ns *netns) sendRaw(ifname string, frames ...[]byte) error {
 	return ns.do(func() error {
 		ifi, err := net.InterfaceByName(ifname)
 		if err != nil {
@@ -37,9 +36,14 @@ func (ns *netns) sendRaw(ifname string, frame []byte) error {
 			return err
 		}
 		defer syscall.Close(fd)
-		sa := &syscall.SockaddrLinklayer{Ifindex: ifi.Index, Halen: 6}
-		copy(sa.Addr[:], frame[:6])
-		return syscall.Sendto(fd, frame, 0, sa)
+		for _, frame := range frames {
+			sa := &syscall.SockaddrLinklayer{Ifindex: ifi.Index, Halen: 6}
+			copy(sa.Addr[:], frame[:6])
+			if err := syscall.Sendto(fd, frame, 0, sa); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 }
 
@@ -109,32 +113,12 @@ func TestTAPKernelPeerIPv6(t *testing.T) {
 	})
 	t.Run("badInput", func(t *testing.T) {
 		kmac := kernelMAC(t, ns, name)
-		for _, c := range []struct {
-			name string
-			next uint8
-			ext  []byte
-			id   nic.IPv6Drop
-		}{
-			{"routing header type 0", hdr.ProtoIPv6Routing, []byte{hdr.ProtoTCP, 0, hdr.RoutingType0, 1, 0, 0, 0, 0}, nic.IPv6DropRoutingType0},
-			{"atomic fragment", hdr.ProtoIPv6Fragment, []byte{hdr.ProtoTCP, 0, 0, 0, 0, 0, 0, 1}, nic.IPv6DropFragment},
-			{"jumbogram", hdr.ProtoIPv6HopByHop, []byte{hdr.ProtoTCP, 0, hdr.IPv6OptJumboPayld, 4, 0, 1, 0, 0}, nic.IPv6DropJumbogram},
-			{"destination options three times", hdr.ProtoIPv6DstOpts, []byte{
-				hdr.ProtoIPv6DstOpts, 0, 1, 4, 0, 0, 0, 0,
-				hdr.ProtoIPv6DstOpts, 0, 1, 4, 0, 0, 0, 0,
-				hdr.ProtoTCP, 0, 1, 4, 0, 0, 0, 0}, nic.IPv6DropExtChain},
-		} {
+		for _, c := range badIPv6Chains {
 			// Read from the counter area by StatID, as a driver does: the
 			// same with the device in another process (EMUNIC_SPLIT).
 			before := statOf(t, host.Host, c.id.Stat())
-			f := make([]byte, hdr.EthernetSize+hdr.IPv6Size+len(c.ext)+hdr.TCPMinSize)
-			(&hdr.EthernetFields{Dst: mac, Src: kmac, Type: hdr.EtherTypeIPv6}).Encode(f)
-			ip := hdr.IPv6(f[hdr.EthernetSize:])
-			(&hdr.IPv6Fields{PayloadLen: uint16(len(c.ext) + hdr.TCPMinSize), NextHeader: c.next, HopLimit: 64,
-				Src: kernel6.Addr().As16(), Dst: emu6.Addr().As16()}).Encode(ip)
-			copy(ip[hdr.IPv6Size:], c.ext)
-			seg := hdr.TCP(ip[hdr.IPv6Size+len(c.ext):])
-			(&hdr.TCPFields{SrcPort: 40000, DstPort: services.EchoPort, HeaderLen: hdr.TCPMinSize, Flags: hdr.TCPFlagSYN}).Encode(seg)
-			seg.SetChecksum(ip.TransportChecksum(hdr.ProtoTCP, seg))
+			f := badIPv6Frame(mac, kmac, netip.AddrPortFrom(kernel6.Addr(), 40000), netip.AddrPortFrom(emu6.Addr(), services.EchoPort),
+				c.next, c.ext, hdr.TCPFields{Flags: hdr.TCPFlagSYN})
 			if err := ns.sendRaw(name, f); err != nil {
 				t.Fatal(err)
 			}

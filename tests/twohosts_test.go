@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/netip"
 	"testing"
 	"time"
@@ -36,6 +37,16 @@ func transferTo(t testing.TB, a, b *tcpstack.Host, dst netip.Addr, n int64) time
 		t.Fatal(err)
 	}
 	defer l.Close()
+	return transferOn(t, a, b, l, func(ctx context.Context) (net.Conn, error) {
+		return a.Dial(ctx, netip.AddrPortFrom(dst, 5001))
+	}, n)
+}
+
+// transferOn sends n pseudo-random bytes on the connection dial makes to
+// l's host and checks l's accepted end receives them all (SHA-256); a and
+// b are the hosts, for the counters a failure shows.
+func transferOn(t testing.TB, a, b *tcpstack.Host, l net.Listener, dial func(context.Context) (net.Conn, error), n int64) time.Duration {
+	t.Helper()
 	type result struct {
 		sum [32]byte
 		n   int64
@@ -58,7 +69,7 @@ func transferTo(t testing.TB, a, b *tcpstack.Host, dst netip.Addr, n int64) time
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := a.Dial(ctx, netip.AddrPortFrom(dst, 5001))
+	c, err := dial(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
