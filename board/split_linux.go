@@ -166,6 +166,7 @@ type splitDevice struct {
 	arena    *rings.Arena
 	features uint64 // granted in HELLO
 	badWords atomic.Uint64
+	enabled  atomic.Bool // the register block enabled the device: Stop resets it first
 
 	mu      sync.Mutex
 	seq     uint32
@@ -490,11 +491,10 @@ func (d *splitDevice) Kick() {
 	}
 }
 
-// Start gives the device the rings and the vectors and starts it.
+// Start hands the device its vectors, then programs its register block
+// (docs/bar0.md) as a driver would: reset, features, the rings' bases and
+// sizes, enable, and the status read back.
 func (d *splitDevice) Start(rc rings.RingConfig, vec rings.Vectors) error {
-	if _, err := d.request(split.MsgRings, split.EncodeRings([4]rings.Layout{rc.Command, rc.Notify, rc.Tx, rc.Rx})); err != nil {
-		return err
-	}
 	if d.poll > 0 {
 		us := uint32(d.poll / time.Microsecond)
 		if _, err := d.request(split.MsgVectors, split.EncodeVectors(split.VectorPoll, us)); err != nil {
@@ -550,8 +550,38 @@ func (d *splitDevice) Start(rc rings.RingConfig, vec rings.Vectors) error {
 			go func() { defer d.wg.Done(); e.Forward(v) }()
 		}
 	}
-	_, err := d.request(split.MsgStart, nil)
+	return d.enable(rc)
+}
+
+// enable programs the register block and enables the device.
+func (d *splitDevice) enable(rc rings.RingConfig) error {
+	if v, err := d.readReg(rings.RegVersion); err != nil {
+		return err
+	} else if v>>16 != rings.Bar0VersionMajor {
+		return fmt.Errorf("split device: register map version %d.%d, want %d.x", v>>16, v&0xFFFF, rings.Bar0VersionMajor)
+	}
+	feat, err := d.readReg(rings.RegDevFeatures)
+	if err != nil {
+		return err
+	}
+	for _, w := range rings.Bar0BringUp(rc, rings.Bar0Feature(feat)) {
+		if _, err := d.request(split.MsgRegWrite, split.EncodeRegWrite(w.Off, w.Val)); err != nil {
+			return err
+		}
+	}
+	st, err := d.readReg(rings.RegStatus)
+	if err == nil && st&uint32(rings.StatusEnabled) == 0 {
+		err = fmt.Errorf("split device: not enabled after enable (status %#x)", st)
+	}
+	if err == nil {
+		d.enabled.Store(true)
+	}
 	return err
+}
+
+func (d *splitDevice) readReg(off uint32) (uint32, error) {
+	r, err := d.request(split.MsgRegRead, split.EncodeRegRead(off))
+	return uint32(r.Value), err
 }
 
 // Stop ends the session: the device process (ours) exits, a shared one
@@ -563,6 +593,12 @@ func (d *splitDevice) Stop() error {
 
 func (d *splitDevice) close() {
 	if d.c != nil {
+		if d.enabled.Load() && d.Err() == nil {
+			// Reset on remove, as a driver does: the device stops
+			// before the socket closes, so it counts an orderly detach,
+			// not a host gone.
+			d.request(split.MsgRegWrite, split.EncodeRegWrite(rings.RegCtrl, uint32(rings.CtrlReset)))
+		}
 		d.c.Close() // the device sees its host go and stops
 	}
 	if d.child != nil {

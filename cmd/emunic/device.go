@@ -127,6 +127,10 @@ func runDeviceCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 // device's own process.
 func deviceMetrics(srv *split.Server) []metric {
 	out := structMetrics("emunic_split", "", "the device's setup server", srv.Stats())
+	for id := rings.RegCounterID(0); id < rings.Bar0RegCounters; id++ {
+		out = append(out, metric{name: "emunic_reg_" + id.String() + "_total", help: "the register block's access counters (docs/bar0.md)",
+			value: uint64(srv.Registers().Counter(id))})
+	}
 	d := srv.Device()
 	if d == nil {
 		return out

@@ -351,10 +351,10 @@ var RingsHeader = HeaderSpec{
 	Guard:  "EMUNIC_ABI_H",
 	Prefix: "emunic",
 	Files: []string{"ring.go", "mem.go", "command.go", "notify.go", "desc.go", "stats.go", "le.go",
-		"connstate.go", "conninfo.go", "rdma.go", "wqe.go", "statarea.go", "counterid.go"},
+		"connstate.go", "conninfo.go", "rdma.go", "wqe.go", "statarea.go", "counterid.go", "bar0.go"},
 	IndexDoc:  "../docs/rings.md",
 	IndexHead: "ABI blocks",
-	Generator: `"go generate ./rings" (internal/abidoc/cheader) from the rings package's constants, docs/rings.md and docs/abi-blocks.md`,
+	Generator: `"go generate ./rings" (internal/abidoc/cheader) from the rings package's constants, docs/rings.md, docs/abi-blocks.md and docs/bar0.md`,
 	Commands: &CommandTableSpec{Opcodes: "Opcodes", Families: "Command families", Resources: "Command resources",
 		Statuses: "Statuses"},
 }

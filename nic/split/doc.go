@@ -1,7 +1,9 @@
 // Package split runs an emulated NIC in its own process, in the manner of
 // vhost-user: a host process attaches over a unix socket and hands the
-// device its memory (a memfd both sides map), the rings' layouts and its
-// interrupt vectors (eventfds), so host and device share nothing but host
+// device its memory (a memfd both sides map) and its interrupt vectors
+// (eventfds), then programs it through its register block (rings/bar0.go,
+// docs/bar0.md; the model is nic/regs) with register reads and writes, so
+// host and device share nothing but host
 // memory and a few file descriptors, exactly as a driver and a chip on a
 // bus. A device in another language, or an RTL simulation bridged to this
 // protocol, can sit on either side.
@@ -11,8 +13,9 @@
 // (magic, version, type, body length, sequence), request/reply, file
 // descriptors as SCM_RIGHTS. The host says HELLO, then gives MEMORY,
 // CONFIG (and optionally the port: a SOCK_SEQPACKET socket that carries the
-// device's frames to a wire in the host's process), RINGS, VECTORS and
-// START; RESET ends a session's device and lets the host start again.
+// device's frames to a wire in the host's process) and VECTORS, then
+// REG_READ and REG_WRITE: the rings' registers, and CtrlEnable to start;
+// RESET ends a session's device and lets the host start again.
 // Either side's death is seen by the other as the socket closing: the
 // device stops and waits for the next host; the host fails its I/O with a
 // clear error.

@@ -22,8 +22,8 @@ const (
 	HdrOffSeq     = 0x0C // u32 the host's request number; a reply echoes it
 
 	Magic   = 0x434E4D45 // "EMNC" in little-endian byte order
-	Version = 1
-	MaxBody = 64 << 10 // bytes; a larger length is BAD_MESSAGE
+	Version = 2          // 2: the rings and the start are register writes (REG_WRITE), no longer RINGS and START
+	MaxBody = 64 << 10   // bytes; a larger length is BAD_MESSAGE
 	// MaxFDs is the most file descriptors one message carries.
 	MaxFDs = 4
 )
@@ -34,20 +34,20 @@ type MsgType uint16
 // Requests (host → device). A reply has the request's type with
 // MsgReplyBit set.
 const (
-	MsgHello   MsgType = 0x01 // body: u64 features the host wants
-	MsgMemory  MsgType = 0x02 // body: u64 size; fd: a memfd of at least size bytes
-	MsgConfig  MsgType = 0x03 // body: the device configuration (JSON of nic.Config); fd: the port, with FeaturePortFD
-	MsgRings   MsgType = 0x04 // body: 4 ring layouts (command, notification, transmit, receive)
-	MsgVectors MsgType = 0x05 // body: u32 VectorMode, u32 poll interval in µs; fds: doorbell, notify, txspace, command
-	MsgStart   MsgType = 0x06 // body: empty
-	MsgReset   MsgType = 0x07 // body: empty; the device stops and forgets the memory
-	MsgLink    MsgType = 0x08 // body: LINK body; fds: the link's memfd, this side's eventfd, the peer's (FeatureShmLink)
+	MsgHello    MsgType = 0x01 // body: u64 features the host wants
+	MsgMemory   MsgType = 0x02 // body: u64 size; fd: a memfd of at least size bytes
+	MsgConfig   MsgType = 0x03 // body: the device configuration (JSON of nic.Config); fd: the port, with FeaturePortFD
+	MsgVectors  MsgType = 0x05 // body: u32 VectorMode, u32 poll interval in µs; fds: doorbell, notify, txspace, command
+	MsgReset    MsgType = 0x07 // body: empty; the device is reset and forgets the memory, the port and the vectors
+	MsgLink     MsgType = 0x08 // body: LINK body; fds: the link's memfd, this side's eventfd, the peer's (FeatureShmLink)
+	MsgRegRead  MsgType = 0x09 // body: u32 register offset; the reply's value is the register's
+	MsgRegWrite MsgType = 0x0A // body: u32 register offset, u32 value
 
 	MsgReplyBit MsgType = 0x8000
 )
 
-var msgNames = map[MsgType]string{MsgHello: "HELLO", MsgMemory: "MEMORY", MsgConfig: "CONFIG", MsgRings: "RINGS",
-	MsgVectors: "VECTORS", MsgStart: "START", MsgReset: "RESET", MsgLink: "LINK"}
+var msgNames = map[MsgType]string{MsgHello: "HELLO", MsgMemory: "MEMORY", MsgConfig: "CONFIG",
+	MsgVectors: "VECTORS", MsgReset: "RESET", MsgLink: "LINK", MsgRegRead: "REG_READ", MsgRegWrite: "REG_WRITE"}
 
 func (t MsgType) String() string {
 	if t&MsgReplyBit != 0 {
@@ -90,13 +90,14 @@ const (
 	StatusOutOfOrder  ReplyStatus = 2 // not valid in the session's state (see docs/split.md)
 	StatusBadMemory   ReplyStatus = 3 // the memfd is too small or cannot be mapped
 	StatusBadConfig   ReplyStatus = 4 // the configuration is refused
-	StatusBadRings    ReplyStatus = 5 // a ring outside the memory, or bad geometry
-	StatusStartFailed ReplyStatus = 6 // the device did not start
+	StatusBadRings    ReplyStatus = 5 // version 1's RINGS only (a reserved number in version 2)
+	StatusStartFailed ReplyStatus = 6 // version 1's START only (a reserved number in version 2)
 	StatusUnsupported ReplyStatus = 7 // a feature or mode the device does not have
+	StatusBadRegister ReplyStatus = 8 // the register block refused the access; the reply's value is its rings.Bar0ErrCode
 )
 
 var statusNames = []string{"OK", "BAD_MESSAGE", "OUT_OF_ORDER", "BAD_MEMORY", "BAD_CONFIG", "BAD_RINGS",
-	"START_FAILED", "UNSUPPORTED"}
+	"START_FAILED", "UNSUPPORTED", "BAD_REGISTER"}
 
 func (s ReplyStatus) String() string {
 	if int(s) < len(statusNames) {
@@ -105,18 +106,44 @@ func (s ReplyStatus) String() string {
 	return fmt.Sprintf("STATUS_%d", uint32(s))
 }
 
-// RINGS body: four layouts, each 16 bytes.
+// REG_READ and REG_WRITE bodies: a register access of the device's
+// register block (rings/bar0.go, docs/bar0.md).
 const (
-	RingsBodySize   = 4 * RingLayoutSize
-	RingLayoutSize  = 16
-	RingOffBase     = 0x00 // u64 DMA address of the ring header
-	RingOffCount    = 0x08 // u32 entries, a power of two
-	RingOffEntrySz  = 0x0C // u32 bytes per entry
-	RingIdxCommand  = 0
-	RingIdxNotify   = 1
-	RingIdxTransmit = 2
-	RingIdxReceive  = 3
+	RegReadBodySize  = 4
+	RegWriteBodySize = 8
+	RegOffOffset     = 0x00 // u32 the register's offset in the block
+	RegOffValue      = 0x04 // u32 REG_WRITE: the value written
 )
+
+// EncodeRegRead returns the REG_READ body.
+func EncodeRegRead(off uint32) []byte {
+	b := make([]byte, RegReadBodySize)
+	le.PutUint32(b, off)
+	return b
+}
+
+// EncodeRegWrite returns the REG_WRITE body.
+func EncodeRegWrite(off, v uint32) []byte {
+	b := make([]byte, RegWriteBodySize)
+	le.PutUint32(b[RegOffOffset:], off)
+	le.PutUint32(b[RegOffValue:], v)
+	return b
+}
+
+// DecodeReg reads a REG_READ (value 0) or REG_WRITE body.
+func DecodeReg(t MsgType, b []byte) (off, v uint32, err error) {
+	want := RegReadBodySize
+	if t == MsgRegWrite {
+		want = RegWriteBodySize
+	}
+	if len(b) != want {
+		return 0, 0, fmt.Errorf("%v body of %d bytes, want %d", t, len(b), want)
+	}
+	if t == MsgRegWrite {
+		v = le.Uint32(b[RegOffValue:])
+	}
+	return le.Uint32(b[RegOffOffset:]), v, nil
+}
 
 // LINK body: one side of a shared-memory link (nic/port's ShmPort).
 const (
@@ -278,33 +305,6 @@ type ReplyError struct {
 
 func (e *ReplyError) Error() string {
 	return fmt.Sprintf("split device refused %v: %v: %s", e.Req, e.Status, e.Msg)
-}
-
-// EncodeRings returns the RINGS body for the four layouts (command,
-// notification, transmit, receive).
-func EncodeRings(ls [4]rings.Layout) []byte {
-	b := make([]byte, RingsBodySize)
-	for i, l := range ls {
-		e := b[i*RingLayoutSize:]
-		le.PutUint64(e[RingOffBase:], uint64(l.Base))
-		le.PutUint32(e[RingOffCount:], l.Count)
-		le.PutUint32(e[RingOffEntrySz:], l.EntrySize)
-	}
-	return b
-}
-
-// DecodeRings reads a RINGS body.
-func DecodeRings(b []byte) ([4]rings.Layout, error) {
-	var ls [4]rings.Layout
-	if len(b) != RingsBodySize {
-		return ls, fmt.Errorf("RINGS body of %d bytes, want %d", len(b), RingsBodySize)
-	}
-	for i := range ls {
-		e := b[i*RingLayoutSize:]
-		ls[i] = rings.Layout{Base: rings.Addr(le.Uint64(e[RingOffBase:])), Count: le.Uint32(e[RingOffCount:]),
-			EntrySize: le.Uint32(e[RingOffEntrySz:])}
-	}
-	return ls, nil
 }
 
 // EncodeVectors returns the VECTORS body.

@@ -1,7 +1,6 @@
 package split
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/emunic/emunic/nic"
 	"github.com/emunic/emunic/nic/port"
+	"github.com/emunic/emunic/nic/regs"
 	"github.com/emunic/emunic/rings"
 )
 
@@ -41,11 +41,12 @@ type ServerConfig struct {
 // Stats counts what the server saw, over all sessions.
 type Stats struct {
 	Sessions    uint64 // hosts that connected
-	Started     uint64 // sessions that reached START
+	Started     uint64 // enables that started the device (CtrlEnable)
 	BadMessages uint64 // malformed messages (refused with BAD_MESSAGE)
 	OutOfOrder  uint64 // requests not valid in the session's state
 	Refused     uint64 // well-formed requests refused (memory, config, rings, start, features)
 	HostsGone   uint64 // sessions ended by the host closing or dying
+	BadRegister uint64 // register accesses the register block refused (its own counters say why)
 	// BadKickWords counts garbage found in kick words (FeatureKickWords):
 	// a count over MaxPendingKicks taken from the doorbell's word, or
 	// found in a vector's word by a kick.
@@ -57,20 +58,36 @@ type Server struct {
 	cfg ServerConfig
 
 	sessions, started, bad, order, refused, gone atomic.Uint64
-	badWords                                     atomic.Uint64
+	badWords, badReg                             atomic.Uint64
+
+	// regs is the device's register block: one for the device process's
+	// life, so its access counters count across hosts; its backend is the
+	// session being served (cur).
+	regs  *regs.Model
+	serve sync.Mutex // one session at a time
+	cur   *session   // the session being served, for the register block's backend
 
 	mu  sync.Mutex
 	dev *nic.Device // the running session's device, for the process's own report
 }
 
 // NewServer makes a server.
-func NewServer(cfg ServerConfig) *Server { return &Server{cfg: cfg} }
+func NewServer(cfg ServerConfig) *Server {
+	s := &Server{cfg: cfg}
+	s.regs = regs.New(serverBackend{s})
+	return s
+}
 
 // Stats returns the server's counters.
 func (s *Server) Stats() Stats {
 	return Stats{Sessions: s.sessions.Load(), Started: s.started.Load(), BadMessages: s.bad.Load(),
-		OutOfOrder: s.order.Load(), Refused: s.refused.Load(), HostsGone: s.gone.Load(), BadKickWords: s.badWords.Load()}
+		OutOfOrder: s.order.Load(), Refused: s.refused.Load(), HostsGone: s.gone.Load(), BadKickWords: s.badWords.Load(),
+		BadRegister: s.badReg.Load()}
 }
+
+// Registers is the device's register block, whose access counters
+// (rings.RegCounterID) say what hosts did wrong.
+func (s *Server) Registers() *regs.Model { return s.regs }
 
 // Device is the running session's device, or nil.
 func (s *Server) Device() *nic.Device {
@@ -107,11 +124,9 @@ type state int
 const (
 	stNew     state = iota // HELLO
 	stHello                // MEMORY
-	stMemory               // CONFIG
-	stConfig               // RINGS
-	stRings                // VECTORS
-	stVectors              // START
-	stRunning              // RESET only
+	stMemory               // CONFIG (or LINK first)
+	stConfig               // VECTORS; registers
+	stVectors              // registers; RESET
 )
 
 type session struct {
@@ -121,29 +136,37 @@ type session struct {
 	features uint64
 	mem      []byte
 	arena    *rings.Arena
-	port     port.Port
+	port     port.Port // the port CONFIG brought, until an enable takes it
+	portFD   *os.File  // the host's port descriptor, for a port after the first (an enable after a disable)
 	cfg      nic.Config
-	rc       rings.RingConfig
-	mode     uint32
-	poll     time.Duration
-	efds     []*EventFD // doorbell, notify, txspace, command
-	words    []byte     // the kick words (FeatureKickWords), or nil
+	// configured: CONFIG succeeded; linked: its port was LINK's, which
+	// only one device can have.
+	configured, linked bool
+	mode               uint32
+	poll               time.Duration
+	efds               []*EventFD // doorbell, notify, txspace, command
+	words              []byte     // the kick words (FeatureKickWords), or nil
 	// badWords0 is the server's BadKickWords when the session started
 	// with kick words, to report the session's own at its end.
 	badWords0 uint64
-	dev       *nic.Device
-	link      port.Port // LINK's port, for CONFIG
+	dev       *nic.Device // the running device, between an enable and a disable
+	link      port.Port   // LINK's port, for CONFIG
 	stopPoll  chan struct{}
-	wg        sync.WaitGroup
+	wg        sync.WaitGroup // the doorbell's forwarder
+	pollWG    sync.WaitGroup // the polling doorbell, while the device runs
 }
 
 // ServeConn serves one host on c until it closes (nil) or the socket
 // fails. The device is stopped and every resource of the session released
 // before it returns, so the next host starts from nothing.
 func (s *Server) ServeConn(uc *net.UnixConn) error {
+	s.serve.Lock()
+	defer s.serve.Unlock()
 	s.sessions.Add(1)
 	ss := &session{s: s, c: NewConn(uc)}
-	defer ss.teardown()
+	s.cur = ss
+	defer func() { s.cur = nil }()
+	defer ss.teardown(true)
 	defer uc.Close()
 	for {
 		h, body, files, err := ss.c.Recv()
@@ -212,16 +235,21 @@ func (ss *session) handle(h Header, body []byte, files []*os.File) Reply {
 		closeAll(files)
 		return ss.refuse(StatusBadMessage, "%v carries %d file descriptors, want %d to %d", h.Type, len(files), lo, hi)
 	}
-	next := map[MsgType]state{MsgHello: stNew, MsgMemory: stHello, MsgConfig: stMemory, MsgRings: stConfig,
-		MsgVectors: stRings, MsgStart: stVectors}
-	if h.Type == MsgReset {
+	next := map[MsgType]state{MsgHello: stNew, MsgMemory: stHello, MsgConfig: stMemory, MsgVectors: stConfig}
+	switch h.Type {
+	case MsgReset:
 		closeAll(files)
 		if ss.st == stNew {
 			return ss.refuse(StatusOutOfOrder, "RESET before HELLO")
 		}
-		ss.teardown()
+		ss.teardown(false)
 		ss.st = stHello
 		return Reply{}
+	case MsgRegRead, MsgRegWrite:
+		if ss.st < stConfig {
+			return ss.refuse(StatusOutOfOrder, "%v in state %d (after %v): registers come after CONFIG", h.Type, ss.st, stateAfter(ss.st))
+		}
+		return ss.register(h.Type, body)
 	}
 	if h.Type == MsgLink {
 		if ss.st != stMemory {
@@ -251,12 +279,8 @@ func (ss *session) handle(h Header, body []byte, files []*os.File) Reply {
 			pf = files[0]
 		}
 		r = ss.config(body, pf)
-	case MsgRings:
-		r = ss.rings(body)
 	case MsgVectors:
 		r = ss.vectors(body, files)
-	case MsgStart:
-		r = ss.start()
 	}
 	if r.Status == StatusOK {
 		ss.st++
@@ -265,7 +289,7 @@ func (ss *session) handle(h Header, body []byte, files []*os.File) Reply {
 }
 
 func stateAfter(st state) string {
-	return [...]string{"nothing", "HELLO", "MEMORY", "CONFIG", "RINGS", "VECTORS", "START"}[st]
+	return [...]string{"nothing", "HELLO", "MEMORY", "CONFIG", "VECTORS"}[st]
 }
 
 func (ss *session) hello(body []byte) Reply {
@@ -309,56 +333,8 @@ func (ss *session) memory(body []byte, f *os.File) Reply {
 		return ss.refuse(StatusBadMemory, "%v", err)
 	}
 	ss.mem, ss.arena = mem, a
+	ss.s.regs.AttachMemory(regs.Memory{Base: a.Base(), Size: uint64(a.Size())})
 	return Reply{}
-}
-
-func (ss *session) config(body []byte, pf *os.File) Reply {
-	var cfg nic.Config
-	if err := json.Unmarshal(body, &cfg); err != nil {
-		if pf != nil {
-			pf.Close()
-		}
-		return ss.refuse(StatusBadConfig, "configuration: %v", err)
-	}
-	if cfg.IdleYield == 0 {
-		cfg.IdleYield = DefaultIdleYieldMicros * time.Microsecond
-	}
-	var p port.Port
-	if ss.link != nil {
-		if pf != nil {
-			pf.Close()
-			return ss.refuse(StatusBadConfig, "a port with CONFIG after LINK: one or the other")
-		}
-		p, ss.link = ss.link, nil
-	} else if pf != nil {
-		fd, err := unix.Dup(int(pf.Fd()))
-		pf.Close()
-		if err != nil {
-			return ss.refuse(StatusBadConfig, "port: %v", err)
-		}
-		unix.CloseOnExec(fd)
-		sp, err := port.NewSocketPort(fd, "host-port")
-		if err != nil {
-			unix.Close(fd)
-			return ss.refuse(StatusBadConfig, "%v", err)
-		}
-		p = sp
-	} else {
-		if ss.s.cfg.OpenPort == nil {
-			return ss.refuse(StatusBadConfig, "no port: send one with CONFIG (FeaturePortFD)")
-		}
-		var err error
-		if p, err = ss.s.cfg.OpenPort(); err != nil {
-			return ss.refuse(StatusBadConfig, "port: %v", err)
-		}
-	}
-	dev, err := nic.New(cfg, ss.arena, p)
-	if err != nil {
-		p.Close()
-		return ss.refuse(StatusBadConfig, "%v", err)
-	}
-	ss.cfg, ss.port, ss.dev = cfg, p, dev
-	return Reply{Value: uint64(dev.MTU())}
 }
 
 // linkPort opens this device's side of a shared-memory link as its port.
@@ -382,24 +358,6 @@ func (ss *session) linkPort(body []byte, files []*os.File) Reply {
 		return ss.refuse(StatusBadConfig, "%v", err)
 	}
 	ss.link = p
-	return Reply{}
-}
-
-func (ss *session) rings(body []byte) Reply {
-	ls, err := DecodeRings(body)
-	if err != nil {
-		return ss.refuse(StatusBadMessage, "%v", err)
-	}
-	rc := rings.RingConfig{Command: ls[RingIdxCommand], Notify: ls[RingIdxNotify], Tx: ls[RingIdxTransmit], Rx: ls[RingIdxReceive]}
-	if err := rc.Validate(); err != nil {
-		return ss.refuse(StatusBadRings, "%v", err)
-	}
-	for i, l := range ls {
-		if !ss.arena.Contains(l.Base, l.Size()) {
-			return ss.refuse(StatusBadRings, "ring %d at %#x (%d bytes) is outside the %d bytes of memory at %#x", i, uint64(l.Base), l.Size(), ss.arena.Size(), uint64(ss.arena.Base()))
-		}
-	}
-	ss.rc = rc
 	return Reply{}
 }
 
@@ -464,75 +422,6 @@ func (ss *session) vectors(body []byte, files []*os.File) Reply {
 		return ss.refuse(StatusBadMessage, "vector mode %d", mode)
 	}
 	ss.mode, ss.words, ss.badWords0 = mode, wm, ss.s.badWords.Load()
+	ss.attachVectors()
 	return Reply{}
-}
-
-func (ss *session) start() Reply {
-	var vec rings.Vectors
-	if ss.mode == VectorEventFD {
-		if ss.words != nil {
-			for i, e := range ss.efds {
-				e.UseWord(KickWord(ss.words, i), &ss.s.badWords)
-			}
-		}
-		vec = rings.Vectors{Notify: ss.efds[1], TxSpace: ss.efds[2], Command: ss.efds[3]}
-	}
-	if err := ss.dev.Start(ss.rc, vec); err != nil {
-		return ss.refuse(StatusStartFailed, "%v", err)
-	}
-	door := ss.dev.Doorbell()
-	if ss.mode == VectorEventFD {
-		ss.wg.Add(1)
-		bell := ss.efds[0]
-		go func() { defer ss.wg.Done(); bell.Forward(door) }()
-	} else {
-		// Polling: the device looks at its rings every interval as if the
-		// host had rung; the host polls its side the same way.
-		ss.stopPoll = make(chan struct{})
-		ss.wg.Add(1)
-		poll, stop := ss.poll, ss.stopPoll // teardown clears the fields
-		go func() { defer ss.wg.Done(); PollEvery(poll, stop, door.Kick) }()
-	}
-	ss.s.started.Add(1)
-	ss.s.mu.Lock()
-	ss.s.dev = ss.dev
-	ss.s.mu.Unlock()
-	ss.s.logf("device started: MAC %x, MTU %d, %d bytes of host memory", ss.cfg.MAC, ss.dev.MTU(), len(ss.mem))
-	return Reply{}
-}
-
-// teardown stops the device and releases everything of the session.
-func (ss *session) teardown() {
-	if ss.dev != nil {
-		ss.dev.Stop() // closes the port too
-		ss.dev = nil
-	} else if ss.port != nil {
-		ss.port.Close()
-	}
-	ss.port = nil
-	if ss.link != nil {
-		ss.link.Close()
-		ss.link = nil
-	}
-	if ss.stopPoll != nil {
-		close(ss.stopPoll)
-		ss.stopPoll = nil
-	}
-	for _, e := range ss.efds {
-		e.Close()
-	}
-	ss.wg.Wait()
-	if ss.words != nil {
-		if n := ss.s.badWords.Load() - ss.badWords0; n > 0 {
-			ss.s.logf("the host's kick words held garbage %d times (counts over %d)", n, MaxPendingKicks)
-		}
-	}
-	ss.efds, ss.words = nil, nil
-	if ss.mem != nil {
-		unix.Munmap(ss.mem)
-		ss.mem, ss.arena = nil, nil
-	}
-	ss.s.mu.Lock()
-	ss.s.dev = nil
-	ss.s.mu.Unlock()
 }

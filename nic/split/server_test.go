@@ -3,6 +3,7 @@ package split
 import (
 	"encoding/json"
 	"errors"
+	"math/rand"
 	"net"
 	"os"
 	"path/filepath"
@@ -118,6 +119,46 @@ func eventFDs(t *testing.T) ([]*EventFD, []*os.File) {
 	return efds, files
 }
 
+// regW writes a register and wants its reply status (and, when
+// refused, the register block's error code).
+func (h *rawHost) regW(what string, off, v uint32, st ReplyStatus, code rings.Bar0ErrCode) {
+	h.t.Helper()
+	r := h.req(MsgRegWrite, EncodeRegWrite(off, v))
+	want(h.t, what, r, st)
+	if st == StatusBadRegister && rings.Bar0ErrCode(r.Value) != code {
+		h.t.Fatalf("%s: error code %v, want %v", what, rings.Bar0ErrCode(r.Value), code)
+	}
+}
+
+// regR reads a register.
+func (h *rawHost) regR(off uint32) uint32 {
+	h.t.Helper()
+	r := h.req(MsgRegRead, EncodeRegRead(off))
+	want(h.t, "REG_READ", r, StatusOK)
+	return uint32(r.Value)
+}
+
+// enable places the rings through the register block and enables the
+// device.
+func (h *rawHost) enable(ls [4]rings.Layout) {
+	h.t.Helper()
+	for _, w := range rings.Bar0BringUp(rings.Bar0RingConfig(ls), 0) {
+		h.regW("bring-up", w.Off, w.Val, StatusOK, 0)
+	}
+	if st := h.regR(rings.RegStatus); st&uint32(rings.StatusEnabled) == 0 {
+		h.t.Fatalf("status %#x after enable", st)
+	}
+}
+
+// testRings are four rings of 16 entries at the start of the memory.
+func testRings() [4]rings.Layout {
+	lay := func(base rings.Addr, es uint32) rings.Layout {
+		return rings.Layout{Base: base, Count: 16, EntrySize: es}
+	}
+	return [4]rings.Layout{lay(rings.ArenaBase, rings.CommandEntrySize), lay(rings.ArenaBase+0x1000, rings.NotificationEntrySize),
+		lay(rings.ArenaBase+0x2000, rings.TxDescSize), lay(rings.ArenaBase+0x3000, rings.RxDescSize)}
+}
+
 func want(t *testing.T, what string, r Reply, st ReplyStatus) {
 	t.Helper()
 	if r.Status != st {
@@ -153,7 +194,7 @@ func TestServerBadInput(t *testing.T) {
 	want(t, "unknown type", h.req(0x55, nil), StatusBadMessage)
 
 	// Out of order: anything but HELLO first, RESET before HELLO.
-	want(t, "START first", h.req(MsgStart, nil), StatusOutOfOrder)
+	want(t, "REG_WRITE first", h.req(MsgRegWrite, EncodeRegWrite(rings.RegCtrl, 1)), StatusOutOfOrder)
 	want(t, "RESET first", h.req(MsgReset, nil), StatusOutOfOrder)
 	// HELLO without a port: this server has none of its own.
 	want(t, "HELLO without port", h.req(MsgHello, EncodeU64(FeatureEventFD)), StatusUnsupported)
@@ -189,47 +230,78 @@ func TestServerBadInput(t *testing.T) {
 	want(t, "CONFIG", h.req(MsgConfig, cfg, pb.File()), StatusOK)
 	pb.Close()
 
-	// RINGS outside the memory, bad geometry.
-	lay := func(base rings.Addr, n, es uint32) rings.Layout {
-		return rings.Layout{Base: base, Count: n, EntrySize: es}
-	}
-	ok := [4]rings.Layout{lay(rings.ArenaBase, 16, rings.CommandEntrySize), lay(rings.ArenaBase+0x1000, 16, rings.NotificationEntrySize),
-		lay(rings.ArenaBase+0x2000, 16, rings.TxDescSize), lay(rings.ArenaBase+0x3000, 16, rings.RxDescSize)}
-	out := ok
-	out[2].Base = rings.ArenaBase + 1<<20 - 64
-	want(t, "RINGS outside", h.req(MsgRings, EncodeRings(out)), StatusBadRings)
-	out = ok
-	out[1].Base = 0
-	want(t, "RINGS at 0", h.req(MsgRings, EncodeRings(out)), StatusBadRings)
-	out = ok
-	out[0].Count = 15
-	want(t, "RINGS geometry", h.req(MsgRings, EncodeRings(out)), StatusBadRings)
-	want(t, "RINGS short", h.req(MsgRings, EncodeRings(ok)[:40]), StatusBadMessage)
-	want(t, "RINGS", h.req(MsgRings, EncodeRings(ok)), StatusOK)
-
 	// VECTORS: eventfd mode without the fds, polling not negotiated.
 	want(t, "VECTORS no fds", h.req(MsgVectors, EncodeVectors(VectorEventFD, 0)), StatusBadMessage)
 	want(t, "VECTORS poll", h.req(MsgVectors, EncodeVectors(VectorPoll, 10)), StatusUnsupported)
 	want(t, "VECTORS mode", h.req(MsgVectors, EncodeVectors(9, 0)), StatusBadMessage)
 
+	// Registers before the vectors: an enable has nothing to interrupt.
+	ls := testRings()
+	if st := h.regR(rings.RegStatus); st != uint32(rings.StatusMemory) {
+		t.Fatalf("status %#x before VECTORS", st)
+	}
+	for r, l := range ls {
+		h.regW("base", rings.Bar0Ring(r, rings.RingRegBaseLo), uint32(l.Base), StatusOK, 0)
+		h.regW("count", rings.Bar0Ring(r, rings.RingRegCount), l.Count, StatusOK, 0)
+	}
+	h.regW("enable without vectors", rings.RegCtrl, uint32(rings.CtrlEnable), StatusBadRegister, rings.ErrEnableFailed)
+	_, efds := eventFDs(t)
+	want(t, "VECTORS", h.req(MsgVectors, EncodeVectors(VectorEventFD, 0), efds...), StatusOK)
+
+	// Register accesses out of range, read-only, bad values, rings
+	// outside the memory, a doorbell for rings never set up: each
+	// refused with its code and counted, and the device serves on.
+	regs := s.Registers()
+	h.regW("out of range", rings.Bar0Bytes+4, 1, StatusBadRegister, rings.ErrBadOffset)
+	h.regW("unaligned", rings.RegCtrl+1, 1, StatusBadRegister, rings.ErrBadOffset)
+	h.regW("read-only", rings.RegMTU, 9000, StatusBadRegister, rings.ErrReadOnly)
+	h.regW("count", rings.Bar0Ring(0, rings.RingRegCount), 15, StatusBadRegister, rings.ErrBadValue)
+	h.regW("doorbell never set up", rings.Bar0Ring(2, rings.RingRegDoorbell), 1, StatusBadRegister, rings.ErrNoDoorbell)
+	want(t, "REG_WRITE short", h.req(MsgRegWrite, EncodeRegWrite(0, 0)[:6]), StatusBadMessage)
+	want(t, "REG_READ long", h.req(MsgRegRead, EncodeRegWrite(0, 0)), StatusBadMessage)
+	if r := h.req(MsgRegRead, EncodeRegRead(0x044)); r.Status != StatusBadRegister || r.Value != uint64(rings.ErrBadOffset) {
+		t.Fatalf("reserved register read: %v %d", r.Status, r.Value)
+	}
+	h.regW("ring outside", rings.Bar0Ring(2, rings.RingRegBaseLo), uint32(rings.ArenaBase+1<<20-64), StatusOK, 0)
+	h.regW("enable outside", rings.RegCtrl, uint32(rings.CtrlEnable), StatusBadRegister, rings.ErrRingOutside)
+	h.regW("ring at 0", rings.Bar0Ring(2, rings.RingRegBaseLo), 0, StatusOK, 0)
+	h.regW("enable at 0", rings.RegCtrl, uint32(rings.CtrlEnable), StatusBadRegister, rings.ErrRingOutside)
+	if h.regR(rings.RegError) != uint32(rings.ErrRingOutside) || h.regR(rings.RegStatus)&uint32(rings.StatusFailed) == 0 {
+		t.Fatal("RegError or StatusFailed after a refused enable")
+	}
+	h.enable(ls)
+	h.regW("ring base while enabled", rings.Bar0Ring(1, rings.RingRegBaseLo), uint32(rings.ArenaBase+0x8000), StatusBadRegister, rings.ErrWrongState)
+	h.regW("doorbell", rings.Bar0Ring(0, rings.RingRegDoorbell), 1, StatusOK, 0)
+	for id, n := range map[rings.RegCounterID]uint32{rings.RegCtrBadOffset: 3, rings.RegCtrReadOnly: 1, rings.RegCtrBadValue: 1,
+		rings.RegCtrNoDoorbell: 1, rings.RegCtrRingOutside: 2, rings.RegCtrEnableFailed: 1, rings.RegCtrWrongState: 1, rings.RegCtrEnables: 1} {
+		if got := h.regR(rings.Bar0Counter(id)); got != n || regs.Counter(id) != n {
+			t.Errorf("register counter %v: %d, want %d", id, got, n)
+		}
+	}
+
 	st := s.Stats()
-	if st.BadMessages < 10 || st.OutOfOrder != 3 || st.Refused < 8 || st.Started != 0 {
+	if st.BadMessages < 10 || st.OutOfOrder != 3 || st.Refused < 8 || st.Started != 1 || st.BadRegister != 10 {
 		t.Fatalf("server counters %+v", st)
 	}
 	// RESET drops the session's device and memory: MEMORY is next again.
 	want(t, "RESET", h.req(MsgReset, nil), StatusOK)
 	want(t, "CONFIG after RESET", h.req(MsgConfig, cfg), StatusOutOfOrder)
+	if s.Device() != nil || regs.Enabled() || regs.Counter(rings.RegCtrHostGone) != 0 {
+		t.Fatal("RESET left the device running, or counted a host gone")
+	}
 }
 
-// TestServerNextHostAfterDeath: a host that vanishes mid-session (its
-// socket closed with the device running) frees the device for the next
-// host, which gets a fresh device.
+// TestServerNextHostAfterDeath: a host that vanishes mid-transfer (its
+// socket closed with the device running and commands in flight) is
+// counted and frees the device for the next host, which finds every
+// register at its reset value and gets a fresh device; one host disables
+// and enables again on the way.
 func TestServerNextHostAfterDeath(t *testing.T) {
 	s, path := testServer(t)
 	for i := range 3 {
 		h := dialRaw(t, path)
 		want(t, "HELLO", h.req(MsgHello, EncodeU64(FeatureEventFD|FeaturePortFD)), StatusOK)
-		f, _ := memfd(t, 1<<20)
+		f, mem := memfd(t, 1<<20)
 		want(t, "MEMORY", h.req(MsgMemory, EncodeU64(1<<20), f), StatusOK)
 		pa, pb, err := port.SocketPair()
 		if err != nil {
@@ -238,18 +310,48 @@ func TestServerNextHostAfterDeath(t *testing.T) {
 		cfg, _ := json.Marshal(nic.Config{MAC: [6]byte{2, 0, 0, 0, 0, byte(i)}})
 		want(t, "CONFIG", h.req(MsgConfig, cfg, pb.File()), StatusOK)
 		pb.Close()
-		lay := func(base rings.Addr, es uint32) rings.Layout {
-			return rings.Layout{Base: base, Count: 16, EntrySize: es}
-		}
-		want(t, "RINGS", h.req(MsgRings, EncodeRings([4]rings.Layout{lay(rings.ArenaBase, rings.CommandEntrySize),
-			lay(rings.ArenaBase+0x1000, rings.NotificationEntrySize), lay(rings.ArenaBase+0x2000, rings.TxDescSize),
-			lay(rings.ArenaBase+0x3000, rings.RxDescSize)})), StatusOK)
-		_, efds := eventFDs(t)
+		hostEFDs, efds := eventFDs(t)
 		want(t, "VECTORS", h.req(MsgVectors, EncodeVectors(VectorEventFD, 0), efds...), StatusOK)
-		want(t, "START", h.req(MsgStart, nil), StatusOK)
-		if s.Device() == nil {
-			t.Fatal("no running device after START")
+		if h.regR(rings.RegCtrl) != 0 || h.regR(rings.Bar0Ring(0, rings.RingRegCount)) != 0 {
+			t.Fatalf("host %d found the last host's registers", i)
 		}
+		h.enable(testRings())
+		if s.Device() == nil {
+			t.Fatal("no running device after enable")
+		}
+		if i == 1 {
+			// A disable and an enable: the device is built afresh on
+			// the registers and a new port on the same wire.
+			h.regW("disable", rings.RegCtrl, 0, StatusOK, 0)
+			if s.Device() != nil {
+				t.Fatal("a device still runs after disable")
+			}
+			h.regW("enable again", rings.RegCtrl, uint32(rings.CtrlEnable), StatusOK, 0)
+			if s.Device() == nil {
+				t.Fatal("no device after the second enable")
+			}
+		}
+		// Mid-transfer: commands posted and the doorbell rung, and the
+		// host dies before they complete.
+		arena, err := rings.NewArenaOn(mem)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd, err := rings.NewProducer(arena, testRings()[rings.Bar0RingCommand], 1, hostEFDs[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for n := range 8 {
+			e := cmd.Next()
+			if e == nil {
+				break
+			}
+			c := rings.Command{Opcode: rings.OpNop, Conn: rings.NoConn, Tag: uint64(n)}
+			c.Encode(rings.CommandEntry(e))
+			cmd.Commit()
+		}
+		cmd.Publish()
+		hostEFDs[0].Kick()
 		// The host dies: its socket closes with the device running.
 		h.c.Close()
 		// The device's port goes down with the session.
@@ -264,15 +366,15 @@ func TestServerNextHostAfterDeath(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	}
-	if st := s.Stats(); st.Sessions != 3 || st.Started != 3 {
-		t.Fatalf("counters %+v", st)
+	if st := s.Stats(); st.Sessions != 3 || st.Started != 4 || s.Registers().Counter(rings.RegCtrHostGone) != 3 {
+		t.Fatalf("counters %+v, hosts gone %d", st, s.Registers().Counter(rings.RegCtrHostGone))
 	}
 }
 
 func TestHeaderCodec(t *testing.T) {
-	m := Message(MsgRings, 77, make([]byte, RingsBodySize))
+	m := Message(MsgRegWrite, 77, make([]byte, RegWriteBodySize))
 	var h Header
-	if err := h.Decode(m); err != nil || h.Type != MsgRings || h.Seq != 77 || h.Len != RingsBodySize {
+	if err := h.Decode(m); err != nil || h.Type != MsgRegWrite || h.Seq != 77 || h.Len != RegWriteBodySize {
 		t.Fatalf("%+v %v", h, err)
 	}
 	for n := range len(m) {
@@ -322,12 +424,7 @@ func TestServerKickWords(t *testing.T) {
 	cfg, _ := json.Marshal(nic.Config{MAC: [6]byte{2, 0, 0, 0, 0, 7}})
 	want(t, "CONFIG", h.req(MsgConfig, cfg, pb.File()), StatusOK)
 	pb.Close()
-	lay := func(base rings.Addr, es uint32) rings.Layout {
-		return rings.Layout{Base: base, Count: 16, EntrySize: es}
-	}
-	ls := [4]rings.Layout{lay(rings.ArenaBase, rings.CommandEntrySize), lay(rings.ArenaBase+0x1000, rings.NotificationEntrySize),
-		lay(rings.ArenaBase+0x2000, rings.TxDescSize), lay(rings.ArenaBase+0x3000, rings.RxDescSize)}
-	want(t, "RINGS", h.req(MsgRings, EncodeRings(ls)), StatusOK)
+	ls := testRings()
 
 	efds, files := eventFDs(t)
 	words := rings.ArenaBase + 0x8000
@@ -340,7 +437,7 @@ func TestServerKickWords(t *testing.T) {
 		t.Fatalf("refusals not counted: %+v", st)
 	}
 	want(t, "VECTORS", h.req(MsgVectors, EncodeVectorsKick(VectorEventFD, 0, words), files...), StatusOK)
-	want(t, "START", h.req(MsgStart, nil), StatusOK)
+	h.enable(ls)
 
 	wm, err := arena.Map(words, KickWordsSize)
 	if err != nil {
@@ -352,7 +449,7 @@ func TestServerKickWords(t *testing.T) {
 	}
 	cmdDone := &countKicks{bell: rings.NewBell()}
 	go efds[KickWordCommand].Forward(cmdDone)
-	cmd, err := rings.NewProducer(arena, ls[RingIdxCommand], 1, efds[KickWordDoor])
+	cmd, err := rings.NewProducer(arena, ls[rings.Bar0RingCommand], 1, efds[KickWordDoor])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -423,5 +520,102 @@ func TestServerKickWords(t *testing.T) {
 	}
 	if st := s.Stats(); st.BadKickWords != 1 {
 		t.Fatalf("%+v", st)
+	}
+}
+
+// TestServerRegisterGarbage: a host that writes thousands of random
+// register values (biased to the real registers and to values that
+// place rings inside its memory, so the device is enabled and disabled on
+// garbage) and then scribbles over its memory and vanishes leaves a
+// device that serves the next host as if it were the first.
+func TestServerRegisterGarbage(t *testing.T) {
+	s, path := testServer(t)
+	rnd := rand.New(rand.NewSource(29))
+	h := dialRaw(t, path)
+	want(t, "HELLO", h.req(MsgHello, EncodeU64(FeatureEventFD|FeaturePortFD)), StatusOK)
+	f, mem := memfd(t, 1<<20)
+	want(t, "MEMORY", h.req(MsgMemory, EncodeU64(1<<20), f), StatusOK)
+	pa, pb, err := port.SocketPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pa.Close()
+	cfg, _ := json.Marshal(nic.Config{MAC: [6]byte{2, 0, 0, 0, 0, 1}})
+	want(t, "CONFIG", h.req(MsgConfig, cfg, pb.File()), StatusOK)
+	pb.Close()
+	_, efds := eventFDs(t)
+	want(t, "VECTORS", h.req(MsgVectors, EncodeVectors(VectorEventFD, 0), efds...), StatusOK)
+	offs := []uint32{rings.RegCtrl, rings.RegCtrl, rings.RegDrvFeatures, rings.RegCounterLo, rings.RegCounterLen, rings.RegMTU,
+		rings.Bar0Vec(0, rings.VecRegMask), rings.Bar0Vec(0, rings.VecRegModUsecs), rings.Bar0Msix(2, rings.MsixOffCtrl)}
+	for r := 0; r < rings.Bar0Rings; r++ {
+		offs = append(offs, rings.Bar0Ring(r, rings.RingRegBaseLo), rings.Bar0Ring(r, rings.RingRegCount), rings.Bar0Ring(r, rings.RingRegDoorbell))
+	}
+	enabled := 0
+	for i := 0; i < 3000; i++ {
+		off := offs[rnd.Intn(len(offs))]
+		if rnd.Intn(8) == 0 {
+			off = uint32(rnd.Intn(rings.Bar0Bytes + 64))
+		}
+		var v uint32
+		switch rnd.Intn(4) {
+		case 0:
+			v = rnd.Uint32()
+		case 1:
+			v = uint32(rnd.Intn(4))
+		case 2:
+			v = 1 << rnd.Intn(8)
+		default:
+			v = uint32(rings.ArenaBase) + uint32(rnd.Intn(16))*0x4000
+		}
+		if rnd.Intn(200) == 0 {
+			// Now and then a real placement, so the garbage that follows
+			// lands on a running device.
+			for _, w := range rings.Bar0BringUp(rings.Bar0RingConfig(testRings()), 0)[2:] {
+				h.req(MsgRegWrite, EncodeRegWrite(w.Off, w.Val))
+			}
+		}
+		if rnd.Intn(50) == 0 && s.Device() != nil {
+			// The device runs on rings the host now scribbles over.
+			rnd.Read(mem[:0x40000])
+		}
+		r := h.req(MsgRegWrite, EncodeRegWrite(off, v))
+		if r.Status != StatusOK && r.Status != StatusBadRegister {
+			t.Fatalf("write %#x = %#x: %v %s", off, v, r.Status, r.Msg)
+		}
+		if s.Device() != nil {
+			enabled++
+		}
+	}
+	t.Logf("%d writes with the device running; server counters %+v", enabled, s.Stats())
+	h.c.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for s.Device() != nil || s.Stats().HostsGone != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("session not torn down: %+v", s.Stats())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// The next host: a clean bring-up.
+	h2 := dialRaw(t, path)
+	want(t, "HELLO", h2.req(MsgHello, EncodeU64(FeatureEventFD|FeaturePortFD)), StatusOK)
+	f2, _ := memfd(t, 1<<20)
+	want(t, "MEMORY", h2.req(MsgMemory, EncodeU64(1<<20), f2), StatusOK)
+	pa2, pb2, err := port.SocketPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pa2.Close()
+	want(t, "CONFIG", h2.req(MsgConfig, cfg, pb2.File()), StatusOK)
+	pb2.Close()
+	_, efds2 := eventFDs(t)
+	want(t, "VECTORS", h2.req(MsgVectors, EncodeVectors(VectorEventFD, 0), efds2...), StatusOK)
+	for _, off := range []uint32{rings.RegCtrl, rings.RegDrvFeatures, rings.RegError, rings.Bar0Ring(2, rings.RingRegCount), rings.Bar0Vec(0, rings.VecRegMask)} {
+		if v := h2.regR(off); v != 0 {
+			t.Fatalf("register %#x is %#x for the next host", off, v)
+		}
+	}
+	h2.enable(testRings())
+	if enabled == 0 {
+		t.Fatal("the garbage never enabled the device: the test did not test running on garbage")
 	}
 }

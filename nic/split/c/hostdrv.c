@@ -42,14 +42,15 @@
 
 /* The setup protocol (docs/split.md). */
 #define SPLIT_MAGIC 0x434E4D45u
-#define SPLIT_VERSION 1
+#define SPLIT_VERSION 2
 #define MSG_HELLO 1
 #define MSG_MEMORY 2
 #define MSG_CONFIG 3
-#define MSG_RINGS 4
 #define MSG_VECTORS 5
-#define MSG_START 6
+#define MSG_REG_READ 9
+#define MSG_REG_WRITE 10
 #define MSG_REPLY_BIT 0x8000
+#define STATUS_BAD_REGISTER 8
 #define FEATURE_EVENTFD 1ull
 #define FEATURE_PORTFD 4ull
 #define FEATURE_KICK_WORDS 16ull
@@ -69,8 +70,11 @@ static void die(const char *fmt, ...) {
 static int setup_fd;
 static uint32_t seq;
 
-/* request sends one message with fds and returns the reply's value. */
-static uint64_t request(uint16_t type, const void *body, uint32_t len, const int *fds, int nfds) {
+static char last_msg[256]; /* the last reply's explanation */
+
+/* request_status sends one message with fds and returns the reply's
+ * status, its value in *value. */
+static uint32_t request_status(uint16_t type, const void *body, uint32_t len, const int *fds, int nfds, uint64_t *value) {
 	unsigned char msg[16 + 4096];
 	if (len > 4096) die("body too long");
 	uint32_t magic = SPLIT_MAGIC;
@@ -103,15 +107,36 @@ static uint64_t request(uint16_t type, const void *body, uint32_t len, const int
 	if (n < 16 + 16) die("reply to %u: %zd bytes", type, n);
 	uint16_t rtype;
 	uint32_t rseq, status;
-	uint64_t value;
 	memcpy(&rtype, rep + 6, 2);
 	memcpy(&rseq, rep + 12, 4);
 	memcpy(&status, rep + 16, 4);
-	memcpy(&value, rep + 24, 8);
+	memcpy(value, rep + 24, 8);
 	rep[n] = 0;
 	if (rtype != (type | MSG_REPLY_BIT) || rseq != seq) die("reply %#x #%u to %u #%u", rtype, rseq, type, seq);
-	if (status != 0) die("request %u refused: status %u: %s", type, status, (char *)rep + 32);
+	snprintf(last_msg, sizeof last_msg, "%.200s", (char *)rep + 32);
+	return status;
+}
+
+/* request sends one message with fds and returns the reply's value; a
+ * refusal is fatal. */
+static uint64_t request(uint16_t type, const void *body, uint32_t len, const int *fds, int nfds) {
+	uint64_t value;
+	uint32_t status = request_status(type, body, len, fds, nfds, &value);
+	if (status != 0) die("request %u refused: status %u: %s", type, status, last_msg);
 	return value;
+}
+
+/* The register block (docs/bar0.md), one access per REG_READ or REG_WRITE. */
+static uint32_t reg_read(uint32_t off) { return (uint32_t)request(MSG_REG_READ, &off, 4, NULL, 0); }
+static void reg_write(uint32_t off, uint32_t v) {
+	uint32_t body[2] = {off, v};
+	request(MSG_REG_WRITE, body, 8, NULL, 0);
+}
+static uint32_t ring_reg(uint32_t ring, uint32_t reg) { return EMUNIC_BAR0_RING_BASE + ring * EMUNIC_BAR0_RING_STRIDE + reg; }
+static void ring_regs(uint32_t ring, uint64_t base, uint32_t count) {
+	reg_write(ring_reg(ring, EMUNIC_RING_REG_BASE_LO), (uint32_t)base);
+	reg_write(ring_reg(ring, EMUNIC_RING_REG_BASE_HI), (uint32_t)(base >> 32));
+	reg_write(ring_reg(ring, EMUNIC_RING_REG_COUNT), count);
 }
 
 /* Host memory: a memfd mapped here and in the device at EMUNIC_ARENA_BASE. */
@@ -282,12 +307,6 @@ int main(int argc, char **argv) {
 	ring_init(&ntf, b + 0x3000, 64, EMUNIC_NOTIFICATION_ENTRY_SIZE);
 	ring_init(&tx, b + 0x6000, 16, EMUNIC_TX_DESC_SIZE);
 	ring_init(&rx, b + 0x7000, 16, EMUNIC_RX_DESC_SIZE);
-	struct {
-		uint64_t base;
-		uint32_t count, esize;
-	} rl[4] = {{cmd.base, cmd.count, cmd.esize}, {ntf.base, ntf.count, ntf.esize}, {tx.base, tx.count, tx.esize}, {rx.base, rx.count, rx.esize}};
-	request(MSG_RINGS, rl, sizeof rl, NULL, 0);
-
 	for (int i = 0; i < 4; i++) {
 		efd[i] = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 		if (efd[i] < 0) die("eventfd: %s", strerror(errno));
@@ -298,7 +317,34 @@ int main(int argc, char **argv) {
 	} vecs = {0, 0, use_words ? b + 0x8000 : 0};
 	request(MSG_VECTORS, &vecs, use_words ? 16 : 8, efd, 4);
 	kick_words = vecs.kick_words;
-	request(MSG_START, NULL, 0, NULL, 0);
+
+	/* Bring-up through the register block: identify, reset, features,
+	 * the rings and the counter area, enable, status. */
+	uint32_t id = reg_read(EMUNIC_REG_ID), ver = reg_read(EMUNIC_REG_VERSION);
+	if (id != (EMUNIC_BAR0_VENDOR_ID | EMUNIC_BAR0_DEVICE_ID << 16) || ver >> 16 != EMUNIC_BAR0_VERSION_MAJOR) die("ID %#x version %#x", id, ver);
+	if (reg_read(EMUNIC_REG_MAC_LO) != 0x00000002u || reg_read(EMUNIC_REG_MAC_HI) != 0x0700u || reg_read(EMUNIC_REG_MTU) != 1500) die("MAC or MTU registers");
+	if (reg_read(EMUNIC_REG_MEM_BASE_LO) != (uint32_t)b || reg_read(EMUNIC_REG_MEM_SIZE_LO) != MEM_SIZE) die("memory registers");
+	reg_write(EMUNIC_REG_CTRL, EMUNIC_CTRL_RESET);
+	uint32_t feat = reg_read(EMUNIC_REG_DEV_FEATURES);
+	if (!(feat & EMUNIC_FEAT_COUNTERS)) die("no counter area feature: %#x", feat);
+	reg_write(EMUNIC_REG_DRV_FEATURES, EMUNIC_FEAT_LEGACY | EMUNIC_FEAT_COUNTERS);
+	ring_regs(EMUNIC_BAR0_RING_COMMAND, cmd.base, cmd.count);
+	ring_regs(EMUNIC_BAR0_RING_NOTIFY, ntf.base, ntf.count);
+	ring_regs(EMUNIC_BAR0_RING_TX, tx.base, tx.count);
+	ring_regs(EMUNIC_BAR0_RING_RX, rx.base, rx.count);
+	uint64_t area = b + 0x30000;
+	uint32_t arealen = 0x10000;
+	reg_write(EMUNIC_REG_COUNTER_LO, (uint32_t)area);
+	reg_write(EMUNIC_REG_COUNTER_HI, (uint32_t)(area >> 32));
+	reg_write(EMUNIC_REG_COUNTER_LEN, arealen);
+	reg_write(EMUNIC_REG_CTRL, EMUNIC_CTRL_ENABLE);
+	if (!(reg_read(EMUNIC_REG_STATUS) & EMUNIC_STATUS_ENABLED)) die("not enabled: status %#x error %u", reg_read(EMUNIC_REG_STATUS), reg_read(EMUNIC_REG_ERROR));
+	/* A bad write is refused with its code and counted; the device runs on. */
+	uint32_t bad[2] = {ring_reg(EMUNIC_BAR0_RING_TX, EMUNIC_RING_REG_BASE_LO), 0x1000};
+	uint64_t code;
+	if (request_status(MSG_REG_WRITE, bad, 8, NULL, 0, &code) != STATUS_BAD_REGISTER || code != EMUNIC_ERR_WRONG_STATE)
+		die("a ring base written while enabled: code %llu, want WRONG_STATE", (unsigned long long)code);
+	if (reg_read(EMUNIC_BAR0_COUNTER_BASE + 4 * EMUNIC_REG_CTR_WRONG_STATE) == 0) die("the refused write was not counted");
 
 	/* Commands: NOP, then STATS into a buffer, then the counter area. */
 	struct emunic_command_ring_entry r = command(EMUNIC_OP_NOP, 0, 0, 0);
@@ -308,10 +354,6 @@ int main(int argc, char **argv) {
 	if (r.status != EMUNIC_STATUS_OK || r.result != EMUNIC_STAT_BLOCK_SIZE) die("STATS: status %u result %llu", r.status, (unsigned long long)r.result);
 	r = command(EMUNIC_OP_STATS, 0, statbuf, 0);
 	if (r.status != EMUNIC_STATUS_BAD_PARAM) die("STATS with Len 0: status %u, want BAD_PARAM", r.status);
-	uint64_t area = b + 0x30000;
-	uint32_t arealen = 0x10000;
-	r = command(EMUNIC_OP_STATS, EMUNIC_STATS_FLAG_PUBLISH, area, arealen);
-	if (r.status != EMUNIC_STATUS_OK) die("STATS publish: status %u", r.status);
 
 	/* Legacy receive buffers: 8 of 2 KiB. */
 	uint64_t rxbuf = b + 0x40000;
@@ -386,7 +428,7 @@ int main(int argc, char **argv) {
 		engrx = area_word(words, engine_off(&h, EMUNIC_ENG_RX_SEGMENTS));
 		conns = area_word(words, occupancy_off(&h, EMUNIC_OCC_CONNS));
 		if (__atomic_load_n(&words[0], __ATOMIC_ACQUIRE) != g1) continue;
-		if (rxf >= 1 && txf >= 1 && cmds == 4 && txe == 1 && ntfe >= 1 && rxe >= 1) break;
+		if (rxf >= 1 && txf >= 1 && cmds == 3 && txe == 1 && ntfe >= 1 && rxe >= 1) break;
 	}
 	if (h.ring_n != EMUNIC_RING_COUNTER_COUNT || h.engine_n != EMUNIC_ENGINE_COUNTER_COUNT || h.occ_n != EMUNIC_OCCUPANCY_WORDS ||
 	    h.qpn != EMUNIC_QP_COUNTER_COUNT || h.num_qps != 0)
@@ -395,6 +437,10 @@ int main(int argc, char **argv) {
 	if (engtx != 0 || engrx != 0 || conns != 0)
 		die("engine counters by ID: tx_segments %llu rx_segments %llu, conns %llu; want 0", (unsigned long long)engtx,
 		    (unsigned long long)engrx, (unsigned long long)conns);
+	/* Reset on remove: the device stops, its registers return to zero. */
+	reg_write(EMUNIC_REG_CTRL, EMUNIC_CTRL_RESET);
+	if (reg_read(EMUNIC_REG_STATUS) & EMUNIC_STATUS_ENABLED || reg_read(ring_reg(EMUNIC_BAR0_RING_TX, EMUNIC_RING_REG_COUNT)) != 0)
+		die("still enabled after reset");
 	printf("ok\n");
 	return 0;
 }
