@@ -95,16 +95,19 @@ func (c *Client) logon() (*RequestResumeKey, error) {
 }
 
 // negotiate sends NEGOTIATE on c.npipe: ClientName, the logon's key, and
-// ProviderName with Connections instances (this host's address, the
-// instance's index as discriminator). It returns the RDMA endpoints of the
-// server's instances in the answer.
+// ProviderName with Connections instances (this host's address the pipe
+// goes from, IPv4 or IPv6, and the instance's index as discriminator). It
+// returns the RDMA endpoints of the server's instances in the answer.
 func (c *Client) negotiate() ([]netip.AddrPort, error) {
-	a := c.h.Addr().As4()
+	a := addrOf(c.npipe.LocalAddr()).Addr()
+	if !a.IsValid() {
+		a = c.h.Addr()
+	}
 	p := Provider{Name: ProviderName}
 	for i := range c.cfg.Connections {
 		var d [2]byte
 		binary.BigEndian.PutUint16(d[:], uint16(i))
-		p.Instances = append(p.Instances, Instance{HostAddress: a[:], Discriminator: d[:]})
+		p.Instances = append(p.Instances, Instance{HostAddress: a.AsSlice(), Discriminator: d[:]})
 	}
 	req := Negotiate{Request: true, Name: c.cfg.Name, Key: c.key, ResponseLen: MaxControlMessage, Providers: []Provider{p}}
 	m, err := req.Append(nil)
@@ -135,8 +138,9 @@ func (c *Client) negotiate() ([]netip.AddrPort, error) {
 			continue
 		}
 		for _, in := range p.Instances {
-			if len(in.HostAddress) == 4 && len(in.Discriminator) == 2 && len(dsts) < c.cfg.Connections {
-				dsts = append(dsts, netip.AddrPortFrom(netip.AddrFrom4([4]byte(in.HostAddress)), binary.BigEndian.Uint16(in.Discriminator)))
+			a, ok := instanceAddr(in.HostAddress)
+			if ok && len(in.Discriminator) == 2 && len(dsts) < c.cfg.Connections {
+				dsts = append(dsts, netip.AddrPortFrom(a, binary.BigEndian.Uint16(in.Discriminator)))
 			}
 		}
 	}

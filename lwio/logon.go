@@ -194,8 +194,8 @@ func parseContext(ctx string) (netip.AddrPort, string, error) {
 		return netip.AddrPort{}, "", fmt.Errorf("lwio: resume key context %q is not \\\\ADDRESS@PORT\\NAME", ctx)
 	}
 	a, err := netip.ParseAddr(addr)
-	if err != nil || !a.Is4() {
-		return netip.AddrPort{}, "", fmt.Errorf("lwio: resume key context %q: not an IPv4 address", ctx)
+	if err != nil || a.Zone() != "" || a.Is4In6() || a.IsUnspecified() || a.IsLoopback() {
+		return netip.AddrPort{}, "", fmt.Errorf("lwio: resume key context %q: not an IPv4 or IPv6 address", ctx)
 	}
 	p, err := strconv.ParseUint(port, 10, 16)
 	if err != nil || p == 0 {

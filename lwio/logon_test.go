@@ -70,12 +70,15 @@ func TestSignedParams(t *testing.T) {
 }
 
 func TestParseContext(t *testing.T) {
-	at := netip.MustParseAddrPort("10.0.0.2:4445")
-	if a, n, err := parseContext(pipeContext(at, "EMUNIC")); a != at || n != "EMUNIC" || err != nil {
-		t.Fatalf("round trip: %v %q %v", a, n, err)
+	for _, s := range []string{"10.0.0.2:4445", "[fd00::2]:4445"} {
+		at := netip.MustParseAddrPort(s)
+		if a, n, err := parseContext(pipeContext(at, "EMUNIC")); a != at || n != "EMUNIC" || err != nil {
+			t.Fatalf("round trip of %v: %v %q %v", at, a, n, err)
+		}
 	}
 	for _, bad := range []string{"", "EMUNIC", `\\10.0.0.2\EMUNIC`, `\\10.0.0.2@0\EMUNIC`, `\\10.0.0.2@99999\EMUNIC`,
-		`\\::1@4445\EMUNIC`, `\\10.0.0.2@4445\`, `//10.0.0.2@4445/EMUNIC`} {
+		`\\::1@4445\EMUNIC`, `\\10.0.0.2@4445\`, `//10.0.0.2@4445/EMUNIC`, `\\fe80::1%eth0@4445\EMUNIC`,
+		`\\::ffff:10.0.0.2@4445\EMUNIC`, `\\::@4445\EMUNIC`, `\\[fd00::2]@4445\EMUNIC`} {
 		if _, _, err := parseContext(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}

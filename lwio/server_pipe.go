@@ -28,7 +28,8 @@ type logon struct {
 	name string
 	key  uuid.UUID
 	addr netip.AddrPort
-	ts   uint64 // the resume keys' Timestamp
+	at   netip.Addr // the server's address it reached: the one its resume keys name
+	ts   uint64     // the resume keys' Timestamp
 
 	mu         sync.Mutex
 	open       map[uint64]*file // by ResumeKey
@@ -278,14 +279,14 @@ func (s *Server) logon(c net.Conn, peer netip.AddrPort, m []byte) (*logon, error
 	if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
 		return deny("no secret, or another one", func() { s.st.logonFail.Add(1) })
 	}
-	l := &logon{name: req.Name, key: req.Key, addr: peer, ts: s.now(), open: map[uint64]*file{}}
+	l := &logon{name: req.Name, key: req.Key, addr: peer, at: s.localAddr(c), ts: s.now(), open: map[uint64]*file{}}
 	s.mu.Lock()
 	s.logons[l.key] = l
 	s.mu.Unlock()
 	s.st.logons.Add(1)
 	s.log("client logged on", "client", l.name, "key", l.key, "addr", peer)
 	rsp := LogonResponse{Status: StatusSuccess, Proof: logonProof(s.cfg.Secret, proofServer, req.Key, nonce, req.Name),
-		Key: RequestResumeKey{Key: s.resumeKey(l), Server: s.context()}}
+		Key: RequestResumeKey{Key: s.resumeKey(l), Server: s.context(l)}}
 	out, err := rsp.Append(nil)
 	if err == nil {
 		_, err = c.Write(out)
@@ -307,9 +308,20 @@ func (s *Server) resumeKey(l *logon) ResumeKey {
 	return ResumeKey{ResumeKey: binary.LittleEndian.Uint64(rk[:]) | 1, Timestamp: l.ts, Pid: s.pid}
 }
 
-// context is every resume key's Context: this server and its pipe.
-func (s *Server) context() string {
-	return pipeContext(netip.AddrPortFrom(s.h.Addr(), s.cfg.PipePort), s.cfg.Name)
+// context is the Context of logon l's resume keys: this server, at the
+// address l reached it on (IPv4 or IPv6: the client's pipe goes the same
+// way), and its pipe.
+func (s *Server) context(l *logon) string {
+	return pipeContext(netip.AddrPortFrom(l.at, s.cfg.PipePort), s.cfg.Name)
+}
+
+// localAddr is the server's address a pipe connection reached: the
+// host's primary one if the connection does not say.
+func (s *Server) localAddr(c net.Conn) netip.Addr {
+	if a := addrOf(c.LocalAddr()).Addr(); a.IsValid() && !a.IsUnspecified() {
+		return a
+	}
+	return s.h.Addr()
 }
 
 // serveNegotiate runs a pipe: NEGOTIATE, whose Key must be that of a live
@@ -317,7 +329,7 @@ func (s *Server) context() string {
 // then nothing more until the client closes it (a message is an error);
 // the server's key dies with the pipe.
 func (s *Server) serveNegotiate(c net.Conn, peer netip.AddrPort, m []byte) {
-	ss, out, err := s.negotiate(m, peer)
+	ss, out, err := s.negotiate(m, peer, s.localAddr(c))
 	if err != nil {
 		return
 	}
@@ -341,7 +353,7 @@ func (s *Server) serveNegotiate(c net.Conn, peer netip.AddrPort, m []byte) {
 // this client, and the providers both sides have (intersect). A refusal
 // (a malformed request, a key that names no logon) is counted and closes
 // the pipe: the negotiate response has no status.
-func (s *Server) negotiate(m []byte, peer netip.AddrPort) (*session, []byte, error) {
+func (s *Server) negotiate(m []byte, peer netip.AddrPort, at netip.Addr) (*session, []byte, error) {
 	req := Negotiate{Request: true}
 	if err := req.Decode(m); err != nil {
 		s.st.pipeErr.Add(1)
@@ -366,7 +378,7 @@ func (s *Server) negotiate(m []byte, peer netip.AddrPort) (*session, []byte, err
 	if err != nil {
 		return nil, nil, err
 	}
-	rsp := Negotiate{Name: s.cfg.Name, Key: key, Providers: s.intersect(req.Providers)}
+	rsp := Negotiate{Name: s.cfg.Name, Key: key, Providers: s.intersect(req.Providers, at)}
 	out, err := rsp.Append(nil)
 	if err != nil {
 		return nil, nil, err
@@ -387,34 +399,46 @@ func (s *Server) negotiate(m []byte, peer netip.AddrPort) (*session, []byte, err
 	return ss, out, nil
 }
 
-// providers is this server's provider list: ProviderName with one
-// instance per RDMA listener, each the host's IPv4 address (4 bytes) and,
-// as the discriminator, the listener's port (2 bytes, big-endian).
-func (s *Server) providers() []Provider {
-	a := s.h.Addr().As4()
+// providers is this server's provider list for a client whose pipe
+// reached address at: ProviderName with one instance per RDMA listener,
+// each that address (4 bytes IPv4, 16 bytes IPv6: the RDMA connections go
+// the way the pipe went) and, as the discriminator, the listener's port
+// (2 bytes, big-endian).
+func (s *Server) providers(at netip.Addr) []Provider {
+	a := at.AsSlice()
 	p := Provider{Name: ProviderName}
 	for i := range s.cfg.Instances {
 		var port [2]byte
 		binary.BigEndian.PutUint16(port[:], s.cfg.RDMAPort+uint16(i))
-		p.Instances = append(p.Instances, Instance{HostAddress: a[:], Discriminator: port[:]})
+		p.Instances = append(p.Instances, Instance{HostAddress: a, Discriminator: port[:]})
 	}
 	return []Provider{p}
 }
 
+// instanceAddr is an instance's HostAddress as an address: 4 bytes IPv4,
+// 16 bytes IPv6 (not an IPv4-mapped one); false for anything else.
+func instanceAddr(b []byte) (netip.Addr, bool) {
+	a, ok := netip.AddrFromSlice(b)
+	if !ok || a.Is4In6() || a.IsUnspecified() {
+		return netip.Addr{}, false
+	}
+	return a, true
+}
+
 // intersect is the providers both sides have: each of the server's whose
 // Name the client lists with at least one well-formed instance (an IPv4
-// address), with the server's instances cut to as many as the client has:
-// one connection per instance pair, no more.
-func (s *Server) intersect(theirs []Provider) []Provider {
+// or IPv6 address), with the server's instances cut to as many as the
+// client has: one connection per instance pair, no more.
+func (s *Server) intersect(theirs []Provider, at netip.Addr) []Provider {
 	var out []Provider
-	for _, p := range s.providers() {
+	for _, p := range s.providers(at) {
 		for _, q := range theirs {
 			if q.Name != p.Name {
 				continue
 			}
 			n := 0
 			for _, in := range q.Instances {
-				if len(in.HostAddress) == 4 {
+				if _, ok := instanceAddr(in.HostAddress); ok {
 					n++
 				}
 			}
@@ -483,7 +507,7 @@ func (s *Server) pipeOpen(l *logon, m []byte) ([]byte, error) {
 			rsp.Status = StatusInvalidParameter
 		} else {
 			rsp.Size = uint64(size)
-			rsp.Key = RequestResumeKey{Key: s.resumeKey(l), Server: s.context()}
+			rsp.Key = RequestResumeKey{Key: s.resumeKey(l), Server: s.context(l)}
 			l.mu.Lock()
 			l.open[rsp.Key.Key.ResumeKey] = f
 			l.opened++
@@ -559,7 +583,8 @@ func (s *Server) refuseAddr(what string, a netip.AddrPort) {
 // addrOf is a net.Addr's address and port (the zero value if it has none).
 func addrOf(a net.Addr) netip.AddrPort {
 	if ta, ok := a.(*net.TCPAddr); ok {
-		return ta.AddrPort()
+		ap := ta.AddrPort()
+		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 	}
 	if a == nil {
 		return netip.AddrPort{}

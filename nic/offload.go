@@ -2,6 +2,7 @@ package nic
 
 import (
 	"github.com/emunic/emunic/delegation"
+	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/rings"
 )
@@ -171,15 +172,20 @@ func (d *Device) rxInject(idx uint32, addr rings.Addr, n uint32) rings.Status {
 	f := append(d.injectBuf[:0], src...) // the host may reuse its copy
 	d.injectBuf = f
 	var pf parsedFrame
-	if classify(f, d.cfg.MAC, d.maxFrame, &pf, false) != rxLegacy || pf.proto != ProtoTCP || pf.fragment ||
-		pf.etherType != EtherTypeIPv4 {
+	var t hdr.Tuple
+	if classify(f, d.cfg.MAC, d.maxFrame, &pf, false) != rxLegacy {
 		return rings.StatusBadParam
 	}
-	ip, seg := f[pf.ipOff:pf.l4Off], f[pf.l4Off:pf.l4Off+pf.l4Len]
-	if got, ok := d.eng.LookupSegment(ip, seg); !ok || got != idx {
+	// Either family, as on receive: an IPv6 connection's early bytes
+	// come back the same way.
+	seg, ok := pf.tcpSegment(f, &t)
+	if !ok {
+		return rings.StatusBadParam
+	}
+	if got, ok := d.eng.Lookup(&t); !ok || got != idx {
 		return rings.StatusBadConn
 	}
-	d.eng.InputFlags(idx, ip, seg, pf.engineFlags())
+	d.eng.InputSegment(idx, &t, seg, pf.engineFlags())
 	return rings.StatusOK
 }
 

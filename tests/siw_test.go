@@ -18,6 +18,7 @@ import (
 	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/rings"
+	"github.com/emunic/emunic/tcpstack"
 	"github.com/emunic/emunic/tcpstack/verbs"
 	"github.com/emunic/emunic/tcpstack/verbs/rdmatool"
 )
@@ -91,6 +92,10 @@ type siwGroup struct {
 	name   string
 	params []string
 	cases  []siwCase
+	// ipv6: the VM and emunic's hosts get IPv6 addresses too, and every
+	// session runs over IPv6 (the VM's tools name emunic's IPv6 address,
+	// emunic's clients the VM's).
+	ipv6 bool
 }
 
 func rpingCases(crc, p2p bool, emuOpts ...string) []siwCase {
@@ -163,6 +168,26 @@ func TestSiwInterop(t *testing.T) {
 	}
 }
 
+// TestSiwInteropIPv6: the same tools against emunic over IPv6, both ways:
+// siw's rping and rdma_client against emunic's servers at its IPv6
+// address, and emunic's 'rdma ping' and rdmatool's ucmatose against siw's
+// servers listening on the IPv6 wildcard (rping -a ::, ucmatose -b ::).
+// (librdmacm's rdma_server takes no address and listens on IPv4's
+// wildcard only, so 'rdma echo' meets siw as a server over IPv4 alone; a
+// ucmatose client waits for the server to send first, which MPA allows
+// only in peer-to-peer mode, as TestSiwInterop's groups show.)
+// The hosts are dual-stack (the VM's and emunic's IPv4 addresses stay),
+// and tshark must find each capture as clean as over IPv4.
+func TestSiwInteropIPv6(t *testing.T) {
+	run := requireSiwVM(t)
+	exe := buildEmunic(t)
+	cases := append(rpingCases(true, false), echoCases(false, false, "--no-crc")[0])
+	cases[1].vmCmd = "rping -s -a :: -v -C 5 -S 64"
+	cases = append(cases, cmatoseCase(true, false))
+	cases[len(cases)-1].vmCmd = "ucmatose -b :: -C 2 -S 64"
+	runSiwGroup(t, run, exe, siwGroup{name: "ipv6", ipv6: true, cases: cases}, 3)
+}
+
 // siwConsole is the VM's console output, as lines, watched as it comes.
 type siwConsole struct {
 	mu    sync.Mutex
@@ -227,6 +252,7 @@ type emuSession struct {
 	c     siwCase
 	tap   string
 	addr  netip.Prefix
+	addr6 netip.Prefix // with siwGroup.ipv6: the address the session runs over
 	pcap  string
 	proc  *serveProc    // the binary
 	done  chan error    // ucmatose in-process, or the binary's exit
@@ -237,8 +263,11 @@ type emuSession struct {
 func runSiwGroup(t *testing.T, run, exe string, g siwGroup, gi int) {
 	subnet := fmt.Sprintf("10.78.%d.", 10+gi)
 	vmIP := subnet + "2"
+	subnet6 := fmt.Sprintf("fd00:78:%d::", 10+gi)
 	br := uniqueName("siwbr", 10)
-	testutil.IP(t, "link", "add", br, "type", "bridge")
+	// No multicast snooping: neighbour discovery's solicitations go to
+	// every port whatever MLD said (emunic's hosts send no MLD reports).
+	testutil.IP(t, "link", "add", br, "type", "bridge", "mcast_snooping", "0")
 	t.Cleanup(func() { exec.Command("ip", "link", "del", br).Run() })
 	noIPv6(br)
 	testutil.IP(t, "link", "set", br, "up")
@@ -251,6 +280,9 @@ func runSiwGroup(t *testing.T, run, exe string, g siwGroup, gi int) {
 	for i, c := range g.cases {
 		s := &emuSession{c: c, tap: uniqueName("siwe", 10), addr: netip.MustParsePrefix(fmt.Sprintf("%s%d/24", subnet, 10+i)),
 			pcap: filepath.Join(dir, c.name+".pcap"), done: make(chan error, 1), ready: make(chan struct{})}
+		if g.ipv6 {
+			s.addr6 = netip.MustParsePrefix(fmt.Sprintf("%s%d/64", subnet6, 10+i))
+		}
 		sessions[i] = s
 		testutil.IP(t, "tuntap", "add", "dev", s.tap, "mode", "tap")
 		t.Cleanup(func() { exec.Command("ip", "link", "del", s.tap).Run() })
@@ -259,7 +291,7 @@ func runSiwGroup(t *testing.T, run, exe string, g siwGroup, gi int) {
 		testutil.IP(t, "link", "set", s.tap, "up")
 		cmd := c.vmCmd
 		if strings.Contains(cmd, "%s") {
-			cmd = fmt.Sprintf(cmd, s.addr.Addr())
+			cmd = fmt.Sprintf(cmd, s.peerAddr())
 		}
 		fmt.Fprintf(&script, "echo SIWT-START %s\n", c.name)
 		if c.vmServer {
@@ -280,6 +312,11 @@ func runSiwGroup(t *testing.T, run, exe string, g siwGroup, gi int) {
 	// run.sh removes it (--rm-tap) unless it is killed.
 	t.Cleanup(func() { exec.Command("ip", "link", "del", vmTap).Run() })
 	args := []string{"--tap", vmTap, "--rm-tap", "--bridge", br, "--ip", vmIP + "/24", "--timeout", "200"}
+	vmAddr := netip.MustParseAddr(vmIP)
+	if g.ipv6 {
+		args = append(args, "--ip6", subnet6+"2/64")
+		vmAddr = netip.MustParseAddr(subnet6 + "2")
+	}
 	for _, p := range g.params {
 		args = append(args, "--siw-param", p)
 	}
@@ -324,7 +361,7 @@ func runSiwGroup(t *testing.T, run, exe string, g siwGroup, gi int) {
 		if !con.wait("SIWT-LISTEN "+s.c.name, 3*time.Minute) {
 			t.Fatalf("%s: the VM's server never listened", s.c.name)
 		}
-		startSiwEmu(t, ctx, exe, s, netip.MustParseAddr(vmIP))
+		startSiwEmu(t, ctx, exe, s, vmAddr)
 		checkSiwEmuResult(t, s, <-s.done)
 	}
 	if !con.wait("SIWVM-RESULT", 3*time.Minute) {
@@ -385,7 +422,11 @@ func startSiwEmu(t *testing.T, ctx context.Context, exe string, s *emuSession, s
 		}
 		return
 	}
-	args := append([]string{s.c.emuArgs[0], "--tap", s.tap, "--addr", s.addr.String(), "--pcap", s.pcap, "--timeout", "150s"}, s.c.emuArgs[1:]...)
+	args := []string{s.c.emuArgs[0], "--tap", s.tap, "--addr", s.addr.String(), "--pcap", s.pcap, "--timeout", "150s"}
+	if s.addr6.IsValid() {
+		args = append(args, "--addr", s.addr6.String())
+	}
+	args = append(args, s.c.emuArgs[1:]...)
 	if server.IsValid() {
 		args = append(args, "--server", server.String())
 	}
@@ -399,6 +440,15 @@ func startSiwEmu(t *testing.T, ctx context.Context, exe string, s *emuSession, s
 		s.out.Write([]byte(s.proc.stdout.String()))
 		s.done <- err
 	}()
+}
+
+// peerAddr is the address the VM's tools reach emunic's side at: its IPv6
+// one in an IPv6 group.
+func (s *emuSession) peerAddr() netip.Addr {
+	if s.addr6.IsValid() {
+		return s.addr6.Addr()
+	}
+	return s.addr.Addr()
 }
 
 // siwInProc runs the session's in-process side on a host on its TAP.
@@ -417,7 +467,11 @@ func siwInProc(ctx context.Context, s *emuSession, server netip.Addr) error {
 		return err
 	}
 	a := s.addr.Addr().As4()
-	h, err := board.NewHost(board.HostConfig{MAC: [6]byte{0x02, 0, a[0], a[1], a[2], a[3]}, Addr: s.addr, MTU: 1500}, rec)
+	var st tcpstack.StackConfig
+	if s.addr6.IsValid() {
+		st.Addrs = []netip.Prefix{s.addr6}
+	}
+	h, err := board.NewHost(board.HostConfig{MAC: [6]byte{0x02, 0, a[0], a[1], a[2], a[3]}, Addr: s.addr, MTU: 1500, Stack: st}, rec)
 	if err != nil {
 		rec.Close()
 		return err
@@ -507,6 +561,14 @@ func checkSiwSession(t *testing.T, con *siwConsole, s *emuSession, tshark string
 	if tshark == "" {
 		t.Logf("%s: tshark is not installed: capture not decoded", s.c.name)
 		return
+	}
+	if s.addr6.IsValid() {
+		// An IPv6 session: every TCP segment is IPv6.
+		v4 := strings.TrimSpace(testutil.Tshark(t, tshark, s.pcap, nil, "-Y", "tcp && ip"))
+		v6 := strings.TrimSpace(testutil.Tshark(t, tshark, s.pcap, nil, "-Y", "tcp && ipv6"))
+		if v4 != "" || v6 == "" {
+			t.Errorf("%s: an IPv6 session's capture has TCP over IPv4 (%q) or none over IPv6", s.c.name, v4)
+		}
 	}
 	d := testutil.DecodeIWARP(t, tshark, s.pcap)
 	// A TCP D-SACK from the VM: it got a segment twice, because one of

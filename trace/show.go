@@ -269,25 +269,48 @@ func FormatFrame(f []byte) string {
 		return fmt.Sprintf("runt frame of %d bytes", len(f))
 	}
 	eth := hdr.Ethernet(f)
+	var src, dst netip.Addr
+	var tcp hdr.TCP
 	switch eth.Type() {
 	case hdr.EtherTypeARP:
 		return "ARP " + fmt.Sprintf("% x", f[hdr.EthernetSize:min(len(f), hdr.EthernetSize+28)])
 	case hdr.EtherTypeIPv4:
+		ip, t, err := hdr.ParseTCPFrame(f)
+		if err != nil {
+			return fmt.Sprintf("IPv4, not a TCP segment we parse: %v", err)
+		}
+		src, dst, tcp = ip.SourceAddress(), ip.DestinationAddress(), t
+	case hdr.EtherTypeIPv6:
+		ip, err := hdr.ParseIPv6(f[hdr.EthernetSize:])
+		var c hdr.IPv6Chain
+		if err == nil {
+			err = hdr.WalkIPv6(ip, &c)
+		}
+		if err != nil {
+			return fmt.Sprintf("IPv6, not a packet we parse: %v", err)
+		}
+		seg, ok := hdr.IPv6TCPSegment(ip, &c)
+		if !ok {
+			if c.Proto == hdr.ProtoICMPv6 && !c.Fragment && len(ip) > c.L4Off {
+				return fmt.Sprintf("ICMPv6 %v → %v type %d", ip.SourceAddress(), ip.DestinationAddress(), ip[c.L4Off])
+			}
+			return fmt.Sprintf("IPv6 %v → %v, protocol %d", ip.SourceAddress(), ip.DestinationAddress(), c.Proto)
+		}
+		if tcp, err = hdr.ParseTCP(seg); err != nil {
+			return fmt.Sprintf("IPv6, not a TCP segment we parse: %v", err)
+		}
+		src, dst = ip.SourceAddress(), ip.DestinationAddress()
 	default:
 		return fmt.Sprintf("ethertype %#04x", eth.Type())
 	}
-	ip, tcp, err := hdr.ParseTCPFrame(f)
-	if err != nil {
-		return fmt.Sprintf("IPv4, not a TCP segment we parse: %v", err)
-	}
-	src, dst := netip.AddrFrom4(ip.Src()), netip.AddrFrom4(ip.Dst())
 	var fl []string
 	for i, n := range []string{"FIN", "SYN", "RST", "PSH", "ACK", "URG", "ECE", "CWR"} {
 		if tcp.Flags()&(1<<i) != 0 {
 			fl = append(fl, n)
 		}
 	}
-	return fmt.Sprintf("TCP %v:%d → %v:%d [%s] seq=%d ack=%d win=%d len=%d", src, tcp.SrcPort(), dst, tcp.DstPort(),
+	// AddrPort's form: 10.0.0.1:5001, [fd00::1]:5001.
+	return fmt.Sprintf("TCP %v → %v [%s] seq=%d ack=%d win=%d len=%d", netip.AddrPortFrom(src, tcp.SrcPort()), netip.AddrPortFrom(dst, tcp.DstPort()),
 		strings.Join(fl, ","), tcp.Seq(), tcp.Ack(), tcp.Window(), len(tcp.Payload()))
 }
 

@@ -29,7 +29,7 @@ import (
 var demoCmd = &command{
 	name:     "demo",
 	summary:  "two emulated hosts over an in-memory wire: netstack and delegated TCP side by side",
-	synopsis: "[--bytes SIZE] [--path netstack|offload|both|direct|all] [--rdma] [--lwio] [--split] [--loss PCT] [--reorder PCT] [--seed N] [--pcap FILE] [--mtu N]",
+	synopsis: "[--bytes SIZE] [--path netstack|offload|both|direct|all] [--rdma] [--lwio] [--ipv6] [--split] [--loss PCT] [--reorder PCT] [--seed N] [--pcap FILE] [--mtu N]",
 	about: `
 Builds two emulated hosts in this process, A (10.0.0.1) and B (10.0.0.2), each
 with host memory, an emulated NIC and gVisor netstack, joined by an in-memory
@@ -77,6 +77,13 @@ each path's client CPU (host A's host side alone: B is labelled apart and
 the devices' goroutines are their own) and what the LWIO server and client
 counted. With --lwio and no --path only these two paths run.
 
+--ipv6 gives the hosts IPv6 addresses too, A fd00::1 and B fd00::2 (/64),
+and runs every path it runs over IPv6: A dials B's IPv6 address, netstack
+resolves it by neighbour discovery, and the delegated connections, the RDMA
+QPs, sockets direct and LWIO (whose pipe names B's IPv6 address to the
+client) carry IPv6 headers; the NICs classify, checksum and segment them
+as they do IPv4 ones. The data checks and the report are the same.
+
 --split runs each host's NIC in a device process of its own (this program
 started again as the device): host memory is a memfd both processes map,
 the doorbell and interrupt vectors are eventfds, the device's frames reach
@@ -99,7 +106,8 @@ Wireshark or tshark.`,
   emunic demo --rdma
   emunic demo --rdma --path offload --bytes 256MiB
   emunic demo --rdma --bytes 1MiB --pcap rdma.pcap && tshark -r rdma.pcap --enable-heuristic iwarp_mpa_tcp -Y iwarp_rdma
-  emunic demo --lwio --bytes 256MiB`,
+  emunic demo --lwio --bytes 256MiB
+  emunic demo --ipv6 --path all --rdma --lwio --bytes 16MiB`,
 }
 
 // demoConfig is the demo's command line.
@@ -114,6 +122,7 @@ type demoConfig struct {
 	RDMA    bool    // run the RDMA path (alone unless --path was given)
 	LWIO    bool    // run the two file paths, LWIO and TCP (alone unless --path was given)
 	Split   bool    // each host's NIC in a device process of its own
+	IPv6    bool    // the hosts get IPv6 addresses, and every path runs over IPv6
 	// Idle is how long the transfer may make no progress before the demo
 	// gives up. Not a flag; tests shorten it.
 	Idle time.Duration
@@ -162,6 +171,7 @@ func parseDemoFlags(args []string, stdout io.Writer) (demoConfig, error) {
 	fs.BoolVar(&cfg.Split, "split", false, "run each host's NIC in a device process of its own (memfd host memory, eventfd vectors; docs/split.md)")
 	fs.BoolVar(&cfg.RDMA, "rdma", false, "run the RDMA path: every opcode over a QP pair, then RDMA Write throughput (alone unless --path is given)")
 	fs.BoolVar(&cfg.LWIO, "lwio", false, "read a file of --bytes from B over LWIO and over a plain-TCP file protocol (alone unless --path is given)")
+	fs.BoolVar(&cfg.IPv6, "ipv6", false, "give the hosts IPv6 addresses too (fd00::1, fd00::2) and run every path over IPv6")
 	if err := parse(demoCmd, fs, args, stdout); err != nil {
 		return cfg, err
 	}
@@ -186,6 +196,11 @@ func parseDemoFlags(args []string, stdout io.Writer) (demoConfig, error) {
 	}
 	cfg.Bytes, cfg.Loss, cfg.Reorder = int64(bytes), float64(loss), float64(reorder)
 	cfg.Seed, cfg.MTU = uint64(seed), int(mtu)
+	if cfg.IPv6 {
+		if err := checkIPv6MTU([]netip.Prefix{demoAddr6A}, cfg.MTU); err != nil {
+			return cfg, usagef("%v (see 'emunic demo --help')", err)
+		}
+	}
 	return cfg, nil
 }
 
@@ -351,12 +366,30 @@ type demoLab struct {
 	lw *lwioDemo // the file paths' file and counters (--lwio)
 
 	lockstep bool // the devices run in lockstep with the hosts (demoConfig.lockstep)
+
+	// addrA and addrB are the addresses the paths run between: the
+	// IPv4 ones, or with --ipv6 the IPv6 ones.
+	addrA, addrB netip.Addr
 }
 
 var (
 	demoAddrA = netip.MustParsePrefix("10.0.0.1/24")
 	demoAddrB = netip.MustParsePrefix("10.0.0.2/24")
+	// With --ipv6, besides (StackConfig.Addrs).
+	demoAddr6A = netip.MustParsePrefix("fd00::1/64")
+	demoAddr6B = netip.MustParsePrefix("fd00::2/64")
 )
+
+// demoAddrs is the addresses the demo's paths run between, A's and B's.
+func demoAddrs(cfg demoConfig) (a, b netip.Addr) {
+	if cfg.IPv6 {
+		return demoAddr6A.Addr(), demoAddr6B.Addr()
+	}
+	return demoAddrA.Addr(), demoAddrB.Addr()
+}
+
+// toB is B's address on port, the way the paths dial it.
+func (l *demoLab) toB(port uint16) netip.AddrPort { return netip.AddrPortFrom(l.addrB, port) }
 
 func wireConfig(cfg demoConfig) port.WireConfig {
 	imp := port.Impairments{LossPercent: cfg.Loss, ReorderPercent: cfg.Reorder}
@@ -365,6 +398,7 @@ func wireConfig(cfg demoConfig) port.WireConfig {
 
 func newDemoLab(cfg demoConfig) (*demoLab, error) {
 	lab := &demoLab{lockstep: cfg.lockstep != nil}
+	lab.addrA, lab.addrB = demoAddrs(cfg)
 	var err error
 	wc := wireConfig(cfg)
 	if cfg.lockstep != nil {
@@ -396,6 +430,9 @@ func newDemoLab(cfg demoConfig) (*demoLab, error) {
 		devA = nic.Config{Tracer: cfg.trace.NewDevice("A"), STagSeed: cfg.Seed*2 + 1}
 		devB = nic.Config{Tracer: cfg.trace.NewDevice("B"), STagSeed: cfg.Seed*2 + 2}
 		stA.Seed, stB.Seed = cfg.Seed*2+1, cfg.Seed*2+2
+	}
+	if cfg.IPv6 {
+		stA.Addrs, stB.Addrs = []netip.Prefix{demoAddr6A}, []netip.Prefix{demoAddr6B}
 	}
 	ha, err := board.NewHost(board.HostConfig{MAC: [6]byte{2, 0, 0, 0, 0, 1}, Addr: demoAddrA, MTU: cfg.MTU, Split: split, Device: devA, Stack: stA, Lockstep: cfg.lockstep}, pa)
 	if err != nil {
@@ -459,8 +496,8 @@ func (l *demoLab) Close() error {
 // report reads both hosts' counters for the report.
 func (l *demoLab) report() []hostReport {
 	return []hostReport{
-		reportHost("A "+demoAddrA.Addr().String(), l.a, l.pa),
-		reportHost("B "+demoAddrB.Addr().String(), l.b, l.pb),
+		reportHost("A "+l.addrA.String(), l.a, l.pa),
+		reportHost("B "+l.addrB.String(), l.b, l.pb),
 	}
 }
 
@@ -499,7 +536,7 @@ func netstackTransfer(ctx context.Context, lab *demoLab, cfg demoConfig) (res tr
 		return res, err
 	}
 	defer l.Close()
-	dst := netip.AddrPortFrom(demoAddrB.Addr(), demoPort)
+	dst := lab.toB(demoPort)
 	dctx, cancel := context.WithTimeout(ctx, cfg.Idle)
 	defer cancel()
 	c, err := lab.a.Dial(dctx, dst)
@@ -525,7 +562,7 @@ func offloadTransfer(ctx context.Context, lab *demoLab, cfg demoConfig) (res tra
 	}
 	defer l.Close()
 	c, s, err := dialAccept(ctx, l, cfg, func(ctx context.Context) (net.Conn, error) {
-		return lab.a.DialOffload(ctx, netip.AddrPortFrom(demoAddrB.Addr(), demoPortOffload))
+		return lab.a.DialOffload(ctx, lab.toB(demoPortOffload))
 	})
 	if err != nil {
 		return res, err
@@ -678,8 +715,9 @@ func printDemoHeader(w io.Writer, cfg demoConfig) {
 			over = "over RDMA"
 		}
 	}
+	a, b := demoAddrs(cfg)
 	fmt.Fprintf(w, "emunic demo: %s %s from A %v to B %v, MTU %d, on each path: %s\n",
-		services.Size(uint64(cfg.Bytes)), over, demoAddrA.Addr(), demoAddrB.Addr(), cfg.MTU, strings.Join(names, "; "))
+		services.Size(uint64(cfg.Bytes)), over, a, b, cfg.MTU, strings.Join(names, "; "))
 	fmt.Fprintf(w, "wire: in-memory, loss %g%%, reorder %g%% each direction, seed %d\n", cfg.Loss, cfg.Reorder, cfg.Seed)
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/netip"
 
 	"github.com/emunic/emunic/tcpstack/direct"
 )
@@ -25,7 +24,7 @@ func directTransfer(ctx context.Context, lab *demoLab, cfg demoConfig) (res tran
 	}
 	defer l.Close()
 	c, s, err := dialAccept(ctx, l, cfg, func(ctx context.Context) (net.Conn, error) {
-		return direct.Dial(ctx, lab.a, netip.AddrPortFrom(demoAddrB.Addr(), demoPortDirect), direct.Config{})
+		return direct.Dial(ctx, lab.a, lab.toB(demoPortDirect), direct.Config{})
 	})
 	if err != nil {
 		return res, err

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
@@ -131,7 +130,7 @@ func lwioTransfer(ctx context.Context, lab *demoLab, cfg demoConfig) (res transf
 	}()
 	dctx, cancel := context.WithTimeout(ctx, cfg.Idle)
 	defer cancel()
-	c, err := lwio.Dial(dctx, lab.a, demoAddrB.Addr(), lwio.ClientConfig{Credits: demoLWIOWin, Seed: lab.seed(cfg, 1)})
+	c, err := lwio.Dial(dctx, lab.a, lab.addrB, lwio.ClientConfig{Credits: demoLWIOWin, Seed: lab.seed(cfg, 1)})
 	if err != nil {
 		return res, fmt.Errorf("A: %w", err)
 	}
@@ -230,7 +229,7 @@ func tcpFileTransfer(ctx context.Context, lab *demoLab, cfg demoConfig) (res tra
 	}()
 	dctx, cancel := context.WithTimeout(ctx, cfg.Idle)
 	defer cancel()
-	conn, err := lab.a.Dial(dctx, netip.AddrPortFrom(demoAddrB.Addr(), demoPortFile))
+	conn, err := lab.a.Dial(dctx, lab.toB(demoPortFile))
 	if err != nil {
 		return res, fmt.Errorf("A: %w", err)
 	}

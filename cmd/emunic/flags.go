@@ -354,13 +354,15 @@ func (v *prefixValue) String() string {
 	return strings.Join(parts, ",")
 }
 
-// addrValue is an IPv4 address.
+// addrValue is an IP address, IPv4 or IPv6 (a bare IPv6 one, or in
+// brackets as in a URL: [fd00:9::1]). An IPv4-mapped IPv6 address is
+// refused: the IPv4 one is meant.
 type addrValue struct{ a netip.Addr }
 
 func (v *addrValue) Set(s string) error {
-	a, err := netip.ParseAddr(strings.TrimSpace(s))
-	if err != nil || !a.Is4() {
-		return errors.New("not an IPv4 address")
+	a, err := parseIP(s)
+	if err != nil {
+		return err
 	}
 	v.a = a
 	return nil
@@ -371,4 +373,148 @@ func (v *addrValue) String() string {
 		return ""
 	}
 	return v.a.String()
+}
+
+// parseIP reads an IPv4 or IPv6 address, the latter bare or bracketed.
+func parseIP(s string) (netip.Addr, error) {
+	s = strings.TrimSpace(s)
+	if b, ok := strings.CutPrefix(s, "["); ok {
+		if s, ok = strings.CutSuffix(b, "]"); !ok {
+			return netip.Addr{}, errors.New("not an IP address: a '[' without its ']'")
+		}
+		if a, err := netip.ParseAddr(s); err != nil || !a.Is6() {
+			return netip.Addr{}, errors.New("not an IPv6 address inside the brackets")
+		}
+	}
+	a, err := netip.ParseAddr(s)
+	switch {
+	case err != nil:
+		return netip.Addr{}, errors.New("not an IPv4 or IPv6 address")
+	case a.Zone() != "":
+		return netip.Addr{}, fmt.Errorf("%v: a zone is not taken (the host has one interface)", a)
+	case a.Is4In6():
+		return netip.Addr{}, fmt.Errorf("%v is an IPv4-mapped IPv6 address: give the IPv4 address itself", a)
+	}
+	return a, nil
+}
+
+// endpointValue is a peer: an IP address (addrValue's forms) with an
+// optional port, 10.9.0.1:4445 or [fd00:9::1]:4445 (an IPv6 address with a
+// port needs the brackets). port is 0 when none was given.
+type endpointValue struct {
+	a    netip.Addr
+	port uint16
+}
+
+func (v *endpointValue) Set(s string) error {
+	s = strings.TrimSpace(s)
+	host, port := s, ""
+	if strings.HasPrefix(s, "[") {
+		if i := strings.LastIndex(s, "]"); i >= 0 && i+1 < len(s) {
+			if s[i+1] != ':' {
+				return errors.New("not IP, [IPv6], IP:PORT or [IPv6]:PORT")
+			}
+			host, port = s[:i+1], s[i+2:]
+		}
+	} else if strings.Count(s, ":") == 1 { // IPv4:PORT; more colons are an IPv6 address
+		host, port, _ = strings.Cut(s, ":")
+	}
+	a, err := parseIP(host)
+	if err != nil {
+		return err
+	}
+	var p uint64
+	if port != "" || strings.HasSuffix(s, ":") {
+		if p, err = strconv.ParseUint(port, 10, 16); err != nil || p == 0 {
+			return fmt.Errorf("bad port %q: want 1 to 65535", port)
+		}
+	}
+	v.a, v.port = a, uint16(p)
+	return nil
+}
+
+func (v *endpointValue) String() string {
+	switch {
+	case !v.a.IsValid():
+		return ""
+	case v.port == 0:
+		return v.a.String()
+	}
+	return netip.AddrPortFrom(v.a, v.port).String()
+}
+
+// merge settles the port a command talks to from the endpoint's port and
+// the port flag (name, value *port, set if given on the command line): the
+// endpoint's wins when the flag was not given, and the two must agree when
+// both were.
+func (v *endpointValue) merge(name string, port *uint64, set bool) error {
+	if v.port == 0 {
+		return nil
+	}
+	if set && *port != uint64(v.port) {
+		return fmt.Errorf("bad --%s %d: the server %v names port %d", name, *port, v, v.port)
+	}
+	*port = uint64(v.port)
+	return nil
+}
+
+// onLink reports whether a is on the subnet of one of the host's
+// addresses (the primary p and more) of its family, or is an IPv6
+// link-local address (on every link).
+func onLink(a netip.Addr, p netip.Prefix, more []netip.Prefix) bool {
+	if a.Is6() && a.IsLinkLocalUnicast() {
+		return true
+	}
+	for _, q := range append([]netip.Prefix{p}, more...) {
+		if q.IsValid() && q.Masked().Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// ownAddr reports whether a is one of the host's addresses.
+func ownAddr(a netip.Addr, p netip.Prefix, more []netip.Prefix) bool {
+	return a == p.Addr() || slices.ContainsFunc(more, func(q netip.Prefix) bool { return q.Addr() == a })
+}
+
+// subnets is the host's subnets, for messages.
+func subnets(p netip.Prefix, more []netip.Prefix) string {
+	var s []string
+	for _, q := range append([]netip.Prefix{p}, more...) {
+		if q.IsValid() {
+			s = append(s, q.Masked().String())
+		}
+	}
+	return strings.Join(s, " or ")
+}
+
+// flagSet reports whether flag name was given on fs's command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// addrList is the host's addresses with their prefix lengths, for logs:
+// "10.9.0.2/24, fd00:9::2/64".
+func addrList(p netip.Prefix, more []netip.Prefix) string {
+	s := []string{p.String()}
+	for _, q := range more {
+		s = append(s, q.String())
+	}
+	return strings.Join(s, ", ")
+}
+
+// ipv6MinMTU is IPv6's minimum link MTU (RFC 8200 §5): a host with an IPv6
+// address on a smaller one could send no IPv6 at all.
+const ipv6MinMTU = 1280
+
+// checkIPv6MTU refuses an IPv6 address (among more) on a link whose MTU is
+// below IPv6's minimum.
+func checkIPv6MTU(more []netip.Prefix, mtu int) error {
+	if mtu < ipv6MinMTU && slices.ContainsFunc(more, func(p netip.Prefix) bool { return p.Addr().Is6() }) {
+		return fmt.Errorf("bad --mtu %d: an IPv6 host needs %d or more (IPv6's minimum link MTU)", mtu, ipv6MinMTU)
+	}
+	return nil
 }

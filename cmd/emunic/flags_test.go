@@ -193,7 +193,7 @@ func TestCLIHelpListsEveryFlag(t *testing.T) {
 		flags []string
 	}{
 		{"demo", func(a []string, w io.Writer) error { _, err := parseDemoFlags(a, w); return err },
-			[]string{"--bytes SIZE", "--path PATH", "--loss PCT", "--reorder PCT", "--seed N", "--pcap FILE", "--mtu N", "--rdma", "--help"}},
+			[]string{"--bytes SIZE", "--path PATH", "--loss PCT", "--reorder PCT", "--seed N", "--pcap FILE", "--mtu N", "--rdma", "--ipv6", "--help"}},
 		{"serve", func(a []string, w io.Writer) error { _, err := parseServeFlags(a, w); return err },
 			[]string{"--tap NAME", "--addr CIDR", "--offload", "--max-conns N", "--arena SIZE", "--mtu N", "--gateway IP", "--pcap FILE", "--help"}},
 	} {

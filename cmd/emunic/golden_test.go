@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -46,6 +45,9 @@ var goldenScenarios = []goldenScenario{
 	{name: "offload", args: []string{"--path", "offload", "--bytes", "320KiB"}},
 	{name: "loss", args: []string{"--path", "offload", "--bytes", "96KiB", "--loss", "8", "--reorder", "4", "--seed", "5"}},
 	{name: "rdma", args: []string{"--rdma", "--bytes", "64KiB"}},
+	// Every path over IPv6: neighbour discovery, and the delegated
+	// connections' and QPs' IPv6 headers (version-2 state blocks).
+	{name: "ipv6", args: []string{"--ipv6", "--path", "all", "--rdma", "--bytes", "48KiB", "--loss", "2", "--seed", "4"}},
 	{name: "commands", run: goldenCommands},
 	{name: "abort", run: goldenAbort},
 	{name: "terminate", run: goldenTerminate},
@@ -220,7 +222,10 @@ func countRetransmits(recs []trace.Record) int {
 		if !strings.Contains(s, "TCP") || strings.HasSuffix(s, "len=0") {
 			continue
 		}
-		key := fmt.Sprintf("%d %s %s", r.Dev, s[:strings.Index(s, " [")], s[strings.Index(s, " seq="):strings.Index(s, " ack=")])
+		seq := strings.Index(s, " seq=")
+		// The addresses end where the flags start ("... → 10.0.0.2:5002
+		// [ACK] seq=", "... → [fd00::2]:5002 [ACK] seq=").
+		key := fmt.Sprintf("%d %s %s", r.Dev, s[:strings.LastIndex(s[:seq], " [")], s[seq:strings.Index(s, " ack=")])
 		if seen[key] {
 			n++
 		}
@@ -231,13 +236,21 @@ func countRetransmits(recs []trace.Record) int {
 
 // isTerminate reports whether a TCP frame carries an iWARP Terminate: an
 // MPA FPDU whose DDP/RDMAP header says RDMAP opcode 7 (RFC 5040 §4.3;
-// untagged, queue 2).
+// untagged, queue 2). The frame is IPv4 or IPv6 (no extension headers:
+// the demo's hosts send none).
 func isTerminate(f []byte) bool {
-	const eth, ip = 14, 20
+	const eth = 14
+	ip := 20
+	if len(f) >= eth && f[12] == 0x86 && f[13] == 0xdd {
+		ip = 40
+	}
 	if len(f) < eth+ip+20 {
 		return false
 	}
 	tcpHdr := int(f[eth+ip+12]>>4) * 4
+	if len(f) < eth+ip+tcpHdr {
+		return false
+	}
 	p := f[eth+ip+tcpHdr:]
 	// MPA: ULPDU length (2), then DDP control (1), RDMAP control (1).
 	return len(p) >= 4 && p[2]&0x80 == 0 && p[3]&0x0f == 7
@@ -307,7 +320,7 @@ func goldenDelegated(t *testing.T, lab *demoLab, port uint16) (*tcpstack.Delegat
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := lab.a.DialOffload(ctx, netip.AddrPortFrom(demoAddrB.Addr(), port))
+	c, err := lab.a.DialOffload(ctx, lab.toB(port))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,7 +53,8 @@ recipe.`,
   emunic lwio put --tap lw1 --addr 10.9.1.2/24 --server 10.9.1.1 -r ./photos backup/
   emunic lwio ls --tap lw1 --addr 10.9.1.2/24 --server 10.9.1.1 backup
   emunic lwio get --tap lw1 --addr 10.9.1.2/24 --server 10.9.1.1 big.bin ./copy.bin
-  tar c src | emunic lwio put --tap lw1 --addr 10.9.1.2/24 --server 10.9.1.1 - src.tar`,
+  tar c src | emunic lwio put --tap lw1 --addr 10.9.1.2/24 --server 10.9.1.1 - src.tar
+  emunic lwio get --tap lw1 --addr 10.9.1.2/24 --addr fd00:9::2/64 --server [fd00:9::1]:4445 big.bin ./copy.bin`,
 }
 
 // lwioClientSyn is the flags every client subcommand takes.
@@ -189,14 +190,15 @@ func parseLWIOFlags(sub string, args []string, stdout io.Writer) (lwioConfig, er
 	cfg := lwioConfig{MTU: 1500}
 	fs := newFlagSet(cmd.name)
 	var addr prefixValue
-	var gw, server addrValue
+	var gw addrValue
+	var server endpointValue
 	mtu := mtuValue(cfg.MTU)
 	arena := sizeValue(256 << 20)
 	pipe, rdma := uintValue(lwio.DefaultPipePort), uintValue(lwio.DefaultRDMAPort)
 	fs.StringVar(&cfg.Tap, "tap", "", "TAP device `NAME` to attach to, created if missing (required)")
-	fs.Var(&addr, "addr", "this host's address with prefix length, a `CIDR` such as 10.9.1.2/24 (required); repeat it for IPv6 ones too (fd00:9::2/64): the first IPv4 one is the primary, which LWIO uses")
+	fs.Var(&addr, "addr", "this host's address with prefix length, a `CIDR` such as 10.9.1.2/24 (required); repeat it for IPv6 ones too (fd00:9::2/64), for LWIO over IPv6: the first IPv4 one is the primary")
 	fs.Var(&mtu, "mtu", "IP MTU `N` of the NIC and the TAP (68-65535)")
-	fs.Var(&gw, "gateway", "default route via `IP`, inside --addr's subnet")
+	fs.Var(&gw, "gateway", "default route via `IP`, IPv4 or IPv6, inside the subnet of an --addr of its family (or an IPv6 link-local address)")
 	fs.Var(&arena, "arena", "host memory, `SIZE`: LWIO's buffers come from it")
 	fs.Var(&pipe, "pipe-port", "the server's pipe TCP `PORT`")
 	var keyFile string
@@ -211,7 +213,7 @@ func parseLWIOFlags(sub string, args []string, stdout io.Writer) (lwioConfig, er
 		fs.StringVar(&cfg.Name, "name", "EMUNIC", "the server's `NAME` in the negotiate response (at most 15 characters)")
 		fs.StringVar(&cfg.Pcap, "pcap", "", "record every frame at the TAP port in the pcap file `FILE`")
 	default:
-		fs.Var(&server, "server", "the LWIO server's `IP` (required)")
+		fs.Var(&server, "server", "the LWIO server, `IP` (IPv4 or IPv6), or IP:PORT or [IPv6]:PORT naming its pipe port too (required)")
 		switch sub {
 		case "put", "get", "mount":
 			fs.BoolVar(&cfg.Polling, "polling", false, "complete I/O by status blocks the server RDMA-writes (polled), not by status responses")
@@ -230,9 +232,15 @@ func parseLWIOFlags(sub string, args []string, stdout io.Writer) (lwioConfig, er
 	if err := parseWithArgs(cmd, fs, args, stdout); err != nil {
 		return cfg, err
 	}
+	if err := server.merge("pipe-port", (*uint64)(&pipe), flagSet(fs, "pipe-port")); err != nil {
+		return cfg, usagef("%v", err)
+	}
 	cfg.Addr, cfg.Gateway, cfg.MTU, cfg.Arena, cfg.Server = addr.p, gw.a, int(mtu), int64(arena), server.a
 	cfg.MoreAddrs = addr.more
 	if err := addr.check(); err != nil {
+		return cfg, usagef("%v", err)
+	}
+	if err := checkIPv6MTU(cfg.MoreAddrs, cfg.MTU); err != nil {
 		return cfg, usagef("%v", err)
 	}
 	cfg.PipePort, cfg.RDMAPort, cfg.Args = uint16(pipe), uint16(rdma), fs.Args()
@@ -247,8 +255,12 @@ func parseLWIOFlags(sub string, args []string, stdout io.Writer) (lwioConfig, er
 		return cfg, usagef("--tap NAME is required (see 'emunic %s --help')", cmd.name)
 	case !cfg.Addr.IsValid():
 		return cfg, usagef("--addr CIDR is required, e.g. --addr 10.9.1.2/24 (see 'emunic %s --help')", cmd.name)
-	case cfg.Gateway.IsValid() && !cfg.Addr.Contains(cfg.Gateway):
-		return cfg, usagef("bad --gateway %v: not inside %v", cfg.Gateway, cfg.Addr.Masked())
+	case cfg.Gateway.IsValid() && !onLink(cfg.Gateway, cfg.Addr, cfg.MoreAddrs):
+		return cfg, usagef("bad --gateway %v: not inside %v", cfg.Gateway, subnets(cfg.Addr, cfg.MoreAddrs))
+	case ownAddr(cfg.Gateway, cfg.Addr, cfg.MoreAddrs):
+		return cfg, usagef("bad --gateway %v: that is the host's own address", cfg.Gateway)
+	case sub != "serve" && ownAddr(cfg.Server, cfg.Addr, cfg.MoreAddrs):
+		return cfg, usagef("bad --server %v: that is this host's own address", cfg.Server)
 	case cfg.Arena < 16<<20 || cfg.Arena > 64<<30:
 		return cfg, usagef("bad --arena %s: want 16MiB to 64GiB", formatSize(cfg.Arena))
 	case pipe == 0 || pipe > 65535 || rdma == 0 || rdma > 65535:
@@ -365,8 +377,8 @@ func runLWIOServe(ctx context.Context, th *tapHost, cfg lwioConfig, stdout io.Wr
 		return err
 	}
 	logger.Info(fmt.Sprintf("%v on tap %s: LWIO server %q exporting %s, pipe on port %d, RDMA on port %d, %s; Ctrl-C to stop",
-		cfg.Addr, th.tap.Name(), cfg.Name, cfg.Export, cfg.PipePort, cfg.RDMAPort, describeAccess(cfg.Secret, cfg.ReadOnly, cfg.Allow)),
-		"addr", cfg.Addr, "tap", th.tap.Name(), "export", cfg.Export)
+		addrList(cfg.Addr, cfg.MoreAddrs), th.tap.Name(), cfg.Name, cfg.Export, cfg.PipePort, cfg.RDMAPort, describeAccess(cfg.Secret, cfg.ReadOnly, cfg.Allow)),
+		"addr", addrList(cfg.Addr, cfg.MoreAddrs), "tap", th.tap.Name(), "export", cfg.Export)
 	start := time.Now()
 	<-ctx.Done()
 	logger.Info("stopping", "after", time.Since(start).Round(time.Second))

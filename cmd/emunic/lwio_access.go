@@ -51,10 +51,10 @@ func (v *allowValue) Set(s string) error {
 		}
 	}
 	if err != nil {
-		return errors.New("not a CIDR such as 10.9.1.0/24 (or one address)")
+		return errors.New("not a CIDR such as 10.9.1.0/24 or fd00:9::/64 (or one address)")
 	}
-	if !p.Addr().Is4() {
-		return errors.New("only IPv4 is supported")
+	if p.Addr().Zone() != "" || p.Addr().Is4In6() {
+		return errors.New("give an IPv4 prefix or an IPv6 one without a zone or IPv4 mapping")
 	}
 	v.ps = append(v.ps, p.Masked())
 	return nil

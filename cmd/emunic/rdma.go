@@ -126,8 +126,9 @@ func (e *rdmaEnd) waitOne(ctx context.Context, op rings.WCOpcode) (rings.Complet
 
 func hostCopies(h *tcpstack.Host) uint64 { return h.Driver.Stats().HostCopyBytes }
 
-// rdmaConnect makes the QP pair: B listens, A dials, B accepts.
-func rdmaConnect(ctx context.Context, a, b *rdmaEnd) (closeListener func(), err error) {
+// rdmaConnect makes the QP pair: B listens, A dials B at address to, B
+// accepts.
+func rdmaConnect(ctx context.Context, a, b *rdmaEnd, to netip.Addr) (closeListener func(), err error) {
 	l, err := b.v.ListenRDMA(demoPortRDMA, b.attr())
 	if err != nil {
 		return nil, fmt.Errorf("B: listen: %w", err)
@@ -141,7 +142,7 @@ func rdmaConnect(ctx context.Context, a, b *rdmaEnd) (closeListener func(), err 
 		qp, err := l.Accept(ctx)
 		acc <- accepted{qp, err}
 	}()
-	a.qp, err = a.v.DialRDMA(ctx, netip.AddrPortFrom(demoAddrB.Addr(), demoPortRDMA), a.attr())
+	a.qp, err = a.v.DialRDMA(ctx, netip.AddrPortFrom(to, demoPortRDMA), a.attr())
 	if err != nil {
 		l.Close()
 		return nil, fmt.Errorf("A: DialRDMA: %w (listener: %d failed, last %v)", err, l.Failed(), l.LastError())
@@ -171,7 +172,7 @@ func rdmaTransfer(ctx context.Context, lab *demoLab, cfg demoConfig) (res transf
 		return res, fmt.Errorf("B: %w", err)
 	}
 	cctx, ccancel := context.WithTimeout(ctx, cfg.Idle)
-	closeL, err := rdmaConnect(cctx, a, b)
+	closeL, err := rdmaConnect(cctx, a, b, lab.addrB)
 	ccancel()
 	if err != nil {
 		return res, err

@@ -71,7 +71,8 @@ what it received) and exits 0 after the last. With --server IP it is
 rdma_client, --count times: connect, send, receive, disconnect. One line per
 completed exchange.`,
 		examples: `  emunic rdma echo --tap emu0 --addr 10.77.1.5/24 --listen --count 1
-  emunic rdma echo --tap emu0 --addr 10.77.1.5/24 --server 10.77.1.2`},
+  emunic rdma echo --tap emu0 --addr 10.77.1.5/24 --server 10.77.1.2
+  emunic rdma echo --tap emu0 --addr 10.77.1.5/24 --addr fd00:77::5/64 --server [fd00:77::2]:7471`},
 }
 
 // rdmaToolConfig is the command line of an rdma subcommand.
@@ -96,7 +97,7 @@ func parseRDMAToolFlags(sub string, args []string, stdout io.Writer) (rdmaToolCo
 	cfg := rdmaToolConfig{MTU: 1500}
 	fs := newFlagSet(cmd.name)
 	var addr prefixValue
-	var server addrValue
+	var server endpointValue
 	mtu := mtuValue(cfg.MTU)
 	defPort := uint64(rdmatool.EchoPort)
 	if sub == "ping" {
@@ -107,9 +108,9 @@ func parseRDMAToolFlags(sub string, args []string, stdout io.Writer) (rdmaToolCo
 		count = 1
 	}
 	fs.StringVar(&cfg.Tap, "tap", "", "TAP device `NAME` to attach to, created if missing (required)")
-	fs.Var(&addr, "addr", "this host's address with prefix length, a `CIDR` such as 10.77.1.5/24 (required); repeat it for IPv6 ones too (fd00:77::5/64): the first IPv4 one is the primary, which RDMA uses")
+	fs.Var(&addr, "addr", "this host's address with prefix length, a `CIDR` such as 10.77.1.5/24 (required); repeat it for IPv6 ones too (fd00:77::5/64), for RDMA over IPv6: the first IPv4 one is the primary")
 	fs.BoolVar(&cfg.Listen, "listen", false, "be the server: wait for clients on --port")
-	fs.Var(&server, "server", "be the client of the server at `IP`")
+	fs.Var(&server, "server", "be the client of the server at `IP` (IPv4 or IPv6), or at IP:PORT or [IPv6]:PORT")
 	fs.Var(&port, "port", "the TCP `PORT`")
 	fs.Var(&count, "count", "pings (ping) or clients / connections (echo), `N`")
 	if sub == "ping" {
@@ -123,8 +124,14 @@ func parseRDMAToolFlags(sub string, args []string, stdout io.Writer) (rdmaToolCo
 	if err := parseWithArgs(cmd, fs, args, stdout); err != nil {
 		return cfg, err
 	}
+	if err := server.merge("port", (*uint64)(&port), flagSet(fs, "port")); err != nil {
+		return cfg, usagef("%v", err)
+	}
 	cfg.Addr, cfg.MoreAddrs, cfg.Server, cfg.MTU = addr.p, addr.more, server.a, int(mtu)
 	if err := addr.check(); err != nil {
+		return cfg, usagef("%v", err)
+	}
+	if err := checkIPv6MTU(cfg.MoreAddrs, cfg.MTU); err != nil {
 		return cfg, usagef("%v", err)
 	}
 	cfg.Count, cfg.Size = int(count), int(size)
@@ -135,9 +142,9 @@ func parseRDMAToolFlags(sub string, args []string, stdout io.Writer) (rdmaToolCo
 		return cfg, usagef("--addr CIDR is required, e.g. --addr 10.77.1.5/24 (see 'emunic %s --help')", cmd.name)
 	case cfg.Listen == cfg.Server.IsValid():
 		return cfg, usagef("one of --listen or --server IP is required (see 'emunic %s --help')", cmd.name)
-	case cfg.Server.IsValid() && !cfg.Addr.Contains(cfg.Server):
-		return cfg, usagef("bad --server %v: not inside %v (this host has no gateway)", cfg.Server, cfg.Addr.Masked())
-	case cfg.Server == cfg.Addr.Addr():
+	case cfg.Server.IsValid() && !onLink(cfg.Server, cfg.Addr, cfg.MoreAddrs):
+		return cfg, usagef("bad --server %v: not inside %v (this host has no gateway)", cfg.Server, subnets(cfg.Addr, cfg.MoreAddrs))
+	case ownAddr(cfg.Server, cfg.Addr, cfg.MoreAddrs):
 		return cfg, usagef("bad --server %v: that is this host's own address", cfg.Server)
 	case port == 0 || port > 65535:
 		return cfg, usagef("bad --port %d: want 1 to 65535", port)
@@ -188,7 +195,8 @@ func runRDMAToolCommand(ctx context.Context, args []string, stdout, stderr io.Wr
 		role = fmt.Sprintf("listening on port %d", cfg.Port)
 	}
 	ready := func() {
-		logger.Info(fmt.Sprintf("%v on tap %s: rdma %s %s", cfg.Addr, th.tap.Name(), sub, role), "tap", th.tap.Name(), "addr", cfg.Addr)
+		addrs := addrList(cfg.Addr, cfg.MoreAddrs)
+		logger.Info(fmt.Sprintf("%s on tap %s: rdma %s %s", addrs, th.tap.Name(), sub, role), "tap", th.tap.Name(), "addr", addrs)
 	}
 	dst := netip.AddrPortFrom(cfg.Server, cfg.Port)
 	var n int

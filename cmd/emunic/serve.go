@@ -117,7 +117,7 @@ func parseServeFlags(args []string, stdout io.Writer) (serveConfig, error) {
 	fs.StringVar(&cfg.Tap, "tap", "", "TAP device `NAME` to attach to, created if missing (required)")
 	fs.Var(&addr, "addr", "the emulated host's address with prefix length, a `CIDR` such as 10.9.0.2/24 (required); repeat it for more, IPv6 ones too (--addr fd00:9::2/64): the first IPv4 one is the primary")
 	fs.Var(&mtu, "mtu", "IP MTU `N` of the NIC and the TAP (68-65535)")
-	fs.Var(&gw, "gateway", "default route via `IP`, inside --addr's subnet")
+	fs.Var(&gw, "gateway", "default route via `IP`, IPv4 or IPv6, inside the subnet of an --addr of its family (or an IPv6 link-local address)")
 	fs.StringVar(&cfg.Pcap, "pcap", "", "record every frame at the TAP port in the pcap file `FILE`")
 	fs.BoolVar(&cfg.Offload, "offload", false, "delegate every accepted connection to the NIC's offload unit after the handshake")
 	maxConns := uintValue(delegation.DefaultMaxConns)
@@ -137,6 +137,9 @@ func parseServeFlags(args []string, stdout io.Writer) (serveConfig, error) {
 	if err := addr.check(); err != nil {
 		return cfg, usagef("%v", err)
 	}
+	if err := checkIPv6MTU(cfg.MoreAddrs, cfg.MTU); err != nil {
+		return cfg, usagef("%v", err)
+	}
 	cfg.MaxConns, cfg.Arena = int(maxConns), int64(arena)
 	if vlan > 4094 {
 		return cfg, usagef("bad --vlan %d: want 1 to 4094 (0 and 4095 are reserved by 802.1Q)", vlan)
@@ -151,9 +154,9 @@ func parseServeFlags(args []string, stdout io.Writer) (serveConfig, error) {
 		return cfg, usagef("--tap NAME is required (see 'emunic serve --help')")
 	case !cfg.Addr.IsValid():
 		return cfg, usagef("--addr CIDR is required, e.g. --addr 10.9.0.2/24 (see 'emunic serve --help')")
-	case cfg.Gateway.IsValid() && !cfg.Addr.Contains(cfg.Gateway):
-		return cfg, usagef("bad --gateway %v: not inside %v, so it cannot be reached", cfg.Gateway, cfg.Addr.Masked())
-	case cfg.Gateway == cfg.Addr.Addr():
+	case cfg.Gateway.IsValid() && !onLink(cfg.Gateway, cfg.Addr, cfg.MoreAddrs):
+		return cfg, usagef("bad --gateway %v: not inside %v, so it cannot be reached", cfg.Gateway, subnets(cfg.Addr, cfg.MoreAddrs))
+	case ownAddr(cfg.Gateway, cfg.Addr, cfg.MoreAddrs):
 		return cfg, usagef("bad --gateway %v: that is the host's own address", cfg.Gateway)
 	}
 	return cfg, nil

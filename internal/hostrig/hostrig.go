@@ -147,3 +147,21 @@ func wrap(p *port.WirePort, w func(*port.WirePort) (port.Port, error)) (port.Por
 	}
 	return w(p)
 }
+
+// DualStack makes the rig's hosts dual-stack: A gets the IPv6 address a6
+// and B b6 besides their IPv4 ones (after whatever HostA and HostB already
+// do).
+func (c *Config) DualStack(a6, b6 netip.Prefix) {
+	for _, h := range []struct {
+		f *func(*board.HostConfig)
+		p netip.Prefix
+	}{{&c.HostA, a6}, {&c.HostB, b6}} {
+		prev, p := *h.f, h.p
+		*h.f = func(hc *board.HostConfig) {
+			if prev != nil {
+				prev(hc)
+			}
+			hc.Stack.Addrs = append(hc.Stack.Addrs, p)
+		}
+	}
+}

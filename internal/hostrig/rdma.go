@@ -128,6 +128,13 @@ const AcceptData = "welcome"
 // destroyed at cleanup.
 func Connect(t testing.TB, a, b *Node, port uint16) {
 	t.Helper()
+	ConnectAt(t, a, b, b.H.Addr(), port)
+}
+
+// ConnectAt is Connect to b's address at (an IPv6 one of a dual-stack
+// host, say).
+func ConnectAt(t testing.TB, a, b *Node, at netip.Addr, port uint16) {
+	t.Helper()
 	l := Must[*verbs.RDMAListener](t)(b.V.ListenRDMA(port, b.Attr()))
 	t.Cleanup(func() { l.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
@@ -149,7 +156,7 @@ func Connect(t testing.TB, a, b *Node, port uint16) {
 		}
 		acc <- res{r.QP(), r.Accept([]byte(AcceptData))}
 	}()
-	qp, err := a.V.DialRDMA(ctx, netip.AddrPortFrom(b.H.Addr(), port), a.Attr())
+	qp, err := a.V.DialRDMA(ctx, netip.AddrPortFrom(at, port), a.Attr())
 	if err != nil {
 		t.Fatalf("DialRDMA: %v (listener: %d failed, last %v)", err, l.Failed(), l.LastError())
 	}

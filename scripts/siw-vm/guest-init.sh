@@ -3,7 +3,8 @@
 #
 # run.sh appends a second, small cpio archive for each boot (the kernel unpacks
 # concatenated archives in turn), holding:
-#   /siwvm-run/config   shell assignments: VM_ADDR (CIDR on eth0), VM_MTU,
+#   /siwvm-run/config   shell assignments: VM_ADDR (CIDR on eth0), VM_ADDR6 (an IPv6
+#                       CIDR on eth0 too, or empty: IPv6 off), VM_MTU,
 #                       VM_MODPARAMS ("module.param=value ..."), VM_DMESG (1: print the
 #                       kernel log after the script)
 #   /siwvm-run/script   what to run, with busybox sh
@@ -37,7 +38,7 @@ setup_failed() {
 	power_off
 }
 
-VM_ADDR='' VM_MTU='' VM_MODPARAMS='' VM_DMESG=0
+VM_ADDR='' VM_ADDR6='' VM_MTU='' VM_MODPARAMS='' VM_DMESG=0
 [ -f /siwvm-run/config ] && . /siwvm-run/config
 
 # Keep kernel chatter off the console the harness parses, errors excepted.
@@ -56,9 +57,22 @@ while read -r ko; do
 	insmod "/lib/modules/$ko" $args || setup_failed "insmod $ko$args"
 done </etc/siwvm-modules
 
-# IPv6 off: the captures the tests decode then hold no router solicitations or MLD.
-echo 1 >/proc/sys/net/ipv6/conf/all/disable_ipv6
-echo 1 >/proc/sys/net/ipv6/conf/default/disable_ipv6
+# IPv6 off unless the VM has an IPv6 address: the captures the tests decode then hold
+# no router solicitations or MLD. With one, IPv6 stays on but quiet: no router
+# solicitations, no router advertisements taken, no duplicate address detection
+# (the address is usable at once); neighbour discovery and MLD for its groups remain.
+v6conf() {
+	for c in all default ${1:-}; do
+		echo "$2" >"/proc/sys/net/ipv6/conf/$c/$3" || setup_failed "ipv6 $c $3"
+	done
+}
+if [ -z "$VM_ADDR6" ]; then
+	v6conf '' 1 disable_ipv6
+else
+	v6conf '' 0 accept_ra
+	v6conf '' 0 router_solicitations
+	v6conf '' 0 accept_dad
+fi
 /usr/bin/ip link set lo up
 
 if [ -n "$VM_ADDR" ]; then
@@ -70,6 +84,13 @@ if [ -n "$VM_ADDR" ]; then
 	done
 	[ -z "$VM_MTU" ] || /usr/bin/ip link set eth0 mtu "$VM_MTU" || setup_failed "mtu $VM_MTU"
 	/usr/bin/ip addr add "$VM_ADDR" dev eth0 || setup_failed "address $VM_ADDR"
+	if [ -n "$VM_ADDR6" ]; then
+		# eth0 may predate the 'default' settings above: its own too.
+		v6conf eth0 0 accept_ra
+		v6conf eth0 0 router_solicitations
+		v6conf eth0 0 accept_dad
+		/usr/bin/ip addr add "$VM_ADDR6" dev eth0 nodad || setup_failed "address $VM_ADDR6"
+	fi
 	/usr/bin/ip link set eth0 up || setup_failed "eth0 up"
 	/usr/bin/rdma link add siw0 type siw netdev eth0 || setup_failed "rdma link add siw0"
 	# A SYN sent before the link has carrier is lost, and TCP waits a second to resend.
@@ -83,7 +104,7 @@ fi
 ulimit -l unlimited
 
 cd /root || setup_failed "no /root"
-echo "SIWVM-READY addr=${VM_ADDR:-none} kernel=$(uname -r) t=$(uptime_s)"
+echo "SIWVM-READY addr=${VM_ADDR:-none}${VM_ADDR6:+ addr6=$VM_ADDR6} kernel=$(uname -r) t=$(uptime_s)"
 rc=0
 if [ -f /siwvm-run/script ]; then
 	cat /etc/siwvm-functions /siwvm-run/script >/tmp/script.sh

@@ -9,6 +9,7 @@
 #
 #   --tap NAME        the host TAP for the VM's NIC (created if missing)
 #   --ip CIDR         the VM's address on eth0
+#   --ip6 CIDR        an IPv6 address on eth0 too (IPv6 is off in the VM without one)
 #   --bridge NAME     put the TAP on this Linux bridge (created if missing)
 #   --host-ip CIDR    give the bridge (or the TAP, without --bridge) this host address
 #   --rm-tap          delete the TAP afterwards if this run created it
@@ -30,16 +31,17 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 out=${SIWVM_OUT:-$here/out}
 
-tap='' addr='' bridge='' host_ip='' rm_tap=0 mtu='' pcap='' log='' timeout_s=300 mem=512M dmesg=0
+tap='' addr='' addr6='' bridge='' host_ip='' rm_tap=0 mtu='' pcap='' log='' timeout_s=300 mem=512M dmesg=0
 modparams=()
 usage() {
-	sed -n '2,27s/^# \{0,1\}//p' "$0"
+	sed -n '2,28s/^# \{0,1\}//p' "$0"
 	exit "$1"
 }
 while [ $# -gt 0 ]; do
 	case $1 in
 	--tap) tap=$2 && shift ;;
 	--ip) addr=$2 && shift ;;
+	--ip6) addr6=$2 && shift ;;
 	--bridge) bridge=$2 && shift ;;
 	--host-ip) host_ip=$2 && shift ;;
 	--rm-tap) rm_tap=1 ;;
@@ -121,7 +123,7 @@ mac=$(printf '52:54:00:%02x:%02x:%02x' "$b" "$c" "$d")
 # The per-boot archive: settings and the script (see guest-init.sh).
 mkdir -p "$tmp/cpio/siwvm-run"
 {
-	printf "VM_ADDR='%s'\nVM_MTU='%s'\nVM_DMESG='%s'\n" "$addr" "$mtu" "$dmesg"
+	printf "VM_ADDR='%s'\nVM_ADDR6='%s'\nVM_MTU='%s'\nVM_DMESG='%s'\n" "$addr" "$addr6" "$mtu" "$dmesg"
 	printf "VM_MODPARAMS='%s'\n" "${modparams[*]:-}"
 } >"$tmp/cpio/siwvm-run/config"
 printf '%s\n' "$script" >"$tmp/cpio/siwvm-run/script"

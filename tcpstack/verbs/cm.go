@@ -90,7 +90,7 @@ func (v *Provider) DialRDMA(ctx context.Context, dst netip.AddrPort, attr QPAttr
 type RDMAListener struct {
 	v    *Provider
 	ol   *tcpstack.OffloadListener
-	key  listenKey
+	keys []listenKey // one per interface address
 	attr QPAttr
 	reqs chan *ConnRequest
 	done chan struct{}
@@ -131,16 +131,21 @@ func (v *Provider) ListenRDMA(port uint16, attr QPAttr) (*RDMAListener, error) {
 	if attr.ConnectTimeout == 0 {
 		attr.ConnectTimeout = DefaultConnectTimeout
 	}
-	k := listenKey{netip.AddrFrom4(v.h.Addr().As4()), port}
-	l := &RDMAListener{v: v, key: k, attr: attr, reqs: make(chan *ConnRequest, 64), done: make(chan struct{})}
+	// Every address of the host, IPv4 and IPv6 alike: a peer reaches
+	// the listener on whichever it dialled.
+	var keys []listenKey
+	for _, p := range v.h.Addrs() {
+		keys = append(keys, listenKey{p.Addr().Unmap(), port})
+	}
+	l := &RDMAListener{v: v, keys: keys, attr: attr, reqs: make(chan *ConnRequest, 64), done: make(chan struct{})}
 	// Before netstack listens: no early byte may slip through, and every
 	// accepted connection is delegated with its QP.
-	if err := v.listenOn(k, &l.attr); err != nil {
+	if err := v.listenOn(keys, &l.attr); err != nil {
 		return nil, err
 	}
 	ol, err := v.h.ListenOffload(port)
 	if err != nil {
-		_ = v.listenOn(k, nil)
+		_ = v.listenOn(keys, nil)
 		return nil, fmt.Errorf("verbs: %w", err)
 	}
 	l.ol = ol
@@ -300,7 +305,7 @@ func (l *RDMAListener) Close() error {
 		close(l.done)
 		_ = l.ol.Close()
 		l.wg.Wait()
-		_ = l.v.listenOn(l.key, nil)
+		_ = l.v.listenOn(l.keys, nil)
 		for {
 			select {
 			case r := <-l.reqs:

@@ -630,21 +630,7 @@ func TestRDMAEarlyRequestInjected(t *testing.T) {
 		t.Fatalf("early frames: held %d injected %d dropped %d", held, injected, dropped)
 	}
 	// The QPs work.
-	wr := rings.SendWR{Opcode: rings.WRSend, Flags: rings.WRSignaled, WRID: 9, NumSGE: 1}
-	copy(a.Local.Bytes(), "after an early request")
-	wr.SGL[0] = a.LocalMR.SGE(0, 22)
-	if err := a.QP.PostSend(&wr); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	wc := make([]rings.Completion, 1)
-	if _, err := b.CQ.PollWait(ctx, wc, false); err != nil {
-		t.Fatal(err)
-	}
-	if wc[0].Status != rings.WCSuccess || string(b.RecvData(wc[0])) != "after an early request" {
-		t.Fatalf("receive %v %q", &wc[0], b.RecvData(wc[0]))
-	}
+	sendCheck(t, a, b, "after an early request")
 }
 
 // TestVerbsAsyncDoorbell: with SetAsyncDoorbell, posts return without

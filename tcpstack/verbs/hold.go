@@ -47,16 +47,53 @@ func (v *Provider) holdEarlyData(frame []byte) bool {
 	if m == nil || len(*m) == 0 {
 		return false
 	}
-	ip, tcp, err := hdr.ParseTCPFrame(frame)
-	if err != nil || len(tcp.Payload()) == 0 {
+	key, n, ok := earlySegment(frame)
+	if !ok {
 		return false
 	}
-	key := ip.RxTuple(tcp)
 	if _, ok := (*m)[listenKey{key.LocalIP, key.LocalPort}]; !ok {
 		return false
 	}
-	v.hold(key, frame[:hdr.EthernetSize+len(ip)])
+	v.hold(key, frame[:n])
 	return true
+}
+
+// earlySegment reads a received frame that may be early data: an
+// unfragmented IPv4 or IPv6 TCP segment with payload. It returns the
+// segment's connection, the frame's length without Ethernet padding, and
+// whether it is one.
+func earlySegment(frame []byte) (hdr.Tuple, int, bool) {
+	eth, err := hdr.ParseEthernet(frame)
+	if err != nil {
+		return hdr.Tuple{}, 0, false
+	}
+	switch eth.Type() {
+	case hdr.EtherTypeIPv4:
+		ip, tcp, err := hdr.ParseTCPFrame(frame)
+		if err != nil || len(tcp.Payload()) == 0 {
+			return hdr.Tuple{}, 0, false
+		}
+		return ip.RxTuple(tcp), hdr.EthernetSize + len(ip), true
+	case hdr.EtherTypeIPv6:
+		ip, err := hdr.ParseIPv6(eth.Payload())
+		if err != nil {
+			return hdr.Tuple{}, 0, false
+		}
+		var c hdr.IPv6Chain
+		if hdr.WalkIPv6(ip, &c) != nil {
+			return hdr.Tuple{}, 0, false
+		}
+		seg, ok := hdr.IPv6TCPSegment(ip, &c)
+		if !ok {
+			return hdr.Tuple{}, 0, false
+		}
+		tcp, err := hdr.ParseTCP(seg)
+		if err != nil || len(tcp.Payload()) == 0 {
+			return hdr.Tuple{}, 0, false
+		}
+		return ip.RxTuple(tcp), hdr.EthernetSize + len(ip), true
+	}
+	return hdr.Tuple{}, 0, false
 }
 
 // hold keeps a copy of an early frame of flow key for its delegation, or,
@@ -108,20 +145,28 @@ func (v *Provider) forgetEarly(key hdr.Tuple) {
 	v.mu.Unlock()
 }
 
-// listenOn declares (attr) or forgets (nil) an RDMA listener.
-func (v *Provider) listenOn(k listenKey, attr *QPAttr) error {
+// listenOn declares (attr) or forgets (nil) an RDMA listener on keys (its
+// port on each of the host's addresses): all of them, or, when one is
+// taken, none.
+func (v *Provider) listenOn(keys []listenKey, attr *QPAttr) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if attr != nil {
-		if v.listen[k] != nil {
-			return fmt.Errorf("verbs: port %d already has an RDMA listener", k.port)
+		for _, k := range keys {
+			if v.listen[k] != nil {
+				return fmt.Errorf("verbs: port %d of %v already has an RDMA listener", k.port, k.ip)
+			}
 		}
-		v.listen[k] = attr
+		for _, k := range keys {
+			v.listen[k] = attr
+		}
 	} else {
-		delete(v.listen, k)
-		for f := range v.early {
-			if f.LocalIP == k.ip && f.LocalPort == k.port {
-				delete(v.early, f)
+		for _, k := range keys {
+			delete(v.listen, k)
+			for f := range v.early {
+				if f.LocalIP == k.ip && f.LocalPort == k.port {
+					delete(v.early, f)
+				}
 			}
 		}
 	}

@@ -715,10 +715,10 @@ func TestVerbsHoldEarlyData(t *testing.T) {
 	if v.holdEarlyData(data) {
 		t.Fatal("held with no RDMA listener")
 	}
-	if err := v.listenOn(listenKey{netip.AddrFrom4(me), 4791}, &QPAttr{}); err != nil {
+	if err := v.listenOn([]listenKey{{netip.AddrFrom4(me), 4791}}, &QPAttr{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := v.listenOn(listenKey{netip.AddrFrom4(me), 4791}, &QPAttr{}); err == nil {
+	if err := v.listenOn([]listenKey{{netip.AddrFrom4(me), 4791}}, &QPAttr{}); err == nil {
 		t.Fatal("second RDMA listener on a port accepted")
 	}
 	for name, c := range map[string]struct {
@@ -752,7 +752,7 @@ func TestVerbsHoldEarlyData(t *testing.T) {
 		}
 		v.holdEarlyData(f)
 	}
-	_ = v.listenOn(listenKey{netip.AddrFrom4(me), 4791}, nil)
+	_ = v.listenOn([]listenKey{{netip.AddrFrom4(me), 4791}}, nil)
 	if v.holdEarlyData(data) {
 		t.Fatal("held after the listener closed")
 	}
@@ -846,7 +846,7 @@ func TestVerbsOffloadMakesQP(t *testing.T) {
 	}
 	// A listener's connection: a responder QP.
 	attr := QPAttr{PD: 3, SendCQ: cq, RecvCQ: cq, RQDepth: 8}
-	if err := v.listenOn(listenKey{key.LocalIP, key.LocalPort}, &attr); err != nil {
+	if err := v.listenOn([]listenKey{{key.LocalIP, key.LocalPort}}, &attr); err != nil {
 		t.Fatal(err)
 	}
 	p, batch := offload(7)
@@ -912,7 +912,7 @@ func TestVerbsOffloadMakesQP(t *testing.T) {
 	}
 	p.Discard()
 	v.forgetEarly(key)
-	_ = v.listenOn(listenKey{key.LocalIP, key.LocalPort}, nil)
+	_ = v.listenOn([]listenKey{{key.LocalIP, key.LocalPort}}, nil)
 	// A dialled flow: an initiator QP with the private data.
 	pd := []byte("hello")
 	v.markFlow(key, &QPAttr{PD: 4, SendCQ: cq, RecvCQ: cq, PrivateData: pd})
