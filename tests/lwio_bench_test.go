@@ -33,6 +33,7 @@ type lwioBench struct {
 	dtcp, dtcpW *tcpfile.File
 	buf         []byte
 	srv         *lwio.Server
+	rig         *hostrig.Rig
 }
 
 const (
@@ -71,7 +72,7 @@ func newLWIOBenchClient(b *testing.B, srvCfg lwio.ServerConfig, cliCfg lwio.Clie
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { root.Close() })
-	lb := &lwioBench{buf: make([]byte, benchFile)}
+	lb := &lwioBench{buf: make([]byte, benchFile), rig: r}
 	pprof.Do(context.Background(), pprof.Labels("side", "server"), func(context.Context) {
 		if lb.srv, err = lwio.NewServer(r.B, exp, srvCfg); err != nil {
 			return
