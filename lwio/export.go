@@ -9,6 +9,7 @@ import (
 	"path"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 )
@@ -21,6 +22,10 @@ type Export struct {
 	root     *os.Root
 	dir      string
 	readOnly bool
+	// sizeGen counts the server's own size reductions of files (an open
+	// with truncate, SETATTR of the size): a mapped file checks its size
+	// again when it changes (export_view.go).
+	sizeGen atomic.Uint64
 }
 
 // OpenExport opens dir for serving.
@@ -99,12 +104,19 @@ var errBadPath = errors.New("lwio: bad path")
 // buffering.
 type file struct {
 	name     string
+	exp      *Export
 	fd       *os.File
 	dfd      *os.File
 	readOnly bool // fd is O_RDONLY: the twin must be too
 
-	mu   sync.Mutex
-	refs int
+	// Buffered reads go through a mapping of the file (export_view.go).
+	view   atomic.Pointer[fileView]
+	faults atomic.Uint64 // mapped reads that faulted (a file shortened behind us)
+
+	mu    sync.Mutex
+	refs  int
+	maps  [][]byte // every mapping made, unmapped at close
+	noMap bool     // the file system refused a mapping
 }
 
 // directAlign is the alignment O_DIRECT needs on every file system Linux
@@ -131,6 +143,11 @@ func (e *Export) open(p string, create, truncate bool) (*file, error) {
 		flag |= os.O_TRUNC
 	}
 	fd, err := e.root.OpenFile(rel, flag, 0o644)
+	if truncate {
+		// Mapped files of the same name check their size again (after
+		// the truncation: a check between would see the old size).
+		e.sizeGen.Add(1)
+	}
 	if err != nil && errors.Is(err, syscall.EISDIR) {
 		return nil, err
 	}
@@ -150,7 +167,7 @@ func (e *Export) open(p string, create, truncate bool) (*file, error) {
 		fd.Close()
 		return nil, fmt.Errorf("lwio: %s: not a regular file", rel)
 	}
-	return &file{name: rel, fd: fd, refs: 1, readOnly: flag&(os.O_WRONLY|os.O_RDWR) == 0}, nil
+	return &file{name: rel, exp: e, fd: fd, refs: 1, readOnly: flag&(os.O_WRONLY|os.O_RDWR) == 0}, nil
 }
 
 // enableDirect opens the O_DIRECT twin, once; a file system that refuses
@@ -190,7 +207,9 @@ func (f *file) direct(b []byte, off int64, n int) *os.File {
 // readAt reads up to len(b) bytes at off: short only at the end of the
 // file. The O_DIRECT twin is used when the request allows it; an error
 // from it (a file system that accepted O_DIRECT at open but refuses this
-// transfer) falls back to the buffered descriptor.
+// transfer) falls back to the buffered descriptor. A buffered read below
+// the file's checked size is copied from its mapping (export_view.go),
+// anything else is a pread.
 func (f *file) readAt(b []byte, off int64, direct bool) (int, error) {
 	if direct {
 		if d := f.direct(b, off, len(b)); d != nil {
@@ -200,11 +219,23 @@ func (f *file) readAt(b []byte, off int64, direct bool) (int, error) {
 			}
 		}
 	}
-	return f.fd.ReadAt(b, off)
+	if n, ok := f.mappedRead(b, off); ok {
+		return n, nil
+	}
+	n, err := f.fd.ReadAt(b, off)
+	if v := f.view.Load(); v != nil && off+int64(n) > v.size {
+		f.dropView() // the file has grown: map it again on the next read
+	}
+	return n, err
 }
 
 // writeAt writes b at off.
-func (f *file) writeAt(b []byte, off int64, direct bool) (int, error) {
+func (f *file) writeAt(b []byte, off int64, direct bool) (n int, err error) {
+	defer func() {
+		if v := f.view.Load(); v != nil && off+int64(n) > v.size {
+			f.dropView() // the file has grown: map it again on the next read
+		}
+	}()
 	if direct {
 		if d := f.direct(b, off, len(b)); d != nil {
 			if n, err := d.WriteAt(b, off); err == nil {
@@ -224,6 +255,7 @@ func (f *file) size() (int64, error) {
 }
 
 func (f *file) close() {
+	f.unmap()
 	f.fd.Close()
 	if f.dfd != nil {
 		f.dfd.Close()

@@ -194,6 +194,7 @@ func (e *Export) setAttr(p string, flags, mode uint32, size uint64, mtime int64)
 		}
 		err = f.Truncate(int64(size))
 		f.Close()
+		e.sizeGen.Add(1)
 		if err != nil {
 			return Attr{}, err
 		}
