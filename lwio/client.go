@@ -218,6 +218,7 @@ type Client struct {
 	cancelQ     []*Call   // requests whose context ended, waiting for a credit to send CANCEL
 	watches     map[<-chan struct{}]*ctxWatch
 	wr          rings.SendWR                // postLocked's work request
+	hdr         Header                      // postLocked's header (on the stack it would escape to fill)
 	sgeScratch  [rings.MaxSendSGE]rings.SGE // fill's gather list (sgl)
 	cache       *verbs.RegCache
 

@@ -81,14 +81,15 @@ func (c *Client) postLocked(cl *Call, f fill) error {
 	// Sequence numbers the requests in the order they are sent (postLocked
 	// runs under mu and posts at once); Tid is the cookie's low half,
 	// unique among the requests in flight, as ImmCookie must be.
-	h := Header{Opcode: cl.Op, Flags: FlagInterrupt, Credits: uint8(min(c.outstanding+c.waiting+1, MaxCredits)),
+	h := &c.hdr // under c.mu; fill does not post, so nothing reenters
+	*h = Header{Opcode: cl.Op, Flags: FlagInterrupt, Credits: uint8(min(c.outstanding+c.waiting+1, MaxCredits)),
 		Cookie: cl.cookie, ImmCookie: uint32(cl.cookie), Sequence: c.seq, Tid: uint32(cl.cookie)}
 	if c.cfg.Polling && isIO(cl.Op) {
 		h.Flags = 0
 		h.IosVa, h.IosMh = c.smr.TO(cl.slot*slotSize+slotIOSB), c.smr.RKey
 		atomic.StoreUint64(c.iosbWord(cl.slot), uint64(StatusPending)<<32)
 	}
-	sges, err := f(cl, &h, slot)
+	sges, err := f(cl, h, slot)
 	if err != nil {
 		c.freeSlots = append(c.freeSlots, cl.slot)
 		return err

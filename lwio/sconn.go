@@ -69,6 +69,7 @@ type sconn struct {
 
 	queue     []*sreq
 	active    []*sreq // requests workers hold (CANCEL marks them)
+	reqFree   []*sreq // finished requests, for the next (no allocation per request)
 	workers   int
 	sqWaiters int             // workers waiting for send queue room (a vectored read's batches)
 	answer    [1]rings.SendWR // answerLocked's work request when it posts nothing before it

@@ -315,6 +315,7 @@ func (c *sconn) finishLocked(r *sreq, st, info uint32, wrs []rings.SendWR, stage
 		}
 		c.answerLocked(h, st, info, wrs, stage)
 	}
+	c.freeReqLocked(r)
 }
 
 // answerLocked posts before (data Writes), then the request's completion:

@@ -308,7 +308,8 @@ func (c *sconn) fidLocked(fid uint16) *fidEntry {
 // ioRequest queues a read or write for a worker; the table checked its
 // Fid, marker and length.
 func (c *sconn) ioRequest(slot int, h Header, fe *fidEntry, msg []byte) {
-	r := &sreq{h: h, fe: fe, slot: -1}
+	r := c.newReqLocked()
+	r.h, r.fe = h, fe
 	switch h.Opcode {
 	case OpRead:
 		c.repostLocked(slot)
@@ -347,6 +348,29 @@ func (c *sconn) ioRequest(slot int, h Header, fe *fidEntry, msg []byte) {
 	}
 	fe.busy++
 	c.dispatchLocked(r)
+}
+
+// newReqLocked is a request from the connection's free list, or a new one.
+func (c *sconn) newReqLocked() *sreq {
+	if n := len(c.reqFree); n > 0 {
+		r := c.reqFree[n-1]
+		c.reqFree[n-1] = nil
+		c.reqFree = c.reqFree[:n-1]
+		return r
+	}
+	return &sreq{slot: -1}
+}
+
+// freeReqLocked takes back a finished request: nothing refers to it any
+// more (it left the queue and the active list, and its work requests were
+// copied into the send queue). The free list holds at most the credits'
+// worth.
+func (c *sconn) freeReqLocked(r *sreq) {
+	if len(c.reqFree) >= c.s.cfg.MaxCredits+creditSlack {
+		return
+	}
+	*r = sreq{slot: -1}
+	c.reqFree = append(c.reqFree, r)
 }
 
 // window is the most one read may move: the smaller of the two sides'
