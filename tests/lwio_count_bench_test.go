@@ -8,7 +8,9 @@ import (
 	"path/filepath"
 	"runtime/trace"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/emunic/emunic/lwio"
 	"github.com/emunic/emunic/rings"
@@ -56,7 +58,7 @@ func BenchmarkLWIOSmallCount(b *testing.B) {
 						lb.tcpRun(b, lb.dtcp, false, size, depth, size*ops)
 					}
 				}
-				before := snap()
+				before, cpu0 := snap(), processCPU(b)
 				var tb bytes.Buffer
 				if traced {
 					if err := trace.Start(&tb); err != nil {
@@ -69,8 +71,9 @@ func BenchmarkLWIOSmallCount(b *testing.B) {
 				if traced {
 					trace.Stop()
 				}
-				after := snap()
+				after, cpu1 := snap(), processCPU(b)
 				n := float64(b.N * ops)
+				b.ReportMetric(float64((cpu1-cpu0).Nanoseconds())/1e3/n, "cpu-µs/op")
 				for i, id := range ids {
 					b.ReportMetric(float64(after[2*i]-before[2*i])/n, "A-"+id.String()+"/op")
 					b.ReportMetric(float64(after[2*i+1]-before[2*i+1])/n, "B-"+id.String()+"/op")
@@ -81,6 +84,15 @@ func BenchmarkLWIOSmallCount(b *testing.B) {
 			})
 		}
 	}
+}
+
+// processCPU is the process's CPU time so far, user and system.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // wakeups counts the goroutines a runtime trace shows made runnable from
