@@ -147,15 +147,22 @@ func (f *File) run(p []byte, off int64, start startFn, piece int) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	// The pieces go over every connection of the client (links.go).
-	got, err := f.spread(p, off, start, piece)
-	// The result is the run of whole pieces from the start and the first
-	// short one (the end of the file); an error other than io.EOF wins.
-	n := 0
-	for i, m := range got {
-		n += m
-		if m < min(piece, len(p)-i*piece) {
-			break
+	var n int
+	var err error
+	if len(p) <= piece && len(f.peers) == 0 {
+		n, err = f.one(p, off, start)
+	} else {
+		// The pieces go over every connection of the client (links.go).
+		var got []int
+		got, err = f.spread(p, off, start, piece)
+		// The result is the run of whole pieces from the start and the
+		// first short one (the end of the file); an error other than
+		// io.EOF wins.
+		for i, m := range got {
+			n += m
+			if m < min(piece, len(p)-i*piece) {
+				break
+			}
 		}
 	}
 	switch {
@@ -166,6 +173,38 @@ func (f *File) run(p []byte, off int64, start startFn, piece int) (int, error) {
 	}
 	return n, err
 }
+
+// one is run for a single piece on a client of one connection, the
+// small synchronous read or write: a request with one place to go and
+// nothing to retry elsewhere needs none of spread's bookkeeping (a map,
+// per-piece slices, a channel of its own).
+func (f *File) one(p []byte, off int64, start startFn) (int, error) {
+	if err := f.check(); err != nil {
+		return 0, err
+	}
+	if f.link(0) == nil {
+		return 0, ErrNoLink
+	}
+	done, _ := doneChans.Get().(chan *Call)
+	if done == nil {
+		done = make(chan *Call, 1)
+	}
+	cl, err := start(f, context.Background(), p, off, done)
+	if err != nil {
+		doneChans.Put(done)
+		return 0, err
+	}
+	f.c.spin(cl) // a polling caller watches its status block itself
+	<-done
+	// Empty again, and the Call's one completion has been sent on it:
+	// the channel is free for the next synchronous request.
+	doneChans.Put(done)
+	return cl.N, cl.Err
+}
+
+// doneChans are the completion channels of synchronous requests (one),
+// reused: a channel is two allocations.
+var doneChans sync.Pool
 
 // Wait waits for a Call from a Start method.
 func (cl *Call) Wait(ctx context.Context) error { return cl.c.wait(ctx, cl) }
