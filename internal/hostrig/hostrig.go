@@ -52,6 +52,10 @@ type Config struct {
 	// own as side=device): internal/cpusplit then tells B's host CPU
 	// (LabelB "server") from A's.
 	LabelB string
+	// LabelA is LabelB for host A (side=LabelA; cpusplit's side=client
+	// with "client"): A's host work, its interrupt handling and stack
+	// included, apart from the runtime's unlabelled work.
+	LabelA string
 }
 
 // Rig is two hosts on a wire. The hosts are closed when the test ends, or
@@ -102,7 +106,14 @@ func New(t testing.TB, cfg Config) *Rig {
 	if cfg.HostB != nil {
 		cfg.HostB(&cb)
 	}
-	a, err := board.NewHost(ca, qa)
+	var a *board.Host
+	if cfg.LabelA != "" {
+		pprof.Do(context.Background(), pprof.Labels("side", cfg.LabelA), func(context.Context) {
+			a, err = board.NewHost(ca, qa)
+		})
+	} else {
+		a, err = board.NewHost(ca, qa)
+	}
 	if err != nil {
 		qa.Close()
 		qb.Close()
