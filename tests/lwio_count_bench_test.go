@@ -8,10 +8,9 @@ import (
 	"path/filepath"
 	"runtime/trace"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
+	"github.com/emunic/emunic/internal/cpusplit"
 	"github.com/emunic/emunic/lwio"
 	"github.com/emunic/emunic/rings"
 )
@@ -58,7 +57,7 @@ func BenchmarkLWIOSmallCount(b *testing.B) {
 						lb.tcpRun(b, lb.dtcp, false, size, depth, size*ops)
 					}
 				}
-				before, cpu0 := snap(), processCPU(b)
+				before, cpu0 := snap(), cpusplit.Process()
 				var tb bytes.Buffer
 				if traced {
 					if err := trace.Start(&tb); err != nil {
@@ -71,7 +70,7 @@ func BenchmarkLWIOSmallCount(b *testing.B) {
 				if traced {
 					trace.Stop()
 				}
-				after, cpu1 := snap(), processCPU(b)
+				after, cpu1 := snap(), cpusplit.Process()
 				n := float64(b.N * ops)
 				b.ReportMetric(float64((cpu1-cpu0).Nanoseconds())/1e3/n, "cpu-µs/op")
 				for i, id := range ids {
@@ -84,15 +83,6 @@ func BenchmarkLWIOSmallCount(b *testing.B) {
 			})
 		}
 	}
-}
-
-// processCPU is the process's CPU time so far, user and system.
-func processCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // wakeups counts the goroutines a runtime trace shows made runnable from
