@@ -293,7 +293,11 @@ type Call struct {
 	status     uint32
 	info       uint32
 	internal   bool // CREDIT or INTERRUPT: no caller waits
-	retire     bool
+	// watched: a caller watches the request's status block (spin), and
+	// is counted in callerPolls from the post (a synchronous request,
+	// startTo with syncCtx) or from when it started watching.
+	watched bool
+	retire  bool
 }
 
 // deadlinePast is a deadline already gone: it interrupts a blocked pipe

@@ -44,7 +44,7 @@ func (c *Client) startTo(ctx context.Context, op Opcode, done chan *Call, f fill
 	if done == nil {
 		done = make(chan *Call, 1)
 	}
-	cl := &Call{Op: op, c: c, Done: done}
+	cl := &Call{Op: op, c: c, Done: done, watched: ctx == syncCtx}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.waiting++
@@ -104,7 +104,15 @@ func (c *Client) postLocked(cl *Call, f fill) error {
 	// interrupt before it sleeps again).
 	w := &c.wr // under c.mu: a work request on the stack would escape to the heap
 	*w = rings.SendWR{Opcode: rings.WRSend, WRID: cl.cookie}
-	if c.asleep && c.cfg.Polling && isIO(cl.Op) {
+	switch {
+	case !c.cfg.Polling || !isIO(cl.Op):
+		cl.watched = false
+	case cl.watched:
+		// Its caller will watch the status block (spin), counted from
+		// the post (below), so that the loop neither asks for an
+		// interrupt nor needs the send's completion to wake it in the
+		// moment between this post and the caller's first look.
+	case c.asleep:
 		w.Flags = rings.WRSignaled
 	}
 	if len(sges) > rings.MaxSendSGE {
@@ -124,6 +132,9 @@ func (c *Client) postLocked(cl *Call, f fill) error {
 		c.outstanding--
 		c.failLocked(err)
 		return err
+	}
+	if cl.watched {
+		c.callerPolls++
 	}
 	c.st.requests.Add(1)
 	return nil
@@ -153,15 +164,22 @@ func (c *Client) wait(ctx context.Context, cl *Call) error {
 // completion loop asks for no interrupt (it polls on a timer instead).
 // It gives up after callerSpin.
 func (c *Client) spin(cl *Call) {
-	if !c.cfg.Polling || !isIO(cl.Op) || cl.slot < 0 || cl.finished.Load() {
+	if !c.cfg.Polling || !isIO(cl.Op) || cl.slot < 0 {
 		return
 	}
 	c.mu.Lock()
 	if cl.answered {
+		if cl.watched { // counted at the post
+			cl.watched = false
+			c.callerPolls--
+		}
 		c.mu.Unlock()
 		return
 	}
-	c.callerPolls++
+	if !cl.watched {
+		cl.watched = true
+		c.callerPolls++
+	}
 	w := c.iosbWord(cl.slot) // the slot is cl's until it is answered
 	c.mu.Unlock()
 	start := time.Now()
@@ -178,6 +196,7 @@ func (c *Client) spin(cl *Call) {
 		runtime.Gosched()
 	}
 	c.mu.Lock()
+	cl.watched = false
 	c.callerPolls--
 	if !cl.answered && c.callerPolls == 0 && c.asleep && !c.intrOut {
 		// The caller gives up and will block on Done, while the loop,

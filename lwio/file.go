@@ -189,7 +189,7 @@ func (f *File) one(p []byte, off int64, start startFn) (int, error) {
 	if done == nil {
 		done = make(chan *Call, 1)
 	}
-	cl, err := start(f, context.Background(), p, off, done)
+	cl, err := start(f, syncCtx, p, off, done)
 	if err != nil {
 		doneChans.Put(done)
 		return 0, err
@@ -201,6 +201,14 @@ func (f *File) one(p []byte, off int64, start startFn) (int, error) {
 	doneChans.Put(done)
 	return cl.N, cl.Err
 }
+
+// syncCtx is the context of a synchronous request whose caller watches
+// its status block right after posting it (one): the post counts the
+// caller as watching (Call.watched) before the completion loop can decide
+// it needs waking.
+var syncCtx = context.WithValue(context.Background(), syncKey{}, true)
+
+type syncKey struct{}
 
 // doneChans are the completion channels of synchronous requests (one),
 // reused: a channel is two allocations.
