@@ -34,12 +34,16 @@ func (c *Client) run() {
 		if c.scanLocked() {
 			progress = true
 		}
+		// While a caller watches its own status block the loop does not
+		// spin beside it: on a machine whose CPUs the NICs need, a second
+		// poller only delays the one that will find the completion.
+		watched := c.callerPolls > 0
 		c.mu.Unlock()
 		if progress {
 			idle, backoff = 0, minPollBackoff
 			continue
 		}
-		if idle++; idle < c.cfg.SpinPolls {
+		if idle++; idle < c.cfg.SpinPolls && !watched {
 			runtime.Gosched()
 			continue
 		}
