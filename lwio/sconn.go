@@ -73,6 +73,11 @@ type sconn struct {
 	workers   int
 	sqWaiters int             // workers waiting for send queue room (a vectored read's batches)
 	answer    [1]rings.SendWR // answerLocked's work request when it posts nothing before it
+	// While the completion poller works through a batch of completions,
+	// batching is set and the work requests posted go to pend, to be
+	// posted with one doorbell when the batch is done (flush).
+	batching bool
+	pend     []rings.SendWR
 
 	intrPending  bool
 	intrCookie   uint64
@@ -229,6 +234,7 @@ func (c *sconn) completion(wc *rings.Completion) {
 	if c.err != nil {
 		return
 	}
+	c.batching = true // the poller flushes when its batch is done
 	if wc.Status != rings.WCSuccess {
 		// The connection ended under us: the client closed it in order,
 		// or it was lost (a Terminate either way, a reset). Which one is

@@ -369,15 +369,38 @@ func (c *sconn) postLocked(wrs []rings.SendWR, stage *stageSlot, deny bool) {
 	last := &wrs[len(wrs)-1]
 	last.Flags |= rings.WRSignaled
 	last.WRID = c.wrid
+	c.sqUsed += len(wrs)
+	c.inflight[c.wrid] = posted{n: len(wrs), stage: stage, deny: deny}
+	if c.batching {
+		c.pend = append(c.pend, wrs...)
+		return
+	}
+	c.sendLocked(wrs)
+}
+
+// flush posts what the poller's batch left in pend, with one doorbell:
+// requests often arrive several to a frame (a client with many
+// outstanding packs its small Sends), and their answers then share the
+// command that tells the NIC to look at the send queue.
+func (c *sconn) flush() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.batching = false
+	if len(c.pend) > 0 && c.err == nil {
+		c.sendLocked(c.pend)
+	}
+	clear(c.pend)
+	c.pend = c.pend[:0]
+}
+
+// sendLocked posts wrs to the send queue (one doorbell).
+func (c *sconn) sendLocked(wrs []rings.SendWR) {
 	if n, err := c.qp.PostSendList(wrs); err != nil {
 		if n > 0 {
 			c.s.st.connErr.Add(1)
 		}
 		c.failLocked(fmt.Errorf("lwio: post: %w", err))
-		return
 	}
-	c.sqUsed += len(wrs)
-	c.inflight[c.wrid] = posted{n: len(wrs), stage: stage, deny: deny}
 }
 
 // stageLocked takes a staging slot for a read's data.

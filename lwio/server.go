@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -421,6 +422,7 @@ func (s *Server) setupConn(qp *verbs.QP, inst int) error {
 func (s *Server) poll() {
 	defer s.wg.Done()
 	wc := make([]rings.Completion, 64)
+	var touched []*sconn
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-s.done; cancel() }()
 	for {
@@ -428,13 +430,23 @@ func (s *Server) poll() {
 		if err != nil {
 			return
 		}
+		touched = touched[:0]
 		for i := range n {
 			s.mu.Lock()
 			c := s.conns[wc[i].QPN]
 			s.mu.Unlock()
-			if c != nil {
-				c.completion(&wc[i])
+			if c == nil {
+				continue
 			}
+			c.completion(&wc[i])
+			if !slices.Contains(touched, c) {
+				touched = append(touched, c)
+			}
+		}
+		// Each connection's answers of the batch go with one doorbell.
+		for i, c := range touched {
+			c.flush()
+			touched[i] = nil
 		}
 	}
 }
