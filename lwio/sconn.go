@@ -366,6 +366,14 @@ func (c *sconn) failLocked(err error) {
 	if c.err != nil {
 		return
 	}
+	if len(c.pend) > 0 {
+		// Answers of the poller's batch go out as they would have
+		// unbatched, ahead of the teardown (a failed post changes
+		// nothing now).
+		_, _ = c.qp.PostSendList(c.pend)
+		clear(c.pend)
+		c.pend = c.pend[:0]
+	}
 	c.err = err
 	c.stopTimer()
 	c.cond.Broadcast()
