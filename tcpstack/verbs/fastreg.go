@@ -150,3 +150,15 @@ func (f *FastMR) liveMapping(a rings.Addr, n int) bool {
 	defer f.mu.Unlock()
 	return f.mapped && overlaps(uint64(f.addr), uint64(f.n), uint64(a), uint64(n))
 }
+
+// Mapped says whether a REG_MR was posted for the STag and no invalidation
+// of it seen since: the device may hold a mapping under it.
+func (f *FastMR) Mapped() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.mapped
+}
+
+// HostMemory is the whole of the host memory (the arena): the bound of an
+// STag that may map any buffer of the host.
+func (v *Provider) HostMemory() (rings.Addr, int) { return v.mem.Base(), v.mem.Size() }
