@@ -53,16 +53,29 @@ func (c *Conn) postLocked(it ctlItem, payload []byte) error {
 		wrs[k] = w
 		k++
 	}
-	b := c.sendBuf(slot)
-	m.Encode(b)
-	copy(b[HeaderSize:], payload)
-	c.countCopy(len(payload))
-	c.sends[slot].src = it.src
 	w := rings.SendWR{Opcode: rings.WRSend, Flags: rings.WRSignaled, WRID: wrSend | c.gen | uint64(slot), NumSGE: 1}
 	if it.inv != 0 {
 		w.Opcode, w.InvSTag = rings.WRSendInv, it.inv
 	}
-	w.SGL[0] = c.ctrlMR.SGE((c.nRecv+slot)*c.bufSize, HeaderSize+len(payload))
+	if n := HeaderSize + len(payload); m.Type == TypeData && n <= rings.MaxInline && k == 0 && it.src < 0 {
+		// A small DATA (a 1-byte request, an urgent byte) goes inline:
+		// the device takes it from the send queue entry, so its send
+		// buffer is free at once and the send needs no completion (an
+		// error still completes it). The driver counts the bytes the
+		// CPU put in the entry (HostCopyBytes); the switch its payload.
+		m.Encode(w.InlineData[:])
+		copy(w.InlineData[HeaderSize:], payload)
+		w.Flags, w.InlineLen, w.NumSGE = rings.WRInline, n, 0
+		c.sw.stats.copyBytes.Add(uint64(len(payload)))
+		c.free = append(c.free, slot)
+	} else {
+		b := c.sendBuf(slot)
+		m.Encode(b)
+		copy(b[HeaderSize:], payload)
+		c.countCopy(len(payload))
+		c.sends[slot].src = it.src
+		w.SGL[0] = c.ctrlMR.SGE((c.nRecv+slot)*c.bufSize, HeaderSize+len(payload))
+	}
 	var err error
 	if it.src >= 0 {
 		ch := &c.src.chunks[it.src]
