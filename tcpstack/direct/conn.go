@@ -111,6 +111,7 @@ type rseg struct {
 	sinking, user bool
 	rmr           *verbs.FastMR
 	sunk          bool // it has its sink (a chunk or the Read's buffer)
+	doneSent      bool // RDMA Read rendezvous: the RD_DONE went fenced behind the Read
 }
 
 // sendSlot is one send buffer of the control pool.

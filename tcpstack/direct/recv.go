@@ -243,7 +243,7 @@ func (c *Conn) startSinksLocked() {
 			w := rings.SendWR{Opcode: rings.WRRDMARead, Flags: rings.WRSignaled, WRID: wrRead | c.gen | wrUserRead | uint64(s.srcID&^wrUserRead),
 				RemoteAddr: s.srcTO, RKey: s.stag, NumSGE: 1}
 			w.SGL[0] = us.lmr.SGE(int(us.addr-us.lmr.Addr)+at, s.n)
-			if !c.postReadLocked(&w) {
+			if !c.postReadLocked(&w, s) {
 				return
 			}
 			continue
@@ -264,15 +264,22 @@ func (c *Conn) startSinksLocked() {
 		w := rings.SendWR{Opcode: rings.WRRDMARead, Flags: rings.WRSignaled, WRID: wrRead | c.gen | uint64(ci),
 			RemoteAddr: s.srcTO, RKey: s.stag, NumSGE: 1}
 		w.SGL[0] = c.sink.mr.SGE(ch.off+int(c.sink.buf.Addr-c.sink.mr.Addr), s.n)
-		if !c.postReadLocked(&w) {
+		if !c.postReadLocked(&w, s) {
 			return
 		}
 	}
 }
 
-// postReadLocked posts an RDMA Read; false if the conn failed.
-func (c *Conn) postReadLocked(w *rings.SendWR) bool {
+// postReadLocked posts the RDMA Read of transfer s; false if the conn
+// failed. When a credit and a send slot allow (and no control message
+// waits, which it would overtake) the RD_DONE goes in the same doorbell,
+// fenced behind the Read; else it is queued when the Read completes.
+func (c *Conn) postReadLocked(w *rings.SendWR, s *rseg) bool {
 	c.readsOut++
+	if len(c.ctlQ) == 0 && len(c.free) > 0 && c.cs.peerPool != 0 && c.cs.canSend(classCtl) {
+		s.doneSent = true
+		return c.postLocked(ctlItem{m: Msg{Type: TypeRdDone, ID: s.srcID, Len: uint32(s.n)}, inv: s.stag, src: -1, rd: w}, nil) == nil
+	}
 	if err := c.qp.PostSend(w); err != nil {
 		c.failLocked(fmt.Errorf("%w: post RDMA Read: %v", ErrPeerFailed, err), &c.sw.stats.peerFailures)
 		return false
@@ -377,7 +384,9 @@ func (c *Conn) readDoneLocked(ci int, user bool) {
 				c.usink.pending--
 			}
 			s.ready = true
-			c.queueLocked(ctlItem{m: Msg{Type: TypeRdDone, ID: s.srcID, Len: uint32(s.n)}, inv: s.stag, src: -1})
+			if !s.doneSent {
+				c.queueLocked(ctlItem{m: Msg{Type: TypeRdDone, ID: s.srcID, Len: uint32(s.n)}, inv: s.stag, src: -1})
+			}
 			return
 		}
 	}

@@ -28,6 +28,9 @@ type ctlItem struct {
 	// a REG_MR in the same doorbell, before the message that names it
 	// (SRC_AVAIL of an RDMA Read rendezvous, SINK_AVAIL).
 	reg regItem
+	// rd is the RDMA Read this message (RD_DONE) is fenced behind, posted
+	// before it in the same doorbell; nil for none.
+	rd *rings.SendWR
 }
 
 // postLocked sends one control message (the caller checked the credit and
@@ -77,6 +80,14 @@ func (c *Conn) postLocked(it ctlItem, payload []byte) error {
 		w.SGL[0] = c.ctrlMR.SGE((c.nRecv+slot)*c.bufSize, HeaderSize+len(payload))
 	}
 	var err error
+	if it.rd != nil {
+		// The device starts the message when the Read has completed:
+		// the RD_DONE leaves as soon as the data is in, with no trip
+		// through the host.
+		wrs[k] = *it.rd
+		k++
+		w.Flags |= rings.WRFence
+	}
 	if it.src >= 0 {
 		ch := &c.src.chunks[it.src]
 		rest := ch.n - ch.first
