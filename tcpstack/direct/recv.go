@@ -217,7 +217,7 @@ func (c *Conn) inlineLocked(payload []byte, credit bool) {
 // (the data is pulled as soon as it is announced, not when the application
 // reads, so the source gets its memory back early); RDMA Write rendezvous
 // registers the sink for remote write for this transfer
-// (WSPRegisterRdmaMemory, off the poller) and advertises it with
+// (WSPRegisterRdmaMemory, by fast registration) and advertises it with
 // SINK_AVAIL.
 func (c *Conn) startSinksLocked() {
 	for i := range c.rq {

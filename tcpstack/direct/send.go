@@ -255,10 +255,10 @@ func (c *Conn) writeRDMALocked(b []byte) (int, bool, error) {
 }
 
 // openLocked makes a free source chunk the open one and picks its
-// rendezvous. For RDMA Read it registers the chunk for remote read for
-// this transfer only (WSPRegisterRdmaMemory; deregistered after RD_DONE),
-// with the conn's lock released for the command. It leaves c.open -1 when
-// no chunk is free.
+// rendezvous. For RDMA Read it takes the STag the transfer is registered
+// under for remote read (WSPRegisterRdmaMemory, mapped with the SRC_AVAIL;
+// deregistered by the RD_DONE), with the conn's lock released if one must
+// be allocated. It leaves c.open -1 when no chunk is free.
 func (c *Conn) openLocked() error {
 	if err := c.srcAreaLocked(); err != nil {
 		return err
