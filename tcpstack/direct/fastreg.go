@@ -27,8 +27,20 @@ import (
 type fastPool struct {
 	mu   sync.Mutex
 	free []*verbs.FastMR
-	all  map[*verbs.FastMR]struct{}
+	// all is every STag allocated and not deregistered, in allocation
+	// order (a deterministic run deregisters them in the same order).
+	all  []*verbs.FastMR
 	shut bool
+}
+
+// forget drops f from all (it is being deregistered).
+func (p *fastPool) forget(f *verbs.FastMR) {
+	for i, g := range p.all {
+		if g == f {
+			p.all = append(p.all[:i], p.all[i+1:]...)
+			return
+		}
+	}
 }
 
 // takeFast returns a free STag of the pool, or nil when none is.
@@ -60,10 +72,7 @@ func (sw *hostSwitch) allocFast() (*verbs.FastMR, error) {
 		_ = f.Dereg()
 		return nil, fmt.Errorf("%w: the switch is stopping", ErrNoBuffers)
 	}
-	if p.all == nil {
-		p.all = map[*verbs.FastMR]struct{}{}
-	}
-	p.all[f] = struct{}{}
+	p.all = append(p.all, f)
 	return f, nil
 }
 
@@ -77,7 +86,7 @@ func (sw *hostSwitch) putFast(f *verbs.FastMR) {
 		p.mu.Unlock()
 		return
 	}
-	delete(p.all, f)
+	p.forget(f)
 	p.mu.Unlock()
 	_ = f.Dereg()
 }
@@ -91,7 +100,7 @@ func (sw *hostSwitch) stopFast() {
 	all := p.all
 	p.all, p.free = nil, nil
 	p.mu.Unlock()
-	for f := range all {
+	for _, f := range all {
 		_ = f.Dereg()
 	}
 }
@@ -151,7 +160,7 @@ func (c *Conn) dropFast(f *verbs.FastMR, also *sync.WaitGroup) {
 			defer also.Done()
 		}
 		c.sw.fast.mu.Lock()
-		delete(c.sw.fast.all, f)
+		c.sw.fast.forget(f)
 		c.sw.fast.mu.Unlock()
 		if f.Dereg() == nil {
 			c.sw.stats.deregistrations.Add(1)
