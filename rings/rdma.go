@@ -11,6 +11,8 @@ import "errors"
 //	            offset of the first byte; ignored with AccessZeroBased);
 //	            Arg0: protection domain; Arg1: access flags (MRAccess*).
 //	            Result: the STag (24-bit index << 8 | 8-bit key).
+//	            Arg1 = MRAccessFastReg: the STag is allocated invalid, for
+//	            REG_MR work requests mapping memory inside [Addr, +Len).
 //	DEREG_MR    Arg0: STag.
 //	CREATE_CQ   Conn: CQ number (host chosen, < device limit); Addr: the CQ
 //	            ring's base; Arg0: entries (power of two). The ring is a
@@ -49,6 +51,11 @@ const (
 	MRAccessRemoteRead   = 1 << 2
 	MRAccessRemoteAtomic = 1 << 3
 	MRAccessZeroBased    = 1 << 5
+	// MRAccessFastReg, alone, makes REG_MR allocate an STag for fast
+	// registration (ib_alloc_mr; iWARP's Allocate Non-Shared Memory
+	// Region STag): it starts invalid, and [Addr, Addr+Len) bounds the
+	// host memory a REG_MR work request may map under it.
+	MRAccessFastReg = 1 << 6
 )
 
 // QPAction is MODIFY_QP's Arg0.

@@ -64,10 +64,11 @@ func (s *SGE) Decode(b []byte) error {
 //	0x06 u8  NumSGE (0..MaxSendSGE; ignored with WRInline)
 //	0x07 u8  InlineLen (with WRInline: bytes of inline data at 0x40, 0..MaxInline)
 //	0x08 u64 WRID: the host's cookie, returned in the completion
-//	0x10 u64 RemoteAddr: remote tagged offset (RDMA_WRITE*, RDMA_READ)
-//	0x18 u32 RKey: remote STag (RDMA_WRITE*, RDMA_READ)
+//	0x10 u64 RemoteAddr: remote tagged offset (RDMA_WRITE*, RDMA_READ); REG_MR: the VA
+//	0x18 u32 RKey: remote STag (RDMA_WRITE*, RDMA_READ); REG_MR: the STag, new key
 //	0x1C u32 InvSTag: STag to invalidate (SEND_WITH_INV: the peer's; LOCAL_INV: ours)
-//	0x20 u64 ImmData: RFC 7306 Immediate Data (RDMA_WRITE_WITH_IMM), sent big-endian
+//	0x20 u64 ImmData: RFC 7306 Immediate Data (RDMA_WRITE_WITH_IMM), sent big-endian;
+//	         REG_MR: the access flags (MRAccess*)
 //	0x28 u64 CompareAdd (atomics; reserved)
 //	0x30 u64 Swap (atomics; reserved)
 //	0x38 u64 reserved, zero
@@ -105,12 +106,20 @@ const (
 	WRLocalInv       WROpcode = 7 // invalidate InvSTag locally
 	WRBindMW         WROpcode = 8 // not supported: LocQPOpErr
 	WRSendInv        WROpcode = 9 // Send with Invalidate (with SE if WRSolicited)
+	// WRRegMR is fast registration (the kernel verbs' IB_WR_REG_MR, and
+	// its value; iWARP verbs' Fast-Register): it maps SGE 0's host memory
+	// under an STag allocated for it (REG_MR with MRAccessFastReg), with
+	// RKey's key, RemoteAddr as the VA and ImmData's access flags.
+	WRRegMR WROpcode = 0x20
 )
 
 var wrOpcodeNames = [...]string{"RDMA_WRITE", "RDMA_WRITE_WITH_IMM", "SEND", "SEND_WITH_IMM", "RDMA_READ",
 	"ATOMIC_CMP_AND_SWP", "ATOMIC_FETCH_AND_ADD", "LOCAL_INV", "BIND_MW", "SEND_WITH_INV"}
 
 func (o WROpcode) String() string {
+	if o == WRRegMR {
+		return "REG_MR"
+	}
 	if int(o) < len(wrOpcodeNames) {
 		return wrOpcodeNames[o]
 	}
@@ -292,6 +301,7 @@ const (
 	WCFetchAdd        WCOpcode = 4
 	WCBindMW          WCOpcode = 5
 	WCLocalInv        WCOpcode = 6
+	WCRegMR           WCOpcode = 10 // the kernel's IB_WC_REG_MR
 	WCRecv            WCOpcode = 128
 	WCRecvRDMAWithImm WCOpcode = 129
 )
@@ -312,6 +322,8 @@ func (o WCOpcode) String() string {
 		return "BIND_MW"
 	case WCLocalInv:
 		return "LOCAL_INV"
+	case WCRegMR:
+		return "REG_MR"
 	case WCRecv:
 		return "RECV"
 	case WCRecvRDMAWithImm:

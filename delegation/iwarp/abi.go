@@ -51,6 +51,7 @@ const (
 	WRLocalInv        = rings.WRLocalInv
 	WRBindMW          = rings.WRBindMW
 	WRSendInv         = rings.WRSendInv
+	WRRegMR           = rings.WRRegMR
 	WRFence           = rings.WRFence
 	WRSignaled        = rings.WRSignaled
 	WRSolicited       = rings.WRSolicited
@@ -76,6 +77,7 @@ const (
 	WCFetchAdd        = rings.WCFetchAdd
 	WCBindMW          = rings.WCBindMW
 	WCLocalInv        = rings.WCLocalInv
+	WCRegMR           = rings.WCRegMR
 	WCRecv            = rings.WCRecv
 	WCRecvRDMAWithImm = rings.WCRecvRDMAWithImm
 	WCSuccess         = rings.WCSuccess

@@ -17,6 +17,9 @@ import (
 //	          Arg1: access flags (Access: LocalWrite 1, RemoteWrite 2, RemoteRead 4,
 //	                RemoteAtomic 8, ZeroBased 32)
 //	          Result: the STag (index<<8 | key)
+//	          Arg1 = MRAccessFastReg (64) alone: the STag is allocated
+//	          invalid, for REG_MR work requests that map memory inside
+//	          [Addr, +Len) under it (Allocate, FastRegister)
 //	DEREG_MR  Arg0: STag
 //
 // Statuses: StatusOK; StatusBadAddress for a range outside host memory or a
@@ -29,7 +32,13 @@ func (t *MemTable) RegMRCommand(c *rings.Command) (rings.Status, uint64) {
 	if c.Arg1 > 0xFF {
 		return rings.StatusBadParam, 0
 	}
-	stag, err := t.Register(c.Arg0, c.Addr, c.Arg3, uint64(c.Len), Access(c.Arg1))
+	var stag uint32
+	var err error
+	if c.Arg1 == rings.MRAccessFastReg {
+		stag, err = t.Allocate(c.Arg0, c.Addr, uint64(c.Len))
+	} else {
+		stag, err = t.Register(c.Arg0, c.Addr, c.Arg3, uint64(c.Len), Access(c.Arg1))
+	}
 	switch {
 	case err == nil:
 		return rings.StatusOK, uint64(stag)

@@ -98,6 +98,11 @@ type slot struct {
 	access Access
 	key    uint8
 	state  uint8
+	// fast: allocated for fast registration; bound and boundLen are the
+	// host memory a REG_MR work request may map under it.
+	fast     bool
+	bound    rings.Addr
+	boundLen uint64
 }
 
 // Errors of the registration calls.
@@ -187,6 +192,53 @@ func (t *MemTable) Register(pd uint32, addr rings.Addr, va, length uint64, acces
 		return STag(t.index(s), sl.key), nil
 	}
 	return 0, ErrNoSTag
+}
+
+// Allocate reserves an STag for fast registration (REG_MR with
+// MRAccessFastReg) in protection domain pd: invalid, with no access, until
+// FastRegister maps memory inside [addr, addr+length) under it.
+func (t *MemTable) Allocate(pd uint32, addr rings.Addr, length uint64) (uint32, error) {
+	stag, err := t.Register(pd, addr, 0, length, 0)
+	if err != nil {
+		return 0, err
+	}
+	sl := t.lookup(stag)
+	sl.fast, sl.bound, sl.boundLen, sl.state, sl.length = true, addr, length, slotInval, 0
+	return stag, nil
+}
+
+// FastRegister is a REG_MR work request from a QP of protection domain
+// pd: the invalid fast-registration region whose index stag names becomes
+// valid under stag's key (which must differ from its last one, so that the
+// STags of earlier mappings stay dead), over length bytes of host memory
+// at addr inside its bound, tagged from va (0 with AccessZeroBased), with
+// access. ErrSTagInvalid: no such region, not one for fast registration,
+// valid, or the same key; ErrPDMismatch; ErrAccessRights for bad access
+// flags; ErrBaseBounds for memory outside the bound or a VA that wraps.
+func (t *MemTable) FastRegister(stag, pd uint32, addr rings.Addr, va, length uint64, access Access) AccessError {
+	s := t.slotOf(stag)
+	if s < 0 {
+		return ErrSTagInvalid
+	}
+	sl := &t.slots[s]
+	switch {
+	case !sl.fast || sl.state != slotInval || sl.key == STagKey(stag):
+		return ErrSTagInvalid
+	case sl.pd != pd:
+		return ErrPDMismatch
+	case access&^accessAll != 0 || access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && access&AccessLocalWrite == 0:
+		return ErrAccessRights
+	case addr < sl.bound || uint64(addr-sl.bound) > sl.boundLen || length > sl.boundLen-uint64(addr-sl.bound):
+		return ErrBaseBounds
+	}
+	if access&AccessZeroBased != 0 {
+		va = 0
+	}
+	if length > 0 && va > math.MaxUint64-(length-1) {
+		return ErrTOWrap
+	}
+	sl.key, sl.addr, sl.va, sl.length, sl.access, sl.state = STagKey(stag), addr, va, length, access, slotValid
+	return AccessOK
 }
 
 func (t *MemTable) lookup(stag uint32) *slot {

@@ -160,7 +160,9 @@ func TestMRCommands(t *testing.T) {
 	}
 	for _, bad := range []rings.Command{
 		{Addr: a, Len: 16, Arg1: 0x102},
-		{Addr: a, Len: 16, Arg1: 0x40},
+		{Addr: a, Len: 16, Arg1: 0x41}, // fast registration takes no access flags
+		{Addr: a, Len: 16, Arg1: 0x80},
+		{Addr: 1, Len: 16, Arg1: rings.MRAccessFastReg},
 		{Addr: 1, Len: 16},
 		{Addr: a, Len: 16, Arg3: ^uint64(0)},
 	} {
@@ -170,5 +172,73 @@ func TestMRCommands(t *testing.T) {
 	}
 	if m.DeregMRCommand(&rings.Command{Arg0: uint32(res)}) != rings.StatusOK || m.DeregMRCommand(&rings.Command{Arg0: uint32(res)}) == rings.StatusOK {
 		t.Fatal("dereg")
+	}
+}
+
+// TestFastRegister: an STag allocated for fast registration (REG_MR with
+// MRAccessFastReg) is invalid until a REG_MR work request maps memory
+// inside its bound under a new key; invalidation ends the mapping, and the
+// next one must take another key.
+func TestFastRegister(t *testing.T) {
+	m, ar := newTable(t, 4)
+	a, _ := ar.Alloc(8192, 64)
+	st, res := m.RegMRCommand(&rings.Command{Opcode: rings.OpRegMR, Addr: a, Len: 8192, Arg0: 5, Arg1: rings.MRAccessFastReg})
+	if st != rings.StatusOK {
+		t.Fatal(st)
+	}
+	stag := uint32(res)
+	if _, e := m.Resolve(stag, 5, 0, 1, 0); e != ErrSTagInvalid {
+		t.Fatalf("a fresh fast-registration STag resolves: %v", e)
+	}
+	next := STag(STagIndex(stag), STagKey(stag)+1)
+	rw := AccessLocalWrite | AccessRemoteWrite
+	for _, bad := range []struct {
+		stag, pd uint32
+		addr     rings.Addr
+		n        uint64
+		access   Access
+		want     AccessError
+	}{
+		{stag, 5, a, 16, rw, ErrSTagInvalid},                 // the same key
+		{next, 6, a, 16, rw, ErrPDMismatch},                  // another PD
+		{next, 5, a + 8000, 256, rw, ErrBaseBounds},          // past the bound
+		{next, 5, a - 64, 16, rw, ErrBaseBounds},             // before it
+		{next, 5, a, 16, AccessRemoteWrite, ErrAccessRights}, // remote write without local write
+		{next, 5, a, 16, 0x80, ErrAccessRights},
+	} {
+		if e := m.FastRegister(bad.stag, bad.pd, bad.addr, uint64(bad.addr), bad.n, bad.access); e != bad.want {
+			t.Fatalf("%+v: %v", bad, e)
+		}
+	}
+	if e := m.FastRegister(next, 5, a+4096, 0x1000, 4096, rw); e != AccessOK {
+		t.Fatal(e)
+	}
+	if got, e := m.Resolve(next, 5, 0x1800, 16, AccessRemoteWrite); e != AccessOK || got != a+4096+0x800 {
+		t.Fatalf("resolve: %#x %v", got, e)
+	}
+	if _, e := m.Resolve(stag, 5, 0x1000, 16, 0); e != ErrSTagInvalid {
+		t.Fatal("the old key resolves")
+	}
+	// Mapped: another REG_MR is refused until it is invalidated.
+	third := STag(STagIndex(stag), STagKey(stag)+2)
+	if e := m.FastRegister(third, 5, a, uint64(a), 16, rw); e != ErrSTagInvalid {
+		t.Fatalf("REG_MR of a valid STag: %v", e)
+	}
+	if m.Invalidate(next, 5) != AccessOK {
+		t.Fatal("invalidate")
+	}
+	if _, e := m.Resolve(next, 5, 0x1800, 16, 0); e != ErrSTagInvalid {
+		t.Fatal("resolves after invalidation")
+	}
+	if e := m.FastRegister(third, 5, a, uint64(a), 16, rw); e != AccessOK {
+		t.Fatal(e)
+	}
+	// An ordinary region is not for fast registration.
+	st, res = m.RegMRCommand(&rings.Command{Opcode: rings.OpRegMR, Addr: a, Len: 64, Arg0: 5, Arg1: uint32(rw)})
+	if st != rings.StatusOK || m.Invalidate(uint32(res), 5) != AccessOK {
+		t.Fatal(st)
+	}
+	if e := m.FastRegister(uint32(res)+1, 5, a, uint64(a), 16, rw); e != ErrSTagInvalid {
+		t.Fatalf("REG_MR work request on an ordinary region: %v", e)
 	}
 }

@@ -697,6 +697,8 @@ func wcOpcodeOf(op WROpcode) WCOpcode {
 		return WCRDMARead
 	case WRLocalInv:
 		return WCLocalInv
+	case WRRegMR:
+		return WCRegMR
 	case WRAtomicCmpSwap:
 		return WCCompSwap
 	case WRAtomicFetchAdd:

@@ -1,6 +1,10 @@
 package iwarp
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/emunic/emunic/rings"
+)
 
 // Stream is the transmit side of the TCP connection under a QP, owned by the
 // TCP engine: the bytes written are queued on the connection's send stream,
@@ -198,8 +202,8 @@ func (qp *QP) startSend() bool {
 			qp.localFail(nil)
 			return false
 		}
-		if w.wr.Opcode == WRLocalInv {
-			if qp.mem.Invalidate(w.wr.InvSTag, qp.cfg.PD) != AccessOK {
+		if w.wr.Opcode == WRLocalInv || w.wr.Opcode == WRRegMR {
+			if qp.memoryOp(&w.wr) != AccessOK {
 				w.done, w.status = true, WCLocProtErr
 				qp.localFail(nil)
 				return false
@@ -212,6 +216,18 @@ func (qp *QP) startSend() bool {
 		return true
 	}
 	return false
+}
+
+// memoryOp runs a work request on the memory table, in its place in the
+// send queue (what was posted after it sees its effect): LOCAL_INV
+// invalidates InvSTag; REG_MR maps SGE 0's host memory under RKey (fast
+// registration), from VA RemoteAddr with ImmData's access flags.
+func (qp *QP) memoryOp(wr *SendWR) AccessError {
+	if wr.Opcode == WRLocalInv {
+		return qp.mem.Invalidate(wr.InvSTag, qp.cfg.PD)
+	}
+	return qp.mem.FastRegister(wr.RKey, qp.cfg.PD, rings.Addr(wr.SGL[0].Addr), wr.RemoteAddr,
+		uint64(wr.SGL[0].Length), Access(wr.ImmData))
 }
 
 // localFail ends the stream after a local error on the send side: Terminate
@@ -236,6 +252,12 @@ func (qp *QP) validateSend(w *sendWork) WCStatus {
 			return WCLocQPOpErr
 		}
 	case WRLocalInv:
+		return WCSuccess
+	case WRRegMR:
+		// One SGE, the memory itself: no region names it yet (LKey 0).
+		if wr.Flags&WRInline != 0 || wr.NumSGE != 1 || wr.SGL[0].LKey != 0 || wr.ImmData > 0xFF {
+			return WCLocQPOpErr
+		}
 		return WCSuccess
 	default:
 		return WCLocQPOpErr

@@ -268,6 +268,7 @@
 #define EMUNIC_MR_ACCESS_REMOTE_READ 4
 #define EMUNIC_MR_ACCESS_REMOTE_ATOMIC 8
 #define EMUNIC_MR_ACCESS_ZERO_BASED 0x20
+#define EMUNIC_MR_ACCESS_FAST_REG 0x40
 #define EMUNIC_QP_CONNECT 1                      /* QPAction: initiator: send the MPA request (RTR → RTS on the reply) */
 #define EMUNIC_QP_ACCEPT 2                       /* QPAction: responder: accept the MPA request with private data */
 #define EMUNIC_QP_REJECT 3                       /* QPAction: responder: reject it (MPA reply with the R bit) */
@@ -327,6 +328,7 @@
 #define EMUNIC_WR_LOCAL_INV 7                    /* WROpcode: invalidate InvSTag locally */
 #define EMUNIC_WR_BIND_MW 8                      /* WROpcode: not supported: LocQPOpErr */
 #define EMUNIC_WR_SEND_INV 9                     /* WROpcode: Send with Invalidate (with SE if WRSolicited) */
+#define EMUNIC_WR_REG_MR 0x20                    /* WROpcode: */
 #define EMUNIC_WR_FENCE 1                        /* WRFlags: wait for every earlier RDMA Read to complete */
 #define EMUNIC_WR_SIGNALED 2                     /* WRFlags: generate a completion on success */
 #define EMUNIC_WR_SOLICITED 4                    /* WRFlags: Send with SE / Immediate Data with SE */
@@ -352,6 +354,7 @@
 #define EMUNIC_WC_FETCH_ADD 4                    /* WCOpcode: */
 #define EMUNIC_WC_BIND_MW 5                      /* WCOpcode: */
 #define EMUNIC_WC_LOCAL_INV 6                    /* WCOpcode: */
+#define EMUNIC_WC_REG_MR 0xA                     /* WCOpcode: the kernel's IB_WC_REG_MR */
 #define EMUNIC_WC_RECV 0x80                      /* WCOpcode: */
 #define EMUNIC_WC_RECV_RDMA_WITH_IMM 0x81        /* WCOpcode: */
 #define EMUNIC_WC_SUCCESS 0                      /* WCStatus: */
@@ -981,10 +984,10 @@ struct emunic_send_queue_entry {
 	uint8_t num_sge; /* 0x06 SQOffNumSGE: SGEs used, 0 to MaxSendSGE; ignored with WRInline */
 	uint8_t inline_len; /* 0x07 SQOffInline: with WRInline: bytes of inline data at 0x40, 0 to MaxInline */
 	uint64_t wr_id; /* 0x08 SQOffWRID: the host's cookie, returned in the completion */
-	uint64_t remote_addr; /* 0x10 SQOffRAddr: remote tagged offset (RDMA_WRITE, RDMA_WRITE_WITH_IMM, RDMA_READ) */
-	uint32_t r_key; /* 0x18 SQOffRKey: remote STag (the same opcodes) */
+	uint64_t remote_addr; /* 0x10 SQOffRAddr: remote tagged offset (RDMA_WRITE, RDMA_WRITE_WITH_IMM, RDMA_READ); REG_MR: ... */
+	uint32_t r_key; /* 0x18 SQOffRKey: remote STag (the same opcodes); REG_MR: the STag to map, with its new key */
 	uint32_t inv_s_tag; /* 0x1c SQOffInvSTag: STag to invalidate: the peer's (SEND_WITH_INV) or ours (LOCAL_INV) */
-	uint64_t imm_data; /* 0x20 SQOffImm: RFC 7306 Immediate Data (RDMA_WRITE_WITH_IMM), sent big-endian */
+	uint64_t imm_data; /* 0x20 SQOffImm: RFC 7306 Immediate Data (RDMA_WRITE_WITH_IMM), sent big-endian; REG_MR: the a... */
 	uint64_t compare_add; /* 0x28 SQOffCmpAdd: atomics' compare or add operand (atomics are refused); 0 */
 	uint64_t swap; /* 0x30 SQOffSwap: atomics' swap operand (atomics are refused); 0 */
 	uint64_t rsvd_38; /* 0x38 reserved, zero */

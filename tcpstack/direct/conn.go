@@ -57,15 +57,16 @@ type chunk struct {
 	n     int        // bytes of the transfer (source: all; sink: the RDMA part)
 	first int        // source: bytes sent inline in the SRC_AVAIL
 	// lmr is the local registration the source's RDMA Write gathers from;
-	// rmr the transfer's own remote registration (source: remote read,
-	// RDMA Read rendezvous; sink: remote write, RDMA Write rendezvous),
-	// deregistered when the transfer is done.
-	lmr, rmr *verbs.MR
-	write    bool // source: RDMA Write rendezvous
-	ext      bool // source: an application buffer's slot (no staging memory)
-	dst      Msg  // source: the SINK_AVAIL it writes into
-	state    chunkState
-	busy     bool
+	// rmr the STag of the transfer's own remote registration (source:
+	// remote read, RDMA Read rendezvous), mapped with the SRC_AVAIL and
+	// invalidated by the RD_DONE (fastreg.go).
+	lmr   *verbs.MR
+	rmr   *verbs.FastMR
+	write bool // source: RDMA Write rendezvous
+	ext   bool // source: an application buffer's slot (no staging memory)
+	dst   Msg  // source: the SINK_AVAIL it writes into
+	state chunkState
+	busy  bool
 }
 
 // chunkState is where a chunk's transfer stands.
@@ -104,12 +105,13 @@ type rseg struct {
 	srcTO  uint64
 	stag   uint32
 	// Write rendezvous: sinking says the sink is being registered or is
-	// advertised; rmr is its registration once made (deregistered at
-	// WR_DONE). user says the sink is the buffer of the Read blocked on
-	// the conn (zero copy).
+	// advertised; rmr is the STag its registration is mapped under with
+	// the SINK_AVAIL (invalidated by the WR_DONE). user says the sink is
+	// the buffer of the Read blocked on the conn (zero copy).
 	sinking, user bool
-	rmr           *verbs.MR
+	rmr           *verbs.FastMR
 	sunk          bool // it has its sink (a chunk or the Read's buffer)
+	doneSent      bool // RDMA Read rendezvous: the RD_DONE went fenced behind the Read
 }
 
 // sendSlot is one send buffer of the control pool.
@@ -524,7 +526,7 @@ func (c *Conn) freeMem() {
 	// Per-transfer registrations: those still registered go now, and
 	// the memory waits for every deregistration.
 	for i := range c.rq {
-		c.deregAsync(c.rq[i].rmr)
+		c.dropFast(c.rq[i].rmr, nil)
 		c.rq[i].rmr = nil
 	}
 	for _, a := range []*area{c.src, c.sink} {
@@ -532,7 +534,7 @@ func (c *Conn) freeMem() {
 			continue
 		}
 		for i := range a.chunks {
-			c.deregAsync(a.chunks[i].rmr)
+			c.dropFast(a.chunks[i].rmr, nil)
 			a.chunks[i].rmr = nil
 		}
 	}

@@ -38,6 +38,9 @@
 // (FlagSinkReq): the sink registers a region for remote write on request,
 // advertises it (SINK_AVAIL), and the source writes it and sends WR_DONE as
 // a Send with Invalidate of the sink's STag; the sink then deregisters it.
+// Both registrations are fast registrations (fastreg.go): a REG_MR work
+// request in the doorbell of the message that names the region, and the
+// completion message's invalidation ends it, with no device command.
 // Memory that cannot be allocated or registered fails the Write with
 // ErrNoBuffers (WSAENOBUFS). Credit flow control of control
 // messages, with a reserve so neither side can deadlock, is credit.go,

@@ -44,9 +44,9 @@ func (c *Conn) userSinkLocked(p []byte, addr rings.Addr) *userSink {
 	c.usink = us
 	if c.myCaps&CapWrite != 0 {
 		c.queueLocked(ctlItem{m: Msg{Type: TypeSinkWait, Len: uint32(min(len(p), maxTransfer)), ID: c.dataRecv}, src: -1})
-		c.flushLocked()
 	}
 	c.startSinksLocked()
+	c.flushLocked()
 	return us
 }
 
@@ -217,7 +217,7 @@ func (c *Conn) inlineLocked(payload []byte, credit bool) {
 // (the data is pulled as soon as it is announced, not when the application
 // reads, so the source gets its memory back early); RDMA Write rendezvous
 // registers the sink for remote write for this transfer
-// (WSPRegisterRdmaMemory, off the poller) and advertises it with
+// (WSPRegisterRdmaMemory, by fast registration) and advertises it with
 // SINK_AVAIL.
 func (c *Conn) startSinksLocked() {
 	for i := range c.rq {
@@ -236,14 +236,14 @@ func (c *Conn) startSinksLocked() {
 			c.zcRecvs++
 			if s.write {
 				s.sinking = true
-				c.regSinkAsync(s.srcID, us.addr+rings.Addr(at), s.n)
+				c.regSinkLocked(s, us.addr+rings.Addr(at), s.n)
 				continue
 			}
 			// RDMA Read straight into the Read's buffer.
 			w := rings.SendWR{Opcode: rings.WRRDMARead, Flags: rings.WRSignaled, WRID: wrRead | c.gen | wrUserRead | uint64(s.srcID&^wrUserRead),
 				RemoteAddr: s.srcTO, RKey: s.stag, NumSGE: 1}
 			w.SGL[0] = us.lmr.SGE(int(us.addr-us.lmr.Addr)+at, s.n)
-			if !c.postReadLocked(&w) {
+			if !c.postReadLocked(&w, s) {
 				return
 			}
 			continue
@@ -258,21 +258,28 @@ func (c *Conn) startSinksLocked() {
 		s.sink, s.sunk, s.data = ci, true, c.sink.mem[ch.off:ch.off+s.n]
 		if s.write {
 			s.sinking = true
-			c.regSinkAsync(s.srcID, c.sink.buf.Addr+rings.Addr(ch.off), s.n)
+			c.regSinkLocked(s, c.sink.buf.Addr+rings.Addr(ch.off), s.n)
 			continue
 		}
 		w := rings.SendWR{Opcode: rings.WRRDMARead, Flags: rings.WRSignaled, WRID: wrRead | c.gen | uint64(ci),
 			RemoteAddr: s.srcTO, RKey: s.stag, NumSGE: 1}
 		w.SGL[0] = c.sink.mr.SGE(ch.off+int(c.sink.buf.Addr-c.sink.mr.Addr), s.n)
-		if !c.postReadLocked(&w) {
+		if !c.postReadLocked(&w, s) {
 			return
 		}
 	}
 }
 
-// postReadLocked posts an RDMA Read; false if the conn failed.
-func (c *Conn) postReadLocked(w *rings.SendWR) bool {
+// postReadLocked posts the RDMA Read of transfer s; false if the conn
+// failed. When a credit and a send slot allow (and no control message
+// waits, which it would overtake) the RD_DONE goes in the same doorbell,
+// fenced behind the Read; else it is queued when the Read completes.
+func (c *Conn) postReadLocked(w *rings.SendWR, s *rseg) bool {
 	c.readsOut++
+	if len(c.ctlQ) == 0 && len(c.free) > 0 && c.cs.peerPool != 0 && c.cs.canSend(classCtl) {
+		s.doneSent = true
+		return c.postLocked(ctlItem{m: Msg{Type: TypeRdDone, ID: s.srcID, Len: uint32(s.n)}, inv: s.stag, src: -1, rd: w}, nil) == nil
+	}
 	if err := c.qp.PostSend(w); err != nil {
 		c.failLocked(fmt.Errorf("%w: post RDMA Read: %v", ErrPeerFailed, err), &c.sw.stats.peerFailures)
 		return false
@@ -291,32 +298,44 @@ func (c *Conn) userRunLocked(i int) bool {
 	return true
 }
 
-// regSinkAsync registers the n bytes at addr for remote write as the sink
-// of transfer id and queues the SINK_AVAIL, on a goroutine: the
-// registration is a device command, and the poller serves every conn of
-// the host.
-func (c *Conn) regSinkAsync(id uint32, addr rings.Addr, n int) {
+// regSinkLocked registers the n bytes at addr for remote write as the
+// sink of transfer id, for this transfer, and queues the SINK_AVAIL that
+// advertises it: the REG_MR of an STag of the pool goes in the same
+// doorbell as the message. With no STag free, one is allocated on a
+// goroutine (a device command must not hold up the poller every conn of
+// the host shares), and the SINK_AVAIL is queued then.
+func (c *Conn) regSinkLocked(s *rseg, addr rings.Addr, n int) {
+	if f := c.sw.takeFast(); f != nil {
+		c.sinkAvailQueueLocked(s, f, addr, n)
+		return
+	}
+	id := s.srcID
 	c.deregs.Add(1)
 	go func() {
 		defer c.deregs.Done()
-		mr, err := c.sw.v.RegMRAddr(c.sw.pd, addr, n, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+		f, err := c.sw.allocFast()
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		if err != nil {
-			c.sw.stats.noBuffers.Add(1)
 			c.failLocked(fmt.Errorf("%w: the sink of transfer %d: %v", ErrNoBuffers, id, err), nil)
 			return
 		}
-		c.sw.stats.registrations.Add(1)
 		s := c.sinkingLocked(id)
 		if c.err != nil || c.closed || s == nil || s.rmr != nil {
-			c.deregAsync(mr)
+			c.sw.putFast(f)
 			return
 		}
-		s.rmr = mr
-		c.queueLocked(ctlItem{m: Msg{Type: TypeSinkAvail, Len: uint32(n), ID: id, STag: mr.RKey, TO: mr.TO(0)}, src: -1})
+		c.sinkAvailQueueLocked(s, f, addr, n)
 		c.flushLocked()
 	}()
+}
+
+// sinkAvailQueueLocked queues transfer s's SINK_AVAIL, with its sink's
+// registration under STag f.
+func (c *Conn) sinkAvailQueueLocked(s *rseg, f *verbs.FastMR, addr rings.Addr, n int) {
+	s.rmr = f
+	reg := regItem{f: f, addr: addr, n: n, access: verbs.AccessLocalWrite | verbs.AccessRemoteWrite}
+	c.queueLocked(ctlItem{m: Msg{Type: TypeSinkAvail, Len: uint32(n), ID: s.srcID}, src: -1, reg: reg})
 }
 
 // sinkingLocked is the Write rendezvous item of transfer id whose sink is
@@ -342,10 +361,9 @@ func (c *Conn) wrDoneLocked(m *Msg, wc *rings.Completion) error {
 	if int(m.Len) != s.n {
 		return fmt.Errorf("WR_DONE of %d bytes for transfer %d of %d", m.Len, m.ID, s.n)
 	}
-	if wc.Flags&rings.WCWithInv == 0 || uint32(wc.ImmData) != s.rmr.RKey {
-		return fmt.Errorf("WR_DONE of transfer %d did not invalidate the sink's STag %#x", m.ID, s.rmr.RKey)
+	if !c.invalidatedLocked(s.rmr, wc) {
+		return fmt.Errorf("WR_DONE of transfer %d did not invalidate the sink's STag %#x", m.ID, s.rmr.STag())
 	}
-	c.deregAsync(s.rmr)
 	s.rmr, s.sinking, s.ready = nil, false, true
 	if s.user && c.usink != nil {
 		c.usink.pending--
@@ -366,7 +384,9 @@ func (c *Conn) readDoneLocked(ci int, user bool) {
 				c.usink.pending--
 			}
 			s.ready = true
-			c.queueLocked(ctlItem{m: Msg{Type: TypeRdDone, ID: s.srcID, Len: uint32(s.n)}, inv: s.stag, src: -1})
+			if !s.doneSent {
+				c.queueLocked(ctlItem{m: Msg{Type: TypeRdDone, ID: s.srcID, Len: uint32(s.n)}, inv: s.stag, src: -1})
+			}
 			return
 		}
 	}

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"sync"
 
 	"github.com/emunic/emunic/rings"
 	"github.com/emunic/emunic/tcpstack/verbs"
@@ -25,6 +24,13 @@ type ctlItem struct {
 	// src is the source chunk whose RDMA Write goes in the same doorbell,
 	// before the message (WR_DONE); -1 for none.
 	src int
+	// reg, if its STag is set, is the transfer's registration, mapped by
+	// a REG_MR in the same doorbell, before the message that names it
+	// (SRC_AVAIL of an RDMA Read rendezvous, SINK_AVAIL).
+	reg regItem
+	// rd is the RDMA Read this message (RD_DONE) is fenced behind, posted
+	// before it in the same doorbell; nil for none.
+	rd *rings.SendWR
 }
 
 // postLocked sends one control message (the caller checked the credit and
@@ -38,26 +44,61 @@ func (c *Conn) postLocked(it ctlItem, payload []byte) error {
 		c.dataSent++
 	}
 	m.Credits = c.cs.send(m.Type.class())
-	b := c.sendBuf(slot)
-	m.Encode(b)
-	copy(b[HeaderSize:], payload)
-	c.countCopy(len(payload))
-	c.sends[slot].src = it.src
+	var wrs [3]rings.SendWR
+	k := 0
+	if it.reg.f != nil {
+		w, err := c.regWRLocked(&it.reg, &m)
+		if err != nil {
+			c.free = append(c.free, slot)
+			c.failLocked(fmt.Errorf("%w: %v", ErrNoBuffers, err), &c.sw.stats.noBuffers)
+			return err
+		}
+		wrs[k] = w
+		k++
+	}
 	w := rings.SendWR{Opcode: rings.WRSend, Flags: rings.WRSignaled, WRID: wrSend | c.gen | uint64(slot), NumSGE: 1}
 	if it.inv != 0 {
 		w.Opcode, w.InvSTag = rings.WRSendInv, it.inv
 	}
-	w.SGL[0] = c.ctrlMR.SGE((c.nRecv+slot)*c.bufSize, HeaderSize+len(payload))
+	if n := HeaderSize + len(payload); m.Type == TypeData && n <= rings.MaxInline && k == 0 && it.src < 0 {
+		// A small DATA (a 1-byte request, an urgent byte) goes inline:
+		// the device takes it from the send queue entry, so its send
+		// buffer is free at once and the send needs no completion (an
+		// error still completes it). The driver counts the bytes the
+		// CPU put in the entry (HostCopyBytes); the switch its payload.
+		m.Encode(w.InlineData[:])
+		copy(w.InlineData[HeaderSize:], payload)
+		w.Flags, w.InlineLen, w.NumSGE = rings.WRInline, n, 0
+		c.sw.stats.copyBytes.Add(uint64(len(payload)))
+		c.free = append(c.free, slot)
+	} else {
+		b := c.sendBuf(slot)
+		m.Encode(b)
+		copy(b[HeaderSize:], payload)
+		c.countCopy(len(payload))
+		c.sends[slot].src = it.src
+		w.SGL[0] = c.ctrlMR.SGE((c.nRecv+slot)*c.bufSize, HeaderSize+len(payload))
+	}
 	var err error
+	if it.rd != nil {
+		// The device starts the message when the Read has completed:
+		// the RD_DONE leaves as soon as the data is in, with no trip
+		// through the host.
+		wrs[k] = *it.rd
+		k++
+		w.Flags |= rings.WRFence
+	}
 	if it.src >= 0 {
 		ch := &c.src.chunks[it.src]
 		rest := ch.n - ch.first
-		var wrs [2]rings.SendWR
-		wrs[0] = rings.SendWR{Opcode: rings.WRRDMAWrite, WRID: wrWrite | c.gen | uint64(it.src),
+		wrs[k] = rings.SendWR{Opcode: rings.WRRDMAWrite, WRID: wrWrite | c.gen | uint64(it.src),
 			RemoteAddr: ch.dst.TO, RKey: ch.dst.STag, NumSGE: 1}
-		wrs[0].SGL[0] = ch.lmr.SGE(int(ch.addr-ch.lmr.Addr)+ch.first, rest)
-		wrs[1] = w
-		_, err = c.qp.PostSendList(wrs[:])
+		wrs[k].SGL[0] = ch.lmr.SGE(int(ch.addr-ch.lmr.Addr)+ch.first, rest)
+		k++
+	}
+	if k > 0 {
+		wrs[k] = w
+		_, err = c.qp.PostSendList(wrs[:k+1])
 	} else {
 		err = c.qp.PostSend(&w)
 	}
@@ -214,10 +255,10 @@ func (c *Conn) writeRDMALocked(b []byte) (int, bool, error) {
 }
 
 // openLocked makes a free source chunk the open one and picks its
-// rendezvous. For RDMA Read it registers the chunk for remote read for
-// this transfer only (WSPRegisterRdmaMemory; deregistered after RD_DONE),
-// with the conn's lock released for the command. It leaves c.open -1 when
-// no chunk is free.
+// rendezvous. For RDMA Read it takes the STag the transfer is registered
+// under for remote read (WSPRegisterRdmaMemory, mapped with the SRC_AVAIL;
+// deregistered by the RD_DONE), with the conn's lock released if one must
+// be allocated. It leaves c.open -1 when no chunk is free.
 func (c *Conn) openLocked() error {
 	if err := c.srcAreaLocked(); err != nil {
 		return err
@@ -230,7 +271,7 @@ func (c *Conn) openLocked() error {
 	ch := &c.src.chunks[ci]
 	*ch = chunk{idx: ci, off: ch.off, addr: c.src.buf.Addr + rings.Addr(ch.off), lmr: c.src.mr, busy: true}
 	ch.write = c.writeRendezvousLocked()
-	if err := c.regSourceLocked(ci, c.cfg.ChunkSize); err != nil {
+	if err := c.regSourceLocked(ci); err != nil {
 		return err
 	}
 	c.open, c.openN = ci, 0
@@ -240,18 +281,19 @@ func (c *Conn) openLocked() error {
 	return nil
 }
 
-// regSourceLocked registers n bytes of source chunk ci for remote read
-// for its transfer when it is an RDMA Read rendezvous (the conn's lock is
-// released for the command); on failure the chunk is given back.
-func (c *Conn) regSourceLocked(ci, n int) error {
+// regSourceLocked takes the STag source chunk ci's transfer will be
+// registered under for remote read when it is an RDMA Read rendezvous
+// (mapped with its SRC_AVAIL; the conn's lock is released if one must be
+// allocated); on failure the chunk is given back.
+func (c *Conn) regSourceLocked(ci int) error {
 	ch := &c.src.chunks[ci]
 	if ch.write {
 		return nil
 	}
-	mr, err := c.regRemoteUnlocked(ch.addr, n, verbs.AccessRemoteRead)
+	mr, err := c.takeFastUnlocked()
 	if err == nil && c.err != nil {
 		// The conn failed while unlocked.
-		c.deregAsync(mr)
+		c.sw.putFast(mr)
 		err = c.err
 	}
 	if err != nil {
@@ -266,48 +308,6 @@ func (c *Conn) regSourceLocked(ci, n int) error {
 	}
 	ch.rmr = mr
 	return nil
-}
-
-// regRemoteUnlocked registers [addr, addr+n) for remote access
-// (WSPRegisterRdmaMemory) with the conn's lock released for the device
-// command; a failure is ErrNoBuffers (WSAENOBUFS), counted.
-func (c *Conn) regRemoteUnlocked(addr rings.Addr, n int, access int) (*verbs.MR, error) {
-	c.mu.Unlock()
-	mr, err := c.sw.v.RegMRAddr(c.sw.pd, addr, n, access)
-	c.mu.Lock()
-	if err != nil {
-		c.sw.stats.noBuffers.Add(1)
-		return nil, fmt.Errorf("%w: %v", ErrNoBuffers, err)
-	}
-	c.sw.stats.registrations.Add(1)
-	return mr, nil
-}
-
-// deregAsync deregisters a per-transfer region (WSPDeregisterRdmaMemory)
-// off the poller: the NIC already invalidated its STag (the peer's Send
-// with Invalidate) or the conn is going, so nothing waits for it but the
-// conn's memory, which freeMem frees after every deregistration.
-func (c *Conn) deregAsync(mr *verbs.MR) { c.deregAsyncAlso(mr, nil) }
-
-// deregAsyncAlso is deregAsync that also counts the deregistration in
-// also (a zero-copy Write waits for its buffer's).
-func (c *Conn) deregAsyncAlso(mr *verbs.MR, also *sync.WaitGroup) {
-	if mr == nil {
-		return
-	}
-	c.deregs.Add(1)
-	if also != nil {
-		also.Add(1)
-	}
-	go func() {
-		defer c.deregs.Done()
-		if also != nil {
-			defer also.Done()
-		}
-		if mr.Dereg() == nil {
-			c.sw.stats.deregistrations.Add(1)
-		}
-	}()
 }
 
 // announceLocked sends the open chunk if a credit and a send slot allow:
@@ -336,7 +336,7 @@ func (c *Conn) announceLocked() error {
 		// RDMA Write, into that memory.
 		first = 0
 		if !ch.write {
-			c.deregAsync(ch.rmr)
+			c.sw.putFast(ch.rmr) // not mapped yet
 			ch.rmr, ch.write = nil, true
 		}
 	}
@@ -379,13 +379,15 @@ func (c *Conn) srcAvailSendLocked(ci, n, first int, payload []byte) error {
 		ch.state = srcWantSink
 		c.sw.stats.writeRendezvous.Add(1)
 		c.nWrite++
-	} else {
-		m.STag, m.TO = ch.rmr.RKey, ch.rmr.TO(int(ch.addr-ch.rmr.Addr)+first)
-		ch.state = srcWantRdDone
-		c.sw.stats.readRendezvous.Add(1)
-		c.nRead++
+		return c.postLocked(ctlItem{m: m, src: -1}, payload)
 	}
-	return c.postLocked(ctlItem{m: m, src: -1}, payload)
+	// The rest is registered for remote read for this transfer: the
+	// SRC_AVAIL names the mapping (postLocked sets its STag and TO).
+	ch.state = srcWantRdDone
+	c.sw.stats.readRendezvous.Add(1)
+	c.nRead++
+	reg := regItem{f: ch.rmr, addr: ch.addr + rings.Addr(first), n: n - first, access: verbs.AccessRemoteRead}
+	return c.postLocked(ctlItem{m: m, src: -1, reg: reg}, payload)
 }
 
 // srcAreaLocked makes the source area: Chunks staging chunks, and as many
@@ -470,7 +472,7 @@ func (c *Conn) writeZeroCopyLocked(b []byte, addr rings.Addr) (int, error) {
 		ch := &c.src.chunks[ci]
 		*ch = chunk{idx: ci, ext: true, addr: addr + rings.Addr(off), lmr: lmr, busy: true, write: c.writeRendezvousLocked()}
 		c.zcBusy++
-		if err := c.regSourceLocked(ci, n); err != nil {
+		if err := c.regSourceLocked(ci); err != nil {
 			return off, err
 		}
 		c.zcSends++
@@ -491,9 +493,9 @@ func (c *Conn) releaseSrcLocked(ci int) {
 		return
 	}
 	if ch.ext {
-		c.deregAsyncAlso(ch.rmr, &c.zcDeregs)
+		c.dropFast(ch.rmr, &c.zcDeregs)
 	} else {
-		c.deregAsync(ch.rmr)
+		c.dropFast(ch.rmr, nil)
 	}
 	ch.rmr = nil
 	ch.busy, ch.state = false, 0
@@ -547,9 +549,11 @@ func (c *Conn) rdDoneLocked(m *Msg, wc *rings.Completion) error {
 	if err != nil {
 		return err
 	}
-	if stag := c.src.chunks[i].rmr.RKey; wc.Flags&rings.WCWithInv == 0 || uint32(wc.ImmData) != stag {
-		return fmt.Errorf("RD_DONE of transfer %d did not invalidate its STag %#x", m.ID, stag)
+	ch := &c.src.chunks[i]
+	if !c.invalidatedLocked(ch.rmr, wc) {
+		return fmt.Errorf("RD_DONE of transfer %d did not invalidate its STag %#x", m.ID, ch.rmr.STag())
 	}
+	ch.rmr = nil
 	c.releaseSrcLocked(i)
 	return nil
 }

@@ -179,6 +179,9 @@ type hostSwitch struct {
 	// (WSPMemoryRegistrationCacheCallback), so application buffers'
 	// registrations may be kept between transfers.
 	canRead, cacheCB bool
+
+	// fast is the STags per-transfer registrations are mapped under.
+	fast fastPool
 }
 
 // sinkCaps is what this side offers as a sink: RDMA Read if the provider
@@ -707,4 +710,5 @@ func (sw *hostSwitch) stop() {
 		_ = rl.Close()
 	}
 	close(sw.done)
+	sw.stopFast()
 }

@@ -125,13 +125,19 @@ func (v *Provider) invalidate(a rings.Addr, n int) {
 	}
 }
 
-// liveMRs counts live registrations overlapping [a, a+n).
+// liveMRs counts live registrations overlapping [a, a+n): regions, and
+// fast-registration STags whose mapping is not seen invalidated.
 func (v *Provider) liveMRs(a rings.Addr, n int) int {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	k := 0
 	for _, mr := range v.mrs {
 		if overlaps(uint64(mr.Addr), uint64(mr.Len), uint64(a), uint64(n)) {
+			k++
+		}
+	}
+	for f := range v.fmrs {
+		if f.liveMapping(a, n) {
 			k++
 		}
 	}

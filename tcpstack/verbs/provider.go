@@ -103,7 +103,8 @@ type Provider struct {
 	mu     sync.Mutex
 	cqs    [maxCQNum]*CQ
 	qps    map[uint32]*QP
-	mrs    map[uint32]*MR // live registrations by STag
+	mrs    map[uint32]*MR       // live registrations by STag
+	fmrs   map[*FastMR]struct{} // STags allocated for fast registration
 	caches map[*RegCache]struct{}
 	// RDMA connections being delegated, with their QP's attributes:
 	// dialled flows (initiator) and listeners (responder).
@@ -148,6 +149,7 @@ func newProvider(h *tcpstack.Host, rh tcpstack.RDMAHost) *Provider {
 		h: h, host: rh, mem: rh.Mem(),
 		qps:     make(map[uint32]*QP),
 		mrs:     make(map[uint32]*MR),
+		fmrs:    make(map[*FastMR]struct{}),
 		caches:  make(map[*RegCache]struct{}),
 		flows:   make(map[hdr.Tuple]*QPAttr),
 		listen:  make(map[listenKey]*QPAttr),
