@@ -687,6 +687,9 @@ static int emunic_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	err = pcim_enable_device(pdev);
 	if (err)
 		return err;
+	/* MSI-X messages are memory writes by the function: without bus
+	 * mastering QEMU drops them. */
+	pci_set_master(pdev);
 	err = pcim_iomap_regions(pdev, BIT(0), DRV_NAME);
 	if (err)
 		return err;

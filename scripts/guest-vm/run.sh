@@ -11,7 +11,7 @@
 # on the host TAP TAP, as eth0. SCRIPT's words are joined and run by busybox sh in the VM.
 #
 #   --ivshmem PATH      the ivshmem server's socket
-#   --vectors N         ivshmem vectors, each way (default 8; the device's --vectors)
+#   --vectors N         ivshmem vectors, each way (default 5: the device uses 1 + 4 rings one way, 3 the other)
 #   --ip CIDR           emunic0's address
 #   --virtio-tap NAME   a virtio-net NIC on this host TAP (created if missing)
 #   --virtio-ip CIDR    eth0's address
@@ -20,6 +20,7 @@
 #   --timeout S         stop the VM after S seconds (default 300)
 #   --mem SIZE          guest memory (default 768M)
 #   --dmesg             print the guest's kernel log after the script
+#   --qemu-arg ARG      one more argument for QEMU, repeatable (-d trace:ivshmem*, say)
 #   --check             exit 0 if the VM is built, else say what to run and exit 1
 #
 # Exit status: the script's; 124 when the timeout struck; 125 when the VM ended without
@@ -30,10 +31,11 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 out=${GUESTVM_OUT:-$here/out}
 
-sock='' vectors=8 addr='' vtap='' vaddr='' log='' timeout_s=300 mem=768M dmesg=0
+sock='' vectors=5 addr='' vtap='' vaddr='' log='' timeout_s=300 mem=768M dmesg=0
 modparams=()
+extra=()
 usage() {
-	sed -n '2,29s/^# \{0,1\}//p' "$0"
+	sed -n '2,30s/^# \{0,1\}//p' "$0"
 	exit "$1"
 }
 while [ $# -gt 0 ]; do
@@ -48,6 +50,7 @@ while [ $# -gt 0 ]; do
 	--timeout) timeout_s=$2 && shift ;;
 	--mem) mem=$2 && shift ;;
 	--dmesg) dmesg=1 ;;
+	--qemu-arg) extra+=("$2") && shift ;;
 	--check)
 		if [ -f "$out/build.info" ] && command -v qemu-system-x86_64 >/dev/null; then exit 0; fi
 		echo "the guest VM is not built in $out: run $here/build.sh as root" >&2
@@ -107,6 +110,7 @@ if [ -n "$vtap" ]; then
 		-device "virtio-net-pci,netdev=net0,mac=52:54:00:00:00:02")
 fi
 
+qemu+=("${extra[@]}")
 console=${log:-$tmp/console}
 set +e
 timeout -k 5 "$timeout_s" "${qemu[@]}" </dev/null 2>"$tmp/qemu.err" | tee "$console"

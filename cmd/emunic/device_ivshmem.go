@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+
+	"github.com/emunic/emunic/nic"
+	"github.com/emunic/emunic/nic/ivshmem"
+	"github.com/emunic/emunic/rings"
+)
+
+// ivshmemFlags are 'emunic device --ivshmem”s own flags.
+type ivshmemFlags struct {
+	IvshmemSocket string
+	IvshmemSize   int64
+	MAC           [6]byte
+	MTU           int
+}
+
+// add defines the flags on fs; the function it returns checks them after
+// parsing.
+func (c *ivshmemFlags) add(fs *flag.FlagSet) func() error {
+	fs.StringVar(&c.IvshmemSocket, "ivshmem", "", "serve QEMU's ivshmem-doorbell at the unix socket `PATH` (instead of --socket): a guest's emunic.ko drives the device (docs/guest.md)")
+	size := sizeValue(8 << 20)
+	fs.Var(&size, "ivshmem-size", "BAR2's `SIZE`, a power of two: the register window, then the guest driver's rings and buffers")
+	mac := "02:e3:00:00:00:01"
+	fs.StringVar(&mac, "mac", mac, "with --ivshmem: the device's station address `MAC`")
+	mtu := mtuValue(1500)
+	fs.Var(&mtu, "mtu", "with --ivshmem: the device's IP MTU `N` (68-65535)")
+	return func() error {
+		hw, err := net.ParseMAC(mac)
+		if err != nil || len(hw) != 6 {
+			return usagef("--mac %q: want six bytes such as 02:e3:00:00:00:01", mac)
+		}
+		copy(c.MAC[:], hw)
+		c.MTU = int(mtu)
+		c.IvshmemSize = int64(size)
+		if c.IvshmemSocket != "" && (c.IvshmemSize < ivshmem.MinMemSize || c.IvshmemSize&(c.IvshmemSize-1) != 0 || c.IvshmemSize > 1<<30) {
+			return usagef("--ivshmem-size %s: want a power of two from %s to 1GiB", formatSize(c.IvshmemSize), formatSize(ivshmem.MinMemSize))
+		}
+		return nil
+	}
+}
+
+// runIvshmemDevice serves the device to QEMU guests until ctx ends.
+func runIvshmemDevice(ctx context.Context, cfg deviceConfig, logger *slog.Logger, stdout io.Writer) error {
+	path := cfg.IvshmemSocket
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return fmt.Errorf("--ivshmem %s: exists and is not a socket", path)
+		}
+		if c, err := net.Dial("unix", path); err == nil {
+			c.Close()
+			return fmt.Errorf("--ivshmem %s: another server is listening there", path)
+		}
+		os.Remove(path)
+	}
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return fmt.Errorf("--ivshmem %s: %w", path, err)
+	}
+	defer os.Remove(path)
+	logf := printfTo(logger)
+	dev := ivshmem.NewDevice(ivshmem.DeviceConfig{
+		NIC:      nic.Config{MAC: cfg.MAC, MTU: cfg.MTU},
+		OpenPort: tapOpener(cfg.Tap, logger),
+		Logf:     logf,
+	})
+	srv, err := ivshmem.NewServer(ivshmem.Config{Vectors: ivshmem.DeviceVectors, MemSize: int(cfg.IvshmemSize), Logf: logf}, dev)
+	if err != nil {
+		l.Close()
+		return err
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(l) }()
+	logger.Info(fmt.Sprintf("ivshmem server on %s: QEMU -chardev socket,path=%s,id=ivs -device ivshmem-doorbell,chardev=ivs,vectors=%d",
+		path, path, ivshmem.DeviceVectors), "socket", path, "tap", cfg.Tap)
+	select {
+	case <-ctx.Done():
+		l.Close()
+		err = <-done
+	case err = <-done:
+	}
+	st, ds, m := srv.Stats(), dev.Stats(), dev.Registers()
+	fmt.Fprintf(stdout, "device: %d guests (%d gone, %d refused), %d doorbells, %d register-window scans, %d register writes (%d refused), %d doorbells on unknown vectors\n",
+		st.Guests, st.Gone, st.Refused, st.Doorbells, ds.Window.Scans, ds.Window.Writes, ds.Window.Refused, ds.BadVectors)
+	fmt.Fprintf(stdout, "registers:")
+	for id := rings.RegCounterID(0); id < rings.Bar0RegCounters; id++ {
+		fmt.Fprintf(stdout, " %s %d", id, m.Counter(id))
+	}
+	fmt.Fprintln(stdout)
+	if err != nil && !errors.Is(err, net.ErrClosed) {
+		return err
+	}
+	return nil
+}
