@@ -78,7 +78,7 @@ func parseDeviceFlags(args []string, stdout io.Writer) (deviceConfig, error) {
 		return cfg, nil
 	}
 	if cfg.Socket == "" {
-		return cfg, usagef("--socket PATH or --ivshmem PATH is required (see 'emunic device --help')")
+		return cfg, usagef("--socket PATH is required, or --ivshmem PATH (see 'emunic device --help')")
 	}
 	return cfg, nil
 }
