@@ -13,6 +13,7 @@ import (
 	"github.com/emunic/emunic/nic"
 	"github.com/emunic/emunic/nic/ivshmem"
 	"github.com/emunic/emunic/rings"
+	"github.com/emunic/emunic/trace"
 )
 
 // ivshmemFlags are 'emunic device --ivshmem”s own flags.
@@ -21,6 +22,7 @@ type ivshmemFlags struct {
 	IvshmemSize   int64
 	MAC           [6]byte
 	MTU           int
+	Trace         string
 }
 
 // add defines the flags on fs; the function it returns checks them after
@@ -33,6 +35,7 @@ func (c *ivshmemFlags) add(fs *flag.FlagSet) func() error {
 	fs.StringVar(&mac, "mac", mac, "with --ivshmem: the device's station address `MAC`")
 	mtu := mtuValue(1500)
 	fs.Var(&mtu, "mtu", "with --ivshmem: the device's IP MTU `N` (68-65535)")
+	fs.StringVar(&c.Trace, "trace", "", "with --ivshmem: record a ring trace of every enable in `FILE` (docs/trace.md; 'emunic trace replay FILE' replays it)")
 	return func() error {
 		hw, err := net.ParseMAC(mac)
 		if err != nil || len(hw) != 6 {
@@ -67,11 +70,37 @@ func runIvshmemDevice(ctx context.Context, cfg deviceConfig, logger *slog.Logger
 	}
 	defer os.Remove(path)
 	logf := printfTo(logger)
-	dev := ivshmem.NewDevice(ivshmem.DeviceConfig{
+	dc := ivshmem.DeviceConfig{
 		NIC:      nic.Config{MAC: cfg.MAC, MTU: cfg.MTU},
 		OpenPort: tapOpener(cfg.Tap, logger),
 		Logf:     logf,
-	})
+	}
+	if cfg.Trace != "" {
+		f, err := os.Create(cfg.Trace)
+		if err != nil {
+			l.Close()
+			return err
+		}
+		w, err := trace.NewWriter(f, trace.Header{Args: append([]string{"device"}, os.Args[2:]...), Clock: "monotonic"})
+		if err != nil {
+			f.Close()
+			l.Close()
+			return err
+		}
+		defer func() {
+			if err := w.Close(); err != nil {
+				logger.Error(fmt.Sprintf("trace %s: %v", cfg.Trace, err))
+				return
+			}
+			fmt.Fprintf(stdout, "trace: %d records in %s\n", w.Records(), cfg.Trace)
+		}()
+		enables := 0
+		dc.NewTracer = func() nic.Tracer {
+			enables++
+			return w.NewDevice(fmt.Sprintf("guest-enable-%d", enables))
+		}
+	}
+	dev := ivshmem.NewDevice(dc)
 	srv, err := ivshmem.NewServer(ivshmem.Config{Vectors: ivshmem.DeviceVectors, MemSize: int(cfg.IvshmemSize), Logf: logf}, dev)
 	if err != nil {
 		l.Close()

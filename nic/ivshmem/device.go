@@ -42,6 +42,9 @@ type DeviceConfig struct {
 	// OpenPort opens the device's port at each enable; the device closes
 	// it when it stops.
 	OpenPort func() (port.Port, error)
+	// NewTracer, when set, gives each enable's NIC its tracer (a ring
+	// trace recorder, docs/trace.md): every enable is a device of its own.
+	NewTracer func() nic.Tracer
 	// Logf, when set, gets one line per event.
 	Logf func(format string, args ...any)
 }
@@ -196,6 +199,9 @@ func (b backend) Start(s regs.Setup) (rings.Doorbell, error) {
 	}
 	if s.ModCount != 0 {
 		cfg.IntrCount = int(s.ModCount)
+	}
+	if d.cfg.NewTracer != nil {
+		cfg.Tracer = d.cfg.NewTracer()
 	}
 	dev, err := nic.New(cfg, d.arena, p)
 	if err != nil {
