@@ -12,6 +12,7 @@ import (
 
 	"github.com/emunic/emunic/nic"
 	"github.com/emunic/emunic/nic/ivshmem"
+	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/rings"
 	"github.com/emunic/emunic/trace"
 )
@@ -94,6 +95,23 @@ func runIvshmemDevice(ctx context.Context, cfg deviceConfig, logger *slog.Logger
 			}
 			fmt.Fprintf(stdout, "trace: %d records in %s\n", w.Records(), cfg.Trace)
 		}()
+		// A traced unit polls its port, which a TAP cannot be polled
+		// as: the device gets one end of an in-memory wire, spliced to
+		// the TAP (the trace records the frames at the wire).
+		openTAP := dc.OpenPort
+		dc.OpenPort = func() (port.Port, error) {
+			tap, err := openTAP()
+			if err != nil {
+				return nil, err
+			}
+			a, b, err := port.NewWire(port.WireConfig{Name: "guest-tap"})
+			if err != nil {
+				tap.Close()
+				return nil, err
+			}
+			port.Splice(b, tap)
+			return a, nil
+		}
 		enables := 0
 		dc.NewTracer = func() nic.Tracer {
 			enables++

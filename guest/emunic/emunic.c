@@ -43,6 +43,10 @@ static unsigned int ring_entries = 256;
 module_param(ring_entries, uint, 0444);
 MODULE_PARM_DESC(ring_entries, "entries of the transmit and receive rings (a power of two, 16 to 1024)");
 
+static bool counters = true;
+module_param(counters, bool, 0444);
+MODULE_PARM_DESC(counters, "register the counter area (ethtool -S shows the device's counters)");
+
 /* Every legacy buffer holds a whole frame of the device's MTU. */
 #define BUF_SIZE 2048
 #define CMD_ENTRIES 16
@@ -307,7 +311,7 @@ static int emunic_enable(struct emunic *e)
 		netdev_err(e->ndev, "the device has no legacy rings (features %#x)\n", have);
 		return -ENODEV;
 	}
-	if (have & EMUNIC_FEAT_COUNTERS)
+	if (counters && (have & EMUNIC_FEAT_COUNTERS))
 		feat |= EMUNIC_FEAT_COUNTERS;
 	/* One commit for the configuration, applied in register order; the
 	 * enable after it, in a commit of its own. */

@@ -180,6 +180,14 @@ func (d *Device) Detach(g *Guest) {
 type backend struct{ d *Device }
 
 func (b backend) Start(s regs.Setup) (rings.Doorbell, error) {
+	door, err := b.start(s)
+	if err != nil {
+		b.d.logf("ivshmem: enable refused: %v", err)
+	}
+	return door, err
+}
+
+func (b backend) start(s regs.Setup) (rings.Doorbell, error) {
 	d := b.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
