@@ -129,9 +129,11 @@ func (g *guestRig) stop() string {
 // bootGuest runs the VM's script on the rig's device and returns its console.
 func bootGuest(ctx context.Context, t testing.TB, run string, g *guestRig, script string, args ...string) (string, error) {
 	t.Helper()
-	argv := append([]string{"--ivshmem", g.sock, "--ip", guestIP + "/24", "--timeout", "900"}, args...)
+	// QEMU runs in the rig's namespace too: a virtio-net TAP it makes
+	// (the benchmark's baseline) is then beside the device's.
+	argv := append([]string{"netns", "exec", g.ns.name, run, "--ivshmem", g.sock, "--ip", guestIP + "/24", "--timeout", "900"}, args...)
 	argv = append(append(argv, "--"), script)
-	cmd := exec.CommandContext(ctx, run, argv...)
+	cmd := exec.CommandContext(ctx, "ip", argv...)
 	var console syncBuffer
 	cmd.Stdout, cmd.Stderr = &console, &console
 	err := cmd.Run()
@@ -150,58 +152,69 @@ func consoleValue(console, key string) string {
 	return ""
 }
 
-// guestSinkServer takes one connection in the namespace and returns the
-// SHA-256 of what arrived and its length.
-func guestSinkServer(t testing.TB, ns *netns) <-chan [2]string {
+// guestXfer is what one end of a guest transfer saw.
+type guestXfer struct {
+	sha  string        // SHA-256 of the bytes, hex
+	n    int64         // bytes
+	took time.Duration // from the connection to the last byte
+	err  error
+}
+
+// guestSinkServer takes one connection at addr in the namespace and
+// returns what arrived.
+func guestSinkServer(t testing.TB, ns *netns, addr string) <-chan guestXfer {
 	t.Helper()
 	var l net.Listener
 	if err := ns.do(func() (err error) {
-		l, err = net.Listen("tcp4", fmt.Sprintf("%s:%d", guestPeerIP, guestSink))
+		l, err = net.Listen("tcp4", addr)
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
-	res := make(chan [2]string, 1)
+	res := make(chan guestXfer, 1)
 	go func() {
 		defer l.Close()
 		c, err := l.Accept()
 		if err != nil {
-			res <- [2]string{"", err.Error()}
+			res <- guestXfer{err: err}
 			return
 		}
 		defer c.Close()
+		start := time.Now()
 		h := sha256.New()
 		n, err := io.Copy(h, c)
-		if err != nil {
-			res <- [2]string{"", err.Error()}
-			return
-		}
-		res <- [2]string{hex.EncodeToString(h.Sum(nil)), strconv.FormatInt(n, 10)}
+		res <- guestXfer{sha: hex.EncodeToString(h.Sum(nil)), n: n, took: time.Since(start), err: err}
 	}()
 	t.Cleanup(func() { l.Close() })
 	return res
 }
 
 // guestSourceClient connects from the namespace to the guest's listener
-// once it listens (a refused connection is tried again until ctx ends),
-// sends n random bytes and returns their SHA-256.
-func guestSourceClient(ctx context.Context, ns *netns, n int64) <-chan [2]string {
-	res := make(chan [2]string, 1)
+// at addr once it listens (a refused connection is tried again until ctx
+// ends), after start is closed, and sends n random bytes.
+func guestSourceClient(ctx context.Context, ns *netns, addr string, n int64, start <-chan struct{}) <-chan guestXfer {
+	res := make(chan guestXfer, 1)
 	go func() {
+		select {
+		case <-start:
+		case <-ctx.Done():
+			res <- guestXfer{err: ctx.Err()}
+			return
+		}
 		var c net.Conn
 		for {
 			err := ns.do(func() (err error) {
 				var d net.Dialer
 				dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 				defer cancel()
-				c, err = d.DialContext(dctx, "tcp4", fmt.Sprintf("%s:%d", guestIP, guestSource))
+				c, err = d.DialContext(dctx, "tcp4", addr)
 				return err
 			})
 			if err == nil {
 				break
 			}
 			if ctx.Err() != nil {
-				res <- [2]string{"", err.Error()}
+				res <- guestXfer{err: err}
 				return
 			}
 			// Refused (the guest's nc is not listening yet): the next
@@ -211,15 +224,22 @@ func guestSourceClient(ctx context.Context, ns *netns, n int64) <-chan [2]string
 			case <-time.After(200 * time.Millisecond):
 			}
 		}
-		defer c.Close()
+		t0 := time.Now()
 		h := sha256.New()
-		if _, err := io.CopyN(io.MultiWriter(c, h), rand.Reader, n); err != nil {
-			res <- [2]string{"", err.Error()}
-			return
+		_, err := io.CopyN(io.MultiWriter(c, h), rand.Reader, n)
+		if cerr := c.Close(); err == nil {
+			err = cerr
 		}
-		res <- [2]string{hex.EncodeToString(h.Sum(nil)), ""}
+		res <- guestXfer{sha: hex.EncodeToString(h.Sum(nil)), n: n, took: time.Since(t0), err: err}
 	}()
 	return res
+}
+
+// closed is a channel that is closed.
+func closed() <-chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
 }
 
 // guestScript is what TestGuestDriver runs in the VM; @BYTES@ is the bytes
@@ -289,8 +309,8 @@ func TestGuestDriver(t *testing.T) {
 	g := newGuestRig(t, exe)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	sink := guestSinkServer(t, g.ns)
-	source := guestSourceClient(ctx, g.ns, n)
+	sink := guestSinkServer(t, g.ns, fmt.Sprintf("%s:%d", guestPeerIP, guestSink))
+	source := guestSourceClient(ctx, g.ns, fmt.Sprintf("%s:%d", guestIP, guestSource), n, closed())
 
 	console, err := bootGuest(ctx, t, run, g, strings.ReplaceAll(guestScript, "@BYTES@", strconv.FormatInt(n, 10)), "--mem", "1G")
 	report := g.stop()
@@ -302,12 +322,12 @@ func TestGuestDriver(t *testing.T) {
 		t.Errorf("ping: %q replies of 3", got)
 	}
 	out := <-sink
-	if want := consoleValue(console, "GUEST-SHA-OUT"); out[0] != want || out[1] != strconv.FormatInt(n, 10) {
-		t.Errorf("guest → peer: the peer got %s bytes with SHA-256 %s (%s); the guest sent %d with %s", out[1], out[0], out[1], n, want)
+	if want := consoleValue(console, "GUEST-SHA-OUT"); out.err != nil || out.sha != want || out.n != n {
+		t.Errorf("guest → peer: the peer got %d bytes with SHA-256 %s (%v); the guest sent %d with %s", out.n, out.sha, out.err, n, want)
 	}
 	in := <-source
-	if got := consoleValue(console, "GUEST-SHA-IN"); in[0] == "" || got != in[0] {
-		t.Errorf("peer → guest: the guest got SHA-256 %s; the peer sent %s (%s)", got, in[0], in[1])
+	if got := consoleValue(console, "GUEST-SHA-IN"); in.err != nil || got != in.sha {
+		t.Errorf("peer → guest: the guest got SHA-256 %s; the peer sent %s (%v)", got, in.sha, in.err)
 	}
 	for _, k := range []string{"GUEST-RELOAD-PING reload", "GUEST-RELOAD-PING garbage"} {
 		if got := consoleValue(console, k); got != "2" {
@@ -363,7 +383,7 @@ func TestGuestTraceReplay(t *testing.T) {
 	g := newGuestRig(t, exe, "--trace", tr)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	sink := guestSinkServer(t, g.ns)
+	sink := guestSinkServer(t, g.ns, fmt.Sprintf("%s:%d", guestPeerIP, guestSink))
 	script := `ping -c 2 -W 5 ` + guestPeerIP + ` >/dev/null || exit 11
 head -c 1048576 /dev/urandom >/tmp/out
 echo "GUEST-SHA-OUT $(sha256sum </tmp/out | cut -d' ' -f1)"
@@ -373,8 +393,8 @@ nc ` + guestPeerIP + ` ` + strconv.Itoa(guestSink) + ` </tmp/out || exit 12`
 	if err != nil {
 		t.Fatalf("the guest failed: %v\nconsole:\n%s", err, console)
 	}
-	if out := <-sink; out[0] != consoleValue(console, "GUEST-SHA-OUT") {
-		t.Fatalf("the peer got SHA-256 %s (%s), the guest sent %s", out[0], out[1], consoleValue(console, "GUEST-SHA-OUT"))
+	if out := <-sink; out.err != nil || out.sha != consoleValue(console, "GUEST-SHA-OUT") {
+		t.Fatalf("the peer got SHA-256 %s (%v), the guest sent %s", out.sha, out.err, consoleValue(console, "GUEST-SHA-OUT"))
 	}
 	if !strings.Contains(report, "trace: ") {
 		t.Fatalf("no trace in the device's report:\n%s", report)
