@@ -42,7 +42,14 @@ const testVectors = 4
 
 func serve(t *testing.T, d *fakeDevice) (*Server, string) {
 	t.Helper()
-	s, err := NewServer(Config{Vectors: testVectors, MemSize: 1 << 20, Logf: t.Logf}, d)
+	return serveHandler(t, testVectors, d)
+}
+
+// serveHandler serves h with vectors vectors on a socket of the test's
+// until the test ends.
+func serveHandler(t *testing.T, vectors int, h Handler) (*Server, string) {
+	t.Helper()
+	s, err := NewServer(Config{Vectors: vectors, MemSize: 1 << 20, Logf: t.Logf}, h)
 	if err != nil {
 		t.Fatal(err)
 	}
