@@ -135,8 +135,8 @@ func runIvshmemDevice(ctx context.Context, cfg deviceConfig, logger *slog.Logger
 	case err = <-done:
 	}
 	st, ds, m := srv.Stats(), dev.Stats(), dev.Registers()
-	fmt.Fprintf(stdout, "device: %d guests (%d gone, %d refused), %d doorbells, %d register-window scans, %d register writes (%d refused), %d doorbells on unknown vectors\n",
-		st.Guests, st.Gone, st.Refused, st.Doorbells, ds.Window.Scans, ds.Window.Writes, ds.Window.Refused, ds.BadVectors)
+	fmt.Fprintf(stdout, "device: %d guests (%d gone, %d refused), %d doorbells, %d register-window scans, %d register accesses refused, %d doorbells on unknown vectors\n",
+		st.Guests, st.Gone, st.Refused, st.Doorbells, ds.Scans, ds.Refused, ds.BadVectors)
 	fmt.Fprintf(stdout, "registers:")
 	for id := rings.RegCounterID(0); id < rings.Bar0RegCounters; id++ {
 		fmt.Fprintf(stdout, " %s %d", id, m.Counter(id))

@@ -175,8 +175,12 @@ func (cl *Client) Wait(v int, timeout time.Duration) (uint64, error) {
 	return binary.NativeEndian.Uint64(b[:]), nil
 }
 
-// Close disconnects: the server sees the guest go.
+// Close disconnects: the server sees the guest go. Only the first call
+// does anything.
 func (cl *Client) Close() error {
+	if cl.c == nil {
+		return nil
+	}
 	for _, fs := range cl.peers {
 		for _, f := range fs {
 			f.Close()
@@ -189,5 +193,7 @@ func (cl *Client) Close() error {
 		unix.Munmap(cl.Mem)
 		cl.Mem = nil
 	}
-	return cl.c.Close()
+	c := cl.c
+	cl.c, cl.peers, cl.own = nil, nil, nil
+	return c.Close()
 }

@@ -57,12 +57,11 @@ type Device struct {
 	model *regs.Model
 
 	mu    sync.Mutex
-	win   *Window
+	win   *regs.Window // the guest's register window, nil without a guest
 	arena *rings.Arena
 	dev   *nic.Device // running while the model is enabled
 
-	badVectors atomic.Uint64
-	winTotal   WindowStats // the windows of guests that went
+	scans, refused, badVectors atomic.Uint64
 }
 
 // NewDevice makes the device, with no guest attached.
@@ -90,24 +89,23 @@ func (d *Device) NIC() *nic.Device {
 	return d.dev
 }
 
-// DeviceStats counts what the transport saw.
+// DeviceStats counts what the transport saw, over all guests.
 type DeviceStats struct {
-	Window WindowStats
+	// Scans counts the guest's "register window changed" doorbells
+	// (vector 0); those that came together are one scan of the window.
+	Scans uint64
+	// Refused counts the register writes found in the window, and the
+	// ring doorbells, that the register model refused (the model counts
+	// them by kind: rings.RegCounterID).
+	Refused uint64
 	// BadVectors counts doorbells on vectors that mean nothing: QEMU
 	// delivers a guest's doorbell for any vector the server connected.
 	BadVectors uint64
 }
 
-// Stats returns the transport's counters, over all guests.
+// Stats returns the transport's counters.
 func (d *Device) Stats() DeviceStats {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	w := d.winTotal
-	if d.win != nil {
-		s := d.win.Stats()
-		w.Scans, w.Writes, w.Refused = w.Scans+s.Scans, w.Writes+s.Writes, w.Refused+s.Refused
-	}
-	return DeviceStats{Window: w, BadVectors: d.badVectors.Load()}
+	return DeviceStats{Scans: d.scans.Load(), Refused: d.refused.Load(), BadVectors: d.badVectors.Load()}
 }
 
 func (d *Device) logf(format string, args ...any) {
@@ -134,8 +132,11 @@ func (d *Device) Attach(g *Guest) error {
 	d.arena = a
 	d.mu.Unlock()
 	d.model.AttachMemory(regs.Memory{Base: a.Base(), Size: uint64(a.Size()), First: rings.Bar0Bytes})
-	d.model.AttachVectors(out)
-	w := NewWindow(d.model, g.Mem)
+	w := regs.NewWindow(d.model, g.Mem)
+	// Each interrupt first puts the vector's cause and the pending bits
+	// into the window, for the handler to read.
+	d.model.AttachVectors(w.Interrupts(out))
+	w.Publish()
 	d.mu.Lock()
 	d.win = w
 	d.mu.Unlock()
@@ -152,10 +153,12 @@ func (d *Device) Doorbell(g *Guest, v int, n uint64) {
 	switch {
 	case w == nil:
 	case v == VecRegisters:
-		w.Scan()
+		d.scans.Add(n)
+		d.refused.Add(uint64(len(w.Changed())))
 	case v >= VecRing(0) && v < VecRing(rings.Bar0Rings):
-		r := v - VecRing(0)
-		w.Doorbell(r, d.model.Doorbell(r), d.model.Enabled())
+		if w.Doorbell(v-VecRing(0)) != rings.ErrNone {
+			d.refused.Add(1)
+		}
 	default:
 		d.badVectors.Add(n)
 	}
@@ -164,14 +167,10 @@ func (d *Device) Doorbell(g *Guest, v int, n uint64) {
 // Detach resets the device (stopping the NIC if it ran) and forgets the
 // guest's memory and vectors, ready for the next guest.
 func (d *Device) Detach(g *Guest) {
-	d.model.Detach()
+	// QEMU closing the socket is the guest's end, orderly or not: a
+	// device still enabled then is counted as a host gone.
+	d.model.Detach(true)
 	d.mu.Lock()
-	if d.win != nil {
-		s := d.win.Stats()
-		d.winTotal.Scans += s.Scans
-		d.winTotal.Writes += s.Writes
-		d.winTotal.Refused += s.Refused
-	}
 	d.win, d.arena = nil, nil
 	d.mu.Unlock()
 }
