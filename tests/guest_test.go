@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -129,15 +130,25 @@ func (g *guestRig) stop() string {
 // bootGuest runs the VM's script on the rig's device and returns its console.
 func bootGuest(ctx context.Context, t testing.TB, run string, g *guestRig, script string, args ...string) (string, error) {
 	t.Helper()
+	cmd, console := guestCmd(ctx, run, g, script, args...)
+	err := cmd.Run()
+	return console.String(), err
+}
+
+// guestCmd is the command that boots the VM in the rig's namespace, in a
+// process group of its own (cancelling ctx kills the group), and the
+// console it writes.
+func guestCmd(ctx context.Context, run string, g *guestRig, script string, args ...string) (*exec.Cmd, *syncBuffer) {
 	// QEMU runs in the rig's namespace too: a virtio-net TAP it makes
 	// (the benchmark's baseline) is then beside the device's.
 	argv := append([]string{"netns", "exec", g.ns.name, run, "--ivshmem", g.sock, "--ip", guestIP + "/24", "--timeout", "900"}, args...)
 	argv = append(append(argv, "--"), script)
 	cmd := exec.CommandContext(ctx, "ip", argv...)
-	var console syncBuffer
-	cmd.Stdout, cmd.Stderr = &console, &console
-	err := cmd.Run()
-	return console.String(), err
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	console := new(syncBuffer)
+	cmd.Stdout, cmd.Stderr = console, console
+	return cmd, console
 }
 
 // consoleValue is the word after "KEY " on the console's line that starts
@@ -404,4 +415,87 @@ nc ` + guestPeerIP + ` ` + strconv.Itoa(guestSink) + ` </tmp/out || exit 12`
 		t.Fatalf("emunic trace replay: %v\n%s", err, out)
 	}
 	t.Logf("%s", strings.TrimSpace(string(out)))
+}
+
+// TestGuestVanishes kills a guest's QEMU while it streams data through the
+// device, then boots another guest on the same device process: the device
+// counts the guest that went while enabled, resets, and serves the next
+// one from fresh memory (its ping works).
+func TestGuestVanishes(t *testing.T) {
+	run := requireGuestVM(t)
+	exe := buildEmunic(t)
+	g := newGuestRig(t, exe)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	// The peer counts what arrives; the connection never ends (the guest
+	// vanishes without a FIN), so it is closed when the test ends.
+	var l net.Listener
+	if err := g.ns.do(func() (err error) {
+		l, err = net.Listen("tcp4", fmt.Sprintf("%s:%d", guestPeerIP, guestSink))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var got atomic.Int64
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		t.Cleanup(func() { c.Close() })
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := c.Read(buf)
+			got.Add(int64(n))
+			if err != nil {
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() { l.Close() })
+	// The guest streams until it is killed, mid-transfer: once the peer
+	// has taken 4 MiB.
+	pidfile := filepath.Join(t.TempDir(), "qemu.pid")
+	cmd, console := guestCmd(ctx, run, g, `nc `+guestPeerIP+` `+strconv.Itoa(guestSink)+` </dev/zero`, "--pidfile", pidfile)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	for deadline := time.Now().Add(2 * time.Minute); got.Load() < 4<<20; {
+		select {
+		case err := <-exited:
+			t.Fatalf("the guest ended before streaming (%v):\n%s", err, console.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the guest did not stream 4 MiB in 2 minutes (%d bytes):\n%s", got.Load(), console.String())
+		}
+	}
+	// QEMU is killed by its own process ID: run.sh's timeout puts it in
+	// a process group of its own.
+	pid, err := os.ReadFile(pidfile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qemu, err := strconv.Atoi(strings.TrimSpace(string(pid)))
+	if err != nil {
+		t.Fatalf("QEMU's pidfile: %q", pid)
+	}
+	if err := syscall.Kill(qemu, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-exited
+	// The next guest, on the same device process.
+	c2, err := bootGuest(ctx, t, run, g, `ping -c 2 -W 5 `+guestPeerIP+` >/tmp/ping; echo "GUEST-PING $(grep -c 'bytes from' /tmp/ping)"`)
+	report := g.stop()
+	if err != nil {
+		t.Fatalf("the next guest failed: %v\n%s", err, c2)
+	}
+	if got := consoleValue(c2, "GUEST-PING"); got != "2" {
+		t.Errorf("the next guest's ping: %q replies of 2", got)
+	}
+	if !regexp.MustCompile(`device: 2 guests \(2 gone`).MatchString(report) || !regexp.MustCompile(`host_gone [12] `).MatchString(report) {
+		t.Errorf("the device's report does not show two guests, one gone while enabled:\n%s", report)
+	}
 }

@@ -21,6 +21,7 @@
 #   --mem SIZE          guest memory (default 768M)
 #   --dmesg             print the guest's kernel log after the script
 #   --qemu-arg ARG      one more argument for QEMU, repeatable (-d trace:ivshmem*, say)
+#   --pidfile FILE      QEMU writes its process ID there (to kill the guest from outside)
 #   --check             exit 0 if the VM is built, else say what to run and exit 1
 #
 # Exit status: the script's; 124 when the timeout struck; 125 when the VM ended without
@@ -35,7 +36,7 @@ sock='' vectors=5 addr='' vtap='' vaddr='' log='' timeout_s=300 mem=768M dmesg=0
 modparams=()
 extra=()
 usage() {
-	sed -n '2,30s/^# \{0,1\}//p' "$0"
+	sed -n '2,31s/^# \{0,1\}//p' "$0"
 	exit "$1"
 }
 while [ $# -gt 0 ]; do
@@ -51,6 +52,7 @@ while [ $# -gt 0 ]; do
 	--mem) mem=$2 && shift ;;
 	--dmesg) dmesg=1 ;;
 	--qemu-arg) extra+=("$2") && shift ;;
+	--pidfile) extra+=(-pidfile "$2") && shift ;;
 	--check)
 		if [ -f "$out/build.info" ] && command -v qemu-system-x86_64 >/dev/null; then exit 0; fi
 		echo "the guest VM is not built in $out: run $here/build.sh as root" >&2
