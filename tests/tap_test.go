@@ -280,7 +280,7 @@ func echoHost(t *testing.T, cfg board.HostConfig, tap *port.TAPPort) *board.Host
 }
 
 // buildEmunic builds the emunic command into a temporary directory.
-func buildEmunic(t *testing.T) string {
+func buildEmunic(t testing.TB) string {
 	t.Helper()
 	gobin, err := exec.LookPath("go")
 	if err != nil {

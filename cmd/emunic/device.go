@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 
@@ -16,7 +17,7 @@ import (
 var deviceCmd = &command{
 	name:     "device",
 	summary:  "the emulated NIC alone, in its own process, for a host that attaches over a socket",
-	synopsis: "--socket PATH [--tap NAME] [--metrics ADDR]",
+	synopsis: "--socket PATH [--tap NAME] [--metrics ADDR] | --ivshmem PATH --tap NAME [--mac MAC] [--mtu N] [--ivshmem-size SIZE]",
 	about: `
 Runs the emulated NIC (the offload unit, its engines and its port) as a
 process of its own, in the manner of vhost-user: a host process connects to
@@ -32,16 +33,26 @@ The port: with --tap the device attaches to the Linux TAP device NAME itself
 (hosts then need not bring one); without it the host must send its port with
 the configuration (a socket to a wire in the host's process), as the emulated
 hosts the tests make with EMUNIC_SPLIT=1 do. On SIGINT or SIGTERM it stops
-and prints its counters.`,
+and prints its counters.
+
+With --ivshmem PATH instead of --socket, the device is an ivshmem server
+for QEMU's ivshmem-doorbell device (docs/guest.md): a guest's kernel driver
+(emunic.ko) programs it through the register window at the start of BAR2
+(docs/bar0.md) and places its rings and buffers in the rest of BAR2, and the
+device's interrupts are the ivshmem device's MSI-X vectors. QEMU needs
+-chardev socket,path=PATH,id=ivs -device ivshmem-doorbell,chardev=ivs,vectors=5.
+The port is the TAP --tap names; one guest at a time.`,
 	examples: `  emunic device --socket /run/emunic/nic0.sock
   emunic device --socket /run/emunic/nic0.sock --tap emu0
-  emunic device --socket /run/emunic/nic0.sock --metrics 127.0.0.1:9100`,
+  emunic device --socket /run/emunic/nic0.sock --metrics 127.0.0.1:9100
+  emunic device --ivshmem /run/emunic/ivshmem.sock --tap emu0`,
 }
 
 type deviceConfig struct {
 	Socket  string
 	Tap     string
 	Metrics string
+	ivshmemFlags
 }
 
 func parseDeviceFlags(args []string, stdout io.Writer) (deviceConfig, error) {
@@ -50,11 +61,24 @@ func parseDeviceFlags(args []string, stdout io.Writer) (deviceConfig, error) {
 	fs.StringVar(&cfg.Socket, "socket", "", "the setup socket's `PATH` (created; a stale socket there is replaced)")
 	fs.StringVar(&cfg.Tap, "tap", "", "attach the device's port to the TAP device `NAME` (created if missing)")
 	fs.StringVar(&cfg.Metrics, "metrics", "", "serve the counters at `ADDR` (host:port): Prometheus text at /metrics, expvar JSON at /debug/vars")
+	iv := cfg.ivshmemFlags.add(fs)
 	if err := parse(deviceCmd, fs, args, stdout); err != nil {
 		return cfg, err
 	}
+	if err := iv(); err != nil {
+		return cfg, err
+	}
+	if cfg.IvshmemSocket != "" {
+		if cfg.Socket != "" {
+			return cfg, usagef("--socket and --ivshmem: one or the other")
+		}
+		if cfg.Tap == "" {
+			return cfg, usagef("--ivshmem needs --tap NAME: the device's port")
+		}
+		return cfg, nil
+	}
 	if cfg.Socket == "" {
-		return cfg, usagef("--socket PATH is required (see 'emunic device --help')")
+		return cfg, usagef("--socket PATH is required, or --ivshmem PATH (see 'emunic device --help')")
 	}
 	return cfg, nil
 }
@@ -65,6 +89,9 @@ func runDeviceCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 		return err
 	}
 	logger := newLogger(stderr)
+	if cfg.IvshmemSocket != "" {
+		return runIvshmemDevice(ctx, cfg, logger, stdout)
+	}
 	if fi, err := os.Lstat(cfg.Socket); err == nil {
 		if fi.Mode()&os.ModeSocket == 0 {
 			return fmt.Errorf("--socket %s: exists and is not a socket", cfg.Socket)
@@ -84,16 +111,7 @@ func runDeviceCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	defer os.Remove(cfg.Socket)
 	sc := split.ServerConfig{Logf: printfTo(logger)}
 	if cfg.Tap != "" {
-		sc.OpenPort = func() (port.Port, error) {
-			tap, err := port.OpenTAP(cfg.Tap)
-			if err != nil {
-				return nil, err
-			}
-			if err := tap.SetUp(true); err != nil {
-				logger.Warn(fmt.Sprintf("%v; bring it up with: ip link set %s up", err, tap.Name()), "tap", tap.Name())
-			}
-			return tap, nil
-		}
+		sc.OpenPort = tapOpener(cfg.Tap, logger)
 	}
 	srv := split.NewServer(sc)
 	if cfg.Metrics != "" {
@@ -147,4 +165,19 @@ func deviceMetrics(srv *split.Server) []metric {
 		out = append(out, structMetrics("emunic_ring", fmt.Sprintf("ring=%q", r.name), "ring mechanics, the device's side", r.st)...)
 	}
 	return append(out, structMetrics("emunic_engine", "", "the delegated TCP engine", d.EngineCounters())...)
+}
+
+// tapOpener opens the TAP name as a device's port, up, each time it is
+// called (a device closes its port when it stops).
+func tapOpener(name string, logger *slog.Logger) func() (port.Port, error) {
+	return func() (port.Port, error) {
+		tap, err := port.OpenTAP(name)
+		if err != nil {
+			return nil, err
+		}
+		if err := tap.SetUp(true); err != nil {
+			logger.Warn(fmt.Sprintf("%v; bring it up with: ip link set %s up", err, tap.Name()), "tap", tap.Name())
+		}
+		return tap, nil
+	}
 }
