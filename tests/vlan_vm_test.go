@@ -48,8 +48,9 @@ import (
 // must account for every frame of it: a frame the VM sent tagged with the
 // other VLAN, or untagged, is one rx_drop_vlan, as is each frame the other
 // emulated host sent (the hub repeats it); a bad tag is one
-// rx_drop_bad_vlan; and every frame a host sent reached the VM tagged with
-// its VLAN. VLAN ID 4095 cannot be sent this way (Linux refuses the
+// rx_drop_bad_vlan; a frame on a host's VLAN to another unicast MAC is one
+// rx_drop_not_for_us; and every frame a host sent reached the VM tagged
+// with its VLAN. VLAN ID 4095 cannot be sent this way (Linux refuses the
 // interface: the test checks it does); the device's in-process tests
 // cover it.
 func TestVLANTrunkVM(t *testing.T) {
