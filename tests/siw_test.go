@@ -320,10 +320,41 @@ func runSiwGroup(t *testing.T, run, exe string, g siwGroup, gi int) {
 	for _, p := range g.params {
 		args = append(args, "--siw-param", p)
 	}
+	con, vmErr := startSiwVM(t, ctx, run, append(args, "--", script.String()), "siw "+strings.Join(g.params, " "))
+	for _, s := range sessions {
+		if !s.c.vmServer {
+			continue
+		}
+		if !con.wait("SIWT-LISTEN "+s.c.name, 3*time.Minute) {
+			t.Fatalf("%s: the VM's server never listened", s.c.name)
+		}
+		startSiwEmu(t, ctx, exe, s, vmAddr)
+		checkSiwEmuResult(t, s, <-s.done)
+	}
+	if !con.wait("SIWVM-RESULT", 3*time.Minute) {
+		t.Fatalf("the VM did not finish its script")
+	}
+	if err := <-vmErr; err != nil {
+		t.Errorf("the VM: %v", err)
+	}
+	tshark, _ := exec.LookPath("tshark")
+	for _, s := range sessions {
+		if !s.c.vmServer {
+			checkSiwEmuResult(t, s, <-s.done)
+		}
+		checkSiwSession(t, con, s, tshark)
+	}
+}
+
+// startSiwVM boots the siw VM with run.sh's args and returns its console
+// as it comes, and run.sh's exit. Cancelling ctx stops the VM; the test's
+// cleanup waits for it and logs the console under label.
+func startSiwVM(t *testing.T, ctx context.Context, run string, args []string, label string) (*siwConsole, chan error) {
+	t.Helper()
 	// Not -q: run.sh filters its console through awk for that, and
 	// Debian's mawk reads its input in blocks, so the lines would come
 	// late.
-	vm := exec.CommandContext(ctx, run, append(args, "--", script.String())...)
+	vm := exec.CommandContext(ctx, run, args...)
 	stdout, err := vm.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -348,35 +379,12 @@ func runSiwGroup(t *testing.T, run, exe string, g siwGroup, gi int) {
 		close(con.done)
 	}()
 	t.Cleanup(func() {
-		cancel()
 		<-con.done
 		con.mu.Lock()
-		t.Logf("siw VM (%s) console:\n%s", strings.Join(g.params, " "), strings.Join(con.lines, "\n"))
+		t.Logf("VM (%s) console:\n%s", label, strings.Join(con.lines, "\n"))
 		con.mu.Unlock()
 	})
-	for _, s := range sessions {
-		if !s.c.vmServer {
-			continue
-		}
-		if !con.wait("SIWT-LISTEN "+s.c.name, 3*time.Minute) {
-			t.Fatalf("%s: the VM's server never listened", s.c.name)
-		}
-		startSiwEmu(t, ctx, exe, s, vmAddr)
-		checkSiwEmuResult(t, s, <-s.done)
-	}
-	if !con.wait("SIWVM-RESULT", 3*time.Minute) {
-		t.Fatalf("the VM did not finish its script")
-	}
-	if err := <-vmErr; err != nil {
-		t.Errorf("the VM: %v", err)
-	}
-	tshark, _ := exec.LookPath("tshark")
-	for _, s := range sessions {
-		if !s.c.vmServer {
-			checkSiwEmuResult(t, s, <-s.done)
-		}
-		checkSiwSession(t, con, s, tshark)
-	}
+	return con, vmErr
 }
 
 // checkSiwEmuResult judges how emunic's side ended: without error, or,

@@ -30,6 +30,8 @@ type vlanHost struct {
 
 // requireVLAN skips the test when the kernel cannot make VLAN interfaces
 // (no 8021q: a minimal VM kernel, say), trying one on a TAP of its own.
+// TestVLANTrunkVM runs the same trunk against the siw VM's kernel, which
+// has 8021q, so the VLAN path meets a Linux VLAN stack on such hosts too.
 func requireVLAN(t *testing.T, ns *netns) {
 	t.Helper()
 	if err := testutil.RunIP("-n", ns.name, "tuntap", "add", "mode", "tap", "name", "vlanprobe"); err != nil {
@@ -37,7 +39,7 @@ func requireVLAN(t *testing.T, ns *netns) {
 	}
 	defer testutil.RunIP("-n", ns.name, "link", "del", "vlanprobe")
 	if err := testutil.RunIP("-n", ns.name, "link", "add", "link", "vlanprobe", "name", "vlanprobe.5", "type", "vlan", "id", "5"); err != nil {
-		t.Skipf("the kernel makes no 802.1Q VLAN interfaces (8021q missing?): %v", err)
+		t.Skipf("the kernel makes no 802.1Q VLAN interfaces (8021q missing?): %v; TestVLANTrunkVM runs the trunk against the siw VM's kernel instead (scripts/siw-vm)", err)
 	}
 }
 
@@ -57,17 +59,29 @@ func trunkTAP(t *testing.T, mtu int, hosts []*vlanHost) *netns {
 	}
 	testutil.IP(t, "link", "set", name, "netns", ns.name)
 	testutil.IP(t, "-n", ns.name, "link", "set", name, "up")
+	for _, h := range hosts {
+		h.kernelIf = fmt.Sprintf("%s.%d", name, h.vid)
+		testutil.IP(t, "-n", ns.name, "link", "add", "link", name, "name", h.kernelIf, "type", "vlan", "id", fmt.Sprint(h.vid))
+		testutil.IP(t, "-n", ns.name, "link", "set", h.kernelIf, "mtu", fmt.Sprint(mtu))
+		testutil.IP(t, "-n", ns.name, "addr", "add", h.kernel.String(), "dev", h.kernelIf)
+		testutil.IP(t, "-n", ns.name, "link", "set", h.kernelIf, "up")
+	}
+	serveVLANHosts(t, tap, mtu, hosts)
+	return ns
+}
+
+// serveVLANHosts shares the trunk tap among the hosts through a port.Hub,
+// each a NIC on its own VLAN (MAC 02:00 and its IPv4 address) serving echo,
+// and returns the hub's members in the hosts' order. mtu is the hosts' IP
+// MTU; the hub carries it tagged.
+func serveVLANHosts(t *testing.T, tap port.Port, mtu int, hosts []*vlanHost) []*port.HubPort {
+	t.Helper()
 	_, members, err := port.NewHub(tap, len(hosts), mtu+hdr.EthernetVLANSize, 1024)
 	if err != nil {
 		tap.Close()
 		t.Fatal(err)
 	}
 	for i, h := range hosts {
-		h.kernelIf = fmt.Sprintf("%s.%d", name, h.vid)
-		testutil.IP(t, "-n", ns.name, "link", "add", "link", name, "name", h.kernelIf, "type", "vlan", "id", fmt.Sprint(h.vid))
-		testutil.IP(t, "-n", ns.name, "link", "set", h.kernelIf, "mtu", fmt.Sprint(mtu))
-		testutil.IP(t, "-n", ns.name, "addr", "add", h.kernel.String(), "dev", h.kernelIf)
-		testutil.IP(t, "-n", ns.name, "link", "set", h.kernelIf, "up")
 		b := h.emu.Addr().As4()
 		h.host, err = board.NewHost(board.HostConfig{MAC: [6]byte{2, 0, b[0], b[1], b[2], b[3]}, Addr: h.emu, MTU: mtu,
 			Device: nic.Config{VLAN: h.vid}}, members[i])
@@ -95,7 +109,7 @@ func trunkTAP(t *testing.T, mtu int, hosts []*vlanHost) *netns {
 		go h.echo.Serve(l)
 		t.Cleanup(func() { hh.echo.Close() })
 	}
-	return ns
+	return members
 }
 
 // TestTAPVLANTrunk: one TAP carries VLANs 10 and 20 to two emulated hosts,

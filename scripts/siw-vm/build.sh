@@ -265,14 +265,16 @@ printf '127.0.0.1 localhost\n' >"$root/etc/hosts"
 # virtio NIC need, in the order modprobe would load them (kmod resolves it here on the
 # host, from the image's modules.dep with siw.ko added), decompressed so that busybox's
 # insmod can read them. crc32c_generic goes first: siw's libcrc32c asks the crypto API
-# for crc32c when it loads, and nothing in the VM could load it on demand.
+# for crc32c when it loads, and nothing in the VM could load it on demand. 8021q (with
+# its garp, mrp, stp and llc) is the kernel's VLAN stack: the VLAN trunk test
+# (tests/vlan_vm_test.go) puts eth0.ID interfaces on the VM's NIC.
 moddir=$image/lib/modules/$release
 mkdir -p "$moddir/extra"
 cp "$module" "$moddir/extra/siw.ko"
 depmod -b "$image" "$release"
 mkdir -p "$root/usr/lib/modules"
 : >"$root/etc/siwvm-modules"
-for m in crc32c_generic virtio_net rdma_ucm siw; do
+for m in crc32c_generic virtio_net rdma_ucm siw 8021q; do
 	modprobe -d "$image" -S "$release" --show-depends "$m" | awk '$1 == "insmod" { print $2 }'
 done | awk '!seen[$0]++' | while read -r path; do
 	name=${path##*/}
@@ -283,7 +285,9 @@ done | awk '!seen[$0]++' | while read -r path; do
 	esac
 	echo "$name" >>"$root/etc/siwvm-modules"
 done
-grep -qx siw.ko "$root/etc/siwvm-modules" || fail "siw.ko is not in the module list"
+for m in siw.ko 8021q.ko; do
+	grep -qx "$m" "$root/etc/siwvm-modules" || fail "$m is not in the module list"
+done
 
 modules=$(tr '\n' ' ' <"$root/etc/siwvm-modules")
 install -m 0755 "$here/guest-init.sh" "$root/init"

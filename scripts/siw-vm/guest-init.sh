@@ -6,7 +6,8 @@
 #   /siwvm-run/config   shell assignments: VM_ADDR (CIDR on eth0), VM_ADDR6 (an IPv6
 #                       CIDR on eth0 too, or empty: IPv6 off), VM_MTU,
 #                       VM_MODPARAMS ("module.param=value ..."), VM_DMESG (1: print the
-#                       kernel log after the script)
+#                       kernel log after the script), VM_VLANS ("ID=CIDR ...": an
+#                       802.1Q interface eth0.ID with that address for each)
 #   /siwvm-run/script   what to run, with busybox sh
 #
 # It then brings siw up on eth0 as siw0 and runs the script. The console protocol that
@@ -38,7 +39,7 @@ setup_failed() {
 	power_off
 }
 
-VM_ADDR='' VM_ADDR6='' VM_MTU='' VM_MODPARAMS='' VM_DMESG=0
+VM_ADDR='' VM_ADDR6='' VM_MTU='' VM_MODPARAMS='' VM_DMESG=0 VM_VLANS=''
 [ -f /siwvm-run/config ] && . /siwvm-run/config
 
 # Keep kernel chatter off the console the harness parses, errors excepted.
@@ -92,6 +93,14 @@ if [ -n "$VM_ADDR" ]; then
 		/usr/bin/ip addr add "$VM_ADDR6" dev eth0 nodad || setup_failed "address $VM_ADDR6"
 	fi
 	/usr/bin/ip link set eth0 up || setup_failed "eth0 up"
+	# eth0 is then a VLAN trunk too: untagged frames are eth0's, tagged ones its
+	# VLAN interfaces' (8021q is among the modules).
+	for v in $VM_VLANS; do
+		id=${v%%=*}
+		/usr/bin/ip link add link eth0 name "eth0.$id" type vlan id "$id" || setup_failed "VLAN $id on eth0"
+		/usr/bin/ip addr add "${v#*=}" dev "eth0.$id" || setup_failed "address ${v#*=} on eth0.$id"
+		/usr/bin/ip link set "eth0.$id" up || setup_failed "eth0.$id up"
+	done
 	/usr/bin/rdma link add siw0 type siw netdev eth0 || setup_failed "rdma link add siw0"
 	# A SYN sent before the link has carrier is lost, and TCP waits a second to resend.
 	n=0

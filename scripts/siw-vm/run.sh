@@ -14,6 +14,8 @@
 #   --host-ip CIDR    give the bridge (or the TAP, without --bridge) this host address
 #   --rm-tap          delete the TAP afterwards if this run created it
 #   --mtu N           eth0's MTU
+#   --vlan ID=CIDR    an 802.1Q interface eth0.ID on the VM's NIC with this address,
+#                     repeatable (eth0 becomes a VLAN trunk; its own --ip stays untagged)
 #   --siw-param K=V   a siw module parameter, repeatable: mpa_version=1, mpa_crc_required=1,
 #                     mpa_crc_strict=1, peer_to_peer=1, try_gso=1, siw_tcp_nagle=1
 #   --pcap FILE       write every frame of the VM's NIC to FILE (QEMU's filter-dump)
@@ -33,8 +35,9 @@ out=${SIWVM_OUT:-$here/out}
 
 tap='' addr='' addr6='' bridge='' host_ip='' rm_tap=0 mtu='' pcap='' log='' timeout_s=300 mem=512M dmesg=0
 modparams=()
+vlans=()
 usage() {
-	sed -n '2,28s/^# \{0,1\}//p' "$0"
+	sed -n '2,30s/^# \{0,1\}//p' "$0"
 	exit "$1"
 }
 while [ $# -gt 0 ]; do
@@ -47,6 +50,13 @@ while [ $# -gt 0 ]; do
 	--rm-tap) rm_tap=1 ;;
 	--mtu) mtu=$2 && shift ;;
 	--siw-param) modparams+=("siw.$2") && shift ;;
+	--vlan)
+		[[ $2 =~ ^[0-9]+=[0-9a-fA-F.:]+/[0-9]+$ ]] || {
+			echo "run.sh: --vlan wants ID=CIDR (10=10.77.10.2/24), not $2" >&2
+			exit 2
+		}
+		vlans+=("$2") && shift
+		;;
 	--pcap) pcap=$2 && shift ;;
 	--log) log=$2 && shift ;;
 	--timeout) timeout_s=$2 && shift ;;
@@ -125,6 +135,7 @@ mkdir -p "$tmp/cpio/siwvm-run"
 {
 	printf "VM_ADDR='%s'\nVM_ADDR6='%s'\nVM_MTU='%s'\nVM_DMESG='%s'\n" "$addr" "$addr6" "$mtu" "$dmesg"
 	printf "VM_MODPARAMS='%s'\n" "${modparams[*]:-}"
+	printf "VM_VLANS='%s'\n" "${vlans[*]:-}"
 } >"$tmp/cpio/siwvm-run/config"
 printf '%s\n' "$script" >"$tmp/cpio/siwvm-run/script"
 # Compressed like the first: after a gzip member the kernel's unpacker expects another
