@@ -1,25 +1,15 @@
 package nic
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/emunic/emunic/rings"
 )
 
-// SetCounterArea registers the counter publication area before Start, as
-// STATS with StatsFlagPublish does once the device runs: for a driver that
-// programs it through the register block (rings.RegCounterLo/Hi/Len,
-// nic/regs) rather than by command. The unit writes it first at its first
-// idle point. n 0: none.
-func (d *Device) SetCounterArea(addr rings.Addr, n int) error {
-	if d.started {
-		return errors.New("nic: SetCounterArea after Start (use STATS with StatsFlagPublish)")
-	}
-	if n == 0 {
-		d.area = nil
-		return nil
-	}
+// setCounterArea registers the counter publication area of
+// Config.CounterArea before Start; the unit writes it first at its first
+// idle point.
+func (d *Device) setCounterArea(addr rings.Addr, n int) error {
 	lay := rings.CounterAreaLayout
 	if n < lay.MinSize() || addr%8 != 0 {
 		return fmt.Errorf("nic: counter area of %d bytes at %#x: want at least %d bytes at a multiple of 8", n, uint64(addr), lay.MinSize())

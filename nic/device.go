@@ -84,6 +84,15 @@ type Config struct {
 	// tag on receive and inserts it on transmit (vlan.go; docs/rings.md
 	// "VLANs").
 	VLAN uint16 `json:",omitempty"`
+	// CounterArea and CounterAreaLen register the counter publication
+	// area from the start, as STATS with StatsFlagPublish does once the
+	// device runs: for a driver that programs it through the register
+	// block (rings.RegCounterLo/Hi/Len, nic/regs) rather than by command.
+	// It is configuration, not a later call, so that a trace's device
+	// record carries it and a replay publishes to the same place.
+	// CounterAreaLen 0: none.
+	CounterArea    rings.Addr `json:",omitempty"`
+	CounterAreaLen int        `json:",omitempty"`
 
 	// Manual starts no goroutine: the unit runs only when Step is called
 	// (a replayer, or a harness with a virtual clock, drives it).
@@ -243,6 +252,11 @@ func New(cfg Config, mem rings.DMA, p port.Port) (*Device, error) {
 	} else if cfg.Manual {
 		if _, ok := p.(PollPort); !ok {
 			return nil, errors.New("nic: a manual device needs a port the unit can poll (the in-memory wire)")
+		}
+	}
+	if cfg.CounterAreaLen != 0 {
+		if err := d.setCounterArea(cfg.CounterArea, cfg.CounterAreaLen); err != nil {
+			return nil, err
 		}
 	}
 	return d, nil

@@ -384,9 +384,9 @@ func checkGuestReport(t *testing.T, report string) {
 
 // TestGuestTraceReplay records a ring trace of a guest run ('emunic device
 // --ivshmem --trace': a ping, and 1 MiB to the peer's sink) and replays it on a fresh device, which must write what the
-// recorded one wrote (docs/trace.md). The driver runs without the counter
-// area: the register block's counter-area registration is not in the
-// trace yet (see docs/guest.md).
+// recorded one wrote (docs/trace.md). The driver registers its counter
+// area through the register block, which the trace's device record
+// carries (nic.Config.CounterArea), so the replay publishes there too.
 func TestGuestTraceReplay(t *testing.T) {
 	run := requireGuestVM(t)
 	exe := buildEmunic(t)
@@ -399,7 +399,7 @@ func TestGuestTraceReplay(t *testing.T) {
 head -c 1048576 /dev/urandom >/tmp/out
 echo "GUEST-SHA-OUT $(sha256sum </tmp/out | cut -d' ' -f1)"
 nc ` + guestPeerIP + ` ` + strconv.Itoa(guestSink) + ` </tmp/out || exit 12`
-	console, err := bootGuest(ctx, t, run, g, script, "--emunic-param", "counters=0")
+	console, err := bootGuest(ctx, t, run, g, script)
 	report := g.stop()
 	if err != nil {
 		t.Fatalf("the guest failed: %v\nconsole:\n%s", err, console)

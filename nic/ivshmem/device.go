@@ -210,16 +210,11 @@ func (b backend) start(s regs.Setup) (rings.Doorbell, error) {
 	if d.cfg.NewTracer != nil {
 		cfg.Tracer = d.cfg.NewTracer()
 	}
+	cfg.CounterArea, cfg.CounterAreaLen = s.CounterBase, int(s.CounterLen)
 	dev, err := nic.New(cfg, d.arena, p)
 	if err != nil {
 		p.Close()
 		return nil, err
-	}
-	if s.CounterLen != 0 {
-		if err := dev.SetCounterArea(s.CounterBase, int(s.CounterLen)); err != nil {
-			dev.Stop()
-			return nil, err
-		}
 	}
 	if err := dev.Start(s.Rings, s.Vectors); err != nil {
 		dev.Stop()

@@ -182,10 +182,8 @@ func (ss *session) startDevice(s regs.Setup) (rings.Doorbell, error) {
 	if err != nil {
 		return nil, err
 	}
+	cfg.CounterArea, cfg.CounterAreaLen = s.CounterBase, int(s.CounterLen)
 	dev, err := nic.New(cfg, ss.arena, p)
-	if err == nil && s.CounterLen != 0 {
-		err = dev.SetCounterArea(s.CounterBase, int(s.CounterLen))
-	}
 	if err == nil {
 		err = dev.Start(s.Rings, s.Vectors)
 	}
