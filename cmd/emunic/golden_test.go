@@ -358,10 +358,20 @@ func goldenAbort(t *testing.T, lab *demoLab) {
 // it makes B's host give the connection receive buffers of its own
 // (POST_BUFFERS); the second fills them (USER_BUF_DONE). (In the demo's
 // runs the whole stream can arrive before B's host has handled the first
-// upload, and then no user buffer is ever filled.)
+// upload, and then no user buffer is ever filled.) Before them, Nagle goes
+// on and off again: two UPDATEs that succeed whatever the timing.
 func goldenUserBuf(t *testing.T, lab *demoLab) {
 	c, s := goldenDelegated(t, lab, 7011)
 	defer c.Close()
+	// An UPDATE that always succeeds (Nagle on, then off again): the
+	// window credits a reader sends as UPDATEs depend on how much the
+	// device uploaded to legacy buffers before the reader came, which is
+	// timing, so a recording could otherwise hold no successful UPDATE.
+	for _, noDelay := range []bool{false, true} {
+		if err := c.SetNoDelay(noDelay); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for i, n := range []int{96 << 10, 192 << 10} {
 		msg := bytes.Repeat([]byte{byte('a' + i)}, n)
 		errc := make(chan error, 1)
