@@ -321,6 +321,10 @@ func startCommand(t *testing.T, exe, name string, args ...string) *serveProc {
 	t.Helper()
 	p := &serveProc{t: t, cmd: exec.Command(exe, append([]string{name}, args...)...), exited: make(chan error, 1)}
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+	// Wait also waits for the copies of its output, which a process it
+	// started (a split device child) may hold open after it was killed:
+	// a test that failed must end, not hang in its cleanup.
+	p.cmd.WaitDelay = 10 * time.Second
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
