@@ -501,6 +501,9 @@ func (c *Conn) Close() error {
 		c.cond.Wait()
 	}
 	stop()
+	if c.err == nil && !c.drainedLocked() {
+		c.sw.stats.lingerExpired.Add(1)
+	}
 	c.closed = true
 	c.cond.Broadcast()
 	c.mu.Unlock()

@@ -144,3 +144,30 @@ func liarSource(t *testing.T, lr *liar) *verbs.MR {
 	t.Cleanup(func() { _ = mr.Dereg() })
 	return mr
 }
+
+// TestLingerExpiredCounted: a Close whose linger runs out with a transfer
+// still unanswered (the liar never pulls the SRC_AVAIL's source) returns
+// after Config.Linger and is counted in LingerExpired, once.
+func TestLingerExpiredCounted(t *testing.T) {
+	lr, vc := liarPair(t, 8303, TransferInline, CapRead)
+	before := HostStats(vc.sw.h).LingerExpired
+	data := make([]byte, 128<<10)
+	werr := make(chan error, 1)
+	go func() { _, err := vc.Write(data); werr <- err }()
+	if m, _ := lr.recv(); m.Type != TypeSrcAvail {
+		t.Fatalf("got %+v, want a SRC_AVAIL", m)
+	}
+	if err := <-werr; err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := vc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d < 100*time.Millisecond {
+		t.Errorf("Close returned after %v with the transfer unanswered, want the 100 ms linger", d)
+	}
+	if got := HostStats(vc.sw.h).LingerExpired - before; got != 1 {
+		t.Errorf("LingerExpired moved by %d, want 1", got)
+	}
+}

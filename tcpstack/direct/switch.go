@@ -131,6 +131,10 @@ type Stats struct {
 	// PollSpinTime is the time the poller spent spinning on an empty CQ
 	// (yielding between polls): at most the CPU busy polling cost.
 	PollSpinTime time.Duration
+	// LingerExpired counts Closes that gave up waiting (Config.Linger)
+	// with sends or transfers outstanding: the peer may have lost
+	// bytes written before the Close.
+	LingerExpired uint64
 }
 
 type counter = atomic.Uint64
@@ -142,6 +146,7 @@ type switchStats struct {
 	readRendezvous, writeRendezvous                           counter
 	registrations, deregistrations, copyBytes, staleHints     counter
 	pollSpins, pollSleeps, pollSpinNanos                      counter
+	lingerExpired                                             counter
 }
 
 // hostSwitch is one host's sockets-direct switch: the verbs objects every
@@ -258,7 +263,7 @@ func HostStats(h *tcpstack.Host) Stats {
 		InlineBytes: s.inlineBytes.Load(), RDMABytes: s.rdmaBytes.Load(), RDMATransfers: s.rdmaTransfers.Load(),
 		ReadRendezvous: s.readRendezvous.Load(), WriteRendezvous: s.writeRendezvous.Load(),
 		Registrations: s.registrations.Load(), Deregistrations: s.deregistrations.Load(), CopyBytes: s.copyBytes.Load(), StaleHints: s.staleHints.Load(),
-		PollSpins: s.pollSpins.Load(), PollSleeps: s.pollSleeps.Load(), PollSpinTime: time.Duration(s.pollSpinNanos.Load())}
+		PollSpins: s.pollSpins.Load(), PollSleeps: s.pollSleeps.Load(), PollSpinTime: time.Duration(s.pollSpinNanos.Load()), LingerExpired: s.lingerExpired.Load()}
 }
 
 // poll takes the completions of every connection of the host and hands
