@@ -250,6 +250,7 @@ func TestListenerFallbackLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
+	release := l.hold() // delegated once netstack holds the bytes
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	peer, err := b.Dial(ctx, netip.AddrPortFrom(a.Addr(), 6002))
@@ -260,6 +261,7 @@ func TestListenerFallbackLosesNothing(t *testing.T) {
 	if _, err := peer.Write(fallbackPattern(0, 7000)); err != nil {
 		t.Fatal(err)
 	}
+	release()
 	c, err := l.Accept()
 	if err != nil {
 		t.Fatal(err)

@@ -49,6 +49,7 @@ func TestDelegateLearnsMissedFlow(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer l.Close()
+			release := l.hold() // accepted only once the tracker lost the flow
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			peer, err := b.Dial(ctx, netip.AddrPortFrom(aAddr, 5070))
@@ -77,6 +78,7 @@ func TestDelegateLearnsMissedFlow(t *testing.T) {
 			if tc.streaming {
 				go func() { _, err := peer.Write(fallbackPattern(len(early), streamed)); sent <- err }()
 			}
+			release()
 
 			c, err := l.Accept()
 			if err != nil {

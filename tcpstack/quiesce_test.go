@@ -23,6 +23,10 @@ func TestDelegateAfterNetstackDrop(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
+	// The listener delegates as soon as netstack has the connection,
+	// before the data is sent: hold it until the data segment was
+	// dropped, as a busy listener would be.
+	release := l.hold()
 	dropped := make(chan struct{})
 	var once sync.Once
 	drop := func(f []byte) bool {
@@ -50,6 +54,7 @@ func TestDelegateAfterNetstackDrop(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the data segment never reached b's driver")
 	}
+	release()
 	c, err := l.Accept() // delegates: the tracker has 5 bytes, netstack none
 	if err != nil {
 		t.Fatal(err)
@@ -65,5 +70,19 @@ func TestDelegateAfterNetstackDrop(t *testing.T) {
 	}
 	if n := b.OffloadUsage().QuiesceRetries; n != 1 {
 		t.Errorf("%d quiesce retries, want 1", n)
+	}
+}
+
+// hold stops l from starting delegations (every slot taken) until the
+// returned function is called: a test's way to have a connection wait in
+// netstack's accept queue, as it does behind a busy listener.
+func (l *OffloadListener) hold() (release func()) {
+	for range maxDelegating {
+		l.slots <- struct{}{}
+	}
+	return func() {
+		for range maxDelegating {
+			<-l.slots
+		}
 	}
 }
