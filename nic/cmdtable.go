@@ -85,10 +85,10 @@ var checkStatus func(op rings.Opcode, st rings.Status)
 // execute runs one command. Which status a command gets when several of
 // its parameters are wrong is part of its behaviour, so each handler
 // validates its own parameters; execute only refuses an opcode it has no
-// handler for.
+// handler for, or whose family's feature the driver withheld (features.go).
 func (d *Device) execute(ce rings.CommandEntry) (rings.Status, uint64) {
 	op := ce.Opcode()
-	if int(op) >= len(cmdHandlers) || cmdHandlers[op] == nil {
+	if int(op) >= len(cmdHandlers) || cmdHandlers[op] == nil || (d.gatedOps != nil && d.gatedOps[op]) {
 		d.count(rings.StatCmdBadOpcode)
 		return rings.StatusBadOpcode, 0
 	}

@@ -93,6 +93,13 @@ type Config struct {
 	// CounterAreaLen 0: none.
 	CounterArea    rings.Addr `json:",omitempty"`
 	CounterAreaLen int        `json:",omitempty"`
+	// Withheld are the BAR0 features the driver did not negotiate
+	// (rings.Bar0Features not in its RegDrvFeatures, nic/regs): the
+	// device refuses their use, as a chip gates what the driver did not
+	// ask for (features.go). 0, the default, withholds nothing: a host
+	// that sets the device up without the register block uses it all.
+	// Configuration, so that a trace's device record carries it.
+	Withheld rings.Bar0Feature `json:",omitempty"`
 
 	// Manual starts no goroutine: the unit runs only when Step is called
 	// (a replayer, or a harness with a virtual clock, drives it).
@@ -163,6 +170,10 @@ type Device struct {
 	port      port.Port
 	maxFrame  int
 	injectBuf []byte // RX_INJECT's copy of the host's frame (unit goroutine)
+	// gatedOps are the opcodes of the command families whose feature the
+	// driver withheld (features.go), indexed by opcode: they complete
+	// BAD_OPCODE. nil when the driver withheld none.
+	gatedOps []bool
 
 	rxUntagBuf []byte // the tag layer's untagged copy of a received frame (unit goroutine)
 	txTagBuf   []byte // the tag layer's tagged copy of a frame to send (unit goroutine)
@@ -259,6 +270,10 @@ func New(cfg Config, mem rings.DMA, p port.Port) (*Device, error) {
 			return nil, err
 		}
 	}
+	if cfg.Withheld&^rings.Bar0Features != 0 {
+		return nil, fmt.Errorf("nic: withheld features %#x: the device has no such feature", uint32(cfg.Withheld&^rings.Bar0Features))
+	}
+	d.gateFeatures(cfg.Withheld)
 	return d, nil
 }
 

@@ -31,6 +31,10 @@ func (d *Device) serviceTx() int {
 }
 
 func (d *Device) transmit(desc rings.TxDesc) {
+	if d.txGated(desc) {
+		d.count(rings.StatTxDropBadDesc)
+		return
+	}
 	if desc.Conn() != rings.NoConn {
 		// Delegated transmit buffers belong to the offload engine.
 		d.sendDelegated(desc)

@@ -79,12 +79,19 @@ type guestRig struct {
 // starts 'emunic device --ivshmem' there.
 func newGuestRig(t testing.TB, exe string, extra ...string) *guestRig {
 	t.Helper()
+	return newGuestRigAs(t, exe, []string{"device"}, extra...)
+}
+
+// newGuestRigAs is newGuestRig with the device run as 'emunic CMD...
+// --ivshmem PATH --tap NAME EXTRA...' (CMD: 'trace record ... --').
+func newGuestRigAs(t testing.TB, exe string, cmd []string, extra ...string) *guestRig {
+	t.Helper()
 	g := &guestRig{t: t, ns: newNetns(t), tap: uniqueName("gvm", 10), done: make(chan error, 1)}
 	g.sock = filepath.Join(t.TempDir(), "ivshmem.sock")
 	testutil.IP(t, "-n", g.ns.name, "tuntap", "add", "dev", g.tap, "mode", "tap")
 	testutil.IP(t, "-n", g.ns.name, "addr", "add", guestPeerIP+"/24", "dev", g.tap)
 	testutil.IP(t, "-n", g.ns.name, "link", "set", g.tap, "up")
-	args := append([]string{"netns", "exec", g.ns.name, exe, "device", "--ivshmem", g.sock, "--tap", g.tap}, extra...)
+	args := append(append(append([]string{"netns", "exec", g.ns.name, exe}, cmd...), "--ivshmem", g.sock, "--tap", g.tap), extra...)
 	g.dev = exec.Command("ip", args...)
 	g.dev.Stdout, g.dev.Stderr = &g.out, &g.log
 	if err := g.dev.Start(); err != nil {
@@ -382,16 +389,17 @@ func checkGuestReport(t *testing.T, report string) {
 	}
 }
 
-// TestGuestTraceReplay records a ring trace of a guest run ('emunic device
-// --ivshmem --trace': a ping, and 1 MiB to the peer's sink) and replays it on a fresh device, which must write what the
-// recorded one wrote (docs/trace.md). The driver registers its counter
+// TestGuestTraceReplay records a ring trace of a guest run ('emunic trace
+// record --device -- --ivshmem ...': a ping, and 1 MiB to the peer's sink)
+// and replays it on a fresh device, which must write what the recorded one
+// wrote (docs/trace.md). The driver registers its counter
 // area through the register block, which the trace's device record
 // carries (nic.Config.CounterArea), so the replay publishes there too.
 func TestGuestTraceReplay(t *testing.T) {
 	run := requireGuestVM(t)
 	exe := buildEmunic(t)
 	tr := filepath.Join(t.TempDir(), "guest.trace")
-	g := newGuestRig(t, exe, "--trace", tr)
+	g := newGuestRigAs(t, exe, []string{"trace", "record", "--out", tr, "--device", "--"})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	sink := guestSinkServer(t, g.ns, fmt.Sprintf("%s:%d", guestPeerIP, guestSink))

@@ -53,6 +53,10 @@ type deviceConfig struct {
 	Tap     string
 	Metrics string
 	ivshmemFlags
+	// traceArgs and traceFull are the trace header's arguments and
+	// --full-writes: 'emunic trace record --device' sets them.
+	traceArgs []string
+	traceFull bool
 }
 
 func parseDeviceFlags(args []string, stdout io.Writer) (deviceConfig, error) {

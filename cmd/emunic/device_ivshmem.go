@@ -82,7 +82,11 @@ func runIvshmemDevice(ctx context.Context, cfg deviceConfig, logger *slog.Logger
 			l.Close()
 			return err
 		}
-		w, err := trace.NewWriter(f, trace.Header{Args: append([]string{"device"}, os.Args[2:]...), Clock: "monotonic"})
+		args := cfg.traceArgs
+		if args == nil {
+			args = append([]string{"device"}, os.Args[2:]...)
+		}
+		w, err := trace.NewWriter(f, trace.Header{Args: args, Clock: "monotonic", FullWrites: cfg.traceFull})
 		if err != nil {
 			f.Close()
 			l.Close()

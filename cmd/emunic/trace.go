@@ -29,6 +29,9 @@ step with the device clock (docs/trace.md has the format).
         run 'emunic demo' with its flags (default --bytes 1MiB) and record
         both devices; --deterministic runs devices and hosts in lockstep on
         a virtual clock, so two recordings of one demo are the same file
+  emunic trace record --out FILE --device -- --ivshmem PATH --tap NAME ...
+        run 'emunic device --ivshmem' (a QEMU guest's emunic.ko drives it)
+        until interrupted, and record every enable of the device
   emunic trace replay FILE
         feed each recorded device's inputs, step by step, to a fresh device
         and check that it does exactly what the trace says; exit 1 with the
@@ -45,16 +48,24 @@ step depends only on what it was given.`,
 	examples: `  emunic trace record --out offload.trace -- --path offload --bytes 256KiB
   emunic trace record --deterministic --out a.trace -- --path both --seed 7
   emunic trace record --out rdma.trace -- --rdma --bytes 128KiB
+  emunic trace record --out guest.trace --device -- --ivshmem /tmp/ivs.sock --tap emu0
   emunic trace show offload.trace | less
   emunic trace replay offload.trace
   emunic trace diff old.trace new.trace`,
 }
 
 var traceSub = map[string]*command{
-	"record": {name: "trace record", synopsis: "--out FILE [--deterministic] [--full-writes] [-- DEMO FLAGS]", about: `
+	"record": {name: "trace record", synopsis: "--out FILE [--deterministic] [--full-writes] [-- DEMO FLAGS] | --out FILE --device [--full-writes] -- DEVICE FLAGS", about: `
 Runs the demo (see 'emunic demo --help'; --bytes defaults to 1MiB here, since
 every byte moved is in the trace) with both devices traced, and writes the
 trace to FILE. --pcap and --split are not supported while tracing.
+
+With --device, runs 'emunic device' with DEVICE FLAGS instead: its --ivshmem
+mode, the device a QEMU guest's own kernel driver (emunic.ko) programs
+through its registers (docs/guest.md). Each enable of the device (a driver's
+probe, a reload of the module) is one device of the trace. The recording
+ends, and the trace is written, when the command is interrupted (SIGINT or
+SIGTERM). 'emunic trace replay FILE' then replays every enable.
 
 --deterministic makes the run repeat exactly: the devices step in turn, each
 step once every goroutine of the hosts has blocked, on a virtual clock that
@@ -87,6 +98,7 @@ func runTraceCommand(ctx context.Context, args []string, stdout, stderr io.Write
 	fullWrites := fs.Bool("full-writes", false, "keep the bytes of every DMA write (by default those over 64 bytes are a SHA-256)")
 	idle := fs.Bool("idle", false, "print steps in which nothing happened")
 	deterministic := fs.Bool("deterministic", false, "run the devices in lockstep with the hosts on a virtual clock: two recordings of one demo are the same file")
+	device := fs.Bool("device", false, "record 'emunic device --ivshmem' (a guest's driver) instead of the demo: the flags after -- are the device's")
 	rest := args[1:]
 	var demoArgs []string
 	if sub == "record" {
@@ -108,6 +120,12 @@ func runTraceCommand(ctx context.Context, args []string, stdout, stderr io.Write
 	case "record":
 		if *out == "" {
 			return usagef("--out FILE is required (see 'emunic trace record --help')")
+		}
+		if *device {
+			if *deterministic {
+				return usagef("--device and --deterministic: a guest's kernel runs on its own clock, which the device cannot step")
+			}
+			return traceRecordDevice(ctx, *out, *fullWrites, demoArgs, stdout, stderr)
 		}
 		return traceRecord(ctx, recordOptions{out: *out, full: *fullWrites, deterministic: *deterministic}, demoArgs, stdout)
 	case "replay":
@@ -190,6 +208,23 @@ func traceRecord(ctx context.Context, opt recordOptions, demoArgs []string, stdo
 	}
 	fmt.Fprintf(stdout, "\ntrace: %d records in %s\n", w.Records(), out)
 	return nil
+}
+
+// traceRecordDevice runs 'emunic device' with args, traced into out.
+func traceRecordDevice(ctx context.Context, out string, full bool, args []string, stdout, stderr io.Writer) error {
+	cfg, err := parseDeviceFlags(args, stdout)
+	if err != nil {
+		return err
+	}
+	if cfg.IvshmemSocket == "" {
+		return usagef("'emunic trace record --device' records the --ivshmem device: give -- --ivshmem PATH --tap NAME")
+	}
+	if cfg.Trace != "" {
+		return usagef("--trace %s: with 'emunic trace record --device' the trace is --out", cfg.Trace)
+	}
+	cfg.Trace, cfg.traceFull = out, full
+	cfg.traceArgs = append([]string{"device"}, args...)
+	return runIvshmemDevice(ctx, cfg, newLogger(stderr), stdout)
 }
 
 func hasFlag(args []string, name string) bool {

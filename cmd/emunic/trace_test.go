@@ -145,7 +145,13 @@ func TestTraceBadFiles(t *testing.T) {
 		t.Errorf("show: exit %d, output without frames or notifications:\n%.2000s", code, out)
 	}
 	// Usage mistakes are exit 2.
-	for _, args := range [][]string{{"trace"}, {"trace", "frob"}, {"trace", "record"}, {"trace", "replay"}, {"trace", "diff", good}} {
+	for _, args := range [][]string{{"trace"}, {"trace", "frob"}, {"trace", "record"}, {"trace", "replay"}, {"trace", "diff", good},
+		// --device records the ivshmem device, on its own clock, into --out.
+		{"trace", "record", "--out", "x.trace", "--device"},
+		{"trace", "record", "--out", "x.trace", "--device", "--", "--socket", "/tmp/x.sock"},
+		{"trace", "record", "--out", "x.trace", "--device", "--deterministic", "--", "--ivshmem", "/tmp/x.sock", "--tap", "x"},
+		{"trace", "record", "--out", "x.trace", "--device", "--", "--ivshmem", "/tmp/x.sock", "--tap", "x", "--trace", "y.trace"},
+		{"trace", "record", "--out", "x.trace", "--device", "--", "--ivshmem", "/tmp/x.sock"}} {
 		if code, _, _ := runCLI(t, args...); code != exitUsage {
 			t.Errorf("%v: exit %d, want %d", args, code, exitUsage)
 		}

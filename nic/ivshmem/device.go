@@ -211,6 +211,7 @@ func (b backend) start(s regs.Setup) (rings.Doorbell, error) {
 		cfg.Tracer = d.cfg.NewTracer()
 	}
 	cfg.CounterArea, cfg.CounterAreaLen = s.CounterBase, int(s.CounterLen)
+	cfg.Withheld = s.Withheld() // what the driver did not ask for is refused
 	dev, err := nic.New(cfg, d.arena, p)
 	if err != nil {
 		p.Close()

@@ -36,6 +36,10 @@ type Setup struct {
 	CounterLen  uint32
 }
 
+// Withheld is the device's features the driver did not write to
+// RegDrvFeatures: the device refuses their use (nic.Config.Withheld).
+func (s Setup) Withheld() rings.Bar0Feature { return rings.Bar0Features &^ s.Features }
+
 // Ident is what the identification registers report of the device.
 type Ident struct {
 	MAC [6]byte

@@ -153,6 +153,10 @@ func TestEnableDisableReset(t *testing.T) {
 		f.last.Rings.Command.Base != memBase+0x1000 || f.last.Vectors.Notify == nil {
 		t.Errorf("setup %+v", f.last)
 	}
+	// What the driver did not ask for, the device withholds.
+	if w := f.last.Withheld(); w != rings.Bar0Features&^(rings.FeatCounters|rings.FeatModeration) || w&rings.FeatLegacy == 0 {
+		t.Errorf("withheld %#x for a driver of counters and moderation only", uint32(w))
+	}
 	mustW(t, m, rings.Bar0Ring(rings.Bar0RingTx, rings.RingRegDoorbell), 1)
 	m.Doorbell(rings.Bar0RingCommand).Kick()
 	if f.kicks.Load() != 2 {

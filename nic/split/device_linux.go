@@ -183,6 +183,7 @@ func (ss *session) startDevice(s regs.Setup) (rings.Doorbell, error) {
 		return nil, err
 	}
 	cfg.CounterArea, cfg.CounterAreaLen = s.CounterBase, int(s.CounterLen)
+	cfg.Withheld = s.Withheld() // what the driver did not ask for is refused
 	dev, err := nic.New(cfg, ss.arena, p)
 	if err == nil {
 		err = dev.Start(s.Rings, s.Vectors)
