@@ -36,6 +36,13 @@ fail() {
 }
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
+# One build at a time per output directory: two at once (say a developer's and a test
+# run's) would unpack and pack into the same files.
+exec 9>"$out/.build.lock"
+if ! flock -n 9; then
+	say "another build into $out is running; waiting for it"
+	flock 9
+fi
 
 # ------------------------------------------------------------------ the kernel
 # The siw VM's build owns the kernel: its release pin, the unpacked image and headers.
