@@ -153,7 +153,9 @@ type Conn struct {
 	finQ    bool // FIN queued
 	err     error
 	closed  bool
-	closing bool // Close has begun: writes fail, FIN goes when the last Write returned
+	closing bool // Close has begun: reads and writes fail, FIN goes when the last Write returned
+	// abort ends a closed conn's drain now: its host is closing.
+	abort   bool
 	rdl     deadline
 	wdl     deadline
 	writing bool // a Write holds the send side (Writes are serialized)
@@ -420,7 +422,7 @@ func (c *Conn) waitLocked(d *deadline, write bool) error {
 	if d.passed() {
 		return os.ErrDeadlineExceeded
 	}
-	if c.closed || write && c.closing {
+	if c.closed || c.closing {
 		return net.ErrClosed
 	}
 	if write && c.err != nil {
@@ -472,9 +474,12 @@ func (c *Conn) LocalAddr() net.Addr { return c.local }
 func (c *Conn) RemoteAddr() net.Addr { return c.remote }
 
 // Close implements net.Conn. Bytes written before it still reach the peer:
-// FIN goes after them, and Close waits (up to Config.Linger) until the peer
-// has pulled every RDMA Read transfer and every send completed, then
-// disconnects the QP and frees the memory.
+// FIN goes after them. Close returns at once, as TCP's close() without
+// SO_LINGER (and Windows Sockets Direct's graceful close) does: Read and
+// Write fail with net.ErrClosed from here on, and the conn drains in the
+// background, up to Config.Linger, until every send completed and the
+// peer pulled every RDMA Read transfer; then it disconnects the QP and
+// frees the memory (Stats.Lingering counts the conns doing so).
 func (c *Conn) Close() error {
 	c.mu.Lock()
 	if c.closed || c.closing {
@@ -482,7 +487,8 @@ func (c *Conn) Close() error {
 		return c.opErr("close", net.ErrClosed)
 	}
 	// A Write blocked in another goroutine gives up (net.ErrClosed), so
-	// the FIN can go behind what was written.
+	// the FIN can go behind what was written; a blocked Read returns
+	// net.ErrClosed.
 	c.closing = true
 	c.cond.Broadcast()
 	for c.writing {
@@ -490,6 +496,29 @@ func (c *Conn) Close() error {
 	}
 	c.finQ = true
 	c.flushLocked()
+	if c.err != nil || c.drainedLocked() {
+		c.mu.Unlock()
+		c.teardown()
+		return nil
+	}
+	c.mu.Unlock()
+	if !c.sw.lingerStart() {
+		c.teardown() // the host is closing: no drain
+		return nil
+	}
+	go func() {
+		defer c.sw.lingerDone()
+		c.linger()
+		c.teardown()
+	}()
+	return nil
+}
+
+// linger waits, up to Config.Linger, until the conn drained or failed,
+// and counts a drain that ran out of time.
+func (c *Conn) linger() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	expired := false
 	stop := c.sw.h.AfterFunc(c.cfg.Linger, func() {
 		c.mu.Lock()
@@ -497,13 +526,18 @@ func (c *Conn) Close() error {
 		c.cond.Broadcast()
 		c.mu.Unlock()
 	})
-	for c.err == nil && !expired && !c.drainedLocked() {
+	for c.err == nil && !expired && !c.abort && !c.drainedLocked() {
 		c.cond.Wait()
 	}
 	stop()
 	if c.err == nil && !c.drainedLocked() {
 		c.sw.stats.lingerExpired.Add(1)
 	}
+}
+
+// teardown ends a closing conn: the QP disconnected, the memory freed.
+func (c *Conn) teardown() {
+	c.mu.Lock()
 	c.closed = true
 	c.cond.Broadcast()
 	c.mu.Unlock()
@@ -511,7 +545,6 @@ func (c *Conn) Close() error {
 	_ = c.qp.Close()
 	c.sw.forget(c)
 	c.freeMem()
-	return nil
 }
 
 // drainedLocked: FIN sent, every send completed, no transfer of ours

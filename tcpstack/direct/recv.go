@@ -73,7 +73,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 	defer c.mu.Unlock()
 	var us *userSink
 	for {
-		if c.closed {
+		if c.closed || c.closing {
 			return 0, c.opErr("read", net.ErrClosed)
 		}
 		claimed := us != nil && us.pending > 0

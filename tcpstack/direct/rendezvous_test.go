@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"net"
 	"testing"
 	"time"
 
+	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/rings"
 	"github.com/emunic/emunic/tcpstack/verbs"
 )
@@ -145,12 +147,13 @@ func liarSource(t *testing.T, lr *liar) *verbs.MR {
 	return mr
 }
 
-// TestLingerExpiredCounted: a Close whose linger runs out with a transfer
-// still unanswered (the liar never pulls the SRC_AVAIL's source) returns
-// after Config.Linger and is counted in LingerExpired, once.
+// TestLingerExpiredCounted: a Close with a transfer still unanswered (the
+// liar never pulls the SRC_AVAIL's source) returns at once; the conn
+// drains in the background (Stats.Lingering) until Config.Linger runs out,
+// which is counted in LingerExpired, once, and then lets the QP go.
 func TestLingerExpiredCounted(t *testing.T) {
 	lr, vc := liarPair(t, 8303, TransferInline, CapRead)
-	before := HostStats(vc.sw.h).LingerExpired
+	before := HostStats(vc.sw.h)
 	data := make([]byte, 128<<10)
 	werr := make(chan error, 1)
 	go func() { _, err := vc.Write(data); werr <- err }()
@@ -164,10 +167,30 @@ func TestLingerExpiredCounted(t *testing.T) {
 	if err := vc.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if d := time.Since(start); d < 100*time.Millisecond {
-		t.Errorf("Close returned after %v with the transfer unanswered, want the 100 ms linger", d)
+	returned := time.Since(start)
+	if s := HostStats(vc.sw.h); s.Lingering != before.Lingering+1 {
+		t.Errorf("after Close: %d lingering, want %d", s.Lingering, before.Lingering+1)
 	}
-	if got := HostStats(vc.sw.h).LingerExpired - before; got != 1 {
-		t.Errorf("LingerExpired moved by %d, want 1", got)
+	if _, err := vc.Read(make([]byte, 1)); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("Read after Close: %v, want net.ErrClosed", err)
+	}
+	if _, err := vc.Write([]byte{1}); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("Write after Close: %v, want net.ErrClosed", err)
+	}
+	testutil.Eventually(t, "the linger ran out", 10*time.Second, func() bool {
+		s := HostStats(vc.sw.h)
+		return s.LingerExpired-before.LingerExpired == 1 && s.Lingering == before.Lingering
+	})
+	if d := time.Since(start); d < 100*time.Millisecond {
+		t.Errorf("the linger ran out after %v, want the 100 ms linger", d)
+	}
+	if returned >= 100*time.Millisecond {
+		t.Errorf("Close returned after %v, want at once (the drain is in the background)", returned)
+	}
+	vc.mu.Lock()
+	closed := vc.closed
+	vc.mu.Unlock()
+	if !closed {
+		t.Error("the conn was not torn down after its linger")
 	}
 }

@@ -575,7 +575,7 @@ func (c *Conn) sendErrLocked() error {
 func (c *Conn) CloseWrite() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
+	if c.closed || c.closing {
 		return c.opErr("close", net.ErrClosed)
 	}
 	if !c.finQ {

@@ -53,7 +53,8 @@ type Config struct {
 	// NegotiateTimeout bounds the RDMA attempt of Dial before it falls
 	// back to TCP (default 5 s).
 	NegotiateTimeout time.Duration
-	// Linger bounds Close's wait for data in flight (default 5 s).
+	// Linger bounds a closed conn's drain of the data in flight, in the
+	// background after Close returned (default 5 s).
 	Linger time.Duration
 	// CRC asks MPA for a CRC-32C trailer on every FPDU of the
 	// connection's RDMA stream (RFC 5044; it is used both ways when
@@ -131,10 +132,14 @@ type Stats struct {
 	// PollSpinTime is the time the poller spent spinning on an empty CQ
 	// (yielding between polls): at most the CPU busy polling cost.
 	PollSpinTime time.Duration
-	// LingerExpired counts Closes that gave up waiting (Config.Linger)
-	// with sends or transfers outstanding: the peer may have lost
-	// bytes written before the Close.
+	// LingerExpired counts closed conns whose drain gave up
+	// (Config.Linger) with sends or transfers outstanding: the peer may
+	// have lost bytes written before the Close.
 	LingerExpired uint64
+	// Lingering is the closed conns draining now: Close returned, and
+	// their sends or transfers are still outstanding (up to
+	// Config.Linger).
+	Lingering uint64
 }
 
 type counter = atomic.Uint64
@@ -146,7 +151,7 @@ type switchStats struct {
 	readRendezvous, writeRendezvous                           counter
 	registrations, deregistrations, copyBytes, staleHints     counter
 	pollSpins, pollSleeps, pollSpinNanos                      counter
-	lingerExpired                                             counter
+	lingerExpired, lingering                                  counter
 }
 
 // hostSwitch is one host's sockets-direct switch: the verbs objects every
@@ -175,6 +180,10 @@ type hostSwitch struct {
 	pending   map[uint32]*Conn // accepted QPs waiting for their request
 	done      chan struct{}
 	stopOnce  sync.Once
+	// stopping: the switch is stopping, and lingers waits for the closed
+	// conns still draining, which stop ends (Conn.abort).
+	stopping bool
+	lingers  sync.WaitGroup
 
 	bufMu sync.Mutex
 	bufs  []*Buffer // Alloc's live buffers, by address
@@ -263,7 +272,7 @@ func HostStats(h *tcpstack.Host) Stats {
 		InlineBytes: s.inlineBytes.Load(), RDMABytes: s.rdmaBytes.Load(), RDMATransfers: s.rdmaTransfers.Load(),
 		ReadRendezvous: s.readRendezvous.Load(), WriteRendezvous: s.writeRendezvous.Load(),
 		Registrations: s.registrations.Load(), Deregistrations: s.deregistrations.Load(), CopyBytes: s.copyBytes.Load(), StaleHints: s.staleHints.Load(),
-		PollSpins: s.pollSpins.Load(), PollSleeps: s.pollSleeps.Load(), PollSpinTime: time.Duration(s.pollSpinNanos.Load()), LingerExpired: s.lingerExpired.Load()}
+		PollSpins: s.pollSpins.Load(), PollSleeps: s.pollSleeps.Load(), PollSpinTime: time.Duration(s.pollSpinNanos.Load()), LingerExpired: s.lingerExpired.Load(), Lingering: s.lingering.Load()}
 }
 
 // poll takes the completions of every connection of the host and hands
@@ -326,6 +335,24 @@ func (sw *hostSwitch) pollCQ(ctx context.Context, wc []rings.Completion) (int, e
 	sw.stats.pollSpinNanos.Add(uint64(time.Since(start)))
 	sw.stats.pollSleeps.Add(1)
 	return sw.cq.PollWait(ctx, wc, false)
+}
+
+// lingerStart counts a closed conn's drain starting, unless the switch is
+// stopping (then there is no drain).
+func (sw *hostSwitch) lingerStart() bool {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	if sw.stopping {
+		return false
+	}
+	sw.lingers.Add(1)
+	sw.stats.lingering.Add(1)
+	return true
+}
+
+func (sw *hostSwitch) lingerDone() {
+	sw.stats.lingering.Add(^uint64(0))
+	sw.lingers.Done()
 }
 
 func (sw *hostSwitch) forget(c *Conn) {
@@ -710,10 +737,25 @@ func (sw *hostSwitch) stop() {
 	sw.mu.Lock()
 	rl := sw.rl
 	sw.rl = nil
+	sw.stopping = true
+	conns := make([]*Conn, 0, len(sw.conns))
+	for _, c := range sw.conns {
+		conns = append(conns, c)
+	}
 	sw.mu.Unlock()
 	if rl != nil {
 		_ = rl.Close()
 	}
+	// The closed conns still draining end now, while the poller and the
+	// host still run for their QPs' teardown: what they had in flight
+	// is counted LingerExpired.
+	for _, c := range conns {
+		c.mu.Lock()
+		c.abort = true
+		c.cond.Broadcast()
+		c.mu.Unlock()
+	}
+	sw.lingers.Wait()
 	close(sw.done)
 	sw.stopFast()
 }

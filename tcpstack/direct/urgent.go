@@ -59,7 +59,7 @@ func (c *Conn) WriteOOB(b byte) error {
 func (c *Conn) ReadOOB() (byte, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
+	if c.closed || c.closing {
 		return 0, c.opErr("read", net.ErrClosed)
 	}
 	if !c.oobValid {
