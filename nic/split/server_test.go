@@ -119,6 +119,37 @@ func eventFDs(t *testing.T) ([]*EventFD, []*os.File) {
 	return efds, files
 }
 
+// attached is what rawHost.attach set up: the host's view of the shared
+// memory, the far end of the device's port, and the host's eventfds.
+type attached struct {
+	mem  []byte
+	wire *port.SocketPort
+	efds []*EventFD
+}
+
+// attach brings a raw host up to the register block: HELLO with eventfds
+// and a port fd, 1 MiB of MEMORY, CONFIG with MAC 02:00:00:00:00:mac and
+// one end of a socket pair as the port (the other end is returned, closed
+// at cleanup), and VECTORS.
+func (h *rawHost) attach(mac byte) attached {
+	t := h.t
+	t.Helper()
+	want(t, "HELLO", h.req(MsgHello, EncodeU64(FeatureEventFD|FeaturePortFD)), StatusOK)
+	f, mem := memfd(t, 1<<20)
+	want(t, "MEMORY", h.req(MsgMemory, EncodeU64(1<<20), f), StatusOK)
+	pa, pb, err := port.SocketPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pa.Close() })
+	cfg, _ := json.Marshal(nic.Config{MAC: [6]byte{2, 0, 0, 0, 0, mac}})
+	want(t, "CONFIG", h.req(MsgConfig, cfg, pb.File()), StatusOK)
+	pb.Close()
+	hostEFDs, efds := eventFDs(t)
+	want(t, "VECTORS", h.req(MsgVectors, EncodeVectors(VectorEventFD, 0), efds...), StatusOK)
+	return attached{mem: mem, wire: pa, efds: hostEFDs}
+}
+
 // regW writes a register and wants its reply status (and, when
 // refused, the register block's error code).
 func (h *rawHost) regW(what string, off, v uint32, st ReplyStatus, code rings.Bar0ErrCode) {
@@ -300,18 +331,8 @@ func TestServerNextHostAfterDeath(t *testing.T) {
 	s, path := testServer(t)
 	for i := range 3 {
 		h := dialRaw(t, path)
-		want(t, "HELLO", h.req(MsgHello, EncodeU64(FeatureEventFD|FeaturePortFD)), StatusOK)
-		f, mem := memfd(t, 1<<20)
-		want(t, "MEMORY", h.req(MsgMemory, EncodeU64(1<<20), f), StatusOK)
-		pa, pb, err := port.SocketPair()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg, _ := json.Marshal(nic.Config{MAC: [6]byte{2, 0, 0, 0, 0, byte(i)}})
-		want(t, "CONFIG", h.req(MsgConfig, cfg, pb.File()), StatusOK)
-		pb.Close()
-		hostEFDs, efds := eventFDs(t)
-		want(t, "VECTORS", h.req(MsgVectors, EncodeVectors(VectorEventFD, 0), efds...), StatusOK)
+		at := h.attach(byte(i))
+		mem, pa, hostEFDs := at.mem, at.wire, at.efds
 		if h.regR(rings.RegCtrl) != 0 || h.regR(rings.Bar0Ring(0, rings.RingRegCount)) != 0 {
 			t.Fatalf("host %d found the last host's registers", i)
 		}
@@ -532,19 +553,7 @@ func TestServerRegisterGarbage(t *testing.T) {
 	s, path := testServer(t)
 	rnd := rand.New(rand.NewSource(29))
 	h := dialRaw(t, path)
-	want(t, "HELLO", h.req(MsgHello, EncodeU64(FeatureEventFD|FeaturePortFD)), StatusOK)
-	f, mem := memfd(t, 1<<20)
-	want(t, "MEMORY", h.req(MsgMemory, EncodeU64(1<<20), f), StatusOK)
-	pa, pb, err := port.SocketPair()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pa.Close()
-	cfg, _ := json.Marshal(nic.Config{MAC: [6]byte{2, 0, 0, 0, 0, 1}})
-	want(t, "CONFIG", h.req(MsgConfig, cfg, pb.File()), StatusOK)
-	pb.Close()
-	_, efds := eventFDs(t)
-	want(t, "VECTORS", h.req(MsgVectors, EncodeVectors(VectorEventFD, 0), efds...), StatusOK)
+	mem := h.attach(1).mem
 	offs := []uint32{rings.RegCtrl, rings.RegCtrl, rings.RegDrvFeatures, rings.RegCounterLo, rings.RegCounterLen, rings.RegMTU,
 		rings.Bar0Vec(0, rings.VecRegMask), rings.Bar0Vec(0, rings.VecRegModUsecs), rings.Bar0Msix(2, rings.MsixOffCtrl)}
 	for r := 0; r < rings.Bar0Rings; r++ {
@@ -597,18 +606,7 @@ func TestServerRegisterGarbage(t *testing.T) {
 	}
 	// The next host: a clean bring-up.
 	h2 := dialRaw(t, path)
-	want(t, "HELLO", h2.req(MsgHello, EncodeU64(FeatureEventFD|FeaturePortFD)), StatusOK)
-	f2, _ := memfd(t, 1<<20)
-	want(t, "MEMORY", h2.req(MsgMemory, EncodeU64(1<<20), f2), StatusOK)
-	pa2, pb2, err := port.SocketPair()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pa2.Close()
-	want(t, "CONFIG", h2.req(MsgConfig, cfg, pb2.File()), StatusOK)
-	pb2.Close()
-	_, efds2 := eventFDs(t)
-	want(t, "VECTORS", h2.req(MsgVectors, EncodeVectors(VectorEventFD, 0), efds2...), StatusOK)
+	h2.attach(1)
 	for _, off := range []uint32{rings.RegCtrl, rings.RegDrvFeatures, rings.RegError, rings.Bar0Ring(2, rings.RingRegCount), rings.Bar0Vec(0, rings.VecRegMask)} {
 		if v := h2.regR(off); v != 0 {
 			t.Fatalf("register %#x is %#x for the next host", off, v)
