@@ -22,6 +22,11 @@ type TxFlags uint16
 const (
 	TxPush TxFlags = 1 << 0 // delegated: push (PSH) at the end of this buffer
 	TxFin  TxFlags = 1 << 1 // delegated: FIN after this buffer
+	TxCsum TxFlags = 1 << 2 // legacy: the device fills in the IPv4 header checksum and the TCP or UDP checksum (FeatTxCsum)
+
+	// TxLegacyFlags are the flags a legacy descriptor (NoConn) may
+	// carry; any other is refused (tx_drop_bad_desc), never ignored.
+	TxLegacyFlags = TxCsum
 )
 
 // TxDesc is an accessor over one transmit descriptor.
