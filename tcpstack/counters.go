@@ -133,6 +133,7 @@ type DriverStats struct {
 	TxFrames, TxBytes uint64
 	TxRingFull        uint64 // times the transmit ring was full and the driver waited
 	TxDropped         uint64 // frames dropped: ring stayed full, or frame too large
+	TxCsumOffload     uint64 // frames sent with TxCsum: their TCP or UDP checksum left to the device
 	RxFrames, RxBytes uint64
 	RxErrors          uint64 // notifications reporting a bad buffer
 	// RxFrameTooLarge counts FRAME_TOO_LARGE notifications: legacy
@@ -232,7 +233,7 @@ func (d *Driver) Stats() DriverStats {
 	s := &d.stats
 	return DriverStats{
 		TxFrames: s.txFrames.Load(), TxBytes: s.txBytes.Load(), TxRingFull: s.txRingFull.Load(),
-		TxDropped: s.txDropped.Load(), RxFrames: s.rxFrames.Load(), RxBytes: s.rxBytes.Load(),
+		TxDropped: s.txDropped.Load(), TxCsumOffload: s.txCsum.Load(), RxFrames: s.rxFrames.Load(), RxBytes: s.rxBytes.Load(),
 		RxErrors: s.rxErrors.Load(), RxFrameTooLarge: s.rxTooLarge.Load(),
 		Interrupts: s.irqNotify.n.Load(), TxSpaceInterrupts: s.irqTxSpace.n.Load(), CommandInterrupts: s.irqCommand.n.Load(),
 		DoorbellKicks: s.doorbell.n.Load(),

@@ -29,6 +29,15 @@ type Device interface {
 	Stop() error
 }
 
+// TxChecksummer is a Device that can say whether it fills in the
+// checksums of legacy frames sent with rings.TxCsum (docs/rings.md
+// "Transmit checksum offload"): after Start, once the driver's features
+// are settled. A Device without the method gets none, and netstack
+// computes every checksum itself.
+type TxChecksummer interface {
+	TxChecksum() bool
+}
+
 // DriverConfig sizes the driver's rings and buffers.
 type DriverConfig struct {
 	CommandEntries uint32 // default 64
@@ -101,6 +110,11 @@ type Driver struct {
 	rxBufBase rings.Addr
 	rxBufMem  []byte
 
+	// txCsum: the device fills in TCP and UDP checksums (TxCsum), so
+	// netstack leaves them to it (CapabilityTXChecksumOffload). Set
+	// before netstack sees the driver, never changed.
+	txCsum bool
+
 	ntf *rings.Consumer
 
 	cmd *rings.Producer // under cp.mu
@@ -142,6 +156,7 @@ type Driver struct {
 
 type driverCounters struct {
 	txFrames, txBytes, txRingFull, txDropped        atomic.Uint64
+	txCsum                                          atomic.Uint64 // legacy frames sent with TxCsum
 	rxFrames, rxBytes, rxErrors, ntfs, ntfRingErrs  atomic.Uint64
 	rxTooLarge, rxHeld, rxHeldBytes                 atomic.Uint64
 	groIn, groInBytes, groOut, groOutBytes          atomic.Uint64 // packets (and their network bytes) into and out of GRO
@@ -232,6 +247,9 @@ func NewDriver(mem *rings.Arena, dev Device, cfg DriverConfig) (*Driver, error) 
 		Command: d.stats.irqCommand.on(d.cmdDone)}
 	if err := dev.Start(d.rc, vec); err != nil {
 		return nil, err
+	}
+	if c, ok := dev.(TxChecksummer); ok {
+		d.txCsum = c.TxChecksum()
 	}
 	d.wg.Add(2)
 	go d.interrupts()
@@ -525,6 +543,10 @@ func (d *Driver) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
 		d.ackFix.outbound(buf[:w])
 		d.stats.copyBytes.Add(uint64(w))
 		t := rings.Tx{Conn: rings.NoConn, Addr: d.txBufBase + rings.Addr(off), Len: uint32(w)}
+		if d.txCsum && txChecksumNeeded(buf[:w]) {
+			t.Flags = rings.TxCsum
+			d.stats.txCsum.Add(1)
+		}
 		t.Encode(rings.TxDesc(e))
 		d.tx.Commit()
 		d.stats.txFrames.Add(1)
@@ -620,10 +642,15 @@ func (d *Driver) LinkAddress() tcpip.LinkAddress { return d.mac }
 // SetLinkAddress implements stack.LinkEndpoint; the address is the device's.
 func (d *Driver) SetLinkAddress(tcpip.LinkAddress) {}
 
-// Capabilities implements stack.LinkEndpoint: ARP resolution, and receive
-// checksum offload (the device drops frames with bad checksums).
+// Capabilities implements stack.LinkEndpoint: ARP resolution, receive
+// checksum offload (the device drops frames with bad checksums) and, when
+// the device has it, transmit checksum offload (txcsum.go).
 func (d *Driver) Capabilities() stack.LinkEndpointCapabilities {
-	return stack.CapabilityResolutionRequired | stack.CapabilityRXChecksumOffload
+	c := stack.CapabilityResolutionRequired | stack.CapabilityRXChecksumOffload
+	if d.txCsum {
+		c |= stack.CapabilityTXChecksumOffload
+	}
+	return c
 }
 
 // Attach implements stack.LinkEndpoint.

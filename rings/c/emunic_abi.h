@@ -118,7 +118,7 @@
 #define EMUNIC_TX_PUSH 1                         /* TxFlags: delegated: push (PSH) at the end of this buffer */
 #define EMUNIC_TX_FIN 2                          /* TxFlags: delegated: FIN after this buffer */
 #define EMUNIC_TX_CSUM 4                         /* TxFlags: legacy: the device fills in the IPv4 header checksum and the TCP or UDP checksum (FeatTxCsum) */
-#define EMUNIC_TX_LEGACY_FLAGS 4                 /* TxFlags: */
+#define EMUNIC_TX_LEGACY_FLAGS 4                 /* TxFlags: the flags a legacy descriptor (NoConn) may carry; any other is refused (tx_drop_bad_desc), never ignored */
 #define EMUNIC_RX_DESC_SIZE 0x20
 #define EMUNIC_RX_OFF_BUF_ID 4                   /* u32 host's buffer id, echoed in the notification */
 #define EMUNIC_RX_OFF_ADDR 8                     /* u64 buffer address */
