@@ -195,6 +195,7 @@ func TestTAPKernelPeerIPv6(t *testing.T) {
 	if statOf(t, host.Host, rings.StatRxDropEtherType) != 0 {
 		t.Error("IPv6 frames counted as an unknown EtherType")
 	}
+	checkTxCsum(t, host.Host)
 }
 
 // kernelMAC is the MAC of the namespace's side of the TAP.
