@@ -714,14 +714,14 @@ func netstackAcked(mine, peer []*capFrame, fl [2]uint16) uint64 {
 // behind an IPv4 or IPv6 header. Parsed here by hand, apart from the
 // driver's own test.
 func wantsTxCsum(f []byte) bool {
-	if len(f) < 14+40 {
+	if len(f) < 14 {
 		return false
 	}
-	switch typ := uint16(f[12])<<8 | uint16(f[13]); typ {
-	case 0x0800:
+	switch typ := uint16(f[12])<<8 | uint16(f[13]); {
+	case typ == 0x0800 && len(f) >= 14+20:
 		frag := (uint16(f[14+6])<<8 | uint16(f[14+7])) & 0x3FFF // MF and the offset
 		return frag == 0 && (f[14+9] == 6 || f[14+9] == 17)
-	case 0x86DD:
+	case typ == 0x86DD && len(f) >= 14+40:
 		return f[14+6] == 6 || f[14+6] == 17
 	}
 	return false
