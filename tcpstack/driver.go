@@ -145,7 +145,8 @@ type Driver struct {
 	netstackDrop atomic.Pointer[func([]byte) bool]
 
 	flows   flowTracker
-	frags   fragReasm // TCP fragments, reassembled before netstack (fragments.go)
+	txFrags txFragments // UDP fragments held for their checksum (txcsum.go), under txMu
+	frags   fragReasm   // TCP fragments, reassembled before netstack (fragments.go)
 	ackFix  ackRepair
 	stats   driverCounters
 	closing atomic.Bool
@@ -533,6 +534,18 @@ func (d *Driver) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
 		for _, s := range pkt.AsSlices() {
 			w += copy(buf[w:], s)
 		}
+		if d.txCsum {
+			if held, complete := d.txFrags.hold(buf[:w]); held {
+				// A fragment of a UDP datagram whose checksum
+				// netstack left to the device (txcsum.go): it goes
+				// with the last, the checksum filled in.
+				if complete {
+					d.sendHeldFragments()
+				}
+				n++
+				continue
+			}
+		}
 		if d.flows.observe(buf[:w], true) {
 			// A frame of a delegated (or being delegated) flow: netstack
 			// no longer owns it, so its output (the RST of the abort
@@ -541,16 +554,12 @@ func (d *Driver) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
 			continue
 		}
 		d.ackFix.outbound(buf[:w])
-		d.stats.copyBytes.Add(uint64(w))
-		t := rings.Tx{Conn: rings.NoConn, Addr: d.txBufBase + rings.Addr(off), Len: uint32(w)}
+		var fl rings.TxFlags
 		if d.txCsum && txChecksumNeeded(buf[:w]) {
-			t.Flags = rings.TxCsum
+			fl = rings.TxCsum
 			d.stats.txCsum.Add(1)
 		}
-		t.Encode(rings.TxDesc(e))
-		d.tx.Commit()
-		d.stats.txFrames.Add(1)
-		d.stats.txBytes.Add(uint64(w))
+		d.commitTx(e, off, w, fl)
 		n++
 	}
 	d.tx.Publish()
@@ -558,6 +567,17 @@ func (d *Driver) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
 		return 0, &tcpip.ErrWouldBlock{}
 	}
 	return n, nil
+}
+
+// commitTx posts the w-byte frame in the transmit buffer at off in slot e
+// (txMu held).
+func (d *Driver) commitTx(e []byte, off, w int, fl rings.TxFlags) {
+	d.stats.copyBytes.Add(uint64(w))
+	t := rings.Tx{Conn: rings.NoConn, Addr: d.txBufBase + rings.Addr(off), Len: uint32(w), Flags: fl}
+	t.Encode(rings.TxDesc(e))
+	d.tx.Commit()
+	d.stats.txFrames.Add(1)
+	d.stats.txBytes.Add(uint64(w))
 }
 
 // legacyTxWait bounds how long a legacy frame waits for a transmit slot:

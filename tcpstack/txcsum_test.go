@@ -3,6 +3,7 @@ package tcpstack
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"net"
 	"net/netip"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/emunic/emunic/rings"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
+	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 )
@@ -121,11 +123,19 @@ func TestTxCsumOffloadHosts(t *testing.T) {
 		// UDP: a sends b a datagram, b answers it.
 		udpEcho(t, a, b, dst, 100)
 	}
-	udpEcho(t, a, b, netip.MustParseAddr("10.0.0.2"), 3000) // fragments both ways
+	// Over the MTU: fragments both ways, whose UDP checksum a's driver
+	// fills in over the fragments it held (an IPv6 receiver drops a
+	// zero one).
+	udpEcho(t, a, b, netip.MustParseAddr("10.0.0.2"), 3000)
+	udpEcho(t, a, b, addr6B, 3000)
 
 	s := a.Driver.Stats()
 	if s.TxCsumOffload == 0 {
 		t.Fatal("a's driver flagged no frame TxCsum")
+	}
+	if s.TxCsumFragmented < 2 || s.TxFragsAbandoned != 0 {
+		t.Errorf("a's driver filled in %d fragmented datagrams' checksums (want 2 or more, one per family), abandoned %d",
+			s.TxCsumFragmented, s.TxFragsAbandoned)
 	}
 	if n := b.Driver.Stats().TxCsumOffload; n != 0 {
 		t.Errorf("b's driver flagged %d frames at a device without the feature", n)
@@ -206,5 +216,113 @@ func udpEcho(t *testing.T, a, b *Host, dst netip.Addr, n int) {
 	got, err := cli.Read(buf)
 	if err != nil || !bytes.Equal(buf[:got], msg) {
 		t.Fatalf("%v, %d bytes: b's answer: %v (intact %v)", dst, n, err, bytes.Equal(buf[:got], msg))
+	}
+}
+
+// udpFragments is a UDP datagram of n payload bytes from 10.0.0.1 (or
+// fd00:6::1) to 10.0.0.2 (fd00:6::2), its checksum field 0, fragmented at
+// mtu as netstack does, as Ethernet frames.
+func udpFragments(v6 bool, n, mtu int, id uint32) [][]byte {
+	udp := make([]byte, header.UDPMinimumSize+n)
+	header.UDP(udp).Encode(&header.UDPFields{SrcPort: 5000, DstPort: 6000, Length: uint16(len(udp))})
+	for i := header.UDPMinimumSize; i < len(udp); i++ {
+		udp[i] = byte(i*13 + 1)
+	}
+	var frames [][]byte
+	step := (mtu - header.IPv4MinimumSize) &^ 7
+	if v6 {
+		step = (mtu - header.IPv6MinimumSize - header.IPv6FragmentHeaderSize) &^ 7
+	}
+	for off := 0; off < len(udp); off += step {
+		end := min(off+step, len(udp))
+		more := end < len(udp)
+		data := udp[off:end]
+		var ip []byte
+		if v6 {
+			ip = make([]byte, header.IPv6MinimumSize+header.IPv6FragmentHeaderSize+len(data))
+			header.IPv6(ip).Encode(&header.IPv6Fields{PayloadLength: uint16(len(ip) - header.IPv6MinimumSize),
+				TransportProtocol: header.IPv6FragmentHeader, HopLimit: 64,
+				SrcAddr: tcpip.AddrFrom16(addr6A.As16()), DstAddr: tcpip.AddrFrom16(addr6B.As16())})
+			fh := ip[header.IPv6MinimumSize:]
+			fh[0] = uint8(header.UDPProtocolNumber)
+			w := uint16(off)
+			if more {
+				w |= 1
+			}
+			binary.BigEndian.PutUint16(fh[2:], w)
+			binary.BigEndian.PutUint32(fh[4:], id)
+			copy(fh[header.IPv6FragmentHeaderSize:], data)
+		} else {
+			ip = make([]byte, header.IPv4MinimumSize+len(data))
+			var fl uint8
+			if more {
+				fl = header.IPv4FlagMoreFragments
+			}
+			header.IPv4(ip).Encode(&header.IPv4Fields{TotalLength: uint16(len(ip)), ID: uint16(id), Flags: fl,
+				FragmentOffset: uint16(off), TTL: 64, Protocol: uint8(header.UDPProtocolNumber),
+				SrcAddr: tcpip.AddrFrom4([4]byte{10, 0, 0, 1}), DstAddr: tcpip.AddrFrom4([4]byte{10, 0, 0, 2})})
+			header.IPv4(ip).SetChecksum(^header.IPv4(ip).CalculateChecksum())
+			copy(ip[header.IPv4MinimumSize:], data)
+		}
+		typ := header.IPv4ProtocolNumber
+		if v6 {
+			typ = header.IPv6ProtocolNumber
+		}
+		f := make([]byte, header.EthernetMinimumSize+len(ip))
+		header.Ethernet(f).Encode(&header.EthernetFields{Type: typ})
+		copy(f[header.EthernetMinimumSize:], ip)
+		frames = append(frames, f)
+	}
+	return frames
+}
+
+// TestTxFragmentsChecksum: the fragments of a UDP datagram whose checksum
+// netstack left to the device are held until the last, which comes back
+// with the datagram's checksum right by gVisor's reckoning; other frames
+// pass, and a datagram cut short by the next one's first fragment is
+// abandoned (counted).
+func TestTxFragmentsChecksum(t *testing.T) {
+	for _, v6 := range []bool{false, true} {
+		var x txFragments
+		frames := udpFragments(v6, 4000, 1500, 77)
+		tcp := testutil.TCPFrame(hdr.TCPFrameFields{Src: hdr.IPv4Addr{10, 0, 0, 1}, Dst: hdr.IPv4Addr{10, 0, 0, 2},
+			TCP: hdr.TCPFields{SrcPort: 1, DstPort: 2, Flags: hdr.TCPFlagACK}})
+		for i, f := range frames {
+			if held, _ := x.hold(tcp); held {
+				t.Fatal("a TCP frame was held")
+			}
+			if i == 1 {
+				// Another datagram's later fragment passes.
+				g := udpFragments(v6, 4000, 1500, 78)[1]
+				if held, _ := x.hold(g); held {
+					t.Fatal("another datagram's fragment was held")
+				}
+			}
+			held, complete := x.hold(f)
+			if !held || complete != (i == len(frames)-1) {
+				t.Fatalf("v6=%v fragment %d: held %v complete %v", v6, i, held, complete)
+			}
+		}
+		// Reassemble what would go out and check it with gVisor.
+		var udp []byte
+		for _, fr := range x.frames {
+			udp = append(udp, x.buf[fr[1]:fr[2]]...)
+		}
+		if len(x.frames) != len(frames) || len(udp) != header.UDPMinimumSize+4000 {
+			t.Fatalf("v6=%v: %d fragments, %d bytes held", v6, len(x.frames), len(udp))
+		}
+		src, dst := tcpip.AddrFrom4([4]byte{10, 0, 0, 1}), tcpip.AddrFrom4([4]byte{10, 0, 0, 2})
+		if v6 {
+			src, dst = tcpip.AddrFrom16(addr6A.As16()), tcpip.AddrFrom16(addr6B.As16())
+		}
+		if sum := checksum.Checksum(udp, header.PseudoHeaderChecksum(header.UDPProtocolNumber, src, dst, uint16(len(udp)))); sum != 0xFFFF || header.UDP(udp).Checksum() == 0 {
+			t.Errorf("v6=%v: the datagram sums to %#04x with checksum %#04x", v6, sum, header.UDP(udp).Checksum())
+		}
+		x.release()
+		// A datagram cut short: the next one's first fragment abandons it.
+		x.hold(frames[0])
+		if held, _ := x.hold(frames[0]); !held || x.abandoned.Load() != 1 {
+			t.Errorf("v6=%v: a first fragment over a held datagram: held %v, abandoned %d", v6, held, x.abandoned.Load())
+		}
 	}
 }
