@@ -73,6 +73,9 @@ type txFragments struct {
 	addrs  [32]byte // source and destination (IPv4: the first 8 bytes)
 	next   int      // the fragment offset expected next, in bytes
 	l4     int      // where the UDP header starts in the first fragment
+	// busy: sendHeldFragments is posting the held fragments and may wait
+	// for ring space with txMu let go; a writer meanwhile holds nothing.
+	busy bool
 
 	completed, abandoned atomic.Uint64
 }
@@ -134,6 +137,9 @@ func parseFrag(f []byte) (fragInfo, bool) {
 // checksum, or the next fragment of the held datagram). complete: f was
 // the last, and the held fragments, the checksum filled in, are in frames.
 func (x *txFragments) hold(f []byte) (held, complete bool) {
+	if x.busy {
+		return false, false
+	}
 	fi, ok := parseFrag(f)
 	if !ok {
 		return false, false
@@ -202,7 +208,8 @@ func (x *txFragments) fill() {
 // checksum filled in (txMu held); a ring that stays full loses the rest,
 // counted as dropped frames.
 func (d *Driver) sendHeldFragments() {
-	defer d.txFrags.release()
+	d.txFrags.busy = true
+	defer func() { d.txFrags.release(); d.txFrags.busy = false }()
 	for _, fr := range d.txFrags.frames {
 		e := d.tx.Next()
 		if e == nil {
