@@ -167,6 +167,7 @@ type splitDevice struct {
 	features uint64 // granted in HELLO
 	badWords atomic.Uint64
 	enabled  atomic.Bool // the register block enabled the device: Stop resets it first
+	txCsum   bool        // the bring-up enabled FeatTxCsum (set in Start)
 
 	mu      sync.Mutex
 	seq     uint32
@@ -480,6 +481,10 @@ func (d *splitDevice) configure(cfg nic.Config, p port.Port, link *os.File, shm 
 func (d *splitDevice) MAC() [6]byte { return d.mac }
 func (d *splitDevice) MTU() int     { return d.mtu }
 
+// TxChecksum implements tcpstack.TxChecksummer: the bring-up enables
+// every feature the device has, transmit checksum offload among them.
+func (d *splitDevice) TxChecksum() bool { return d.txCsum }
+
 // Doorbell is the device's doorbell register: an eventfd write (or, when
 // polling, nothing: the device looks by itself).
 func (d *splitDevice) Doorbell() rings.Doorbell { return d }
@@ -569,6 +574,7 @@ func (d *splitDevice) enable(rc rings.RingConfig) error {
 			return err
 		}
 	}
+	d.txCsum = rings.Bar0Feature(feat)&rings.FeatTxCsum != 0
 	st, err := d.readReg(rings.RegStatus)
 	if err == nil && st&uint32(rings.StatusEnabled) == 0 {
 		err = fmt.Errorf("split device: not enabled after enable (status %#x)", st)

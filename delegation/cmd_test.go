@@ -118,6 +118,7 @@ func TestCommandsValidation(t *testing.T) {
 	}{
 		{rings.Tx{Addr: buf, Len: 0}, rings.StatusBadParam},
 		{rings.Tx{Addr: buf, Len: 10, Flags: 1 << 7}, rings.StatusBadParam},
+		{rings.Tx{Addr: buf, Len: 10, Flags: rings.TxCsum}, rings.StatusBadParam}, // legacy only: the engine checksums its own segments
 		{rings.Tx{Addr: 0x20, Len: 10}, rings.StatusBadAddress},
 		{rings.Tx{Addr: buf, Len: 1 << 31}, rings.StatusBadParam},
 		{rings.Tx{Addr: arena.Base() + rings.Addr(arena.Size()) - 5, Len: 10}, rings.StatusBadAddress},

@@ -280,6 +280,11 @@ func New(cfg Config, mem rings.DMA, p port.Port) (*Device, error) {
 // MTU returns the device's MTU.
 func (d *Device) MTU() int { return d.cfg.MTU }
 
+// TxChecksum reports whether the device fills in the checksums of legacy
+// frames sent with rings.TxCsum (txcsum.go): false when the driver
+// withheld FeatTxCsum.
+func (d *Device) TxChecksum() bool { return d.cfg.Withheld&rings.FeatTxCsum == 0 }
+
 // MAC returns the device's station address.
 func (d *Device) MAC() [6]byte { return d.cfg.MAC }
 

@@ -11,7 +11,8 @@ import "github.com/emunic/emunic/rings"
 //     transmit descriptors of a delegated connection;
 //   - FeatRDMA: the RDMA family's commands (CREATE_QP, ...);
 //   - FeatLegacy: legacy transmit descriptors (Conn NoConn);
-//   - FeatVLAN: a legacy transmit descriptor's VLAN tag.
+//   - FeatVLAN: a legacy transmit descriptor's VLAN tag;
+//   - FeatTxCsum: a legacy transmit descriptor's TxCsum flag (txcsum.go).
 //
 // A refused command completes BAD_OPCODE ("unknown or unsupported") and is
 // counted cmd_bad_opcode; a refused descriptor is dropped and counted
@@ -49,5 +50,6 @@ func (d *Device) txGated(desc rings.TxDesc) bool {
 	if desc.Conn() != rings.NoConn {
 		return w&rings.FeatDelegation != 0
 	}
-	return w&rings.FeatLegacy != 0 || (w&rings.FeatVLAN != 0 && desc.VLAN() != 0)
+	return w&rings.FeatLegacy != 0 || (w&rings.FeatVLAN != 0 && desc.VLAN() != 0) ||
+		(w&rings.FeatTxCsum != 0 && desc.Flags()&rings.TxCsum != 0)
 }

@@ -41,7 +41,10 @@ func (d *Device) transmit(desc rings.TxDesc) {
 		return
 	}
 	l := int(desc.Len())
-	if l < EthHeaderLen || l > d.maxFrame {
+	fl := desc.Flags()
+	if l < EthHeaderLen || l > d.maxFrame || fl&^rings.TxLegacyFlags != 0 {
+		// A flag a legacy frame cannot carry is refused, never sent as
+		// if it were not there.
 		d.count(rings.StatTxDropBadDesc)
 		return
 	}
@@ -55,6 +58,13 @@ func (d *Device) transmit(desc rings.TxDesc) {
 	if !ok {
 		d.count(rings.StatTxDropBadDesc)
 		return
+	}
+	if fl&rings.TxCsum != 0 {
+		if wire = d.txChecksum(wire); wire == nil {
+			d.count(rings.StatTxDropCsum)
+			return
+		}
+		d.count(rings.StatTxCsum)
 	}
 	if d.eng.TimeWaitConns() > 0 {
 		// The host opening a connection on a 4-tuple the unit holds in

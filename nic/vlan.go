@@ -70,8 +70,5 @@ func (d *Device) tag(frame []byte, tci uint16) ([]byte, bool) {
 	} else if t.VID() != d.cfg.VLAN {
 		return nil, false // another VLAN's: the device keeps its hosts apart
 	}
-	if d.txTagBuf == nil {
-		d.txTagBuf = make([]byte, d.maxFrame+hdr.VLANTagSize)
-	}
-	return hdr.InsertVLAN(d.txTagBuf, hdr.Ethernet(frame), t), true
+	return hdr.InsertVLAN(d.txScratch(), hdr.Ethernet(frame), t), true
 }

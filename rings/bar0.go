@@ -105,7 +105,8 @@ const (
 	FeatCounters   Bar0Feature = 1 << 3 // the counter area (RegCounterLo/Hi/Size)
 	FeatModeration Bar0Feature = 1 << 4 // interrupt moderation (VecRegModUsecs/VecRegModCount)
 	FeatVLAN       Bar0Feature = 1 << 5 // 802.1Q tag insertion on transmit (TxOffVLAN)
-	Bar0Features               = FeatLegacy | FeatDelegation | FeatRDMA | FeatCounters | FeatModeration | FeatVLAN
+	FeatTxCsum     Bar0Feature = 1 << 6 // transmit checksum offload on legacy frames (TxCsum); the device refuses the flag unless the driver writes this bit
+	Bar0Features               = FeatLegacy | FeatDelegation | FeatRDMA | FeatCounters | FeatModeration | FeatVLAN | FeatTxCsum
 )
 
 // Bar0Ctrl is a bit of RegCtrl.

@@ -22,6 +22,9 @@ type TxFlags uint16
 const (
 	TxPush TxFlags = 1 << 0 // delegated: push (PSH) at the end of this buffer
 	TxFin  TxFlags = 1 << 1 // delegated: FIN after this buffer
+	TxCsum TxFlags = 1 << 2 // legacy: the device fills in the IPv4 header checksum and the TCP or UDP checksum (FeatTxCsum)
+
+	TxLegacyFlags = TxCsum // the flags a legacy descriptor (NoConn) may carry; any other is refused (tx_drop_bad_desc), never ignored
 )
 
 // TxDesc is an accessor over one transmit descriptor.

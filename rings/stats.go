@@ -42,6 +42,8 @@ const (
 	StatRxDropIPv6RoutingType0               // IPv6: routing header type 0 (RFC 5095)
 	StatRxDropIPv6Fragment                   // IPv6: atomic fragment, or one no valid datagram holds (RFC 8021, RFC 8200 §4.5)
 	StatRxDropIPv6Jumbogram                  // IPv6: hop-by-hop jumbo payload option (RFC 2675)
+	StatTxCsum                               // legacy frames whose IPv4 header and TCP/UDP checksums the device filled in (TxCsum)
+	StatTxDropCsum                           // legacy frames with TxCsum whose checksums the device cannot place (not IPv4/IPv6 TCP/UDP, a fragment, truncated, lengths that disagree)
 	NumStats
 )
 
@@ -58,6 +60,7 @@ var statNames = [NumStats]string{
 	"doorbells", "parks", "timer_runs",
 	"rx_drop_vlan", "rx_drop_bad_vlan",
 	"rx_drop_ipv6_ext_chain", "rx_drop_ipv6_routing_type0", "rx_drop_ipv6_fragment", "rx_drop_ipv6_jumbogram",
+	"tx_csum", "tx_drop_csum",
 }
 
 func (s StatID) String() string {

@@ -133,8 +133,14 @@ type DriverStats struct {
 	TxFrames, TxBytes uint64
 	TxRingFull        uint64 // times the transmit ring was full and the driver waited
 	TxDropped         uint64 // frames dropped: ring stayed full, or frame too large
-	RxFrames, RxBytes uint64
-	RxErrors          uint64 // notifications reporting a bad buffer
+	TxCsumOffload     uint64 // frames sent with TxCsum: their TCP or UDP checksum left to the device
+	// TxCsumFragmented counts the UDP datagrams netstack fragmented
+	// after leaving their checksum to the device, whose checksum the
+	// driver filled in over the fragments it held back (txcsum.go);
+	// TxFragsAbandoned those it gave up on, incomplete.
+	TxCsumFragmented, TxFragsAbandoned uint64
+	RxFrames, RxBytes                  uint64
+	RxErrors                           uint64 // notifications reporting a bad buffer
 	// RxFrameTooLarge counts FRAME_TOO_LARGE notifications: legacy
 	// frames longer than the buffer posted for them (the device dropped
 	// the frame and returned the buffer, which the driver reposts).
@@ -232,7 +238,8 @@ func (d *Driver) Stats() DriverStats {
 	s := &d.stats
 	return DriverStats{
 		TxFrames: s.txFrames.Load(), TxBytes: s.txBytes.Load(), TxRingFull: s.txRingFull.Load(),
-		TxDropped: s.txDropped.Load(), RxFrames: s.rxFrames.Load(), RxBytes: s.rxBytes.Load(),
+		TxDropped: s.txDropped.Load(), TxCsumOffload: s.txCsum.Load(),
+		TxCsumFragmented: d.txFrags.completed.Load(), TxFragsAbandoned: d.txFrags.abandoned.Load(), RxFrames: s.rxFrames.Load(), RxBytes: s.rxBytes.Load(),
 		RxErrors: s.rxErrors.Load(), RxFrameTooLarge: s.rxTooLarge.Load(),
 		Interrupts: s.irqNotify.n.Load(), TxSpaceInterrupts: s.irqTxSpace.n.Load(), CommandInterrupts: s.irqCommand.n.Load(),
 		DoorbellKicks: s.doorbell.n.Load(),

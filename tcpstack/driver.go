@@ -29,6 +29,15 @@ type Device interface {
 	Stop() error
 }
 
+// TxChecksummer is a Device that can say whether it fills in the
+// checksums of legacy frames sent with rings.TxCsum (docs/rings.md
+// "Transmit checksum offload"): after Start, once the driver's features
+// are settled. A Device without the method gets none, and netstack
+// computes every checksum itself.
+type TxChecksummer interface {
+	TxChecksum() bool
+}
+
 // DriverConfig sizes the driver's rings and buffers.
 type DriverConfig struct {
 	CommandEntries uint32 // default 64
@@ -101,6 +110,11 @@ type Driver struct {
 	rxBufBase rings.Addr
 	rxBufMem  []byte
 
+	// txCsum: the device fills in TCP and UDP checksums (TxCsum), so
+	// netstack leaves them to it (CapabilityTXChecksumOffload). Set
+	// before netstack sees the driver, never changed.
+	txCsum bool
+
 	ntf *rings.Consumer
 
 	cmd *rings.Producer // under cp.mu
@@ -131,7 +145,8 @@ type Driver struct {
 	netstackDrop atomic.Pointer[func([]byte) bool]
 
 	flows   flowTracker
-	frags   fragReasm // TCP fragments, reassembled before netstack (fragments.go)
+	txFrags txFragments // UDP fragments held for their checksum (txcsum.go), under txMu
+	frags   fragReasm   // TCP fragments, reassembled before netstack (fragments.go)
 	ackFix  ackRepair
 	stats   driverCounters
 	closing atomic.Bool
@@ -142,6 +157,7 @@ type Driver struct {
 
 type driverCounters struct {
 	txFrames, txBytes, txRingFull, txDropped        atomic.Uint64
+	txCsum                                          atomic.Uint64 // legacy frames sent with TxCsum
 	rxFrames, rxBytes, rxErrors, ntfs, ntfRingErrs  atomic.Uint64
 	rxTooLarge, rxHeld, rxHeldBytes                 atomic.Uint64
 	groIn, groInBytes, groOut, groOutBytes          atomic.Uint64 // packets (and their network bytes) into and out of GRO
@@ -232,6 +248,9 @@ func NewDriver(mem *rings.Arena, dev Device, cfg DriverConfig) (*Driver, error) 
 		Command: d.stats.irqCommand.on(d.cmdDone)}
 	if err := dev.Start(d.rc, vec); err != nil {
 		return nil, err
+	}
+	if c, ok := dev.(TxChecksummer); ok {
+		d.txCsum = c.TxChecksum()
 	}
 	d.wg.Add(2)
 	go d.interrupts()
@@ -515,6 +534,18 @@ func (d *Driver) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
 		for _, s := range pkt.AsSlices() {
 			w += copy(buf[w:], s)
 		}
+		if d.txCsum {
+			if held, complete := d.txFrags.hold(buf[:w]); held {
+				// A fragment of a UDP datagram whose checksum
+				// netstack left to the device (txcsum.go): it goes
+				// with the last, the checksum filled in.
+				if complete {
+					d.sendHeldFragments()
+				}
+				n++
+				continue
+			}
+		}
 		if d.flows.observe(buf[:w], true) {
 			// A frame of a delegated (or being delegated) flow: netstack
 			// no longer owns it, so its output (the RST of the abort
@@ -523,12 +554,12 @@ func (d *Driver) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
 			continue
 		}
 		d.ackFix.outbound(buf[:w])
-		d.stats.copyBytes.Add(uint64(w))
-		t := rings.Tx{Conn: rings.NoConn, Addr: d.txBufBase + rings.Addr(off), Len: uint32(w)}
-		t.Encode(rings.TxDesc(e))
-		d.tx.Commit()
-		d.stats.txFrames.Add(1)
-		d.stats.txBytes.Add(uint64(w))
+		var fl rings.TxFlags
+		if d.txCsum && txChecksumNeeded(buf[:w]) {
+			fl = rings.TxCsum
+			d.stats.txCsum.Add(1)
+		}
+		d.commitTx(e, off, w, fl)
 		n++
 	}
 	d.tx.Publish()
@@ -536,6 +567,17 @@ func (d *Driver) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
 		return 0, &tcpip.ErrWouldBlock{}
 	}
 	return n, nil
+}
+
+// commitTx posts the w-byte frame in the transmit buffer at off in slot e
+// (txMu held).
+func (d *Driver) commitTx(e []byte, off, w int, fl rings.TxFlags) {
+	d.stats.copyBytes.Add(uint64(w))
+	t := rings.Tx{Conn: rings.NoConn, Addr: d.txBufBase + rings.Addr(off), Len: uint32(w), Flags: fl}
+	t.Encode(rings.TxDesc(e))
+	d.tx.Commit()
+	d.stats.txFrames.Add(1)
+	d.stats.txBytes.Add(uint64(w))
 }
 
 // legacyTxWait bounds how long a legacy frame waits for a transmit slot:
@@ -620,10 +662,15 @@ func (d *Driver) LinkAddress() tcpip.LinkAddress { return d.mac }
 // SetLinkAddress implements stack.LinkEndpoint; the address is the device's.
 func (d *Driver) SetLinkAddress(tcpip.LinkAddress) {}
 
-// Capabilities implements stack.LinkEndpoint: ARP resolution, and receive
-// checksum offload (the device drops frames with bad checksums).
+// Capabilities implements stack.LinkEndpoint: ARP resolution, receive
+// checksum offload (the device drops frames with bad checksums) and, when
+// the device has it, transmit checksum offload (txcsum.go).
 func (d *Driver) Capabilities() stack.LinkEndpointCapabilities {
-	return stack.CapabilityResolutionRequired | stack.CapabilityRXChecksumOffload
+	c := stack.CapabilityResolutionRequired | stack.CapabilityRXChecksumOffload
+	if d.txCsum {
+		c |= stack.CapabilityTXChecksumOffload
+	}
+	return c
 }
 
 // Attach implements stack.LinkEndpoint.

@@ -355,7 +355,48 @@ func TestGuestDriver(t *testing.T) {
 	if got := consoleValue(console, "GUEST-GARBAGE-ID"); got != "0x0E311DE7" {
 		t.Errorf("the ID register reads %s after the garbage, want 0x0E311DE7", got)
 	}
+	checkGuestTxCsum(t, console)
 	checkGuestReport(t, report)
+}
+
+// checkGuestTxCsum: the guest's TCP checksums were the device's (TxCsum,
+// negotiated as FeatTxCsum; the Linux peer drops a frame whose checksum is
+// wrong, so the transfers' SHA-256 checks are the check on the wire), and
+// the device refused none of its descriptors: ethtool -S after the
+// transfers.
+func checkGuestTxCsum(t *testing.T, console string) {
+	t.Helper()
+	stat := func(name string) int64 {
+		v, err := strconv.ParseInt(consoleValue(console, "GUEST-STAT "+name+":"), 10, 64)
+		if err != nil {
+			t.Errorf("ethtool -S in the guest has no %s: %v", name, err)
+			return -1
+		}
+		return v
+	}
+	off, sw := stat("drv_tx_csum_offload"), stat("drv_tx_csum_sw")
+	t.Logf("guest transmit checksums: %d frames by the device, %d in software; the device checksummed %d",
+		off, sw, stat("dev_tx_csum"))
+	if off <= 0 {
+		t.Errorf("the driver sent no frame with TxCsum (drv_tx_csum_offload %d)", off)
+	}
+	for _, name := range []string{"dev_tx_drop_bad_desc", "dev_tx_drop_csum"} {
+		if v := stat(name); v != 0 {
+			t.Errorf("%s = %d after the transfers, want 0", name, v)
+		}
+	}
+	if dev := stat("dev_tx_csum"); dev < off {
+		t.Errorf("the device checksummed %d frames, the driver flagged %d", dev, off)
+	}
+	if t.Failed() {
+		var stats []string
+		for _, l := range strings.Split(console, "\n") {
+			if strings.HasPrefix(l, "GUEST-STAT ") {
+				stats = append(stats, strings.TrimSpace(strings.TrimPrefix(l, "GUEST-STAT ")))
+			}
+		}
+		t.Logf("the guest's ethtool -S: %s", strings.Join(stats, ", "))
+	}
 }
 
 // checkGuestReport holds the device's report to what the guest did: one

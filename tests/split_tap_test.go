@@ -57,6 +57,7 @@ func TestTAPDeviceProcess(t *testing.T) {
 	if n := statOf(t, host.Host, rings.StatRxFrames); n == 0 {
 		t.Error("the device's counter area shows no frames received")
 	}
+	checkTxCsum(t, host.Host) // FeatTxCsum negotiated through the registers
 	host.Close()
 	dev.waitLog("host gone", 1, 10*time.Second)
 	if out := dev.interrupt(); !strings.Contains(out, "device: 1 hosts (1 started, 1 gone), 0 bad messages") {

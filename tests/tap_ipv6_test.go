@@ -135,6 +135,14 @@ func TestTAPKernelPeerIPv6(t *testing.T) {
 		defer c.Close()
 		echoExchange(t, c, 64<<10)
 	})
+	t.Run("udpOverMTU", func(t *testing.T) { // fragments whose checksum the driver filled in
+		udpToKernel(t, ns, host.Host, kernel6.Addr(), 3000)
+		udpToKernel(t, ns, host.Host, kernel4.Addr(), 3000)
+		udpToKernel(t, ns, host.Host, kernel6.Addr(), 100)
+		if s := host.Driver.Stats(); s.TxCsumFragmented < 2 {
+			t.Errorf("the driver filled in %d fragmented datagrams' checksums, want 2 or more", s.TxCsumFragmented)
+		}
+	})
 	t.Run("fragments", func(t *testing.T) {
 		kmac := kernelMAC(t, ns, name)
 		// Fragments pass the NIC to the host's reassembler, which
@@ -195,6 +203,7 @@ func TestTAPKernelPeerIPv6(t *testing.T) {
 	if statOf(t, host.Host, rings.StatRxDropEtherType) != 0 {
 		t.Error("IPv6 frames counted as an unknown EtherType")
 	}
+	checkTxCsum(t, host.Host)
 }
 
 // kernelMAC is the MAC of the namespace's side of the TAP.

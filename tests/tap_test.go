@@ -24,6 +24,7 @@ import (
 	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/rings"
+	"github.com/emunic/emunic/tcpstack"
 	"github.com/emunic/emunic/tcpstack/services"
 )
 
@@ -253,6 +254,19 @@ func TestTAPKernelPeerEcho(t *testing.T) {
 	})
 	if s := statOf(t, host.Host, rings.StatRxFrames); s == 0 {
 		t.Error("the device counted no received frames")
+	}
+	checkTxCsum(t, host.Host)
+}
+
+// checkTxCsum: the device filled in the host's TCP checksums (TxCsum; the
+// kernel, which drops a frame whose checksum is wrong, took the exchange)
+// and refused none of the frames the host flagged.
+func checkTxCsum(t *testing.T, h *tcpstack.Host) {
+	t.Helper()
+	c := counters(t, h)
+	if c.Stats[rings.StatTxCsum] == 0 || c.Stats[rings.StatTxDropCsum] != 0 {
+		t.Errorf("transmit checksum offload: tx_csum %d, tx_drop_csum %d; the driver flagged %d frames",
+			c.Stats[rings.StatTxCsum], c.Stats[rings.StatTxDropCsum], h.Driver.Stats().TxCsumOffload)
 	}
 }
 

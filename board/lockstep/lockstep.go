@@ -117,6 +117,9 @@ func (v *Dev) MAC() [6]byte { return v.d.MAC() }
 // MTU implements tcpstack.Device.
 func (v *Dev) MTU() int { return v.d.MTU() }
 
+// TxChecksum implements tcpstack.TxChecksummer.
+func (v *Dev) TxChecksum() bool { return v.d.TxChecksum() }
+
 // Start implements tcpstack.Device: the device raises its vectors into the
 // Sched, which passes them on when the step is over.
 func (v *Dev) Start(rc rings.RingConfig, vec rings.Vectors) error {

@@ -15,8 +15,10 @@
  *
  * The netdev runs the legacy rings (docs/rings.md): NAPI receive from the
  * notification ring (LEGACY_UPLOAD of a posted receive buffer), transmit
- * through the transmit ring, link state from the device's status, ethtool
- * statistics from the counter area, and a device reset on stop and remove.
+ * through the transmit ring with the device filling in TCP and UDP
+ * checksums (TxCsum, when it has FeatTxCsum), link state from the device's
+ * status, ethtool statistics from the counter area, and a device reset on
+ * stop and remove.
  * Every layout comes from the generated emunic_abi.h.
  */
 #include <linux/module.h>
@@ -30,6 +32,8 @@
 #include <linux/if_vlan.h>
 #include <net/ip.h>
 #include <linux/ipv6.h>
+#include <linux/tcp.h>
+#include <linux/udp.h>
 #include <linux/delay.h>
 #include <linux/workqueue.h>
 #include <linux/u64_stats_sync.h>
@@ -92,6 +96,9 @@ struct emunic {
 	struct napi_struct napi;
 	struct emunic_stats rxs, txs;
 	u64 rx_phase_errors, rx_bad_notifications, rx_too_large, tx_ring_full;
+	/* CHECKSUM_PARTIAL frames sent with TxCsum, and summed here instead. */
+	u64 tx_csum_offload, tx_csum_sw;
+	bool tx_csum; /* FeatTxCsum negotiated: the device fills in TCP and UDP checksums */
 	struct delayed_work link_work;
 	struct mutex reg_lock; /* register writes: store and doorbell, then read back */
 	bool running;
@@ -313,6 +320,9 @@ static int emunic_enable(struct emunic *e)
 	}
 	if (counters && (have & EMUNIC_FEAT_COUNTERS))
 		feat |= EMUNIC_FEAT_COUNTERS;
+	if (have & EMUNIC_FEAT_TX_CSUM)
+		feat |= EMUNIC_FEAT_TX_CSUM;
+	e->tx_csum = feat & EMUNIC_FEAT_TX_CSUM;
 	/* One commit for the configuration, applied in register order; the
 	 * enable after it, in a commit of its own. */
 	reg_store(e, EMUNIC_REG_DRV_FEATURES, feat);
@@ -481,12 +491,50 @@ static int emunic_poll(struct napi_struct *napi, int budget)
 
 /* ------------------------------------------------------------------ transmit */
 
+/* tx_csum_offloadable says whether the device can fill in the checksum of a
+ * CHECKSUM_PARTIAL skb: TxCsum has no csum_start/csum_offset, so the device
+ * parses the frame itself (docs/rings.md, "Transmit checksum offload") and
+ * places a TCP or UDP checksum straight behind the IPv4 header, or behind an
+ * IPv6 fixed header (this driver sends a frame with extension headers the
+ * software way: a Routing header would change the pseudo-header). The
+ * checksum the stack asks for must be that one: an encapsulation's inner
+ * checksum, or anything else, is summed here. */
+static bool tx_csum_offloadable(const struct sk_buff *skb)
+{
+	unsigned int nh = skb_network_offset(skb), l4;
+	u8 proto;
+
+	if (skb->protocol == htons(ETH_P_IP)) {
+		const struct iphdr *ip = ip_hdr(skb);
+
+		if (nh + sizeof(*ip) > skb_headlen(skb) || ip->version != 4 || ip->ihl < 5 || ip_is_fragment(ip))
+			return false;
+		proto = ip->protocol;
+		l4 = nh + ip->ihl * 4;
+	} else if (skb->protocol == htons(ETH_P_IPV6)) {
+		if (nh + sizeof(struct ipv6hdr) > skb_headlen(skb))
+			return false;
+		proto = ipv6_hdr(skb)->nexthdr;
+		l4 = nh + sizeof(struct ipv6hdr);
+	} else {
+		return false;
+	}
+	if (nh != ETH_HLEN || skb_checksum_start_offset(skb) != l4)
+		return false;
+	if (proto == IPPROTO_TCP)
+		return skb->csum_offset == offsetof(struct tcphdr, check);
+	if (proto == IPPROTO_UDP)
+		return skb->csum_offset == offsetof(struct udphdr, check);
+	return false;
+}
+
 static netdev_tx_t emunic_xmit(struct sk_buff *skb, struct net_device *ndev)
 {
 	struct emunic *e = netdev_priv(ndev);
 	struct emunic_ring *r = &e->tx;
 	struct emunic_transmit_descriptor *d;
 	u32 s, len = skb->len;
+	u16 flags = 0;
 	u8 *buf;
 
 	if (len > BUF_SIZE || len < ETH_HLEN) {
@@ -511,17 +559,24 @@ static netdev_tx_t emunic_xmit(struct sk_buff *skb, struct net_device *ndev)
 	}
 	s = r->local & (r->count - 1);
 	buf = e->txbuf + (size_t)s * BUF_SIZE;
-	/* The frame is copied into BAR2 anyway; the checksum the stack left
-	 * to the NIC is computed in the same pass (as 8139too does). */
-	if (skb->ip_summed == CHECKSUM_PARTIAL)
-		skb_copy_and_csum_dev(skb, buf);
-	else
+	/* The frame is copied into BAR2 anyway. A checksum the stack left to
+	 * the NIC is the device's when it can place it (TxCsum); otherwise it
+	 * is computed in the same pass as the copy (as 8139too does). */
+	if (skb->ip_summed == CHECKSUM_PARTIAL && e->tx_csum && tx_csum_offloadable(skb)) {
 		skb_copy_bits(skb, 0, buf, len);
+		flags = EMUNIC_TX_CSUM;
+		e->tx_csum_offload++;
+	} else if (skb->ip_summed == CHECKSUM_PARTIAL) {
+		skb_copy_and_csum_dev(skb, buf);
+		e->tx_csum_sw++;
+	} else {
+		skb_copy_bits(skb, 0, buf, len);
+	}
 	d = slot(r, r->local);
 	d->conn = NO_CONN;
 	d->addr = e->txbuf_dma + (u64)s * BUF_SIZE;
 	d->len = len;
-	d->flags = 0;
+	d->flags = flags;
 	d->vlan = 0;
 	d->tag = s;
 	commit(r);
@@ -763,8 +818,14 @@ static int emunic_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	ndev->netdev_ops = &emunic_netdev_ops;
 	ndev->ethtool_ops = &emunic_ethtool_ops;
 	/* Scatter-gather and transmit checksums: the copy into BAR2 gathers
-	 * the fragments and sums them (emunic_xmit). */
-	ndev->features = NETIF_F_SG | NETIF_F_HW_CSUM | NETIF_F_RXCSUM;
+	 * the fragments (emunic_xmit). A device with FeatTxCsum fills in TCP
+	 * and UDP checksums over IPv4 and IPv6, the checksums IP_CSUM and
+	 * IPV6_CSUM promise; without it, the copy sums whatever the stack
+	 * leaves (HW_CSUM). */
+	if (reg_read(e, EMUNIC_REG_DEV_FEATURES) & EMUNIC_FEAT_TX_CSUM)
+		ndev->features = NETIF_F_SG | NETIF_F_IP_CSUM | NETIF_F_IPV6_CSUM | NETIF_F_RXCSUM;
+	else
+		ndev->features = NETIF_F_SG | NETIF_F_HW_CSUM | NETIF_F_RXCSUM;
 	ndev->hw_features = ndev->features;
 	netif_napi_add(ndev, &e->napi, emunic_poll);
 	pci_set_drvdata(pdev, e);

@@ -17,7 +17,8 @@
 	X(DMA_ERRORS, "dev_dma_errors") X(RING_PHASE_ERRORS, "dev_ring_phase_errors")                      \
 	X(NOTIFY_POSTED, "dev_notify_posted") X(NOTIFY_DROP_RING_FULL, "dev_notify_drop_ring_full")        \
 	X(INTERRUPTS, "dev_interrupts") X(INTERRUPTS_COALESCED, "dev_interrupts_coalesced")                \
-	X(DOORBELLS, "dev_doorbells") X(PARKS, "dev_parks")
+	X(DOORBELLS, "dev_doorbells") X(PARKS, "dev_parks")                                                \
+	X(TX_CSUM, "dev_tx_csum") X(TX_DROP_CSUM, "dev_tx_drop_csum")
 
 #define DEV_STAT_ID(id, name) EMUNIC_STAT_##id,
 #define DEV_STAT_NAME(id, name) name,
@@ -26,7 +27,7 @@ static const char *const emunic_dev_stat_names[] = { EMUNIC_DEV_STATS(DEV_STAT_N
 
 static const char *const emunic_drv_stat_names[] = {
 	"drv_rx_phase_errors", "drv_rx_bad_notifications", "drv_rx_frame_too_large", "drv_tx_ring_full",
-	"drv_counter_area_torn",
+	"drv_counter_area_torn", "drv_tx_csum_offload", "drv_tx_csum_sw",
 };
 
 #define EMUNIC_NDEV_STATS ARRAY_SIZE(emunic_dev_stat_ids)
@@ -95,6 +96,8 @@ driver:
 	data[2] = e->rx_too_large;
 	data[3] = e->tx_ring_full;
 	data[4] = torn;
+	data[5] = e->tx_csum_offload;
+	data[6] = e->tx_csum_sw;
 }
 
 static const struct ethtool_ops emunic_ethtool_ops = {

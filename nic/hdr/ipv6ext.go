@@ -103,6 +103,10 @@ type IPv6Chain struct {
 	// FirstFragment: a fragment at offset 0, which carries the whole chain
 	// and the upper-layer header (RFC 7112).
 	FirstFragment bool
+	// RoutingLeft: a Routing header with segments left, so the fixed
+	// header's destination is not the final one the upper-layer
+	// checksum's pseudo-header names (RFC 8200 §8.1).
+	RoutingLeft bool
 }
 
 // WalkIPv6 follows the extension-header chain of the whole IPv6 packet h
@@ -173,6 +177,7 @@ func WalkIPv6(h IPv6, c *IPv6Chain) error {
 			if x[IPv6RoutingOffType] == RoutingType0 {
 				return ErrRoutingType0
 			}
+			c.RoutingLeft = x[IPv6RoutingOffLeft] != 0
 		case ProtoIPv6Fragment:
 			w := be.Uint16(x[IPv6FragOffOffset:])
 			fragOff, more := int(w&IPv6FragOffsetMask), w&IPv6FragMF != 0

@@ -81,19 +81,29 @@ func (w *Window) store(off, v uint32)     { atomic.StoreUint32(w.word(off), v) }
 
 // Changed applies the driver's stores since the last call: each register
 // whose window value differs from the last accepted or published one is
-// written to the model, in register order from the one after RegCtrl
-// round to RegCtrl, so the enable or reset comes last (a store to a read-only or
-// reserved register is refused and counted as any such write); then every
-// register the model holds otherwise (a refused write, a reset's zeros, a
-// new status) is written back. It returns the refusals, in order.
+// written to the model, RegDrvFeatures first, then in register order from
+// the one after RegCtrl round to RegCtrl, so the enable or reset comes
+// last (a store to a read-only or reserved register is refused and counted
+// as any such write); then every register the model holds otherwise (a
+// refused write, a reset's zeros, a new status) is written back. It
+// returns the refusals, in order.
 func (w *Window) Changed() []rings.Bar0ErrCode {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var refused []rings.Bar0ErrCode
-	// RegCtrl last: a driver that stores the rings and the enable before
-	// one "changed" gets them in a driver's order.
-	for i := uint32(0); i < rings.Bar0Bytes/4; i++ {
-		off := (i + rings.RegCtrl/4 + 1) % (rings.Bar0Bytes / 4) * 4
+	// A driver that stores its features, the rings, the counter area and
+	// the enable before one "changed" gets them in a driver's order: the
+	// features first (they gate the counter-area and moderation
+	// registers), RegCtrl last.
+	const n = rings.Bar0Bytes / 4
+	for i := uint32(0); i <= n; i++ {
+		off := uint32(rings.RegDrvFeatures)
+		if i > 0 {
+			// From the register after RegCtrl round to RegCtrl.
+			if off = (i - 1 + rings.RegCtrl/4 + 1) % n * 4; off == rings.RegDrvFeatures {
+				continue
+			}
+		}
 		if isDoorbell(off) {
 			continue
 		}

@@ -144,3 +144,26 @@ func TestWindowGarbage(t *testing.T) {
 		}
 	}
 }
+
+// TestWindowFeaturesFirst: a driver that stores its features and the
+// registers they gate (the counter area's, at higher offsets) before one
+// "changed" has them all taken: the features are applied first, as a
+// driver orders its stores.
+func TestWindowFeaturesFirst(t *testing.T) {
+	h, f, _ := newWindowHost(t)
+	base := uint32(memBase) + rings.Bar0Bytes
+	h.st(rings.RegDrvFeatures, uint32(rings.FeatLegacy|rings.FeatCounters))
+	for r := 0; r < rings.Bar0Rings; r++ {
+		h.st(rings.Bar0Ring(r, rings.RingRegBaseLo), base+uint32(r)*0x1000)
+		h.st(rings.Bar0Ring(r, rings.RingRegCount), 16)
+	}
+	ctr, n := base+0x8000, uint32(rings.CounterAreaLayout.MinSize()+7)&^7
+	h.st(rings.RegCounterLo, ctr)
+	h.st(rings.RegCounterLen, n)
+	h.st(rings.RegCtrl, uint32(rings.CtrlEnable))
+	h.changed()
+	if !f.running || f.last.CounterBase != rings.Addr(ctr) || f.last.CounterLen != n ||
+		f.last.Features != rings.FeatLegacy|rings.FeatCounters {
+		t.Fatalf("enabled %v with counter area %#x+%d, features %#x", f.running, uint64(f.last.CounterBase), f.last.CounterLen, uint32(f.last.Features))
+	}
+}

@@ -340,16 +340,24 @@ func TestServerNextHostAfterDeath(t *testing.T) {
 		if s.Device() == nil {
 			t.Fatal("no running device after enable")
 		}
+		if s.Device().TxChecksum() {
+			t.Fatal("transmit checksum offload on for a driver that did not enable FeatTxCsum")
+		}
 		if i == 1 {
 			// A disable and an enable: the device is built afresh on
-			// the registers and a new port on the same wire.
+			// the registers (FeatTxCsum enabled this time) and a new
+			// port on the same wire.
 			h.regW("disable", rings.RegCtrl, 0, StatusOK, 0)
 			if s.Device() != nil {
 				t.Fatal("a device still runs after disable")
 			}
+			h.regW("features", rings.RegDrvFeatures, uint32(rings.FeatTxCsum), StatusOK, 0)
 			h.regW("enable again", rings.RegCtrl, uint32(rings.CtrlEnable), StatusOK, 0)
 			if s.Device() == nil {
 				t.Fatal("no device after the second enable")
+			}
+			if !s.Device().TxChecksum() {
+				t.Fatal("FeatTxCsum enabled, but the device refuses TxCsum")
 			}
 		}
 		// Mid-transfer: commands posted and the doorbell rung, and the

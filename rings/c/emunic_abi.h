@@ -117,6 +117,8 @@
 #define EMUNIC_TX_OFF_TAG 0x18                   /* u64 host cookie */
 #define EMUNIC_TX_PUSH 1                         /* TxFlags: delegated: push (PSH) at the end of this buffer */
 #define EMUNIC_TX_FIN 2                          /* TxFlags: delegated: FIN after this buffer */
+#define EMUNIC_TX_CSUM 4                         /* TxFlags: legacy: the device fills in the IPv4 header checksum and the TCP or UDP checksum (FeatTxCsum) */
+#define EMUNIC_TX_LEGACY_FLAGS 4                 /* TxFlags: the flags a legacy descriptor (NoConn) may carry; any other is refused (tx_drop_bad_desc), never ignored */
 #define EMUNIC_RX_DESC_SIZE 0x20
 #define EMUNIC_RX_OFF_BUF_ID 4                   /* u32 host's buffer id, echoed in the notification */
 #define EMUNIC_RX_OFF_ADDR 8                     /* u64 buffer address */
@@ -156,8 +158,10 @@
 #define EMUNIC_STAT_RX_DROP_I_PV6_ROUTING_TYPE0 0x1C /* StatID: IPv6: routing header type 0 (RFC 5095) */
 #define EMUNIC_STAT_RX_DROP_I_PV6_FRAGMENT 0x1D  /* StatID: IPv6: atomic fragment, or one no valid datagram holds (RFC 8021, RFC 8200 §4.5) */
 #define EMUNIC_STAT_RX_DROP_I_PV6_JUMBOGRAM 0x1E /* StatID: IPv6: hop-by-hop jumbo payload option (RFC 2675) */
-#define EMUNIC_NUM_STATS 0x1F                    /* StatID: */
-#define EMUNIC_STAT_BLOCK_SIZE 0xF8
+#define EMUNIC_STAT_TX_CSUM 0x1F                 /* StatID: legacy frames whose IPv4 header and TCP/UDP checksums the device filled in (TxCsum) */
+#define EMUNIC_STAT_TX_DROP_CSUM 0x20            /* StatID: legacy frames with TxCsum whose checksums the device cannot place (not IPv4/IPv6 TCP/UDP, a fragment, truncated, lengths that disagree) */
+#define EMUNIC_NUM_STATS 0x21                    /* StatID: */
+#define EMUNIC_STAT_BLOCK_SIZE 0x108
 
 /* connstate.go */
 #define EMUNIC_CONN_STATE_SIZE 0x80
@@ -573,7 +577,8 @@
 #define EMUNIC_FEAT_COUNTERS 8                   /* Bar0Feature: the counter area (RegCounterLo/Hi/Size) */
 #define EMUNIC_FEAT_MODERATION 0x10              /* Bar0Feature: interrupt moderation (VecRegModUsecs/VecRegModCount) */
 #define EMUNIC_FEAT_VLAN 0x20                    /* Bar0Feature: 802.1Q tag insertion on transmit (TxOffVLAN) */
-#define EMUNIC_BAR0_FEATURES 0x3F                /* Bar0Feature: */
+#define EMUNIC_FEAT_TX_CSUM 0x40                 /* Bar0Feature: transmit checksum offload on legacy frames (TxCsum); the device refuses the flag unless the driver writes this bit */
+#define EMUNIC_BAR0_FEATURES 0x7F                /* Bar0Feature: */
 #define EMUNIC_CTRL_ENABLE 1                     /* Bar0Ctrl: */
 #define EMUNIC_CTRL_RESET 2                      /* Bar0Ctrl: */
 #define EMUNIC_BAR0_CTRL_MASK 3                  /* Bar0Ctrl: the bits that may be written 1 */
@@ -741,7 +746,7 @@ _Static_assert(offsetof(struct emunic_receive_descriptor, len) == EMUNIC_RX_OFF_
 _Static_assert(offsetof(struct emunic_receive_descriptor, rsvd) == EMUNIC_RX_OFF_RSVD, "RxOffRsvd");
 _Static_assert(offsetof(struct emunic_receive_descriptor, tag) == EMUNIC_RX_OFF_TAG, "RxOffTag");
 
-/* stat block (StatBlockSize, 248 bytes): Stat block */
+/* stat block (StatBlockSize, 264 bytes): Stat block */
 struct emunic_stat_block {
 	uint64_t rx__frames; /* 0x00 StatRxFrames: frames received from the port */
 	uint64_t rx__bytes; /* 0x08 StatRxBytes: bytes received from the port */
@@ -774,6 +779,8 @@ struct emunic_stat_block {
 	uint64_t rx__drop__ipv6__routing__type0; /* 0xe0 StatRxDropIPv6RoutingType0: IPv6: a routing header of type 0 (RFC 5095) */
 	uint64_t rx__drop__ipv6__fragment; /* 0xe8 StatRxDropIPv6Fragment: IPv6: an atomic fragment, or a fragment no valid datagram holds... */
 	uint64_t rx__drop__ipv6__jumbogram; /* 0xf0 StatRxDropIPv6Jumbogram: IPv6: a hop-by-hop Jumbo Payload option (RFC 2675) */
+	uint64_t tx__csum; /* 0xf8 StatTxCsum: legacy frames whose IPv4 header and TCP/UDP checksums the device filled in ... */
+	uint64_t tx__drop__csum; /* 0x100 StatTxDropCsum: legacy frames with TxCsum whose checksums the device cannot place: not ... */
 } __attribute__((packed));
 _Static_assert(sizeof(struct emunic_stat_block) == EMUNIC_STAT_BLOCK_SIZE, "stat block size");
 
