@@ -28,18 +28,24 @@ import (
 // RegBell is one RDMA doorbell a step of the unit took (StepInfo.Bells):
 // a QP's doorbell, or a CQ's arm with ARM_CQ's flags.
 type RegBell struct {
-	CQ    bool   // an arm of CQ Num; else the doorbell of QP Num
-	Num   uint32 // the QP number (connection index) or CQ number
-	Flags uint32 // CQ: armPlain/armIfPending bits (armAny, ...)
+	CQ   bool   // an arm of CQ Num; else the doorbell of QP Num
+	Num  uint32 // the QP number (connection index) or CQ number
+	Arms uint32 // CQ: the arms rung, merged (BellArmAll, ...)
 }
 
-// A CQ's pending arm, as four bits: the arms rung since the unit last took
-// the CQ's, merged (see takeArm).
+// A CQ's pending arms, as four bits: the arms rung since the unit last
+// took the CQ's (a trace records them: docs/trace.md).
 const (
-	armPlainAny = 1 << iota // ARM_CQ without ArmIfPending, all completions
-	armPlainSol             // ... solicited only
-	armIfpAny               // with ArmIfPending, all completions
-	armIfpSol               // ... solicited only
+	BellArmAll                = 1 << iota // ARM_CQ's flags without ArmIfPending: all completions
+	BellArmSolicited                      // ArmSolicited
+	BellArmIfPendingAll                   // ArmIfPending
+	BellArmIfPendingSolicited             // ArmIfPending and ArmSolicited
+	BellArmsValid             = 1<<iota - 1
+
+	armPlainAny = BellArmAll
+	armPlainSol = BellArmSolicited
+	armIfpAny   = BellArmIfPendingAll
+	armIfpSol   = BellArmIfPendingSolicited
 )
 
 // armBits is the pending-arm bit of ARM_CQ flags.
@@ -109,6 +115,11 @@ func (h hostDoorbell) ArmCQ(cq, flags uint32) bool {
 	return true
 }
 
+// RDMADoorbell is the device's RDMA doorbell registers (the register
+// model's RegQPDoorbell and RegCQArm, as Doorbell is its ring doorbells),
+// for a driver in the device's process (tcpstack.RDMADoorbellDevice).
+func (d *Device) RDMADoorbell() rings.RDMADoorbell { return hostDoorbell{d} }
+
 func (d *Device) ringQP(qpn uint32) {
 	r := &d.bells
 	setBit(r.qpPend, qpn)
@@ -163,22 +174,24 @@ func (d *Device) takeBells() []RegBell {
 		for pw := r.cqPend[w].Swap(0); pw != 0; pw &= pw - 1 {
 			n := uint32(w*64 + bits.TrailingZeros64(pw))
 			if a := r.cqArm[n].Swap(0); a != 0 {
-				r.taken = append(r.taken, RegBell{CQ: true, Num: n, Flags: a})
+				r.taken = append(r.taken, RegBell{CQ: true, Num: n, Arms: a})
 			}
 		}
 	}
 	return r.taken
 }
 
-// A pass serves the doorbells it took in two parts around the command
-// ring: the CQ arms before the commands, the QP doorbells after. An arm
-// served early is harmless (a host arms and then polls its CQ again, so an
-// event for a completion it finds is at worst one too many), while an arm
-// served after a completion it was rung before loses that completion's
-// event. So every arm rung before the pass is in force before any QP is
-// polled, whether that QP's doorbell was a register or a QP_DOORBELL
-// command, and an ARM_CQ command is run before any QP doorbell register
-// rung with it.
+// A pass serves the doorbells it took before the command ring, the CQ
+// arms first. An arm served early is harmless (a host arms and then polls
+// its CQ again, so an event for a completion it finds is at worst one too
+// many), while an arm served after a completion it was rung before loses
+// that completion's event: so every arm rung before the pass is in force
+// before any QP is polled, by register or by QP_DOORBELL command. The QP
+// doorbells go before the commands because a host posts and then commands
+// (posts its last send, then MODIFY_QP CLOSE or DESTROY_QP): the work it
+// posted first must be seen before the close. A command a host sends
+// before a doorbell it rings is one it waited for (CREATE_QP, CONNECT), so
+// it ran in an earlier pass.
 
 // serveQPs does what QP_DOORBELL does for each QP doorbell taken (unit
 // goroutine); it returns how many it served.
@@ -213,10 +226,10 @@ func (d *Device) serveArms(bs []RegBell) int {
 		// Arms merge: an arm only ever widens (solicited, then any), so
 		// the plain arms first and the if-pending ones after leave the
 		// CQ as the arms one by one would, with at most one event.
-		if p := b.Flags & (armPlainAny | armPlainSol); p != 0 {
+		if p := b.Arms & (armPlainAny | armPlainSol); p != 0 {
 			cq.Arm(p&armPlainAny == 0)
 		}
-		if p := b.Flags & (armIfpAny | armIfpSol); p != 0 && cq.ArmIfPending(p&armIfpAny == 0) {
+		if p := b.Arms & (armIfpAny | armIfpSol); p != 0 && cq.ArmIfPending(p&armIfpAny == 0) {
 			d.postEvent(rings.Notification{Flags: rings.NtfCQEvent, Conn: b.Num})
 		}
 	}

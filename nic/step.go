@@ -95,8 +95,8 @@ func (d *Device) step(now int64, doorbell, parked bool) int {
 	}
 	d.pollPort()
 	work := d.serveArms(bells)
-	work += d.serviceCommands()
 	work += d.serveQPs(bells)
+	work += d.serviceCommands()
 	work += d.serviceTx()
 	work += d.serviceRx()
 	work += d.serviceTimers()

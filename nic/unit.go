@@ -28,8 +28,8 @@ func (d *Device) unit() {
 		}
 		bells := d.takeBells()
 		work := d.serveArms(bells)
-		work += d.serviceCommands()
 		work += d.serveQPs(bells)
+		work += d.serviceCommands()
 		work += d.serviceTx()
 		work += d.serviceRx()
 		work += d.serviceTimers()

@@ -204,8 +204,19 @@ func Bar0ErrCounter(e Bar0ErrCode) RegCounterID { return RegCounterID(e - 1) }
 // (ArmSolicited, ArmIfPending).
 func Bar0CQArm(cq, flags uint32) uint32 { return cq&Bar0CQNumMask | flags<<Bar0CQArmShift }
 
-// Bar0CQArmFlags is the ARM_CQ flags a RegCQArm value v carries.
+// Bar0CQArmFlags is RegCQArm's flag bits.
 const Bar0CQArmFlags = (ArmSolicited | ArmIfPending) << Bar0CQArmShift
+
+// RDMADoorbell is a device's RDMA doorbell registers as its register
+// model, and a driver in the device's process, reach them: each call is a
+// posted write of RegQPDoorbell or RegCQArm (flags: ARM_CQ's), queued for
+// the device's loop. It reports false when the device refused it, for a
+// QP or CQ it does not have (ErrNoDoorbell). A device's Doorbell
+// implements it when the device has the registers (FeatQPDoorbell).
+type RDMADoorbell interface {
+	QPDoorbell(qpn uint32) bool
+	ArmCQ(cq, flags uint32) bool
+}
 
 // Bar0Ring is the offset of register reg (RingRegBaseLo, ...) of ring r.
 func Bar0Ring(r int, reg uint32) uint32 { return Bar0RingBase + uint32(r)*Bar0RingStride + reg }

@@ -93,10 +93,7 @@ type bell struct {
 // device has them; each call is posted (it queues the doorbell for the
 // device's loop and returns) and reports false for a QP or CQ that does
 // not exist, which the model refuses with ErrNoDoorbell.
-type RDMADoorbells interface {
-	QPDoorbell(qpn uint32) bool
-	ArmCQ(cq, flags uint32) bool
-}
+type RDMADoorbells = rings.RDMADoorbell
 
 // New makes a model, disabled with every register at its reset value,
 // with no memory and no vectors attached.

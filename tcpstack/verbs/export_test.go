@@ -35,3 +35,10 @@ func ForgetOnDevice(qp *QP) error {
 	_, err := qp.v.do(rings.Command{Opcode: rings.OpDestroyQP, Conn: qp.qpn})
 	return err
 }
+
+// DoorbellRegister reports whether v rings QPs and arms CQs with the
+// device's doorbell registers; DropDoorbellRegister makes it use the
+// QP_DOORBELL and ARM_CQ commands instead (a device without them).
+func DoorbellRegister(v *Provider) bool { return v.db != nil }
+
+func DropDoorbellRegister(v *Provider) { v.db = nil }
