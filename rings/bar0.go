@@ -218,6 +218,15 @@ type RDMADoorbell interface {
 	ArmCQ(cq, flags uint32) bool
 }
 
+// RDMADoorbellLate is an RDMADoorbell whose writes cross a transport that
+// does not wait for the device (the split socket's REG_POST): a write it
+// reported sent may be refused later, and f is then called with the
+// register's offset (RegQPDoorbell, RegCQArm) and the value written.
+type RDMADoorbellLate interface {
+	RDMADoorbell
+	OnRefused(f func(off, v uint32))
+}
+
 // Bar0Ring is the offset of register reg (RingRegBaseLo, ...) of ring r.
 func Bar0Ring(r int, reg uint32) uint32 { return Bar0RingBase + uint32(r)*Bar0RingStride + reg }
 

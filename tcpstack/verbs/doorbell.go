@@ -110,6 +110,35 @@ func (qp *QP) doorbellDone(res []rings.Command, err error) {
 	qp.mu.Unlock()
 }
 
+// bellRefused is a doorbell register write the device refused after the
+// post that made it returned (a transport that does not wait: the split
+// socket's REG_POST). The QP's work behind it will never complete, so the
+// QP fails (ErrDoorbell), whichever doorbell mode it was in; a CQ's arm
+// fails as a posted ARM_CQ does. Called on the transport's reader: it
+// must not block.
+func (v *Provider) bellRefused(off, val uint32) {
+	switch off {
+	case rings.RegQPDoorbell:
+		v.mu.Lock()
+		qp := v.qps[val]
+		v.mu.Unlock()
+		if qp != nil {
+			qp.doorbellDone(nil, errBellRefused)
+		}
+	case rings.RegCQArm:
+		num := val & rings.Bar0CQNumMask
+		if num >= maxCQNum {
+			return
+		}
+		v.mu.Lock()
+		cq := v.cqs[num]
+		v.mu.Unlock()
+		if cq != nil {
+			cq.armFailed(nil, errBellRefused)
+		}
+	}
+}
+
 // armRegister arms the CQ for PollWait with the arm register: ARM_CQ's
 // ArmIfPending, posted. A refusal (the device has no such CQ) is reported
 // as a posted ARM_CQ's failure is: the waiters poll again and arm by

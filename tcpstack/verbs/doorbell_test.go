@@ -59,6 +59,9 @@ func TestVerbsDoorbellRegister(t *testing.T) {
 // TestVerbsDoorbellRegisterRefused: a synchronous doorbell the device
 // refuses (the QP is gone there) fails the post with ErrDoorbell, at
 // once; an asynchronous one fails the QP (TestVerbsAsyncDoorbellRefused).
+// Over the split socket the write is posted (REG_POST) and its refusal
+// comes later: the post succeeds and the QP fails, as an asynchronous
+// doorbell's does.
 func TestVerbsDoorbellRegisterRefused(t *testing.T) {
 	_, a, _ := hostrig.QPPair(t, hostrig.Config{}, hostrig.NodeConfig{}, 4795)
 	if err := verbs.ForgetOnDevice(a.QP); err != nil {
@@ -66,8 +69,23 @@ func TestVerbsDoorbellRegisterRefused(t *testing.T) {
 	}
 	w := rings.SendWR{Opcode: rings.WRSend, Flags: rings.WRSignaled, NumSGE: 1}
 	w.SGL[0] = a.LocalMR.SGE(0, 1)
-	if err := a.QP.PostSend(&w); !errors.Is(err, verbs.ErrDoorbell) {
-		t.Fatalf("PostSend after the device forgot the QP: %v, want ErrDoorbell", err)
+	err := a.QP.PostSend(&w)
+	if !verbs.DoorbellLate(a.V) {
+		if !errors.Is(err, verbs.ErrDoorbell) {
+			t.Fatalf("PostSend after the device forgot the QP: %v, want ErrDoorbell", err)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatalf("posted doorbell: PostSend %v", err)
+	}
+	select {
+	case <-a.QP.Failed():
+	case <-time.After(10 * time.Second):
+		t.Fatal("a refused posted doorbell did not fail the QP")
+	}
+	if err := a.QP.DoorbellErr(); !errors.Is(err, verbs.ErrDoorbell) {
+		t.Fatalf("DoorbellErr = %v, want ErrDoorbell", err)
 	}
 }
 

@@ -42,3 +42,10 @@ func ForgetOnDevice(qp *QP) error {
 func DoorbellRegister(v *Provider) bool { return v.db != nil }
 
 func DropDoorbellRegister(v *Provider) { v.db = nil }
+
+// DoorbellLate reports whether v's doorbell register writes are answered
+// only when refused, later (the split socket's REG_POST).
+func DoorbellLate(v *Provider) bool {
+	_, ok := v.db.(rings.RDMADoorbellLate)
+	return ok
+}

@@ -148,7 +148,7 @@ func Open(h *tcpstack.Host) (*Provider, error) {
 
 // newProvider makes the provider of host h (nil in tests) on rh.
 func newProvider(h *tcpstack.Host, rh tcpstack.RDMAHost) *Provider {
-	return &Provider{
+	v := &Provider{
 		h: h, host: rh, mem: rh.Mem(), db: rdmaDoorbell(rh),
 		qps:     make(map[uint32]*QP),
 		mrs:     make(map[uint32]*MR),
@@ -159,6 +159,10 @@ func newProvider(h *tcpstack.Host, rh tcpstack.RDMAHost) *Provider {
 		prepErr: make(map[uint32]error),
 		early:   make(map[hdr.Tuple]*earlyFlow),
 	}
+	if late, ok := v.db.(rings.RDMADoorbellLate); ok {
+		late.OnRefused(v.bellRefused)
+	}
+	return v
 }
 
 // do runs one command; a status other than OK is a *CommandError.
