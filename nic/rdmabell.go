@@ -97,7 +97,7 @@ func connTableSize(c delegation.Config) int {
 // such QP.
 func (h hostDoorbell) QPDoorbell(qpn uint32) bool {
 	r := &h.d.bells
-	if !inRange(r.qpLive, qpn) || !hasBit(r.qpLive, qpn) {
+	if h.d.cfg.Withheld&rings.FeatQPDoorbell != 0 || !inRange(r.qpLive, qpn) || !hasBit(r.qpLive, qpn) {
 		return false
 	}
 	h.d.ringQP(qpn)
@@ -108,7 +108,7 @@ func (h hostDoorbell) QPDoorbell(qpn uint32) bool {
 // there is no such CQ.
 func (h hostDoorbell) ArmCQ(cq, flags uint32) bool {
 	r := &h.d.bells
-	if cq >= maxCQs || !hasBit(r.cqLive[:], cq) {
+	if h.d.cfg.Withheld&rings.FeatQPDoorbell != 0 || cq >= maxCQs || !hasBit(r.cqLive[:], cq) {
 		return false
 	}
 	h.d.armCQ(cq, flags)

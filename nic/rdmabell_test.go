@@ -172,3 +172,15 @@ func waitUnconsumed(t *testing.T, cq *rings.Consumer) {
 	}
 	t.Fatal("no completion")
 }
+
+// TestRDMADoorbellWithheld: a driver that did not ask for FeatQPDoorbell
+// (nic.Config.Withheld) gets its register doorbells refused, even for a
+// QP and a CQ that exist; QP_DOORBELL still works.
+func TestRDMADoorbellWithheld(t *testing.T) {
+	a, _ := rdmaPairConfig(t, Config{Withheld: rings.FeatQPDoorbell})
+	a.qpSetupKick(true, nil)
+	if a.bells().QPDoorbell(3) || a.bells().ArmCQ(1, 0) {
+		t.Fatal("a doorbell register without FeatQPDoorbell was accepted")
+	}
+	a.must(rings.Command{Opcode: rings.OpQPDoorbell, Conn: 3})
+}
