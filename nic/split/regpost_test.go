@@ -77,4 +77,3 @@ func TestServerRegPost(t *testing.T) {
 		t.Fatalf("status %#x after the refusals", st)
 	}
 }
-
