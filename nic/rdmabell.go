@@ -187,11 +187,15 @@ func (d *Device) takeBells() []RegBell {
 // many), while an arm served after a completion it was rung before loses
 // that completion's event: so every arm rung before the pass is in force
 // before any QP is polled, by register or by QP_DOORBELL command. The QP
-// doorbells go before the commands because a host posts and then commands
-// (posts its last send, then MODIFY_QP CLOSE or DESTROY_QP): the work it
-// posted first must be seen before the close. A command a host sends
-// before a doorbell it rings is one it waited for (CREATE_QP, CONNECT), so
-// it ran in an earlier pass.
+// doorbells go before the commands too, so that a doorbell rung before a
+// command is served no later than it whenever the pass took it at its
+// start. One rung just before a command that the same pass then finds
+// (the bells were taken first) is served a pass after that command: the
+// register and the command ring are two queues, and nothing orders them
+// but the host waiting. That loses nothing: the commands a host sends
+// after posting (MODIFY_QP CLOSE, DESTROY_QP, ABORT) flush whatever the
+// QP has not sent, seen or not, and a command a host sends before a
+// doorbell it then rings is one it waited for (CREATE_QP, CONNECT).
 
 // serveQPs does what QP_DOORBELL does for each QP doorbell taken (unit
 // goroutine); it returns how many it served.
