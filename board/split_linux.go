@@ -47,6 +47,13 @@ type SplitConfig struct {
 	// every doorbell and interrupt is an eventfd write, as with a device
 	// that lacks the feature.
 	NoKickWords bool
+	// CommandDoorbells has the host's RDMA verbs ring QPs and arm CQs with
+	// the QP_DOORBELL and ARM_CQ commands (posted, in shared memory)
+	// rather than with REG_POST writes of the doorbell registers
+	// (docs/split.md, "Posted register writes"): a REG_POST is a message
+	// the device process must wake for, where a posted command is found
+	// by its spinning unit (docs/benchmarks.md has both).
+	CommandDoorbells bool
 }
 
 // ShmLinkEnd is one side of a shared-memory link between two devices.
@@ -168,6 +175,7 @@ type splitDevice struct {
 	badWords atomic.Uint64
 	enabled  atomic.Bool // the register block enabled the device: Stop resets it first
 	txCsum   bool        // the bring-up enabled FeatTxCsum (set in Start)
+	rdma     splitRDMA   // the RDMA doorbell registers, over REG_POST (split_rdma_linux.go)
 
 	mu      sync.Mutex
 	seq     uint32
@@ -193,6 +201,7 @@ type splitReply struct {
 // memory of size bytes and returns the device and that memory as an arena.
 func dialSplit(sc SplitConfig, size int, withPort bool) (*splitDevice, *rings.Arena, error) {
 	d := &splitDevice{replies: make(chan splitReply, 1), dead: make(chan struct{})}
+	d.rdma.off = sc.CommandDoorbells
 	if sc.Poll {
 		d.poll = sc.PollInterval
 		if d.poll <= 0 {
@@ -328,6 +337,14 @@ func (d *splitDevice) reader() {
 		if h.Type&split.MsgReplyBit == 0 || r.Decode(body) != nil {
 			d.die(fmt.Errorf("%w: the device sent a malformed message (%v)", tcpstack.ErrDeviceGone, h.Type))
 			return
+		}
+		if h.Type == split.MsgRegPost|split.MsgReplyBit {
+			// A refused doorbell register write: no request waits.
+			if err := d.rdma.refused(r); err != nil {
+				d.die(fmt.Errorf("%w: %v", tcpstack.ErrDeviceGone, err))
+				return
+			}
+			continue
 		}
 		select {
 		case d.replies <- splitReply{h, r}:
@@ -581,6 +598,7 @@ func (d *splitDevice) enable(rc rings.RingConfig) error {
 	}
 	if err == nil {
 		d.enabled.Store(true)
+		d.rdma.enabled(d, rings.Bar0Feature(feat))
 	}
 	return err
 }

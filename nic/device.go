@@ -128,6 +128,11 @@ type StepInfo struct {
 	Doorbell bool   // the host rang the doorbell since the last step
 	Parked   bool   // the unit slept before this step
 	Stop     bool   // the final step: the device is stopping
+	// Bells is the RDMA doorbells (RegQPDoorbell, RegCQArm) the step
+	// takes, taken before Step is called: a recorder records them, and a
+	// replayer sets them to the recorded step's (the host's stores are
+	// inputs, as its ring indices are).
+	Bells *[]RegBell
 }
 
 func (c *Config) setDefaults() {
@@ -188,6 +193,7 @@ type Device struct {
 	fifo   *rxFIFO
 	eng    *delegation.Engine
 	rdma   rdmaState
+	bells  regBells  // the RDMA doorbell registers' pending sets (rdmabell.go)
 	area   *statArea // the host's counter publication area, or nil
 	timer  *time.Timer
 	// fine is the timer for deadlines under fineTimerBelow (nil where

@@ -12,7 +12,9 @@ import "github.com/emunic/emunic/rings"
 //   - FeatRDMA: the RDMA family's commands (CREATE_QP, ...);
 //   - FeatLegacy: legacy transmit descriptors (Conn NoConn);
 //   - FeatVLAN: a legacy transmit descriptor's VLAN tag;
-//   - FeatTxCsum: a legacy transmit descriptor's TxCsum flag (txcsum.go).
+//   - FeatTxCsum: a legacy transmit descriptor's TxCsum flag (txcsum.go);
+//   - FeatQPDoorbell: the RDMA doorbell registers (rdmabell.go), refused as
+//     for a QP that does not exist.
 //
 // A refused command completes BAD_OPCODE ("unknown or unsupported") and is
 // counted cmd_bad_opcode; a refused descriptor is dropped and counted

@@ -137,7 +137,7 @@ func (d *Device) cmdAbort(ce rings.CommandEntry) (rings.Status, uint64) {
 		// DESTROY_QP does) before the QP is dropped.
 		q.qp.LLPClosed()
 		q.qp.Poll()
-		delete(d.rdma.qps, idx)
+		d.dropQP(idx)
 	}
 	return d.eng.Abort(idx), 0
 }
@@ -145,7 +145,7 @@ func (d *Device) cmdAbort(ce rings.CommandEntry) (rings.Status, uint64) {
 func (d *Device) cmdRelease(ce rings.CommandEntry) (rings.Status, uint64) {
 	idx := ce.Conn()
 	if q := d.rdma.qps[idx]; q != nil {
-		delete(d.rdma.qps, idx)
+		d.dropQP(idx)
 	}
 	return d.eng.Release(idx), 0
 }

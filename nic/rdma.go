@@ -44,6 +44,7 @@ func (d *Device) rdmaInit() {
 		mem: iwarp.NewMemTable(d.mem, memTableSlots, d.cfg.STagSeed),
 		cqs: map[uint32]*iwarp.CQ{}, cqNums: map[*iwarp.CQ]uint32{}, qps: map[uint32]*qpLink{},
 	}
+	d.bells.init(connTableSize(d.cfg.Engine))
 }
 
 // QPStats returns the counters of the QP on connection idx, as of the
@@ -103,6 +104,7 @@ func (d *Device) cmdCreateCQ(ce rings.CommandEntry) (rings.Status, uint64) {
 		return rings.StatusBadAddress, 0
 	}
 	r.cqs[num], r.cqNums[cq] = cq, num
+	d.setCQLive(num, true)
 	return rings.StatusOK, 0
 }
 
@@ -120,6 +122,7 @@ func (d *Device) cmdDestroyCQ(ce rings.CommandEntry) (rings.Status, uint64) {
 	}
 	delete(r.cqs, num)
 	delete(r.cqNums, cq)
+	d.setCQLive(num, false)
 	return rings.StatusOK, 0
 }
 
@@ -161,7 +164,7 @@ func (d *Device) cmdDestroyQP(ce rings.CommandEntry) (rings.Status, uint64) {
 	q.qp.Close()
 	q.qp.LLPClosed()
 	q.qp.Poll() // flush what is left
-	delete(r.qps, idx)
+	d.dropQP(idx)
 	return d.eng.Abort(idx), 0
 }
 
@@ -247,6 +250,8 @@ func (d *Device) createQP(c *rings.Command) rings.Status {
 		return st
 	}
 	r.qps[idx] = link
+	// Before the completion: the host rings only a QP it was told of.
+	d.setQPLive(idx, true)
 	return rings.StatusOK
 }
 

@@ -11,10 +11,16 @@ import (
 
 // rdmaPair is two devices on one wire with one delegated connection
 // between them (installed by OFFLOAD on both sides with mirrored state).
-func rdmaPair(t *testing.T) (a, b *hostSide) {
+func rdmaPair(t *testing.T) (a, b *hostSide) { return rdmaPairConfig(t, Config{}) }
+
+// rdmaPairConfig is rdmaPair with both devices configured by cfg (their
+// MACs set).
+func rdmaPairConfig(t *testing.T, cfg Config) (a, b *hostSide) {
 	pa, pb := port.MustNewWire(port.WireConfig{})
-	a = newHostSideOn(t, 8, Config{MAC: devMAC}, pa, nil)
-	b = newHostSideOn(t, 8, Config{MAC: peerMAC}, pb, nil)
+	ca, cb := cfg, cfg
+	ca.MAC, cb.MAC = devMAC, peerMAC
+	a = newHostSideOn(t, 8, ca, pa, nil)
+	b = newHostSideOn(t, 8, cb, pb, nil)
 	off := func(h *hostSide, lip, rip [4]byte, lmac, rmac [6]byte, lp, rp uint16, snd, rcv uint32) {
 		st := rings.ConnState{Version: rings.ConnStateVersion, State: rings.StateEstablished,
 			LocalIP: lip, RemoteIP: rip, LocalPort: lp, RemotePort: rp, LocalMAC: lmac, NextHopMAC: rmac,
@@ -44,6 +50,13 @@ func (h *hostSide) must(c rings.Command) rings.Command {
 // SQ and RQ producers and the CQ consumer.
 func (h *hostSide) qpSetup(initiator bool) (sq, rq *rings.Producer, cq *rings.Consumer) {
 	h.t.Helper()
+	return h.qpSetupKick(initiator, h.dev.Doorbell())
+}
+
+// qpSetupKick is qpSetup with the queues' producers kicking door (nil:
+// nobody).
+func (h *hostSide) qpSetupKick(initiator bool, door rings.Doorbell) (sq, rq *rings.Producer, cq *rings.Consumer) {
+	h.t.Helper()
 	cql, _ := rings.AllocRing(h.mem, 64, rings.CQEntrySize)
 	h.must(rings.Command{Opcode: rings.OpCreateCQ, Conn: 1, Addr: cql.Base, Arg0: 64})
 	sql, _ := rings.AllocRing(h.mem, 16, rings.SQEntrySize)
@@ -56,7 +69,6 @@ func (h *hostSide) qpSetup(initiator bool) (sq, rq *rings.Producer, cq *rings.Co
 	m, _ := h.mem.Map(blk, rings.QPConfigSize)
 	qc.Encode(m)
 	h.must(rings.Command{Opcode: rings.OpCreateQP, Conn: 3, Addr: blk, Len: rings.QPConfigSize})
-	door := h.dev.Doorbell()
 	sq, _ = rings.NewProducer(h.mem, sql, 1, door)
 	rq, _ = rings.NewProducer(h.mem, rql, 1, door)
 	cq, _ = rings.NewConsumer(h.mem, cql, 1, nil)

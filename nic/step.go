@@ -78,8 +78,13 @@ func (d *Device) startStepped() {
 
 func (d *Device) step(now int64, doorbell, parked bool) int {
 	d.steps++
+	// The RDMA doorbells rung before the step, taken before the tracer
+	// syncs the rings' indices: a host publishes before it rings, so
+	// every doorbell taken finds its entries.
+	bells := d.takeBells()
 	if d.cfg.Tracer != nil {
-		d.cfg.Tracer.Step(StepInfo{N: d.steps, Now: now, Doorbell: doorbell, Parked: parked})
+		d.cfg.Tracer.Step(StepInfo{N: d.steps, Now: now, Doorbell: doorbell, Parked: parked, Bells: &d.bells.taken})
+		bells = d.bells.taken
 	}
 	d.now = now
 	if doorbell {
@@ -89,7 +94,9 @@ func (d *Device) step(now int64, doorbell, parked bool) int {
 		d.count(rings.StatParks)
 	}
 	d.pollPort()
-	work := d.serviceCommands()
+	work := d.serveArms(bells)
+	work += d.serveQPs(bells)
+	work += d.serviceCommands()
 	work += d.serviceTx()
 	work += d.serviceRx()
 	work += d.serviceTimers()

@@ -26,7 +26,10 @@ func (d *Device) unit() {
 		if d.poll != nil {
 			d.pollPort()
 		}
-		work := d.serviceCommands()
+		bells := d.takeBells()
+		work := d.serveArms(bells)
+		work += d.serveQPs(bells)
+		work += d.serviceCommands()
 		work += d.serviceTx()
 		work += d.serviceRx()
 		work += d.serviceTimers()
@@ -95,7 +98,7 @@ func (d *Device) park() {
 	}
 	// Re-check after announcing sleep: anything published before the
 	// producer could see our flags did not kick us.
-	if d.cmd.Available() == 0 && d.tx.Available() == 0 && (d.fifo.empty() || stalled && !d.rxUnstalled()) &&
+	if d.cmd.Available() == 0 && d.tx.Available() == 0 && !d.bells.any.Load() && (d.fifo.empty() || stalled && !d.rxUnstalled()) &&
 		(d.poll == nil || d.poll.Pending() == 0 || d.fifoFull()) && !d.stop.Load() {
 		d.count(rings.StatParks)
 		// Sleep until a doorbell, the engine's next timer or the end of

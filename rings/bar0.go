@@ -38,6 +38,16 @@ const (
 	RegCounterHi   = 0x04C // u32 read-write: high word
 	RegCounterLen  = 0x050 // u32 read-write: counter area bytes (0: none); writable while disabled
 
+	// RDMA doorbells (FeatQPDoorbell): posted writes that name a QP or a
+	// CQ, as a store to an RNIC's doorbell page does; the QP and CQ
+	// rings' bases and sizes stay in their CREATE_QP and CREATE_CQ
+	// contexts (docs/bar0.md, "Queue pair and completion queue rings").
+	RegQPDoorbell  = 0x060    // u32 write-only (reads 0): the host posted to a QP's SQ or RQ; the value is the QP number (bits 0–23)
+	RegCQArm       = 0x064    // u32 write-only (reads 0): arm a CQ: its number in bits 0–15, ARM_CQ's Arg0 flags in bits 16–17
+	Bar0QPNMask    = 0xFFFFFF // RegQPDoorbell: the QP number's bits; the others are reserved (ErrBadValue)
+	Bar0CQNumMask  = 0xFFFF   // RegCQArm: the CQ number's bits
+	Bar0CQArmShift = 16       // RegCQArm: ArmSolicited and ArmIfPending, shifted left by this
+
 	// Rings: Bar0Rings blocks of Bar0RingStride bytes from Bar0RingBase,
 	// ring r's block at Bar0RingBase + r × Bar0RingStride.
 	Bar0RingBase     = 0x100
@@ -106,7 +116,8 @@ const (
 	FeatModeration Bar0Feature = 1 << 4 // interrupt moderation (VecRegModUsecs/VecRegModCount)
 	FeatVLAN       Bar0Feature = 1 << 5 // 802.1Q tag insertion on transmit (TxOffVLAN)
 	FeatTxCsum     Bar0Feature = 1 << 6 // transmit checksum offload on legacy frames (TxCsum); the device refuses the flag unless the driver writes this bit
-	Bar0Features               = FeatLegacy | FeatDelegation | FeatRDMA | FeatCounters | FeatModeration | FeatVLAN | FeatTxCsum
+	FeatQPDoorbell Bar0Feature = 1 << 7 // RDMA doorbell registers (RegQPDoorbell, RegCQArm); needs FeatRDMA
+	Bar0Features               = FeatLegacy | FeatDelegation | FeatRDMA | FeatCounters | FeatModeration | FeatVLAN | FeatTxCsum | FeatQPDoorbell
 )
 
 // Bar0Ctrl is a bit of RegCtrl.
@@ -150,7 +161,7 @@ const (
 	ErrBadValue     Bar0ErrCode = 4 // a value the register refuses (a count not a power of two, a feature the device lacks, a reserved bit)
 	ErrRingOutside  Bar0ErrCode = 5 // enable: a ring or the counter area outside shared memory or over its first RegMemFirst bytes
 	ErrRingSetup    Bar0ErrCode = 6 // enable: a ring not set up, or rings that overlap
-	ErrNoDoorbell   Bar0ErrCode = 7 // a doorbell for a ring that was never set up, or while disabled
+	ErrNoDoorbell   Bar0ErrCode = 7 // a doorbell for a ring that was never set up, a QP or CQ that does not exist, without its feature, or while disabled
 	ErrEnableFailed Bar0ErrCode = 8 // enable: the device refused to start (no memory, no vectors, no port)
 )
 
@@ -188,6 +199,33 @@ const (
 // Bar0ErrCounter is the counter that counts refusals with code e (e
 // from ErrBadOffset to ErrEnableFailed).
 func Bar0ErrCounter(e Bar0ErrCode) RegCounterID { return RegCounterID(e - 1) }
+
+// Bar0CQArm is RegCQArm's value that arms CQ cq with ARM_CQ's flags
+// (ArmSolicited, ArmIfPending).
+func Bar0CQArm(cq, flags uint32) uint32 { return cq&Bar0CQNumMask | flags<<Bar0CQArmShift }
+
+// Bar0CQArmFlags is RegCQArm's flag bits.
+const Bar0CQArmFlags = (ArmSolicited | ArmIfPending) << Bar0CQArmShift
+
+// RDMADoorbell is a device's RDMA doorbell registers as its register
+// model, and a driver in the device's process, reach them: each call is a
+// posted write of RegQPDoorbell or RegCQArm (flags: ARM_CQ's), queued for
+// the device's loop. It reports false when the device refused it, for a
+// QP or CQ it does not have (ErrNoDoorbell). A device's Doorbell
+// implements it when the device has the registers (FeatQPDoorbell).
+type RDMADoorbell interface {
+	QPDoorbell(qpn uint32) bool
+	ArmCQ(cq, flags uint32) bool
+}
+
+// RDMADoorbellLate is an RDMADoorbell whose writes cross a transport that
+// does not wait for the device (the split socket's REG_POST): a write it
+// reported sent may be refused later, and f is then called with the
+// register's offset (RegQPDoorbell, RegCQArm) and the value written.
+type RDMADoorbellLate interface {
+	RDMADoorbell
+	OnRefused(f func(off, v uint32))
+}
 
 // Bar0Ring is the offset of register reg (RingRegBaseLo, ...) of ring r.
 func Bar0Ring(r int, reg uint32) uint32 { return Bar0RingBase + uint32(r)*Bar0RingStride + reg }

@@ -30,6 +30,10 @@ import "errors"
 //	DESTROY_QP  Conn: connection index. Outstanding work completes flushed.
 //	QP_DOORBELL Conn: connection index: the host posted to the SQ or RQ.
 //
+// A device with FeatQPDoorbell (bar0.go) also takes a QP's doorbell and a
+// CQ's arm as posted register writes (RegQPDoorbell, RegCQArm), with no
+// command: what a host rings per message.
+//
 // QP and CQ events reach the host as notifications: NtfQPEvent (Conn =
 // connection index, Aux = QPEvent) and NtfCQEvent (Conn = CQ number).
 //

@@ -169,6 +169,28 @@ type RDMAPostedSubmitter interface {
 	SubmitPosted(cmds []HostCommand, done func([]rings.Command, error)) error
 }
 
+// RDMADoorbellDevice is a Device with the RDMA doorbell registers
+// (rings.FeatQPDoorbell, docs/bar0.md): RDMADoorbell returns them, or nil
+// when the device does not offer them (then QP_DOORBELL and ARM_CQ are
+// the doorbells).
+type RDMADoorbellDevice interface {
+	RDMADoorbell() rings.RDMADoorbell
+}
+
+// RDMADoorbellHost is an RDMAHost that reaches its device's RDMA doorbell
+// registers; the provider finds it by interface assertion.
+type RDMADoorbellHost interface {
+	RDMADoorbell() rings.RDMADoorbell
+}
+
+// RDMADoorbell is the device's RDMA doorbell registers, or nil.
+func (r rdmaHost) RDMADoorbell() rings.RDMADoorbell {
+	if dd, ok := r.o.drv.dev.(RDMADoorbellDevice); ok {
+		return dd.RDMADoorbell()
+	}
+	return nil
+}
+
 func (r rdmaHost) SetRxHold(hold func(frame []byte) bool) { r.o.drv.setRxHold(hold) }
 
 func (r rdmaHost) CountCopy(n int) { r.o.drv.rdmaCopied(n) }

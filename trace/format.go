@@ -63,11 +63,12 @@ const (
 	KindFrameOut Kind = 10 // output: a frame sent at the port
 	KindIrq      Kind = 11 // output: an interrupt vector raised
 	KindEnd      Kind = 12 // the trace is complete
+	KindBell     Kind = 13 // input: an RDMA doorbell register (a QP's doorbell, a CQ's arm) the step took
 )
 
 var kindNames = [...]string{KindDevice: "device", KindStep: "step", KindRing: "ring", KindLoad: "load", KindRead: "read",
 	KindFrameIn: "frame-in", KindStore: "store", KindComplete: "complete", KindWrite: "write",
-	KindFrameOut: "frame-out", KindIrq: "irq", KindEnd: "end"}
+	KindFrameOut: "frame-out", KindIrq: "irq", KindEnd: "end", KindBell: "bell"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) && kindNames[k] != "" {
@@ -93,6 +94,9 @@ const (
 	StepParked   = 1 << 2
 )
 
+// Bell flags.
+const BellCQ = 1 << 0 // a CQ's arm (Len: its arms, nic.BellArm*); else a QP's doorbell
+
 // FrameIn flags.
 const FrameTooBig = 1 << 0 // the port refused a frame longer than the buffer
 
@@ -116,12 +120,12 @@ type Record struct {
 	Dev   uint8
 	N     uint64 // Step: step number; End: records before it
 	Now   int64  // Step: device clock, ns
-	Flags uint8  // Step, FrameIn, Write, Ring (1: producer)
+	Flags uint8  // Step, FrameIn, Write, Ring (1: producer), Bell
 	Ring  uint16 // Ring, Load, Store, Complete: the ring's number on its device
 	Off   uint8  // Load, Store: header word offset
-	Val   uint32 // Load, Store: the word's value; Complete: entry index; Ring: entry count
+	Val   uint32 // Load, Store: the word's value; Complete: entry index; Ring: entry count; Bell: QP or CQ number
 	Addr  uint64 // Read, Write: host address; Ring: base
-	Len   uint32 // Write: bytes written; Ring: entry size
+	Len   uint32 // Write: bytes written; Ring: entry size; Bell: a CQ's arms
 	Vec   uint8  // Irq
 	Data  []byte // entries, bytes read, frame, written bytes or their hash, device JSON
 }
@@ -137,6 +141,7 @@ const (
 	completeHdr = 2 + 4     // ring, index; then entry
 	writeHdr    = 8 + 4 + 1 // addr, len, flags; then data or hash
 	irqSize     = 1
+	bellSize    = 1 + 4 + 4 // flags, number, arms
 	endSize     = 8
 	sha256Size  = sha256.Size
 )
@@ -194,6 +199,10 @@ func (r *Record) appendPayload(b []byte) ([]byte, error) {
 		b = append(b, r.Data...)
 	case KindIrq:
 		b = append(b, r.Vec)
+	case KindBell:
+		b = append(b, r.Flags)
+		b = le.AppendUint32(b, r.Val)
+		b = le.AppendUint32(b, r.Len)
 	case KindEnd:
 		b = le.AppendUint64(b, r.N)
 	default:
@@ -262,6 +271,11 @@ func (r *Record) decodePayload(p []byte) error {
 			return err
 		}
 		r.Vec = p[0]
+	case KindBell:
+		if err := need(bellSize, true); err != nil {
+			return err
+		}
+		r.Flags, r.Val, r.Len = p[0], le.Uint32(p[1:]), le.Uint32(p[5:])
 	case KindEnd:
 		if err := need(endSize, true); err != nil {
 			return err

@@ -25,6 +25,8 @@ func sampleRecords() []Record {
 		{Kind: KindWrite, Dev: 0, Addr: 0x10003000, Len: 4096, Flags: WriteHashed, Data: bytes.Repeat([]byte{9}, 32)},
 		{Kind: KindFrameOut, Dev: 1, Data: bytes.Repeat([]byte{4}, 1514)},
 		{Kind: KindIrq, Dev: 1, Vec: VecCommand},
+		{Kind: KindBell, Dev: 0, Val: 9},
+		{Kind: KindBell, Dev: 1, Flags: BellCQ, Val: 3, Len: 0x5},
 	}
 }
 

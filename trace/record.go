@@ -94,6 +94,13 @@ func (r *Recorder) Step(s nic.StepInfo) {
 		f |= StepParked
 	}
 	r.emit(&Record{Kind: KindStep, N: s.N, Now: s.Now, Flags: f})
+	// The RDMA doorbells the step took, before the indices: the host
+	// rang them after publishing, and the step took them first.
+	if s.Bells != nil {
+		for _, b := range *s.Bells {
+			r.emit(bellRecord(b))
+		}
+	}
 	// The host's indices as the step begins: the step sees these.
 	for _, t := range r.taps {
 		t.sync()
@@ -312,4 +319,13 @@ type recVector struct {
 func (v recVector) Kick() {
 	v.r.emit(&Record{Kind: KindIrq, Vec: v.vec})
 	v.d.Kick()
+}
+
+// bellRecord is the record of an RDMA doorbell a step took.
+func bellRecord(b nic.RegBell) *Record {
+	rec := &Record{Kind: KindBell, Val: b.Num}
+	if b.CQ {
+		rec.Flags, rec.Len = BellCQ, b.Arms
+	}
+	return rec
 }

@@ -100,6 +100,7 @@ type replayer struct {
 	outs   []Record
 	outPos int
 	loads  []Record // not yet applied
+	bells  []Record
 	reads  []Record
 	frames []Record
 	taps   []*repTap
@@ -148,6 +149,7 @@ func (rp *replayer) diverge(want, got *Record, why string, args ...any) {
 // current step's.
 func (rp *replayer) group() {
 	rp.outs, rp.outPos, rp.loads, rp.reads, rp.frames = rp.outs[:0], 0, rp.loads[:0], rp.reads[:0], rp.frames[:0]
+	rp.bells = rp.bells[:0]
 	for ; rp.pos < len(rp.recs) && rp.recs[rp.pos].Kind != KindStep; rp.pos++ {
 		r := rp.recs[rp.pos]
 		switch {
@@ -159,6 +161,8 @@ func (rp *replayer) group() {
 			rp.reads = append(rp.reads, r)
 		case r.Kind == KindFrameIn:
 			rp.frames = append(rp.frames, r)
+		case r.Kind == KindBell:
+			rp.bells = append(rp.bells, r)
 		}
 	}
 }
@@ -293,6 +297,19 @@ func (rp *replayer) Step(s nic.StepInfo) {
 	rp.steps++
 	rp.pos++
 	rp.group()
+	// The RDMA doorbells the recorded step took are the step's, whatever
+	// the replayed device holds (no host rings it).
+	if s.Bells != nil {
+		bs := (*s.Bells)[:0]
+		for _, b := range rp.bells {
+			bs = append(bs, nic.RegBell{CQ: b.Flags&BellCQ != 0, Num: b.Val, Arms: b.Len})
+			rp.inputs++
+		}
+		*s.Bells = bs
+	} else if len(rp.bells) > 0 {
+		rp.diverge(&rp.bells[0], nil, "the trace has an RDMA doorbell, but the device takes none")
+		return
+	}
 	// The host's indices as the recorded step began.
 	rest := rp.loads[:0]
 	for _, l := range rp.loads {

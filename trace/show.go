@@ -111,7 +111,7 @@ func (p *Printer) Format(r *Record) string {
 	switch {
 	case r.Kind.IsOutput():
 		dir = "→ " // the device did it
-	case r.Kind == KindLoad || r.Kind == KindRead || r.Kind == KindFrameIn:
+	case r.Kind == KindLoad || r.Kind == KindRead || r.Kind == KindFrameIn || r.Kind == KindBell:
 		dir = "← " // the device was given it
 	}
 	var b strings.Builder
@@ -184,6 +184,12 @@ func (p *Printer) Format(r *Record) string {
 		if p.Hex {
 			b.WriteString("\n" + indentHex(r.Data))
 		}
+	case KindBell:
+		if r.Flags&BellCQ == 0 {
+			fmt.Fprintf(&b, "doorbell register: QP %d", r.Val)
+			break
+		}
+		fmt.Fprintf(&b, "arm register: CQ %d%s", r.Val, fmtArms(r.Len))
 	case KindIrq:
 		fmt.Fprintf(&b, "interrupt %s", [...]string{"notify", "tx-space", "command"}[min(int(r.Vec), 2)])
 	default:
@@ -355,4 +361,15 @@ func Show(w io.Writer, r io.Reader, p *Printer, idle bool) error {
 		}
 		fmt.Fprintln(w, p.Format(rec))
 	}
+}
+
+// fmtArms names a CQ arm record's arms.
+func fmtArms(a uint32) string {
+	var b strings.Builder
+	for i, n := range [...]string{"all", "solicited", "if-pending all", "if-pending solicited"} {
+		if a&(1<<i) != 0 {
+			b.WriteString(", " + n)
+		}
+	}
+	return b.String()
 }

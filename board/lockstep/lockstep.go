@@ -213,6 +213,33 @@ func (b doorbell) Kick() {
 	b.v.s.kick()
 }
 
+// RDMADoorbell implements tcpstack.RDMADoorbellDevice: the device's RDMA
+// doorbell registers, each write a doorbell the Sched steps the device for.
+func (v *Dev) RDMADoorbell() rings.RDMADoorbell { return rdmaDoorbell{v, v.d.RDMADoorbell()} }
+
+type rdmaDoorbell struct {
+	v    *Dev
+	real rings.RDMADoorbell
+}
+
+func (b rdmaDoorbell) QPDoorbell(qpn uint32) bool {
+	if !b.real.QPDoorbell(qpn) {
+		return false
+	}
+	b.v.rang.Store(true)
+	b.v.s.kick()
+	return true
+}
+
+func (b rdmaDoorbell) ArmCQ(cq, flags uint32) bool {
+	if !b.real.ArmCQ(cq, flags) {
+		return false
+	}
+	b.v.rang.Store(true)
+	b.v.s.kick()
+	return true
+}
+
 // heldVector is a vector the device raises during a step: the Sched raises
 // the host's once the step is over.
 type heldVector struct {

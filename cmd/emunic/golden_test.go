@@ -137,7 +137,7 @@ func TestGoldenCoverage(t *testing.T) {
 	type opSeen struct{ ok, failed bool }
 	ops := map[rings.Opcode]*opSeen{}
 	var ntf rings.NotifyFlags
-	var terminates, retransmits int
+	var terminates, retransmits, qpBells, cqArms int
 	for _, sc := range goldenScenarios {
 		recs := readTrace(t, filepath.Join(goldenDir, sc.name+".trace"))
 		p := trace.NewPrinter()
@@ -164,6 +164,10 @@ func TestGoldenCoverage(t *testing.T) {
 					n.Decode(rings.NotificationEntry(r.Data[off : off+rings.NotificationEntrySize]))
 					ntf |= n.Flags
 				}
+			case r.Kind == trace.KindBell && r.Flags&trace.BellCQ != 0:
+				cqArms++
+			case r.Kind == trace.KindBell:
+				qpBells++
 			case r.Kind == trace.KindFrameOut && strings.Contains(trace.FormatFrame(r.Data), "TCP"):
 				if isTerminate(r.Data) {
 					terminates++
@@ -203,6 +207,9 @@ func TestGoldenCoverage(t *testing.T) {
 	}
 	if terminates == 0 {
 		t.Error("no golden trace sends a Terminate")
+	}
+	if qpBells == 0 || cqArms == 0 {
+		t.Errorf("the golden traces take %d QP doorbell and %d CQ arm registers: both must be replayed", qpBells, cqArms)
 	}
 	if retransmits == 0 {
 		t.Error("the loss trace retransmits nothing")

@@ -71,6 +71,7 @@ func NewDevice(cfg DeviceConfig) *Device {
 	}
 	d := &Device{cfg: cfg}
 	d.model = regs.New(backend{d})
+	d.model.Withhold(rings.FeatQPDoorbell) // the window cannot carry it (docs/bar0.md)
 	mtu := cfg.NIC.MTU
 	if mtu == 0 {
 		mtu = 1500

@@ -103,7 +103,7 @@ func (m *Model) readTop(reg uint32) (uint32, bool) {
 	case rings.RegVersion:
 		return rings.Bar0VersionMajor<<16 | rings.Bar0VersionMinor, true
 	case rings.RegDevFeatures:
-		return uint32(rings.Bar0Features), true
+		return m.devFeat, true
 	case rings.RegDrvFeatures:
 		return m.drvFeat, true
 	case rings.RegCtrl:
@@ -143,6 +143,8 @@ func (m *Model) readTop(reg uint32) (uint32, bool) {
 			m.mem.First}[(reg-rings.RegMemBaseLo)/4], true
 	case rings.RegCounterLo, rings.RegCounterHi, rings.RegCounterLen:
 		return m.ctrArea[(reg-rings.RegCounterLo)/4], true
+	case rings.RegQPDoorbell, rings.RegCQArm:
+		return 0, true // write-only
 	}
 	return 0, false
 }
@@ -172,6 +174,9 @@ func (m *Model) Write32(off, v uint32) rings.Bar0ErrCode {
 	rg, i, reg := locate(off)
 	if rg == rgRing && reg == rings.RingRegDoorbell {
 		return m.ringDoorbell(i)
+	}
+	if rg == rgTop && (reg == rings.RegQPDoorbell || reg == rings.RegCQArm) {
+		return m.rdmaDoorbell(reg, v)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -224,8 +229,11 @@ func (m *Model) writeTop(reg, v uint32) rings.Bar0ErrCode {
 		if m.enabled {
 			return rings.ErrWrongState
 		}
-		if v&^uint32(rings.Bar0Features) != 0 {
+		if v&^m.devFeat != 0 {
 			return rings.ErrBadValue
+		}
+		if v&uint32(rings.FeatQPDoorbell) != 0 && v&uint32(rings.FeatRDMA) == 0 {
+			return rings.ErrBadValue // doorbells for QPs it cannot make
 		}
 		m.drvFeat = v
 		return rings.ErrNone

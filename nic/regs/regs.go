@@ -58,6 +58,7 @@ type Model struct {
 	be Backend
 
 	mu      sync.Mutex
+	devFeat uint32 // RegDevFeatures: Bar0Features less what the transport withholds
 	id      Ident
 	mem     Memory
 	memOK   bool
@@ -80,16 +81,37 @@ type Model struct {
 	ctr   [rings.Bar0RegCounters]atomic.Uint32
 }
 
-type bell struct{ d rings.Doorbell }
+type bell struct {
+	d rings.Doorbell
+	// rdma is the running device's RDMA doorbells when the driver
+	// negotiated FeatQPDoorbell and the device has them, else nil.
+	rdma RDMADoorbells
+}
+
+// RDMADoorbells is what a device behind RegQPDoorbell and RegCQArm does
+// with them. The doorbell Backend.Start returns implements it when the
+// device has them; each call is posted (it queues the doorbell for the
+// device's loop and returns) and reports false for a QP or CQ that does
+// not exist, which the model refuses with ErrNoDoorbell.
+type RDMADoorbells = rings.RDMADoorbell
 
 // New makes a model, disabled with every register at its reset value,
 // with no memory and no vectors attached.
 func New(be Backend) *Model {
-	m := &Model{be: be}
+	m := &Model{be: be, devFeat: uint32(rings.Bar0Features)}
 	for i := range m.gates {
 		m.gates[i].m = m
 	}
 	return m
+}
+
+// Withhold takes features from RegDevFeatures: those the transport cannot
+// carry (the ivshmem window withholds FeatQPDoorbell). A driver's write
+// of one is then refused as a feature the device lacks.
+func (m *Model) Withhold(f rings.Bar0Feature) {
+	m.mu.Lock()
+	m.devFeat &^= uint32(f)
+	m.mu.Unlock()
 }
 
 // SetIdent sets what the identification registers report.
@@ -115,7 +137,7 @@ func (m *Model) AttachVectors(out [rings.Bar0Vectors]rings.Doorbell) {
 	for i := range m.gates {
 		var b *bell
 		if out[i] != nil {
-			b = &bell{out[i]}
+			b = &bell{d: out[i]}
 		}
 		m.gates[i].out.Store(b)
 	}
@@ -262,4 +284,31 @@ func (g *gate) clearCause() {
 			return
 		}
 	}
+}
+
+// rdmaDoorbell writes RegQPDoorbell or RegCQArm (off): without the lock
+// on the accepted path, as a ring's doorbell. It is refused with
+// ErrBadValue for a reserved bit, and with ErrNoDoorbell while the device
+// is disabled, without FeatQPDoorbell negotiated, or for a QP or CQ the
+// device does not have.
+func (m *Model) rdmaDoorbell(off, v uint32) rings.Bar0ErrCode {
+	e := rings.ErrNoDoorbell
+	if d := m.door.Load(); d != nil && d.rdma != nil {
+		ok := false
+		switch {
+		case off == rings.RegQPDoorbell && v&^rings.Bar0QPNMask != 0,
+			off == rings.RegCQArm && v&^(rings.Bar0CQNumMask|rings.Bar0CQArmFlags) != 0:
+			e = rings.ErrBadValue
+		case off == rings.RegQPDoorbell:
+			ok = d.rdma.QPDoorbell(v)
+		default:
+			ok = d.rdma.ArmCQ(v&rings.Bar0CQNumMask, (v&rings.Bar0CQArmFlags)>>rings.Bar0CQArmShift)
+		}
+		if ok {
+			return rings.ErrNone
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.refuse(off, e)
 }

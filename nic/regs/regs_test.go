@@ -15,6 +15,7 @@ type fakeDev struct {
 	last    Setup
 	fail    error
 	kicks   atomic.Int32
+	rdma    *fakeRDMA // non-nil: the doorbell has the RDMA doorbells
 }
 
 func (f *fakeDev) Start(s Setup) (rings.Doorbell, error) {
@@ -26,7 +27,11 @@ func (f *fakeDev) Start(s Setup) (rings.Doorbell, error) {
 	}
 	f.running, f.last = true, s
 	f.starts++
-	return kickFunc(func() { f.kicks.Add(1) }), nil
+	k := kickFunc(func() { f.kicks.Add(1) })
+	if f.rdma != nil {
+		return rdmaBell{k, f.rdma}, nil
+	}
+	return k, nil
 }
 
 func (f *fakeDev) Stop() {

@@ -77,7 +77,11 @@ func (m *Model) tryEnable() rings.Bar0ErrCode {
 		return rings.ErrEnableFailed
 	}
 	m.enabled = true
-	m.door.Store(&bell{door})
+	b := &bell{d: door}
+	if rd, ok := door.(RDMADoorbells); ok && m.drvFeat&uint32(rings.FeatQPDoorbell) != 0 {
+		b.rdma = rd
+	}
+	m.door.Store(b)
 	return rings.ErrNone
 }
 

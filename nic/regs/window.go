@@ -46,10 +46,13 @@ func (w *Window) show(off, v uint32) {
 }
 
 // isDoorbell says whether off is a ring's Doorbell register, which the
-// window writes only on the ring's own ivshmem vector.
+// window writes only on the ring's own ivshmem vector, or an RDMA doorbell
+// register, which the window does not carry (docs/bar0.md, "Over
+// ivshmem": one window word cannot hold the doorbells of several QPs rung
+// at once, and the model does not offer FeatQPDoorbell there).
 func isDoorbell(off uint32) bool {
 	rg, _, reg := locate(off)
-	return rg == rgRing && reg == rings.RingRegDoorbell
+	return rg == rgRing && reg == rings.RingRegDoorbell || off == rings.RegQPDoorbell || off == rings.RegCQArm
 }
 
 // isCause says whether off is a vector's Cause register.

@@ -44,6 +44,13 @@ func (c *Conn) Send(t MsgType, seq uint32, body []byte, files ...*os.File) error
 	return err
 }
 
+// SendMessage sends a message already encoded (AppendRegPost), with no
+// descriptors: a doorbell's, without Send's copy.
+func (c *Conn) SendMessage(m []byte) error {
+	_, _, err := c.c.WriteMsgUnix(m, nil, nil)
+	return err
+}
+
 // Recv reads one message: its header, body and the fds that came with it
 // (owned by the caller). A malformed message returns the fds anyway (so
 // they can be closed) with the codec's error; io.EOF means the other side

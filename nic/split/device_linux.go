@@ -126,6 +126,9 @@ func (ss *session) register(t MsgType, body []byte) Reply {
 		msg += ": " + se.Error()
 	}
 	ss.s.logf("%s", msg)
+	if t == MsgRegPost {
+		return Reply{Status: StatusBadRegister, Value: RegPostRefusal(e, off, v), Msg: msg}
+	}
 	return Reply{Status: StatusBadRegister, Value: uint64(e), Msg: msg}
 }
 

@@ -42,12 +42,15 @@ const (
 	MsgLink     MsgType = 0x08 // body: LINK body; fds: the link's memfd, this side's eventfd, the peer's (FeatureShmLink)
 	MsgRegRead  MsgType = 0x09 // body: u32 register offset; the reply's value is the register's
 	MsgRegWrite MsgType = 0x0A // body: u32 register offset, u32 value
+	// MsgRegPost is REG_WRITE posted, for the doorbell registers: no
+	// reply unless the write is refused (RegPostRefusal).
+	MsgRegPost MsgType = 0x0B
 
 	MsgReplyBit MsgType = 0x8000
 )
 
 var msgNames = map[MsgType]string{MsgHello: "HELLO", MsgMemory: "MEMORY", MsgConfig: "CONFIG",
-	MsgVectors: "VECTORS", MsgReset: "RESET", MsgLink: "LINK", MsgRegRead: "REG_READ", MsgRegWrite: "REG_WRITE"}
+	MsgVectors: "VECTORS", MsgReset: "RESET", MsgLink: "LINK", MsgRegRead: "REG_READ", MsgRegWrite: "REG_WRITE", MsgRegPost: "REG_POST"}
 
 func (t MsgType) String() string {
 	if t&MsgReplyBit != 0 {
@@ -130,16 +133,38 @@ func EncodeRegWrite(off, v uint32) []byte {
 	return b
 }
 
+// RegPostRefusal is a refused REG_POST's reply value: the error code in
+// bits 0–15, the register's offset in bits 16–31 and the value written in
+// bits 32–63, since no request waits for the reply to name the write.
+func RegPostRefusal(e rings.Bar0ErrCode, off, v uint32) uint64 {
+	return uint64(e)&0xFFFF | uint64(off&0xFFFF)<<16 | uint64(v)<<32
+}
+
+// DecodeRegPostRefusal is RegPostRefusal's inverse.
+func DecodeRegPostRefusal(x uint64) (e rings.Bar0ErrCode, off, v uint32) {
+	return rings.Bar0ErrCode(x & 0xFFFF), uint32(x>>16) & 0xFFFF, uint32(x >> 32)
+}
+
+// AppendRegPost appends a whole REG_POST message (header and body) to
+// dst: a doorbell's message, built without an allocation.
+func AppendRegPost(dst []byte, seq, off, v uint32) []byte {
+	var m [HeaderSize + RegWriteBodySize]byte
+	(&Header{Type: MsgRegPost, Len: RegWriteBodySize, Seq: seq}).Encode(m[:])
+	le.PutUint32(m[HeaderSize+RegOffOffset:], off)
+	le.PutUint32(m[HeaderSize+RegOffValue:], v)
+	return append(dst, m[:]...)
+}
+
 // DecodeReg reads a REG_READ (value 0) or REG_WRITE body.
 func DecodeReg(t MsgType, b []byte) (off, v uint32, err error) {
 	want := RegReadBodySize
-	if t == MsgRegWrite {
+	if t == MsgRegWrite || t == MsgRegPost {
 		want = RegWriteBodySize
 	}
 	if len(b) != want {
 		return 0, 0, fmt.Errorf("%v body of %d bytes, want %d", t, len(b), want)
 	}
-	if t == MsgRegWrite {
+	if want == RegWriteBodySize {
 		v = le.Uint32(b[RegOffValue:])
 	}
 	return le.Uint32(b[RegOffOffset:]), v, nil

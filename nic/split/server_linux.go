@@ -189,6 +189,9 @@ func (s *Server) ServeConn(uc *net.UnixConn) error {
 			continue
 		}
 		r := ss.handle(h, body, files)
+		if h.Type == MsgRegPost && r.Status == StatusOK {
+			continue // posted: no reply unless refused
+		}
 		if err := ss.reply(h.Type, h.Seq, r); err != nil {
 			return err
 		}
@@ -245,7 +248,7 @@ func (ss *session) handle(h Header, body []byte, files []*os.File) Reply {
 		ss.teardown(false)
 		ss.st = stHello
 		return Reply{}
-	case MsgRegRead, MsgRegWrite:
+	case MsgRegRead, MsgRegWrite, MsgRegPost:
 		if ss.st < stConfig {
 			return ss.refuse(StatusOutOfOrder, "%v in state %d (after %v): registers come after CONFIG", h.Type, ss.st, stateAfter(ss.st))
 		}

@@ -530,6 +530,11 @@
 #define EMUNIC_REG_COUNTER_LO 0x48               /* u32 read-write: counter area DMA address, low word; writable while disabled */
 #define EMUNIC_REG_COUNTER_HI 0x4C               /* u32 read-write: high word */
 #define EMUNIC_REG_COUNTER_LEN 0x50              /* u32 read-write: counter area bytes (0: none); writable while disabled */
+#define EMUNIC_REG_QP_DOORBELL 0x60              /* u32 write-only (reads 0): the host posted to a QP's SQ or RQ; the value is the QP number (bits 0–23) */
+#define EMUNIC_REG_CQ_ARM 0x64                   /* u32 write-only (reads 0): arm a CQ: its number in bits 0–15, ARM_CQ's Arg0 flags in bits 16–17 */
+#define EMUNIC_BAR0_QPN_MASK 0xFFFFFF            /* RegQPDoorbell: the QP number's bits; the others are reserved (ErrBadValue) */
+#define EMUNIC_BAR0_CQ_NUM_MASK 0xFFFF           /* RegCQArm: the CQ number's bits */
+#define EMUNIC_BAR0_CQ_ARM_SHIFT 0x10            /* RegCQArm: ArmSolicited and ArmIfPending, shifted left by this */
 #define EMUNIC_BAR0_RING_BASE 0x100
 #define EMUNIC_BAR0_RING_STRIDE 0x20
 #define EMUNIC_BAR0_RINGS 4                      /* command, notification, transmit, receive */
@@ -578,7 +583,8 @@
 #define EMUNIC_FEAT_MODERATION 0x10              /* Bar0Feature: interrupt moderation (VecRegModUsecs/VecRegModCount) */
 #define EMUNIC_FEAT_VLAN 0x20                    /* Bar0Feature: 802.1Q tag insertion on transmit (TxOffVLAN) */
 #define EMUNIC_FEAT_TX_CSUM 0x40                 /* Bar0Feature: transmit checksum offload on legacy frames (TxCsum); the device refuses the flag unless the driver writes this bit */
-#define EMUNIC_BAR0_FEATURES 0x7F                /* Bar0Feature: */
+#define EMUNIC_FEAT_QP_DOORBELL 0x80             /* Bar0Feature: RDMA doorbell registers (RegQPDoorbell, RegCQArm); needs FeatRDMA */
+#define EMUNIC_BAR0_FEATURES 0xFF                /* Bar0Feature: */
 #define EMUNIC_CTRL_ENABLE 1                     /* Bar0Ctrl: */
 #define EMUNIC_CTRL_RESET 2                      /* Bar0Ctrl: */
 #define EMUNIC_BAR0_CTRL_MASK 3                  /* Bar0Ctrl: the bits that may be written 1 */
@@ -593,7 +599,7 @@
 #define EMUNIC_ERR_BAD_VALUE 4                   /* Bar0ErrCode: a value the register refuses (a count not a power of two, a feature the device lacks, a reserved bit) */
 #define EMUNIC_ERR_RING_OUTSIDE 5                /* Bar0ErrCode: enable: a ring or the counter area outside shared memory or over its first RegMemFirst bytes */
 #define EMUNIC_ERR_RING_SETUP 6                  /* Bar0ErrCode: enable: a ring not set up, or rings that overlap */
-#define EMUNIC_ERR_NO_DOORBELL 7                 /* Bar0ErrCode: a doorbell for a ring that was never set up, or while disabled */
+#define EMUNIC_ERR_NO_DOORBELL 7                 /* Bar0ErrCode: a doorbell for a ring that was never set up, a QP or CQ that does not exist, without its feature, or while disabled */
 #define EMUNIC_ERR_ENABLE_FAILED 8               /* Bar0ErrCode: enable: the device refused to start (no memory, no vectors, no port) */
 #define EMUNIC_REG_CTR_BAD_OFFSET 0              /* RegCounterID: accesses refused ErrBadOffset */
 #define EMUNIC_REG_CTR_READ_ONLY 1               /* RegCounterID: writes refused ErrReadOnly */
@@ -609,6 +615,7 @@
 #define EMUNIC_REG_CTR_INTERRUPTS 0xB            /* RegCounterID: interrupts delivered, all vectors */
 #define EMUNIC_REG_CTR_MASKED_RAISES 0xC         /* RegCounterID: raises that found their vector masked (delivered on unmask) */
 #define EMUNIC_BAR0_REG_COUNTERS 0xD
+#define EMUNIC_BAR0_CQ_ARM_FLAGS 0x30000
 
 /* The command table (docs/rings.md, "Opcodes"; rings.Commands in Go): for
  * each opcode X(name, opcode, family, resources, statuses): its family, the

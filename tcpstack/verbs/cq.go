@@ -273,13 +273,17 @@ func (cq *CQ) PollWait(ctx context.Context, wc []rings.Completion, solicitedOnly
 	}
 }
 
-// arm arms the CQ for PollWait: posted (ARM_CQ with ArmIfPending, not
-// waited for) where the host takes posted commands, else ReqNotify. The
+// arm arms the CQ for PollWait: with the arm register where the device has
+// it, else posted (ARM_CQ with ArmIfPending, not waited for) where the
+// host takes posted commands, else ReqNotify. The
 // posted arm saves the waiter a command round trip; ArmIfPending makes it
 // safe: a completion that lands after the waiter's last poll but before
 // the device runs the ARM_CQ is still in the ring, unconsumed, so the
 // device posts the event at once.
 func (cq *CQ) arm(solicitedOnly bool) error {
+	if db := cq.v.db; db != nil && !cq.armSync.Load() {
+		return cq.armRegister(db, solicitedOnly)
+	}
 	ps, ok := cq.v.host.(tcpstack.RDMAPostedSubmitter)
 	if !ok || cq.armSync.Load() {
 		return cq.ReqNotify(solicitedOnly)

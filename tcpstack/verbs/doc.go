@@ -57,7 +57,7 @@
 //   - CQ.SetBusyPoll(d): PollWait and PollSpin, finding the CQ empty, keep
 //     polling the CQ ring in host memory for up to d (yielding the
 //     processor to runnable goroutines between polls) before they arm the
-//     CQ (ARM_CQ, a command round trip) and sleep on its event (a
+//     CQ (the arm register, or ARM_CQ) and sleep on its event (a
 //     notification through the host's interrupt goroutine). Like NAPI
 //     busy-poll or an ibv_poll_cq loop ahead of ibv_req_notify_cq, it
 //     trades CPU for latency: the waiter holds a processor for up to d per
@@ -65,18 +65,23 @@
 //     it spun, how often that paid, and what it cost. A bound a little
 //     above the expected round trip (tens to hundreds of µs) keeps an idle
 //     connection from burning a core; SetBusyPoll(0) turns it off.
-//   - QP.SetAsyncDoorbell(true): PostSend and PostRecv do not wait for the
-//     QP_DOORBELL command's answer. On a real host the doorbell is posted
-//     (tcpstack.RDMAPostedSubmitter): the host's command vector is neither
-//     woken for it nor by its completion, as an MMIO doorbell write on an
-//     RNIC; a refused doorbell still fails the QP (ErrDoorbell), within a
-//     millisecond.
+//   - QP.SetAsyncDoorbell(true): a doorbell the device refuses moves the QP
+//     to ERROR (ErrDoorbell) instead of failing the post. Where the device
+//     has the doorbell registers (rings.FeatQPDoorbell, docs/bar0.md) every
+//     post rings the QP with one posted register write, no command, in
+//     either mode (doorbell.go). Elsewhere the doorbell is the QP_DOORBELL
+//     command, and then this matters: PostSend and PostRecv do not wait
+//     for its answer; on a real host it is posted
+//     (tcpstack.RDMAPostedSubmitter), the host's command vector neither
+//     woken for it nor by its completion, and a refusal reaches the QP
+//     within a millisecond.
 //
-// PollWait arms the CQ the same way where the host takes posted commands:
-// its ARM_CQ carries ArmIfPending and is not waited for, so the device
-// posts the event at once if a completion landed between the waiter's last
-// poll and the arm. That saves the sleeping waiter a command round trip per
-// wait; ReqNotify stays synchronous.
+// PollWait arms the CQ the same way: with the CQ arm register, or a posted
+// ARM_CQ where the host takes posted commands; either carries ArmIfPending
+// and is not waited for, so the device posts the event at once if a
+// completion landed between the waiter's last poll and the arm. That saves
+// the sleeping waiter a command round trip per wait; ReqNotify stays a
+// synchronous ARM_CQ.
 //
 // A sockets-direct connection that wants the latency turns both on for its
 // CQ and QP:

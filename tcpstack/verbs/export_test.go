@@ -35,3 +35,17 @@ func ForgetOnDevice(qp *QP) error {
 	_, err := qp.v.do(rings.Command{Opcode: rings.OpDestroyQP, Conn: qp.qpn})
 	return err
 }
+
+// DoorbellRegister reports whether v rings QPs and arms CQs with the
+// device's doorbell registers; DropDoorbellRegister makes it use the
+// QP_DOORBELL and ARM_CQ commands instead (a device without them).
+func DoorbellRegister(v *Provider) bool { return v.db != nil }
+
+func DropDoorbellRegister(v *Provider) { v.db = nil }
+
+// DoorbellLate reports whether v's doorbell register writes are answered
+// only when refused, later (the split socket's REG_POST).
+func DoorbellLate(v *Provider) bool {
+	_, ok := v.db.(rings.RDMADoorbellLate)
+	return ok
+}

@@ -94,6 +94,9 @@ type Provider struct {
 	h    *tcpstack.Host    // nil on the tests' fake device
 	host tcpstack.RDMAHost // what the provider may ask of the host
 	mem  *rings.Arena
+	// db is the device's RDMA doorbell registers, nil where it has none
+	// (doorbell.go): QP doorbells and PollWait's arms are then commands.
+	db rings.RDMADoorbell
 
 	pdNext atomic.Uint32 // the last protection domain number handed out
 	// dropped is the optional extensions taken away (DropExtension), a
@@ -145,8 +148,8 @@ func Open(h *tcpstack.Host) (*Provider, error) {
 
 // newProvider makes the provider of host h (nil in tests) on rh.
 func newProvider(h *tcpstack.Host, rh tcpstack.RDMAHost) *Provider {
-	return &Provider{
-		h: h, host: rh, mem: rh.Mem(),
+	v := &Provider{
+		h: h, host: rh, mem: rh.Mem(), db: rdmaDoorbell(rh),
 		qps:     make(map[uint32]*QP),
 		mrs:     make(map[uint32]*MR),
 		fmrs:    make(map[*FastMR]struct{}),
@@ -156,6 +159,10 @@ func newProvider(h *tcpstack.Host, rh tcpstack.RDMAHost) *Provider {
 		prepErr: make(map[uint32]error),
 		early:   make(map[hdr.Tuple]*earlyFlow),
 	}
+	if late, ok := v.db.(rings.RDMADoorbellLate); ok {
+		late.OnRefused(v.bellRefused)
+	}
+	return v
 }
 
 // do runs one command; a status other than OK is a *CommandError.

@@ -182,8 +182,9 @@ func (v *Provider) newQP(attr *QPAttr, qpn uint32, initiator bool) (*QP, error) 
 	if qp.cfgBase, err = v.mem.Alloc(qpCtlSize, rings.CacheLine); err != nil {
 		return fail(err)
 	}
-	// The doorbell is the QP_DOORBELL command, so the producers publish
-	// only when told (batch = whole ring) and kick nobody.
+	// The doorbell is the QP doorbell register or the QP_DOORBELL command
+	// (doorbell.go), so the producers publish only when told (batch =
+	// whole ring) and kick nobody.
 	if qp.sq, err = rings.NewProducer(v.mem, qp.sqL, qp.sqL.Count, nil); err != nil {
 		return fail(err)
 	}
@@ -627,67 +628,6 @@ func (qp *QP) postRecvList(wrs []rings.RecvWR, ring bool) (int, error) {
 		}
 	}
 	return n, err
-}
-
-// SetAsyncDoorbell makes the QP's doorbell asynchronous: PostSend and
-// PostRecv submit QP_DOORBELL and return without waiting for the device's
-// answer (the unit runs commands in order and reads the queues when it
-// runs the doorbell, so the entries are seen all the same). A doorbell the
-// device refuses, or that is lost, moves the QP to ERROR. For callers that
-// post often from a latency-sensitive path (sockets direct): a synchronous
-// doorbell is a command round trip per post. On a host that takes posted
-// commands (tcpstack.RDMAPostedSubmitter) the doorbell is posted, as an
-// MMIO doorbell write is on a real RNIC: the host's command vector is
-// neither woken for it nor by its completion, and a refusal reaches the QP
-// within a millisecond of the device's answer instead of at once.
-func (qp *QP) SetAsyncDoorbell(on bool) { qp.asyncDB.Store(on) }
-
-// doorbell tells the device the QP's queues have new entries. Posting to a
-// QP in ERROR is allowed (the work completes flushed, as in verbs).
-func (qp *QP) doorbell() error {
-	if qp.asyncDB.Load() {
-		qp.dbMu.Lock()
-		if qp.dbDone == nil {
-			qp.dbDone = qp.doorbellDone
-		}
-		qp.dbCmd[0] = tcpstack.HostCommand{Cmd: rings.Command{Opcode: rings.OpQPDoorbell, Conn: qp.qpn}}
-		var err error
-		if ps, ok := qp.v.host.(tcpstack.RDMAPostedSubmitter); ok {
-			err = ps.SubmitPosted(qp.dbCmd[:], qp.dbDone)
-		} else {
-			err = qp.v.host.SubmitAsync(qp.dbCmd[:], qp.dbDone)
-		}
-		qp.dbMu.Unlock()
-		if err != nil {
-			return fmt.Errorf("verbs: QP %d doorbell (work request queued): %w", qp.qpn, err)
-		}
-		return nil
-	}
-	_, err := qp.v.do(rings.Command{Opcode: rings.OpQPDoorbell, Conn: qp.qpn})
-	if err != nil {
-		return fmt.Errorf("verbs: QP %d doorbell (work request queued): %w", qp.qpn, err)
-	}
-	return nil
-}
-
-// doorbellDone is an asynchronous doorbell's outcome.
-func (qp *QP) doorbellDone(res []rings.Command, err error) {
-	if err == nil && len(res) == 1 && res[0].Status == rings.StatusOK {
-		return
-	}
-	if err == nil && len(res) == 1 {
-		err = &CommandError{Op: rings.OpQPDoorbell, Status: res[0].Status}
-	}
-	// Whatever state the QP is in, the work behind this doorbell will
-	// never complete: Failed must close.
-	qp.mu.Lock()
-	e := fmt.Errorf("%w: %w: %v", ErrQPError, ErrDoorbell, err)
-	if qp.dbErr == nil {
-		qp.dbErr = e
-	}
-	qp.failLocked(e)
-	qp.changedLocked()
-	qp.mu.Unlock()
 }
 
 // SendQueueFree is how many send work requests can be posted now.
