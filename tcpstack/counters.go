@@ -28,6 +28,54 @@ func (v *countedVector) Kick() {
 	v.bell.Kick()
 }
 
+// countedRDMABells is the device's RDMA doorbell registers as the verbs
+// write them: every write the device took counted in n. It keeps the
+// transport's late refusals (rings.RDMADoorbellLate) reachable.
+type countedRDMABells struct {
+	db rings.RDMADoorbell
+	n  *atomic.Uint64
+}
+
+// QPDoorbell implements rings.RDMADoorbell.
+func (c countedRDMABells) QPDoorbell(qpn uint32) bool {
+	ok := c.db.QPDoorbell(qpn)
+	if ok {
+		c.n.Add(1)
+	}
+	return ok
+}
+
+// ArmCQ implements rings.RDMADoorbell.
+func (c countedRDMABells) ArmCQ(cq, flags uint32) bool {
+	ok := c.db.ArmCQ(cq, flags)
+	if ok {
+		c.n.Add(1)
+	}
+	return ok
+}
+
+// countedRDMABellsLate is countedRDMABells over a transport with late
+// refusals.
+type countedRDMABellsLate struct {
+	countedRDMABells
+	late rings.RDMADoorbellLate
+}
+
+// OnRefused implements rings.RDMADoorbellLate.
+func (c countedRDMABellsLate) OnRefused(f func(off, v uint32)) { c.late.OnRefused(f) }
+
+// countRDMABells wraps db (nil: none) to count its writes in n.
+func countRDMABells(db rings.RDMADoorbell, n *atomic.Uint64) rings.RDMADoorbell {
+	if db == nil {
+		return nil
+	}
+	c := countedRDMABells{db: db, n: n}
+	if late, ok := db.(rings.RDMADoorbellLate); ok {
+		return countedRDMABellsLate{c, late}
+	}
+	return c
+}
+
 // countedDoorbell is the device's doorbell register as the driver writes
 // it: every write counted.
 type countedDoorbell struct {
@@ -158,6 +206,11 @@ type DriverStats struct {
 	// DoorbellKicks counts the driver's writes of the device's doorbell
 	// (each made because the device said it sleeps on a ring).
 	DoorbellKicks uint64
+	// RDMADoorbells counts the writes of the device's RDMA doorbell
+	// registers (RegQPDoorbell, RegCQArm) the device took: the verbs'
+	// QP doorbells and CQ arms. Unlike a ring's, each is written
+	// whether the device sleeps or not (it wakes itself if it does).
+	RDMADoorbells uint64
 	// NtfRingErrors counts notification entries the device published
 	// with a wrong phase tag (or a producer index more than a ring
 	// ahead): a device bug. The entry is skipped, not interpreted.
@@ -242,7 +295,7 @@ func (d *Driver) Stats() DriverStats {
 		TxCsumFragmented: d.txFrags.completed.Load(), TxFragsAbandoned: d.txFrags.abandoned.Load(), RxFrames: s.rxFrames.Load(), RxBytes: s.rxBytes.Load(),
 		RxErrors: s.rxErrors.Load(), RxFrameTooLarge: s.rxTooLarge.Load(),
 		Interrupts: s.irqNotify.n.Load(), TxSpaceInterrupts: s.irqTxSpace.n.Load(), CommandInterrupts: s.irqCommand.n.Load(),
-		DoorbellKicks: s.doorbell.n.Load(),
+		DoorbellKicks: s.doorbell.n.Load(), RDMADoorbells: s.rdmaBells.Load(),
 		Notifications: s.ntfs.Load(), NtfRingErrors: s.ntfRingErrs.Load(),
 		Commands: s.commands.Load(), HostCopyBytes: s.copyBytes.Load(), RDMACopyBytes: s.rdmaCopyBytes.Load(),
 		FrozenDropsOut: d.flows.droppedOut.Load(), FrozenDropsIn: d.flows.droppedIn.Load(),

@@ -165,6 +165,7 @@ type driverCounters struct {
 	copyBytes, rdmaCopyBytes                        atomic.Uint64
 	irqNotify, irqTxSpace, irqCommand               countedVector
 	doorbell                                        countedDoorbell
+	rdmaBells                                       atomic.Uint64 // RDMA doorbell register writes (QP doorbells, CQ arms)
 	ntfKinds                                        ntfCounters
 	ntfOutOfSeq, ntfImpossible, ntfUnknown, ntfLate atomic.Uint64
 	postPartial, postOverclaim, txRefused           atomic.Uint64

@@ -186,7 +186,7 @@ type RDMADoorbellHost interface {
 // RDMADoorbell is the device's RDMA doorbell registers, or nil.
 func (r rdmaHost) RDMADoorbell() rings.RDMADoorbell {
 	if dd, ok := r.o.drv.dev.(RDMADoorbellDevice); ok {
-		return dd.RDMADoorbell()
+		return countRDMABells(dd.RDMADoorbell(), &r.o.drv.stats.rdmaBells)
 	}
 	return nil
 }

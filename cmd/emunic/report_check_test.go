@@ -570,10 +570,13 @@ func checkHosts(c *checker, rep *demoReport, lab *demoLab, stages []stageView, f
 		c.ok(n+"device interrupts_coalesced", st[rings.StatInterrupts]+st[rings.StatInterruptsCoalesced] <= st[rings.StatNotifyPosted],
 			"%d interrupts covering %d more notifications, of %d posted", st[rings.StatInterrupts], st[rings.StatInterruptsCoalesced], st[rings.StatNotifyPosted])
 		// The device counts the driver's doorbell writes that found it
-		// parked; the driver counts all of them (it writes when it saw the
-		// device's NEED_WAKEUP, which the device may have withdrawn since).
-		c.ok(n+"device doorbells", st[rings.StatDoorbells] <= drv.DoorbellKicks,
-			"%d doorbells received while parked, the driver wrote %d", st[rings.StatDoorbells], drv.DoorbellKicks)
+		// parked, its ring doorbell's and its RDMA doorbell registers';
+		// the driver counts all of them (it writes a ring's when it saw
+		// the device's NEED_WAKEUP, which the device may have withdrawn
+		// since, and the RDMA registers whatever the device does).
+		c.ok(n+"device doorbells", st[rings.StatDoorbells] <= drv.DoorbellKicks+drv.RDMADoorbells,
+			"%d doorbells received while parked, the driver wrote %d to the ring doorbell and %d to the RDMA doorbell registers",
+			st[rings.StatDoorbells], drv.DoorbellKicks, drv.RDMADoorbells)
 		// Every other activity counter the report prints must be here:
 		// a new one needs a check (or a reason it has none).
 		noIndependentCount := map[rings.StatID]string{
