@@ -98,6 +98,7 @@ func connTableSize(c delegation.Config) int {
 func (h hostDoorbell) QPDoorbell(qpn uint32) bool {
 	r := &h.d.bells
 	if h.d.cfg.Withheld&rings.FeatQPDoorbell != 0 || !inRange(r.qpLive, qpn) || !hasBit(r.qpLive, qpn) {
+		h.d.count(rings.StatRDMABellErrors)
 		return false
 	}
 	h.d.ringQP(qpn)
@@ -109,6 +110,7 @@ func (h hostDoorbell) QPDoorbell(qpn uint32) bool {
 func (h hostDoorbell) ArmCQ(cq, flags uint32) bool {
 	r := &h.d.bells
 	if h.d.cfg.Withheld&rings.FeatQPDoorbell != 0 || cq >= maxCQs || !hasBit(r.cqLive[:], cq) {
+		h.d.count(rings.StatRDMABellErrors)
 		return false
 	}
 	h.d.armCQ(cq, flags)

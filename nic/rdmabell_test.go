@@ -44,6 +44,9 @@ func TestRDMADoorbellRegisters(t *testing.T) {
 	if a.bells().QPDoorbell(1<<30) || a.bells().ArmCQ(maxCQs, 0) || a.bells().ArmCQ(1<<31, 0) {
 		t.Fatal("a doorbell out of range was accepted")
 	}
+	if n := a.dev.Stat(rings.StatRDMABellErrors); n != 5 {
+		t.Fatalf("rdma_bell_errors = %d after 5 refusals", n)
+	}
 	asq, arq, acq := a.qpSetupKick(true, nil)
 	bsq, brq, bcq := b.qpSetupKick(false, nil)
 	a.must(rings.Command{Opcode: rings.OpModifyQP, Conn: 3, Arg0: uint32(rings.QPConnect)})
@@ -130,6 +133,9 @@ func TestRDMADoorbellRegisters(t *testing.T) {
 	if a.bells().ArmCQ(1, 0) {
 		t.Fatal("arm of a destroyed CQ accepted")
 	}
+	if n := a.dev.Stat(rings.StatRDMABellErrors); n != 7 {
+		t.Fatalf("rdma_bell_errors = %d after 7 refusals", n)
+	}
 }
 
 // ring tells the device the QP on connection 3 has new entries: the
@@ -181,6 +187,9 @@ func TestRDMADoorbellWithheld(t *testing.T) {
 	a.qpSetupKick(true, nil)
 	if a.bells().QPDoorbell(3) || a.bells().ArmCQ(1, 0) {
 		t.Fatal("a doorbell register without FeatQPDoorbell was accepted")
+	}
+	if n := a.dev.Stat(rings.StatRDMABellErrors); n != 2 {
+		t.Fatalf("rdma_bell_errors = %d after 2 refusals", n)
 	}
 	a.must(rings.Command{Opcode: rings.OpQPDoorbell, Conn: 3})
 }

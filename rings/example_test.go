@@ -97,7 +97,7 @@ func Example() {
 
 	// Output:
 	// OK 0
-	// OK 264 cmd_completed 1
+	// OK 272 cmd_completed 1
 	// BAD_ADDRESS
 	// BAD_OPCODE
 }

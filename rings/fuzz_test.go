@@ -238,7 +238,7 @@ func TestStringers(t *testing.T) {
 		{(NtfAckThreshold | 1<<15).String(), "ACK_THRESHOLD|0x00008000"},
 		{NotifyFlags(1 << 14).String(), "0x00004000"},
 		{StatRxFrames.String(), "rx_frames"},
-		{NumStats.String(), "stat_33"},
+		{NumStats.String(), "stat_34"},
 		{StatID(-1).String(), "stat_-1"},
 	}
 	for _, c := range cases {

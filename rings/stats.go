@@ -44,6 +44,7 @@ const (
 	StatRxDropIPv6Jumbogram                  // IPv6: hop-by-hop jumbo payload option (RFC 2675)
 	StatTxCsum                               // legacy frames whose IPv4 header and TCP/UDP checksums the device filled in (TxCsum)
 	StatTxDropCsum                           // legacy frames with TxCsum whose checksums the device cannot place (not IPv4/IPv6 TCP/UDP, a fragment, truncated, lengths that disagree)
+	StatRDMABellErrors                      // RDMA doorbell register writes (RegQPDoorbell, RegCQArm) refused: no such QP or CQ, or FeatQPDoorbell withheld
 	NumStats
 )
 
@@ -60,7 +61,7 @@ var statNames = [NumStats]string{
 	"doorbells", "parks", "timer_runs",
 	"rx_drop_vlan", "rx_drop_bad_vlan",
 	"rx_drop_ipv6_ext_chain", "rx_drop_ipv6_routing_type0", "rx_drop_ipv6_fragment", "rx_drop_ipv6_jumbogram",
-	"tx_csum", "tx_drop_csum",
+	"tx_csum", "tx_drop_csum", "rdma_bell_errors",
 }
 
 func (s StatID) String() string {

@@ -160,8 +160,9 @@
 #define EMUNIC_STAT_RX_DROP_I_PV6_JUMBOGRAM 0x1E /* StatID: IPv6: hop-by-hop jumbo payload option (RFC 2675) */
 #define EMUNIC_STAT_TX_CSUM 0x1F                 /* StatID: legacy frames whose IPv4 header and TCP/UDP checksums the device filled in (TxCsum) */
 #define EMUNIC_STAT_TX_DROP_CSUM 0x20            /* StatID: legacy frames with TxCsum whose checksums the device cannot place (not IPv4/IPv6 TCP/UDP, a fragment, truncated, lengths that disagree) */
-#define EMUNIC_NUM_STATS 0x21                    /* StatID: */
-#define EMUNIC_STAT_BLOCK_SIZE 0x108
+#define EMUNIC_STAT_RDMA_BELL_ERRORS 0x21        /* StatID: RDMA doorbell register writes (RegQPDoorbell, RegCQArm) refused: no such QP or CQ, or FeatQPDoorbell withheld */
+#define EMUNIC_NUM_STATS 0x22                    /* StatID: */
+#define EMUNIC_STAT_BLOCK_SIZE 0x110
 
 /* connstate.go */
 #define EMUNIC_CONN_STATE_SIZE 0x80
@@ -753,7 +754,7 @@ _Static_assert(offsetof(struct emunic_receive_descriptor, len) == EMUNIC_RX_OFF_
 _Static_assert(offsetof(struct emunic_receive_descriptor, rsvd) == EMUNIC_RX_OFF_RSVD, "RxOffRsvd");
 _Static_assert(offsetof(struct emunic_receive_descriptor, tag) == EMUNIC_RX_OFF_TAG, "RxOffTag");
 
-/* stat block (StatBlockSize, 264 bytes): Stat block */
+/* stat block (StatBlockSize, 272 bytes): Stat block */
 struct emunic_stat_block {
 	uint64_t rx__frames; /* 0x00 StatRxFrames: frames received from the port */
 	uint64_t rx__bytes; /* 0x08 StatRxBytes: bytes received from the port */
@@ -788,6 +789,7 @@ struct emunic_stat_block {
 	uint64_t rx__drop__ipv6__jumbogram; /* 0xf0 StatRxDropIPv6Jumbogram: IPv6: a hop-by-hop Jumbo Payload option (RFC 2675) */
 	uint64_t tx__csum; /* 0xf8 StatTxCsum: legacy frames whose IPv4 header and TCP/UDP checksums the device filled in ... */
 	uint64_t tx__drop__csum; /* 0x100 StatTxDropCsum: legacy frames with TxCsum whose checksums the device cannot place: not ... */
+	uint64_t rdma__bell__errors; /* 0x108 StatRDMABellErrors: RDMA doorbell register writes (RegQPDoorbell, RegCQArm, [bar0.md](b... */
 } __attribute__((packed));
 _Static_assert(sizeof(struct emunic_stat_block) == EMUNIC_STAT_BLOCK_SIZE, "stat block size");
 
