@@ -44,7 +44,7 @@ const (
 	StatRxDropIPv6Jumbogram                  // IPv6: hop-by-hop jumbo payload option (RFC 2675)
 	StatTxCsum                               // legacy frames whose IPv4 header and TCP/UDP checksums the device filled in (TxCsum)
 	StatTxDropCsum                           // legacy frames with TxCsum whose checksums the device cannot place (not IPv4/IPv6 TCP/UDP, a fragment, truncated, lengths that disagree)
-	StatRDMABellErrors                      // RDMA doorbell register writes (RegQPDoorbell, RegCQArm) refused: no such QP or CQ, or FeatQPDoorbell withheld
+	StatRDMABellErrors                       // RDMA doorbell register writes (RegQPDoorbell, RegCQArm) refused: no such QP or CQ, or FeatQPDoorbell withheld
 	NumStats
 )
 
