@@ -13,7 +13,10 @@
  *     header's counts give;
  *   - posts legacy receive buffers, sends a frame through the transmit ring
  *     and checks it left on the port, injects a frame on the port and
- *     consumes its LEGACY_UPLOAD notification and the buffer's bytes.
+ *     consumes its LEGACY_UPLOAD notification and the buffer's bytes;
+ *   - negotiates FEAT_TX_CSUM and sends a UDP/IPv4 frame with both
+ *     checksums zero and TX_CSUM: it must leave with the checksums this
+ *     file computes on its own.
  *
  * With "kick-words" it also negotiates FEATURE_KICK_WORDS and rings the
  * doorbell and takes the vectors through the kick words (docs/split.md,
@@ -226,6 +229,22 @@ static size_t occupancy_off(const struct emunic_counter_area_header *h, uint32_t
 }
 static uint64_t area_word(uint64_t *words, size_t off) { return __atomic_load_n(&words[off / 8], __ATOMIC_ACQUIRE); }
 
+/* The Internet checksum (RFC 1071), this driver's own: sum adds n bytes
+ * of p as big-endian 16-bit words; fold gives the ones' complement of the
+ * folded sum, 0 for data that carries a correct checksum. */
+static uint32_t csum_add(uint32_t sum, const unsigned char *p, size_t n)
+{
+	for (size_t i = 0; i + 1 < n; i += 2) sum += (uint32_t)p[i] << 8 | p[i + 1];
+	if (n & 1) sum += (uint32_t)p[n - 1] << 8;
+	return sum;
+}
+
+static uint16_t csum_fold(uint32_t sum)
+{
+	while (sum >> 16) sum = (sum & 0xFFFF) + (sum >> 16);
+	return (uint16_t)~sum;
+}
+
 static struct ring cmd, ntf, tx, rx;
 enum { VEC_NOTIFY = 1, VEC_TX = 2, VEC_CMD = 3 };
 
@@ -327,7 +346,8 @@ int main(int argc, char **argv) {
 	reg_write(EMUNIC_REG_CTRL, EMUNIC_CTRL_RESET);
 	uint32_t feat = reg_read(EMUNIC_REG_DEV_FEATURES);
 	if (!(feat & EMUNIC_FEAT_COUNTERS)) die("no counter area feature: %#x", feat);
-	reg_write(EMUNIC_REG_DRV_FEATURES, EMUNIC_FEAT_LEGACY | EMUNIC_FEAT_COUNTERS);
+	if (!(feat & EMUNIC_FEAT_TX_CSUM)) die("no transmit checksum feature: %#x", feat);
+	reg_write(EMUNIC_REG_DRV_FEATURES, EMUNIC_FEAT_LEGACY | EMUNIC_FEAT_COUNTERS | EMUNIC_FEAT_TX_CSUM);
 	ring_regs(EMUNIC_BAR0_RING_COMMAND, cmd.base, cmd.count);
 	ring_regs(EMUNIC_BAR0_RING_NOTIFY, ntf.base, ntf.count);
 	ring_regs(EMUNIC_BAR0_RING_TX, tx.base, tx.count);
@@ -393,6 +413,40 @@ int main(int argc, char **argv) {
 	ssize_t n = recv(port[0], got, sizeof got, 0);
 	if (n != (ssize_t)sizeof frame || memcmp(got, frame, sizeof frame) != 0) die("the port got %zd bytes, not the frame sent", n);
 
+	/* Transmit checksum offload: a UDP/IPv4 frame with both checksums
+	 * zero and TX_CSUM leaves with them filled in; the host's buffer is
+	 * left as written. */
+	unsigned char udp[14 + 20 + 8 + 6] = {0};
+	unsigned char to[6] = {2, 0, 0, 0, 0, 9};
+	memcpy(udp, to, 6);
+	memcpy(udp + 6, mac, 6);
+	udp[12] = 0x08, udp[13] = 0x00;
+	unsigned char ip4[20] = {0x45, 0, 0, 34, 0x12, 0x34, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 7, 10, 0, 0, 9};
+	memcpy(udp + 14, ip4, 20);
+	unsigned char l4[14] = {0x30, 0x39, 0x00, 0x35, 0, 14, 0, 0, 'e', 'm', 'u', 'n', 'i', 'c'};
+	memcpy(udp + 34, l4, 14);
+	uint64_t csumbuf = txbuf + 2048;
+	memcpy(at(csumbuf), udp, sizeof udp);
+	t = slot(&tx, tx.local);
+	t->conn = 0xFFFFFFFFu;
+	t->addr = csumbuf;
+	t->len = sizeof udp;
+	t->flags = EMUNIC_TX_CSUM;
+	t->tag = 8;
+	commit(&tx);
+	publish(&tx);
+	if (poll(&pp, 1, 5000) <= 0) die("no checksummed frame on the port in 5 s");
+	n = recv(port[0], got, sizeof got, 0);
+	if (n != (ssize_t)sizeof udp) die("the port got %zd bytes, not the %zu of the UDP frame", n, sizeof udp);
+	uint32_t ipsum = csum_add(0, got + 14, 20);
+	uint32_t pseudo = csum_add(0, got + 26, 8) + 17 + 14; /* addresses, protocol, UDP length */
+	uint32_t udpsum = csum_add(pseudo, got + 34, 14);
+	if (csum_fold(ipsum) != 0 || csum_fold(udpsum) != 0 || (got[40] == 0 && got[41] == 0))
+		die("checksums the device filled in: IPv4 %02x%02x UDP %02x%02x do not verify", got[24], got[25], got[40], got[41]);
+	if (memcmp(got, udp, 24) != 0 || memcmp(got + 26, udp + 26, 14) != 0 || memcmp(got + 42, udp + 42, 6) != 0)
+		die("the device changed more than the checksums");
+	if (memcmp(at(csumbuf), udp, sizeof udp) != 0) die("the device wrote the host's transmit buffer");
+
 	/* A frame in: an ARP reply to the device's MAC, on the port; it must
 	 * come back as a LEGACY_UPLOAD into the first receive buffer. */
 	unsigned char in[60] = {0};
@@ -412,7 +466,7 @@ int main(int argc, char **argv) {
 	 * the frames counted, each counter found by its ID. */
 	uint64_t *words = at(area);
 	struct emunic_counter_area_header h;
-	uint64_t rxf, txf, cmds, txe, ntfe, rxe, engtx, engrx, conns;
+	uint64_t rxf, txf, csum, cmds, txe, ntfe, rxe, engtx, engrx, conns;
 	for (double end = now() + 5;; wait_vector(VEC_NOTIFY, 1)) {
 		if (now() > end) die("the counter area never showed the frames");
 		uint64_t g1 = __atomic_load_n(&words[0], __ATOMIC_ACQUIRE);
@@ -428,7 +482,8 @@ int main(int argc, char **argv) {
 		engrx = area_word(words, engine_off(&h, EMUNIC_ENG_RX_SEGMENTS));
 		conns = area_word(words, occupancy_off(&h, EMUNIC_OCC_CONNS));
 		if (__atomic_load_n(&words[0], __ATOMIC_ACQUIRE) != g1) continue;
-		if (rxf >= 1 && txf >= 1 && cmds == 3 && txe == 1 && ntfe >= 1 && rxe >= 1) break;
+		csum = area_word(words, stat_off(EMUNIC_STAT_TX_CSUM));
+		if (rxf >= 1 && txf >= 2 && csum == 1 && cmds == 3 && txe == 2 && ntfe >= 1 && rxe >= 1) break;
 	}
 	if (h.ring_n != EMUNIC_RING_COUNTER_COUNT || h.engine_n != EMUNIC_ENGINE_COUNTER_COUNT || h.occ_n != EMUNIC_OCCUPANCY_WORDS ||
 	    h.qpn != EMUNIC_QP_COUNTER_COUNT || h.num_qps != 0)
