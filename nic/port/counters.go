@@ -25,6 +25,7 @@ type counters struct {
 	rxGSO             atomic.Uint64
 	rxDropBadGSO      atomic.Uint64
 	rxDropLoss        atomic.Uint64
+	rxBusyPollHits    atomic.Uint64
 	_                 [64]byte
 
 	// Written by whoever delivers into this port's receive FIFO (the peer's writer or a
@@ -53,6 +54,7 @@ func (c *counters) snapshot() Stats {
 		RxDropQueueFull: c.rxDropQueueFull.Load(),
 		RxDropClosed:    c.rxDropClosed.Load(),
 		RxDropLoss:      c.rxDropLoss.Load(),
+		RxBusyPollHits:  c.rxBusyPollHits.Load(),
 		Duplicated:      c.duplicated.Load(),
 		Reordered:       c.reordered.Load(),
 		Corrupted:       c.corrupted.Load(),

@@ -90,6 +90,7 @@ type Stats struct {
 	RxDropQueueFull uint64 // arrived while the receive FIFO was full (drop-tail, like rx_missed)
 	RxDropClosed    uint64 // still queued in the receive FIFO when the port closed
 	RxDropLoss      uint64 // TAP: reads the receive loss impairment dropped (TAPOptions.RxLossPercent)
+	RxBusyPollHits  uint64 // TAP: reads a busy poll served, without the netpoller (TAPOptions.BusyPoll)
 
 	Duplicated uint64 // extra copies the duplication impairment put on the wire
 	Reordered  uint64 // frames the reordering impairment held back

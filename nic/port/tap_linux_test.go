@@ -381,3 +381,82 @@ func TestTAPRxLoss(t *testing.T) {
 		return nil
 	})
 }
+
+// TestTAPBusyPoll: a burst of datagrams from the kernel is read, in order,
+// with the busy poll (the default) serving reads without the netpoller
+// (RxBusyPollHits), and with it off (negative BusyPoll) serving none; a
+// reader busy polling an idle TAP goes to sleep, and Close still ends its
+// read.
+func TestTAPBusyPoll(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		poll time.Duration
+		hits bool
+	}{{"default", 0, true}, {"off", -1, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			testutil.InNewNetns(t, func() error {
+				tap, err := OpenTAPWith("emutap%d", TAPOptions{BusyPoll: tc.poll, NoOffload: true})
+				if err != nil {
+					return err
+				}
+				defer tap.Close()
+				if _, err := upTAP(tap, "10.97.0.1/24"); err != nil {
+					return err
+				}
+				peer := net.IPv4(10, 97, 0, 2)
+				if err := testutil.RunIP("neigh", "replace", peer.String(), "lladdr", "02:00:00:00:00:02", "dev", tap.Name()); err != nil {
+					return err
+				}
+				c, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: peer, Port: 9})
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				const n = 200
+				for i := range n {
+					if _, err := c.Write([]byte{byte(i >> 8), byte(i)}); err != nil {
+						return err
+					}
+				}
+				buf := make([]byte, TAPMaxFrameSize)
+				for i := range n {
+					f, err := readUntil(tap, buf, 5*time.Second, func(f []byte) bool {
+						return binary.BigEndian.Uint16(f[12:]) == 0x0800 && f[23] == 17
+					})
+					if err != nil {
+						return fmt.Errorf("datagram %d: %w", i, err)
+					}
+					if got := int(binary.BigEndian.Uint16(f[len(f)-2:])); got != i {
+						return fmt.Errorf("datagram %d read as %d", i, got)
+					}
+				}
+				if hits := tap.Stats().RxBusyPollHits; (hits > 0) != tc.hits {
+					return fmt.Errorf("%d reads served by the busy poll, want some: %v", hits, tc.hits)
+				}
+				// Idle: the reader polls, then sleeps in the netpoller;
+				// Close ends the read.
+				done := make(chan error, 1)
+				go func() {
+					for {
+						// The kernel's own frames (IPv6 neighbour
+						// discovery) may still come: read on.
+						if _, err := tap.ReadFrame(buf); err != nil {
+							done <- err
+							return
+						}
+					}
+				}()
+				time.AfterFunc(20*time.Millisecond, func() { tap.Close() })
+				select {
+				case err := <-done:
+					if !errors.Is(err, ErrClosed) {
+						return fmt.Errorf("read on an idle TAP closed under it: %v, want ErrClosed", err)
+					}
+				case <-time.After(5 * time.Second):
+					return errors.New("Close did not end a read on an idle TAP")
+				}
+				return nil
+			})
+		})
+	}
+}
