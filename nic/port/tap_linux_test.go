@@ -340,30 +340,12 @@ func TestTAPRxLoss(t *testing.T) {
 		t.Fatalf("RxLossPercent 101: %v, want an error naming it", err)
 	}
 	testutil.InNewNetns(t, func() error {
-		tap, err := OpenTAPWith("emutap%d", TAPOptions{RxLossPercent: 50, LossSeed: 5})
+		const n = 400
+		tap, err := kernelUDPBurst(TAPOptions{RxLossPercent: 50, LossSeed: 5}, 98, n)
 		if err != nil {
 			return err
 		}
 		defer tap.Close()
-		if _, err := upTAP(tap, "10.98.0.1/24"); err != nil {
-			return err
-		}
-		// A resolved neighbour, so the kernel sends the datagrams themselves.
-		peer := net.IPv4(10, 98, 0, 2)
-		if err := testutil.RunIP("neigh", "replace", peer.String(), "lladdr", "02:00:00:00:00:02", "dev", tap.Name()); err != nil {
-			return err
-		}
-		c, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: peer, Port: 9})
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		const n = 400
-		for i := range n {
-			if _, err := c.Write([]byte{byte(i >> 8), byte(i)}); err != nil {
-				return err
-			}
-		}
 		buf := make([]byte, TAPMaxFrameSize)
 		got := 0
 		for {
@@ -395,29 +377,12 @@ func TestTAPBusyPoll(t *testing.T) {
 	}{{"default", 0, true}, {"off", -1, false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			testutil.InNewNetns(t, func() error {
-				tap, err := OpenTAPWith("emutap%d", TAPOptions{BusyPoll: tc.poll, NoOffload: true})
+				const n = 200
+				tap, err := kernelUDPBurst(TAPOptions{BusyPoll: tc.poll, NoOffload: true}, 97, n)
 				if err != nil {
 					return err
 				}
 				defer tap.Close()
-				if _, err := upTAP(tap, "10.97.0.1/24"); err != nil {
-					return err
-				}
-				peer := net.IPv4(10, 97, 0, 2)
-				if err := testutil.RunIP("neigh", "replace", peer.String(), "lladdr", "02:00:00:00:00:02", "dev", tap.Name()); err != nil {
-					return err
-				}
-				c, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: peer, Port: 9})
-				if err != nil {
-					return err
-				}
-				defer c.Close()
-				const n = 200
-				for i := range n {
-					if _, err := c.Write([]byte{byte(i >> 8), byte(i)}); err != nil {
-						return err
-					}
-				}
 				buf := make([]byte, TAPMaxFrameSize)
 				for i := range n {
 					f, err := readUntil(tap, buf, 5*time.Second, func(f []byte) bool {
@@ -459,4 +424,37 @@ func TestTAPBusyPoll(t *testing.T) {
 			})
 		})
 	}
+}
+
+// kernelUDPBurst opens a TAP with opt as 10.SUBNET.0.1/24 and has the
+// kernel send n two-byte datagrams (0, 1, ...) to a resolved neighbour
+// behind it, 10.SUBNET.0.2, so that they are on the TAP to read.
+func kernelUDPBurst(opt TAPOptions, subnet byte, n int) (*TAPPort, error) {
+	tap, err := OpenTAPWith("emutap%d", opt)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := upTAP(tap, fmt.Sprintf("10.%d.0.1/24", subnet)); err != nil {
+		tap.Close()
+		return nil, err
+	}
+	// A resolved neighbour, so the kernel sends the datagrams themselves.
+	peer := net.IPv4(10, subnet, 0, 2)
+	if err := testutil.RunIP("neigh", "replace", peer.String(), "lladdr", "02:00:00:00:00:02", "dev", tap.Name()); err != nil {
+		tap.Close()
+		return nil, err
+	}
+	c, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: peer, Port: 9})
+	if err != nil {
+		tap.Close()
+		return nil, err
+	}
+	defer c.Close()
+	for i := range n {
+		if _, err := c.Write([]byte{byte(i >> 8), byte(i)}); err != nil {
+			tap.Close()
+			return nil, err
+		}
+	}
+	return tap, nil
 }
