@@ -3,11 +3,14 @@ package main
 import (
 	"errors"
 	"fmt"
-	"github.com/emunic/emunic/rings"
 	"io"
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/emunic/emunic/nic/port"
+	"github.com/emunic/emunic/rings"
 )
 
 func TestCLIParseSize(t *testing.T) {
@@ -151,6 +154,17 @@ func TestCLIServeFlags(t *testing.T) {
 	if err != nil || cfg.Congestion != rings.CCNewReno {
 		t.Errorf("--congestion: %+v, %v", cfg, err)
 	}
+	// The TAP's busy poll: the default, a value, and 0 for none (the
+	// port's "off", a negative duration).
+	for _, c := range []struct {
+		args []string
+		want time.Duration
+	}{{nil, port.DefaultTAPBusyPoll}, {[]string{"--busy-poll", "20us"}, 20 * time.Microsecond}, {[]string{"--busy-poll", "0"}, -1}} {
+		cfg, err = parseServeFlags(append([]string{"--tap", "emu0", "--addr", "10.9.0.2/24"}, c.args...), io.Discard)
+		if err != nil || cfg.BusyPoll != c.want {
+			t.Errorf("%q: busy poll %v (%v), want %v", c.args, cfg.BusyPoll, err, c.want)
+		}
+	}
 	for _, c := range []struct {
 		args []string
 		msg  string
@@ -177,6 +191,8 @@ func TestCLIServeFlags(t *testing.T) {
 		{[]string{"--tap", "emu0", "--addr", "10.9.0.2/24", "--max-conns", "99999999999"}, "bad --max-conns"},
 		{[]string{"--tap", "emu0", "--addr", "10.9.0.2/24", "--arena", "1MiB"}, "bad --arena 1MiB: want 16MiB to 64GiB"},
 		{[]string{"--tap", "emu0", "--addr", "10.9.0.2/24", "--arena", "lots"}, `bad --arena "lots"`},
+		{[]string{"--tap", "emu0", "--addr", "10.9.0.2/24", "--busy-poll", "-1us"}, "bad --busy-poll -1µs: want 0 to 10ms"},
+		{[]string{"--tap", "emu0", "--addr", "10.9.0.2/24", "--busy-poll", "1s"}, "bad --busy-poll 1s"},
 	} {
 		_, err := parseServeFlags(c.args, io.Discard)
 		var ue *usageError

@@ -106,6 +106,9 @@ type serveConfig struct {
 	Congestion rings.CongestionControl
 	// VLAN is the NIC's 802.1Q VLAN ID, 1-4094 (0: untagged).
 	VLAN uint16
+	// BusyPoll is the TAP port's busy poll (port.TAPOptions.BusyPoll:
+	// negative is off).
+	BusyPoll time.Duration
 }
 
 func parseServeFlags(args []string, stdout io.Writer) (serveConfig, error) {
@@ -129,8 +132,17 @@ func parseServeFlags(args []string, stdout io.Writer) (serveConfig, error) {
 	fs.Var(&vlan, "vlan", "put the host on 802.1Q VLAN `N` (1-4094): the NIC takes only frames tagged N, strips and inserts the tag; the kernel side needs a VLAN interface on the TAP")
 	var cc congestionValue
 	fs.Var(&cc, "congestion", "congestion control `NAME` of delegated connections (with --offload): cubic or newreno")
+	busyPoll := fs.Duration("busy-poll", port.DefaultTAPBusyPoll, "how long the TAP port polls for the next frame before it sleeps, a `DURATION` up to 10ms (0: never polls): lower round trips for the CPU it polls with")
 	if err := parse(serveCmd, fs, args, stdout); err != nil {
 		return cfg, err
+	}
+	switch {
+	case *busyPoll < 0 || *busyPoll > 10*time.Millisecond:
+		return cfg, usagef("bad --busy-poll %v: want 0 to 10ms", *busyPoll)
+	case *busyPoll == 0:
+		cfg.BusyPoll = -1
+	default:
+		cfg.BusyPoll = *busyPoll
 	}
 	cfg.Congestion = rings.CongestionControl(cc)
 	cfg.Addr, cfg.MoreAddrs, cfg.Gateway, cfg.MTU = addr.p, addr.more, gw.a, int(mtu)
@@ -193,14 +205,16 @@ type tapHost struct {
 // maxConns delegated connections (0: the default); with pcap, every frame
 // at the port is recorded there.
 func attachTAP(warnf func(format string, args ...any), name string, addr netip.Prefix, more []netip.Prefix, mtu int, gw netip.Addr, pcap string, arena int64, maxConns int) (*tapHost, error) {
-	return attachTAPVLAN(warnf, name, addr, more, mtu, gw, pcap, arena, maxConns, 0)
+	return attachTAPVLAN(warnf, name, addr, more, mtu, gw, pcap, arena, maxConns, 0, 0)
 }
 
 // attachTAPVLAN is attachTAP with the NIC on 802.1Q VLAN vlan (0: none):
 // the TAP is then a trunk, and the kernel reaches the host through a VLAN
-// interface on it (ip link add link NAME name NAME.N type vlan id N).
-func attachTAPVLAN(warnf func(format string, args ...any), name string, addr netip.Prefix, more []netip.Prefix, mtu int, gw netip.Addr, pcap string, arena int64, maxConns int, vlan uint16) (*tapHost, error) {
-	tap, err := port.OpenTAP(name)
+// interface on it (ip link add link NAME name NAME.N type vlan id N), and
+// the port's busy poll busyPoll (port.TAPOptions.BusyPoll: 0, the
+// default).
+func attachTAPVLAN(warnf func(format string, args ...any), name string, addr netip.Prefix, more []netip.Prefix, mtu int, gw netip.Addr, pcap string, arena int64, maxConns int, vlan uint16, busyPoll time.Duration) (*tapHost, error) {
+	tap, err := port.OpenTAPWith(name, port.TAPOptions{BusyPoll: busyPoll})
 	if err != nil {
 		return nil, err // a *port.TAPError: one line naming the device and the reason
 	}
@@ -238,7 +252,7 @@ func attachTAPVLAN(warnf func(format string, args ...any), name string, addr net
 // runServe attaches a host to the TAP and serves until ctx is done.
 func runServe(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error {
 	logger := newLogger(stderr)
-	th, err := attachTAPVLAN(printfTo(logger), cfg.Tap, cfg.Addr, cfg.MoreAddrs, cfg.MTU, cfg.Gateway, cfg.Pcap, cfg.Arena, cfg.MaxConns, cfg.VLAN)
+	th, err := attachTAPVLAN(printfTo(logger), cfg.Tap, cfg.Addr, cfg.MoreAddrs, cfg.MTU, cfg.Gateway, cfg.Pcap, cfg.Arena, cfg.MaxConns, cfg.VLAN, cfg.BusyPoll)
 	if err != nil {
 		return err
 	}
