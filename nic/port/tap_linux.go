@@ -52,6 +52,7 @@ type TAPPort struct {
 	// (TAPOptions.BusyPoll).
 	busyPoll time.Duration
 	raw      syscall.RawConn
+	poll     rawPoll
 
 	// ReadFrame reads into rbuf when the caller's buffer might be too short for the next
 	// frame: the kernel drops a frame that does not fit the read and reports EFAULT, losing
@@ -250,6 +251,7 @@ func OpenTAPWith(name string, opt TAPOptions) (*TAPPort, error) {
 		t.busyPoll = DefaultTAPBusyPoll
 	}
 	if t.busyPoll > 0 {
+		t.poll.fn = t.poll.readFD
 		if t.raw, err = file.SyscallConn(); err != nil {
 			file.Close()
 			unix.Close(ctl)
@@ -532,35 +534,58 @@ func (t *TAPPort) readVnetFrame(buf []byte, csum, lro bool) (LROFrame, error) {
 // then through the netpoller.
 func (t *TAPPort) read(b []byte) (int, error) {
 	if t.busyPoll > 0 {
-		var start time.Time
-		for {
-			var n int
-			var rerr error
-			if err := t.raw.Read(func(fd uintptr) bool {
-				n, rerr = unix.Read(int(fd), b)
-				return true // one try: do not wait in the netpoller
-			}); err != nil {
-				return 0, err
-			}
-			if rerr == nil {
-				if n == 0 {
-					return 0, io.EOF
-				}
-				t.stats.rxBusyPollHits.Add(1)
-				return n, nil
-			}
-			if rerr != unix.EAGAIN {
-				return 0, &os.PathError{Op: "read", Path: t.file.Name(), Err: rerr}
-			}
-			if start.IsZero() {
-				start = time.Now()
-			} else if time.Since(start) >= t.busyPoll {
-				break
-			}
-			runtime.Gosched()
+		if n, ok, err := t.poll.spin(t, b); ok {
+			return n, err
 		}
 	}
 	return t.file.Read(b)
+}
+
+// rawPoll is the busy poll's raw read. Its function and result live here,
+// made once at open: a closure per read would put it and its results on
+// the heap, an allocation per frame.
+type rawPoll struct {
+	mu  sync.Mutex
+	b   []byte
+	n   int
+	err error
+	fn  func(fd uintptr) bool // readFD, bound once
+}
+
+// readFD is one non-blocking read of the descriptor into p.b.
+func (p *rawPoll) readFD(fd uintptr) bool {
+	p.n, p.err = unix.Read(int(fd), p.b)
+	return true // one try: do not wait in the netpoller
+}
+
+// spin polls t's descriptor for up to t.busyPoll; ok false: nothing came.
+func (p *rawPoll) spin(t *TAPPort, b []byte) (n int, ok bool, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.b = b
+	defer func() { p.b = nil }()
+	var start time.Time
+	for {
+		if err := t.raw.Read(p.fn); err != nil {
+			return 0, true, err
+		}
+		if p.err == nil {
+			if p.n == 0 {
+				return 0, true, io.EOF
+			}
+			t.stats.rxBusyPollHits.Add(1)
+			return p.n, true, nil
+		}
+		if p.err != unix.EAGAIN {
+			return 0, true, &os.PathError{Op: "read", Path: t.file.Name(), Err: p.err}
+		}
+		if start.IsZero() {
+			start = time.Now()
+		} else if time.Since(start) >= t.busyPoll {
+			return 0, false, nil
+		}
+		runtime.Gosched()
+	}
 }
 
 func (t *TAPPort) readError(err error) error {
