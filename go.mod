@@ -17,3 +17,5 @@ require (
 	golang.org/x/exp v0.0.0-20250711185948-6ae5c78190dc // indirect
 	golang.org/x/time v0.15.0 // indirect
 )
+
+replace gvisor.dev/gvisor => ./third_party/gvisor

@@ -53,6 +53,12 @@ type StackConfig struct {
 	// Clock, when set, is netstack's clock (its timers, timestamps and
 	// RTTs): a lockstep run's virtual clock.
 	Clock tcpip.Clock
+	// TCPProbe, when set, is called with a TCP endpoint's whole state
+	// (sequence numbers, the sender's counts and timers' inputs, SACK,
+	// RACK) after each segment the endpoint processes: netstack's TCP
+	// probe, for diagnosing a connection that stalls. It copies that state
+	// per segment, so it is for tests and debugging, not for production.
+	TCPProbe tcp.TCPProbeFunc
 }
 
 // lockedSource is a rand.Source safe for concurrent use (netstack's
@@ -128,6 +134,9 @@ func NewStack(ep stack.LinkEndpoint, cfg StackConfig) (*Stack, error) {
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, arp.NewProtocol},
 		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol, icmp.NewProtocol4},
 		Clock:              cfg.Clock,
+	}
+	if cfg.TCPProbe != nil {
+		opts.TransportProtocols[0] = tcp.NewProtocolProbe(cfg.TCPProbe)
 	}
 	if has6 {
 		// Static addresses only: no router solicitations, no SLAAC, no
