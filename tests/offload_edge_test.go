@@ -11,6 +11,7 @@ import (
 	"github.com/emunic/emunic/board"
 	"github.com/emunic/emunic/delegation"
 	"github.com/emunic/emunic/internal/hostrig"
+	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/nic/hdr"
 	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/tcpstack"
@@ -49,6 +50,17 @@ func edgeHosts(t *testing.T) (a, b *tcpstack.Host, spy *spyPort, wa *port.WirePo
 	r := hostrig.New(t, hostrig.Config{HostA: timers, HostB: timers,
 		WrapA: func(p *port.WirePort) (port.Port, error) { spy = &spyPort{Port: p}; return spy, nil }})
 	return r.A, r.B, spy, r.PortA
+}
+
+// waitAcked waits until the engine has everything c sent acknowledged
+// (QUERY_CONN's SND.UNA = SND.NXT).
+func waitAcked(t *testing.T, c net.Conn) {
+	t.Helper()
+	dc := c.(*tcpstack.DelegatedConn)
+	testutil.WaitFor(t, "the peer's ACK of everything sent", func() bool {
+		in, err := dc.Info()
+		return err == nil && in.SndUna == in.SndNxt
+	})
 }
 
 func readAllTimeout(t *testing.T, c net.Conn, d time.Duration) ([]byte, error) {
@@ -126,7 +138,7 @@ func TestDelegatedPeerVanishes(t *testing.T) {
 	if _, err := io.ReadFull(cb, make([]byte, 4)); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond) // B's delayed ACK gives A an RTT sample
+	waitAcked(t, ca) // B's ACK of the ping gives A's engine an RTT sample
 	// Cut the cable both ways: B is gone without a word.
 	cut := port.Impairments{LossPercent: 100}
 	if err := wa.SetTxImpairments(cut); err != nil {
@@ -151,12 +163,12 @@ func TestDelegatedPeerVanishes(t *testing.T) {
 		t.Fatalf("timeout took %v", el)
 	}
 	// Counters are the unit's snapshot at its next idle point.
-	c := engineOf(t, a)
-	for i := 0; i < 100 && c.Timeouts == 0; i++ {
-		time.Sleep(10 * time.Millisecond)
+	var c tcpstack.EngineCounters
+	testutil.WaitFor(t, "the engine's timeout in its counters", func() bool {
 		c = engineOf(t, a)
-	}
-	if c.Timeouts == 0 || c.RTOExpired == 0 {
+		return c.Timeouts != 0
+	})
+	if c.RTOExpired == 0 {
 		t.Fatalf("engine counters %+v", c)
 	}
 	t.Logf("error after %v (%d RTO expirations)", el, c.RTOExpired)
@@ -193,7 +205,7 @@ func TestDelegatedIgnoresBlindAttacks(t *testing.T) {
 	if _, err := io.ReadFull(cb, buf); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond) // let ACKs settle so the spied frame is current
+	waitAcked(t, ca) // A sends nothing more, so the spied frame stays current
 	last := spy.lastTCP()
 	const tcpRST, tcpACK, tcpPSH = 0x04, 0x10, 0x08
 	before := engineOf(t, b)

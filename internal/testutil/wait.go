@@ -1,7 +1,9 @@
 package testutil
 
 import (
+	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 )
@@ -43,4 +45,43 @@ func Eventually(t testing.TB, what string, within time.Duration, cond func() boo
 		time.Sleep(nap)
 		nap = min(2*nap, maxNap)
 	}
+}
+
+// WaitBlocked waits until n goroutines whose stacks run through the
+// function fn (as a stack trace names it, package path included:
+// "github.com/emunic/emunic/nic/port.(*WirePort).ReadFrame") are blocked:
+// parked on a channel, a select, a lock, a condition or the netpoller,
+// not running, runnable or in a system call. A test that checks what
+// unblocks a blocked call (Close waking a reader) starts the call in a
+// goroutine and waits here, where a sleep would only make the blocked
+// case likely; on a loaded machine the call might not have started.
+func WaitBlocked(t testing.TB, fn string, n int) {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	WaitFor(t, fmt.Sprintf("%d goroutine(s) blocked in %s", n, fn), func() bool {
+		return blockedIn(buf[:runtime.Stack(buf, true)], fn) >= n
+	})
+}
+
+// blockedIn counts the goroutines of the all-goroutine stack dump s that
+// are blocked with fn on their stack.
+func blockedIn(s []byte, fn string) int {
+	n := 0
+	for _, g := range strings.Split(string(s), "\n\n") {
+		head, _, _ := strings.Cut(g, "\n")
+		// "goroutine 7 [chan receive]:" or "goroutine 7 [select, 2 minutes]:"
+		i, j := strings.IndexByte(head, '['), strings.IndexByte(head, ']')
+		if i < 0 || j < i {
+			continue
+		}
+		state, _, _ := strings.Cut(head[i+1:j], ",")
+		switch state {
+		case "running", "runnable", "syscall":
+			continue
+		}
+		if strings.Contains(g, "\n"+fn+"(") {
+			n++
+		}
+	}
+	return n
 }

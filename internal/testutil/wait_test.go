@@ -49,3 +49,24 @@ func TestEventuallyFailsAfterItsBound(t *testing.T) {
 		t.Errorf("failure message %q does not say it timed out", f.msg)
 	}
 }
+
+func blockHere(ch chan struct{}) { <-ch }
+
+func TestWaitBlockedSeesAParkedGoroutine(t *testing.T) {
+	ch := make(chan struct{})
+	defer close(ch)
+	go blockHere(ch)
+	go blockHere(ch)
+	WaitBlocked(t, "github.com/emunic/emunic/internal/testutil.blockHere", 2)
+}
+
+func TestBlockedInReadsStates(t *testing.T) {
+	dump := "goroutine 1 [running]:\nmain.spin(...)\n\t/x.go:1\n\n" +
+		"goroutine 7 [chan receive, 2 minutes]:\npkg.(*T).Read(0x1)\n\t/y.go:2\n\n" +
+		"goroutine 8 [runnable]:\npkg.(*T).Write(0x1)\n\t/y.go:3\n"
+	for fn, want := range map[string]int{"pkg.(*T).Read": 1, "pkg.(*T).Write": 0, "main.spin": 0, "pkg.(*T).Re": 0} {
+		if got := blockedIn([]byte(dump), fn); got != want {
+			t.Errorf("blockedIn(%q) = %d, want %d", fn, got, want)
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/rings"
 )
 
@@ -130,7 +131,7 @@ func TestShmLinkCloseWakesReader(t *testing.T) {
 		_, err := b.ReadFrame(make([]byte, 2048))
 		done <- err
 	}()
-	time.Sleep(20 * time.Millisecond) // let it park
+	testutil.WaitBlocked(t, "github.com/emunic/emunic/nic/port.(*ShmPort).ReadFrame", 1)
 	b.Close()
 	select {
 	case err := <-done:

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/emunic/emunic/internal/testutil"
 )
 
 func TestWireCleanIntactAndInOrder(t *testing.T) {
@@ -211,7 +213,7 @@ func TestWireCloseUnblocksReader(t *testing.T) {
 				errc <- err
 			}()
 		}
-		time.Sleep(20 * time.Millisecond) // let both block
+		testutil.WaitBlocked(t, "github.com/emunic/emunic/nic/port.(*WirePort).ReadFrame", 2)
 		b.Close()
 		select {
 		case err := <-errc:

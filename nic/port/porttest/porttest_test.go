@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/emunic/emunic/internal/testutil"
 	"github.com/emunic/emunic/nic/port"
 )
 
@@ -101,7 +102,7 @@ func TestCloseReleases(t *testing.T) {
 	p := New(Config{RxDepth: 1})
 	done := make(chan error, 2)
 	go func() { _, err := p.ReadFrame(make([]byte, 100)); done <- err }()
-	time.Sleep(5 * time.Millisecond)
+	testutil.WaitBlocked(t, "github.com/emunic/emunic/nic/port/porttest.(*Port).ReadFrame", 1)
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
