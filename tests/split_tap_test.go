@@ -20,15 +20,7 @@ import (
 // host and moves 8 MiB through its echo service; the device process exits
 // 0 on SIGINT, reporting the one host.
 func TestTAPDeviceProcess(t *testing.T) {
-	testutil.RequireTAP(t)
-	exe := buildEmunic(t)
-	ns := newNetns(t)
-	name := uniqueName("emud", 10)
-	t.Cleanup(func() { exec.Command("ip", "-n", ns.name, "link", "del", name).Run() })
-	sock := filepath.Join(t.TempDir(), "nic.sock")
-	dev := startCommand(t, exe, "device", "--socket", sock, "--tap", name)
-	dev.waitLog("device listening", 1, 10*time.Second)
-
+	ns, name, sock, dev := tapDeviceProcess(t, "emud")
 	kernel := netip.MustParsePrefix("10.79.0.1/24")
 	emu := netip.MustParsePrefix("10.79.0.2/24")
 	host, err := board.NewHost(board.HostConfig{MAC: macOf(emu), Addr: emu, Split: &board.SplitConfig{Socket: sock}}, nil)
@@ -63,6 +55,23 @@ func TestTAPDeviceProcess(t *testing.T) {
 	if out := dev.interrupt(); !strings.Contains(out, "device: 1 hosts (1 started, 1 gone), 0 bad messages") {
 		t.Errorf("device report: %q", out)
 	}
+}
+
+// tapDeviceProcess starts 'emunic device --socket SOCK --tap NAME' (NAME
+// from prefix) and waits until it listens, with the namespace the TAP is
+// for. The device creates the TAP when a host attaches (at CONFIG), so the
+// caller moves it into the namespace (ns.moveTAP) after that.
+func tapDeviceProcess(t testing.TB, prefix string) (ns *netns, name, sock string, dev *serveProc) {
+	t.Helper()
+	testutil.RequireTAP(t)
+	exe := buildEmunic(t)
+	ns = newNetns(t)
+	name = uniqueName(prefix, 10)
+	t.Cleanup(func() { exec.Command("ip", "-n", ns.name, "link", "del", name).Run() })
+	sock = filepath.Join(t.TempDir(), "nic.sock")
+	dev = startCommand(t, exe, "device", "--socket", sock, "--tap", name)
+	dev.waitLog("device listening", 1, 10*time.Second)
+	return ns, name, sock, dev
 }
 
 // macOf is the MAC emunic serve gives an address: 02:00 and the address.

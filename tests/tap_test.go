@@ -317,7 +317,7 @@ type syncBuffer = testutil.SyncBuffer
 // serveProc is an 'emunic serve' process under test. Its output is kept and
 // logged at cleanup, where it is killed unless interrupt stopped it.
 type serveProc struct {
-	t              *testing.T
+	t              testing.TB
 	cmd            *exec.Cmd
 	stdout, stderr syncBuffer
 	exited         chan error
@@ -331,7 +331,7 @@ func startServe(t *testing.T, exe string, args ...string) *serveProc {
 
 // startCommand starts 'emunic NAME args...' as a process; it is killed at
 // the end of the test unless it was stopped, and its output logged.
-func startCommand(t *testing.T, exe, name string, args ...string) *serveProc {
+func startCommand(t testing.TB, exe, name string, args ...string) *serveProc {
 	t.Helper()
 	p := &serveProc{t: t, cmd: exec.Command(exe, append([]string{name}, args...)...), exited: make(chan error, 1)}
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr

@@ -3,11 +3,16 @@
 // splits the samples by the pprof label side=device that the device puts on
 // its goroutines. Everything else (host stack, driver, applications, and the
 // runtime's own work such as garbage collection) is the host's.
+//
+// With EMUNIC_CPUSPLIT_PROFILES set to a directory, each profile Measure
+// takes is kept there (cpusplit-*.pprof), to see where a side's CPU went:
+// go tool pprof -top -tagfocus side=client FILE.
 package cpusplit
 
 import (
 	"bytes"
 	"fmt"
+	"os"
 	"runtime/pprof"
 	"time"
 
@@ -66,6 +71,15 @@ func Measure(f func()) (Split, error) {
 	wall := time.Since(start)
 	cpu := Process() - cpu0
 	pprof.StopCPUProfile()
+	if dir := os.Getenv("EMUNIC_CPUSPLIT_PROFILES"); dir != "" {
+		// Keep the profile for a look at where a side's CPU went
+		// (go tool pprof -tagfocus side=client FILE).
+		f, err := os.CreateTemp(dir, "cpusplit-*.pprof")
+		if err == nil {
+			f.Write(buf.Bytes())
+			f.Close()
+		}
+	}
 	p, err := profile.Parse(&buf)
 	if err != nil {
 		return Split{}, fmt.Errorf("cpusplit: %w", err)
