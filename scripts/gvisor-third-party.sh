@@ -24,6 +24,9 @@ trap 'chmod -R u+w "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
 cp go.mod "$tmp/go.mod"
 cp go.sum "$tmp/go.sum"
 go mod edit -modfile="$tmp/go.mod" -dropreplace=gvisor.dev/gvisor
+# go.sum has no gVisor lines while the module is replaced: tidy the copy
+# to add them (from the module cache or the proxy).
+go mod tidy -modfile="$tmp/go.mod"
 go mod vendor -modfile="$tmp/go.mod" -o "$tmp/vendor"
 
 rm -rf third_party/gvisor

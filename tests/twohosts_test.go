@@ -199,9 +199,11 @@ func TestTwoHostsClean(t *testing.T) {
 // in both directions: netstack recovers, the rings lose nothing, and the
 // stream arrives intact. Under -race -short on a loaded machine it stalled
 // about once in 25 runs until netstack's sender was patched
-// (third_party/patches/gvisor/0001-*): the FIN was lost, the sender's
-// Outstanding count read 0, and no retransmission timer ran. A failure
-// prints each connection's TCP state after its last segment.
+// (third_party/patches/gvisor/0001-*; tcpstack's
+// TestNetstackRetransmitsLostFIN is its deterministic test): the FIN was
+// lost, the sender's Outstanding count read 0, and no retransmission timer
+// ran. A failure prints each connection's TCP state after its last
+// segment.
 func TestTwoHostsLossy(t *testing.T) {
 	imp := port.Impairments{LossPercent: 5, ReorderPercent: 5, ReorderGap: 2}
 	var last lastTCPState

@@ -1080,12 +1080,13 @@ func (s *sender) postXmit(dataSent bool, shouldScheduleProbe bool) {
 			s.probeTimer.disable()
 			// Enable the resend timer if it's not enabled yet: there is
 			// unacknowledged data (SndUna != SndNxt here), whatever
-			// Outstanding says (RFC 6298 5.1). emunic patch: after SACK
-			// recovery under loss and reordering, Outstanding can read 0
-			// with segments still unacknowledged (seen: Outstanding 0,
-			// SackedOut -3, the FIN unacknowledged). A tail loss probe
-			// that then sent nothing left no timer running, and a
-			// connection whose FIN was lost waited forever.
+			// Outstanding says (RFC 6298 5.1). emunic patch: Outstanding
+			// can read 0 with a segment unacknowledged. SetPipe leaves a
+			// FIN out of its count, so a FIN sent during SACK recovery
+			// is no longer counted once the data before it is
+			// acknowledged (seen: Outstanding 0, SackedOut -3). A tail
+			// loss probe of that FIN then armed no timer, and when the
+			// probe was lost too the connection waited forever.
 			s.resendTimer.enable(s.RTO)
 		}
 	}
