@@ -88,11 +88,17 @@ func TestTxCsumOffloadHosts(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
+	lport := uint16(7700)
 	for _, dst := range []netip.Addr{netip.MustParseAddr("10.0.0.2"), addr6B} {
-		// TCP: a dials b's echo, and b dials a's.
+		// TCP: a dials b's echo, and b dials a's. Each listener gets a
+		// port of its own: the echo end of the last connection on a port
+		// may still hold it (closing, or in TIME_WAIT) when the next
+		// listener binds, and netstack then refuses the bind.
 		for _, pair := range [][2]*Host{{a, b}, {b, a}} {
 			from, to := pair[0], pair[1]
-			l, err := to.Listen(7700)
+			lport++
+			port := lport
+			l, err := to.Listen(port)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -112,7 +118,7 @@ func TestTxCsumOffloadHosts(t *testing.T) {
 					addr = addr6A
 				}
 			}
-			c, err := from.Dial(ctx, netip.AddrPortFrom(addr, 7700))
+			c, err := from.Dial(ctx, netip.AddrPortFrom(addr, port))
 			if err != nil {
 				t.Fatal(err)
 			}
