@@ -63,6 +63,14 @@ func WaitBlocked(t testing.TB, fn string, n int) {
 	})
 }
 
+// BlockedIn counts the goroutines blocked with fn on their stacks now (as
+// WaitBlocked judges them), for a wait that cannot fail its test from
+// where it runs (a goroutine inside a network namespace, InNewNetns).
+func BlockedIn(fn string) int {
+	buf := make([]byte, 1<<20)
+	return blockedIn(buf[:runtime.Stack(buf, true)], fn)
+}
+
 // blockedIn counts the goroutines of the all-goroutine stack dump s that
 // are blocked with fn on their stack.
 func blockedIn(s []byte, fn string) int {

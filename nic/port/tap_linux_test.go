@@ -170,17 +170,8 @@ func TestTAPCloseUnblocksReader(t *testing.T) {
 			_, err := tap.ReadFrame(make([]byte, TAPMaxFrameSize)) // down: nothing arrives
 			errc <- err
 		}()
-		time.Sleep(20 * time.Millisecond)
-		if err := tap.Close(); err != nil {
+		if err := closeAsleepReader(tap, errc); err != nil {
 			return err
-		}
-		select {
-		case err := <-errc:
-			if !errors.Is(err, ErrClosed) {
-				return fmt.Errorf("blocked ReadFrame returned %v, want ErrClosed", err)
-			}
-		case <-time.After(2 * time.Second):
-			return errors.New("Close did not unblock ReadFrame")
 		}
 		if _, err := net.InterfaceByName("emuclose0"); err == nil {
 			return errors.New("interface still exists after Close")
@@ -367,8 +358,8 @@ func TestTAPRxLoss(t *testing.T) {
 // TestTAPBusyPoll: a burst of datagrams from the kernel is read, in order,
 // with the busy poll (the default) serving reads without the netpoller
 // (RxBusyPollHits), and with it off (negative BusyPoll) serving none; a
-// reader busy polling an idle TAP goes to sleep, and Close still ends its
-// read.
+// reader busy polling an idle TAP goes to sleep (closeAsleepReader waits
+// for that), and Close still ends its read.
 func TestTAPBusyPoll(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -411,16 +402,7 @@ func TestTAPBusyPoll(t *testing.T) {
 						}
 					}
 				}()
-				time.AfterFunc(20*time.Millisecond, func() { tap.Close() })
-				select {
-				case err := <-done:
-					if !errors.Is(err, ErrClosed) {
-						return fmt.Errorf("read on an idle TAP closed under it: %v, want ErrClosed", err)
-					}
-				case <-time.After(5 * time.Second):
-					return errors.New("Close did not end a read on an idle TAP")
-				}
-				return nil
+				return closeAsleepReader(tap, done)
 			})
 		})
 	}
@@ -457,4 +439,30 @@ func kernelUDPBurst(opt TAPOptions, subnet byte, n int) (*TAPPort, error) {
 		}
 	}
 	return tap, nil
+}
+
+// closeAsleepReader waits until a reader of tap is asleep in ReadFrame
+// (past any busy poll: blocked in the netpoller, not running), closes tap,
+// and checks that the read ends with ErrClosed, which the reader sends on
+// errc. Waiting for the sleep, rather than sleeping a while, is what
+// makes the read one Close has to wake.
+func closeAsleepReader(tap *TAPPort, errc <-chan error) error {
+	const reader = "github.com/emunic/emunic/nic/port.(*TAPPort).ReadFrame"
+	for deadline := time.Now().Add(5 * time.Second); testutil.BlockedIn(reader) == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			return errors.New("no reader of the idle TAP fell asleep in ReadFrame within 5s")
+		}
+	}
+	if err := tap.Close(); err != nil {
+		return err
+	}
+	select {
+	case err := <-errc:
+		if !errors.Is(err, ErrClosed) {
+			return fmt.Errorf("blocked ReadFrame returned %v, want ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		return errors.New("Close did not unblock ReadFrame")
+	}
+	return nil
 }
