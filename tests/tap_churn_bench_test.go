@@ -28,14 +28,16 @@ import (
 //     server closes first).
 //
 // Each round runs b.N connections on each path, alternating which goes
-// first, after warmConns untimed ones on each at the start, and each run starts from a fresh range of the kernel's ephemeral
-// ports (ip_local_port_range in the namespace): once the kernel holds most
+// first, after warmConns untimed ones on each at the start, and each run
+// starts from a fresh range of the kernel's ephemeral ports
+// (ip_local_port_range in the namespace): once the kernel holds most
 // of a range in TIME_WAIT (client first), its connect slows down on both
 // paths alike, and a port reused while the server holds its 4-tuple in
 // TIME_WAIT (server first) waits for a SYN retransmission; either way the
 // comparison would measure that instead. About 51,000 connections in all
-// (b.N × 4 × count, and the warm-up's) fit before ranges are reused. Reported: offload-conns/s,
-// netstack-conns/s and their ratio, offload/netstack. Root only:
+// (b.N × 4 × count, and the warm-up's) fit before ranges are reused.
+// Reported: offload-conns/s, netstack-conns/s and their ratio,
+// offload/netstack. Root only:
 //
 //	go test ./tests/ -run '^$' -bench TAPChurn -benchtime 2000x -count 6
 func BenchmarkTAPChurn(b *testing.B) {
@@ -77,32 +79,29 @@ func BenchmarkTAPChurn(b *testing.B) {
 	} {
 		round := 0
 		b.Run(mode.name, func(b *testing.B) {
+			// conns runs n connections on path 0 (offload) or 1
+			// (netstack), from a fresh range of ports.
+			conns := func(path, n int) {
+				ports.fresh(b, n)
+				dst := netip.AddrPortFrom(lab.emu.Addr(), mode.port+uint16(path)*netstackPorts)
+				if err := kernelConns(lab.ns, dst, n, conc, mode.per); err != nil {
+					b.Fatal(err)
+				}
+			}
 			if round == 0 {
 				// Warm both paths up before anything is timed: the
 				// first connections after the lab starts pay for its
 				// neighbour entries, tables and pools growing, and
 				// goroutine stacks, which would fall on whichever path
 				// went first.
-				for path := range 2 {
-					port := mode.port + uint16(path)*netstackPorts
-					ports.fresh(b, warmConns)
-					if err := kernelConns(lab.ns, netip.AddrPortFrom(lab.emu.Addr(), port), warmConns, conc, mode.per); err != nil {
-						b.Fatal(err)
-					}
-				}
+				conns(0, warmConns)
+				conns(1, warmConns)
 			}
 			var took [2]time.Duration // [offload, netstack]
 			for i := range 2 {
 				path := (i + round) % 2
-				port := mode.port
-				if path == 1 {
-					port += netstackPorts
-				}
-				ports.fresh(b, b.N)
 				start := time.Now()
-				if err := kernelConns(lab.ns, netip.AddrPortFrom(lab.emu.Addr(), port), b.N, conc, mode.per); err != nil {
-					b.Fatal(err)
-				}
+				conns(path, b.N)
 				took[path] = time.Since(start)
 			}
 			round++
