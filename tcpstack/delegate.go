@@ -26,7 +26,8 @@ import (
 //  3. install (offloader.install): a connection index and the state the
 //     driver tracked go to the unit with OFFLOAD (plus, in the same
 //     publish, an RDMA connection's CREATE_QP), and netstack's endpoint is
-//     aborted (its RST is dropped by the frozen flow).
+//     handed off: torn down without the RST an abort would send
+//     (handoff; the frozen flow would drop one anyway).
 //
 // A step that cannot finish thaws the flow and the connection stays on
 // netstack (ErrNotDelegated); only an OFFLOAD the device never answers
@@ -340,10 +341,8 @@ func (o *offloader) offloadFailed(c *DelegatedConn, ep tcpip.Endpoint, prep RDMA
 // delegated finishes a delegation the unit took.
 func (o *offloader) delegated(c *DelegatedConn, ep tcpip.Endpoint, prep RDMADelegation, res []rings.Command) *DelegatedConn {
 	// From here the unit owns the flow; netstack's endpoint goes away
-	// (with the bytes it held: the connection's first chunk has them) and
-	// the frozen flow swallows its RST.
-	ep.Abort()
-	ep.Close()
+	// (with the bytes it held: the connection's first chunk has them).
+	handoff(ep)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
@@ -351,6 +350,23 @@ func (o *offloader) delegated(c *DelegatedConn, ep tcpip.Endpoint, prep RDMADele
 		prep.Done(res[1])
 	}
 	return c
+}
+
+// handedOff is netstack's endpoint with the Handoff of third_party's patch
+// 0002: Abort without the RST.
+type handedOff interface{ Handoff() }
+
+// handoff drops netstack's endpoint of a connection the unit has taken
+// over. Abort would build an RST for the frozen flow to drop, about 6% of
+// a short connection's CPU on the offload path (docs/benchmarks.md);
+// Handoff tears the endpoint down the same way without it.
+func handoff(ep tcpip.Endpoint) {
+	if h, ok := ep.(handedOff); ok {
+		h.Handoff()
+	} else {
+		ep.Abort() // not netstack's TCP: its RST is the frozen flow's
+	}
+	ep.Close()
 }
 
 // offloadLate is the late answer to an OFFLOAD whose waiter gave up (on a

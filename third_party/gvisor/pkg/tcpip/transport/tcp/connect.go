@@ -1102,6 +1102,10 @@ func (e *Endpoint) resetConnectionLocked(err tcpip.Error) {
 	switch err.(type) {
 	case *tcpip.ErrConnectionReset, *tcpip.ErrTimeout:
 	default:
+		if e.handedOff {
+			// Handoff: the connection lives on elsewhere (emunic patch).
+			break
+		}
 		// The exact sequence number to be used for the RST is the same as the
 		// one used by Linux. We need to handle the case of window being shrunk
 		// which can cause sndNxt to be outside the acceptable window on the

@@ -381,6 +381,11 @@ type Endpoint struct {
 	// endpoint is in this state. hardError is protected by endpoint mu.
 	hardError tcpip.Error
 
+	// handedOff is set by Handoff: the connection lives on in another
+	// TCP (an offload unit), so tearing it down here sends no RST.
+	// emunic patch. Protected by endpoint mu.
+	handedOff bool
+
 	// lastError represents the last error that the endpoint reported;
 	// access to it is protected by the following mutex.
 	lastErrorMu lastErrorMutex `state:"nosave"`
@@ -1061,6 +1066,28 @@ func (e *Endpoint) Abort() {
 	// Reset all connected endpoints.
 	switch state := e.EndpointState(); {
 	case state.connected():
+		e.resetConnectionLocked(&tcpip.ErrAborted{})
+		e.waiterQueue.Notify(waiter.EventHUp | waiter.EventErr | waiter.ReadableEvents | waiter.WritableEvents)
+		return
+	}
+	e.closeLocked()
+}
+
+// Handoff tears down a connected endpoint whose connection another TCP
+// implementation has taken over (an offload unit, as in TCP Chimney): as
+// Abort, but without the RST, because the connection itself goes on there.
+// The endpoint keeps nothing of it. An endpoint that is not connected is
+// closed as Abort closes it. emunic patch.
+//
+// +checklocksexclude:e.segmentQueue.mu
+// +checklocksexclude:e.pendingProcessingMu
+func (e *Endpoint) Handoff() {
+	defer e.drainClosingSegmentQueue()
+	e.LockUser()
+	defer e.UnlockUser()
+	defer e.purgeReadQueue()
+	if e.EndpointState().connected() {
+		e.handedOff = true
 		e.resetConnectionLocked(&tcpip.ErrAborted{})
 		e.waiterQueue.Notify(waiter.EventHUp | waiter.EventErr | waiter.ReadableEvents | waiter.WritableEvents)
 		return
