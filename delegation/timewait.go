@@ -30,7 +30,8 @@ import (
 //
 // A SYN for a 4-tuple in TIME_WAIT opens a new connection when it is
 // unambiguously newer (RFC 6191: a higher timestamp when timestamps were in
-// use, otherwise a sequence number above RCV.NXT): the record goes and the
+// use, or the same timestamp and a sequence number above RCV.NXT; without
+// timestamps a sequence number above RCV.NXT): the record goes and the
 // SYN goes to the host stack. Any other SYN is answered with an ACK, as in
 // any synchronized state.
 
@@ -219,9 +220,18 @@ func (e *Engine) twInput(i int32, now int64, t *hdr.Tuple, tcpSeg []byte, fl RxF
 	case s.flags&hdr.TCPFlagRST != 0:
 		return true // RFC 1337: an RST does not end TIME_WAIT
 	case s.flags&hdr.TCPFlagSYN != 0 && s.flags&hdr.TCPFlagACK == 0:
-		newer := seq(s.seq).GreaterThan(seq(r.rcvNxt))
+		// RFC 6191 §2: with timestamps on both incarnations, a later
+		// timestamp, or the same one and a later sequence number; else
+		// a later sequence number. The same timestamp is the common
+		// case, not a corner: a peer whose clock ticks in milliseconds
+		// (Linux) reuses a port within the millisecond of the old
+		// connection's last segment when it churns, and answering such
+		// a SYN with an ACK made Linux reset and send it again (a 1 s
+		// stall when the resend fell in the same millisecond too).
+		later := seq(s.seq).GreaterThan(seq(r.rcvNxt))
+		newer := later
 		if r.tsOK && s.hasTS {
-			newer = seq(s.tsVal).GreaterThan(seq(r.tsRecent))
+			newer = seq(s.tsVal).GreaterThan(seq(r.tsRecent)) || (s.tsVal == r.tsRecent && later)
 		}
 		if newer {
 			e.ctr.TimeWaitReopened++

@@ -209,6 +209,31 @@ func TestTimeWaitSYN(t *testing.T) {
 	enterTWAgain.expectNone("bad checksum")
 }
 
+// RFC 6191 §2: a SYN with the same timestamp as the old connection's last
+// segment opens a new connection when its sequence number is above the old
+// RCV.NXT (a Linux peer churning through its ports does this within a
+// millisecond), and is answered with an ACK when it is not.
+func TestTimeWaitSYNSameTimestamp(t *testing.T) {
+	r := newRig(t, defaultRigOpts())
+	enterTW(t, r)
+	ts := r.peerTS // the TSval of the peer's last segment: the record's TS.Recent
+	ip, tcp := r.build(pseg{seq: r.peerSeq - 5, flags: hdr.TCPFlagSYN, tsVal: ts})
+	if !r.e.InputUnmatched(ip, tcp, 0) {
+		t.Fatal("SYN with the same timestamp and an old sequence number not absorbed")
+	}
+	if a := r.takeOne("ACK of the old SYN"); !a.has(hdr.TCPFlagACK) || uint32(a.ack) != r.peerSeq {
+		t.Fatalf("ACK %d flags %#x", a.ack, a.flags)
+	}
+	ip, tcp = r.build(pseg{seq: r.peerSeq + 1000, flags: hdr.TCPFlagSYN, tsVal: ts})
+	if r.e.InputUnmatched(ip, tcp, 0) {
+		t.Fatal("SYN with the same timestamp and a later sequence number absorbed")
+	}
+	if r.e.TimeWaitConns() != 0 || r.e.Counters().TimeWaitReopened != 1 {
+		t.Fatal("record not ended by the SYN")
+	}
+	r.expectNone("the new connection's SYN")
+}
+
 // A full TIME_WAIT table gives up its oldest record, counted.
 func TestTimeWaitOverflow(t *testing.T) {
 	o := defaultRigOpts()

@@ -228,10 +228,15 @@ type DriverStats struct {
 	// listener before its QP existed (held, then handed to the device).
 	RDMACopyBytes uint64
 	// FrozenDropsOut counts frames netstack sent on a flow being or
-	// already delegated, which the driver kept off the wire (the abort's
-	// RST among them); FrozenDropsIn, received frames of such flows kept
-	// from netstack.
+	// already delegated, which the driver kept off the wire;
+	// FrozenDropsIn, received frames of such flows kept from netstack.
 	FrozenDropsOut, FrozenDropsIn uint64
+	// FlowsReopened counts peer SYNs that ended a delegated connection's
+	// flow entry before its release: the unit had let the tuple go (its
+	// TIME_WAIT record reopened, RFC 6191) and passed the SYN up, and the
+	// SYN went to netstack as a new connection's instead of being
+	// dropped as the old flow's.
+	FlowsReopened uint64
 	// RxHeld and RxHeldBytes count the legacy frames (in RxFrames) held
 	// back from netstack for an RDMA listener: a peer's first bytes that
 	// came before its connection was delegated, handed to the device
@@ -299,7 +304,8 @@ func (d *Driver) Stats() DriverStats {
 		Notifications: s.ntfs.Load(), NtfRingErrors: s.ntfRingErrs.Load(),
 		Commands: s.commands.Load(), HostCopyBytes: s.copyBytes.Load(), RDMACopyBytes: s.rdmaCopyBytes.Load(),
 		FrozenDropsOut: d.flows.droppedOut.Load(), FrozenDropsIn: d.flows.droppedIn.Load(),
-		RxHeld: s.rxHeld.Load(), RxHeldBytes: s.rxHeldBytes.Load(),
+		FlowsReopened: d.flows.reopened.Load(),
+		RxHeld:        s.rxHeld.Load(), RxHeldBytes: s.rxHeldBytes.Load(),
 		RxGROMerged: s.groIn.Load() - s.groOut.Load(), RxGROHeaderBytes: s.groInBytes.Load() - s.groOutBytes.Load(),
 		ZeroWindowAckRepairs: d.ackFix.repairs.Load(), ZeroWindowUntracked: d.ackFix.full.Load(),
 		CmdTimeouts: d.cp.timeouts.Load(), CmdLate: d.cp.late.Load(), CmdLost: d.cp.lost.Load(),

@@ -80,6 +80,9 @@ type flowTracker struct {
 	// of every flow (the per-flow counts go with the flow): DriverStats
 	// reports them.
 	droppedOut, droppedIn atomic.Uint64
+	// reopened counts delegated flows ended by a peer's new SYN
+	// (observe).
+	reopened atomic.Uint64
 	// heldIn counts the frames of frozen flows held (not dropped) while
 	// their delegation was in progress.
 	heldIn atomic.Uint64
@@ -325,6 +328,27 @@ func (t *flowTracker) observe(frame []byte, outbound bool) (drop bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	f, ok := t.flows[k]
+	if ok && f.frozen && f.holdOff && !outbound && seg.flags&(hdr.TCPFlagSYN|hdr.TCPFlagACK|hdr.TCPFlagRST) == hdr.TCPFlagSYN {
+		// A peer's SYN on a delegated flow. The unit takes every frame
+		// of a connection it holds (a SYN there gets the engine's
+		// challenge ACK), so one it passed up is for a tuple it has let
+		// go: the connection closed and its TIME_WAIT record gave way
+		// to this newer SYN (RFC 6191). The old entry only waits for
+		// the release its close notification starts; dropping the SYN
+		// as the old flow's would cost the peer a retransmission (1 s
+		// for a SYN), which a client churning through its ports met
+		// whenever it came back within that window. The SYN opens a
+		// new flow; the old one's release finds it replaced
+		// (removeEntry) and leaves it.
+		if f.acked != nil {
+			close(f.acked)
+			f.acked = nil
+		}
+		delete(t.flows, k)
+		t.n.Add(-1)
+		t.reopened.Add(1)
+		ok = false
+	}
 	if !ok {
 		if outbound || seg.flags&(hdr.TCPFlagSYN|hdr.TCPFlagACK) != hdr.TCPFlagSYN || t.listen[listenKey{k.LocalIP, k.LocalPort}] == 0 ||
 			len(t.flows) >= maxTrackedFlows {

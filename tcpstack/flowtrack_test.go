@@ -185,3 +185,54 @@ func TestFlowTrackerSYNRetransmitted(t *testing.T) {
 		}
 	}
 }
+
+// A peer's SYN on a delegated flow (frozen, holding over) is a new
+// connection's: the unit passes a SYN up only for a tuple it has let go
+// (its TIME_WAIT record reopened). It goes to netstack, the old entry
+// goes (counted), and the new flow is tracked for the listener; the old
+// connection's late release leaves the new entry alone. Anything else of
+// the flow stays dropped while the old entry lives.
+func TestFlowTrackerSYNReopensDelegatedFlow(t *testing.T) {
+	var tr flowTracker
+	// The flow is the peer's connection to a tracked listener on our
+	// port 40000 (the frames' host side).
+	tr.listenOn(netip.AddrFrom4(hostIP), 40000, true)
+	k := hdr.Tuple{LocalIP: netip.AddrFrom4(hostIP), RemoteIP: netip.AddrFrom4(peerIP), LocalPort: 40000, RemotePort: 80}
+	tr.addNew(k)
+	old := tr.entry(k)
+	tr.freeze(k, true)
+	tr.takeHeld(k) // delegated: frozen for good
+	// Not a SYN, or a SYN-ACK or an RST with SYN: dropped as the old flow's.
+	for _, f := range [][]byte{
+		tcpFrame(false, 5001, 1301, hdr.TCPFlagACK, 229, tsOpt(11, 102), 10),
+		tcpFrame(false, 5000, 1001, hdr.TCPFlagSYN|hdr.TCPFlagACK, 229, synOpts, 0),
+		tcpFrame(false, 5000, 0, hdr.TCPFlagSYN|hdr.TCPFlagRST, 229, nil, 0),
+	} {
+		if !tr.observe(f, false) {
+			t.Fatalf("frame %x of the delegated flow let through", f[hdr.EthernetSize+hdr.IPv4MinSize+13])
+		}
+	}
+	// Our own SYN on it too (netstack has no business there).
+	if !tr.observe(tcpFrame(true, 1000, 0, hdr.TCPFlagSYN, 65535, synOpts, 0), true) {
+		t.Fatal("our SYN on the delegated flow let through")
+	}
+	if tr.reopened.Load() != 0 || tr.entry(k) != old {
+		t.Fatal("the old entry went early")
+	}
+	// The peer's new SYN.
+	if tr.observe(tcpFrame(false, 90000, 0, hdr.TCPFlagSYN, 65535, synOpts, 0), false) {
+		t.Fatal("the new connection's SYN dropped")
+	}
+	cur := tr.entry(k)
+	if cur == nil || cur == old || !cur.sawPeerSyn || cur.irs != 90000 || cur.frozen || tr.reopened.Load() != 1 {
+		t.Fatalf("entry %+v, reopened %d", cur, tr.reopened.Load())
+	}
+	if n := tr.n.Load(); n != 2 { // the listener and the new flow
+		t.Fatalf("tracker count %d", n)
+	}
+	// The old connection's release comes late: the new flow stays.
+	tr.removeEntry(k, old)
+	if tr.entry(k) != cur {
+		t.Fatal("the old connection's release removed the new flow")
+	}
+}

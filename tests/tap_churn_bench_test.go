@@ -154,7 +154,7 @@ func (p *portRanges) fresh(b *testing.B, n int) {
 }
 
 // set sets the namespace's ephemeral port range to lo-hi.
-func (p *portRanges) set(b *testing.B, lo, hi int) {
+func (p *portRanges) set(b testing.TB, lo, hi int) {
 	err := p.ns.do(func() error {
 		// The namespace's own sysctl: /proc/sys/net is per namespace,
 		// seen from a thread inside it.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/emunic/emunic/internal/testutil"
+	"github.com/emunic/emunic/tcpstack"
 	"github.com/emunic/emunic/tcpstack/services"
 )
 
@@ -223,6 +224,30 @@ func qotdRun(t *testing.T, ns *netns, dst netip.AddrPort, total, conc int) time.
 	return time.Since(start)
 }
 
+// qotdNetstackPort is where serveQOTDBoth's netstack listener is.
+const qotdNetstackPort = 1017
+
+// serveQOTDBoth serves qotd on the emulated host twice: delegated
+// (ListenOffload, on services.QOTDPort) and on netstack (on
+// qotdNetstackPort), until the test ends. It returns the offload listener
+// and its server.
+func (l *tapOffloadLab) serveQOTDBoth(t *testing.T) (*tcpstack.OffloadListener, *services.Server) {
+	t.Helper()
+	off, err := l.host.ListenOffload(services.QOTDPort)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := l.host.Listen(qotdNetstackPort)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qOff, qNet := services.NewQOTD(nil), services.NewQOTD(nil)
+	go qOff.Serve(off)
+	go qNet.Serve(plain)
+	t.Cleanup(func() { qOff.Close(); qNet.Close() })
+	return off, qOff
+}
+
 func TestTAPScaleQOTD(t *testing.T) {
 	n := envCount(t, "EMUNIC_TAP_QOTD", 20000)
 	if testing.Short() && n == 20000 {
@@ -230,24 +255,12 @@ func TestTAPScaleQOTD(t *testing.T) {
 	}
 	const conc = 64
 	lab := newTAPOffloadLab(t, 94)
-	off, err := lab.host.ListenOffload(services.QOTDPort)
-	if err != nil {
-		t.Fatal(err)
-	}
-	plain, err := lab.host.Listen(1017)
-	if err != nil {
-		t.Fatal(err)
-	}
-	qOff, qNet := services.NewQOTD(nil), services.NewQOTD(nil)
-	go qOff.Serve(off)
-	go qNet.Serve(plain)
-	defer qOff.Close()
-	defer qNet.Close()
+	off, qOff := lab.serveQOTDBoth(t)
 	// Alternate the paths, half the connections each time, so drift on a
 	// shared machine hits both alike.
 	var tOff, tNet time.Duration
 	for half := range 2 {
-		tNet += qotdRun(t, lab.ns, netip.AddrPortFrom(lab.emu.Addr(), 1017), n/2, conc)
+		tNet += qotdRun(t, lab.ns, netip.AddrPortFrom(lab.emu.Addr(), qotdNetstackPort), n/2, conc)
 		tOff += qotdRun(t, lab.ns, netip.AddrPortFrom(lab.emu.Addr(), services.QOTDPort), n/2, conc)
 		_ = half
 	}

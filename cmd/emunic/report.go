@@ -205,7 +205,7 @@ var driverRows = []struct {
 	{"interrupts", func(s tcpstack.DriverStats) uint64 { return s.Interrupts }, false},
 	{"commands", func(s tcpstack.DriverStats) uint64 { return s.Commands }, false},
 	// netstack's frames of delegated flows that the driver kept off the
-	// wire (the abort's RST among them), and received frames of those
+	// wire (retransmissions racing the freeze), and received frames of those
 	// flows it kept from netstack: why "segments sent by netstack" is
 	// more than netstack's frames on the wire.
 	{"frozen_drops_out", func(s tcpstack.DriverStats) uint64 { return s.FrozenDropsOut }, true},
