@@ -32,9 +32,9 @@ import (
 // starts from a fresh range of the kernel's ephemeral ports
 // (ip_local_port_range in the namespace): once the kernel holds most
 // of a range in TIME_WAIT (client first), its connect slows down on both
-// paths alike, and a port reused while the server holds its 4-tuple in
-// TIME_WAIT (server first) waits for a SYN retransmission; either way the
-// comparison would measure that instead. About 51,000 connections in all
+// paths alike, and the comparison would measure that instead. (A port
+// reused while the server holds its 4-tuple in TIME_WAIT, server first,
+// costs nothing on either path: TestTAPPortReuseServerFirst.) About 51,000 connections in all
 // (b.N × 4 × count, and the warm-up's) fit before ranges are reused.
 // Reported: offload-conns/s, netstack-conns/s and their ratio,
 // offload/netstack. Root only:
