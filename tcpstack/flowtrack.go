@@ -236,6 +236,17 @@ func (t *flowTracker) pmtuDone(f *flowInfo) {
 	t.mu.Unlock()
 }
 
+// tracked reports whether flow k is tracked (cheap when nothing is).
+func (t *flowTracker) tracked(k hdr.Tuple) bool {
+	if t.n.Load() == 0 {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, ok := t.flows[k]
+	return ok
+}
+
 // entry returns flow k's entry (nil if untracked): its identity, for
 // removeEntry.
 func (t *flowTracker) entry(k hdr.Tuple) *flowInfo {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"sync/atomic"
 
@@ -79,17 +80,43 @@ func (t *TrackedConn) Close() error {
 // may be IPv4 or IPv6; the connection leaves from the host's address of
 // that family (sourceFor).
 func (h *Host) DialTracked(ctx context.Context, dst netip.AddrPort) (*TrackedConn, error) {
+	var wq waiter.Queue
+	ep, key, err := h.dialFree(ctx, dst, &wq, true)
+	if err != nil {
+		return nil, err
+	}
+	return &TrackedConn{TCPConn: gonet.NewTCPConn(&wq, ep), ep: ep, wq: &wq, key: key, drv: h.Driver}, nil
+}
+
+// Dial opens a netstack connection to dst, as Stack.Dial does, from a local
+// port whose 4-tuple no delegated connection holds (dialFree). Stack.Dial
+// on a host that delegates could pick such a port (netstack has forgotten
+// it), and its SYN would then be dropped as the delegated flow's.
+func (h *Host) Dial(ctx context.Context, dst netip.AddrPort) (net.Conn, error) {
+	var wq waiter.Queue
+	ep, _, err := h.dialFree(ctx, dst, &wq, false)
+	if err != nil {
+		return nil, err
+	}
+	return gonet.NewTCPConn(&wq, ep), nil
+}
+
+// dialFree connects a new netstack endpoint on wq to dst, from the host's
+// address of dst's family (sourceFor) and a local port whose 4-tuple the
+// driver does not track. With track, the 4-tuple is tracked from the first
+// SYN on (DialTracked) and stops being on failure.
+//
+// netstack's end of a delegated connection is gone, so netstack may hand
+// out its local port again while the NIC still runs (or is releasing) the
+// connection: a port whose 4-tuple the driver still tracks is kept bound,
+// so the next pick differs, and let go after.
+func (h *Host) dialFree(ctx context.Context, dst netip.AddrPort, wq *waiter.Queue, track bool) (tcpip.Endpoint, hdr.Tuple, error) {
 	local, ok := h.sourceFor(dst.Addr())
 	if !ok || dst.Addr().Is4In6() || dst.Addr().Zone() != "" {
-		return nil, fmt.Errorf("tcpstack: dial %v: the host has no address of its family", dst)
+		return nil, hdr.Tuple{}, fmt.Errorf("tcpstack: dial %v: the host has no address of its family", dst)
 	}
-	var wq waiter.Queue
 	var ep tcpip.Endpoint
 	var key hdr.Tuple
-	// netstack's end of a delegated connection is gone, so netstack may
-	// hand out its local port again while the NIC still runs (or is
-	// releasing) the connection: a port whose 4-tuple the driver still
-	// tracks is kept bound, so the next pick differs, and let go after.
 	var busy []tcpip.Endpoint
 	defer func() {
 		for _, b := range busy {
@@ -98,27 +125,36 @@ func (h *Host) DialTracked(ctx context.Context, dst netip.AddrPort) (*TrackedCon
 	}()
 	for {
 		var terr tcpip.Error
-		ep, terr = h.S.NewEndpoint(tcp.ProtocolNumber, netProto(local), &wq)
+		ep, terr = h.S.NewEndpoint(tcp.ProtocolNumber, netProto(local), wq)
 		if terr != nil {
-			return nil, fmt.Errorf("tcpstack: endpoint: %s", terr)
+			return nil, key, fmt.Errorf("tcpstack: endpoint: %s", terr)
 		}
 		if local.Is6() {
 			ep.SocketOptions().SetV6Only(true)
 		}
 		if terr := ep.Bind(tcpip.FullAddress{NIC: nicID, Addr: tcpipAddr(local)}); terr != nil {
 			ep.Close()
-			return nil, fmt.Errorf("tcpstack: bind: %s", terr)
+			return nil, key, fmt.Errorf("tcpstack: bind: %s", terr)
 		}
 		la, _ := ep.GetLocalAddress()
 		key = hdr.Tuple{LocalIP: local, RemoteIP: dst.Addr(), LocalPort: la.Port, RemotePort: dst.Port()}
-		if h.Driver.flows.addNew(key) {
+		// The bound port is this endpoint's alone in netstack, so no
+		// other dial can take the tuple between this check and the SYN.
+		if (track && h.Driver.flows.addNew(key)) || (!track && !h.Driver.flows.tracked(key)) {
 			break
 		}
 		if len(busy) >= 64 {
 			ep.Close()
-			return nil, fmt.Errorf("tcpstack: dial %v: no local port whose 4-tuple is free (%d tried)", dst, len(busy)+1)
+			return nil, key, fmt.Errorf("tcpstack: dial %v: no local port whose 4-tuple is free (%d tried)", dst, len(busy)+1)
 		}
 		busy = append(busy, ep)
+	}
+	fail := func(err error) (tcpip.Endpoint, hdr.Tuple, error) {
+		ep.Close()
+		if track {
+			h.Driver.flows.remove(key)
+		}
+		return nil, key, fmt.Errorf("tcpstack: dial %v: %w", dst, err)
 	}
 	we, ch := waiter.NewChannelEntry(waiter.WritableEvents)
 	wq.EventRegister(&we)
@@ -129,17 +165,13 @@ func (h *Host) DialTracked(ctx context.Context, dst netip.AddrPort) (*TrackedCon
 		case <-ch:
 			terr = ep.LastError()
 		case <-ctx.Done():
-			ep.Close()
-			h.Driver.flows.remove(key)
-			return nil, fmt.Errorf("tcpstack: dial %v: %w", dst, ctx.Err())
+			return fail(ctx.Err())
 		}
 	}
 	if terr != nil {
-		ep.Close()
-		h.Driver.flows.remove(key)
-		return nil, fmt.Errorf("tcpstack: dial %v: %s", dst, terr)
+		return fail(errors.New(terr.String()))
 	}
-	return &TrackedConn{TCPConn: gonet.NewTCPConn(&wq, ep), ep: ep, wq: &wq, key: key, drv: h.Driver}, nil
+	return ep, key, nil
 }
 
 // Delegate hands a tracked netstack connection to the offload unit. On
