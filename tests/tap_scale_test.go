@@ -179,7 +179,7 @@ func kernelConns(ns *netns, dst netip.AddrPort, n, conc int, per func(i int64, c
 					if i >= int64(n) {
 						return nil
 					}
-					c, err := d.Dial("tcp4", dst.String())
+					c, err := d.Dial(tcpNetwork(dst.Addr()), dst.String())
 					if err != nil {
 						return fmt.Errorf("connection %d: %w", i, err)
 					}

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/emunic/emunic/nic/port"
 	"github.com/emunic/emunic/tcpstack/services"
 )
 
@@ -16,21 +17,31 @@ import (
 // other. Linux comes back to a port within the millisecond of the old
 // connection's last segment, with the same timestamp and a later
 // sequence number, and every such SYN must open the new connection at
-// once (RFC 6191), on both paths: no SYN is sent twice, none is dropped
-// as the old flow's while the host has not yet released it, and every
-// offload connection is delegated.
+// once (RFC 6191), on both paths, over IPv4 and IPv6: no SYN is sent
+// twice, none is dropped as the old flow's while the host has not yet
+// released it, and every offload connection is delegated.
 //
 // Before, the engine answered a same-timestamp SYN with an ACK (the
 // kernel reset and sent it again) and the host dropped a SYN that came
 // before the old connection's release: one run of 2,000 lost ~520 SYNs
 // to the first and 7 to the second, a 1 s retransmission each.
 func TestTAPPortReuseServerFirst(t *testing.T) {
+	t.Run("ipv4", func(t *testing.T) {
+		lab := newTAPOffloadLab(t, 95)
+		portReuseServerFirst(t, lab, lab.emu.Addr())
+	})
+	t.Run("ipv6", func(t *testing.T) {
+		lab := newTAPOffloadLab6(t, 110, port.TAPOptions{})
+		portReuseServerFirst(t, lab, lab.emu6.Addr())
+	})
+}
+
+func portReuseServerFirst(t *testing.T, lab *tapOffloadLab, emu netip.Addr) {
 	const ports, conc = 32, 8
 	n := 2000
 	if testing.Short() {
 		n = 500
 	}
-	lab := newTAPOffloadLab(t, 95)
 	off, _ := lab.serveQOTDBoth(t)
 	(&portRanges{ns: lab.ns}).set(t, 20000, 20000+ports-1)
 	kernel := []string{"TcpExtTCPSynRetrans", "TcpOutRsts", "TcpAttemptFails"}
@@ -39,7 +50,7 @@ func TestTAPPortReuseServerFirst(t *testing.T) {
 		port uint16
 	}{{"netstack", qotdNetstackPort}, {"offload", services.QOTDPort}} {
 		k0, e0, d0 := lab.kernelTCP(t, kernel...), lab.engine(), lab.host.Driver.Stats()
-		if err := kernelConns(lab.ns, netip.AddrPortFrom(lab.emu.Addr(), p.port), n, conc, readQuote); err != nil {
+		if err := kernelConns(lab.ns, netip.AddrPortFrom(emu, p.port), n, conc, readQuote); err != nil {
 			t.Fatalf("%s: %v", p.name, err)
 		}
 		k1, e1, d1 := lab.kernelTCP(t, kernel...), lab.engine(), lab.host.Driver.Stats()
