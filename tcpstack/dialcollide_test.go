@@ -3,6 +3,7 @@ package tcpstack
 import (
 	"context"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 )
@@ -50,4 +51,63 @@ func TestPlainDialBesideDelegated(t *testing.T) {
 	if n := a.Driver.Stats().FrozenDropsOut; n != 0 {
 		t.Errorf("%d of netstack's frames dropped as a delegated flow's", n)
 	}
+}
+
+// TestDialNoFreeTuple: with every port of netstack's range held by a
+// delegated connection to the server, a dial to it says so (netstack
+// itself would only say that no port is available: dialFree holds the
+// busy ones while it looks).
+func TestDialNoFreeTuple(t *testing.T) {
+	a, b := plainHosts(t, OffloadConfig{})
+	l, err := b.Listen(5121)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() })
+		}
+	}()
+	if terr := a.S.SetPortRange(40000, 40003); terr != nil {
+		t.Fatal(terr)
+	}
+	dst := netip.AddrPortFrom(netip.MustParseAddr("10.0.0.2"), 5121)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for range 4 {
+		dc, err := a.DialOffload(ctx, dst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { dc.Close() })
+	}
+	for _, dial := range []func() error{
+		func() error { _, err := a.Dial(ctx, dst); return err },
+		func() error { _, err := a.DialOffload(ctx, dst); return err },
+	} {
+		if err := dial(); err == nil || !strings.Contains(err.Error(), "no local port whose 4-tuple is free") {
+			t.Errorf("dial with every port's tuple delegated: %v", err)
+		}
+	}
+	// Another destination has every port free.
+	l2, err := b.Listen(5122)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l2.Close() })
+	go func() {
+		if c, err := l2.Accept(); err == nil {
+			t.Cleanup(func() { c.Close() })
+		}
+	}()
+	c, err := a.Dial(ctx, netip.AddrPortFrom(dst.Addr(), 5122))
+	if err != nil {
+		t.Fatalf("dial elsewhere: %v", err)
+	}
+	c.Close()
 }

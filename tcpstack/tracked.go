@@ -134,6 +134,10 @@ func (h *Host) dialFree(ctx context.Context, dst netip.AddrPort, wq *waiter.Queu
 		}
 		if terr := ep.Bind(tcpip.FullAddress{NIC: nicID, Addr: tcpipAddr(local)}); terr != nil {
 			ep.Close()
+			if _, none := terr.(*tcpip.ErrNoPortAvailable); none && len(busy) > 0 {
+				// The ports held here were all there were.
+				return nil, key, fmt.Errorf("tcpstack: dial %v: no local port whose 4-tuple is free (%d tried, the rest of the port range in use)", dst, len(busy))
+			}
 			return nil, key, fmt.Errorf("tcpstack: bind: %s", terr)
 		}
 		la, _ := ep.GetLocalAddress()
