@@ -2,8 +2,10 @@ package tcpstack
 
 import (
 	"context"
+	"net"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -18,20 +20,7 @@ import (
 // dropped.
 func TestPlainDialBesideDelegated(t *testing.T) {
 	a, b := plainHosts(t, OffloadConfig{})
-	l, err := b.Listen(5120)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			t.Cleanup(func() { c.Close() })
-		}
-	}()
+	holdAccepted(t, b, 5120)
 	dst := netip.AddrPortFrom(netip.MustParseAddr("10.0.0.2"), 5120)
 	dial := func(what string, f func(context.Context) (interface{ Close() error }, error)) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -59,20 +48,7 @@ func TestPlainDialBesideDelegated(t *testing.T) {
 // busy ones while it looks).
 func TestDialNoFreeTuple(t *testing.T) {
 	a, b := plainHosts(t, OffloadConfig{})
-	l, err := b.Listen(5121)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			t.Cleanup(func() { c.Close() })
-		}
-	}()
+	holdAccepted(t, b, 5121)
 	if terr := a.S.SetPortRange(40000, 40003); terr != nil {
 		t.Fatal(terr)
 	}
@@ -95,19 +71,41 @@ func TestDialNoFreeTuple(t *testing.T) {
 		}
 	}
 	// Another destination has every port free.
-	l2, err := b.Listen(5122)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l2.Close() })
-	go func() {
-		if c, err := l2.Accept(); err == nil {
-			t.Cleanup(func() { c.Close() })
-		}
-	}()
+	holdAccepted(t, b, 5122)
 	c, err := a.Dial(ctx, netip.AddrPortFrom(dst.Addr(), 5122))
 	if err != nil {
 		t.Fatalf("dial elsewhere: %v", err)
 	}
 	c.Close()
+}
+
+// holdAccepted accepts connections on h's port until the test ends; they
+// close then too.
+func holdAccepted(t *testing.T, h *Host, port uint16) {
+	t.Helper()
+	l, err := h.Listen(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
 }
