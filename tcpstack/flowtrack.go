@@ -159,6 +159,11 @@ func (t *flowTracker) addNew(k hdr.Tuple) bool {
 func (t *flowTracker) remove(k hdr.Tuple) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.removeLocked(k)
+}
+
+// removeLocked stops tracking flow k, waking a wait for its ACK. mu held.
+func (t *flowTracker) removeLocked(k hdr.Tuple) {
 	if f, ok := t.flows[k]; ok {
 		if f.acked != nil {
 			close(f.acked)
@@ -234,17 +239,6 @@ func (t *flowTracker) pmtuDone(f *flowInfo) {
 	t.mu.Lock()
 	f.pmtuBusy = false
 	t.mu.Unlock()
-}
-
-// tracked reports whether flow k is tracked (cheap when nothing is).
-func (t *flowTracker) tracked(k hdr.Tuple) bool {
-	if t.n.Load() == 0 {
-		return false
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	_, ok := t.flows[k]
-	return ok
 }
 
 // entry returns flow k's entry (nil if untracked): its identity, for
@@ -351,12 +345,7 @@ func (t *flowTracker) observe(frame []byte, outbound bool) (drop bool) {
 		// whenever it came back within that window. The SYN opens a
 		// new flow; the old one's release finds it replaced
 		// (removeEntry) and leaves it.
-		if f.acked != nil {
-			close(f.acked)
-			f.acked = nil
-		}
-		delete(t.flows, k)
-		t.n.Add(-1)
+		t.removeLocked(k)
 		t.reopened.Add(1)
 		ok = false
 	}

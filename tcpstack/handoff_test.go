@@ -1,6 +1,7 @@
 package tcpstack
 
 import (
+	"bytes"
 	"io"
 	"testing"
 )
@@ -25,10 +26,8 @@ func TestDelegationSendsNoRST(t *testing.T) {
 		if _, err := io.ReadFull(w.to, got); err != nil {
 			t.Fatal(err)
 		}
-		for i := range got {
-			if got[i] != msg[i] {
-				t.Fatalf("byte %d differs", i)
-			}
+		if !bytes.Equal(got, msg) {
+			t.Fatal("the bytes differ")
 		}
 	}
 	if n := tcp.ResetsSent.Value() - rsts; n != 0 {

@@ -144,7 +144,7 @@ func (h *Host) dialFree(ctx context.Context, dst netip.AddrPort, wq *waiter.Queu
 		key = hdr.Tuple{LocalIP: local, RemoteIP: dst.Addr(), LocalPort: la.Port, RemotePort: dst.Port()}
 		// The bound port is this endpoint's alone in netstack, so no
 		// other dial can take the tuple between this check and the SYN.
-		if (track && h.Driver.flows.addNew(key)) || (!track && !h.Driver.flows.tracked(key)) {
+		if (track && h.Driver.flows.addNew(key)) || (!track && h.Driver.flows.entry(key) == nil) {
 			break
 		}
 		if len(busy) >= 64 {

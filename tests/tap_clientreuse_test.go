@@ -5,7 +5,6 @@ package tests
 import (
 	"context"
 	"io"
-	"net"
 	"net/netip"
 	"testing"
 	"time"
@@ -24,14 +23,7 @@ import (
 func TestTAPHostClientPortReuse(t *testing.T) {
 	const n, ports = 500, 32
 	lab := newTAPOffloadLab(t, 111)
-	var kl net.Listener
-	if err := lab.ns.do(func() (err error) {
-		kl, err = net.Listen("tcp4", netip.AddrPortFrom(lab.kernel.Addr(), 0).String())
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { kl.Close() })
+	kl := lab.ns.listen(t, netip.AddrPortFrom(lab.kernel.Addr(), 0))
 	go func() {
 		for {
 			c, err := kl.Accept()

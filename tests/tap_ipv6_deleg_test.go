@@ -127,14 +127,7 @@ func TestTAPIPv6DelegatedBadInput(t *testing.T) {
 // first connection it accepts; the listener closes when the test ends.
 func (ns *netns) echoOnce(t *testing.T, addr netip.Addr) net.Listener {
 	t.Helper()
-	var kl net.Listener
-	if err := ns.do(func() (err error) {
-		kl, err = net.Listen(tcpNetwork(addr), netip.AddrPortFrom(addr, 0).String())
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { kl.Close() })
+	kl := ns.listen(t, netip.AddrPortFrom(addr, 0))
 	go func() {
 		c, err := kl.Accept()
 		if err != nil {
@@ -143,6 +136,21 @@ func (ns *netns) echoOnce(t *testing.T, addr netip.Addr) net.Listener {
 		defer c.Close()
 		io.Copy(c, c)
 	}()
+	return kl
+}
+
+// listen opens a kernel listener in the namespace on at (port 0: any),
+// closed when the test ends.
+func (ns *netns) listen(t testing.TB, at netip.AddrPort) net.Listener {
+	t.Helper()
+	var kl net.Listener
+	if err := ns.do(func() (err error) {
+		kl, err = net.Listen(tcpNetwork(at.Addr()), at.String())
+		return err
+	}); err != nil {
+		t.Fatalf("kernel listener in the namespace: %v", err)
+	}
+	t.Cleanup(func() { kl.Close() })
 	return kl
 }
 

@@ -324,13 +324,7 @@ func (l *tapOffloadLab) acceptDelegated(t *testing.T, lport uint16) (ours *tcpst
 // DialOffload and returns both ends.
 func (l *tapOffloadLab) dialDelegated(t *testing.T, lport uint16) (ours *tcpstack.DelegatedConn, theirs net.Conn) {
 	t.Helper()
-	var kl net.Listener
-	if err := l.ns.do(func() (err error) {
-		kl, err = net.Listen("tcp4", netip.AddrPortFrom(l.kernel.Addr(), lport).String())
-		return err
-	}); err != nil {
-		t.Fatalf("kernel listener in the namespace: %v", err)
-	}
+	kl := l.ns.listen(t, netip.AddrPortFrom(l.kernel.Addr(), lport))
 	defer kl.Close()
 	type accepted struct {
 		c   net.Conn

@@ -31,12 +31,21 @@ func WaitFor(t testing.TB, what string, cond func() bool) {
 // 10 ms, so a long wait costs the machine next to nothing.
 func Eventually(t testing.TB, what string, within time.Duration, cond func() bool) {
 	t.Helper()
+	if !Poll(within, cond) {
+		t.Fatalf("timed out after %v waiting for %s", within, what)
+	}
+}
+
+// Poll is Eventually without a test to fail, for a wait that cannot fail
+// its test from where it runs (a goroutine inside a network namespace,
+// InNewNetns): it reports whether cond came to hold within the bound.
+func Poll(within time.Duration, cond func() bool) bool {
 	const spins, maxNap = 100, 10 * time.Millisecond
 	deadline := time.Now().Add(within)
 	nap := 50 * time.Microsecond
 	for i := 0; !cond(); i++ {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", within, what)
+			return false
 		}
 		if i < spins {
 			runtime.Gosched()
@@ -45,6 +54,7 @@ func Eventually(t testing.TB, what string, within time.Duration, cond func() boo
 		time.Sleep(nap)
 		nap = min(2*nap, maxNap)
 	}
+	return true
 }
 
 // WaitBlocked waits until n goroutines whose stacks run through the

@@ -448,10 +448,8 @@ func kernelUDPBurst(opt TAPOptions, subnet byte, n int) (*TAPPort, error) {
 // makes the read one Close has to wake.
 func closeAsleepReader(tap *TAPPort, errc <-chan error) error {
 	const reader = "github.com/emunic/emunic/nic/port.(*TAPPort).ReadFrame"
-	for deadline := time.Now().Add(5 * time.Second); testutil.BlockedIn(reader) == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			return errors.New("no reader of the idle TAP fell asleep in ReadFrame within 5s")
-		}
+	if !testutil.Poll(5*time.Second, func() bool { return testutil.BlockedIn(reader) > 0 }) {
+		return errors.New("no reader of the idle TAP fell asleep in ReadFrame within 5s")
 	}
 	if err := tap.Close(); err != nil {
 		return err
